@@ -1,0 +1,181 @@
+/* backend.h — the device seam.
+ *
+ * A backend is a table of function pointers (struct lm_backend_i) plus its context, wrapped as
+ * struct lm_backend { iface; ctx; }. The worker's slice forward speaks only to this table, so the
+ * same forward runs on the CPU (kernels/cpu) and on CUDA (kernels/cuda). The shape follows ggml's
+ * ggml-backend-impl.h: a version field, a contract comment on every slot, optional slots marked
+ * optional with the dispatcher (lm_backend_* inline helpers below) supplying the default.
+ *
+ * Memory model. Activations, KV rows and uploaded weights live in "backend memory": host memory for
+ * the CPU backend, device memory for CUDA. Pointers to backend memory are opaque to callers: they
+ * are passed back into ops, never dereferenced, and moved to or from the host with upload/download.
+ * Activations are f32, row-major: a batch of n tokens of width d is n rows of d floats.
+ *
+ * Threads. A backend is used by one thread at a time (the worker's compute thread); it may use its
+ * own threads inside an op. Every op is synchronous unless the backend says otherwise in `sync`.
+ *
+ * Errors. Ops that can fail on data (an unsupported weight type, a position outside the cache)
+ * return a negative LM_E* code; shape errors are programming errors and are checked by the caller.
+ */
+#ifndef LM_BACKEND_H
+#define LM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+
+#define LM_BACKEND_VERSION 1
+
+/* A weight matrix (or vector when ne1 == 1) in GGUF layout: ne1 rows of ne0 elements, each row
+ * `row_bytes` bytes of `type` blocks, rows contiguous. y = W x means y[r] = dot(W[r], x). */
+struct lm_weight {
+	enum lm_dtype type;
+	int64_t ne0;      /* elements per row: the input dimension */
+	int64_t ne1;      /* rows: the output dimension */
+	size_t row_bytes; /* bytes of one row */
+	const void
+		*data; /* backend memory; for the CPU backend the mmapped GGUF bytes themselves */
+	void *priv;    /* owned by the backend (a repacked copy, a device buffer); NULL if none */
+};
+
+/* Where a token of a batch lives: its sequence's cache slot and its absolute position. */
+struct lm_tok_loc {
+	int32_t slot;
+	int32_t pos;
+};
+
+/* One layer of the KV cache as the ops see it (common/kv_cache.c builds these, range-checked).
+ * Position p of slot s is row (p % ctx) of that slot; global layers have ctx == max_seq. */
+struct lm_kv_layer {
+	void *k, *v;                  /* backend memory: [slots][ctx][n_kv_heads * head_dim] */
+	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0 */
+	int32_t n_kv_heads, head_dim;
+	int32_t ctx;    /* rows per slot */
+	int32_t window; /* 0: attend to every earlier position; else the last `window` */
+	int32_t slots;
+	size_t k_row_bytes, v_row_bytes; /* one position, all KV heads */
+};
+
+enum lm_rope_mode {
+	LM_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama, Meta layout */
+	LM_ROPE_NEOX = 2, /* rotate halves (x[i], x[i + n_rot/2]): GPT-NeoX, Qwen, Phi-3 */
+};
+
+struct lm_rope_params {
+	enum lm_rope_mode mode;
+	int32_t n_rot;    /* rotated dimensions per head (<= head_dim, even) */
+	float freq_base;  /* theta, 10000 for llama */
+	float freq_scale; /* 1.0: positions are multiplied by this (linear scaling) */
+};
+
+struct lm_backend_i {
+	uint32_t version; /* LM_BACKEND_VERSION */
+	const char *name; /* "cpu", "cuda" */
+
+	/* Releases the context and everything the backend allocated. Required. */
+	void (*fini)(void *ctx);
+
+	/* --- memory --- */
+	/* Backend memory of `bytes`, zero-filled, aligned to 64 bytes. NULL when out of memory.
+	 * Required. Freed with mfree (which accepts NULL). */
+	void *(*malloc)(void *ctx, size_t bytes);
+	void (*mfree)(void *ctx, void *p);
+	/* Host to backend and back. Required. Blocking. */
+	int (*upload)(void *ctx, void *dst, const void *src, size_t n);
+	int (*download)(void *ctx, void *dst, const void *src, size_t n);
+	/* Makes a host (mmapped) weight usable by this backend: fills w->data (and w->priv).
+	 * Optional: NULL means w->data = host, zero copy (the CPU backend). Undone by weight_fini. */
+	int (*weight_init)(void *ctx, struct lm_weight *w, const void *host);
+	void (*weight_fini)(void *ctx, struct lm_weight *w);
+
+	/* --- ops. Activations are f32 in backend memory; n is the number of tokens. --- */
+	/* y[i] = row ids[i] of `table` converted to f32 (the token embedding lookup). ids are
+	 * checked by the caller to be < table->ne1. Required. */
+	int (*get_rows)(void *ctx, float *y, const struct lm_weight *table, const int32_t *ids,
+			int n);
+	/* y[t] = W x[t] for t < n; x is [n][W->ne0], y is [n][W->ne1]. Quantized types quantize x
+	 * to their 8-bit activation type first, as GGUF's reference implementation does.
+	 * LM_EUNSUPPORTED for a weight type the backend lacks. Required. */
+	int (*matmul)(void *ctx, float *y, const struct lm_weight *w, const float *x, int n);
+	/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of `dim`. y may equal x. Required. */
+	int (*rmsnorm)(void *ctx, float *y, const float *x, const float *w, int dim, int n,
+		       float eps);
+	/* Rotates x in place: x is [n][n_heads * head_dim]; token t at position loc[t].pos. Required. */
+	int (*rope)(void *ctx, float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
+		    int n, const struct lm_rope_params *rp);
+	/* Writes token t's K and V rows ([n][n_kv_heads * head_dim] f32) into the cache at
+	 * (loc[t].slot, loc[t].pos), converting to the cache types. Required. */
+	int (*kv_store)(void *ctx, const struct lm_kv_layer *kv, const float *k, const float *v,
+			const struct lm_tok_loc *loc, int n);
+	/* Causal grouped-query attention: for token t, out[t] = softmax(q[t] K^T * scale) V over the
+	 * cached positions of slot loc[t].slot up to and including loc[t].pos (the last `window`
+	 * when the layer slides). q and out are [n][n_heads * head_dim]; query head h reads KV head
+	 * h / (n_heads / n_kv_heads). K and V of every token of the batch must be stored first.
+	 * Required. */
+	int (*attention)(void *ctx, float *out, const float *q, const struct lm_kv_layer *kv,
+			 const struct lm_tok_loc *loc, int n, int n_heads, float scale);
+	/* y[i] = silu(gate[i]) * up[i] for i < len. y may equal gate. Required. */
+	int (*silu_mul)(void *ctx, float *y, const float *gate, const float *up, size_t len);
+	/* y[i] += a[i] for i < len. Required. */
+	int (*add)(void *ctx, float *y, const float *a, size_t len);
+
+	/* Waits until every op issued so far has finished. Optional: NULL means ops are synchronous. */
+	int (*sync)(void *ctx);
+};
+
+struct lm_backend {
+	const struct lm_backend_i *iface;
+	void *ctx;
+};
+
+/* Options common to every backend. */
+struct lm_backend_opts {
+	int n_threads; /* CPU worker threads including the caller; <= 0 picks the online CPU count */
+	int device;    /* CUDA device ordinal */
+	int force_scalar; /* CPU: use the scalar reference kernels only (tests, `--kernels scalar`) */
+};
+
+/* Dispatcher helpers supplying defaults for optional slots. */
+static inline int lm_backend_weight_init(struct lm_backend *b, struct lm_weight *w,
+					 const void *host)
+{
+	if (b->iface->weight_init == NULL) {
+		w->data = host;
+		w->priv = NULL;
+		return 0;
+	}
+	return b->iface->weight_init(b->ctx, w, host);
+}
+
+static inline void lm_backend_weight_fini(struct lm_backend *b, struct lm_weight *w)
+{
+	if (b->iface->weight_fini != NULL)
+		b->iface->weight_fini(b->ctx, w);
+	w->data = NULL;
+	w->priv = NULL;
+}
+
+static inline int lm_backend_sync(struct lm_backend *b)
+{
+	return b->iface->sync != NULL ? b->iface->sync(b->ctx) : 0;
+}
+
+/* fini(NULL)-style: harmless on a zeroed struct. */
+static inline void lm_backend_fini(struct lm_backend *b)
+{
+	if (b != NULL && b->iface != NULL)
+		b->iface->fini(b->ctx);
+	if (b != NULL) {
+		b->iface = NULL;
+		b->ctx = NULL;
+	}
+}
+
+/* Backend constructors. `name` is "cpu" or "cuda". LM_EUNSUPPORTED when the backend was not
+ * built (cuda without nvcc) or has no device. */
+int lm_backend_init(struct lm_backend *b, const char *name, const struct lm_backend_opts *opts);
+int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts);
+int lm_backend_cuda_init(struct lm_backend *b, const struct lm_backend_opts *opts);
+
+#endif
