@@ -1,0 +1,9 @@
+/* cmds.h — the subcommands of the `layermesh` CLI. Each takes the arguments after its name
+ * (argv[0] is the subcommand) and returns the process exit status: 0 success, 1 failure,
+ * 2 usage error. */
+#ifndef LM_CMDS_H
+#define LM_CMDS_H
+
+/* Each module adds its command here and to the table in coordinator/main.c. */
+
+#endif
