@@ -140,7 +140,7 @@ struct lm_backend_opts {
 static inline int lm_backend_weight_init(struct lm_backend *b, struct lm_weight *w,
 					 const void *host)
 {
-	if (b->iface->weight_init == NULL) {
+	if (b == NULL || b->iface->weight_init == NULL) {
 		w->data = host;
 		w->priv = NULL;
 		return 0;
@@ -150,7 +150,7 @@ static inline int lm_backend_weight_init(struct lm_backend *b, struct lm_weight 
 
 static inline void lm_backend_weight_fini(struct lm_backend *b, struct lm_weight *w)
 {
-	if (b->iface->weight_fini != NULL)
+	if (b != NULL && b->iface->weight_fini != NULL)
 		b->iface->weight_fini(b->ctx, w);
 	w->data = NULL;
 	w->priv = NULL;
