@@ -14,6 +14,8 @@
  * Threads. A backend is used by one thread at a time (the worker's compute thread); it may use its
  * own threads inside an op. Every op is synchronous unless the backend says otherwise in `sync`.
  *
+ * Index arrays (token ids, struct lm_tok_loc) are host memory: a device backend copies them.
+ *
  * Errors. Ops that can fail on data (an unsupported weight type, a position outside the cache)
  * return a negative LM_E* code; shape errors are programming errors and are checked by the caller.
  */
