@@ -17,6 +17,7 @@
  * is a static value that headers may not extend.
  */
 #include "common/toml.h"
+#include "common/toml_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,16 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum {
-	TOML_F_EXPLICIT = 1u << 0,
-	TOML_F_DOTTED = 1u << 1,
-	TOML_F_INLINE = 1u << 2,
-	TOML_F_AOT = 1u << 3,
-};
-
-/* Tables with at least this many keys get a hash index; smaller ones are scanned. */
-#define TOML_INDEX_MIN 8
-#define TP_PATH_CAP    256
+#define TP_PATH_CAP 256
 /* How much of an offending token a message quotes. */
 #define TP_QUOTE_MAX 40
 
@@ -83,348 +75,7 @@ static int tbuf_putc(struct tbuf *b, char c)
 	return tbuf_put(b, &c, 1);
 }
 
-/* ---- fixed-size text used for key paths --------------------------------------------------- */
-
-struct tfix {
-	char *buf;
-	size_t cap, len;
-	bool trunc;
-};
-
-static void tfix_putc(struct tfix *f, char c)
-{
-	if (f->len + 1 < f->cap)
-		f->buf[f->len++] = c;
-	else
-		f->trunc = true;
-	if (f->cap > 0)
-		f->buf[f->len < f->cap ? f->len : f->cap - 1] = '\0';
-}
-
-static void tfix_puts(struct tfix *f, const char *s, size_t n)
-{
-	for (size_t i = 0; i < n && !f->trunc; i++)
-		tfix_putc(f, s[i]);
-}
-
-static void tfix_finish(struct tfix *f)
-{
-	if (f->cap == 0)
-		return;
-	if (f->trunc && f->cap >= 4) {
-		size_t at = f->cap - 4 < f->len ? f->cap - 4 : f->len;
-		memcpy(f->buf + at, "...", 4);
-		f->len = at + 3;
-	}
-	f->buf[f->len < f->cap ? f->len : f->cap - 1] = '\0';
-}
-
-static bool toml_is_bare(char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-	       c == '_' || c == '-';
-}
-
-/* Appends one key of a path: bare when it can be, else a basic string. */
-static void tfix_key(struct tfix *f, const char *k, size_t n, bool dot)
-{
-	if (dot)
-		tfix_putc(f, '.');
-	bool bare = n > 0;
-	for (size_t i = 0; i < n && bare; i++)
-		bare = toml_is_bare(k[i]);
-	if (bare) {
-		tfix_puts(f, k, n);
-		return;
-	}
-	tfix_putc(f, '"');
-	for (size_t i = 0; i < n && !f->trunc; i++) {
-		unsigned char c = (unsigned char)k[i];
-		if (c == '"' || c == '\\') {
-			tfix_putc(f, '\\');
-			tfix_putc(f, (char)c);
-		} else if (c < 0x20 || c == 0x7f) {
-			char e[8];
-			snprintf(e, sizeof e, "\\u%04X", c);
-			tfix_puts(f, e, 6);
-		} else {
-			tfix_putc(f, (char)c);
-		}
-	}
-	tfix_putc(f, '"');
-}
-
-static void tfix_index(struct tfix *f, size_t i)
-{
-	char e[32];
-	int n = snprintf(e, sizeof e, "[%zu]", i);
-	tfix_puts(f, e, (size_t)n);
-}
-
-/* ---- the tree ----------------------------------------------------------------------------- */
-
-static uint64_t toml_hash(uint64_t seed, const char *k, size_t n)
-{
-	/* FNV-1a from a per-document random basis, then a 64-bit finaliser: keys chosen to
-	 * collide need the seed, which the input cannot know. */
-	uint64_t h = 0xcbf29ce484222325ull ^ seed;
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)k[i];
-		h *= 0x100000001b3ull;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return h;
-}
-
-static struct toml_value *tab_find(const struct toml_value *tab, const char *k, size_t n)
-{
-	const struct toml_kv *kv = tab->u.tab.kv;
-	if (tab->u.tab.icap == 0) {
-		for (size_t i = 0; i < tab->u.tab.n; i++)
-			if (kv[i].keylen == n && memcmp(kv[i].key, k, n) == 0)
-				return kv[i].val;
-		return NULL;
-	}
-	size_t mask = tab->u.tab.icap - 1;
-	for (size_t s = toml_hash(tab->u.tab.seed, k, n) & mask;; s = (s + 1) & mask) {
-		uint32_t e = tab->u.tab.index[s];
-		if (e == 0)
-			return NULL;
-		const struct toml_kv *c = &kv[e - 1];
-		if (c->keylen == n && memcmp(c->key, k, n) == 0)
-			return c->val;
-	}
-}
-
-static void tab_index_put(struct toml_value *tab, size_t i)
-{
-	const struct toml_kv *kv = &tab->u.tab.kv[i];
-	size_t mask = tab->u.tab.icap - 1;
-	size_t s = toml_hash(tab->u.tab.seed, kv->key, kv->keylen) & mask;
-	while (tab->u.tab.index[s] != 0)
-		s = (s + 1) & mask;
-	tab->u.tab.index[s] = (uint32_t)(i + 1);
-}
-
-/* Adds key k -> v (the caller checked that k is absent). The key is copied. */
-static int tab_add(struct toml_value *tab, const char *k, size_t n, struct toml_value *v)
-{
-	if (tab->u.tab.n >= UINT32_MAX - 1)
-		return LM_ENOMEM;
-	if (tab->u.tab.n == tab->u.tab.cap) {
-		size_t cap = tab->u.tab.cap ? tab->u.tab.cap * 2 : 4;
-		struct toml_kv *kv = realloc(tab->u.tab.kv, cap * sizeof *kv);
-		if (kv == NULL)
-			return LM_ENOMEM;
-		tab->u.tab.kv = kv;
-		tab->u.tab.cap = cap;
-	}
-	char *key = malloc(n + 1);
-	if (key == NULL)
-		return LM_ENOMEM;
-	if (n > 0)
-		memcpy(key, k, n);
-	key[n] = '\0';
-	size_t i = tab->u.tab.n++;
-	tab->u.tab.kv[i] = (struct toml_kv){.key = key, .keylen = n, .val = v};
-	v->parent = tab;
-	v->key = key;
-	v->keylen = n;
-
-	if (tab->u.tab.n < TOML_INDEX_MIN)
-		return 0;
-	if (tab->u.tab.icap >= 2 * tab->u.tab.n) {
-		tab_index_put(tab, i);
-		return 0;
-	}
-	size_t icap = tab->u.tab.icap ? tab->u.tab.icap * 2 : 32;
-	while (icap < 2 * tab->u.tab.n)
-		icap *= 2;
-	uint32_t *index = calloc(icap, sizeof *index);
-	if (index == NULL)
-		return LM_ENOMEM;
-	free(tab->u.tab.index);
-	tab->u.tab.index = index;
-	tab->u.tab.icap = icap;
-	for (size_t j = 0; j < tab->u.tab.n; j++)
-		tab_index_put(tab, j);
-	return 0;
-}
-
-static int arr_push(struct toml_value *a, struct toml_value *v)
-{
-	if (a->u.arr.n == a->u.arr.cap) {
-		size_t cap = a->u.arr.cap ? a->u.arr.cap * 2 : 4;
-		struct toml_value **items = realloc(a->u.arr.items, cap * sizeof *items);
-		if (items == NULL)
-			return LM_ENOMEM;
-		a->u.arr.items = items;
-		a->u.arr.cap = cap;
-	}
-	v->parent = a;
-	v->index = a->u.arr.n;
-	a->u.arr.items[a->u.arr.n++] = v;
-	return 0;
-}
-
-void toml_doc_fini(struct toml_doc *doc)
-{
-	if (doc == NULL)
-		return;
-	struct toml_value *v = doc->alloc;
-	while (v != NULL) {
-		struct toml_value *next = v->next_alloc;
-		switch (v->type) {
-		case TOML_STRING:
-			free(v->u.str.s);
-			break;
-		case TOML_ARRAY:
-			free(v->u.arr.items);
-			break;
-		case TOML_TABLE:
-			for (size_t i = 0; i < v->u.tab.n; i++)
-				free(v->u.tab.kv[i].key);
-			free(v->u.tab.kv);
-			free(v->u.tab.index);
-			break;
-		default:
-			break;
-		}
-		free(v);
-		v = next;
-	}
-	free(doc->name);
-	memset(doc, 0, sizeof *doc);
-}
-
-const char *toml_type_name(enum toml_type t)
-{
-	switch (t) {
-	case TOML_TABLE:
-		return "table";
-	case TOML_ARRAY:
-		return "array";
-	case TOML_STRING:
-		return "string";
-	case TOML_INTEGER:
-		return "integer";
-	case TOML_FLOAT:
-		return "float";
-	case TOML_BOOL:
-		return "boolean";
-	}
-	return "value";
-}
-
-static const char *toml_article(enum toml_type t)
-{
-	return (t == TOML_ARRAY || t == TOML_INTEGER) ? "an" : "a";
-}
-
-const struct toml_value *toml_getn(const struct toml_value *table, const char *key, size_t len)
-{
-	if (table == NULL || table->type != TOML_TABLE || key == NULL)
-		return NULL;
-	return tab_find(table, key, len);
-}
-
-const struct toml_value *toml_get(const struct toml_value *table, const char *key)
-{
-	return key == NULL ? NULL : toml_getn(table, key, strlen(key));
-}
-
-size_t toml_len(const struct toml_value *v)
-{
-	if (v == NULL)
-		return 0;
-	if (v->type == TOML_TABLE)
-		return v->u.tab.n;
-	if (v->type == TOML_ARRAY)
-		return v->u.arr.n;
-	return 0;
-}
-
-const struct toml_value *toml_at(const struct toml_value *array, size_t i)
-{
-	if (array == NULL || array->type != TOML_ARRAY || i >= array->u.arr.n)
-		return NULL;
-	return array->u.arr.items[i];
-}
-
-const struct toml_kv *toml_entry(const struct toml_value *table, size_t i)
-{
-	if (table == NULL || table->type != TOML_TABLE || i >= table->u.tab.n)
-		return NULL;
-	return &table->u.tab.kv[i];
-}
-
-char *toml_path(const struct toml_value *v, char *buf, size_t cap)
-{
-	struct tfix f = {.buf = buf, .cap = cap};
-	if (cap > 0)
-		buf[0] = '\0';
-	/* Every value sits at most TOML_MAX_DEPTH + 1 levels below the root. */
-	const struct toml_value *chain[TOML_MAX_DEPTH + 2];
-	size_t n = 0;
-	for (const struct toml_value *c = v; c != NULL && c->parent != NULL; c = c->parent) {
-		if (n == sizeof chain / sizeof chain[0]) {
-			f.trunc = true;
-			break;
-		}
-		chain[n++] = c;
-	}
-	bool first = true;
-	while (n > 0 && !f.trunc) {
-		const struct toml_value *c = chain[--n];
-		if (c->parent->type == TOML_ARRAY)
-			tfix_index(&f, c->index);
-		else
-			tfix_key(&f, c->key, c->keylen, !first);
-		first = false;
-	}
-	tfix_finish(&f);
-	return buf;
-}
-
-int toml_fail_at(lm_diag *d, int code, const struct toml_doc *doc, const struct toml_value *v,
-		 const char *fmt, ...)
-{
-	char msg[400];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	const char *name = doc != NULL && doc->name != NULL ? doc->name : "<toml>";
-	if (v == NULL)
-		return lm_fail(d, code, "%s: %s", name, msg);
-	char path[160];
-	toml_path(v, path, sizeof path);
-	if (path[0] == '\0')
-		return lm_fail(d, code, "%s:%d:%d: %s", name, (int)v->line, (int)v->col, msg);
-	return lm_fail(d, code, "%s:%d:%d: %s: %s", name, (int)v->line, (int)v->col, path, msg);
-}
-
-int toml_expect(const struct toml_doc *doc, const struct toml_value *v, enum toml_type t,
-		lm_diag *d)
-{
-	if (v != NULL && v->type == t)
-		return 0;
-	if (v == NULL)
-		return toml_fail_at(d, LM_ECONFIG, doc, v, "expected %s %s", toml_article(t),
-				    toml_type_name(t));
-	return toml_fail_at(d, LM_ECONFIG, doc, v, "expected %s %s, found %s", toml_article(t),
-			    toml_type_name(t), toml_type_name(v->type));
-}
-
 /* ---- the parser's state, positions and messages ------------------------------------------ */
-
-struct tpos {
-	int32_t line, col;
-};
 
 struct tp {
 	struct toml_doc *doc;
@@ -436,13 +87,13 @@ struct tp {
 	int32_t col_n;
 	uint32_t section, n_sections;
 	char path[TP_PATH_CAP];
-	struct tfix pf;
+	struct tomli_fix pf;
 	struct tbuf sb; /* scratch: strings, keys, number text */
 };
 
 /* The position of `at`, which must lie on the current line. Columns are counted incrementally
  * from the last position asked for, so a long line costs linear time in all. */
-static struct tpos tp_pos(struct tp *t, const char *at)
+static struct tomli_pos tp_pos(struct tp *t, const char *at)
 {
 	if (t->col_at < t->line_start || t->col_at > at) {
 		t->col_at = t->line_start;
@@ -452,13 +103,13 @@ static struct tpos tp_pos(struct tp *t, const char *at)
 		if (((unsigned char)*q & 0xC0) != 0x80)
 			t->col_n++;
 	t->col_at = at;
-	return (struct tpos){t->line, t->col_n + 1};
+	return (struct tomli_pos){t->line, t->col_n + 1};
 }
 
-static int tp_fail(struct tp *t, int code, struct tpos pos, const char *fmt, ...)
+static int tp_fail(struct tp *t, int code, struct tomli_pos pos, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-static int tp_fail(struct tp *t, int code, struct tpos pos, const char *fmt, ...)
+static int tp_fail(struct tp *t, int code, struct tomli_pos pos, const char *fmt, ...)
 {
 	char msg[360];
 	va_list ap;
@@ -505,14 +156,14 @@ static const char *tp_desc(const struct tp *t, const char *p, char *buf, size_t 
 static size_t tp_path_key(struct tp *t, const char *k, size_t n)
 {
 	size_t saved = t->pf.len;
-	tfix_key(&t->pf, k, n, t->pf.len > 0);
+	tomli_fix_key(&t->pf, k, n, t->pf.len > 0);
 	return saved;
 }
 
 static size_t tp_path_index(struct tp *t, size_t i)
 {
 	size_t saved = t->pf.len;
-	tfix_index(&t->pf, i);
+	tomli_fix_index(&t->pf, i);
 	return saved;
 }
 
@@ -568,9 +219,9 @@ static size_t utf8_len(const unsigned char *s, const unsigned char *end)
 }
 
 /* Where a byte sits, for the one error of the encoding pass (rescanning once is fine). */
-static struct tpos tp_pos_slow(const char *start, const char *at)
+static struct tomli_pos tp_pos_slow(const char *start, const char *at)
 {
-	struct tpos pos = {1, 1};
+	struct tomli_pos pos = {1, 1};
 	for (const char *q = start; q < at; q++) {
 		if (*q == '\n') {
 			pos.line++;
@@ -662,7 +313,8 @@ static bool tp_looking_at(const struct tp *t, const char *s)
 	return (size_t)(t->end - t->p) >= n && memcmp(t->p, s, n) == 0;
 }
 
-static struct toml_value *tp_new(struct tp *t, enum toml_type type, struct tpos pos, int32_t depth)
+static struct toml_value *tp_new(struct tp *t, enum toml_type type, struct tomli_pos pos,
+				 int32_t depth)
 {
 	struct toml_value *v = calloc(1, sizeof *v);
 	if (v == NULL)
@@ -679,7 +331,7 @@ static struct toml_value *tp_new(struct tp *t, enum toml_type type, struct tpos 
 }
 
 /* A new container at `depth`, refused past the nesting limit. */
-static int tp_new_container(struct tp *t, enum toml_type type, struct tpos pos, int32_t depth,
+static int tp_new_container(struct tp *t, enum toml_type type, struct tomli_pos pos, int32_t depth,
 			    struct toml_value **out)
 {
 	if (depth > TOML_MAX_DEPTH)
@@ -902,7 +554,7 @@ static int tp_string(struct tp *t, bool key)
 struct tkey {
 	char *s;
 	size_t len;
-	struct tpos pos;
+	struct tomli_pos pos;
 };
 
 struct tkeys {
@@ -941,7 +593,7 @@ static int tp_key(struct tp *t, struct tkeys *ks)
 			n = t->sb.n;
 		} else {
 			s = t->p;
-			while (t->p < t->end && toml_is_bare(*t->p))
+			while (t->p < t->end && tomli_is_bare(*t->p))
 				t->p++;
 			n = (size_t)(t->p - s);
 			if (n == 0) {
@@ -998,15 +650,15 @@ static size_t scan_digits(const char *s, size_t n, size_t *i, int base, bool *ba
 	return digits;
 }
 
-static int tp_bad_number(struct tp *t, struct tpos pos, const char *s, size_t n, const char *kind,
-			 const char *why)
+static int tp_bad_number(struct tp *t, struct tomli_pos pos, const char *s, size_t n,
+			 const char *kind, const char *why)
 {
 	int q = n > TP_QUOTE_MAX ? TP_QUOTE_MAX : (int)n;
 	return tp_fail(t, LM_EFORMAT, pos, "invalid %s '%.*s%s': %s", kind, q, s,
 		       n > TP_QUOTE_MAX ? "..." : "", why);
 }
 
-static int tp_integer(struct tp *t, struct tpos pos, const char *s, size_t n, int64_t *out)
+static int tp_integer(struct tp *t, struct tomli_pos pos, const char *s, size_t n, int64_t *out)
 {
 	size_t i = 0;
 	bool neg = false;
@@ -1059,7 +711,7 @@ static int tp_integer(struct tp *t, struct tpos pos, const char *s, size_t n, in
 	return 0;
 }
 
-static int tp_float(struct tp *t, struct tpos pos, const char *s, size_t n, double *out)
+static int tp_float(struct tp *t, struct tomli_pos pos, const char *s, size_t n, double *out)
 {
 	size_t i = 0;
 	if (s[0] == '+' || s[0] == '-')
@@ -1119,7 +771,7 @@ static int tp_float(struct tp *t, struct tpos pos, const char *s, size_t n, doub
 
 static bool tp_is_token(char c)
 {
-	return toml_is_bare(c) || c == '+' || c == '.' || c == ':';
+	return tomli_is_bare(c) || c == '+' || c == '.' || c == ':';
 }
 
 /* Dates (1979-05-27...) and times (07:32:00) begin with four digits and a dash or two digits
@@ -1132,7 +784,7 @@ static bool tp_is_datetime(const char *s, size_t n)
 }
 
 /* true, false, inf, nan, an integer or a float. */
-static int tp_bare_value(struct tp *t, struct tpos pos, int32_t depth, struct toml_value **out)
+static int tp_bare_value(struct tp *t, struct tomli_pos pos, int32_t depth, struct toml_value **out)
 {
 	const char *s = t->p;
 	while (t->p < t->end && tp_is_token(*t->p))
@@ -1180,7 +832,7 @@ static int tp_keyval(struct tp *t, struct toml_value *tab);
 
 static int tp_value(struct tp *t, int32_t depth, struct toml_value **out);
 
-static int tp_array(struct tp *t, struct tpos pos, int32_t depth, struct toml_value **out)
+static int tp_array(struct tp *t, struct tomli_pos pos, int32_t depth, struct toml_value **out)
 {
 	int32_t open_line = t->line;
 	struct toml_value *a;
@@ -1203,7 +855,7 @@ static int tp_array(struct tp *t, struct tpos pos, int32_t depth, struct toml_va
 		rc = tp_value(t, depth + 1, &v);
 		if (rc != 0)
 			return rc;
-		if (arr_push(a, v) != 0)
+		if (tomli_arr_push(a, v) != 0)
 			return tp_nomem(t);
 		tp_path_pop(t, saved);
 		tp_skip_ws_nl(t);
@@ -1223,7 +875,8 @@ static int tp_array(struct tp *t, struct tpos pos, int32_t depth, struct toml_va
 	}
 }
 
-static int tp_inline_table(struct tp *t, struct tpos pos, int32_t depth, struct toml_value **out)
+static int tp_inline_table(struct tp *t, struct tomli_pos pos, int32_t depth,
+			   struct toml_value **out)
 {
 	struct toml_value *tab;
 	int rc = tp_new_container(t, TOML_TABLE, pos, depth, &tab);
@@ -1275,7 +928,7 @@ static int tp_value(struct tp *t, int32_t depth, struct toml_value **out)
 {
 	if (tp_eof(t) || tp_at_newline(t))
 		return TP_ERR(t, t->p, "expected a value, found %s", TP_DESC(t, t->p));
-	struct tpos pos = tp_pos(t, t->p);
+	struct tomli_pos pos = tp_pos(t, t->p);
 	char c = *t->p;
 	if (c == '[')
 		return tp_array(t, pos, depth, out);
@@ -1332,14 +985,14 @@ static int tp_keyval(struct tp *t, struct toml_value *tab)
 	for (int i = 0; i + 1 < ks.n; i++) {
 		struct tkey *k = &ks.k[i];
 		tp_path_key(t, k->s, k->len);
-		struct toml_value *v = tab_find(cur, k->s, k->len);
+		struct toml_value *v = tomli_tab_find(cur, k->s, k->len);
 		if (v == NULL) {
 			rc = tp_new_container(t, TOML_TABLE, k->pos, cur->depth + 1, &v);
 			if (rc != 0)
 				goto out;
 			v->flags = TOML_F_DOTTED;
 			v->section = t->section;
-			if (tab_add(cur, k->s, k->len, v) != 0) {
+			if (tomli_tab_add(cur, k->s, k->len, k->pos, v) != 0) {
 				rc = tp_nomem(t);
 				goto out;
 			}
@@ -1375,7 +1028,7 @@ static int tp_keyval(struct tp *t, struct toml_value *tab)
 	}
 	struct tkey *last = &ks.k[ks.n - 1];
 	tp_path_key(t, last->s, last->len);
-	struct toml_value *old = tab_find(cur, last->s, last->len);
+	struct toml_value *old = tomli_tab_find(cur, last->s, last->len);
 	if (old != NULL) {
 		rc = tp_fail(t, LM_EFORMAT, last->pos, "duplicate key (already %s, from line %d)",
 			     tp_what(old), (int)old->line);
@@ -1392,7 +1045,7 @@ static int tp_keyval(struct tp *t, struct toml_value *tab)
 	rc = tp_value(t, cur->depth + 1, &v);
 	if (rc != 0)
 		goto out;
-	if (tab_add(cur, last->s, last->len, v) != 0)
+	if (tomli_tab_add(cur, last->s, last->len, last->pos, v) != 0)
 		rc = tp_nomem(t);
 out:
 	if (rc == 0)
@@ -1426,12 +1079,12 @@ static int tp_header(struct tp *t, struct toml_value **cur)
 	for (int i = 0; i + 1 < ks.n; i++) {
 		struct tkey *k = &ks.k[i];
 		tp_path_key(t, k->s, k->len);
-		struct toml_value *v = tab_find(tab, k->s, k->len);
+		struct toml_value *v = tomli_tab_find(tab, k->s, k->len);
 		if (v == NULL) {
 			rc = tp_new_container(t, TOML_TABLE, k->pos, tab->depth + 1, &v);
 			if (rc != 0)
 				goto out;
-			if (tab_add(tab, k->s, k->len, v) != 0) {
+			if (tomli_tab_add(tab, k->s, k->len, k->pos, v) != 0) {
 				rc = tp_nomem(t);
 				goto out;
 			}
@@ -1450,13 +1103,13 @@ static int tp_header(struct tp *t, struct toml_value **cur)
 
 	struct tkey *k = &ks.k[ks.n - 1];
 	tp_path_key(t, k->s, k->len);
-	struct toml_value *v = tab_find(tab, k->s, k->len);
+	struct toml_value *v = tomli_tab_find(tab, k->s, k->len);
 	if (!aot) {
 		if (v == NULL) {
 			rc = tp_new_container(t, TOML_TABLE, k->pos, tab->depth + 1, &v);
 			if (rc != 0)
 				goto out;
-			if (tab_add(tab, k->s, k->len, v) != 0) {
+			if (tomli_tab_add(tab, k->s, k->len, k->pos, v) != 0) {
 				rc = tp_nomem(t);
 				goto out;
 			}
@@ -1494,7 +1147,7 @@ static int tp_header(struct tp *t, struct toml_value **cur)
 			if (rc != 0)
 				goto out;
 			v->flags = TOML_F_AOT;
-			if (tab_add(tab, k->s, k->len, v) != 0) {
+			if (tomli_tab_add(tab, k->s, k->len, k->pos, v) != 0) {
 				rc = tp_nomem(t);
 				goto out;
 			}
@@ -1509,7 +1162,7 @@ static int tp_header(struct tp *t, struct toml_value **cur)
 		if (rc != 0)
 			goto out;
 		e->flags = TOML_F_EXPLICIT;
-		if (arr_push(v, e) != 0) {
+		if (tomli_arr_push(v, e) != 0) {
 			rc = tp_nomem(t);
 			goto out;
 		}
@@ -1584,7 +1237,7 @@ int toml_parse(struct toml_doc *doc, const char *name, const char *text, size_t 
 	doc->seed = toml_seed(doc);
 
 	struct tp t = {.doc = doc, .d = d, .p = text, .end = text + len, .line = 1};
-	t.pf = (struct tfix){.buf = t.path, .cap = sizeof t.path};
+	t.pf = (struct tomli_fix){.buf = t.path, .cap = sizeof t.path};
 	if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
 		t.p += 3;
 	t.line_start = t.p;
@@ -1592,7 +1245,7 @@ int toml_parse(struct toml_doc *doc, const char *name, const char *text, size_t 
 
 	int rc = tp_check_encoding(&t);
 	if (rc == 0) {
-		doc->root = tp_new(&t, TOML_TABLE, (struct tpos){1, 1}, 0);
+		doc->root = tp_new(&t, TOML_TABLE, (struct tomli_pos){1, 1}, 0);
 		rc = doc->root != NULL ? tp_document(&t) : tp_nomem(&t);
 	}
 	free(t.sb.p);

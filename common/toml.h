@@ -72,6 +72,7 @@ struct toml_value;
 struct toml_kv {
 	char *key; /* NUL-terminated; may hold NULs of its own, keylen says */
 	size_t keylen;
+	int32_t line, col; /* where the key (its last part, when dotted) was written */
 	struct toml_value *val;
 };
 
@@ -151,6 +152,9 @@ char *toml_path(const struct toml_value *v, char *buf, size_t cap);
  * for the root) into d and returns code: the one way a schema reports a bad value. */
 int toml_fail_at(lm_diag *d, int code, const struct toml_doc *doc, const struct toml_value *v,
 		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The same for a key of a table, at the key's own position: "... : model.slot: unknown key". */
+int toml_fail_key(lm_diag *d, int code, const struct toml_doc *doc, const struct toml_kv *kv,
+		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* 0 when v has type t; else LM_ECONFIG and "... : expected a string, found integer". */
 int toml_expect(const struct toml_doc *doc, const struct toml_value *v, enum toml_type t,
 		lm_diag *d);

@@ -916,6 +916,12 @@ Test(toml_messages, values_remember_where_they_were_written)
 	cr_expect_eq(toml_fail_at(&d, LM_ERANGE, &doc, toml_get(doc.root, "top"), "too %s", "big"),
 		     LM_ERANGE);
 	cr_expect_str_eq(d.msg, "mesh.toml:1:7: top: too big");
+	/* Keys remember their own position (a dotted key: its last part). */
+	const struct toml_kv *kv = toml_entry(toml_at(w, 1), 0);
+	cr_expect_eq(kv->line, 5);
+	cr_expect_eq(kv->col, 3);
+	cr_expect_eq(toml_fail_key(&d, LM_ECONFIG, &doc, kv, "unknown key"), LM_ECONFIG);
+	cr_expect_str_eq(d.msg, "mesh.toml:5:3: worker[1].memory_limit: unknown key");
 	toml_doc_fini(&doc);
 }
 
