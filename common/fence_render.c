@@ -15,6 +15,23 @@ static double share(uint64_t part, uint64_t whole)
 	return whole == 0 ? 0.0 : 100.0 * (double)part / (double)whole;
 }
 
+static const char *fmt_flops(uint64_t f, char *buf, size_t cap)
+{
+	static const char *const units[] = {"kflop", "Mflop", "Gflop", "Tflop", "Pflop", "Eflop"};
+	if (f < 1000) {
+		snprintf(buf, cap, "%llu flop", (unsigned long long)f);
+		return buf;
+	}
+	double v = (double)f / 1000.0;
+	size_t u = 0;
+	while (v >= 1000.0 && u + 1 < sizeof units / sizeof units[0]) {
+		v /= 1000.0;
+		u++;
+	}
+	snprintf(buf, cap, "%.1f %s", v, units[u]);
+	return buf;
+}
+
 int fence_plan_write_table(const struct fence_plan *p, FILE *out)
 {
 	int nw = 6;
@@ -51,12 +68,12 @@ int fence_plan_write_table(const struct fence_plan *p, FILE *out)
 	for (int32_t j = 1; j < p->n_workers; j++)
 		if (p->stages[j].time > p->stages[slow].time)
 			slow = j;
+	char a[32], b[32];
 	if (p->n_workers > 0)
 		fprintf(out,
-			"\nslowest stage: '%s' (%.3g flops per token at speed %g); %.3g flops per "
-			"token in all\n",
-			p->stages[slow].name, (double)p->stages[slow].flops, p->stages[slow].speed,
-			(double)p->total_flops);
+			"\nslowest stage: '%s', %s per token at speed %g (%s per token in all)\n",
+			p->stages[slow].name, fmt_flops(p->stages[slow].flops, a, sizeof a),
+			p->stages[slow].speed, fmt_flops(p->total_flops, b, sizeof b));
 	return ferror(out) ? LM_EIO : 0;
 }
 

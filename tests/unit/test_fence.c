@@ -633,8 +633,9 @@ Test(fence_render, table)
 			 "total                        5.00       2.50         0.50           "
 			 "3.00       11.00\n") != NULL,
 		  "%s", text);
-	cr_expect(strstr(text, "slowest stage: 'alpha' (300 flops per token at speed 1); 600 flops "
-			       "per token in all\n") != NULL,
+	cr_expect(strstr(text,
+			 "slowest stage: 'alpha', 300 flop per token at speed 1 (600 flop per "
+			 "token in all)\n") != NULL,
 		  "%s", text);
 	free(text);
 	fence_plan_fini(&p);
