@@ -6,4 +6,7 @@
 
 /* Each module adds its command here and to the table in coordinator/main.c. */
 
+/* layermesh plan [mesh.toml] [--json] (coordinator/cmd_plan.c) */
+int cmd_plan(int argc, char **argv);
+
 #endif
