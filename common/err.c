@@ -87,7 +87,9 @@ void lm_diag_prefix(lm_diag *d, const char *fmt, ...)
 	vsnprintf(prefix, sizeof prefix, fmt, ap);
 	va_end(ap);
 	memcpy(old, d->msg, sizeof old);
-	snprintf(d->msg, sizeof d->msg, "%s: %s", prefix, old);
+	/* Truncation is the documented behaviour; looking at the result tells GCC it is meant. */
+	if (snprintf(d->msg, sizeof d->msg, "%s: %s", prefix, old) < 0)
+		d->msg[0] = '\0';
 }
 
 const char *lm_diag_str(const lm_diag *d, int code)
