@@ -6,4 +6,7 @@
 
 /* Each module adds its command here and to the table in coordinator/main.c. */
 
+/* layermesh synth: a deterministic random-weight llama GGUF (coordinator/cmd_synth.c). */
+int cmd_synth(int argc, char **argv);
+
 #endif
