@@ -7,7 +7,8 @@
 # a prompt: every logit at every position must be finite, each position's logits must have
 # std > 0.1 and a spread (max - min) > 0.5, positions must differ from each other, two runs must
 # agree exactly, and greedy generation must run. A tied-embedding file and one with the 32000-token
-# llama vocabulary copied in (--vocab-from) are checked the same way.
+# llama vocabulary copied in (--vocab-from) are checked the same way. Then one shape in every type
+# is compared with its f32 version.
 set -eu
 
 LAYERMESH=$1
@@ -95,6 +96,30 @@ check q6_K $common --layers 3 --kv-heads 4 --ffn 768 --type q6_K
 check f16_tied $common --layers 2 --kv-heads 4 --ffn 512 --type f16 --tied
 check f32_spm --dim 256 --heads 8 --kv-heads 2 --layers 2 --ffn 512 --ctx 256 --seed 3 \
 	--vocab-from "$LM_SHARED/tokenizer/ggml-vocab-llama-spm.gguf"
+
+# The same model in every type: llama.cpp's logits from a converted or quantized file must stay
+# near the f32 file's (mean |difference| under a per-type bound, about 2x what was measured;
+# weights llama.cpp decoded differently from what synth meant would give ~1.1, the mean |a - b|
+# of two unrelated unit-variance logit sets).
+same="--dim 256 --layers 2 --heads 8 --kv-heads 2 --ffn 512 --vocab 320 --ctx 256 --seed 5"
+"$LAYERMESH" synth --out "$TMP/same_f32.gguf" $same --type f32 >/dev/null
+"$ORACLE" --model "$TMP/same_f32.gguf" --prompt "$PROMPT" --logits-all "$TMP/same_f32.txt" >/dev/null
+for tb in f16:0.005 bf16:0.03 q8_0:0.08 q6_K:0.2 q4_K:0.5 q4_0:0.6; do
+	t=${tb%%:*}
+	bound=${tb#*:}
+	if ! "$LAYERMESH" synth --out "$TMP/same_$t.gguf" $same --type "$t" >"$TMP/synth.out" 2>&1; then
+		grep -q "no quantizer in this build" "$TMP/synth.out" || fail "same_$t: $(cat "$TMP/synth.out")"
+		continue
+	fi
+	"$ORACLE" --model "$TMP/same_$t.gguf" --prompt "$PROMPT" --logits-all "$TMP/same_$t.txt" >/dev/null
+	r=$(paste -d' ' "$TMP/same_f32.txt" "$TMP/same_$t.txt" | awk -v b="$bound" '
+		{ h = NF / 2; for (i = 1; i <= h; i++) { d = $i - $(i + h); s += d < 0 ? -d : d; n++ } }
+		END { m = n > 0 ? s / n : 99; printf "%s %.4g\n", (m < b) ? "ok" : "bad", m }')
+	case $r in
+	ok*) echo "ok: $t vs f32: mean |logit difference| ${r#ok } (bound $bound)" ;;
+	*) fail "$t vs f32: mean |logit difference| ${r#bad } (bound $bound)" ;;
+	esac
+done
 
 # The built-in vocabulary tokenizes like a SentencePiece one: BOS, then "\u2581"-prefixed pieces.
 ids=$("$ORACLE" --model "$TMP/f32.gguf" --prompt "the cat" --tokenize)
