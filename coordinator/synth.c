@@ -12,6 +12,7 @@
 
 #include "common/gguf.h"
 #include "common/gguf_write.h"
+#include "kernels/cpu/quant.h"
 
 /* Bumped whenever the same options would give different bytes. */
 #define SYNTH_FORMAT_VERSION 1u
@@ -183,27 +184,15 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 
 /* ---------------------------------------------------------------- rows */
 
-/* Encodes n floats as `type`. */
+/* Encodes n floats as `type`: the quantized types through the CPU kernels' reference
+ * quantizers, bit-compatible with ggml's, so llama.cpp reads the same values. */
 static int synth_encode_row(enum lm_dtype type, const float *src, void *dst, int64_t n, lm_diag *d)
 {
-	switch (type) {
-	case LM_F32:
-		memcpy(dst, src, (size_t)n * sizeof(float));
-		return 0;
-	case LM_F16:
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = lm_f32_to_f16(src[i]);
-		return 0;
-	case LM_BF16:
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = lm_f32_to_bf16(src[i]);
-		return 0;
-	default:
-		/* The quantized types need the CPU kernels' reference quantizers, which are not
-		 * in this build yet. */
-		return lm_fail(d, LM_EUNSUPPORTED, "type %s: no quantizer in this build",
-			       lm_dtype_name((uint32_t)type));
-	}
+	int rc = lm_quantize_row(type, src, dst, n);
+	if (rc != 0)
+		return lm_fail(d, rc, "quantizing a row of %lld elements to %s failed",
+			       (long long)n, lm_dtype_name((uint32_t)type));
+	return 0;
 }
 
 /* Generates and writes one tensor, row by row. */

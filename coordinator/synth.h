@@ -22,7 +22,9 @@
  * approximately normal (the Irwin-Hall sum of four uniforms: integer arithmetic and one float
  * multiply, bit-identical on every machine and compiler), scaled like a trained model: matrices
  * std 1/sqrt(fan_in) (ne0), the embedding std 1/sqrt(dim), norm weights 1 + 0.1 x noise. RMSNorm
- * keeps activations O(1) and the logits have std ~1: finite and far from flat.
+ * keeps activations O(1) and the logits have std ~1: finite and far from flat. Matrices are
+ * converted or quantized row by row with lm_quantize_row (kernels/cpu/quant.h), bit-compatible
+ * with ggml's reference quantizers; norm vectors stay f32.
  *
  * Vocabulary. By default a SentencePiece-style ("llama") vocabulary: <unk>, <s>, </s>, the 256
  * byte tokens <0x00>..<0xFF> (type 6), then NORMAL pieces with decreasing scores: "\u2581", single

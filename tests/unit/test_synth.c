@@ -12,6 +12,7 @@
 
 #include "common/gguf.h"
 #include "coordinator/synth.h"
+#include "kernels/cpu/quant.h"
 
 static char tmpdir[64];
 
@@ -468,4 +469,43 @@ Test(synth, shapes_a_type_cannot_hold_are_refused)
 	while ((e = readdir(dir)) != NULL)
 		cr_expect(e->d_name[0] == '.', "left behind: %s", e->d_name);
 	closedir(dir);
+}
+
+/* Quantized files hold exactly what the reference quantizers make of the f32 file's values. */
+Test(synth, quantized_files_hold_the_quantized_f32_values)
+{
+	const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	struct synth_opts o32 = small("q_f32.gguf", LM_F32);
+	write_ok(&o32, NULL);
+	gguf_file *f32 = open_ok(o32.out);
+	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+		struct synth_opts oq = small("q.gguf", types[k]);
+		write_ok(&oq, NULL);
+		gguf_file *fq = open_ok(oq.out);
+		for (uint64_t i = 0; i < gguf_n_tensors(f32); i++) {
+			const struct gguf_tensor *t = gguf_tensor_at(f32, i);
+			const struct gguf_tensor *q = gguf_find_tensor(fq, t->name);
+			cr_assert_not_null(q);
+			if (t->n_dims == 1) {
+				cr_expect_eq(q->type, LM_F32, "%s", q->name);
+				continue;
+			}
+			cr_assert_eq(q->type, types[k], "%s", q->name);
+			uint64_t row_bytes;
+			cr_assert_eq(lm_dtype_row_bytes(types[k], (uint64_t)t->ne[0], &row_bytes),
+				     0);
+			cr_assert_eq(q->size, row_bytes * (uint64_t)t->ne[1]);
+			uint8_t *want = malloc(q->size);
+			for (int64_t r = 0; r < t->ne[1]; r++)
+				cr_assert_eq(lm_quantize_row(types[k],
+							     (const float *)t->data + r * t->ne[0],
+							     want + r * row_bytes, t->ne[0]),
+					     0);
+			cr_expect_eq(memcmp(want, q->data, q->size), 0, "%s %s",
+				     lm_dtype_name(types[k]), q->name);
+			free(want);
+		}
+		gguf_close(fq);
+	}
+	gguf_close(f32);
 }
