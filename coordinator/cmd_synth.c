@@ -18,15 +18,17 @@ static void synth_usage(FILE *out)
 	      "options give the same bytes. llama.cpp loads it like any llama model.\n"
 	      "\n"
 	      "  --out FILE        the GGUF to write (replaced atomically)\n"
-	      "  --dim D           embedding length (llama.embedding_length)\n"
-	      "  --layers L        transformer blocks (llama.block_count)\n"
+	      "  --dim D           embedding length (llama.embedding_length), up to 65536\n"
+	      "  --layers L        transformer blocks (llama.block_count), up to 512\n"
 	      "  --heads H         attention heads; D must be a multiple of H, and D/H even\n"
 	      "  --kv-heads KH     key/value heads (grouped-query attention); divides H\n"
 	      "                    (default: H)\n"
-	      "  --ffn F           feed-forward length (llama.feed_forward_length)\n"
-	      "  --vocab V         vocabulary size; at least 259 for the built-in vocabulary\n"
+	      "  --ffn F           feed-forward length (llama.feed_forward_length), up to\n"
+	      "                    1048576\n"
+	      "  --vocab V         vocabulary size, up to 16777216; at least 259 for the\n"
+	      "                    built-in vocabulary\n"
 	      "                    (optional with --vocab-from, which then decides it)\n"
-	      "  --ctx C           llama.context_length (default 2048)\n"
+	      "  --ctx C           llama.context_length, up to 16777216 (default 2048)\n"
 	      "  --type T          weight type of every matrix, the token embedding included:\n"
 	      "                    f32, f16, bf16, q8_0, q4_0, q4_K or q6_K (default f32);\n"
 	      "                    norm vectors stay f32. D (and F, the row length of ffn_down)\n"
@@ -73,7 +75,7 @@ static bool synth_parse_u64(const char *s, uint64_t *out)
 	errno = 0;
 	if (s[0] == '-')
 		return false;
-	unsigned long long v = strtoull(s, &end, 0);
+	unsigned long long v = strtoull(s, &end, 10);
 	if (errno != 0 || end == s || *end != '\0')
 		return false;
 	*out = v;

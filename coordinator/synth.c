@@ -134,8 +134,10 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 		return lm_fail(d, LM_EINVAL, "no output file");
 	if (o->dim < 1 || o->dim > 65536)
 		return lm_fail(d, LM_ERANGE, "dim %u is not in [1, 65536]", o->dim);
-	if (o->layers < 1 || o->layers > 4096)
-		return lm_fail(d, LM_ERANGE, "layers %u is not in [1, 4096]", o->layers);
+	/* llama.cpp (LLAMA_MAX_LAYERS) refuses more than 512 blocks. */
+	if (o->layers < 1 || o->layers > 512)
+		return lm_fail(d, LM_ERANGE, "layers %u is not in [1, 512], what llama.cpp loads",
+			       o->layers);
 	if (o->heads < 1 || o->dim % o->heads != 0)
 		return lm_fail(d, LM_EINVAL, "heads %u does not divide dim %u", o->heads, o->dim);
 	if ((o->dim / o->heads) % 2 != 0)

@@ -87,6 +87,7 @@ struct oracle_opts {
 	long bench_decode;
 	long reps;
 	const char *cpu_variant;
+	bool no_repack;
 	bool verbose;
 };
 
@@ -201,6 +202,7 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		OPT_BENCH_DECODE,
 		OPT_REPS,
 		OPT_CPU_VARIANT,
+		OPT_NO_REPACK,
 		OPT_VERBOSE,
 		OPT_HELP,
 	};
@@ -222,6 +224,7 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		{"bench-decode", required_argument, NULL, OPT_BENCH_DECODE},
 		{"reps", required_argument, NULL, OPT_REPS},
 		{"cpu-variant", required_argument, NULL, OPT_CPU_VARIANT},
+		{"no-repack", no_argument, NULL, OPT_NO_REPACK},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
@@ -307,6 +310,9 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 				return oracle_usage_fail(
 					"--cpu-variant: '%s' is not a variant name", optarg);
 			o->cpu_variant = optarg;
+			break;
+		case OPT_NO_REPACK:
+			o->no_repack = true;
 			break;
 		case OPT_VERBOSE:
 			o->verbose = true;
@@ -752,6 +758,7 @@ int main(int argc, char **argv)
 	struct llama_model_params mp = llama_model_default_params();
 	mp.n_gpu_layers = 0;
 	mp.vocab_only = o.tokenize;
+	mp.use_extra_bufts = !o.no_repack;
 	model = llama_model_load_from_file(o.model, mp);
 	if (model == NULL) {
 		rc = oracle_fail("%s: llama.cpp could not load the model (run with --verbose for "
