@@ -36,6 +36,11 @@
  *   --cpu-variant NAME load only ggml's CPU backend libggml-cpu-NAME.so (x64, haswell, zen4,
  *                      sapphirerapids, ...) instead of the best one for this CPU; results can
  *                      differ by an ulp or so between variants (AVX2 against AVX-512 paths)
+ *   --no-repack        keep weights in their file layout (model param use_extra_bufts off):
+ *                      without it llama.cpp may repack quantized matrices for AMX or for its
+ *                      interleaved AVX kernels, and then its logits on q8_0/q4_0 files depend
+ *                      on the CPU (by ~5e-3 on small synth models); with it they did not
+ *                      differ between the sapphirerapids, zen4 and haswell variants
  *   --verbose          let llama.cpp log to stderr (errors are always shown)
  *
  * Layer dumps. For every layer N in [0, n_layer) the file DIR/layer_N.f32 holds llama.cpp's
@@ -166,6 +171,7 @@ static void oracle_usage(FILE *out)
 	      "  --reps R            benchmark repetitions (default 3)\n"
 	      "  --cpu-variant NAME  use ggml's libggml-cpu-NAME.so (default: the best for this "
 	      "CPU)\n"
+	      "  --no-repack         no AMX/interleaved repacking of quantized weights\n"
 	      "  --verbose           show llama.cpp's log\n",
 	      out);
 }
