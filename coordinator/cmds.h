@@ -9,4 +9,7 @@
 /* layermesh plan [mesh.toml] [--json] (coordinator/cmd_plan.c) */
 int cmd_plan(int argc, char **argv);
 
+/* layermesh synth: a deterministic random-weight llama GGUF (coordinator/cmd_synth.c). */
+int cmd_synth(int argc, char **argv);
+
 #endif
