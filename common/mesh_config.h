@@ -10,14 +10,22 @@
  *
  *   [model]
  *   path          string, required   the GGUF file
- *   max_seq_len   integer            positions per sequence; default: the model's context length,
+ *   max_seq_len   integer            positions per sequence (at most MESH_MAX_SEQ_LIMIT); default:
+ *                                    the model's context length,
  *                                    at most MESH_MAX_SEQ_DEFAULT (a larger value must be asked
  *                                    for here)
- *   slots         integer            concurrent sequences per worker (KV slots); default 16
+ *   slots         integer            concurrent sequences per worker (KV slots), 1 to 4096;
+ *                                    default 16
  *   kv_type_k     "f32"|"f16"|"q8_0" K cache type; default "f32"
  *   kv_type_v     "f32"|"f16"|"q8_0" V cache type; default "f32"
  *   wire_dtype    "f32"|"f16"|"bf16" hidden states between workers; default "f32"
- *   max_batch     integer            tokens in one FORWARD batch; default 64; sizes the scratch
+ *                 (f32 for the cache and the wire by default: the mesh must reproduce the
+ *                 single-process forward, and llama.cpp's F32-cache logits within 1.3e-5 on
+ *                 stories260K, where an f16 cache moves them by 1e-3 to 1e-2; the smaller
+ *                 types are a choice of memory over exactness, whose saving `layermesh plan`
+ *                 shows)
+ *   max_batch     integer            tokens in one FORWARD batch, 1 to 65536; default 64; sizes
+ *                                    the scratch
  *   scratch_bytes size               activation scratch per worker; default: the planner's
  *                                    estimate from the model and max_batch
  *
@@ -47,15 +55,15 @@
  *   layers        [start, end]       pinned strategy only (and then required): the worker runs
  *                                    layers start .. end-1, a half-open range like the fence
  *   backend       "cpu"|"cuda"       default "cpu"
- *   device        integer            CUDA device index (backend "cuda" only); default 0
- *   threads       integer            CPU threads; default 1
+ *   device        integer            CUDA device index, 0 to 255 (backend "cuda" only); default 0
+ *   threads       integer            CPU threads, 1 to 1024; default 1
  *
  * Checked beyond types and ranges: worker names unique; no two endpoints the same (a TCP port
  * counts once whether HTTP, tcp:// or tls+tcp://); layers only with the pinned strategy and then
  * on every worker; [tls] present exactly when needed; a non-loopback API only with an
  * auth_token. Errors are LM_ECONFIG (LM_EUNSUPPORTED, LM_ERANGE, ... from the TOML reader,
  * LM_ENOENT/LM_EIO for the file) with messages like
- *     mesh.toml:12:16: worker[1].memory_limit: invalid size '12 XB': unknown unit 'XB' ...
+ *     mesh.toml:12:16: worker[1].memory_limit: invalid size "12 XB": unknown unit 'XB' ...
  */
 #ifndef LM_MESH_CONFIG_H
 #define LM_MESH_CONFIG_H
