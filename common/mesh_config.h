@@ -10,10 +10,9 @@
  *
  *   [model]
  *   path          string, required   the GGUF file
- *   max_seq_len   integer            positions per sequence (at most MESH_MAX_SEQ_LIMIT); default:
- *                                    the model's context length,
- *                                    at most MESH_MAX_SEQ_DEFAULT (a larger value must be asked
- *                                    for here)
+ *   max_seq_len   integer            positions per sequence, 1 to MESH_MAX_SEQ_LIMIT; default:
+ *                                    the model's context length, at most MESH_MAX_SEQ_DEFAULT
+ *                                    (a larger value must be asked for here)
  *   slots         integer            concurrent sequences per worker (KV slots), 1 to 4096;
  *                                    default 16
  *   kv_type_k     "f32"|"f16"|"q8_0" K cache type; default "f32"
