@@ -6,4 +6,7 @@
 
 /* Each module adds its command here and to the table in coordinator/main.c. */
 
+/* coordinator/cmd_tokenize.c: text to token ids. */
+int cmd_tokenize(int argc, char **argv);
+
 #endif
