@@ -155,8 +155,8 @@ def main():
     print('#include "common/tok_unicode.h"')
     print()
     print(f"const uint32_t tok_ucat_ranges[{len(ranges)}] = {{")
-    for i in range(0, len(ranges), 6):
-        row = ranges[i:i + 6]
+    for i in range(0, len(ranges), 8):
+        row = ranges[i:i + 8]
         print("\t" + " ".join(f"0x{(cp << 3) | c:07X}," for cp, c in row))
     print("};")
     print(f"const size_t tok_ucat_n_ranges = {len(ranges)};")
