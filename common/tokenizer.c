@@ -5,6 +5,10 @@
  * priority queue, and the best pair is merged repeatedly; a queued pair whose symbols have since
  * changed is skipped when it comes out. SPM ranks a pair by the score of the token its text
  * forms (higher first), BPE by the rank of the merge (lower first); ties go to the leftmost pair.
+ *
+ * llama.cpp's SPM also keeps a map from merged text back to the pair that formed it, to re-split
+ * a final symbol that is not a token. Every merge here forms a token, so only an unmerged single
+ * character can fail the lookup, and that goes straight to byte tokens.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -450,7 +454,9 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, i
 	*n = 0;
 	if (rc == 0) {
 		*n = w.out.n;
-		memcpy(ids, w.out.p, (w.out.n < cap ? w.out.n : cap) * sizeof *ids);
+		size_t k = w.out.n < cap ? w.out.n : cap;
+		if (k > 0)
+			memcpy(ids, w.out.p, k * sizeof *ids);
 		if (w.out.n > cap)
 			rc = lm_fail(d, LM_ERANGE, "%zu token ids do not fit in %zu", w.out.n, cap);
 	}

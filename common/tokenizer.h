@@ -23,6 +23,12 @@
  * Where llama.cpp would tolerate a bad special-token id by keeping its default, this code refuses
  * the file.
  *
+ * Where this code differs from llama.cpp, it is on input llama.cpp cannot handle: a character an
+ * SPM vocabulary has neither a token nor a byte token for becomes the unknown token (llama.cpp
+ * throws), and a 4-byte lead F5..F7 (a value past U+10FFFF) becomes U+FFFD per byte for BPE
+ * (llama.cpp throws). Decoding is per piece (llama.cpp's token_to_piece), without
+ * llama_detokenize's whole-string clean-up of spaces before punctuation.
+ *
  * Cost. Encoding is O(n log n) in the text length (priority queues of candidate merges); pieces
  * are precomputed at load, so decoding is a table lookup.
  *
