@@ -15,6 +15,7 @@ static int cmd_version(int argc, char **argv);
 
 static const struct lm_cmd main_cmds[] = {
 	/* Keep in the order `layermesh --help` should list them. */
+	{"synth", cmd_synth, "write a random-weight llama GGUF of any shape and type"},
 	{"tokenize", cmd_tokenize, "print the token ids of a text"},
 	{"version", cmd_version, "print the build and protocol versions"},
 };
