@@ -19,9 +19,16 @@
  * Header keys (all maps use short string keys; unknown keys are errors):
  *   "v"  u32  protocol version, WIRE_VERSION          every message
  *   "t"  u32  enum wire_type                          every message
- *   "fp" u64  model fingerprint (gguf_fingerprint)    every message but HELLO requests
+ *   "fp" u64  model fingerprint (gguf_fingerprint)    every message but HELLO requests, ASSIGN
+ *                                                     (no model yet) and ERROR (it reports
+ *                                                     mismatches, so it must not be subject to one)
  *   "id" u64  batch or request id, echoed in replies  every message
  *   further keys per type, documented at each struct below.
+ * Keys may come in any order; each at most once. Integers may use any msgpack integer encoding
+ * whose value fits the field; floats may be float32 or float64; strings are str (not bin), at
+ * most the struct field's size - 1 bytes and NUL-free. "pl" is present exactly when a payload
+ * may follow, and the message's length must be the header's plus "pl"; a message without "pl"
+ * ends with its header.
  *
  * Compatibility. WIRE_VERSION changes whenever any header key, type value or payload layout
  * changes; the static_asserts in wire.c pin the type values so such a change cannot go
@@ -90,7 +97,13 @@ struct wire_limits {
 };
 
 /* One sequence's part of a FORWARD batch: rows [row, row + n_tokens) of the payload are its
- * tokens at positions [pos, pos + n_tokens) in KV slot `slot`. */
+ * tokens at positions [pos, pos + n_tokens) in KV slot `slot`, where row is the sum of the
+ * n_tokens of the sequences before it. On the wire each is a 12-element array, in this order:
+ *   [seq_id u64, slot i32, pos i32, n_tokens i32, sample bool, step u64, n_logprobs i32,
+ *    temperature f32, top_k i32, top_p f32, min_p f32, seed u64]
+ * Decoding checks 0 <= slot < slots, pos >= 0, n_tokens >= 1, pos + n_tokens <= max_seq,
+ * 0 <= n_logprobs <= max_logprobs, lm_sampling_check(), and that no two sequences of one batch
+ * share a slot. */
 struct wire_seq {
 	uint64_t seq_id; /* the coordinator's id, echoed in TOKENS */
 	int32_t slot;
@@ -104,7 +117,9 @@ struct wire_seq {
 
 /* FORWARD: "seqs" (array of per-sequence arrays), "n" (total tokens), "dt" (wire_dtype),
  * "dim" (row width; 1 for I32 ids), "pl" (payload bytes). payload_len must equal
- * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n). */
+ * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n).
+ * Decoding checks 1 <= n_seqs <= max_seqs, 1 <= n <= max_batch, dt one of I32 (dim 1, every
+ * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim). */
 struct wire_forward {
 	uint64_t batch_id;
 	uint64_t fingerprint;
@@ -117,9 +132,12 @@ struct wire_forward {
 	size_t payload_len;
 };
 
-/* TOKENS: "toks" (array of per-sequence arrays). Logprobs travel in the payload as f32/i32
+/* TOKENS: "toks" (array of per-sequence arrays), "pl". Logprobs travel in the payload as f32/i32
  * pairs so the header stays small: for each token with n_top > 0, n_top ids (i32) then n_top
- * logprobs (f32), in order. */
+ * logprobs (f32), in order, little-endian; so "pl" = 8 x the sum of n_top. Each token is a
+ * 4-element array [seq_id u64, token i32, logprob f32, n_top i32]. Decoding checks
+ * 0 <= n <= max_seqs, ids (sampled and top) in [0, n_vocab), logprobs not NaN and <= 0,
+ * 0 <= n_top <= max_logprobs. An empty TOKENS acknowledges a batch where nothing sampled. */
 struct wire_token {
 	uint64_t seq_id;
 	int32_t token;
@@ -137,9 +155,13 @@ struct wire_tokens {
 
 /* HELLO request (coordinator -> worker): only "v", "t", "id". HELLO reply (worker ->
  * coordinator): "name", "build", "fp", "slice" [begin, end, embedding, head] or absent before
- * ASSIGN, "pid". The version check happens on HELLO: a mismatch gets ERROR naming both. */
+ * ASSIGN, "pid". The version check happens on HELLO: a mismatch gets ERROR naming both.
+ * The decoder takes a message with none of the reply keys as a request (name and build empty,
+ * pid 0); with any of them, "name", "build", "fp" and "pid" (> 0) are all required. A slice is
+ * layers [begin, end) with 0 <= begin <= end, not empty unless it has the embedding or head. */
 struct wire_hello {
-	uint32_t version;
+	uint32_t version; /* decode: the peer's (also filled on LM_EVERSION); encode: ignored,
+			   * WIRE_VERSION is written */
 	uint64_t id;
 	uint64_t fingerprint; /* 0 before the model is loaded */
 	char name[64];
@@ -154,6 +176,8 @@ struct wire_hello {
  * "model" (path), "slice" [begin, end, embedding, head], "seq" (max_seq), "slots", "kvk" and
  * "kvv" (lm_dtype of K and V), "wdt" (wire dtype of hidden states), "batch" (max tokens per
  * FORWARD), "next" (successor's data address, the coordinator's for the last worker).
+ * Decoding checks model and next non-empty, the slice as HELLO's, seq, slots and batch >= 1,
+ * kvk and kvv types that common/dtype.h knows, wdt one of F32, F16, BF16.
  * READY (reply): "fp", "kvb" (KV bytes), "wb" (weight bytes), "rss" (resident bytes). */
 struct wire_assign {
 	uint64_t id;
@@ -172,7 +196,8 @@ struct wire_ready {
 	uint64_t kv_bytes, weight_bytes, rss_bytes;
 };
 
-/* RELEASE: "slots" (array of slot numbers to empty). */
+/* RELEASE: "slots" (array of slot numbers to empty; at most limits' slots of them, each in
+ * [0, slots)). */
 struct wire_release {
 	uint64_t id;
 	uint64_t fingerprint;
@@ -180,7 +205,9 @@ struct wire_release {
 	int32_t *slots; /* [n] */
 };
 
-/* ERROR: "code" (LM_E* value, i64), "msg" (string), "about" (the type of the failed message). */
+/* ERROR: "code" (LM_E* value, i64; negative, fits int32), "msg" (string), "about" (the type of
+ * the failed message, u32; any value, since the failed message may be of a type this build does
+ * not know). */
 struct wire_error {
 	uint64_t id;
 	int32_t code;
@@ -190,7 +217,10 @@ struct wire_error {
 
 /* KV_EXPORT request: "slot". KV_EXPORT reply and KV_IMPORT request: "slot", "len" (positions),
  * "dt" = WIRE_DT_RAW, "pl" (payload bytes) and the rows as kv_cache_export() lays them out.
- * KV_IMPORT reply: a plain ack. */
+ * KV_IMPORT reply: a plain ack. "len", "dt" and "pl" are all present or all absent (absent: len
+ * 0, no payload); the encoder writes the short form for a KV_EXPORT with len 0 and no payload.
+ * Decoding checks 0 <= slot < slots and 0 <= len <= max_seq; the receiver checks the payload
+ * size against its cache's layout (kv_cache_export_bytes). */
 struct wire_kv {
 	uint64_t id;
 	uint64_t fingerprint;
@@ -200,14 +230,16 @@ struct wire_kv {
 	size_t payload_len;
 };
 
-/* REPOINT request: "next" (the new successor address). Reply: a plain ack. */
+/* REPOINT request: "next" (the new successor address, non-empty). Reply: a plain ack. */
 struct wire_repoint {
 	uint64_t id;
 	uint64_t fingerprint;
 	char next[256];
 };
 
-/* STATUS reply: "dt" = WIRE_DT_RAW and a JSON document (the worker's /status) as payload. */
+/* STATUS reply: "dt" = WIRE_DT_RAW, "pl" and a JSON document (the worker's /status) as
+ * payload. Plain acks and header-only requests (DRAIN, PAUSE, RESUME, STATUS requests; KV_IMPORT
+ * and REPOINT replies) carry "v", "t", "fp", "id" only. */
 
 /* ------------------------------------------------------------------ decoding */
 
@@ -232,12 +264,23 @@ int wire_scratch_init(struct wire_scratch *s, int32_t cap);
 void wire_scratch_fini(struct wire_scratch *s);
 
 /* Peeks at the version, type, fingerprint and id of a message of `len` bytes. Checks the
- * version (LM_EVERSION, message naming both) but not the fingerprint. */
+ * version (LM_EVERSION, message naming both; version, type and id are filled when present, so
+ * the ERROR reply can echo the id) but not the fingerprint. The whole map must be well-formed
+ * msgpack; keys other than these four are skipped unchecked (the full decoders check them). */
 int wire_peek(const void *buf, size_t len, struct wire_head *h, lm_diag *d);
+
+/* A header-only message ("v", "t", "fp", "id" and nothing after the map) of any known type:
+ * the plain acks and the DRAIN, PAUSE, RESUME and STATUS requests. The fingerprint is checked
+ * when lim is not NULL and lim->fingerprint is not 0. */
+int wire_decode_simple(const void *buf, size_t len, const struct wire_limits *lim,
+		       struct wire_head *h, lm_diag *d);
 
 /* Full decoders: every field checked against lim (fingerprint included when lim->fingerprint
  * is not 0: LM_EFINGERPRINT naming both values). Pointers in the result point into buf or
- * scratch; they live as long as both. */
+ * scratch; they live as long as both. A decoded payload pointer is NULL when payload_len is 0
+ * and is not aligned in general (read rows with memcpy or copy them out). Counts are also
+ * bounded by the scratch's cap: size it max(max_seqs, slots) to accept every legal message.
+ * On failure the output struct is unspecified. */
 int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *lim,
 			struct wire_scratch *s, struct wire_forward *f, lm_diag *d);
 int wire_decode_tokens(const void *buf, size_t len, const struct wire_limits *lim,
@@ -253,7 +296,8 @@ int wire_decode_kv(const void *buf, size_t len, const struct wire_limits *lim, s
 		   lm_diag *d);
 int wire_decode_repoint(const void *buf, size_t len, const struct wire_limits *lim,
 			struct wire_repoint *r, lm_diag *d);
-/* The raw payload of a header-only message with "dt"/"pl" (STATUS replies). */
+/* The raw payload of a message with only "v", "t", "fp", "id", "dt" = RAW and "pl" (STATUS
+ * replies), of any known type; the fingerprint is not checked. */
 int wire_decode_raw(const void *buf, size_t len, const void **payload, size_t *payload_len,
 		    lm_diag *d);
 
@@ -262,7 +306,15 @@ int wire_decode_raw(const void *buf, size_t len, const void **payload, size_t *p
  * Encoders append to a growable byte buffer (reused across messages: no allocation once it has
  * grown). The caller moves the bytes into an nng_msg. For FORWARD the payload is not copied by
  * the encoder when payload is NULL: the caller appends payload_len bytes itself (so hidden
- * states can be written straight into the message). */
+ * states can be written straight into the message). The other encoders with a payload (TOKENS,
+ * KV, raw) treat a NULL payload the same way.
+ *
+ * Every encoder appends one message (call wire_buf_reset between messages), writes
+ * WIRE_VERSION, and returns 0, LM_EINVAL for a struct that is not self-consistent (a negative
+ * count, a NULL array, a string not terminated within its field, a payload_len other than the
+ * header implies, a type the function does not encode) or LM_ENOMEM; on failure b->len is
+ * what it was. Ranges against a receiver's limits are the decoder's business, not checked
+ * here. */
 struct wire_buf {
 	uint8_t *data;
 	size_t len, cap;
