@@ -15,4 +15,13 @@ int cmd_synth(int argc, char **argv);
 /* coordinator/cmd_tokenize.c: text to token ids. */
 int cmd_tokenize(int argc, char **argv);
 
+/* coordinator/cmd_run.c: generate text in this process. */
+int cmd_run(int argc, char **argv);
+
+/* coordinator/cmd_up.c: bring a mesh up and serve it. */
+int cmd_up(int argc, char **argv);
+
+/* coordinator/cmd_generate.c: generate through a running mesh. */
+int cmd_generate(int argc, char **argv);
+
 #endif
