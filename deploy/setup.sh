@@ -28,7 +28,7 @@ as_root() {
 packages=(
 	build-essential meson ninja-build pkg-config git ca-certificates
 	libuv1-dev libnng-dev libmsgpack-dev libcriterion-dev libcjson-dev
-	clang-14 libclang-rt-14-dev clang-format-14 iproute2
+	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
 )
 
 install_packages() {
@@ -84,7 +84,18 @@ build)
 	;;
 run)
 	build
-	exec build/coordinator/layermesh run --model models/stories260K.gguf \
+	# The main job: the default mesh (mesh.toml: stories260K over three workers) comes up,
+	# one prompt goes through it, and it comes down again.
+	build/coordinator/layermesh up mesh.toml &
+	up=$!
+	trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null' EXIT
+	url=http://$(sed -n 's/^http = "\(.*\)"/\1/p' mesh.toml | head -n 1)
+	for _ in $(seq 300); do
+		curl -sf "$url/readyz" >/dev/null 2>&1 && break
+		kill -0 $up 2>/dev/null || die "the mesh did not come up (see above)"
+		sleep 0.1
+	done
+	build/coordinator/layermesh generate --url "$url" \
 		--prompt "${LM_PROMPT:-Once upon a time}" "$@"
 	;;
 test)
