@@ -49,23 +49,39 @@ install_packages() {
 		"${missing[@]}"
 }
 
-# The default model. The shared copy next to the checkout is used when present; its checksum
-# is pinned here so a corrupted or different file is caught before anything runs.
+# The project's shared data: the default model, llama.cpp's reference outputs and the tokenizer
+# vectors. It sits beside the checkout (../shared); a clone made elsewhere from such a checkout
+# finds it beside its origin. LM_SHARED overrides both.
+find_shared() {
+	local origin c
+	origin=$(git -C "$here" config --get remote.origin.url 2>/dev/null || true)
+	for c in "${LM_SHARED:-}" "$here/../shared" ${origin:+"$origin/../shared"}; do
+		if [ -n "$c" ] && [ -f "$c/models/stories260K.gguf" ]; then
+			(cd "$c" && pwd)
+			return
+		fi
+	done
+}
+shared=$(find_shared)
+
+# The default model, checked against its pinned sha256 so a corrupted or different file is
+# caught before anything runs.
 model_sha256=6f18a48dd537c7d548566e7127ff301c9e1ee16d05bf3adf35c519d93feb7458
 install_model() {
 	mkdir -p models
-	local dst=models/stories260K.gguf src=${LM_SHARED:-$here/../shared}/models/stories260K.gguf
+	local dst=models/stories260K.gguf
 	if [ ! -f "$dst" ]; then
-		[ -f "$src" ] || die "the default model is missing: expected $src (see README.md, 'The default model')"
-		cp "$src" "$dst"
-		log "copied $src -> $dst"
+		[ -n "$shared" ] || die "the default model is missing: put the project's shared data \
+directory beside the checkout (../shared) or name it in LM_SHARED (README.md, 'The default model')"
+		cp "$shared/models/stories260K.gguf" "$dst"
+		log "copied $shared/models/stories260K.gguf -> $dst"
 	fi
 	echo "$model_sha256  $dst" | sha256sum -c --quiet - ||
 		die "$dst does not have the pinned sha256 $model_sha256"
 }
 
 build() {
-	local opts=(-Dwerror=true)
+	local opts=(-Dwerror=true "-Dshared_dir=$shared")
 	if [ -d .oracle/include ]; then opts+=("-Dllama_oracle=$here/.oracle"); fi
 	if [ -d build ]; then
 		meson configure build "${opts[@]}" >/dev/null
