@@ -29,10 +29,17 @@
  *   --bench-prefill N --bench-decode M --reps R
  *                      benchmark: R repetitions of (clear the cache; prefill an N-token prompt;
  *                      greedy-decode M tokens one at a time), printing per repetition
- *                          prefill rep=I tokens=N ms=T tok_s=S
- *                          decode rep=I tokens=M ms=T tok_s=S
+ *                          prefill rep=I tokens=N ms=T tok_s=S cpu_ms=C
+ *                          decode rep=I tokens=M ms=T tok_s=S cpu_ms=C
+ *                      (cpu_ms: CPU time of all the process's threads over the same interval)
  *                      No prompt is needed: the N prompt ids are BOS then a fixed pseudo-random
- *                      walk over the vocabulary.
+ *                      walk over the vocabulary. Only the llama_decode calls and the argmax are
+ *                      timed; loading is not.
+ *   --bench-warmup     before the timed repetitions, one untimed one: prefill the N-token prompt
+ *                      and decode one token (first-touch costs: compute buffers, thread start)
+ *   --bench-wait       read one line from stdin before each repetition (stop at end of input),
+ *                      and print "ready" once the model is loaded and warmed up, so that a driver
+ *                      can interleave the repetitions of two programs (bench/run.sh)
  *   --cpu-variant NAME load only ggml's CPU backend libggml-cpu-NAME.so (x64, haswell, zen4,
  *                      sapphirerapids, ...) instead of the best one for this CPU; results can
  *                      differ by an ulp or so between variants (AVX2 against AVX-512 paths)
@@ -91,6 +98,8 @@ struct oracle_opts {
 	long bench_prefill;
 	long bench_decode;
 	long reps;
+	bool bench_warmup;
+	bool bench_wait;
 	const char *cpu_variant;
 	bool no_repack;
 	bool verbose;
@@ -169,6 +178,9 @@ static void oracle_usage(FILE *out)
 	      "  --bench-prefill N   benchmark prefill of an N-token prompt\n"
 	      "  --bench-decode M    benchmark greedy decode of M tokens after it\n"
 	      "  --reps R            benchmark repetitions (default 3)\n"
+	      "  --bench-warmup      one untimed prefill and decode step before the repetitions\n"
+	      "  --bench-wait        print \"ready\", then read a line from stdin before each "
+	      "repetition\n"
 	      "  --cpu-variant NAME  use ggml's libggml-cpu-NAME.so (default: the best for this "
 	      "CPU)\n"
 	      "  --no-repack         no AMX/interleaved repacking of quantized weights\n"
@@ -207,6 +219,8 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		OPT_BENCH_PREFILL,
 		OPT_BENCH_DECODE,
 		OPT_REPS,
+		OPT_BENCH_WARMUP,
+		OPT_BENCH_WAIT,
 		OPT_CPU_VARIANT,
 		OPT_NO_REPACK,
 		OPT_VERBOSE,
@@ -229,6 +243,8 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		{"bench-prefill", required_argument, NULL, OPT_BENCH_PREFILL},
 		{"bench-decode", required_argument, NULL, OPT_BENCH_DECODE},
 		{"reps", required_argument, NULL, OPT_REPS},
+		{"bench-warmup", no_argument, NULL, OPT_BENCH_WARMUP},
+		{"bench-wait", no_argument, NULL, OPT_BENCH_WAIT},
 		{"cpu-variant", required_argument, NULL, OPT_CPU_VARIANT},
 		{"no-repack", no_argument, NULL, OPT_NO_REPACK},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
@@ -311,6 +327,12 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 				return oracle_usage_fail("--reps: '%s' is not in [1, 100000]",
 							 optarg);
 			break;
+		case OPT_BENCH_WARMUP:
+			o->bench_warmup = true;
+			break;
+		case OPT_BENCH_WAIT:
+			o->bench_wait = true;
+			break;
 		case OPT_CPU_VARIANT:
 			if (strpbrk(optarg, "/.") != NULL || optarg[0] == '\0')
 				return oracle_usage_fail(
@@ -340,6 +362,8 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 	if (o->model == NULL)
 		return oracle_usage_fail("--model is required");
 	bool bench = o->bench_prefill > 0 || o->bench_decode > 0;
+	if ((o->bench_warmup || o->bench_wait) && !bench)
+		return oracle_usage_fail("--bench-warmup and --bench-wait need --bench-prefill");
 	if (bench) {
 		if (o->bench_prefill == 0)
 			return oracle_usage_fail("--bench-decode needs --bench-prefill");
@@ -613,6 +637,15 @@ static double oracle_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU seconds of every thread of the process: with one thread, the time the work took without
+ * the waits a loaded machine adds. */
+static double oracle_cpu(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int oracle_bench(struct llama_context *ctx, const struct llama_vocab *vocab,
 			const struct oracle_opts *o)
 {
@@ -631,28 +664,46 @@ static int oracle_bench(struct llama_context *ctx, const struct llama_vocab *voc
 		ids[0] = bos;
 
 	int rc = 0;
-	for (long rep = 0; rep < o->reps && rc == 0; rep++) {
+	if (o->bench_warmup) {
 		llama_memory_clear(llama_get_memory(ctx), true);
-		double t0 = oracle_now();
+		rc = oracle_decode(ctx, ids, n, 0, false);
+		if (rc == 0 && o->bench_decode > 0) {
+			llama_token tok = oracle_argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+			rc = oracle_decode(ctx, &tok, 1, n, false);
+		}
+	}
+	if (rc == 0 && o->bench_wait) {
+		printf("ready\n");
+		fflush(stdout);
+	}
+	char line[256];
+	for (long rep = 0; rep < o->reps && rc == 0; rep++) {
+		if (o->bench_wait && fgets(line, sizeof line, stdin) == NULL)
+			break;
+		llama_memory_clear(llama_get_memory(ctx), true);
+		double t0 = oracle_now(), c0 = oracle_cpu();
 		if ((rc = oracle_decode(ctx, ids, n, 0, false)) != 0)
 			break;
-		double t1 = oracle_now();
-		printf("prefill rep=%ld tokens=%d ms=%.3f tok_s=%.2f\n", rep, n, (t1 - t0) * 1e3,
-		       n / (t1 - t0));
+		double t1 = oracle_now(), c1 = oracle_cpu();
+		printf("prefill rep=%ld tokens=%d ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep, n,
+		       (t1 - t0) * 1e3, n / (t1 - t0), (c1 - c0) * 1e3);
+		fflush(stdout);
 		if (o->bench_decode == 0)
 			continue;
 		llama_token tok = oracle_argmax(llama_get_logits_ith(ctx, -1), n_vocab);
 		t0 = oracle_now();
+		c0 = oracle_cpu();
 		for (long k = 0; k < o->bench_decode && rc == 0; k++) {
 			rc = oracle_decode(ctx, &tok, 1, n + (int)k, false);
 			if (rc == 0)
 				tok = oracle_argmax(llama_get_logits_ith(ctx, -1), n_vocab);
 		}
 		t1 = oracle_now();
+		c1 = oracle_cpu();
 		if (rc == 0)
-			printf("decode rep=%ld tokens=%ld ms=%.3f tok_s=%.2f\n", rep,
+			printf("decode rep=%ld tokens=%ld ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep,
 			       o->bench_decode, (t1 - t0) * 1e3,
-			       (double)o->bench_decode / (t1 - t0));
+			       (double)o->bench_decode / (t1 - t0), (c1 - c0) * 1e3);
 		fflush(stdout);
 	}
 	free(ids);
