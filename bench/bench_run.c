@@ -1,0 +1,377 @@
+/* bench_run.c — layermesh's single-process prefill and decode speed, measured the way lm_oracle's
+ * bench mode measures llama.cpp's.
+ *
+ *   bench_run --model M.gguf --bench-prefill N --bench-decode M [options]
+ *
+ * R repetitions of (roll the sequence back to position 0; prefill an N-token prompt in one
+ * forward pass, logits of the last token only; greedy-decode M tokens one forward pass each,
+ * argmax of the logits with the lowest id winning ties), printing per repetition
+ *     prefill rep=I tokens=N ms=T tok_s=S cpu_ms=C
+ *     decode rep=I tokens=M ms=T tok_s=S cpu_ms=C
+ * (cpu_ms: the CPU time of all the process's threads over the same interval; with one thread,
+ * the time the work took without the waits a loaded machine adds).
+ * The N prompt ids are BOS (when the vocabulary has one) then the same fixed pseudo-random walk
+ * over the vocabulary lm_oracle uses, so both programs see the same tokens. Only the forward
+ * passes and the argmax are timed; loading (the whole file mapped and prefaulted) is not. The
+ * KV cache is f32 and holds the model's training context (or N + M positions when more), as in
+ * lm_oracle.
+ *
+ * Before anything else one line describes what is measured:
+ *     info threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
+ * decode_bytes is what one decode step reads of the weights: every layer's tensors, the output
+ * norm and head, and one row of the token embedding.
+ *
+ *   --reps R           repetitions (default 3)
+ *   --threads T        CPU threads (default 1)
+ *   --kernels K        auto or scalar (default auto)
+ *   --bench-warmup     before the timed repetitions, one untimed one: prefill the N-token prompt
+ *                      and decode one token
+ *   --bench-wait       print "ready" once loaded and warmed up, then read one line from stdin
+ *                      before each repetition (stop at end of input): bench/run.sh uses this to
+ *                      interleave the repetitions of this program and lm_oracle
+ *   --print-prompt     print the N prompt ids on one line and exit (for requests to a mesh)
+ *
+ * Exit status: 0 success, 1 failure (the reason on stderr), 2 usage error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "common/kv_cache.h"
+#include "common/model.h"
+#include "common/tokenizer.h"
+#include "kernels/backend.h"
+#include "worker/forward.h"
+
+struct bench_opts {
+	const char *model;
+	long prefill;
+	long decode;
+	long reps;
+	int threads;
+	bool scalar;
+	bool warmup;
+	bool wait;
+	bool print_prompt;
+};
+
+static const char bench_usage_text[] =
+	"usage: bench_run --model M.gguf --bench-prefill N --bench-decode M [options]\n"
+	"\n"
+	"  --bench-prefill N   prefill an N-token prompt in one forward pass\n"
+	"  --bench-decode M    then greedy-decode M tokens one at a time\n"
+	"  --reps R            repetitions (default 3)\n"
+	"  --threads T         CPU threads (default 1)\n"
+	"  --kernels K         auto or scalar (default auto)\n"
+	"  --bench-warmup      one untimed prefill and decode step before the repetitions\n"
+	"  --bench-wait        print \"ready\", then read a line from stdin before each "
+	"repetition\n"
+	"  --print-prompt      print the N prompt ids and exit\n";
+
+static int bench_usage_fail(const char *what)
+{
+	fprintf(stderr, "bench_run: %s (--help lists the options)\n", what);
+	return 2;
+}
+
+static bool bench_parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* 0 to run, 1 after --help, 2 on a usage error. */
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"bench-prefill", required_argument, NULL, 'p'},
+		{"bench-decode", required_argument, NULL, 'd'},
+		{"reps", required_argument, NULL, 'r'},
+		{"threads", required_argument, NULL, 't'},
+		{"kernels", required_argument, NULL, 'k'},
+		{"bench-warmup", no_argument, NULL, 'W'},
+		{"bench-wait", no_argument, NULL, 'w'},
+		{"print-prompt", no_argument, NULL, 'P'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	long v;
+	int c;
+
+	*o = (struct bench_opts){.reps = 3, .threads = 1};
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			o->model = optarg;
+			break;
+		case 'p':
+			if (!bench_parse_long(optarg, 1, 1L << 16, &o->prefill))
+				return bench_usage_fail(
+					"--bench-prefill expects a count in [1, 65536]");
+			break;
+		case 'd':
+			if (!bench_parse_long(optarg, 0, 1L << 20, &o->decode))
+				return bench_usage_fail(
+					"--bench-decode expects a count in [0, 1048576]");
+			break;
+		case 'r':
+			if (!bench_parse_long(optarg, 1, 100000, &o->reps))
+				return bench_usage_fail("--reps expects a count in [1, 100000]");
+			break;
+		case 't':
+			if (!bench_parse_long(optarg, 1, 1024, &v))
+				return bench_usage_fail("--threads expects a count in [1, 1024]");
+			o->threads = (int)v;
+			break;
+		case 'k':
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0)
+				return bench_usage_fail("--kernels must be auto or scalar");
+			o->scalar = strcmp(optarg, "scalar") == 0;
+			break;
+		case 'W':
+			o->warmup = true;
+			break;
+		case 'w':
+			o->wait = true;
+			break;
+		case 'P':
+			o->print_prompt = true;
+			break;
+		case 'h':
+			fputs(bench_usage_text, stdout);
+			return 1;
+		default:
+			return bench_usage_fail("unknown option or missing value");
+		}
+	}
+	if (optind < argc)
+		return bench_usage_fail("unexpected argument");
+	if (o->model == NULL || o->prefill == 0)
+		return bench_usage_fail("--model and --bench-prefill are required");
+	return 0;
+}
+
+static double bench_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of every thread of the process: with one thread, the time the work took without
+ * the waits a loaded machine adds. */
+static double bench_cpu(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Index of the largest logit; the lowest index wins ties, like lm_oracle's strict '>' scan. */
+static int32_t bench_argmax(const float *logits, int32_t n_vocab)
+{
+	int32_t best = 0;
+	for (int32_t i = 1; i < n_vocab; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	return best;
+}
+
+struct bench_ctx {
+	struct lm_forward *fw;
+	const int32_t *ids; /* [n] the prompt */
+	int32_t n;
+	float *logits; /* [n_vocab] */
+	int32_t n_vocab;
+	struct lm_tok_loc *loc; /* [n] */
+};
+
+/* Prefills the prompt from position 0 (rolling the sequence back); the logits of its last token
+ * are left in b->logits. */
+static int bench_prefill(struct bench_ctx *b, lm_diag *d)
+{
+	for (int32_t i = 0; i < b->n; i++)
+		b->loc[i] = (struct lm_tok_loc){0, i};
+	int32_t last = b->n - 1;
+	struct lm_batch batch = {
+		.n = b->n, .ids = b->ids, .loc = b->loc, .n_out = 1, .out_rows = &last};
+	return lm_forward_run(b->fw, &batch, NULL, NULL, b->logits, d);
+}
+
+/* Feeds *tok at position pos; the next token replaces it. */
+static int bench_step(struct bench_ctx *b, int32_t *tok, int32_t pos, lm_diag *d)
+{
+	struct lm_tok_loc l = {0, pos};
+	int32_t row = 0;
+	struct lm_batch batch = {.n = 1, .ids = tok, .loc = &l, .n_out = 1, .out_rows = &row};
+	int rc = lm_forward_run(b->fw, &batch, NULL, NULL, b->logits, d);
+	if (rc == 0)
+		*tok = bench_argmax(b->logits, b->n_vocab);
+	return rc;
+}
+
+static int bench_loop(struct bench_ctx *b, const struct bench_opts *o, lm_diag *d)
+{
+	int32_t tok;
+	int rc = 0;
+
+	if (o->warmup) {
+		rc = bench_prefill(b, d);
+		tok = bench_argmax(b->logits, b->n_vocab);
+		if (rc == 0 && o->decode > 0)
+			rc = bench_step(b, &tok, b->n, d);
+		if (rc != 0)
+			return rc;
+	}
+	if (o->wait) {
+		printf("ready\n");
+		fflush(stdout);
+	}
+	char line[256];
+	for (long rep = 0; rep < o->reps; rep++) {
+		if (o->wait && fgets(line, sizeof line, stdin) == NULL)
+			break;
+		double t0 = bench_now(), c0 = bench_cpu();
+		if ((rc = bench_prefill(b, d)) != 0)
+			return rc;
+		double t1 = bench_now(), c1 = bench_cpu();
+		printf("prefill rep=%ld tokens=%d ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep, b->n,
+		       (t1 - t0) * 1e3, b->n / (t1 - t0), (c1 - c0) * 1e3);
+		fflush(stdout);
+		if (o->decode == 0)
+			continue;
+		tok = bench_argmax(b->logits, b->n_vocab);
+		t0 = bench_now();
+		c0 = bench_cpu();
+		for (long k = 0; k < o->decode; k++)
+			if ((rc = bench_step(b, &tok, b->n + (int32_t)k, d)) != 0)
+				return rc;
+		t1 = bench_now();
+		c1 = bench_cpu();
+		printf("decode rep=%ld tokens=%ld ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep, o->decode,
+		       (t1 - t0) * 1e3, (double)o->decode / (t1 - t0), (c1 - c0) * 1e3);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench_opts o;
+	int rc = bench_parse(argc, argv, &o);
+	if (rc != 0)
+		return rc == 1 ? 0 : 2;
+
+	struct lm_backend be = {0};
+	struct lm_backend_opts bo = {.n_threads = o.threads, .force_scalar = o.scalar};
+	static struct lm_model model;
+	struct kv_cache kv = {0};
+	struct lm_forward fw = {0};
+	struct lm_layer_cost *costs = NULL;
+	tok_vocab *vocab = NULL;
+	struct bench_ctx b = {.fw = &fw};
+	int32_t *ids = NULL;
+	lm_diag d = {{0}};
+
+	if ((rc = lm_backend_init(&be, "cpu", &bo)) != 0) {
+		lm_fail(&d, rc, "the CPU backend failed to start");
+		goto out;
+	}
+	if ((rc = lm_model_open(&model, o.model, NULL, &be, !o.print_prompt, &d)) != 0)
+		goto out;
+	if ((rc = tok_load(model.file, &vocab, &d)) != 0) {
+		lm_diag_prefix(&d, "%s", o.model);
+		goto out;
+	}
+	const struct lm_hparams *hp = &model.hp;
+	long need = o.prefill + o.decode;
+	int32_t n_ctx = hp->n_ctx_train > need ? hp->n_ctx_train : (int32_t)need;
+
+	/* What a decode step reads: the layers, the head, one embedding row. */
+	costs = calloc((size_t)hp->n_layer, sizeof *costs);
+	if (costs == NULL) {
+		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
+		goto out;
+	}
+	struct lm_model_costs mc = {.layer = costs};
+	if ((rc = lm_model_costs(model.file, hp, &mc, &d)) != 0)
+		goto out;
+	uint64_t decode_bytes = mc.head_bytes + mc.embd_bytes / (uint64_t)hp->n_vocab;
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		decode_bytes += costs[il].weight_bytes;
+	if (!o.print_prompt)
+		printf("info threads=%d kernels=%s n_layer=%d weight_bytes=%llu "
+		       "decode_bytes=%llu\n",
+		       o.threads, o.scalar ? "scalar" : "auto", hp->n_layer,
+		       (unsigned long long)model.weight_bytes, (unsigned long long)decode_bytes);
+	fflush(stdout);
+
+	/* The same prompt as lm_oracle's bench mode. */
+	b.n = (int32_t)o.prefill;
+	b.n_vocab = hp->n_vocab;
+	ids = malloc((size_t)b.n * sizeof *ids);
+	b.loc = malloc((size_t)b.n * sizeof *b.loc);
+	b.logits = malloc((size_t)hp->n_vocab * sizeof *b.logits);
+	if (ids == NULL || b.loc == NULL || b.logits == NULL) {
+		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
+		goto out;
+	}
+	uint64_t x = 0x9e3779b97f4a7c15u;
+	for (int32_t i = 0; i < b.n; i++) {
+		x = x * 6364136223846793005u + 1442695040888963407u;
+		ids[i] = (int32_t)((x >> 33) % (uint64_t)hp->n_vocab);
+	}
+	if (tok_bos(vocab) >= 0)
+		ids[0] = tok_bos(vocab);
+	b.ids = ids;
+	if (o.print_prompt) {
+		for (int32_t i = 0; i < b.n; i++)
+			printf(i ? " %d" : "%d", ids[i]);
+		printf("\n");
+		goto out;
+	}
+
+	struct kv_geom geom[LM_MAX_LAYERS];
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		geom[il] = lm_hparams_kv_geom(hp, il);
+	struct kv_cache_cfg kc = {.base_layer = 0,
+				  .num_layers = hp->n_layer,
+				  .geom = geom,
+				  .max_seq = n_ctx,
+				  .slots = 1,
+				  .k_type = LM_F32,
+				  .v_type = LM_F32};
+	if ((rc = kv_cache_init(&kv, &be, &kc, &d)) != 0)
+		goto out;
+	if ((rc = lm_forward_init(&fw, &model, &be, &kv, b.n, &d)) != 0)
+		goto out;
+	rc = bench_loop(&b, &o, &d);
+	if (rc == 0 && fflush(stdout) != 0)
+		rc = lm_fail(&d, LM_EIO, "writing to stdout failed");
+out:
+	if (rc != 0)
+		fprintf(stderr, "bench_run: %s\n", lm_diag_str(&d, rc));
+	free(b.logits);
+	free(b.loc);
+	free(ids);
+	free(costs);
+	lm_forward_fini(&fw);
+	kv_cache_fini(&kv);
+	tok_free(vocab);
+	lm_model_close(&model);
+	lm_backend_fini(&be);
+	return rc == 0 ? 0 : 1;
+}

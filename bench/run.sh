@@ -1,0 +1,517 @@
+#!/usr/bin/env bash
+# bench/run.sh — layermesh beside llama.cpp on the same GGUF files, in one run, interleaved.
+#
+#   bench/run.sh [--quick] [--sections LIST] [options]
+#
+# Sections (--sections, comma-separated; default all):
+#   bw      memory read bandwidth: bench_membw, 1 GiB, 1 and 2 threads (the decode bound)
+#   unix    raw unix-socket round trip and 4-process ring, 256 B and 16 KiB (bench_unix)
+#   single  prefill (--prefill tokens) and decode (--decode tokens) speed at each of --threads,
+#           llama.cpp (lm_oracle) and layermesh (bench_run) on stories260K and on a synthetic
+#           0.85B llama (dim 2048, 16 layers, 32/8 heads, FFN 5632, the 32000-token llama
+#           vocabulary) in each of --types
+#   mesh    decode through a 3-worker `layermesh up` mesh over ipc against the single process,
+#           on stories260K (the ring latency), on a 3-layer dim-4096 model (16 KiB hidden states:
+#           the per-hop cost) and on the 0.85B q8_0 model
+#   batch   16 concurrent sequences against one through the 0.85B q8_0 mesh's HTTP API, and each
+#           worker's peak resident memory (VmHWM) beside its planned bytes
+#
+# Every comparison is interleaved, repetition by repetition: both programs are loaded and warmed
+# up once (--bench-warmup), then told to run one repetition at a time (--bench-wait), llama.cpp's
+# rep i, layermesh's rep i, llama.cpp's rep i+1, ...; the mesh sections alternate a request to the
+# mesh with a repetition of the single process the same way. Only forward passes are timed, never
+# loading. Figures are medians with min-max over the repetitions; ratios are layermesh over
+# llama.cpp (mesh over single process), of the medians, with the min-max of the per-repetition
+# ratios. The single-process lines also carry cpu_ms (CPU time of the process): at one thread
+# that is the work without the waits a loaded machine adds, and the ratio of CPU times is shown
+# beside the ratio of wall times.
+#
+# Options:
+#   --quick           a small subset to try the driver: bw, unix, single on stories260K and q4_0
+#                     at 1 thread (32-token prefill, 8-token decode), mesh on stories260K;
+#                     nothing is written to RESULTS.md unless --record
+#   --sections LIST   e.g. single,mesh
+#   --reps N          repetitions of every measurement (default 5)
+#   --threads LIST    thread counts of the single section (default "1 2")
+#   --types LIST      0.85B weight types (default "q8_0 q4_0 q4_K")
+#   --prefill N       prompt tokens of the single section (default 128)
+#   --decode M        decoded tokens on the 0.85B models (default 32) ...
+#   --decode-small M  ... and on stories260K and the hop model (default 64)
+#   --batch-tokens T  tokens each sequence generates in the batch section (default 8)
+#   --build DIR       the meson build directory (default: build); it must have been configured
+#                     with -Dllama_oracle for the llama.cpp side
+#   --models DIR      where the generated models are cached (default: bench/models)
+#   --out DIR         raw results (default: bench/out): run-STAMP.csv and run-STAMP.log
+#   --record          append the summary to bench/RESULTS.md (the default without --quick)
+#   --no-record       do not
+#
+# The machine may be shared: the load average is recorded at the start and the end of the run.
+# Generated models (about 1.9 GB for the three 0.85B files) are written once and reused.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build
+MODELS=$ROOT/bench/models
+OUT=$ROOT/bench/out
+SECTIONS="bw,unix,single,mesh,batch"
+REPS=5
+THREADS="1 2"
+TYPES="q8_0 q4_0 q4_K"
+PREFILL=128
+DECODE=32
+DECODE_SMALL=64
+BATCH_TOKENS=8
+QUICK=0
+RECORD=
+
+die() {
+	echo "bench/run.sh: $*" >&2
+	exit 1
+}
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) QUICK=1 ;;
+	--sections) SECTIONS=$2; shift ;;
+	--reps) REPS=$2; shift ;;
+	--threads) THREADS=$2; shift ;;
+	--types) TYPES=$2; shift ;;
+	--prefill) PREFILL=$2; shift ;;
+	--decode) DECODE=$2; shift ;;
+	--decode-small) DECODE_SMALL=$2; shift ;;
+	--batch-tokens) BATCH_TOKENS=$2; shift ;;
+	--build) BUILD=$(cd "$2" && pwd); shift ;;
+	--models) MODELS=$2; shift ;;
+	--out) OUT=$2; shift ;;
+	--record) RECORD=1 ;;
+	--no-record) RECORD=0 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown option '$1' (--help lists them)" ;;
+	esac
+	shift
+done
+if [ "$QUICK" = 1 ]; then
+	[ "$SECTIONS" = "bw,unix,single,mesh,batch" ] && SECTIONS="bw,unix,single,mesh"
+	THREADS=1 TYPES=q4_0 PREFILL=32 DECODE=8 DECODE_SMALL=16
+	QUICK_MESH=1
+fi
+: "${RECORD:=$((1 - QUICK))}"
+if ! [[ $REPS =~ ^[0-9]+$ ]] || [ "$REPS" -lt 1 ]; then
+	die "--reps expects a count"
+fi
+[ "$REPS" -ge 5 ] || echo "bench/run.sh: note: fewer than 5 repetitions" >&2
+
+has() { [[ ",$SECTIONS," == *",$1,"* ]]; }
+
+# --- programs and data ------------------------------------------------------------------------
+
+LM=$BUILD/coordinator/layermesh
+WORKER=$BUILD/worker/layermesh-worker
+BRUN=$BUILD/bench/bench_run
+MEMBW=$BUILD/bench/bench_membw
+UNIXB=$BUILD/bench/bench_unix
+ORACLE=$BUILD/tests/oracle/lm_oracle
+for p in "$LM" "$WORKER" "$BRUN" "$MEMBW" "$UNIXB"; do
+	[ -x "$p" ] || die "$p is missing: build first (ninja -C $BUILD)"
+done
+if has single && [ ! -x "$ORACLE" ]; then
+	die "$ORACLE is missing: configure with -Dllama_oracle=DIR (deploy/oracle-setup.sh DIR)"
+fi
+for t in jq curl; do command -v $t >/dev/null || die "$t is needed"; done
+
+# The shared data directory the build was configured with, else LM_SHARED, else ../shared.
+SHARED=$(meson introspect "$BUILD" --buildoptions 2>/dev/null |
+	jq -r '.[] | select(.name == "shared_dir") | .value' 2>/dev/null || true)
+[ -n "$SHARED" ] || SHARED=${LM_SHARED:-$ROOT/../shared}
+STORIES=$SHARED/models/stories260K.gguf
+VOCAB=$SHARED/tokenizer/ggml-vocab-llama-spm.gguf
+[ -f "$STORIES" ] || die "$STORIES is missing (the shared data directory: LM_SHARED)"
+
+mkdir -p "$MODELS" "$OUT"
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+CSV=$OUT/run-$STAMP.csv
+LOG=$OUT/run-$STAMP.log
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/lm-bench.XXXXXX")
+echo "section,model,impl,threads,rep,metric,value" >"$CSV"
+
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }
+row() { echo "$1,$2,$3,$4,$5,$6,$7" >>"$CSV"; }
+
+# Processes this script started, stopped on exit by their pids.
+PIDS=()
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# synth NAME ARGS...: bench/models/NAME.gguf, written once.
+synth() {
+	local name=$1 f=$MODELS/$1.gguf
+	shift
+	if [ ! -f "$f" ]; then
+		log "writing $f"
+		"$LM" synth --out "$f" "$@" >>"$LOG" 2>&1 || die "layermesh synth $name failed"
+	fi
+	echo "$f"
+}
+model_085b() {
+	[ -f "$VOCAB" ] || die "$VOCAB is missing"
+	synth "synth-0.85b-$1" --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 5632 \
+		--type "$1" --seed 1 --ctx 2048 --vocab-from "$VOCAB"
+}
+# 16 KiB f32 hidden states; attention output and q are dim x dim, everything else small.
+model_hop() {
+	synth synth-hop-4096 --dim 4096 --layers 3 --heads 32 --kv-heads 1 --ffn 32 --type q4_0 \
+		--seed 1 --ctx 512 --vocab-from "$STORIES"
+}
+
+# --- interleaved servers ----------------------------------------------------------------------
+# srv_start ID CMD...: starts CMD (which takes --bench-warmup --bench-wait) with its stdin and
+# stdout on fifos, and waits until it prints "ready" (loaded and warmed up).
+declare -A SRV_IN SRV_OUT SRV_PID SRV_INFO
+srv_start() {
+	local id=$1 line fd_in fd_out
+	shift
+	mkfifo "$TMP/$id.in" "$TMP/$id.out"
+	"$@" <"$TMP/$id.in" >"$TMP/$id.out" 2>>"$LOG" &
+	SRV_PID[$id]=$!
+	PIDS+=("$!")
+	exec {fd_in}>"$TMP/$id.in"
+	exec {fd_out}<"$TMP/$id.out"
+	SRV_IN[$id]=$fd_in
+	SRV_OUT[$id]=$fd_out
+	SRV_INFO[$id]=
+	while :; do
+		read -r -t 1800 -u "$fd_out" line || die "$id ($1) ended before it was ready (see $LOG)"
+		case $line in
+		ready) break ;;
+		info*) SRV_INFO[$id]=$line ;;
+		esac
+	done
+}
+# srv_rep ID: one repetition; prints its lines, up to "decode ..." (or bench_membw's "end ...").
+srv_rep() {
+	local id=$1 line
+	echo go >&"${SRV_IN[$id]}"
+	while :; do
+		read -r -t 1800 -u "${SRV_OUT[$id]}" line || die "$id stopped answering (see $LOG)"
+		echo "$line"
+		[[ $line == decode* || $line == end* ]] && break
+	done
+}
+srv_stop() {
+	local id=$1 fd_in=${SRV_IN[$1]} fd_out=${SRV_OUT[$1]}
+	exec {fd_in}>&-
+	wait "${SRV_PID[$id]}" || die "$id failed (see $LOG)"
+	exec {fd_out}<&-
+	rm -f "$TMP/$id.in" "$TMP/$id.out"
+}
+# field LINE KEY: the value of KEY=VALUE in LINE.
+field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" <<<" $1"; }
+
+# record_rep SECTION MODEL IMPL THREADS REP LINES: the prefill/decode lines as CSV rows.
+record_rep() {
+	local l
+	while read -r l; do
+		local phase=${l%% *}
+		row "$1" "$2" "$3" "$4" "$5" "${phase}_tok_s" "$(field "$l" tok_s)"
+		row "$1" "$2" "$3" "$4" "$5" "${phase}_cpu_ms" "$(field "$l" cpu_ms)"
+		row "$1" "$2" "$3" "$4" "$5" "${phase}_ms" "$(field "$l" ms)"
+	done <<<"$6"
+}
+
+# --- sections ---------------------------------------------------------------------------------
+
+section_bw() {
+	log "bandwidth: 1 GiB, threads 1 and 2, $((REPS + 2)) reps interleaved"
+	local out
+	out=$("$MEMBW" --mib 1024 --reps $((REPS + 2)) --threads "1 2")
+	echo "$out" >>"$LOG"
+	while read -r l; do
+		case $l in
+		read*) row bw mem bench_membw "$(field "$l" threads)" "$(field "$l" rep)" gb_s \
+			"$(field "$l" gb_s)" ;;
+		esac
+	done <<<"$out"
+}
+
+# unix_rows SECTION MODEL REP OUTPUT: bench_unix's lines as rows (the model column names the
+# size in the unix section).
+unix_rows() {
+	local l
+	while read -r l; do
+		case $l in
+		rtt*) row "$1" "${2:-$(field "$l" size)}" rtt 1 "$3" median_us \
+			"$(field "$l" median_us)" ;;
+		ring*) row "$1" "${2:-$(field "$l" size)}" ring4 1 "$3" hop_median_us \
+			"$(field "$l" hop_median_us)" ;;
+		esac
+	done <<<"$4"
+}
+
+section_unix() {
+	log "raw unix sockets: round trip and 4-process ring, 256 B, 8 KiB and 16 KiB, $REPS runs"
+	local out r
+	for ((r = 0; r < REPS; r++)); do
+		out=$("$UNIXB" --sizes "256 8192 16384" --iters 2000 --ring 4)
+		echo "$out" >>"$LOG"
+		unix_rows unix "" "$r" "$out"
+	done
+}
+
+# single_pair NAME FILE THREADS DECODE: llama.cpp and layermesh, interleaved.
+single_pair() {
+	local name=$1 file=$2 th=$3 dec=$4 r a b c
+	log "single: $name, $th thread(s), prefill $PREFILL, decode $dec, $REPS reps"
+	srv_start oracle "$ORACLE" --model "$file" --bench-prefill "$PREFILL" --bench-decode "$dec" \
+		--reps "$REPS" --threads "$th" --bench-warmup --bench-wait
+	srv_start layermesh "$BRUN" --model "$file" --bench-prefill "$PREFILL" --bench-decode "$dec" \
+		--reps "$REPS" --threads "$th" --bench-warmup --bench-wait
+	srv_start membw "$MEMBW" --mib 1024 --reps "$REPS" --threads "$th" --bench-wait
+	row single "$name" layermesh "$th" 0 decode_bytes "$(field "${SRV_INFO[layermesh]}" decode_bytes)"
+	for ((r = 0; r < REPS; r++)); do
+		a=$(srv_rep oracle)
+		b=$(srv_rep layermesh)
+		c=$(srv_rep membw | grep '^read')
+		row single "$name" bw "$th" "$r" gb_s "$(field "$c" gb_s)"
+		{
+			echo "$name th=$th llama.cpp: $a" | tr '\n' ' '
+			echo "| layermesh: $b | $c" | tr '\n' ' '
+			echo
+		} >>"$LOG"
+		record_rep single "$name" llama.cpp "$th" "$r" "$a"
+		record_rep single "$name" layermesh "$th" "$r" "$b"
+	done
+	srv_stop oracle
+	srv_stop layermesh
+	srv_stop membw
+}
+
+section_single() {
+	local th t
+	for th in $THREADS; do
+		single_pair stories260K "$STORIES" "$th" "$DECODE_SMALL"
+	done
+	for t in $TYPES; do
+		local f
+		f=$(model_085b "$t")
+		for th in $THREADS; do
+			single_pair "0.85B-$t" "$f" "$th" "$DECODE"
+		done
+	done
+}
+
+# A TCP port on loopback that is free now and was not handed out before in this run: counting up
+# from a random start in 10000-32000 (below the ephemeral range), kept in a file because port
+# runs in $(...) subshells.
+port() {
+	local p
+	[ -f "$TMP/port" ] || echo $((10000 + RANDOM % 20000)) >"$TMP/port"
+	p=$(cat "$TMP/port")
+	while :; do
+		p=$((p + 1))
+		[ "$p" -lt 32000 ] || p=10000
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p" >"$TMP/port"
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# mesh_up NAME FILE: a 3-worker mesh over ipc (balanced fence, one thread each, 16 slots of 256
+# positions); sets URL and UP_PID.
+mesh_up() {
+	local name=$1 file=$2 dir=$TMP/mesh-$1 i
+	mkdir -p "$dir"
+	{
+		echo "[model]"
+		echo "path = \"$file\""
+		echo "max_seq_len = 256"
+		echo "slots = 16"
+		echo "max_batch = 64"
+		echo "[coordinator]"
+		echo "http = \"127.0.0.1:$(port)\""
+		echo "data_in = \"ipc://$dir/coord.data\""
+		echo "log_level = \"warn\""
+		echo "[plan]"
+		echo "strategy = \"balanced\""
+		for i in 0 1 2; do
+			echo "[[worker]]"
+			echo "name = \"w$i\""
+			echo "data = \"ipc://$dir/w$i.data\""
+			echo "control = \"ipc://$dir/w$i.ctl\""
+			echo "http = \"127.0.0.1:$(port)\""
+			echo "memory_limit = \"4GiB\""
+			echo "threads = 1"
+		done
+	} >"$dir/mesh.toml"
+	URL="http://$(sed -n 's/^http = "\(.*\)"/\1/p' "$dir/mesh.toml" | head -n 1)"
+	"$LM" up "$dir/mesh.toml" --worker-bin "$WORKER" --timeout 600 >>"$LOG" 2>&1 &
+	UP_PID=$!
+	PIDS+=("$UP_PID")
+	for _ in $(seq 6000); do
+		curl -sf "$URL/readyz" >/dev/null 2>&1 && break
+		kill -0 "$UP_PID" 2>/dev/null || die "layermesh up ($name) exited (see $LOG)"
+		sleep 0.1
+	done
+	curl -sf "$URL/readyz" >/dev/null || die "the $name mesh was not ready in 10 minutes"
+	curl -sf "$URL/v1/status" | jq -c '.plan.workers[] | {name, start, "end": .end, total_bytes}' \
+		>>"$LOG"
+}
+mesh_down() {
+	kill -TERM "$UP_PID"
+	wait "$UP_PID" || true
+}
+
+# complete PROMPT_IDS MAX_TOKENS: a greedy request; prints "predicted_n predicted_ms".
+complete() {
+	local ids=$1 max=$2 body resp
+	body=$(jq -cn --arg ids "$ids" --argjson max "$max" \
+		'{prompt: ($ids | split(" ") | map(tonumber)), max_tokens: $max, temperature: 0,
+		  stream: false}')
+	resp=$(curl -sS --max-time 1800 "$URL/v1/completions" -H 'Content-Type: application/json' \
+		-d "$body" 2>&1) || {
+		echo "request failed: $resp" >>"$LOG"
+		return 1
+	}
+	jq -er 'select(.timings.predicted_n != null) |
+		"\(.timings.predicted_n) \(.timings.predicted_ms)"' <<<"$resp" 2>/dev/null || {
+		echo "the mesh answered: $resp" >>"$LOG"
+		return 1
+	}
+}
+
+# mesh_pair NAME FILE DECODE HIDDEN_BYTES: the mesh against bench_run at one thread, interleaved:
+# a 16-token prompt, then DECODE decode steps (a request for DECODE + 1 tokens: the first comes
+# from the prefill).
+mesh_pair() {
+	local name=$1 file=$2 dec=$3 hidden=$4 ids r a n ms
+	log "mesh: $name, 3 workers over ipc against one process, decode $dec, $REPS reps"
+	ids=$("$BRUN" --model "$file" --bench-prefill 16 --print-prompt)
+	mesh_up "$name" "$file"
+	srv_start layermesh "$BRUN" --model "$file" --bench-prefill 16 --bench-decode "$dec" \
+		--reps "$REPS" --threads 1 --bench-warmup --bench-wait
+	complete "$ids" 2 >/dev/null # the mesh's own warm-up
+	row mesh "$name" mesh 1 0 hidden_bytes "$hidden"
+	for ((r = 0; r < REPS; r++)); do
+		read -r n ms <<<"$(complete "$ids" $((dec + 1)))"
+		a=$(srv_rep layermesh)
+		echo "$name mesh: $n tokens, $ms ms after the first | single: $a" | tr '\n' ' ' \
+			>>"$LOG"
+		echo >>"$LOG"
+		[ "$n" -ge 2 ] || die "the $name mesh generated $n tokens"
+		# The raw floor, under the same load as this repetition.
+		unix_rows mesh "$name" "$r" "$("$UNIXB" --sizes "$hidden" --iters 1000 --ring 4)"
+		row mesh "$name" mesh 1 "$r" decode_tok_s "$(awk -v n="$n" -v ms="$ms" \
+			'BEGIN { printf "%.3f", (n - 1) / ms * 1000 }')"
+		record_rep mesh "$name" single 1 "$r" "$(grep '^decode' <<<"$a")"
+	done
+	srv_stop layermesh
+	[ "${KEEP_MESH:-0}" = 1 ] || mesh_down
+}
+
+section_mesh() {
+	mesh_pair stories260K "$STORIES" "$DECODE_SMALL" 256
+	[ "${QUICK_MESH:-0}" = 1 ] && return
+	mesh_pair hop-4096 "$(model_hop)" "$DECODE_SMALL" 16384
+	if has batch; then
+		KEEP_MESH=1 mesh_pair 0.85B-q8_0 "$(model_085b q8_0)" "$DECODE" 8192
+		section_batch_on_mesh
+		mesh_down
+	else
+		mesh_pair 0.85B-q8_0 "$(model_085b q8_0)" "$DECODE" 8192
+	fi
+}
+
+# batch_round K T IDS_ALL: K concurrent requests of T tokens, prompts of 4 ids taken from IDS_ALL
+# (BOS, then 3 ids at offset 3k); prints "aggregate_timings aggregate_wall".
+batch_round() {
+	local k=$1 t=$2 i t0 t1 files=()
+	local -a all pids=()
+	read -r -a all <<<"$3"
+	t0=$(date +%s%N)
+	for ((i = 0; i < k; i++)); do
+		complete "${all[0]} ${all[*]:$((1 + 3 * i)):3}" "$t" >"$TMP/batch.$i" &
+		pids+=($!)
+		files+=("$TMP/batch.$i")
+	done
+	for i in "${pids[@]}"; do wait "$i" || die "a batch request failed"; done
+	t1=$(date +%s%N)
+	awk -v k="$k" -v wall_ns=$((t1 - t0)) '
+		{ dec += $1 - 1; gen += $1; if ($2 > maxms) maxms = $2 }
+		END { printf "%.3f %.3f\n", dec / maxms * 1000, gen / (wall_ns / 1e9) }' "${files[@]}"
+}
+
+section_batch_on_mesh() {
+	local ids r one sixteen
+	log "batch: 1 and 16 concurrent sequences of $BATCH_TOKENS tokens, $REPS reps"
+	ids=$("$BRUN" --model "$(model_085b q8_0)" --bench-prefill 64 --print-prompt)
+	for ((r = 0; r < REPS; r++)); do
+		one=$(batch_round 1 "$BATCH_TOKENS" "$ids")
+		sixteen=$(batch_round 16 "$BATCH_TOKENS" "$ids")
+		echo "batch rep $r: 1 seq $one | 16 seqs $sixteen (timings, wall tok/s)" >>"$LOG"
+		row batch 0.85B-q8_0 seq1 1 "$r" agg_tok_s "${one%% *}"
+		row batch 0.85B-q8_0 seq1 1 "$r" wall_tok_s "${one##* }"
+		row batch 0.85B-q8_0 seq16 1 "$r" agg_tok_s "${sixteen%% *}"
+		row batch 0.85B-q8_0 seq16 1 "$r" wall_tok_s "${sixteen##* }"
+	done
+	local status j pid hwm planned
+	status=$(curl -sf "$URL/v1/status")
+	for j in 0 1 2; do
+		pid=$(jq ".workers[$j].pid" <<<"$status")
+		hwm=$(awk '/^VmHWM:/ {print $2 * 1024}' "/proc/$pid/status")
+		planned=$(jq ".plan.workers[$j].total_bytes" <<<"$status")
+		row batch "w$j" worker 1 0 vmhwm_bytes "$hwm"
+		row batch "w$j" worker 1 0 planned_bytes "$planned"
+		row batch "w$j" worker 1 0 layers "$(jq -r ".workers[$j] | \"\(.start)-\(.end)\"" \
+			<<<"$status")"
+	done
+}
+
+section_batch() {
+	local f
+	f=$(model_085b q8_0)
+	mesh_up 0.85B-q8_0 "$f"
+	section_batch_on_mesh
+	mesh_down
+}
+
+# --- run --------------------------------------------------------------------------------------
+
+CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$(date +%s)
+log "bench/run.sh: sections $SECTIONS, $REPS reps; $CPU, $(nproc) CPUs, commit $COMMIT, load $LOAD0"
+log "raw results: $CSV"
+
+has bw && section_bw
+has unix && section_unix
+has single && section_single
+has mesh && section_mesh
+has batch && ! has mesh && section_batch
+
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+MINUTES=$((($(date +%s) - T_START + 30) / 60))
+log "done in $MINUTES min; load $LOAD1"
+
+SUMMARY=$("$ROOT/bench/summarize.sh" "$CSV" "$CPU" "$COMMIT" "$LOAD0" "$LOAD1" "$MINUTES" \
+	"$PREFILL" "$DECODE" "$DECODE_SMALL" "$BATCH_TOKENS" "$REPS")
+echo "$SUMMARY" | tee -a "$LOG"
+if [ "$RECORD" = 1 ]; then
+	printf '\n%s\n' "$SUMMARY" >>"$ROOT/bench/RESULTS.md"
+	log "appended to bench/RESULTS.md"
+fi

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# bench/summarize.sh CSV CPU COMMIT LOAD0 LOAD1 MINUTES PREFILL DECODE DECODE_SMALL BATCH_TOKENS REPS
+#
+# Turns the raw rows bench/run.sh wrote (section,model,impl,threads,rep,metric,value) into the
+# Markdown block it appends to bench/RESULTS.md: medians with min-max, ratios of the medians
+# with the min-max of the per-repetition ratios (the repetitions were interleaved, so rep i of
+# one side ran next to rep i of the other), and each target of the performance work beside the
+# figure it is judged by. Sections that did not run are left out.
+set -euo pipefail
+[ $# -eq 11 ] || {
+	echo "usage: bench/summarize.sh CSV CPU COMMIT LOAD0 LOAD1 MINUTES PREFILL DECODE" \
+		"DECODE_SMALL BATCH_TOKENS REPS" >&2
+	exit 2
+}
+csv=$1
+export LC_ALL=C
+awk -F, -v cpu="$2" -v commit="$3" -v load0="$4" -v load1="$5" -v minutes="$6" \
+	-v prefill="$7" -v decode="$8" -v decode_small="$9" -v batch_tokens="${10}" -v reps="${11}" \
+	-v date="$(date -u '+%Y-%m-%d %H:%M UTC')" -v ncpu="$(nproc)" '
+NR == 1 { next }
+{
+	k = $1 "|" $2 "|" $3 "|" $4 "|" $6
+	if (!(k in list)) { list[k] = $7; order[++n_keys] = k } else list[k] = list[k] " " $7
+	one[k "|" $5] = $7
+	seen[$1] = 1
+	if ($1 == "single" && !(($2) in model_seen)) { model_seen[$2] = 1; models[++n_models] = $2 }
+	if ($1 == "single" && !(($4) in th_seen)) { th_seen[$4] = 1; ths[++n_ths] = $4 }
+	if ($1 == "mesh" && !(($2) in mesh_seen)) { mesh_seen[$2] = 1; meshes[++n_meshes] = $2 }
+	if ($1 == "batch" && $3 == "worker" && !(($2) in w_seen)) { w_seen[$2] = 1; ws[++n_ws] = $2 }
+}
+function sorted(s, a,   n, i, j, x) {
+	n = split(s, a, " ")
+	for (i = 2; i <= n; i++) {
+		x = a[i] + 0
+		for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]
+		a[j + 1] = x
+	}
+	return n
+}
+function med(k,   a, n) {
+	if (!(k in list)) return ""
+	n = sorted(list[k], a)
+	return n % 2 ? a[(n + 1) / 2] + 0 : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function lo(k,   a) { if (!(k in list)) return ""; sorted(list[k], a); return a[1] + 0 }
+function hi(k,   a, n) { if (!(k in list)) return ""; n = sorted(list[k], a); return a[n] + 0 }
+function f(x) {
+	if (x == "") return "-"
+	x += 0
+	if (x >= 1000) return sprintf("%.0f", x)
+	if (x >= 100) return sprintf("%.1f", x)
+	if (x >= 10) return sprintf("%.2f", x)
+	return sprintf("%.3f", x)
+}
+function mmm(k) { return (k in list) ? f(med(k)) " (" f(lo(k)) "-" f(hi(k)) ")" : "-" }
+# Ratio of the medians of ka over kb, with the min-max of the per-repetition ratios.
+function ratio(ka, kb,   r, x, rmin, rmax, m) {
+	if (!(ka in list) || !(kb in list) || med(kb) == 0) return "-"
+	rmin = ""; rmax = ""
+	for (r = 0; r < 1000; r++) {
+		if (!((ka "|" r) in one) || !((kb "|" r) in one) || one[kb "|" r] + 0 == 0) continue
+		x = one[ka "|" r] / one[kb "|" r]
+		if (rmin == "" || x < rmin) rmin = x
+		if (rmax == "" || x > rmax) rmax = x
+	}
+	m = med(ka) / med(kb)
+	return sprintf("%.3fx", m) (rmin == "" ? "" : sprintf(" (%.3f-%.3f)", rmin, rmax))
+}
+function rnum(ka, kb) { return (ka in list && kb in list && med(kb) != 0) ? med(ka) / med(kb) : "" }
+function yes(ok) { return ok ? "**met**" : "not met" }
+END {
+	printf "### %s: %s, %d CPUs, commit %s\n\n", date, cpu, ncpu, commit
+	printf "Load average %s at the start and %s at the end: the machine is shared with other ", \
+		load0, load1
+	printf "engineers'"'"' builds and tests, so absolute figures move with their load; the "
+	printf "interleaved medians and the ratios are the figures to compare. %d repetitions, %s min.\n\n", \
+		reps, minutes
+	ts = ""
+	if (seen["bw"]) {
+		printf "Memory read bandwidth (1 GiB buffer): 1 thread %s GB/s, 2 threads %s GB/s.\n", \
+			mmm("bw|mem|bench_membw|1|gb_s"), mmm("bw|mem|bench_membw|2|gb_s")
+	}
+	if (seen["unix"]) {
+		printf "Raw unix-socket round trip (socketpair; the median of each run'"'"'s median, with "
+		printf "the runs'"'"' min-max): 256 B %s us, 8 KiB %s us, 16 KiB %s us; one hop of a ", \
+			mmm("unix|256|rtt|1|median_us"), mmm("unix|8192|rtt|1|median_us"), \
+			mmm("unix|16384|rtt|1|median_us")
+		printf "4-process ring: 256 B %s us, 16 KiB %s us.\n", \
+			mmm("unix|256|ring4|1|hop_median_us"), mmm("unix|16384|ring4|1|hop_median_us")
+	}
+	if (seen["single"]) {
+		printf "\nSingle process, tok/s: prefill of a %d-token prompt; decode of %d tokens ", \
+			prefill, decode
+		printf "(%d on stories260K). Ratios are layermesh / llama.cpp; \"CPU\" is the ratio ", \
+			decode_small
+		printf "of the CPU times (at 1 thread, the figure least moved by the load). Bandwidth "
+		printf "efficiency is decode bytes per token x tok/s / the read bandwidth at the same "
+		printf "thread count, measured (bench_membw, 1 GiB) between the repetitions of the same "
+		printf "row.\n\n"
+		printf "| model | thr | prefill llama.cpp | prefill layermesh | ratio | CPU | "
+		printf "decode llama.cpp | decode layermesh | ratio | CPU | MB/token | read GB/s | "
+		printf "BW eff llama.cpp | BW eff layermesh |\n"
+		printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+		for (i = 1; i <= n_models; i++) for (j = 1; j <= n_ths; j++) {
+			m = models[i]; t = ths[j]
+			L = "single|" m "|llama.cpp|" t "|"; M = "single|" m "|layermesh|" t "|"
+			if (!((L "decode_tok_s") in list)) continue
+			cpu_p = ((L "prefill_cpu_ms") in list) ? \
+				sprintf("%.3fx", med(L "prefill_cpu_ms") / med(M "prefill_cpu_ms")) : "-"
+			cpu_d = ((L "decode_cpu_ms") in list) ? \
+				sprintf("%.3fx", med(L "decode_cpu_ms") / med(M "decode_cpu_ms")) : "-"
+			bytes = med("single|" m "|layermesh|" t "|decode_bytes")
+			BW = "single|" m "|bw|" t "|gb_s"
+			if (!(BW in list)) BW = "bw|mem|bench_membw|" t "|gb_s"
+			bw = med(BW)
+			# A model of a few MB decodes from the caches: no bandwidth figure.
+			big = bw && bytes >= 64e6
+			effl = big ? sprintf("%.2f", bytes * med(L "decode_tok_s") / (bw * 1e9)) : "-"
+			effm = big ? sprintf("%.2f", bytes * med(M "decode_tok_s") / (bw * 1e9)) : "-"
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s |\n", \
+				m, t, mmm(L "prefill_tok_s"), mmm(M "prefill_tok_s"), \
+				ratio(M "prefill_tok_s", L "prefill_tok_s"), cpu_p, \
+				mmm(L "decode_tok_s"), mmm(M "decode_tok_s"), \
+				ratio(M "decode_tok_s", L "decode_tok_s"), cpu_d, bytes / 1e6, mmm(BW), \
+				effl, effm
+			if (m ~ /^0\.85B/) {
+				rd = rnum(M "decode_tok_s", L "decode_tok_s")
+				rp = rnum(M "prefill_tok_s", L "prefill_tok_s")
+				ts = ts sprintf("| decode >= 1.10x llama.cpp, %s %s thr | %.3fx | %s |\n", \
+					m, t, rd, yes(rd >= 1.10))
+				if (bw) ts = ts sprintf("| decode >= 0.90 of read bandwidth, %s %s thr | %s | %s |\n", \
+					m, t, effm, yes(effm + 0 >= 0.90))
+				ts = ts sprintf("| prefill >= 1.0x llama.cpp, %s %s thr | %.3fx | %s |\n", \
+					m, t, rp, yes(rp >= 1.0))
+			}
+		}
+	}
+	if (seen["mesh"]) {
+		printf "\nMesh: 3 workers of one thread each over ipc (`layermesh up`, balanced fence), "
+		printf "greedy requests of a 16-token prompt through the HTTP API, against bench_run at "
+		printf "1 thread on the same prompt, interleaved; decode tok/s from the API'"'"'s timings "
+		printf "(first token to last). A token crosses 4 hops (coordinator, w0, w1, w2, "
+		printf "coordinator); the added latency per hop is (mesh ms/token - single ms/token) / 4, "
+		printf "set beside the raw unix round trip of the hidden state'"'"'s size (bench_unix, "
+		printf "run between the repetitions).\n\n"
+		printf "| model | hidden state | single tok/s | mesh tok/s | mesh / single | "
+		printf "single ms/token | mesh ms/token | added per hop | raw unix RTT | added / RTT |\n"
+		printf "|---|---|---|---|---|---|---|---|---|---|\n"
+		for (i = 1; i <= n_meshes; i++) {
+			m = meshes[i]
+			S = "mesh|" m "|single|1|decode_tok_s"; X = "mesh|" m "|mesh|1|decode_tok_s"
+			hb = med("mesh|" m "|mesh|1|hidden_bytes")
+			ms_s = 1000 / med(S); ms_m = 1000 / med(X)
+			hop = (ms_m - ms_s) / 4 * 1000
+			rk = "mesh|" m "|rtt|1|median_us"
+			if (!(rk in list)) rk = "unix|" hb "|rtt|1|median_us"
+			rtt = med(rk)
+			printf "| %s | %d B | %s | %s | %s | %s | %s | %s us | %s | %s |\n", m, hb, \
+				mmm(S), mmm(X), ratio(X, S), f(ms_s), f(ms_m), f(hop), \
+				rtt == "" ? "-" : mmm(rk) " us", rtt == "" ? "-" : sprintf("%.1fx", hop / rtt)
+			r = rnum(X, S)
+			if (m ~ /^0\.85B/)
+				ts = ts sprintf("| mesh >= 0.97x single process, %s | %.3fx | %s |\n", m, r, \
+					yes(r >= 0.97))
+			if (rtt != "" && hb >= 8192)
+				ts = ts sprintf("| added per hop <= 2x raw unix RTT, %s (%d B) | %s us vs %s us | %s |\n", \
+					m, hb, f(hop), f(rtt), yes(hop <= 2 * rtt))
+		}
+	}
+	if (seen["batch"]) {
+		printf "\nBatching (0.85B q8_0, the same mesh): %d greedy tokens per sequence, prompts of ", \
+			batch_tokens
+		printf "4 ids, the 16 requests sent at once, interleaved with the single request. "
+		printf "Aggregate decode tok/s from the API'"'"'s timings: the tokens after each sequence'"'"'s "
+		printf "first over the longest first-to-last span; \"wall\": every token generated over "
+		printf "the wall time from sending to the last answer (prefill included).\n\n"
+		printf "| sequences | aggregate decode tok/s | ratio | wall tok/s | ratio |\n"
+		printf "|---|---|---|---|---|\n"
+		A = "batch|0.85B-q8_0|seq1|1|"; B = "batch|0.85B-q8_0|seq16|1|"
+		printf "| 1 | %s | | %s | |\n", mmm(A "agg_tok_s"), mmm(A "wall_tok_s")
+		printf "| 16 | %s | %s | %s | %s |\n", mmm(B "agg_tok_s"), \
+			ratio(B "agg_tok_s", A "agg_tok_s"), mmm(B "wall_tok_s"), \
+			ratio(B "wall_tok_s", A "wall_tok_s")
+		r = rnum(B "agg_tok_s", A "agg_tok_s")
+		ts = ts sprintf("| 16 sequences >= 8x one sequence, aggregate decode | %.2fx | %s |\n", \
+			r, yes(r >= 8))
+		printf "\nPeak resident memory (VmHWM, after the batching runs) beside the plan:\n\n"
+		printf "| worker | layers | planned MiB | VmHWM MiB | VmHWM - planned |\n|---|---|---|---|---|\n"
+		for (i = 1; i <= n_ws; i++) {
+			w = ws[i]
+			P = med("batch|" w "|worker|1|planned_bytes"); H = med("batch|" w "|worker|1|vmhwm_bytes")
+			printf "| %s | %s | %.1f | %.1f | %+.1f MiB |\n", w, list["batch|" w "|worker|1|layers"], \
+				P / 1048576, H / 1048576, (H - P) / 1048576
+			ts = ts sprintf("| peak RSS <= planned + 16 MiB, %s | %+.1f MiB | %s |\n", w, \
+				(H - P) / 1048576, yes(H <= P + 16 * 1048576))
+		}
+	}
+	if (ts != "") {
+		printf "\nTargets:\n\n| target | measured | |\n|---|---|---|\n%s", ts
+	}
+}' "$csv"
