@@ -159,12 +159,16 @@ static int keeper_hello(struct mesh_proc *p, struct wire_hello *hello, int timeo
 	return 0;
 }
 
-/* Whether the worker's process is gone (spawn mode) or the mesh is stopping. */
-static bool keeper_lost(struct mesh_proc *p)
+/* Whether the worker's process is gone (spawn mode) or the mesh is stopping; when gone, fails
+ * d with what the exit callback recorded. */
+static bool keeper_lost(struct mesh_proc *p, const char *when, lm_diag *d)
 {
 	struct mesh *m = p->mesh;
 	pthread_mutex_lock(&m->mu);
 	bool lost = (m->o->spawn && !p->running) || keeper_stopping(m);
+	if (lost)
+		lm_fail(d, LM_EUNAVAILABLE, "worker %s %s %s", p->cfg->name,
+			p->why[0] ? p->why : "stopped", when);
 	pthread_mutex_unlock(&m->mu);
 	return lost;
 }
@@ -181,9 +185,8 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 	for (;;) {
 		if ((rc = keeper_ctl_open(p, d)) != 0)
 			return rc;
-		if (keeper_lost(p))
-			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited during start-up",
-				       p->cfg->name);
+		if (keeper_lost(p, "during start-up", d))
+			return LM_EUNAVAILABLE;
 		rc = keeper_hello(p, &hello, 250, d);
 		if (rc == 0)
 			break;
@@ -233,9 +236,8 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 	nng_socket_set_ms(p->ctl, NNG_OPT_RECVTIMEO, 1000);
 	int rv;
 	while ((rv = nng_recvmsg(p->ctl, &r, 0)) == NNG_ETIMEDOUT) {
-		if (keeper_lost(p))
-			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited while loading",
-				       p->cfg->name);
+		if (keeper_lost(p, "while loading", d))
+			return LM_EUNAVAILABLE;
 		if (keeper_now_ms() >= deadline)
 			return lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s",
 				       p->cfg->name, m->o->handshake_timeout_s);
