@@ -28,7 +28,7 @@ as_root() {
 packages=(
 	build-essential meson ninja-build pkg-config git ca-certificates
 	libuv1-dev libnng-dev libmsgpack-dev libcriterion-dev libcjson-dev
-	clang-14 libclang-rt-14-dev clang-format-14 iproute2
+	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
 )
 
 install_packages() {
@@ -49,23 +49,39 @@ install_packages() {
 		"${missing[@]}"
 }
 
-# The default model. The shared copy next to the checkout is used when present; its checksum
-# is pinned here so a corrupted or different file is caught before anything runs.
+# The project's shared data: the default model, llama.cpp's reference outputs and the tokenizer
+# vectors. It sits beside the checkout (../shared); a clone made elsewhere from such a checkout
+# finds it beside its origin. LM_SHARED overrides both.
+find_shared() {
+	local origin c
+	origin=$(git -C "$here" config --get remote.origin.url 2>/dev/null || true)
+	for c in "${LM_SHARED:-}" "$here/../shared" ${origin:+"$origin/../shared"}; do
+		if [ -n "$c" ] && [ -f "$c/models/stories260K.gguf" ]; then
+			(cd "$c" && pwd)
+			return
+		fi
+	done
+}
+shared=$(find_shared)
+
+# The default model, checked against its pinned sha256 so a corrupted or different file is
+# caught before anything runs.
 model_sha256=6f18a48dd537c7d548566e7127ff301c9e1ee16d05bf3adf35c519d93feb7458
 install_model() {
 	mkdir -p models
-	local dst=models/stories260K.gguf src=${LM_SHARED:-$here/../shared}/models/stories260K.gguf
+	local dst=models/stories260K.gguf
 	if [ ! -f "$dst" ]; then
-		[ -f "$src" ] || die "the default model is missing: expected $src (see README.md, 'The default model')"
-		cp "$src" "$dst"
-		log "copied $src -> $dst"
+		[ -n "$shared" ] || die "the default model is missing: put the project's shared data \
+directory beside the checkout (../shared) or name it in LM_SHARED (README.md, 'The default model')"
+		cp "$shared/models/stories260K.gguf" "$dst"
+		log "copied $shared/models/stories260K.gguf -> $dst"
 	fi
 	echo "$model_sha256  $dst" | sha256sum -c --quiet - ||
 		die "$dst does not have the pinned sha256 $model_sha256"
 }
 
 build() {
-	local opts=(-Dwerror=true)
+	local opts=(-Dwerror=true "-Dshared_dir=$shared")
 	if [ -d .oracle/include ]; then opts+=("-Dllama_oracle=$here/.oracle"); fi
 	if [ -d build ]; then
 		meson configure build "${opts[@]}" >/dev/null
@@ -84,7 +100,18 @@ build)
 	;;
 run)
 	build
-	exec build/coordinator/layermesh run --model models/stories260K.gguf \
+	# The main job: the default mesh (mesh.toml: stories260K over three workers) comes up,
+	# one prompt goes through it, and it comes down again.
+	build/coordinator/layermesh up mesh.toml &
+	up=$!
+	trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null' EXIT
+	url=http://$(sed -n 's/^http = "\(.*\)"/\1/p' mesh.toml | head -n 1)
+	for _ in $(seq 300); do
+		curl -sf "$url/readyz" >/dev/null 2>&1 && break
+		kill -0 $up 2>/dev/null || die "the mesh did not come up (see above)"
+		sleep 0.1
+	done
+	build/coordinator/layermesh generate --url "$url" \
 		--prompt "${LM_PROMPT:-Once upon a time}" "$@"
 	;;
 test)

@@ -22,7 +22,9 @@ meson test -C build --print-errorlogs --num-processes 2
 log "meson test under ASan+UBSan (build-asan/)"
 # The llama.cpp comparisons ran above; the prebuilt llama.cpp libraries are not instrumented,
 # so the sanitizer build leaves them out and checks layermesh's own code.
-opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dwerror=true -Dllama_oracle=)
+shared=$(meson introspect build --buildoptions | jq -r '.[] | select(.name == "shared_dir") | .value')
+opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dwerror=true -Dllama_oracle=
+	"-Dshared_dir=$shared")
 if [ -d build-asan ]; then meson configure build-asan "${opts[@]}" >/dev/null
 else meson setup build-asan "${opts[@]}" >/dev/null; fi
 ninja -C build-asan

@@ -93,12 +93,15 @@ struct lm_backend_i {
 
 	/* --- ops. Activations are f32 in backend memory; n is the number of tokens. --- */
 	/* y[i] = row ids[i] of `table` converted to f32 (the token embedding lookup). ids are
-	 * checked by the caller to be < table->ne1. Required. */
+	 * checked by the caller to be < table->ne1 (the CPU backend still returns LM_ERANGE for
+	 * one outside [0, ne1)). Required. */
 	int (*get_rows)(void *ctx, float *y, const struct lm_weight *table, const int32_t *ids,
 			int n);
-	/* y[t] = W x[t] for t < n; x is [n][W->ne0], y is [n][W->ne1]. Quantized types quantize x
-	 * to their 8-bit activation type first, as GGUF's reference implementation does.
-	 * LM_EUNSUPPORTED for a weight type the backend lacks. Required. */
+	/* y[t] = W x[t] for t < n; x is [n][W->ne0], y is [n][W->ne1], y does not overlap x.
+	 * x is first converted to the weight type's "vec_dot type" as GGUF's reference
+	 * implementation does: rounded to f16 for F16 and to bf16 for BF16 weights, quantized to
+	 * Q8_0 for Q8_0 and Q4_0, to Q8_K for Q4_K and Q6_K. LM_EUNSUPPORTED for a weight type
+	 * the backend lacks. Required. */
 	int (*matmul)(void *ctx, float *y, const struct lm_weight *w, const float *x, int n);
 	/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of `dim`. y may equal x. Required. */
 	int (*rmsnorm)(void *ctx, float *y, const float *x, const float *w, int dim, int n,
@@ -107,13 +110,22 @@ struct lm_backend_i {
 	int (*rope)(void *ctx, float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
 		    int n, const struct lm_rope_params *rp);
 	/* Writes token t's K and V rows ([n][n_kv_heads * head_dim] f32) into the cache at
-	 * (loc[t].slot, loc[t].pos), converting to the cache types. Required. */
+	 * (loc[t].slot, loc[t].pos), converting to the cache types (Q8_0 as GGUF's reference
+	 * quantizer does). LM_ERANGE, before anything is written, when a slot is outside
+	 * [0, slots) or a position is negative. Required. */
 	int (*kv_store)(void *ctx, const struct lm_kv_layer *kv, const float *k, const float *v,
 			const struct lm_tok_loc *loc, int n);
 	/* Causal grouped-query attention: for token t, out[t] = softmax(q[t] K^T * scale) V over the
 	 * cached positions of slot loc[t].slot up to and including loc[t].pos (the last `window`
 	 * when the layer slides). q and out are [n][n_heads * head_dim]; query head h reads KV head
 	 * h / (n_heads / n_kv_heads). K and V of every token of the batch must be stored first.
+	 * Because the whole batch is stored before any token reads, the ring of a slot must still
+	 * hold every row a token reads: for each token, the latest position of its slot in the
+	 * batch minus the earliest position it reads must be below ctx. A sliding layer with
+	 * ctx == window therefore takes one token per slot per batch; a prefill chunk of m tokens
+	 * needs ctx >= window + m - 1 (or the caller splits the chunk). A global layer needs
+	 * pos < ctx. LM_ERANGE when this or a slot/position range fails; LM_EUNSUPPORTED for a
+	 * Q8_0 cache whose head_dim is not a multiple of 32 (a block may not straddle heads).
 	 * Required. */
 	int (*attention)(void *ctx, float *out, const float *q, const struct lm_kv_layer *kv,
 			 const struct lm_tok_loc *loc, int n, int n_heads, float scale);

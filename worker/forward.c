@@ -111,7 +111,7 @@ static int fw_check(const struct lm_forward *fw, const struct lm_batch *b, lm_di
 				       prev >= 0 ? b->loc[prev].pos : fw->kv->len[l->slot]);
 	}
 	if (m->slice.head) {
-		if (b->n_out <= 0 || b->n_out > b->n)
+		if (b->n_out < 0 || b->n_out > b->n)
 			return lm_fail(d, LM_ERANGE, "%d output rows for a batch of %d", b->n_out,
 				       b->n);
 		for (int32_t i = 0; i < b->n_out; i++)
@@ -203,6 +203,8 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 		FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
 		return lm_backend_sync(fw->be);
 	}
+	if (b->n_out == 0) /* a prefill chunk that samples nothing: its KV rows were the point */
+		return lm_backend_sync(fw->be);
 	/* Only the requested rows go through the final norm and the vocabulary projection: the
 	 * norm gathers them into h, so the lm_head reads its weights once for n_out rows. */
 	for (int32_t i = 0; i < b->n_out; i++)

@@ -33,7 +33,7 @@ struct lm_batch {
 	int32_t n;                    /* tokens in the batch */
 	const int32_t *ids;           /* [n] token ids: required on the first stage, else NULL */
 	const struct lm_tok_loc *loc; /* [n] slot and position of each token */
-	int32_t n_out;                /* head only: rows whose logits are wanted */
+	int32_t n_out;                /* head only: rows whose logits are wanted (0: none) */
 	const int32_t *out_rows; /* [n_out] indices into the batch, e.g. each sequence's last */
 };
 

@@ -1,10 +1,393 @@
-#include "common/err.h"
-#include "kernels/backend.h"
+/* cpu_backend.c — the CPU backend object: the lm_backend_i table over the kernels of
+ * kernels/cpu, a persistent thread pool, and per-backend scratch.
+ *
+ * Backend memory is host memory. Weights are used in place (the mmapped GGUF bytes). Matmul
+ * converts the batch's activations to the weight type's vec_dot type into scratch that grows
+ * only when a larger batch than any before arrives, then splits the weight rows across the pool
+ * in chunks taken from an atomic counter, so every weight row is read once per batch by one
+ * thread. Each output element is computed by exactly one thread with the same kernel, so results
+ * do not depend on the thread count.
+ */
+#include "kernels/cpu/cpu_backend.h"
 
-/* Placeholder until the CPU kernels land: the backend reports itself unavailable. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/pool.h"
+
+/* Below this many weight elements times tokens a matmul runs on the caller alone: waking the
+ * pool costs more than it saves. */
+#define CPU_MM_MIN_PARALLEL (64 * 1024)
+/* Converting activations is split across threads from this many tokens on. */
+#define CPU_CONV_MIN_PARALLEL 8
+/* Row chunks handed out per thread (more chunks balance better when a core is shared). */
+#define CPU_MM_CHUNKS_PER_THREAD 4
+#define CPU_ALIGN                64
+
+struct cpu_ctx {
+	struct cpu_pool pool;
+	struct cpu_kernels k;
+	uint8_t *act; /* activations converted for matmul: [n][vec_dot row bytes] */
+	size_t act_cap;
+	uint8_t *attn; /* attention scratch: [n_threads][stride] */
+	size_t attn_cap;
+};
+
+static const struct lm_backend_i cpu_iface;
+
+static size_t cpu_round(size_t b)
+{
+	return (b + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+}
+
+/* Grows *buf to at least `bytes` (contents are not kept). */
+static int cpu_grow(uint8_t **buf, size_t *cap, size_t bytes)
+{
+	if (bytes <= *cap)
+		return 0;
+	size_t want = cpu_round(bytes + bytes / 4);
+	uint8_t *p = aligned_alloc(CPU_ALIGN, want);
+	if (p == NULL)
+		return LM_ENOMEM;
+	free(*buf);
+	*buf = p;
+	*cap = want;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Memory                                                                                     */
+
+static void cpu_fini(void *vctx)
+{
+	struct cpu_ctx *c = vctx;
+	if (c == NULL)
+		return;
+	cpu_pool_fini(&c->pool);
+	free(c->act);
+	free(c->attn);
+	free(c);
+}
+
+static void *cpu_malloc(void *vctx, size_t bytes)
+{
+	(void)vctx;
+	size_t n = cpu_round(bytes > 0 ? bytes : 1);
+	if (n < bytes)
+		return NULL;
+	void *p = aligned_alloc(CPU_ALIGN, n);
+	if (p != NULL)
+		memset(p, 0, n);
+	return p;
+}
+
+static void cpu_mfree(void *vctx, void *p)
+{
+	(void)vctx;
+	free(p);
+}
+
+static int cpu_copy(void *vctx, void *dst, const void *src, size_t n)
+{
+	(void)vctx;
+	if (n > 0)
+		memmove(dst, src, n);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Matmul                                                                                     */
+
+struct cpu_conv_job {
+	cpu_from_f32_fn conv;
+	const float *x;
+	uint8_t *dst;
+	int64_t ne0;
+	size_t stride;
+	int n;
+};
+
+static void cpu_conv_part(void *arg, int ith, int nth)
+{
+	const struct cpu_conv_job *j = arg;
+	const int t0 = (int)((int64_t)j->n * ith / nth),
+		  t1 = (int)((int64_t)j->n * (ith + 1) / nth);
+	for (int t = t0; t < t1; t++)
+		j->conv(j->x + (size_t)t * (size_t)j->ne0, j->dst + (size_t)t * j->stride, j->ne0);
+}
+
+struct cpu_mm_job {
+	struct cpu_mm m;
+	cpu_mm_fn mm;
+	int64_t chunk;
+	_Atomic int64_t next;
+};
+
+static void cpu_mm_part(void *arg, int ith, int nth)
+{
+	struct cpu_mm_job *j = arg;
+	(void)ith;
+	(void)nth;
+	for (;;) {
+		int64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+		if (r0 >= j->m.ne1)
+			break;
+		int64_t r1 = r0 + j->chunk < j->m.ne1 ? r0 + j->chunk : j->m.ne1;
+		j->mm(&j->m, r0, r1);
+	}
+}
+
+static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const float *x, int n)
+{
+	struct cpu_ctx *c = vctx;
+	if ((unsigned)w->type >= LM_DTYPE_COUNT || c->k.type[w->type].mm == NULL)
+		return LM_EUNSUPPORTED;
+	if (n <= 0)
+		return n == 0 ? 0 : LM_EINVAL;
+	const struct cpu_type_ops *ops = &c->k.type[w->type];
+	const enum lm_dtype vdt = ops->vec_dot_type;
+	uint64_t wbytes, xbytes;
+	if (lm_dtype_row_bytes(w->type, (uint64_t)w->ne0, &wbytes) < 0 || wbytes != w->row_bytes ||
+	    lm_dtype_row_bytes(vdt, (uint64_t)w->ne0, &xbytes) < 0)
+		return LM_EINVAL;
+
+	struct cpu_mm_job job = {
+		.m =
+			{
+				.w = w->data,
+				.row_bytes = w->row_bytes,
+				.ne0 = w->ne0,
+				.ne1 = w->ne1,
+				.y = y,
+				.n = n,
+			},
+		.mm = ops->mm,
+	};
+	const int64_t work = w->ne0 * w->ne1 * n;
+	const int nth = work < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads;
+
+	if (vdt == LM_F32) {
+		job.m.x = (const uint8_t *)x;
+		job.m.x_stride = (size_t)w->ne0 * sizeof(float);
+	} else {
+		int rc = cpu_grow(&c->act, &c->act_cap, (size_t)n * xbytes);
+		if (rc < 0)
+			return rc;
+		struct cpu_conv_job conv = {
+			.conv = c->k.type[vdt].from_f32,
+			.x = x,
+			.dst = c->act,
+			.ne0 = w->ne0,
+			.stride = xbytes,
+			.n = n,
+		};
+		cpu_pool_run(&c->pool, cpu_conv_part, &conv, n >= CPU_CONV_MIN_PARALLEL ? nth : 1);
+		job.m.x = c->act;
+		job.m.x_stride = xbytes;
+	}
+
+	if (nth == 1) {
+		ops->mm(&job.m, 0, w->ne1);
+		return 0;
+	}
+	int64_t chunk = w->ne1 / ((int64_t)nth * CPU_MM_CHUNKS_PER_THREAD);
+	chunk = (chunk + 15) / 16 * 16;
+	job.chunk = chunk > 16 ? chunk : 16;
+	atomic_init(&job.next, 0);
+	cpu_pool_run(&c->pool, cpu_mm_part, &job, nth);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Attention                                                                                  */
+
+struct cpu_attn_job {
+	struct cpu_attn a;
+	_Atomic int64_t next;
+};
+
+static void cpu_attn_part(void *arg, int ith, int nth)
+{
+	struct cpu_attn_job *j = arg;
+	(void)nth;
+	const int64_t items = (int64_t)j->a.n * j->a.n_heads;
+	uint8_t *scratch = j->a.scratch + (size_t)ith * j->a.scratch_stride;
+	for (;;) {
+		int64_t i0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+		if (i0 >= items)
+			break;
+		cpu_attn_items(&j->a, i0, i0 + 1, scratch);
+	}
+}
+
+static int cpu_attention(void *vctx, float *out, const float *q, const struct lm_kv_layer *kv,
+			 const struct lm_tok_loc *loc, int n, int n_heads, float scale)
+{
+	struct cpu_ctx *c = vctx;
+	int rc = cpu_attn_check(kv, loc, n, n_heads);
+	if (rc < 0 || n == 0)
+		return rc;
+	const size_t stride = cpu_round(cpu_attn_scratch_bytes(kv));
+	const int64_t items = (int64_t)n * n_heads;
+	const int nth = items < c->pool.n_threads ? (int)items : c->pool.n_threads;
+	rc = cpu_grow(&c->attn, &c->attn_cap, stride * (size_t)nth);
+	if (rc < 0)
+		return rc;
+	struct cpu_attn_job job = {
+		.a =
+			{
+				.k = &c->k,
+				.out = out,
+				.q = q,
+				.kv = kv,
+				.loc = loc,
+				.n = n,
+				.n_heads = n_heads,
+				.scale = scale,
+				.scratch = c->attn,
+				.scratch_stride = stride,
+			},
+	};
+	if (nth == 1) {
+		cpu_attn_items(&job.a, 0, items, c->attn);
+		return 0;
+	}
+	atomic_init(&job.next, 0);
+	cpu_pool_run(&c->pool, cpu_attn_part, &job, nth);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The small ops                                                                              */
+
+static int cpu_op_get_rows(void *vctx, float *y, const struct lm_weight *table, const int32_t *ids,
+			   int n)
+{
+	(void)vctx;
+	return cpu_get_rows(y, table, ids, n);
+}
+
+static int cpu_op_rmsnorm(void *vctx, float *y, const float *x, const float *w, int dim, int n,
+			  float eps)
+{
+	struct cpu_ctx *c = vctx;
+	for (int t = 0; t < n; t++)
+		c->k.rmsnorm(y + (size_t)t * (size_t)dim, x + (size_t)t * (size_t)dim, w, dim, eps);
+	return 0;
+}
+
+static int cpu_op_rope(void *vctx, float *x, int n_heads, int head_dim,
+		       const struct lm_tok_loc *loc, int n, const struct lm_rope_params *rp)
+{
+	(void)vctx;
+	if ((rp->mode != LM_ROPE_NORM && rp->mode != LM_ROPE_NEOX) || rp->n_rot < 0 ||
+	    rp->n_rot % 2 != 0 || rp->n_rot > head_dim)
+		return LM_EINVAL;
+	cpu_rope(x, n_heads, head_dim, loc, n, rp);
+	return 0;
+}
+
+static int cpu_op_kv_store(void *vctx, const struct lm_kv_layer *kv, const float *k, const float *v,
+			   const struct lm_tok_loc *loc, int n)
+{
+	struct cpu_ctx *c = vctx;
+	return cpu_kv_store(&c->k, kv, k, v, loc, n);
+}
+
+static int cpu_op_silu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
+{
+	struct cpu_ctx *c = vctx;
+	c->k.silu_mul(y, gate, up, len);
+	return 0;
+}
+
+static int cpu_op_add(void *vctx, float *y, const float *a, size_t len)
+{
+	struct cpu_ctx *c = vctx;
+	c->k.add(y, a, len);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Construction                                                                               */
+
+static const struct lm_backend_i cpu_iface = {
+	.version = LM_BACKEND_VERSION,
+	.name = "cpu",
+	.fini = cpu_fini,
+	.malloc = cpu_malloc,
+	.mfree = cpu_mfree,
+	.upload = cpu_copy,
+	.download = cpu_copy,
+	.weight_init = NULL,
+	.weight_fini = NULL,
+	.get_rows = cpu_op_get_rows,
+	.matmul = cpu_matmul,
+	.rmsnorm = cpu_op_rmsnorm,
+	.rope = cpu_op_rope,
+	.kv_store = cpu_op_kv_store,
+	.attention = cpu_attention,
+	.silu_mul = cpu_op_silu_mul,
+	.add = cpu_op_add,
+	.sync = NULL,
+};
+
+static void cpu_pick_kernels(struct cpu_kernels *k, int force_scalar)
+{
+	*k = cpu_kernels_generic;
+	if (force_scalar)
+		return;
+#if defined(LM_CPU_SIMD) && (defined(__x86_64__) || defined(__i386__))
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("f16c")) {
+		cpu_kernels_avx2_fill(k);
+		if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+			cpu_kernels_avx512_fill(k);
+	}
+#endif
+}
+
 int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts)
 {
-	(void)b;
-	(void)opts;
-	return LM_EUNSUPPORTED;
+	b->iface = NULL;
+	b->ctx = NULL;
+	struct cpu_ctx *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return LM_ENOMEM;
+	int n_threads = opts != NULL ? opts->n_threads : 0;
+	if (n_threads <= 0) {
+		long online = sysconf(_SC_NPROCESSORS_ONLN);
+		n_threads = online > 0 ? (int)online : 1;
+	}
+	cpu_pick_kernels(&c->k, opts != NULL && opts->force_scalar);
+	int rc = cpu_pool_init(&c->pool, n_threads);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	lm_debug("cpu backend: %d threads, %s kernels", n_threads, c->k.name);
+	b->iface = &cpu_iface;
+	b->ctx = c;
+	return 0;
+}
+
+const char *lm_backend_cpu_kernels(const struct lm_backend *b)
+{
+	if (b == NULL || b->iface != &cpu_iface)
+		return NULL;
+	return ((const struct cpu_ctx *)b->ctx)->k.name;
+}
+
+int lm_backend_cpu_threads(const struct lm_backend *b)
+{
+	if (b == NULL || b->iface != &cpu_iface)
+		return 0;
+	return ((const struct cpu_ctx *)b->ctx)->pool.n_threads;
 }

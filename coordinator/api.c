@@ -1,0 +1,837 @@
+/* api.c — the coordinator's HTTP API. See api.h.
+ *
+ * A completion is a `struct api_call`. The HTTP handler validates the request, tokenizes the
+ * prompt and submits it to the scheduler; from then on the scheduler thread drives the call
+ * through on_token/on_done, which detokenize (holding back text that could still become a stop
+ * string) and either accumulate the answer (plain requests, finished in on_done) or queue
+ * server-sent events on the hijacked connection (streams). A stream's writer runs on NNG's
+ * threads; the call is freed when both the scheduler and the writer are done with it.
+ */
+#include "coordinator/api.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+#define API_MAX_BODY     (4u << 20)
+#define API_MAX_STOPS    4
+#define API_MAX_STOP_LEN 256
+#define API_MAX_LOGPROBS 20
+
+struct api {
+	struct api_cfg cfg;
+	struct lm_httpd httpd;
+	_Atomic uint64_t next_id;
+};
+
+/* A growable byte buffer. */
+struct api_buf {
+	char *p;
+	size_t len, cap;
+};
+
+static int api_buf_add(struct api_buf *b, const void *src, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (p == NULL)
+			return LM_ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, src, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+struct api_call {
+	struct api *api;
+	char id[48];
+	long created;
+	uint64_t seq_id;
+	bool stream, want_ids;
+	int32_t n_logprobs;
+	/* Generation state: the scheduler thread's alone once submitted. */
+	struct tok_stream ts;
+	struct api_buf text;    /* everything emitted (plain requests) */
+	struct api_buf pending; /* detokenized text held back for stop-string matching */
+	char *stops[API_MAX_STOPS];
+	int n_stops;
+	size_t max_stop;
+	bool stop_hit;
+	int32_t *prompt, n_prompt;
+	int32_t *gen, n_gen, cap_gen;
+	cJSON *lp_tokens, *lp_values, *lp_top, *lp_offsets; /* plain requests with logprobs */
+	size_t text_offset;
+	struct timespec t_submit, t_first, t_done;
+	/* Plain requests: the handler's aio, finished in on_done. */
+	nng_aio *aio;
+	/* Streams, under mu: queued bytes, the write in flight, and who still holds the call. */
+	pthread_mutex_t mu;
+	nng_http_conn *conn;
+	nng_aio *wr;
+	struct api_buf out, writing;
+	bool write_busy, write_failed, sched_done, writer_released;
+	int refs;
+};
+
+/* ------------------------------------------------------------------ utilities */
+
+static double api_ms(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+static void api_call_free(struct api_call *c)
+{
+	for (int i = 0; i < c->n_stops; i++)
+		free(c->stops[i]);
+	free(c->text.p);
+	free(c->pending.p);
+	free(c->out.p);
+	free(c->writing.p);
+	free(c->prompt);
+	free(c->gen);
+	cJSON_Delete(c->lp_tokens);
+	cJSON_Delete(c->lp_values);
+	cJSON_Delete(c->lp_top);
+	cJSON_Delete(c->lp_offsets);
+	/* The last reference may be dropped inside the write aio's own callback, where
+	 * nng_aio_free would wait for itself: reap it in the background instead. */
+	if (c->wr != NULL)
+		nng_aio_reap(c->wr);
+	if (c->conn != NULL)
+		nng_http_conn_close(c->conn);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+/* Drops one reference (stream calls have two: the scheduler's and the writer's). */
+static void api_call_unref(struct api_call *c)
+{
+	pthread_mutex_lock(&c->mu);
+	int left = --c->refs;
+	pthread_mutex_unlock(&c->mu);
+	if (left == 0)
+		api_call_free(c);
+}
+
+/* A token's text as JSON wants it: valid UTF-8 as is, else "bytes:\xNN..." as OpenAI does. */
+static cJSON *api_token_string(const struct api *a, int32_t token)
+{
+	size_t len = 0;
+	const char *p = tok_piece(a->cfg.vocab, token, &len);
+	char buf[512];
+	bool valid = p != NULL;
+	for (size_t i = 0; valid && i < len;) {
+		uint8_t c = (uint8_t)p[i];
+		size_t n = c < 0x80         ? 1
+			   : (c >> 5) == 6  ? 2
+			   : (c >> 4) == 14 ? 3
+			   : (c >> 3) == 30 ? 4
+					    : 0;
+		if (n == 0 || i + n > len)
+			valid = false;
+		for (size_t k = 1; valid && k < n; k++)
+			valid = ((uint8_t)p[i + k] >> 6) == 2;
+		i += n ? n : 1;
+	}
+	if (p != NULL && valid && len < sizeof buf) {
+		memcpy(buf, p, len);
+		buf[len] = '\0';
+		return cJSON_CreateString(buf);
+	}
+	size_t at = (size_t)snprintf(buf, sizeof buf, "bytes:");
+	for (size_t i = 0; p != NULL && i < len && at + 5 < sizeof buf; i++)
+		at += (size_t)snprintf(buf + at, sizeof buf - at, "\\x%02x", (uint8_t)p[i]);
+	return cJSON_CreateString(buf);
+}
+
+/* ------------------------------------------------------------------ streams */
+
+static void api_write_next(struct api_call *c);
+
+static void api_write_cb(void *arg)
+{
+	struct api_call *c = arg;
+	int rv = nng_aio_result(c->wr);
+	pthread_mutex_lock(&c->mu);
+	c->write_busy = false;
+	c->writing.len = 0;
+	if (rv != 0 && !c->write_failed) {
+		/* The client went away: end its sequence everywhere. */
+		c->write_failed = true;
+		if (!c->sched_done)
+			sched_cancel(c->api->cfg.sched, c->seq_id);
+	}
+	pthread_mutex_unlock(&c->mu);
+	api_write_next(c);
+}
+
+/* Starts the next write if none is running; releases the writer's reference once the
+ * scheduler is done and everything is written (or writing failed). */
+static void api_write_next(struct api_call *c)
+{
+	bool release = false;
+	pthread_mutex_lock(&c->mu);
+	if (c->write_busy || c->conn == NULL) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	if (!c->write_failed && c->out.len > 0) {
+		struct api_buf t = c->writing;
+		c->writing = c->out;
+		c->out = t;
+		c->out.len = 0;
+		nng_iov iov = {.iov_buf = c->writing.p, .iov_len = c->writing.len};
+		nng_aio_set_iov(c->wr, 1, &iov);
+		c->write_busy = true;
+		nng_http_conn_write_all(c->conn, c->wr);
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	if (c->sched_done && !c->writer_released) {
+		c->writer_released = true;
+		release = true;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (release)
+		api_call_unref(c);
+}
+
+static void api_stream_event(struct api_call *c, const char *data)
+{
+	pthread_mutex_lock(&c->mu);
+	if (!c->write_failed) {
+		api_buf_add(&c->out, "data: ", 6);
+		api_buf_add(&c->out, data, strlen(data));
+		api_buf_add(&c->out, "\n\n", 2);
+	}
+	pthread_mutex_unlock(&c->mu);
+	api_write_next(c);
+}
+
+static cJSON *api_chunk(struct api_call *c, const char *text, const char *finish)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "id", c->id);
+	cJSON_AddStringToObject(o, "object", "text_completion");
+	cJSON_AddNumberToObject(o, "created", (double)c->created);
+	cJSON_AddStringToObject(o, "model", c->api->cfg.model_name);
+	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+	cJSON *ch = cJSON_CreateObject();
+	cJSON_AddItemToArray(choices, ch);
+	cJSON_AddStringToObject(ch, "text", text);
+	cJSON_AddNumberToObject(ch, "index", 0);
+	cJSON_AddNullToObject(ch, "logprobs");
+	if (finish != NULL)
+		cJSON_AddStringToObject(ch, "finish_reason", finish);
+	else
+		cJSON_AddNullToObject(ch, "finish_reason");
+	return o;
+}
+
+/* ------------------------------------------------------------------ generation callbacks */
+
+/* Emits text that can no longer be part of a stop string. */
+static void api_emit(struct api_call *c, const char *text, size_t len, int32_t token, float logprob,
+		     const int32_t *top_ids, const float *top_lp, int32_t n_top)
+{
+	if (!c->stream) {
+		api_buf_add(&c->text, text, len);
+		return;
+	}
+	char *piece = malloc(len + 1);
+	if (piece == NULL)
+		return;
+	memcpy(piece, text, len);
+	piece[len] = '\0';
+	cJSON *o = api_chunk(c, piece, NULL);
+	free(piece);
+	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+	if (token >= 0 && c->n_logprobs > 0) {
+		cJSON *lp = cJSON_CreateObject();
+		cJSON *toks = cJSON_AddArrayToObject(lp, "tokens");
+		cJSON_AddItemToArray(toks, api_token_string(c->api, token));
+		cJSON *vals = cJSON_AddArrayToObject(lp, "token_logprobs");
+		cJSON_AddItemToArray(vals, cJSON_CreateNumber(logprob));
+		cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs");
+		cJSON *top = cJSON_CreateObject();
+		for (int32_t i = 0; i < n_top; i++) {
+			cJSON *s = api_token_string(c->api, top_ids[i]);
+			cJSON_AddNumberToObject(top, cJSON_GetStringValue(s), top_lp[i]);
+			cJSON_Delete(s);
+		}
+		cJSON_AddItemToArray(tops, top);
+		cJSON_ReplaceItemInObject(ch, "logprobs", lp);
+	}
+	if (token >= 0 && c->want_ids) {
+		cJSON *ids = cJSON_AddArrayToObject(o, "token_ids");
+		cJSON_AddItemToArray(ids, cJSON_CreateNumber(token));
+	}
+	char *s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	if (s != NULL) {
+		api_stream_event(c, s);
+		free(s);
+	}
+}
+
+/* Moves detokenized text from `pending` out, holding back the longest tail that could still
+ * begin a stop string; returns true when a stop string was found (text after it is dropped). */
+static bool api_release_text(struct api_call *c, bool final, int32_t token, float logprob,
+			     const int32_t *top_ids, const float *top_lp, int32_t n_top)
+{
+	size_t cut = c->pending.len;
+	bool hit = false;
+	for (int i = 0; i < c->n_stops; i++) {
+		char *at = c->pending.len ? memmem(c->pending.p, c->pending.len, c->stops[i],
+						   strlen(c->stops[i]))
+					  : NULL;
+		if (at != NULL && (size_t)(at - c->pending.p) < cut) {
+			cut = (size_t)(at - c->pending.p);
+			hit = true;
+		}
+	}
+	if (!hit && !final && c->max_stop > 1) {
+		size_t keep = c->max_stop - 1;
+		cut = c->pending.len > keep ? c->pending.len - keep : 0;
+		/* Hold back only what could really start a stop string. */
+		while (cut < c->pending.len) {
+			bool prefix = false;
+			for (int i = 0; i < c->n_stops && !prefix; i++) {
+				size_t n = c->pending.len - cut;
+				prefix = n <= strlen(c->stops[i]) &&
+					 memcmp(c->pending.p + cut, c->stops[i], n) == 0;
+			}
+			if (prefix)
+				break;
+			cut++;
+		}
+	}
+	if (cut > 0 || token >= 0)
+		api_emit(c, c->pending.p ? c->pending.p : "", cut, token, logprob, top_ids, top_lp,
+			 n_top);
+	memmove(c->pending.p, c->pending.p + cut, c->pending.len - cut);
+	c->pending.len -= cut;
+	if (hit)
+		c->pending.len = 0;
+	return hit;
+}
+
+static void api_on_token(void *arg, int32_t token, float logprob, const int32_t *top_ids,
+			 const float *top_lp, int32_t n_top)
+{
+	struct api_call *c = arg;
+	if (c->n_gen == 0)
+		clock_gettime(CLOCK_MONOTONIC, &c->t_first);
+	if (c->n_gen == c->cap_gen) {
+		int32_t cap = c->cap_gen ? c->cap_gen * 2 : 64;
+		int32_t *g = realloc(c->gen, (size_t)cap * sizeof *g);
+		if (g == NULL)
+			return;
+		c->gen = g;
+		c->cap_gen = cap;
+	}
+	c->gen[c->n_gen++] = token;
+	if (c->stop_hit)
+		return;
+	char piece[1024];
+	size_t n = 0;
+	if (tok_stream_push(c->api->cfg.vocab, &c->ts, token, piece, sizeof piece, &n) == 0)
+		api_buf_add(&c->pending, piece, n);
+	if (!c->stream && c->n_logprobs > 0) {
+		cJSON_AddItemToArray(c->lp_tokens, api_token_string(c->api, token));
+		cJSON_AddItemToArray(c->lp_values, cJSON_CreateNumber(logprob));
+		cJSON *top = cJSON_CreateObject();
+		for (int32_t i = 0; i < n_top; i++) {
+			cJSON *s = api_token_string(c->api, top_ids[i]);
+			cJSON_AddNumberToObject(top, cJSON_GetStringValue(s), top_lp[i]);
+			cJSON_Delete(s);
+		}
+		cJSON_AddItemToArray(c->lp_top, top);
+		cJSON_AddItemToArray(
+			c->lp_offsets,
+			cJSON_CreateNumber((double)(c->text.len + c->pending.len - n)));
+	}
+	if (api_release_text(c, false, token, logprob, top_ids, top_lp, n_top)) {
+		c->stop_hit = true;
+		sched_cancel(c->api->cfg.sched, c->seq_id);
+	}
+}
+
+static void api_add_usage(struct api_call *c, cJSON *o)
+{
+	cJSON *u = cJSON_AddObjectToObject(o, "usage");
+	cJSON_AddNumberToObject(u, "prompt_tokens", c->n_prompt);
+	cJSON_AddNumberToObject(u, "completion_tokens", c->n_gen);
+	cJSON_AddNumberToObject(u, "total_tokens", c->n_prompt + c->n_gen);
+	/* Timings in the manner of llama.cpp's server: prefill is submit to first token. */
+	cJSON *t = cJSON_AddObjectToObject(o, "timings");
+	double prefill = c->n_gen > 0 ? api_ms(&c->t_submit, &c->t_first) : 0;
+	double decode = c->n_gen > 1 ? api_ms(&c->t_first, &c->t_done) : 0;
+	cJSON_AddNumberToObject(t, "prompt_n", c->n_prompt);
+	cJSON_AddNumberToObject(t, "prompt_ms", prefill);
+	cJSON_AddNumberToObject(t, "predicted_n", c->n_gen);
+	cJSON_AddNumberToObject(t, "predicted_ms", decode);
+	if (c->want_ids) {
+		cJSON *p = cJSON_AddArrayToObject(o, "prompt_token_ids");
+		for (int32_t i = 0; i < c->n_prompt; i++)
+			cJSON_AddItemToArray(p, cJSON_CreateNumber(c->prompt[i]));
+	}
+}
+
+static void api_on_done(void *arg, enum sched_finish why, int code, const char *msg)
+{
+	struct api_call *c = arg;
+	clock_gettime(CLOCK_MONOTONIC, &c->t_done);
+	if (!c->stop_hit && why != SCHED_FINISH_ERROR) {
+		char tail[8];
+		size_t n = tok_stream_flush(&c->ts, tail, sizeof tail);
+		api_buf_add(&c->pending, tail, n);
+		if (api_release_text(c, true, -1, 0, NULL, NULL, 0))
+			c->stop_hit = true;
+	}
+	const char *finish = c->stop_hit || why == SCHED_FINISH_STOP ? "stop" : "length";
+
+	if (!c->stream) {
+		if (why == SCHED_FINISH_ERROR) {
+			uint16_t status =
+				code == LM_EUNAVAILABLE || code == LM_ETIMEOUT ? 503 : 500;
+			lm_httpd_reply_error(c->aio, status, "server_error", NULL, "%s",
+					     msg ? msg : lm_strerror(code));
+		} else {
+			cJSON *o = api_chunk(c, c->text.p ? c->text.p : "", finish);
+			if (c->n_logprobs > 0) {
+				cJSON *ch =
+					cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+				cJSON *lp = cJSON_CreateObject();
+				cJSON_AddItemToObject(lp, "tokens", c->lp_tokens);
+				cJSON_AddItemToObject(lp, "token_logprobs", c->lp_values);
+				cJSON_AddItemToObject(lp, "top_logprobs", c->lp_top);
+				cJSON_AddItemToObject(lp, "text_offset", c->lp_offsets);
+				c->lp_tokens = c->lp_values = c->lp_top = c->lp_offsets = NULL;
+				cJSON_ReplaceItemInObject(ch, "logprobs", lp);
+			}
+			if (c->want_ids) {
+				cJSON *ids = cJSON_AddArrayToObject(o, "token_ids");
+				for (int32_t i = 0; i < c->n_gen; i++)
+					cJSON_AddItemToArray(ids, cJSON_CreateNumber(c->gen[i]));
+			}
+			api_add_usage(c, o);
+			lm_httpd_reply_json(c->aio, 200, o);
+		}
+		c->refs = 0;
+		api_call_free(c);
+		return;
+	}
+
+	if (why == SCHED_FINISH_ERROR) {
+		char *e = lm_httpd_error_json("server_error", NULL, msg ? msg : lm_strerror(code));
+		if (e != NULL) {
+			api_stream_event(c, e);
+			free(e);
+		}
+	} else if (why != SCHED_FINISH_CANCEL || c->stop_hit) {
+		cJSON *o = api_chunk(c, "", finish);
+		api_add_usage(c, o);
+		char *s = cJSON_PrintUnformatted(o);
+		cJSON_Delete(o);
+		if (s != NULL) {
+			api_stream_event(c, s);
+			free(s);
+		}
+	}
+	api_stream_event(c, "[DONE]");
+	pthread_mutex_lock(&c->mu);
+	c->sched_done = true;
+	pthread_mutex_unlock(&c->mu);
+	api_write_next(c);
+	api_call_unref(c);
+}
+
+/* ------------------------------------------------------------------ request parsing */
+
+/* Reads an optional number field with bounds; writes a 400 and returns false when invalid. */
+static bool api_number(nng_aio *aio, const cJSON *req, const char *key, double lo, double hi,
+		       bool integer, double *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+	if (v == NULL || cJSON_IsNull(v))
+		return true;
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", key,
+				     "'%s' must be a number", key);
+		return false;
+	}
+	double x = v->valuedouble;
+	if ((integer && x != floor(x)) || x < lo || x > hi) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", key,
+				     "'%s' must be %s in [%g, %g], got %g", key,
+				     integer ? "an integer" : "a number", lo, hi, x);
+		return false;
+	}
+	*out = x;
+	return true;
+}
+
+static const char *const api_known_keys[] = {
+	"model",
+	"prompt",
+	"max_tokens",
+	"temperature",
+	"top_p",
+	"top_k",
+	"min_p",
+	"seed",
+	"stop",
+	"stream",
+	"logprobs",
+	"return_token_ids",
+	"n",
+	"echo",
+	"user",
+	"presence_penalty",
+	"frequency_penalty",
+	"best_of",
+	"logit_bias",
+	"suffix",
+	"stream_options",
+	NULL,
+};
+
+/* Parses and validates a completion request into c; on failure the reply is sent. */
+static bool api_parse(struct api *a, nng_aio *aio, const cJSON *req, struct api_call *c,
+		      struct sched_req *r)
+{
+	if (!cJSON_IsObject(req)) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", NULL,
+				     "the request body must be a JSON object");
+		return false;
+	}
+	for (const cJSON *k = req->child; k != NULL; k = k->next) {
+		bool known = false;
+		for (int i = 0; api_known_keys[i] != NULL && !known; i++)
+			known = strcmp(k->string, api_known_keys[i]) == 0;
+		if (!known) {
+			lm_httpd_reply_error(aio, 400, "invalid_request_error", k->string,
+					     "unknown field '%s'", k->string);
+			return false;
+		}
+	}
+	/* The prompt: a string, or an array of token ids. */
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+	lm_diag d = {{0}};
+	if (cJSON_IsString(p)) {
+		size_t n = 0;
+		const char *text = p->valuestring;
+		int rc = tok_encode_alloc(a->cfg.vocab, text, strlen(text),
+					  tok_add_bos(a->cfg.vocab), &c->prompt, &n, &d);
+		if (rc != 0) {
+			lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt", "%s",
+					     lm_diag_str(&d, rc));
+			return false;
+		}
+		c->n_prompt = (int32_t)n;
+	} else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 &&
+		   cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+		int n = cJSON_GetArraySize(p);
+		c->prompt = malloc((size_t)n * sizeof *c->prompt);
+		if (c->prompt == NULL) {
+			lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
+			return false;
+		}
+		int i = 0;
+		for (const cJSON *e = p->child; e != NULL; e = e->next, i++) {
+			if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+			    e->valuedouble < 0 || e->valuedouble >= tok_n_vocab(a->cfg.vocab)) {
+				lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt",
+						     "prompt[%d] is not a token id of this model",
+						     i);
+				return false;
+			}
+			c->prompt[i] = (int32_t)e->valuedouble;
+		}
+		c->n_prompt = n;
+	} else {
+		lm_httpd_reply_error(
+			aio, 400, "invalid_request_error", "prompt",
+			"'prompt' must be a string or an array of token ids (one prompt "
+			"per request)");
+		return false;
+	}
+	if (c->n_prompt == 0) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt",
+				     "the prompt has no tokens");
+		return false;
+	}
+	if (c->n_prompt >= a->cfg.max_seq) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt",
+				     "the prompt has %d tokens; the context holds %d", c->n_prompt,
+				     a->cfg.max_seq);
+		return false;
+	}
+
+	double max_tokens = 16, temp = 1, top_p = 1, top_k = 0, min_p = 0, seed = 0, lp = 0, n = 1;
+	if (!api_number(aio, req, "max_tokens", 0, a->cfg.max_seq, true, &max_tokens) ||
+	    !api_number(aio, req, "temperature", 0, 100, false, &temp) ||
+	    !api_number(aio, req, "top_p", 1e-9, 1, false, &top_p) ||
+	    !api_number(aio, req, "top_k", 0, 1e9, true, &top_k) ||
+	    !api_number(aio, req, "min_p", 0, 1, false, &min_p) ||
+	    !api_number(aio, req, "seed", 0, 9007199254740991.0, true, &seed) ||
+	    !api_number(aio, req, "logprobs", 0, API_MAX_LOGPROBS, true, &lp) ||
+	    !api_number(aio, req, "n", 1, 1, true, &n))
+		return false;
+	if (c->n_prompt + max_tokens > a->cfg.max_seq)
+		max_tokens = a->cfg.max_seq - c->n_prompt; /* ends with finish_reason "length" */
+
+	const cJSON *stream = cJSON_GetObjectItemCaseSensitive(req, "stream");
+	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(req, "return_token_ids");
+	if ((stream && !cJSON_IsBool(stream) && !cJSON_IsNull(stream)) ||
+	    (ids && !cJSON_IsBool(ids) && !cJSON_IsNull(ids))) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error",
+				     stream && !cJSON_IsBool(stream) ? "stream"
+								     : "return_token_ids",
+				     "must be true or false");
+		return false;
+	}
+	c->stream = cJSON_IsTrue(stream);
+	c->want_ids = cJSON_IsTrue(ids);
+	const cJSON *echo = cJSON_GetObjectItemCaseSensitive(req, "echo");
+	if (cJSON_IsTrue(echo)) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", "echo",
+				     "echo is not supported");
+		return false;
+	}
+
+	const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
+	if (cJSON_IsString(stop) || cJSON_IsArray(stop)) {
+		const cJSON *e = cJSON_IsString(stop) ? stop : stop->child;
+		for (; e != NULL; e = cJSON_IsString(stop) ? NULL : e->next) {
+			size_t len = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
+			if (!cJSON_IsString(e) || len == 0 || len > API_MAX_STOP_LEN ||
+			    c->n_stops == API_MAX_STOPS) {
+				lm_httpd_reply_error(
+					aio, 400, "invalid_request_error", "stop",
+					"'stop' must be up to %d non-empty strings of at "
+					"most %d bytes",
+					API_MAX_STOPS, API_MAX_STOP_LEN);
+				return false;
+			}
+			c->stops[c->n_stops++] = strdup(e->valuestring);
+			if (len > c->max_stop)
+				c->max_stop = len;
+		}
+	} else if (stop != NULL && !cJSON_IsNull(stop)) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", "stop",
+				     "'stop' must be a string or an array of strings");
+		return false;
+	}
+
+	c->n_logprobs = (int32_t)lp;
+	*r = (struct sched_req){.prompt = c->prompt,
+				.n_prompt = c->n_prompt,
+				.max_tokens = (int32_t)max_tokens,
+				.sampling = {.temperature = (float)temp,
+					     .top_k = (int32_t)top_k,
+					     .top_p = (float)top_p,
+					     .min_p = (float)min_p,
+					     .seed = (uint64_t)seed},
+				.n_logprobs = c->n_logprobs,
+				.on_token = api_on_token,
+				.on_done = api_on_done,
+				.arg = c};
+	return true;
+}
+
+static void api_completions(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	cJSON *req = cJSON_ParseWithLength(body, len);
+	if (req == NULL) {
+		lm_httpd_reply_error(aio, 400, "invalid_request_error", NULL,
+				     "the request body is not valid JSON");
+		return;
+	}
+	struct api_call *c = calloc(1, sizeof *c);
+	if (c == NULL) {
+		cJSON_Delete(req);
+		lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
+		return;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	c->api = a;
+	c->created = (long)time(NULL);
+	snprintf(c->id, sizeof c->id, "cmpl-%llx%06llx", (unsigned long long)c->created,
+		 (unsigned long long)atomic_fetch_add(&a->next_id, 1));
+	tok_stream_init(&c->ts);
+	c->lp_tokens = cJSON_CreateArray();
+	c->lp_values = cJSON_CreateArray();
+	c->lp_top = cJSON_CreateArray();
+	c->lp_offsets = cJSON_CreateArray();
+	struct sched_req r;
+	bool ok = api_parse(a, aio, req, c, &r);
+	cJSON_Delete(req);
+	if (!ok) {
+		api_call_free(c);
+		return;
+	}
+
+	lm_diag d = {{0}};
+	clock_gettime(CLOCK_MONOTONIC, &c->t_submit);
+	if (!c->stream) {
+		c->aio = aio;
+		int rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
+		if (rc != 0) {
+			lm_httpd_reply_error(aio, rc == LM_EUNAVAILABLE ? 503 : 400,
+					     rc == LM_EUNAVAILABLE ? "server_error"
+								   : "invalid_request_error",
+					     NULL, "%s", lm_diag_str(&d, rc));
+			api_call_free(c);
+		}
+		return; /* on_done finishes the aio */
+	}
+
+	/* A stream: the scheduler and the writer each hold a reference. */
+	c->refs = 2;
+	if (nng_aio_alloc(&c->wr, api_write_cb, c) != 0) {
+		lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
+		api_call_free(c);
+		return;
+	}
+	nng_http_conn *conn = nng_aio_get_input(aio, 2);
+	int rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
+	if (rc != 0) {
+		lm_httpd_reply_error(aio, rc == LM_EUNAVAILABLE ? 503 : 400,
+				     rc == LM_EUNAVAILABLE ? "server_error"
+							   : "invalid_request_error",
+				     NULL, "%s", lm_diag_str(&d, rc));
+		api_call_free(c);
+		return;
+	}
+	/* Take the connection over and write the response head ourselves: NNG's server only
+	 * sends whole responses, and events must go out as tokens arrive. */
+	static const char head[] = "HTTP/1.1 200 OK\r\n"
+				   "Content-Type: text/event-stream\r\n"
+				   "Cache-Control: no-cache\r\n"
+				   "Connection: close\r\n\r\n";
+	nng_http_hijack(conn);
+	nng_http_req_free(lm_httpd_req(aio));
+	pthread_mutex_lock(&c->mu);
+	struct api_buf queued = c->out;
+	c->out = (struct api_buf){0};
+	api_buf_add(&c->out, head, sizeof head - 1);
+	if (queued.len > 0)
+		api_buf_add(&c->out, queued.p, queued.len);
+	free(queued.p);
+	c->conn = conn;
+	pthread_mutex_unlock(&c->mu);
+	nng_aio_finish(aio, 0);
+	api_write_next(c);
+	/* The writer's reference goes when it has written everything after the scheduler's end;
+	 * api_write_next drops it, and the last api_call_unref frees the call. */
+}
+
+/* ------------------------------------------------------------------ small endpoints */
+
+static void api_models(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "object", "list");
+	cJSON *data = cJSON_AddArrayToObject(o, "data");
+	cJSON *m = cJSON_CreateObject();
+	cJSON_AddStringToObject(m, "id", a->cfg.model_name);
+	cJSON_AddStringToObject(m, "object", "model");
+	cJSON_AddNumberToObject(m, "created", 0);
+	cJSON_AddStringToObject(m, "owned_by", "layermesh");
+	cJSON_AddNumberToObject(m, "context_length", a->cfg.max_seq);
+	cJSON_AddItemToArray(data, m);
+	lm_httpd_reply_json(aio, 200, o);
+}
+
+static void api_healthz(nng_aio *aio)
+{
+	lm_httpd_reply(aio, 200, "text/plain", "ok\n", 3);
+}
+
+static void api_readyz(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	char why[512] = "no mesh";
+	if (a->cfg.ready != NULL && a->cfg.ready(a->cfg.mesh, why, sizeof why)) {
+		lm_httpd_reply(aio, 200, "text/plain", "ready\n", 6);
+		return;
+	}
+	char body[600];
+	int n = snprintf(body, sizeof body, "not ready: %s\n", why);
+	lm_httpd_reply(aio, 503, "text/plain", body, (size_t)n);
+}
+
+static void api_status(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!lm_httpd_authorized(aio, a->cfg.auth_token)) {
+		lm_httpd_reply_error(aio, 401, "authentication_error", NULL,
+				     "a bearer token is required");
+		return;
+	}
+	lm_httpd_reply_json(aio, 200, a->cfg.status ? a->cfg.status(a->cfg.mesh) : NULL);
+}
+
+static void api_metrics(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	char *s = a->cfg.metrics ? a->cfg.metrics(a->cfg.mesh) : NULL;
+	if (s == NULL) {
+		lm_httpd_reply(aio, 500, "text/plain", "metrics unavailable\n", 20);
+		return;
+	}
+	lm_httpd_reply(aio, 200, "text/plain; version=0.0.4", s, strlen(s));
+	free(s);
+}
+
+int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
+{
+	struct api *a = calloc(1, sizeof *a);
+	int rc;
+	*out = NULL;
+	if (a == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	a->cfg = *cfg;
+	if ((rc = lm_httpd_init(&a->httpd, cfg->http, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "POST", "/v1/completions", api_completions, a,
+				 API_MAX_BODY, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "GET", "/v1/models", api_models, a, 0, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "GET", "/healthz", api_healthz, a, 0, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "GET", "/readyz", api_readyz, a, 0, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "GET", "/v1/status", api_status, a, 0, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "GET", "/metrics", api_metrics, a, 0, d)) != 0 ||
+	    (rc = lm_httpd_start(&a->httpd, d)) != 0) {
+		api_stop(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void api_stop(struct api *a)
+{
+	if (a == NULL)
+		return;
+	lm_httpd_fini(&a->httpd);
+	free(a);
+}

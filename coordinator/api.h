@@ -1,0 +1,46 @@
+/* api.h — the coordinator's HTTP API: OpenAI-compatible completions and the mesh's own
+ * endpoints.
+ *
+ *   POST /v1/completions   {prompt, max_tokens, temperature, top_p, top_k, min_p, seed, stop,
+ *                           stream, logprobs, return_token_ids}; prompt is a string or an
+ *                           array of token ids. stream: server-sent events, then [DONE].
+ *   GET  /v1/models        the one model this mesh serves
+ *   GET  /healthz          200 while the coordinator runs
+ *   GET  /readyz           200 when every worker is ready, else 503 and the reason
+ *   GET  /v1/status        every worker's status and the fence (from the mesh)
+ *   GET  /metrics          Prometheus text (from the mesh)
+ *
+ * Text exists only here: prompts are tokenized and tokens detokenized in the coordinator. Errors
+ * are OpenAI-style JSON: {"error": {"message", "type", "param", "code"}}.
+ */
+#ifndef LM_API_H
+#define LM_API_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#include "common/httpd.h"
+#include "common/tokenizer.h"
+#include "coordinator/scheduler.h"
+
+struct api;
+
+struct api_cfg {
+	const char *http;       /* host:port */
+	const char *model_name; /* shown as "model" */
+	const char *auth_token; /* admin endpoints need it when set */
+	int32_t max_seq;        /* context length */
+	const tok_vocab *vocab; /* borrowed */
+	struct sched *sched;    /* borrowed */
+	/* Mesh-level endpoints, provided by the mesh (may be NULL). They run on HTTP threads. */
+	void *mesh;
+	bool (*ready)(void *mesh, char *why, size_t cap);
+	cJSON *(*status)(void *mesh);
+	char *(*metrics)(void *mesh);
+};
+
+int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d);
+/* Stops serving; live streams are closed. NULL is harmless. */
+void api_stop(struct api *a);
+
+#endif

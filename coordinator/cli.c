@@ -1,0 +1,127 @@
+#include "coordinator/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void lm_gen_args_default(struct lm_gen_args *g, const char *cmd)
+{
+	memset(g, 0, sizeof *g);
+	g->cmd = cmd;
+	g->n_predict = 256;
+	g->sampling = LM_SAMPLING_DEFAULT;
+	g->kv_type = LM_F32;
+}
+
+int lm_cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+		return -1;
+	*out = (int32_t)v;
+	return 0;
+}
+
+int lm_cli_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (*s == '-' || *s == '\0')
+		return -1;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int lm_cli_float(const char *s, double lo, double hi, float *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi)
+		return -1;
+	*out = (float)v;
+	return 0;
+}
+
+int lm_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "layermesh %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n(see 'layermesh %s --help')\n", cmd);
+	return 2;
+}
+
+int lm_gen_args_parse(struct lm_gen_args *g, int opt, const char *arg)
+{
+	switch (opt) {
+	case 'p':
+		g->prompt = arg;
+		return 0;
+	case 'n':
+		if (lm_cli_int(arg, 0, 1 << 20, &g->n_predict) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "-n expects an integer in [0, 1048576], got '%s'", arg);
+		return 0;
+	case 't':
+		if (lm_cli_float(arg, 0, 100, &g->sampling.temperature) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "--temp expects a number in [0, 100], got '%s'", arg);
+		return 0;
+	case 'k':
+		if (lm_cli_int(arg, 0, 1 << 30, &g->sampling.top_k) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "--top-k expects a non-negative integer, got '%s'", arg);
+		return 0;
+	case 'P':
+		if (lm_cli_float(arg, 1e-9, 1, &g->sampling.top_p) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "--top-p expects a number in (0, 1], got '%s'", arg);
+		return 0;
+	case 'M':
+		if (lm_cli_float(arg, 0, 1, &g->sampling.min_p) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "--min-p expects a number in [0, 1], got '%s'", arg);
+		return 0;
+	case 's':
+		if (lm_cli_u64(arg, &g->sampling.seed) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "--seed expects a non-negative integer, got '%s'", arg);
+		return 0;
+	case 'T':
+		if (lm_cli_int(arg, 1, 1024, &g->threads) != 0)
+			return lm_cli_usage_error(g->cmd,
+						  "--threads expects an integer in [1, 1024], got "
+						  "'%s'",
+						  arg);
+		return 0;
+	case 'c':
+		if (lm_cli_int(arg, 1, 1 << 24, &g->ctx) != 0)
+			return lm_cli_usage_error(
+				g->cmd, "--ctx expects a positive integer, got '%s'", arg);
+		return 0;
+	case 'K': {
+		int t = lm_dtype_parse(arg);
+		if (t != LM_F32 && t != LM_F16 && t != LM_Q8_0)
+			return lm_cli_usage_error(
+				g->cmd, "--kv-type expects f32, f16 or q8_0, got '%s'", arg);
+		g->kv_type = (enum lm_dtype)t;
+		return 0;
+	}
+	case 'i':
+		g->print_ids = true;
+		return 0;
+	default:
+		return lm_cli_usage_error(g->cmd, "unhandled option");
+	}
+}

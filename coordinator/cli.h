@@ -1,0 +1,36 @@
+/* cli.h — argument parsing shared by the subcommands that generate text (`run`, `generate`),
+ * so the two accept the same flags with the same defaults and the same error messages. */
+#ifndef LM_CLI_H
+#define LM_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "common/sampling.h"
+
+struct lm_gen_args {
+	const char *cmd; /* "run", "generate": for messages */
+	const char *prompt;
+	int32_t n_predict; /* -n: tokens to generate at most */
+	struct lm_sampling sampling;
+	int32_t threads; /* <= 0: every online CPU */
+	int32_t ctx;     /* <= 0: the model's context length, capped */
+	enum lm_dtype kv_type;
+	bool print_ids; /* --ids */
+};
+
+void lm_gen_args_default(struct lm_gen_args *g, const char *cmd);
+/* Applies one getopt_long result shared by the generating commands: 'p' --prompt, 'n' -n,
+ * 't' --temp, 'k' --top-k, 'P' --top-p, 'M' --min-p, 's' --seed, 'T' --threads, 'c' --ctx,
+ * 'K' --kv-type, 'i' --ids. Returns 0, or 2 after printing a usage error. */
+int lm_gen_args_parse(struct lm_gen_args *g, int opt, const char *arg);
+
+/* Strict number parsing: the whole string, in range. 0 or -1. */
+int lm_cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out);
+int lm_cli_u64(const char *s, uint64_t *out);
+int lm_cli_float(const char *s, double lo, double hi, float *out);
+/* Prints "layermesh CMD: MESSAGE" and a hint to use --help on stderr; returns 2. */
+int lm_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,759 @@
+/* scheduler.c — continuous batching over the data ring. See scheduler.h. */
+#include "coordinator/scheduler.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+#define SCHED_MAX_INFLIGHT 16
+#define SCHED_IDLE_WAIT_MS 50
+
+struct sched_seq {
+	uint64_t id;
+	int32_t slot; /* -1 while queued */
+	int32_t *tok; /* [cap]: prompt then generated tokens */
+	int32_t n_tok, cap;
+	int32_t n_prompt, n_gen;
+	int32_t n_done; /* positions whose KV rows the workers hold */
+	int32_t max_tokens;
+	int32_t n_logprobs;
+	struct lm_sampling sampling;
+	void (*on_token)(void *, int32_t, float, const int32_t *, const float *, int32_t);
+	void (*on_done)(void *, enum sched_finish, int, const char *);
+	void *arg;
+	bool inflight;
+	bool cancel;
+	struct sched_seq *next; /* inbox / wait queue link */
+};
+
+struct sched_batch {
+	uint64_t id;
+	int64_t sent_ms;
+	int32_t n;
+	struct sched_seq **seqs; /* [slots] */
+	int32_t *chunk;          /* [slots] tokens of each sequence in the batch */
+	bool *sample;            /* [slots] */
+};
+
+struct sched {
+	struct sched_cfg cfg;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* Shared with other threads, under mu. */
+	bool stopping, available;
+	char why[256];
+	struct sched_seq *inbox, *inbox_tail;
+	uint64_t *cancels;
+	int32_t n_cancels, cap_cancels;
+	nng_msg **rx;
+	int32_t n_rx, cap_rx;
+	uint64_t next_seq_id;
+	/* The scheduler thread's own. */
+	struct sched_seq **slot_seq; /* [slots] */
+	struct sched_seq *wait_head, *wait_tail;
+	struct sched_batch inflight[SCHED_MAX_INFLIGHT];
+	int32_t n_inflight;
+	int32_t rr; /* round-robin start for fairness */
+	uint64_t next_batch_id;
+	int32_t *release; /* [slots] slots to empty on the workers */
+	int32_t n_release;
+	nng_aio *rx_aio;
+	struct wire_buf buf;
+	struct wire_scratch scratch;
+	struct wire_limits lim;
+	struct wire_seq *wseqs; /* [slots] */
+	int32_t *ids;           /* [max_batch] */
+	struct sched_stats stats;
+};
+
+static int64_t sched_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sched_free_seq(struct sched_seq *q)
+{
+	if (q != NULL) {
+		free(q->tok);
+		free(q);
+	}
+}
+
+/* ------------------------------------------------------------------ the receive side */
+
+static void sched_rx_cb(void *arg)
+{
+	struct sched *s = arg;
+	int rv = nng_aio_result(s->rx_aio);
+	if (rv != 0) {
+		if (rv != NNG_ECLOSED && rv != NNG_ECANCELED) {
+			lm_warn("ring receive failed: %s", nng_strerror(rv));
+			nng_recv_aio(s->cfg.pull, s->rx_aio);
+		}
+		return;
+	}
+	nng_msg *m = nng_aio_get_msg(s->rx_aio);
+	pthread_mutex_lock(&s->mu);
+	if (s->n_rx == s->cap_rx) {
+		int32_t cap = s->cap_rx ? s->cap_rx * 2 : 64;
+		nng_msg **rx = realloc(s->rx, (size_t)cap * sizeof *rx);
+		if (rx == NULL) {
+			pthread_mutex_unlock(&s->mu);
+			nng_msg_free(m); /* its batch will time out and fail cleanly */
+			nng_recv_aio(s->cfg.pull, s->rx_aio);
+			return;
+		}
+		s->rx = rx;
+		s->cap_rx = cap;
+	}
+	s->rx[s->n_rx++] = m;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	nng_recv_aio(s->cfg.pull, s->rx_aio);
+}
+
+/* ------------------------------------------------------------------ sequence ends */
+
+static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish why, int code,
+			 const char *msg)
+{
+	if (q->slot >= 0) {
+		s->slot_seq[q->slot] = NULL;
+		bool listed = false;
+		for (int32_t i = 0; i < s->n_release; i++)
+			listed |= s->release[i] == q->slot;
+		if (!listed)
+			s->release[s->n_release++] = q->slot;
+		atomic_fetch_sub(&s->stats.active, 1);
+	}
+	q->on_done(q->arg, why, code, msg);
+	sched_free_seq(q);
+}
+
+static struct sched_batch *sched_find_batch(struct sched *s, uint64_t id, int32_t *index)
+{
+	for (int32_t i = 0; i < s->n_inflight; i++)
+		if (s->inflight[i].id == id) {
+			*index = i;
+			return &s->inflight[i];
+		}
+	return NULL;
+}
+
+static void sched_drop_batch(struct sched *s, int32_t i)
+{
+	struct sched_batch tmp = s->inflight[i];
+	memmove(&s->inflight[i], &s->inflight[i + 1],
+		(size_t)(s->n_inflight - i - 1) * sizeof s->inflight[0]);
+	s->inflight[--s->n_inflight] = tmp; /* keep its arrays for reuse */
+}
+
+/* Fails every sequence of batch i with code/msg. */
+static void sched_fail_batch(struct sched *s, int32_t i, int code, const char *msg)
+{
+	struct sched_batch *b = &s->inflight[i];
+	for (int32_t k = 0; k < b->n; k++)
+		sched_finish(s, b->seqs[k], SCHED_FINISH_ERROR, code, msg);
+	sched_drop_batch(s, i);
+}
+
+static bool sched_is_stop(const struct sched *s, int32_t token)
+{
+	for (int32_t i = 0; i < s->cfg.n_stop_ids; i++)
+		if (s->cfg.stop_ids[i] == token)
+			return true;
+	return false;
+}
+
+static void sched_on_tokens(struct sched *s, nng_msg *m)
+{
+	struct wire_tokens t;
+	lm_diag d = {{0}};
+	int rc = wire_decode_tokens(nng_msg_body(m), nng_msg_len(m), &s->lim, &s->scratch, &t, &d);
+	if (rc != 0) {
+		atomic_fetch_add(&s->stats.ring_errors, 1);
+		lm_warn("dropped a malformed TOKENS message: %s", lm_diag_str(&d, rc));
+		return; /* its batch times out */
+	}
+	int32_t bi;
+	struct sched_batch *b = sched_find_batch(s, t.batch_id, &bi);
+	if (b == NULL) {
+		lm_debug("TOKENS for batch %llu, which is no longer waited for",
+			 (unsigned long long)t.batch_id);
+		return;
+	}
+	const uint8_t *top = t.payload;
+	int32_t ti = 0;
+	for (int32_t k = 0; k < b->n; k++) {
+		struct sched_seq *q = b->seqs[k];
+		q->inflight = false;
+		q->n_done += b->chunk[k];
+		if (!b->sample[k]) {
+			if (q->cancel)
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+			continue;
+		}
+		if (ti >= t.n || t.toks[ti].seq_id != q->id) {
+			sched_finish(s, q, SCHED_FINISH_ERROR, LM_EPROTO,
+				     "the last worker did not return a token for this sequence");
+			continue;
+		}
+		const struct wire_token *tk = &t.toks[ti++];
+		int32_t top_ids[64];
+		float top_lp[64];
+		int32_t n_top = tk->n_top < 64 ? tk->n_top : 64;
+		for (int32_t j = 0; j < n_top; j++) {
+			memcpy(&top_ids[j], top + 4 * j, 4);
+			memcpy(&top_lp[j], top + 4 * (tk->n_top + j), 4);
+		}
+		top += 8 * (size_t)tk->n_top;
+		if (q->cancel) {
+			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+			continue;
+		}
+		if (sched_is_stop(s, tk->token)) {
+			sched_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
+			continue;
+		}
+		q->tok[q->n_tok++] = tk->token;
+		q->n_gen++;
+		atomic_fetch_add(&s->stats.tokens_generated, 1);
+		q->on_token(q->arg, tk->token, tk->logprob, top_ids, top_lp, n_top);
+		if (q->cancel)
+			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		else if (q->n_gen >= q->max_tokens || q->n_tok >= s->cfg.max_seq)
+			sched_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+	}
+	sched_drop_batch(s, bi);
+}
+
+static void sched_on_ring_error(struct sched *s, nng_msg *m)
+{
+	struct wire_error e;
+	lm_diag d = {{0}};
+	atomic_fetch_add(&s->stats.ring_errors, 1);
+	if (wire_decode_error(nng_msg_body(m), nng_msg_len(m), &e, &d) != 0) {
+		lm_warn("dropped a malformed ERROR message: %s", d.msg);
+		return;
+	}
+	int32_t bi;
+	if (sched_find_batch(s, e.id, &bi) == NULL) {
+		lm_warn("a worker refused message %llu (%s): %s", (unsigned long long)e.id,
+			wire_type_name(e.about), e.msg);
+		return;
+	}
+	char msg[600];
+	snprintf(msg, sizeof msg, "a worker refused the batch: %s", e.msg);
+	lm_warn("batch %llu failed: %s", (unsigned long long)e.id, e.msg);
+	sched_fail_batch(s, bi, e.code < 0 ? e.code : LM_EPROTO, msg);
+}
+
+static void sched_on_msg(struct sched *s, nng_msg *m)
+{
+	struct wire_head h;
+	lm_diag d = {{0}};
+	if (wire_peek(nng_msg_body(m), nng_msg_len(m), &h, &d) != 0) {
+		atomic_fetch_add(&s->stats.ring_errors, 1);
+		lm_warn("dropped a ring message: %s", d.msg);
+	} else if (h.type == WIRE_TOKENS) {
+		sched_on_tokens(s, m);
+	} else if (h.type == WIRE_ERROR) {
+		sched_on_ring_error(s, m);
+	} else if (h.type != WIRE_RELEASE) { /* RELEASE coming home is its acknowledgement */
+		atomic_fetch_add(&s->stats.ring_errors, 1);
+		lm_warn("unexpected %s on the ring", wire_type_name(h.type));
+	}
+	nng_msg_free(m);
+}
+
+/* ------------------------------------------------------------------ the send side */
+
+static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *payload, size_t len)
+{
+	nng_msg *m;
+	if (nng_msg_alloc(&m, 0) != 0)
+		return LM_ENOMEM;
+	if (nng_msg_append(m, hdr->data, hdr->len) != 0 ||
+	    (len > 0 && nng_msg_append(m, payload, len) != 0)) {
+		nng_msg_free(m);
+		return LM_ENOMEM;
+	}
+	int rv = nng_sendmsg(s->cfg.push, m, 0);
+	if (rv != 0) {
+		nng_msg_free(m);
+		return rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO;
+	}
+	return 0;
+}
+
+static void sched_send_release(struct sched *s)
+{
+	if (s->n_release == 0)
+		return;
+	struct wire_release r = {.id = s->next_batch_id++,
+				 .fingerprint = s->cfg.fingerprint,
+				 .n = s->n_release,
+				 .slots = s->release};
+	wire_buf_reset(&s->buf);
+	if (wire_encode_release(&s->buf, &r) == 0 && sched_send(s, &s->buf, NULL, 0) == 0)
+		s->n_release = 0;
+	/* On failure the slots stay listed and go with the next RELEASE; a new sequence in a
+	 * slot starts at position 0 and needs no release to be correct. */
+}
+
+/* Packs the next batch from sequences not in flight. Returns false when there is none. */
+static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n_tokens)
+{
+	int32_t slots = s->cfg.slots, active = 0, ready = 0;
+	for (int32_t i = 0; i < slots; i++)
+		if (s->slot_seq[i] != NULL) {
+			active++;
+			ready += !s->slot_seq[i]->inflight;
+		}
+	if (ready == 0)
+		return false;
+	/* Spread the active sequences over the batches in flight so each stage has work: a
+	 * batch takes at most its share of them. */
+	int32_t share = (active + s->cfg.max_inflight - 1) / s->cfg.max_inflight;
+	int32_t budget = s->cfg.max_batch, n = 0;
+	b->n = 0;
+	for (int32_t k = 0; k < slots && b->n < share && budget > 0; k++) {
+		struct sched_seq *q = s->slot_seq[(s->rr + k) % slots];
+		if (q == NULL || q->inflight)
+			continue;
+		int32_t remaining = q->n_tok - q->n_done;
+		int32_t chunk = remaining;
+		if (chunk > s->cfg.prefill_chunk)
+			chunk = s->cfg.prefill_chunk;
+		if (chunk > budget)
+			chunk = budget;
+		memcpy(s->ids + n, q->tok + q->n_done, (size_t)chunk * sizeof *s->ids);
+		struct wire_seq *w = &s->wseqs[b->n];
+		*w = (struct wire_seq){.seq_id = q->id,
+				       .slot = q->slot,
+				       .pos = q->n_done,
+				       .n_tokens = chunk,
+				       .sample = q->n_done + chunk == q->n_tok,
+				       .step = (uint64_t)q->n_gen,
+				       .n_logprobs = q->n_logprobs,
+				       .sampling = q->sampling};
+		b->seqs[b->n] = q;
+		b->chunk[b->n] = chunk;
+		b->sample[b->n] = w->sample;
+		b->n++;
+		n += chunk;
+		budget -= chunk;
+	}
+	s->rr = (s->rr + 1) % slots;
+	*n_tokens = n;
+	return b->n > 0;
+}
+
+static void sched_dispatch(struct sched *s)
+{
+	while (s->n_inflight < s->cfg.max_inflight) {
+		struct sched_batch *b = &s->inflight[s->n_inflight];
+		int32_t n = 0;
+		if (!sched_build_batch(s, b, &n))
+			return;
+		b->id = s->next_batch_id++;
+		struct wire_forward f = {.batch_id = b->id,
+					 .fingerprint = s->cfg.fingerprint,
+					 .n_seqs = b->n,
+					 .seqs = s->wseqs,
+					 .n_tokens = n,
+					 .dtype = WIRE_DT_I32,
+					 .dim = 1,
+					 .payload = NULL,
+					 .payload_len = (size_t)n * sizeof(int32_t)};
+		wire_buf_reset(&s->buf);
+		int rc = wire_encode_forward(&s->buf, &f);
+		if (rc == 0)
+			rc = sched_send(s, &s->buf, s->ids, f.payload_len);
+		if (rc != 0) {
+			/* The first worker is not taking messages: try again on the next turn. */
+			lm_debug("FORWARD not sent: %s", lm_strerror(rc));
+			return;
+		}
+		b->sent_ms = sched_now_ms();
+		for (int32_t k = 0; k < b->n; k++)
+			b->seqs[k]->inflight = true;
+		s->n_inflight++;
+		atomic_fetch_add(&s->stats.batches, 1);
+	}
+}
+
+/* ------------------------------------------------------------------ the thread */
+
+static void sched_admit(struct sched *s)
+{
+	for (int32_t i = 0; i < s->cfg.slots && s->wait_head != NULL; i++) {
+		if (s->slot_seq[i] != NULL)
+			continue;
+		struct sched_seq *q = s->wait_head;
+		s->wait_head = q->next;
+		if (s->wait_head == NULL)
+			s->wait_tail = NULL;
+		q->next = NULL;
+		q->slot = i;
+		s->slot_seq[i] = q;
+		atomic_fetch_sub(&s->stats.queued, 1);
+		atomic_fetch_add(&s->stats.active, 1);
+	}
+}
+
+static void sched_apply_cancel(struct sched *s, uint64_t id)
+{
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q != NULL && q->id == id) {
+			if (q->inflight)
+				q->cancel = true; /* ends when its batch comes back */
+			else
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+			return;
+		}
+	}
+	for (struct sched_seq **p = &s->wait_head; *p != NULL; p = &(*p)->next) {
+		if ((*p)->id != id)
+			continue;
+		struct sched_seq *q = *p;
+		*p = q->next;
+		if (s->wait_tail == q) {
+			s->wait_tail = NULL;
+			for (struct sched_seq *t = s->wait_head; t != NULL; t = t->next)
+				s->wait_tail = t;
+		}
+		atomic_fetch_sub(&s->stats.queued, 1);
+		sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		return;
+	}
+}
+
+static void sched_fail_all(struct sched *s, int code, const char *msg)
+{
+	while (s->n_inflight > 0)
+		sched_fail_batch(s, 0, code, msg);
+	for (int32_t i = 0; i < s->cfg.slots; i++)
+		if (s->slot_seq[i] != NULL)
+			sched_finish(s, s->slot_seq[i], SCHED_FINISH_ERROR, code, msg);
+	while (s->wait_head != NULL) {
+		struct sched_seq *q = s->wait_head;
+		s->wait_head = q->next;
+		atomic_fetch_sub(&s->stats.queued, 1);
+		sched_finish(s, q, SCHED_FINISH_ERROR, code, msg);
+	}
+	s->wait_tail = NULL;
+}
+
+static void *sched_main(void *arg)
+{
+	struct sched *s = arg;
+	uint64_t *cancels = NULL;
+	nng_msg **rx = NULL;
+	int32_t cap_c = 0, cap_r = 0;
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->stopping) {
+		/* Take everything other threads handed over, then work without the lock. */
+		struct sched_seq *in = s->inbox;
+		s->inbox = s->inbox_tail = NULL;
+		int32_t nc = s->n_cancels, nr = s->n_rx;
+		if (nc > cap_c) {
+			uint64_t *c = realloc(cancels, (size_t)nc * sizeof *c);
+			if (c != NULL) {
+				cancels = c;
+				cap_c = nc;
+			}
+		}
+		if (nr > cap_r) {
+			nng_msg **r = realloc(rx, (size_t)nr * sizeof *r);
+			if (r != NULL) {
+				rx = r;
+				cap_r = nr;
+			}
+		}
+		nc = nc < cap_c ? nc : cap_c;
+		nr = nr < cap_r ? nr : cap_r;
+		memcpy(cancels, s->cancels, (size_t)nc * sizeof *cancels);
+		memmove(s->cancels, s->cancels + nc, (size_t)(s->n_cancels - nc) * sizeof *cancels);
+		s->n_cancels -= nc;
+		memcpy(rx, s->rx, (size_t)nr * sizeof *rx);
+		memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *rx);
+		s->n_rx -= nr;
+		bool up = s->available;
+		char why[256];
+		memcpy(why, s->why, sizeof why);
+		pthread_mutex_unlock(&s->mu);
+
+		while (in != NULL) {
+			struct sched_seq *q = in;
+			in = in->next;
+			q->next = NULL;
+			if (s->wait_tail != NULL)
+				s->wait_tail->next = q;
+			else
+				s->wait_head = q;
+			s->wait_tail = q;
+		}
+		for (int32_t i = 0; i < nr; i++)
+			sched_on_msg(s, rx[i]);
+		for (int32_t i = 0; i < nc; i++)
+			sched_apply_cancel(s, cancels[i]);
+		if (!up) {
+			sched_fail_all(s, LM_EUNAVAILABLE, why);
+		} else {
+			int64_t now = sched_now_ms();
+			for (int32_t i = 0; i < s->n_inflight;) {
+				if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
+					char msg[160];
+					snprintf(
+						msg, sizeof msg,
+						"the mesh did not return batch %llu within %lld ms",
+						(unsigned long long)s->inflight[i].id,
+						(long long)s->cfg.batch_timeout_ms);
+					lm_warn("%s", msg);
+					sched_fail_batch(s, i, LM_ETIMEOUT, msg);
+				} else {
+					i++;
+				}
+			}
+			sched_admit(s);
+			sched_send_release(s);
+			sched_dispatch(s);
+		}
+
+		pthread_mutex_lock(&s->mu);
+		if (s->inbox == NULL && s->n_cancels == 0 && s->n_rx == 0 && !s->stopping) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += SCHED_IDLE_WAIT_MS * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	free(cancels);
+	free(rx);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ public */
+
+int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
+{
+	struct sched *s = calloc(1, sizeof *s);
+	*out = NULL;
+	if (s == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	s->cfg = *cfg;
+	if (s->cfg.max_inflight < 1)
+		s->cfg.max_inflight = 1;
+	if (s->cfg.max_inflight > SCHED_MAX_INFLIGHT)
+		s->cfg.max_inflight = SCHED_MAX_INFLIGHT;
+	if (s->cfg.prefill_chunk < 1)
+		s->cfg.prefill_chunk = s->cfg.max_batch;
+	if (s->cfg.batch_timeout_ms <= 0)
+		s->cfg.batch_timeout_ms = 30000;
+	s->available = true;
+	s->next_seq_id = 1;
+	s->next_batch_id = 1;
+	s->lim = (struct wire_limits){.fingerprint = cfg->fingerprint,
+				      .slots = cfg->slots,
+				      .max_seq = cfg->max_seq,
+				      .dim = 1,
+				      .n_vocab = cfg->n_vocab,
+				      .max_batch = cfg->max_batch,
+				      .max_seqs = cfg->slots,
+				      .max_logprobs = cfg->max_logprobs};
+	int32_t slots = cfg->slots;
+	s->slot_seq = calloc((size_t)slots, sizeof *s->slot_seq);
+	s->release = calloc((size_t)slots * 2, sizeof *s->release);
+	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
+	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
+	bool ok = s->slot_seq && s->release && s->wseqs && s->ids &&
+		  wire_scratch_init(&s->scratch, slots) == 0;
+	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
+		struct sched_batch *b = &s->inflight[i];
+		b->seqs = calloc((size_t)slots, sizeof *b->seqs);
+		b->chunk = calloc((size_t)slots, sizeof *b->chunk);
+		b->sample = calloc((size_t)slots, sizeof *b->sample);
+		ok = b->seqs && b->chunk && b->sample;
+	}
+	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0) {
+		sched_stop(s);
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->cv);
+		nng_aio_free(s->rx_aio);
+		s->rx_aio = NULL;
+		sched_stop(s);
+		return lm_fail(d, LM_EOS, "cannot start the scheduler thread");
+	}
+	nng_recv_aio(cfg->pull, s->rx_aio);
+	*out = s;
+	return 0;
+}
+
+void sched_stop(struct sched *s)
+{
+	if (s == NULL)
+		return;
+	if (s->rx_aio != NULL) {
+		nng_aio_stop(s->rx_aio);
+		pthread_mutex_lock(&s->mu);
+		s->stopping = true;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->thread, NULL);
+		/* Everything still live ends now, on this thread, with its callbacks called. */
+		while (s->inbox != NULL) {
+			struct sched_seq *q = s->inbox;
+			s->inbox = q->next;
+			q->next = NULL;
+			q->slot = -1;
+			q->on_done(q->arg, SCHED_FINISH_ERROR, LM_ECANCELED,
+				   "the coordinator is stopping");
+			sched_free_seq(q);
+		}
+		sched_fail_all(s, LM_ECANCELED, "the coordinator is stopping");
+		nng_aio_free(s->rx_aio);
+		for (int32_t i = 0; i < s->n_rx; i++)
+			nng_msg_free(s->rx[i]);
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->cv);
+	}
+	for (int32_t i = 0; i < SCHED_MAX_INFLIGHT; i++) {
+		free(s->inflight[i].seqs);
+		free(s->inflight[i].chunk);
+		free(s->inflight[i].sample);
+	}
+	free(s->slot_seq);
+	free(s->release);
+	free(s->wseqs);
+	free(s->ids);
+	free(s->cancels);
+	free(s->rx);
+	wire_scratch_fini(&s->scratch);
+	wire_buf_fini(&s->buf);
+	free(s);
+}
+
+int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d)
+{
+	int rc;
+	if (r->n_prompt < 1)
+		return lm_fail(d, LM_EINVAL, "the prompt has no tokens");
+	if (r->n_prompt >= s->cfg.max_seq)
+		return lm_fail(
+			d, LM_EINVAL,
+			"the prompt has %d tokens; the context holds %d (prompt plus at least "
+			"one generated token)",
+			r->n_prompt, s->cfg.max_seq);
+	for (int32_t i = 0; i < r->n_prompt; i++)
+		if (r->prompt[i] < 0 || r->prompt[i] >= s->cfg.n_vocab)
+			return lm_fail(d, LM_EINVAL,
+				       "prompt token %d (id %d) is not in the vocabulary", i,
+				       r->prompt[i]);
+	if (r->max_tokens < 0)
+		return lm_fail(d, LM_EINVAL, "max_tokens must not be negative");
+	if (r->n_logprobs < 0 || r->n_logprobs > s->cfg.max_logprobs)
+		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
+	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
+		return rc;
+
+	struct sched_seq *q = calloc(1, sizeof *q);
+	if (q == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	q->cap = s->cfg.max_seq;
+	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
+	if (q->tok == NULL) {
+		free(q);
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	}
+	memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
+	q->n_tok = q->n_prompt = r->n_prompt;
+	q->slot = -1;
+	q->max_tokens = r->max_tokens;
+	q->n_logprobs = r->n_logprobs;
+	q->sampling = r->sampling;
+	q->on_token = r->on_token;
+	q->on_done = r->on_done;
+	q->arg = r->arg;
+
+	pthread_mutex_lock(&s->mu);
+	if (!s->available || s->stopping) {
+		rc = lm_fail(d, LM_EUNAVAILABLE, "%s",
+			     s->stopping ? "the coordinator is stopping" : s->why);
+		pthread_mutex_unlock(&s->mu);
+		sched_free_seq(q);
+		return rc;
+	}
+	q->id = s->next_seq_id++;
+	*seq_id = q->id;
+	if (r->max_tokens == 0) {
+		/* Nothing to generate: done without touching the mesh. */
+		pthread_mutex_unlock(&s->mu);
+		atomic_fetch_add(&s->stats.requests, 1);
+		q->on_done(q->arg, SCHED_FINISH_LENGTH, 0, NULL);
+		sched_free_seq(q);
+		return 0;
+	}
+	if (s->inbox_tail != NULL)
+		s->inbox_tail->next = q;
+	else
+		s->inbox = q;
+	s->inbox_tail = q;
+	atomic_fetch_add(&s->stats.requests, 1);
+	atomic_fetch_add(&s->stats.queued, 1);
+	atomic_fetch_add(&s->stats.prompt_tokens, (uint64_t)r->n_prompt);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void sched_cancel(struct sched *s, uint64_t seq_id)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->n_cancels == s->cap_cancels) {
+		int32_t cap = s->cap_cancels ? s->cap_cancels * 2 : 16;
+		uint64_t *c = realloc(s->cancels, (size_t)cap * sizeof *c);
+		if (c == NULL) {
+			pthread_mutex_unlock(&s->mu);
+			return; /* the request runs to its end instead */
+		}
+		s->cancels = c;
+		s->cap_cancels = cap;
+	}
+	s->cancels[s->n_cancels++] = seq_id;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_set_available(struct sched *s, bool up, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	s->available = up;
+	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+const struct sched_stats *sched_stats(const struct sched *s)
+{
+	return &s->stats;
+}

@@ -1,0 +1,91 @@
+/* scheduler.h — the coordinator's scheduler: sequences, continuous batching and the data ring.
+ *
+ * One thread owns every sequence. Each step it packs the next token of every decoding sequence
+ * and chunks of prefilling ones into one FORWARD batch (continuous batching), sends it into the
+ * ring at the first worker, and keeps up to `max_inflight` batches travelling so every stage
+ * has work (micro-batch pipelining). The last worker samples and sends TOKENS back; the
+ * scheduler appends each token to its sequence and reports it through the request's callbacks.
+ *
+ * A sequence holds one KV slot, the same slot index on every worker, from admission to its end.
+ * The scheduler keeps every sequence's tokens (prompt and generated): that history is what a
+ * restarted worker's cache is rebuilt from.
+ *
+ * Threads. sched_submit and sched_cancel may be called from any thread. Callbacks run on the
+ * scheduler thread: they must not block, and may call sched_cancel.
+ */
+#ifndef LM_SCHEDULER_H
+#define LM_SCHEDULER_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/sampling.h"
+#include "common/wire.h"
+
+enum sched_finish {
+	SCHED_FINISH_LENGTH = 0, /* max_tokens or the context filled up */
+	SCHED_FINISH_STOP = 1,   /* the model ended the text (EOS, EOT or BOS) */
+	SCHED_FINISH_CANCEL = 2, /* sched_cancel (client gone, stop string matched) */
+	SCHED_FINISH_ERROR = 3,  /* the mesh failed the request: see the message */
+};
+
+struct sched_req {
+	const int32_t *prompt; /* copied at submit */
+	int32_t n_prompt;
+	int32_t max_tokens;
+	struct lm_sampling sampling;
+	int32_t n_logprobs;
+	/* One generated token; top_ids/top_lp hold n_top alternatives. */
+	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
+			 const float *top_lp, int32_t n_top);
+	/* The end, exactly once. code is 0 or an LM_E* value with `msg`. */
+	void (*on_done)(void *arg, enum sched_finish why, int code, const char *msg);
+	void *arg;
+};
+
+struct sched_cfg {
+	uint64_t fingerprint;
+	int32_t slots;        /* KV slots per worker */
+	int32_t max_seq;      /* context per sequence */
+	int32_t max_batch;    /* tokens per FORWARD */
+	int32_t max_inflight; /* batches travelling at once (>= 1; the stage count is a good value) */
+	int32_t prefill_chunk; /* prompt tokens of one sequence per batch */
+	int32_t n_vocab;
+	int32_t max_logprobs;
+	/* Token ids that end a sequence (EOS, EOT, BOS ...), at most 8. */
+	int32_t stop_ids[8];
+	int32_t n_stop_ids;
+	int64_t batch_timeout_ms; /* a batch not back by then fails its sequences */
+	nng_socket push;          /* to the first worker; opened and dialled by the caller */
+	nng_socket pull;          /* from the last worker; opened and listening */
+};
+
+struct sched_stats {
+	_Atomic uint64_t requests, tokens_generated, prompt_tokens, batches, ring_errors;
+	_Atomic int32_t active, queued;
+};
+
+struct sched;
+
+int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d);
+/* Fails every live request with LM_ECANCELED, stops the thread, frees. NULL is harmless. */
+void sched_stop(struct sched *s);
+
+/* Queues a request. LM_EINVAL for a bad prompt (empty, too long for the context, ids out of
+ * the vocabulary) with d saying why; LM_EUNAVAILABLE when the mesh is down. On success the
+ * request's on_done will be called exactly once; *seq_id names it for sched_cancel. */
+int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d);
+/* Ends a request early (its on_done reports SCHED_FINISH_CANCEL). Unknown ids are ignored. */
+void sched_cancel(struct sched *s, uint64_t seq_id);
+
+/* Marks the mesh up or down. While down, new requests get LM_EUNAVAILABLE with `why`, and live
+ * ones fail with it. */
+void sched_set_available(struct sched *s, bool up, const char *why);
+
+const struct sched_stats *sched_stats(const struct sched *s);
+
+#endif

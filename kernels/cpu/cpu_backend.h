@@ -1,0 +1,14 @@
+/* cpu_backend.h — what the CPU backend offers beyond kernels/backend.h. */
+#ifndef LM_CPU_BACKEND_H
+#define LM_CPU_BACKEND_H
+
+#include "kernels/backend.h"
+
+/* The kernel set a CPU backend dispatches to: "generic" (scalar reference, also what
+ * force_scalar selects), "avx2" (AVX2 + FMA + F16C) or "avx512" (AVX-512 F/BW/VL/VNNI on top of
+ * avx2). For logs, `/status` and tests. NULL when b is not a CPU backend. */
+const char *lm_backend_cpu_kernels(const struct lm_backend *b);
+/* Worker threads of a CPU backend, the caller included; 0 when b is not a CPU backend. */
+int lm_backend_cpu_threads(const struct lm_backend *b);
+
+#endif

@@ -1,0 +1,120 @@
+/* cpu_impl.h — internals shared by the files of the CPU backend (not a public interface).
+ *
+ * Every op has a scalar reference (`*_generic`, in kernels_generic.c) and may have SIMD variants
+ * (kernels_avx2.c, kernels_avx512.c) compiled with their own -m flags. A struct cpu_kernels is
+ * the table one backend instance dispatches through: the generic table, or a copy of it with the
+ * entries the running CPU can accelerate overwritten at init (chosen with
+ * __builtin_cpu_supports, so the binary itself runs on any x86-64).
+ *
+ * Matmul numerics follow GGUF's reference CPU implementation: activations are first converted to
+ * the weight type's "vec_dot type" (f32 for F32, f16 for F16, bf16 for BF16, Q8_0 for Q8_0 and
+ * Q4_0, Q8_K for Q4_K and Q6_K), then each output is an integer (or f32) dot product per block
+ * scaled by d_w * d_x. SIMD variants compute the same integer block sums as the generic ones and
+ * differ only in the order of the float accumulation, and the SIMD activation quantizers are
+ * bit-identical to the reference ones.
+ */
+#ifndef LM_CPU_IMPL_H
+#define LM_CPU_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/quant.h"
+
+/* --- quant.c: the reference quantizers the kernels reuse --- */
+void cpu_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
+void cpu_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
+void cpu_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
+void cpu_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
+
+/* One matmul as the kernels see it: y[t][r] = dot(W[r], X[t]) for rows r of a range. */
+struct cpu_mm {
+	const uint8_t *w; /* [ne1][row_bytes]: the weight rows */
+	size_t row_bytes;
+	int64_t ne0, ne1;
+	const uint8_t *x; /* [n][x_stride]: activations in the weight type's vec_dot type */
+	size_t x_stride;
+	float *y; /* [n][ne1] */
+	int n;
+};
+
+/* n elements of f32 to a row of some type (n a multiple of its block). */
+typedef void (*cpu_from_f32_fn)(const float *x, void *dst, int64_t n);
+/* Dot product of one row of a weight type with one row of its vec_dot type, n elements. */
+typedef float (*cpu_vec_dot_fn)(int64_t n, const void *w, const void *x);
+/* Rows [r0, r1) of a matmul, for all of its tokens. */
+typedef void (*cpu_mm_fn)(const struct cpu_mm *m, int64_t r0, int64_t r1);
+/* acc[i] += a * v[i] for i < n, v a row of a KV type. */
+typedef void (*cpu_axpy_fn)(int64_t n, float a, const void *v, float *acc);
+
+struct cpu_type_ops {
+	enum lm_dtype vec_dot_type; /* what activations become before a dot with this type */
+	cpu_from_f32_fn from_f32;   /* f32 -> this type (activation conversion, KV stores) */
+	cpu_vec_dot_fn vec_dot;     /* NULL: not a weight type of these kernels */
+	cpu_mm_fn mm;               /* NULL: not a weight type of these kernels */
+	cpu_axpy_fn axpy;           /* NULL: not a V cache type */
+};
+
+struct cpu_kernels {
+	const char *name; /* "generic", "avx2", "avx512" */
+	struct cpu_type_ops type[LM_DTYPE_COUNT];
+	/* y = x / sqrt(mean(x^2) + eps) * w over one row of dim. y may equal x. */
+	void (*rmsnorm)(float *y, const float *x, const float *w, int dim, float eps);
+	void (*silu_mul)(float *y, const float *g, const float *u, size_t len);
+	void (*add)(float *y, const float *a, size_t len);
+};
+
+/* The scalar reference table (kernels_generic.c). */
+extern const struct cpu_kernels cpu_kernels_generic;
+
+/* The generic kernels by name, for tests and for SIMD files that fall back on a tail. */
+float cpu_vec_dot_f32_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_f16_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_bf16_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_q8_0_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_q4_0_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x);
+void cpu_rmsnorm_generic(float *y, const float *x, const float *w, int dim, float eps);
+void cpu_silu_mul_generic(float *y, const float *g, const float *u, size_t len);
+void cpu_add_generic(float *y, const float *a, size_t len);
+
+/* SIMD tables: each overwrites the entries it accelerates in *k (a copy of the generic table).
+ * Built only on x86-64; the caller checks the CPU first. */
+void cpu_kernels_avx2_fill(struct cpu_kernels *k);
+void cpu_kernels_avx512_fill(struct cpu_kernels *k);
+
+/* --- attention.c --- */
+
+/* One attention call, split into n * n_heads independent (token, head) items. */
+struct cpu_attn {
+	const struct cpu_kernels *k;
+	float *out;
+	const float *q;
+	const struct lm_kv_layer *kv;
+	const struct lm_tok_loc *loc;
+	int n, n_heads;
+	float scale;
+	uint8_t *scratch; /* per thread: scratch_stride bytes */
+	size_t scratch_stride;
+};
+
+/* Bytes of per-thread scratch an attention over kv needs. */
+size_t cpu_attn_scratch_bytes(const struct lm_kv_layer *kv);
+/* Checks the batch against the cache (slots, positions, ring size); LM_ERANGE or
+ * LM_EUNSUPPORTED on failure. */
+int cpu_attn_check(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n, int n_heads);
+/* Items [i0, i1) of a, each item = token * n_heads + head; `scratch` is this thread's. */
+void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *scratch);
+
+/* --- ops.c: the small ops, run on the calling thread --- */
+int cpu_get_rows(float *y, const struct lm_weight *table, const int32_t *ids, int n);
+void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc, int n,
+	      const struct lm_rope_params *rp);
+int cpu_kv_store(const struct cpu_kernels *k, const struct lm_kv_layer *kv, const float *kx,
+		 const float *vx, const struct lm_tok_loc *loc, int n);
+
+#endif

@@ -1,0 +1,81 @@
+/* ops.c — the small ops of the CPU backend: embedding lookup, rope and KV stores. They touch a
+ * few rows per token and run on the calling thread. */
+#include <math.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/cpu/cpu_impl.h"
+
+int cpu_get_rows(float *y, const struct lm_weight *table, const int32_t *ids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (ids[i] < 0 || ids[i] >= table->ne1)
+			return LM_ERANGE;
+		const uint8_t *row =
+			(const uint8_t *)table->data + (size_t)ids[i] * table->row_bytes;
+		int rc = lm_dequantize_row(table->type, row, y + (size_t)i * (size_t)table->ne0,
+					   table->ne0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* As GGUF's reference rope: theta_i = pos * base^(-2i/n_rot) built by repeated multiplication
+ * in f32 (so the rounding matches), then scaled by freq_scale; cos and sin in f32. One (cos,
+ * sin) pair serves every head of the token. */
+void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc, int n,
+	      const struct lm_rope_params *rp)
+{
+	const float theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
+	const int half = rp->n_rot / 2;
+	const bool neox = rp->mode == LM_ROPE_NEOX;
+	for (int t = 0; t < n; t++) {
+		float *row = x + (size_t)t * (size_t)n_heads * (size_t)head_dim;
+		float theta = (float)loc[t].pos;
+		for (int i = 0; i < half; i++, theta *= theta_scale) {
+			const float angle = rp->freq_scale * theta;
+			const float c = cosf(angle), s = sinf(angle);
+			const int i0 = neox ? i : 2 * i;
+			const int i1 = neox ? i + half : 2 * i + 1;
+			for (int h = 0; h < n_heads; h++) {
+				float *v = row + (size_t)h * (size_t)head_dim;
+				const float x0 = v[i0], x1 = v[i1];
+				v[i0] = x0 * c - x1 * s;
+				v[i1] = x0 * s + x1 * c;
+			}
+		}
+	}
+}
+
+static bool ops_kv_type_ok(enum lm_dtype t)
+{
+	return t == LM_F32 || t == LM_F16 || t == LM_Q8_0;
+}
+
+int cpu_kv_store(const struct cpu_kernels *k, const struct lm_kv_layer *kv, const float *kx,
+		 const float *vx, const struct lm_tok_loc *loc, int n)
+{
+	const int64_t width = (int64_t)kv->n_kv_heads * kv->head_dim;
+	if (!ops_kv_type_ok(kv->k_type) || !ops_kv_type_ok(kv->v_type))
+		return LM_EUNSUPPORTED;
+	const struct lm_dtype_info *ki = lm_dtype_info(kv->k_type);
+	const struct lm_dtype_info *vi = lm_dtype_info(kv->v_type);
+	if (width % ki->blck != 0 || width % vi->blck != 0)
+		return LM_EUNSUPPORTED;
+	for (int t = 0; t < n; t++) {
+		if (loc[t].slot < 0 || loc[t].slot >= kv->slots || loc[t].pos < 0)
+			return LM_ERANGE;
+	}
+	const cpu_from_f32_fn kconv = k->type[kv->k_type].from_f32;
+	const cpu_from_f32_fn vconv = k->type[kv->v_type].from_f32;
+	for (int t = 0; t < n; t++) {
+		const size_t row =
+			(size_t)loc[t].slot * (size_t)kv->ctx + (size_t)(loc[t].pos % kv->ctx);
+		kconv(kx + (size_t)t * (size_t)width, (uint8_t *)kv->k + row * kv->k_row_bytes,
+		      width);
+		vconv(vx + (size_t)t * (size_t)width, (uint8_t *)kv->v + row * kv->v_row_bytes,
+		      width);
+	}
+	return 0;
+}

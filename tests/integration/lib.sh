@@ -1,0 +1,149 @@
+# tests/integration/lib.sh — helpers for tests that bring real meshes up.
+#
+# Sourced by the test scripts. Every mesh lives in its own temporary directory (ipc sockets,
+# mesh.toml, logs); every wait is bounded; whatever a test started is stopped when it exits,
+# also when it fails.
+#
+# Environment (set by meson): LM_BIN (the layermesh binary), LM_WORKER (layermesh-worker),
+# LM_SHARED (the shared data directory).
+
+set -euo pipefail
+
+: "${LM_BIN:?LM_BIN must point at the layermesh binary}"
+: "${LM_WORKER:?LM_WORKER must point at layermesh-worker}"
+: "${LM_SHARED:?LM_SHARED must point at the shared data directory}"
+
+LM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/lm-test.XXXXXX")
+LM_PIDS=()
+
+lm_cleanup() {
+	local pid
+	for pid in "${LM_PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${LM_PIDS[@]}"; do
+		lm_wait_exit "$pid" 10 || kill -KILL "$pid" 2>/dev/null || true
+	done
+	# Anything still holding our directory in its arguments is ours and must go.
+	pkill -KILL -f "$LM_TMP" 2>/dev/null || true
+	rm -rf "$LM_TMP"
+}
+trap lm_cleanup EXIT
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# A TCP port that is free now and was not handed out before in this test. Ports come from
+# 10000-32000, below Linux's ephemeral range (32768-60999) so no outgoing connection holds one,
+# starting at a point derived from the test's pid (parallel tests stay apart); a counter file
+# survives the subshells of $(lm_port).
+lm_port() {
+	local counter="$LM_TMP/.port" p
+	[ -f "$counter" ] || echo $(( 10000 + ($$ * 97) % 22000 )) >"$counter"
+	p=$(cat "$counter")
+	while :; do
+		p=$((p + 1))
+		[ "$p" -lt 32000 ] || p=10000
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p" >"$counter"
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# Waits until process $1 has exited, at most $2 seconds.
+lm_wait_exit() {
+	local pid=$1 limit=${2:-10} i
+	for ((i = 0; i < limit * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# lm_mesh_toml FILE MODEL TRANSPORT HTTP_PORT FENCE... writes a mesh.toml with one worker per
+# fence range ("0:2 2:5"), pinned, over TRANSPORT (ipc or tcp).
+lm_mesh_toml() {
+	local file=$1 model=$2 transport=$3 http=$4
+	shift 4
+	local dir
+	dir=$(dirname "$file")
+	{
+		echo "[model]"
+		echo "path = \"$model\""
+		echo "max_seq_len = ${LM_MAX_SEQ:-256}"
+		echo "slots = ${LM_SLOTS:-16}"
+		echo "max_batch = ${LM_MAX_BATCH:-64}"
+		echo "wire_dtype = \"${LM_WIRE_DTYPE:-f32}\""
+		echo
+		echo "[coordinator]"
+		echo "http = \"127.0.0.1:$http\""
+		if [ "$transport" = tcp ]; then
+			echo "data_in = \"tcp://127.0.0.1:$(lm_port)\""
+		else
+			echo "data_in = \"ipc://$dir/coord.data\""
+		fi
+		echo
+		echo "[plan]"
+		echo "strategy = \"pinned\""
+		local i=0 r
+		for r in "$@"; do
+			echo
+			echo "[[worker]]"
+			echo "name = \"w$i\""
+			if [ "$transport" = tcp ]; then
+				echo "data = \"tcp://127.0.0.1:$(lm_port)\""
+				echo "control = \"tcp://127.0.0.1:$(lm_port)\""
+			else
+				echo "data = \"ipc://$dir/w$i.data\""
+				echo "control = \"ipc://$dir/w$i.ctl\""
+			fi
+			echo "http = \"127.0.0.1:$(lm_port)\""
+			echo "memory_limit = \"1GiB\""
+			echo "layers = [${r%%:*}, ${r##*:}]"
+			i=$((i + 1))
+		done
+	} >"$file"
+}
+
+# lm_up TOML LOG: starts `layermesh up` in the background and waits until /readyz answers 200.
+# Sets LM_UP_PID and LM_URL.
+lm_up() {
+	local toml=$1 log=$2 port
+	port=$(sed -n 's/^http = "127.0.0.1:\([0-9]*\)"/\1/p' "$toml" | head -n 1)
+	LM_URL="http://127.0.0.1:$port"
+	"$LM_BIN" up "$toml" --worker-bin "$LM_WORKER" --timeout 60 >"$log" 2>&1 &
+	LM_UP_PID=$!
+	LM_PIDS+=("$LM_UP_PID")
+	local i
+	for ((i = 0; i < 600; i++)); do
+		if curl -sf "$LM_URL/readyz" >/dev/null 2>&1; then
+			return 0
+		fi
+		if ! kill -0 "$LM_UP_PID" 2>/dev/null; then
+			cat "$log" >&2
+			fail "layermesh up exited before it was ready"
+		fi
+		sleep 0.1
+	done
+	cat "$log" >&2
+	fail "the mesh was not ready within 60 s"
+}
+
+# lm_down: SIGTERM to `layermesh up`, which must stop every worker and remove its ipc files.
+lm_down() {
+	local dir=$1
+	kill -TERM "$LM_UP_PID"
+	lm_wait_exit "$LM_UP_PID" 20 || fail "layermesh up did not stop within 20 s"
+	wait "$LM_UP_PID" 2>/dev/null || true
+	if pgrep -f "layermesh-worker.*$dir" >/dev/null; then
+		pgrep -af "layermesh-worker.*$dir" >&2
+		fail "workers survived layermesh up"
+	fi
+	local left
+	left=$(find "$dir" -maxdepth 1 \( -name '*.data' -o -name '*.ctl' \) | head -n 5)
+	[ -z "$left" ] || fail "ipc files left behind: $left"
+}

@@ -1,0 +1,446 @@
+/* test_kernels.c — the CPU backend's matmul, element-wise ops and embedding lookup.
+ *
+ * References: the scalar matmul against a double-precision "dequantize the weights, dot with
+ * the activations as converted to the weight type's vec_dot type" computation; the fast kernels
+ * against the scalar ones (normalised error, as ggml's test-backend-ops); batching and thread
+ * counts against single calls, exactly. Attention, rope and the KV stores are in
+ * test_attention.c.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/err.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/quant.h"
+#include "kernels_testutil.h"
+
+TestSuite(kernels, .timeout = 60);
+
+static void be_init(struct lm_backend *b, int threads, int scalar)
+{
+	struct lm_backend_opts o = {.n_threads = threads, .force_scalar = scalar};
+	cr_assert_eq(lm_backend_cpu_init(b, &o), 0);
+	cr_assert_eq(lm_backend_cpu_threads(b), threads);
+}
+
+/* A weight of `type`, quantized from gaussian values. */
+struct tw {
+	struct lm_weight w;
+	void *bytes;
+};
+
+static void tw_init(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1, struct test_rng *r)
+{
+	uint64_t rb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(type, (uint64_t)ne0, &rb), 0);
+	t->bytes = malloc(rb * (uint64_t)ne1);
+	float *row = malloc((size_t)ne0 * sizeof(float));
+	cr_assert(t->bytes && row);
+	for (int64_t i = 0; i < ne1; i++) {
+		test_fill_gauss(r, row, (size_t)ne0, 0.05f);
+		cr_assert_eq(lm_quantize_row(type, row, (uint8_t *)t->bytes + i * rb, ne0), 0);
+	}
+	free(row);
+	t->w = (struct lm_weight){
+		.type = type, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb, .data = t->bytes};
+}
+
+static void tw_fini(struct tw *t)
+{
+	free(t->bytes);
+}
+
+static enum lm_dtype vec_dot_type(enum lm_dtype t)
+{
+	switch (t) {
+	case LM_Q8_0:
+	case LM_Q4_0:
+		return LM_Q8_0;
+	case LM_Q4_K:
+	case LM_Q6_K:
+		return LM_Q8_K;
+	default:
+		return t;
+	}
+}
+
+/* y[t][r] = sum_i W[r][i] * X'[t][i] in double, W dequantized, X' = x converted to the
+ * vec_dot type and back. */
+static void ref_matmul(double *y, const struct lm_weight *w, const float *x, int n)
+{
+	const enum lm_dtype vdt = vec_dot_type(w->type);
+	uint64_t xb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(vdt, (uint64_t)w->ne0, &xb), 0);
+	void *xq = malloc(xb);
+	float *xc = malloc((size_t)w->ne0 * sizeof(float));
+	float *wr = malloc((size_t)w->ne0 * sizeof(float));
+	for (int t = 0; t < n; t++) {
+		cr_assert_eq(lm_quantize_row(vdt, x + t * w->ne0, xq, w->ne0), 0);
+		cr_assert_eq(lm_dequantize_row(vdt, xq, xc, w->ne0), 0);
+		for (int64_t r = 0; r < w->ne1; r++) {
+			cr_assert_eq(lm_dequantize_row(w->type,
+						       (const uint8_t *)w->data + r * w->row_bytes,
+						       wr, w->ne0),
+				     0);
+			double s = 0;
+			for (int64_t i = 0; i < w->ne0; i++)
+				s += (double)wr[i] * (double)xc[i];
+			y[t * w->ne1 + r] = s;
+		}
+	}
+	free(xq);
+	free(xc);
+	free(wr);
+}
+
+static const enum lm_dtype mm_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0,
+					 LM_Q4_0, LM_Q4_K, LM_Q6_K};
+#define N_MM_TYPES (sizeof mm_types / sizeof mm_types[0])
+
+/* An input width per type that is a multiple of its block but not of the SIMD widths. */
+static int64_t odd_ne0(enum lm_dtype t)
+{
+	switch (t) {
+	case LM_Q8_0:
+	case LM_Q4_0:
+		return 96 + 32 * 5; /* 8 blocks */
+	case LM_Q4_K:
+	case LM_Q6_K:
+		return 768;
+	default:
+		return 263;
+	}
+}
+
+Test(kernels, scalar_matmul_matches_double_reference)
+{
+	struct lm_backend b;
+	be_init(&b, 1, 1);
+	struct test_rng r = {11};
+	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+		const enum lm_dtype type = mm_types[ti];
+		const int64_t ne0 = odd_ne0(type), ne1 = 45;
+		const int n = 3;
+		struct tw w;
+		tw_init(&w, type, ne0, ne1, &r);
+		float *x = malloc((size_t)(n * ne0) * sizeof(float));
+		float *y = malloc((size_t)(n * ne1) * sizeof(float));
+		double *ref = malloc((size_t)(n * ne1) * sizeof(double));
+		test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+		cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
+		ref_matmul(ref, &w.w, x, n);
+		/* Only the float accumulation differs from the reference: f32 products and a double
+		 * sum for float types, per-block f32 scaling for the quantized ones. */
+		const double e = test_nmse_d(y, ref, (size_t)(n * ne1));
+		cr_expect_leq(e, 1e-11, "%s: nmse %g", lm_dtype_name(type), e);
+		double maxrel = 0;
+		for (int i = 0; i < n * ne1; i++)
+			maxrel = fmax(maxrel, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+		cr_expect_leq(maxrel, 1e-4, "%s: max relative error %g", lm_dtype_name(type),
+			      maxrel);
+		free(x);
+		free(y);
+		free(ref);
+		tw_fini(&w);
+	}
+	lm_backend_fini(&b);
+}
+
+/* The conversion of activations is part of the numerics: without it the Q8_0 result would be
+ * the plain f32 dot product, and this test tells the two apart. */
+Test(kernels, matmul_quantizes_activations_first)
+{
+	struct lm_backend b;
+	be_init(&b, 1, 1);
+	struct test_rng r = {12};
+	struct tw w;
+	tw_init(&w, LM_Q8_0, 256, 8, &r);
+	float x[256], y[8], wr[256];
+	test_fill_gauss(&r, x, 256, 1.0f);
+	cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, 1), 0);
+	double ref[8];
+	ref_matmul(ref, &w.w, x, 1);
+	for (int i = 0; i < 8; i++) {
+		lm_dequantize_row(LM_Q8_0, (const uint8_t *)w.bytes + i * w.w.row_bytes, wr, 256);
+		double plain = 0;
+		for (int j = 0; j < 256; j++)
+			plain += (double)wr[j] * x[j];
+		cr_expect(fabs(y[i] - ref[i]) < 0.05 * fabs(y[i] - plain) + 1e-6,
+			  "row %d: %g is closer to the unquantized %g than to %g", i, y[i], plain,
+			  ref[i]);
+	}
+	tw_fini(&w);
+	lm_backend_fini(&b);
+}
+
+/* n tokens in one call equal n single-token calls, bit for bit, for both kernel sets. */
+Test(kernels, batched_matmul_equals_single_calls)
+{
+	struct test_rng r = {13};
+	const int ns[] = {1, 3, 16};
+	for (int scalar = 0; scalar <= 1; scalar++) {
+		struct lm_backend b;
+		be_init(&b, 2, scalar);
+		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+			const enum lm_dtype type = mm_types[ti];
+			const int64_t ne0 = odd_ne0(type), ne1 = 133;
+			struct tw w;
+			tw_init(&w, type, ne0, ne1, &r);
+			float *x = malloc((size_t)(16 * ne0) * sizeof(float));
+			float *y = malloc((size_t)(16 * ne1) * sizeof(float));
+			float *y1 = malloc((size_t)ne1 * sizeof(float));
+			test_fill_gauss(&r, x, (size_t)(16 * ne0), 1.0f);
+			for (size_t k = 0; k < 3; k++) {
+				const int n = ns[k];
+				cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
+				for (int t = 0; t < n; t++) {
+					cr_assert_eq(
+						b.iface->matmul(b.ctx, y1, &w.w, x + t * ne0, 1),
+						0);
+					cr_assert_eq(memcmp(y1, y + t * ne1,
+							    (size_t)ne1 * sizeof(float)),
+						     0, "%s %s n=%d token %d differs",
+						     lm_backend_cpu_kernels(&b),
+						     lm_dtype_name(type), n, t);
+				}
+			}
+			free(x);
+			free(y);
+			free(y1);
+			tw_fini(&w);
+		}
+		lm_backend_fini(&b);
+	}
+}
+
+/* One and two threads give identical results (each output row is computed by one thread). */
+Test(kernels, thread_counts_agree_exactly)
+{
+	struct test_rng r = {14};
+	for (int scalar = 0; scalar <= 1; scalar++) {
+		struct lm_backend b1, b2;
+		be_init(&b1, 1, scalar);
+		be_init(&b2, 2, scalar);
+		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+			const enum lm_dtype type = mm_types[ti];
+			const int64_t ne0 = 512, ne1 = 301;
+			const int n = 5;
+			struct tw w;
+			tw_init(&w, type, ne0, ne1, &r);
+			float *x = malloc((size_t)(n * ne0) * sizeof(float));
+			float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
+			float *y2 = malloc((size_t)(n * ne1) * sizeof(float));
+			test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+			cr_assert_eq(b1.iface->matmul(b1.ctx, y1, &w.w, x, n), 0);
+			cr_assert_eq(b2.iface->matmul(b2.ctx, y2, &w.w, x, n), 0);
+			cr_expect_eq(memcmp(y1, y2, (size_t)(n * ne1) * sizeof(float)), 0,
+				     "%s %s differs between 1 and 2 threads",
+				     lm_backend_cpu_kernels(&b1), lm_dtype_name(type));
+			free(x);
+			free(y1);
+			free(y2);
+			tw_fini(&w);
+		}
+		lm_backend_fini(&b1);
+		lm_backend_fini(&b2);
+	}
+}
+
+/* The fast kernels against the scalar ones on the same inputs. Quantized types compute the same
+ * integer block sums and differ only in float summation order; float types differ in f32
+ * versus double accumulation. */
+Test(kernels, fast_matmul_matches_scalar)
+{
+	struct test_rng r = {15};
+	struct lm_backend fast, ref;
+	be_init(&fast, 2, 0);
+	be_init(&ref, 1, 1);
+	const int ns[] = {1, 2, 3, 4, 5, 7, 8, 17};
+	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+		const enum lm_dtype type = mm_types[ti];
+		for (int shape = 0; shape < 2; shape++) {
+			const int64_t ne0 = shape == 0 ? odd_ne0(type) : 2048;
+			const int64_t ne1 = shape == 0 ? 37 : 75;
+			struct tw w;
+			tw_init(&w, type, ne0, ne1, &r);
+			for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+				const int n = ns[k];
+				float *x = malloc((size_t)(n * ne0) * sizeof(float));
+				float *y0 = malloc((size_t)(n * ne1) * sizeof(float));
+				float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
+				test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+				cr_assert_eq(fast.iface->matmul(fast.ctx, y0, &w.w, x, n), 0);
+				cr_assert_eq(ref.iface->matmul(ref.ctx, y1, &w.w, x, n), 0);
+				const double e = test_nmse(y0, y1, (size_t)(n * ne1));
+				cr_expect_leq(e, 1e-10, "%s %s %lldx%lld n=%d: nmse %g",
+					      lm_backend_cpu_kernels(&fast), lm_dtype_name(type),
+					      (long long)ne1, (long long)ne0, n, e);
+				free(x);
+				free(y0);
+				free(y1);
+			}
+			tw_fini(&w);
+		}
+	}
+	lm_backend_fini(&fast);
+	lm_backend_fini(&ref);
+}
+
+Test(kernels, matmul_rejects_unsupported_types)
+{
+	struct lm_backend b;
+	be_init(&b, 1, 0);
+	uint8_t buf[176] = {0};
+	float x[256] = {0}, y[1];
+	struct lm_weight w = {.type = LM_Q5_K, .ne0 = 256, .ne1 = 1, .row_bytes = 176, .data = buf};
+	cr_expect_eq(b.iface->matmul(b.ctx, y, &w, x, 1), LM_EUNSUPPORTED);
+	w.type = LM_Q8_K;
+	w.row_bytes = 292;
+	cr_expect_eq(b.iface->matmul(b.ctx, y, &w, x, 1), LM_EUNSUPPORTED);
+	lm_backend_fini(&b);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Element-wise ops and get_rows                                                              */
+
+Test(kernels, rmsnorm_matches_double_reference)
+{
+	struct test_rng r = {21};
+	const int dims[] = {1, 7, 64, 263, 2048};
+	for (int scalar = 0; scalar <= 1; scalar++) {
+		struct lm_backend b;
+		be_init(&b, 1, scalar);
+		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+			const int dim = dims[k], n = 3;
+			float *x = malloc((size_t)(n * dim) * sizeof(float));
+			float *w = malloc((size_t)dim * sizeof(float));
+			float *y = malloc((size_t)(n * dim) * sizeof(float));
+			test_fill_gauss(&r, x, (size_t)(n * dim), 2.0f);
+			test_fill_gauss(&r, w, (size_t)dim, 1.0f);
+			cr_assert_eq(b.iface->rmsnorm(b.ctx, y, x, w, dim, n, 1e-5f), 0);
+			double maxrel = 0;
+			for (int t = 0; t < n; t++) {
+				double ss = 0;
+				for (int i = 0; i < dim; i++)
+					ss += (double)x[t * dim + i] * x[t * dim + i];
+				const double s = 1.0 / sqrt(ss / dim + 1e-5);
+				for (int i = 0; i < dim; i++) {
+					const double want = x[t * dim + i] * s * w[i];
+					maxrel = fmax(maxrel, fabs(y[t * dim + i] - want) /
+								      (fabs(want) + 1e-6));
+				}
+			}
+			cr_expect_leq(maxrel, 2e-6, "%s dim %d: max relative error %g",
+				      lm_backend_cpu_kernels(&b), dim, maxrel);
+			/* In place gives the same floats. */
+			cr_assert_eq(b.iface->rmsnorm(b.ctx, x, x, w, dim, n, 1e-5f), 0);
+			cr_expect_eq(memcmp(x, y, (size_t)(n * dim) * sizeof(float)), 0);
+			free(x);
+			free(w);
+			free(y);
+		}
+		lm_backend_fini(&b);
+	}
+}
+
+Test(kernels, silu_mul_and_add_match_reference)
+{
+	struct test_rng r = {22};
+	const size_t lens[] = {1, 5, 8, 31, 1000};
+	for (int scalar = 0; scalar <= 1; scalar++) {
+		struct lm_backend b;
+		be_init(&b, 1, scalar);
+		for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+			const size_t len = lens[k];
+			float *g = malloc(len * sizeof(float));
+			float *u = malloc(len * sizeof(float));
+			float *y = malloc(len * sizeof(float));
+			test_fill_gauss(&r, g, len, 4.0f);
+			test_fill_gauss(&r, u, len, 1.0f);
+			g[0] = -90.0f; /* exp overflow side: silu -> -0 */
+			if (len > 1)
+				g[1] = 90.0f;
+			cr_assert_eq(b.iface->silu_mul(b.ctx, y, g, u, len), 0);
+			double maxrel = 0;
+			for (size_t i = 0; i < len; i++) {
+				const double want = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+				maxrel = fmax(maxrel, fabs(y[i] - want) / (fabs(want) + 1e-30));
+			}
+			cr_expect_leq(maxrel, 4e-6, "%s silu_mul len %zu: %g",
+				      lm_backend_cpu_kernels(&b), len, maxrel);
+			/* y may equal gate. */
+			cr_assert_eq(b.iface->silu_mul(b.ctx, g, g, u, len), 0);
+			cr_expect_eq(memcmp(g, y, len * sizeof(float)), 0);
+
+			float *a = malloc(len * sizeof(float));
+			test_fill_gauss(&r, a, len, 1.0f);
+			memcpy(y, u, len * sizeof(float));
+			cr_assert_eq(b.iface->add(b.ctx, y, a, len), 0);
+			for (size_t i = 0; i < len; i++)
+				cr_assert_eq(y[i], u[i] + a[i]);
+			free(a);
+			free(g);
+			free(u);
+			free(y);
+		}
+		lm_backend_fini(&b);
+	}
+}
+
+Test(kernels, get_rows_dequantizes_every_type)
+{
+	struct test_rng r = {23};
+	struct lm_backend b;
+	be_init(&b, 1, 0);
+	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+		const enum lm_dtype type = mm_types[ti];
+		const int64_t ne0 = 256, ne1 = 10;
+		struct tw w;
+		tw_init(&w, type, ne0, ne1, &r);
+		const int32_t ids[] = {9, 0, 3, 3};
+		float y[4 * 256], want[256];
+		cr_assert_eq(b.iface->get_rows(b.ctx, y, &w.w, ids, 4), 0);
+		for (int i = 0; i < 4; i++) {
+			/* Hand-decoded for Q8_0, the library's dequantizer for the rest (tested
+			 * in test_quant.c and against ggml). */
+			const uint8_t *row = (const uint8_t *)w.bytes + ids[i] * w.w.row_bytes;
+			if (type == LM_Q8_0) {
+				const block_q8_0 *blk = (const block_q8_0 *)row;
+				for (int j = 0; j < 256; j++)
+					want[j] = blk[j / 32].qs[j % 32] *
+						  lm_f16_to_f32(blk[j / 32].d);
+			} else {
+				lm_dequantize_row(type, row, want, 256);
+			}
+			cr_expect_eq(memcmp(y + i * 256, want, sizeof want), 0, "%s row %d",
+				     lm_dtype_name(type), ids[i]);
+		}
+		tw_fini(&w);
+	}
+	lm_backend_fini(&b);
+}
+
+Test(kernels, memory_is_zeroed_aligned_and_copies)
+{
+	struct lm_backend b;
+	be_init(&b, 1, 0);
+	uint8_t *p = b.iface->malloc(b.ctx, 1000);
+	cr_assert_not_null(p);
+	cr_expect_eq((uintptr_t)p % 64, 0);
+	for (int i = 0; i < 1000; i++)
+		cr_assert_eq(p[i], 0);
+	uint8_t src[1000], back[1000];
+	for (int i = 0; i < 1000; i++)
+		src[i] = (uint8_t)(i * 7);
+	cr_assert_eq(b.iface->upload(b.ctx, p, src, 1000), 0);
+	cr_assert_eq(b.iface->download(b.ctx, back, p, 1000), 0);
+	cr_expect_eq(memcmp(src, back, 1000), 0);
+	b.iface->mfree(b.ctx, p);
+	b.iface->mfree(b.ctx, NULL);
+	lm_backend_fini(&b);
+	lm_backend_fini(&b); /* harmless twice */
+}

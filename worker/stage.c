@@ -1,0 +1,384 @@
+/* stage.c — a worker's pipeline stage. See stage.h. */
+#include "worker/stage.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/dtype.h"
+
+static uint64_t stage_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t stage_rss_bytes(void)
+{
+	FILE *fp = fopen("/proc/self/statm", "r");
+	unsigned long long size = 0, rss = 0;
+	if (fp == NULL)
+		return 0;
+	if (fscanf(fp, "%llu %llu", &size, &rss) != 2)
+		rss = 0;
+	fclose(fp);
+	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+uint64_t stage_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end, bool head,
+			     int32_t max_batch, int32_t slots)
+{
+	uint64_t q = 0, kv = 0, ff = 0, e = (uint64_t)hp->n_embd, b = (uint64_t)max_batch;
+	for (int32_t il = begin; il < end; il++) {
+		uint64_t lq = (uint64_t)hp->n_head[il] * (uint64_t)hp->head_dim;
+		uint64_t lk = (uint64_t)hp->n_head_kv[il] * (uint64_t)hp->head_dim;
+		q = lq > q ? lq : q;
+		kv = lk > kv ? lk : kv;
+		ff = (uint64_t)hp->n_ff[il] > ff ? (uint64_t)hp->n_ff[il] : ff;
+	}
+	/* forward: x, h, q, k, v, att, gate, up (+ logits for the head) */
+	uint64_t floats = b * (2 * e + 2 * q + 2 * kv + 2 * ff);
+	/* stage: hin, hout; ids and loc are small */
+	floats += 2 * b * e;
+	uint64_t bytes = floats * 4 + b * (4 + 8) + (uint64_t)slots * 64;
+	if (head) {
+		uint64_t v = (uint64_t)hp->n_vocab;
+		bytes += b * v * 4;               /* forward logits */
+		bytes += (uint64_t)slots * v * 4; /* stage logits */
+		bytes += v * 8;                   /* sampler candidates */
+	}
+	/* The CPU backend quantizes activations into its own scratch: at most one byte and a bit
+	 * per element of the widest input, for the batch. */
+	uint64_t widest = e > q ? e : q;
+	widest = widest > ff ? widest : ff;
+	bytes += b * widest * 2;
+	return bytes;
+}
+
+int stage_init(struct stage *st, const struct wire_assign *a, const char *backend,
+	       const struct lm_backend_opts *bo, lm_diag *d)
+{
+	int rc;
+
+	memset(st, 0, sizeof *st);
+	st->assign = *a;
+	if ((rc = lm_backend_init(&st->be, backend, bo)) != 0)
+		return lm_fail(d, rc, "backend '%s' is not available: %s", backend,
+			       lm_strerror(rc));
+	struct lm_slice slice = {a->begin, a->end, a->embedding, a->head};
+	if ((rc = lm_model_open(&st->model, a->model, &slice, &st->be, true, d)) != 0)
+		goto fail;
+	const struct lm_hparams *hp = &st->model.hp;
+	st->dim = hp->n_embd;
+	st->n_vocab = hp->n_vocab;
+
+	struct kv_geom geom[LM_MAX_LAYERS];
+	for (int32_t il = a->begin; il < a->end; il++)
+		geom[il - a->begin] = lm_hparams_kv_geom(hp, il);
+	struct kv_cache_cfg kc = {.base_layer = a->begin,
+				  .num_layers = a->end - a->begin,
+				  .geom = geom,
+				  .max_seq = a->max_seq,
+				  .slots = a->slots,
+				  .k_type = (enum lm_dtype)a->k_type,
+				  .v_type = (enum lm_dtype)a->v_type};
+	if ((rc = kv_cache_init(&st->kv, &st->be, &kc, d)) != 0)
+		goto fail;
+	if ((rc = lm_forward_init(&st->fw, &st->model, &st->be, &st->kv, a->max_batch, d)) != 0)
+		goto fail;
+
+	st->lim = (struct wire_limits){.fingerprint = st->model.fingerprint,
+				       .slots = a->slots,
+				       .max_seq = a->max_seq,
+				       .dim = st->dim,
+				       .n_vocab = st->n_vocab,
+				       .max_batch = a->max_batch,
+				       .max_seqs = a->slots,
+				       .max_logprobs = 20};
+	size_t rows = (size_t)a->max_batch, width = (size_t)st->dim;
+	st->ids = malloc(rows * sizeof *st->ids);
+	st->loc = malloc(rows * sizeof *st->loc);
+	st->out_rows = malloc((size_t)a->slots * sizeof *st->out_rows);
+	st->hin = malloc(rows * width * sizeof(float));
+	st->hout = malloc(rows * width * sizeof(float));
+	st->toks = malloc((size_t)a->slots * sizeof *st->toks);
+	if (st->ids == NULL || st->loc == NULL || st->out_rows == NULL || st->hin == NULL ||
+	    st->hout == NULL || st->toks == NULL || wire_scratch_init(&st->scratch, a->slots) != 0)
+		goto nomem;
+	if (a->head) {
+		st->logits = malloc((size_t)a->slots * (size_t)st->n_vocab * sizeof(float));
+		st->top_cap = (size_t)a->slots * (size_t)st->lim.max_logprobs * 8;
+		st->top = malloc(st->top_cap);
+		if (st->logits == NULL || st->top == NULL ||
+		    lm_sampler_init(&st->sampler, st->n_vocab) != 0)
+			goto nomem;
+	}
+	return 0;
+nomem:
+	rc = lm_fail(d, LM_ENOMEM, "out of memory for a batch of %d tokens", a->max_batch);
+fail:
+	stage_fini(st);
+	return rc;
+}
+
+void stage_fini(struct stage *st)
+{
+	if (st == NULL)
+		return;
+	lm_forward_fini(&st->fw);
+	kv_cache_fini(&st->kv);
+	lm_model_close(&st->model);
+	lm_backend_fini(&st->be);
+	lm_sampler_fini(&st->sampler);
+	wire_scratch_fini(&st->scratch);
+	wire_buf_fini(&st->hdr);
+	free(st->ids);
+	free(st->loc);
+	free(st->out_rows);
+	free(st->hin);
+	free(st->hout);
+	free(st->logits);
+	free(st->toks);
+	free(st->top);
+	memset(st, 0, sizeof *st);
+}
+
+int stage_error_msg(struct wire_buf *scratch, uint64_t id, uint32_t about, int code,
+		    const char *msg, nng_msg **out)
+{
+	struct wire_error e = {.id = id, .code = code, .about = about};
+	snprintf(e.msg, sizeof e.msg, "%s", msg);
+	wire_buf_reset(scratch);
+	int rc = wire_encode_error(scratch, &e);
+	if (rc != 0)
+		return rc;
+	if (nng_msg_alloc(out, 0) != 0)
+		return LM_ENOMEM;
+	if (nng_msg_append(*out, scratch->data, scratch->len) != 0) {
+		nng_msg_free(*out);
+		*out = NULL;
+		return LM_ENOMEM;
+	}
+	return 0;
+}
+
+/* A new message of header + `payload` bytes; *payload_at receives the payload's address. */
+static int stage_new_msg(const struct wire_buf *hdr, size_t payload, nng_msg **out,
+			 uint8_t **payload_at)
+{
+	if (nng_msg_alloc(out, hdr->len + payload) != 0)
+		return LM_ENOMEM;
+	uint8_t *body = nng_msg_body(*out);
+	memcpy(body, hdr->data, hdr->len);
+	*payload_at = body + hdr->len;
+	return 0;
+}
+
+/* f32 rows -> the wire dtype, into dst (which may be unaligned). */
+static void stage_pack_rows(enum wire_dtype dt, const float *src, uint8_t *dst, size_t n)
+{
+	if (dt == WIRE_DT_F32) {
+		memcpy(dst, src, n * sizeof(float));
+	} else if (dt == WIRE_DT_F16) {
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h = lm_f32_to_f16(src[i]);
+			memcpy(dst + 2 * i, &h, 2);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h = lm_f32_to_bf16(src[i]);
+			memcpy(dst + 2 * i, &h, 2);
+		}
+	}
+}
+
+static void stage_unpack_rows(enum wire_dtype dt, const uint8_t *src, float *dst, size_t n)
+{
+	if (dt == WIRE_DT_F32) {
+		memcpy(dst, src, n * sizeof(float));
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			uint16_t h;
+			memcpy(&h, src + 2 * i, 2);
+			dst[i] = dt == WIRE_DT_F16 ? lm_f16_to_f32(h) : lm_bf16_to_f32(h);
+		}
+	}
+}
+
+/* The top-n logprobs of a row, appended to st->top as n ids then n logprobs. */
+static size_t stage_top_logprobs(struct stage *st, const float *logits, int32_t n, size_t at)
+{
+	/* n is at most lim.max_logprobs (20): a partial insertion sort over the vocabulary. */
+	int32_t ids[64];
+	float vals[64];
+	int32_t k = 0;
+	for (int32_t i = 0; i < st->n_vocab; i++) {
+		float v = isnan(logits[i]) ? -INFINITY : logits[i];
+		if (k == n && v <= vals[k - 1])
+			continue;
+		int32_t j = k < n ? k++ : n - 1;
+		while (j > 0 && vals[j - 1] < v) {
+			vals[j] = vals[j - 1];
+			ids[j] = ids[j - 1];
+			j--;
+		}
+		vals[j] = v;
+		ids[j] = i;
+	}
+	for (int32_t j = 0; j < k; j++) {
+		float lp = lm_logprob(logits, st->n_vocab, ids[j]);
+		memcpy(st->top + at + 4 * (size_t)j, &ids[j], 4);
+		memcpy(st->top + at + 4 * (size_t)(k + j), &lp, 4);
+	}
+	return at + 8 * (size_t)k;
+}
+
+static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
+{
+	const uint8_t *body = nng_msg_body(in);
+	struct wire_forward f;
+	int rc = wire_decode_forward(body, nng_msg_len(in), &st->lim, &st->scratch, &f, d);
+	if (rc != 0)
+		return rc;
+	const struct wire_assign *a = &st->assign;
+	bool first = a->embedding, last = a->head;
+
+	if (first && f.dtype != WIRE_DT_I32)
+		return lm_fail(d, LM_EPROTO, "the first stage takes token ids, got %s rows",
+			       f.dtype == WIRE_DT_F16 ? "f16" : "hidden");
+	if (!first && (f.dtype == WIRE_DT_I32 || f.dtype == WIRE_DT_NONE || f.dim != st->dim))
+		return lm_fail(d, LM_EPROTO, "stage [%d, %d) takes hidden rows of width %d",
+			       a->begin, a->end, st->dim);
+
+	/* The batch: every sequence's rows, in order. */
+	int32_t n = f.n_tokens, n_out = 0;
+	for (int32_t s = 0, row = 0; s < f.n_seqs; s++) {
+		const struct wire_seq *q = &f.seqs[s];
+		for (int32_t i = 0; i < q->n_tokens; i++, row++)
+			st->loc[row] = (struct lm_tok_loc){q->slot, q->pos + i};
+		if (last && q->sample)
+			st->out_rows[n_out++] = row - 1;
+	}
+	struct lm_batch b = {.n = n, .loc = st->loc, .n_out = n_out, .out_rows = st->out_rows};
+	const float *hin = NULL;
+	if (first) {
+		memcpy(st->ids, f.payload, (size_t)n * sizeof(int32_t));
+		b.ids = st->ids;
+	} else {
+		stage_unpack_rows(f.dtype, f.payload, st->hin, (size_t)n * (size_t)st->dim);
+		hin = st->hin;
+	}
+	/* A last-stage batch that samples nothing (prefill chunks) still runs for its KV rows and
+	 * answers with an empty TOKENS message, so the coordinator knows the batch is done. */
+	uint64_t t0 = stage_now_ns();
+	if (last) {
+		rc = lm_forward_run(&st->fw, &b, hin, NULL, st->logits, d);
+	} else {
+		rc = lm_forward_run(&st->fw, &b, hin, st->hout, NULL, d);
+	}
+	atomic_fetch_add(&st->stats.compute_ns, stage_now_ns() - t0);
+	if (rc != 0)
+		return rc;
+	atomic_fetch_add(&st->stats.batches, 1);
+	atomic_fetch_add(&st->stats.tokens, (uint64_t)n);
+
+	if (!last) {
+		enum wire_dtype dt = a->wire_dtype;
+		size_t bytes = (size_t)n * (size_t)st->dim * wire_dtype_size(dt);
+		if (!first && f.dtype == dt) {
+			/* Same shape in and out: compute into the received message and pass it on. */
+			uint8_t *payload = (uint8_t *)nng_msg_body(in) + (nng_msg_len(in) - bytes);
+			stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
+			*out = in;
+			return 0;
+		}
+		f.dtype = dt;
+		f.dim = st->dim;
+		f.payload = NULL;
+		f.payload_len = bytes;
+		wire_buf_reset(&st->hdr);
+		if ((rc = wire_encode_forward(&st->hdr, &f)) != 0)
+			return lm_fail(d, rc, "encoding FORWARD");
+		uint8_t *payload;
+		if ((rc = stage_new_msg(&st->hdr, bytes, out, &payload)) != 0)
+			return lm_fail(d, rc, "out of memory for a message");
+		stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
+		nng_msg_free(in);
+		return 0;
+	}
+
+	/* Last stage: sample each sequence that asked, in order. */
+	struct wire_tokens t = {.batch_id = f.batch_id, .fingerprint = st->lim.fingerprint};
+	size_t top_len = 0;
+	for (int32_t s = 0, k = 0; s < f.n_seqs; s++) {
+		const struct wire_seq *q = &f.seqs[s];
+		if (!q->sample)
+			continue;
+		const float *row = st->logits + (size_t)k++ * (size_t)st->n_vocab;
+		struct wire_token *tk = &st->toks[t.n++];
+		tk->seq_id = q->seq_id;
+		tk->token = lm_sample(&st->sampler, row, &q->sampling, q->step);
+		tk->logprob = lm_logprob(row, st->n_vocab, tk->token);
+		tk->n_top = q->n_logprobs;
+		if (q->n_logprobs > 0)
+			top_len = stage_top_logprobs(st, row, q->n_logprobs, top_len);
+	}
+	t.toks = st->toks;
+	t.payload = st->top;
+	t.payload_len = top_len;
+	wire_buf_reset(&st->hdr);
+	if ((rc = wire_encode_tokens(&st->hdr, &t)) != 0)
+		return lm_fail(d, rc, "encoding TOKENS");
+	uint8_t *payload;
+	if ((rc = stage_new_msg(&st->hdr, 0, out, &payload)) != 0)
+		return lm_fail(d, rc, "out of memory for a message");
+	nng_msg_free(in);
+	return 0;
+}
+
+static int stage_release(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
+{
+	struct wire_release r;
+	int rc = wire_decode_release(nng_msg_body(in), nng_msg_len(in), &st->lim, &st->scratch, &r,
+				     d);
+	if (rc != 0)
+		return rc;
+	for (int32_t i = 0; i < r.n; i++)
+		kv_cache_truncate(&st->kv, r.slots[i], 0, NULL);
+	atomic_fetch_add(&st->stats.releases, 1);
+	*out = in; /* every stage applies it, then the coordinator sees it back */
+	return 0;
+}
+
+int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
+{
+	struct wire_head h;
+	int rc;
+
+	*out = NULL;
+	if ((rc = wire_peek(nng_msg_body(in), nng_msg_len(in), &h, d)) != 0)
+		goto refused;
+	switch (h.type) {
+	case WIRE_FORWARD:
+		rc = stage_forward(st, in, out, d);
+		break;
+	case WIRE_RELEASE:
+		rc = stage_release(st, in, out, d);
+		break;
+	case WIRE_ERROR:
+		*out = in; /* an earlier stage's refusal travels on to the coordinator */
+		return 0;
+	default:
+		rc = lm_fail(d, LM_EPROTO, "%s is not a data-ring message", wire_type_name(h.type));
+		break;
+	}
+	if (rc == 0)
+		return 0;
+refused:
+	atomic_fetch_add(&st->stats.errors, 1);
+	return rc;
+}

@@ -1,0 +1,83 @@
+/* stage.h — one worker's pipeline stage: its slice of the model, its KV cache, and the handling
+ * of data-ring messages (FORWARD in, FORWARD or TOKENS out; RELEASE and ERROR passed on).
+ *
+ * The stage knows nothing of sockets: it turns one received message into one message to send
+ * (often the same message, computed into in place). worker.c moves messages between sockets.
+ *
+ * Memory: everything a message needs is allocated at stage_init for the assignment's limits
+ * (max_batch tokens, `slots` sequences); handling a message allocates only the outgoing nng_msg
+ * when the payload changes size (the first stage turns 4-byte ids into hidden rows; the last
+ * turns hidden rows into TOKENS).
+ */
+#ifndef LM_STAGE_H
+#define LM_STAGE_H
+
+#include <nng/nng.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "common/kv_cache.h"
+#include "common/model.h"
+#include "common/sampling.h"
+#include "common/wire.h"
+#include "kernels/backend.h"
+#include "worker/forward.h"
+
+/* Running totals, read by STATUS and /metrics from other threads. */
+struct stage_stats {
+	_Atomic uint64_t batches;    /* FORWARD messages computed */
+	_Atomic uint64_t tokens;     /* tokens computed */
+	_Atomic uint64_t errors;     /* ring messages refused (malformed, out of range) */
+	_Atomic uint64_t releases;   /* RELEASE messages applied */
+	_Atomic uint64_t compute_ns; /* time inside the forward */
+};
+
+struct stage {
+	struct wire_assign assign; /* what this stage was given */
+	struct lm_backend be;
+	struct lm_model model;
+	struct kv_cache kv;
+	struct lm_forward fw;
+	struct lm_sampler sampler; /* last stage */
+	struct wire_limits lim;
+	struct wire_scratch scratch;
+	struct wire_buf hdr;
+	int32_t dim, n_vocab;
+	/* Host scratch for one batch. */
+	int32_t *ids; /* [max_batch] token ids (first stage; the payload may be unaligned) */
+	struct lm_tok_loc *loc;  /* [max_batch] */
+	int32_t *out_rows;       /* [slots] rows to sample */
+	float *hin, *hout;       /* [max_batch][dim] f32 rows when the payload needs converting */
+	float *logits;           /* [slots][n_vocab] last stage */
+	struct wire_token *toks; /* [slots] */
+	uint8_t *top;            /* top-logprob payload, last stage */
+	size_t top_cap;
+	struct stage_stats stats;
+};
+
+/* Loads the slice of the assignment on a backend and allocates its cache and scratch.
+ * On failure nothing is left allocated and d says why (naming file, layer or bytes). */
+int stage_init(struct stage *st, const struct wire_assign *a, const char *backend,
+	       const struct lm_backend_opts *bo, lm_diag *d);
+void stage_fini(struct stage *st);
+
+/* Handles one data-ring message. On success *out is the message to send to the successor
+ * (possibly `in` itself, modified in place) and `in` belongs to the stage. On failure `in` is
+ * still the caller's, *out is NULL, and the caller sends an ERROR down the ring (see
+ * stage_error_msg). */
+int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d);
+
+/* Builds an ERROR message about a ring message (its id and type from `head`, if known). */
+int stage_error_msg(struct wire_buf *scratch, uint64_t id, uint32_t about, int code,
+		    const char *msg, nng_msg **out);
+
+/* Bytes a stage allocates besides weights and KV for its batches: the forward's activation
+ * scratch, the host staging rows, logits and sampler for the head. The planner counts this
+ * against each worker's memory limit, so it must not under-count what stage_init allocates. */
+uint64_t stage_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end, bool head,
+			     int32_t max_batch, int32_t slots);
+
+/* The worker's resident memory in bytes (from /proc/self/statm), 0 if unknown. */
+uint64_t stage_rss_bytes(void);
+
+#endif

@@ -1,0 +1,405 @@
+/* worker.c — the layermesh-worker process around one stage. See worker.h. */
+#include "worker/worker.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "lm_config.h"
+#include "worker/stage.h"
+
+/* How often blocked receives wake up to look at the stop flag. */
+#define WORKER_POLL_MS 100
+
+struct worker {
+	const struct worker_opts *o;
+	pthread_mutex_t mu; /* serialises the stage between the data and control threads */
+	bool assigned;      /* under mu */
+	struct stage st;    /* under mu */
+	nng_socket ctl, pull, push;
+	bool push_open;
+	pthread_t data_thread;
+	bool data_started;
+	struct wire_buf cbuf; /* control replies (control thread only) */
+	struct wire_buf ebuf; /* ERROR messages (data thread only) */
+	time_t started;
+	_Atomic uint64_t dropped; /* ring messages that could not be processed or forwarded */
+};
+
+/* Set from the signal handler; read by both loops. */
+static volatile sig_atomic_t worker_stop;
+
+static void worker_on_signal(int sig)
+{
+	(void)sig;
+	worker_stop = 1;
+}
+
+/* ------------------------------------------------------------------ the data ring */
+
+/* Sends on the PUSH socket, retrying while the successor is away, until sent or stopping. */
+static int worker_push(struct worker *w, nng_msg *m)
+{
+	for (;;) {
+		int rv = nng_sendmsg(w->push, m, 0);
+		if (rv == 0)
+			return 0;
+		if (rv != NNG_ETIMEDOUT || worker_stop) {
+			nng_msg_free(m);
+			return rv;
+		}
+	}
+}
+
+static void *worker_data_main(void *arg)
+{
+	struct worker *w = arg;
+	lm_diag d;
+
+	while (!worker_stop) {
+		nng_msg *in = NULL, *out = NULL;
+		int rv = nng_recvmsg(w->pull, &in, 0);
+		if (rv == NNG_ETIMEDOUT)
+			continue;
+		if (rv != 0)
+			break; /* socket closed */
+		d.msg[0] = '\0';
+		pthread_mutex_lock(&w->mu);
+		int rc = LM_EUNAVAILABLE;
+		bool can_push = w->push_open;
+		if (w->assigned)
+			rc = stage_handle(&w->st, in, &out, &d);
+		else
+			lm_fail(&d, rc, "worker %s has no assignment yet", w->o->name);
+		pthread_mutex_unlock(&w->mu);
+		if (rc != 0) {
+			struct wire_head h = {0};
+			wire_peek(nng_msg_body(in), nng_msg_len(in), &h, NULL);
+			lm_warn("refused a %s message (batch %llu): %s", wire_type_name(h.type),
+				(unsigned long long)h.id, lm_diag_str(&d, rc));
+			nng_msg_free(in);
+			if (!can_push || stage_error_msg(&w->ebuf, h.id, h.type, rc,
+							 lm_diag_str(&d, rc), &out) != 0) {
+				atomic_fetch_add(&w->dropped, 1);
+				continue;
+			}
+		}
+		if (worker_push(w, out) != 0)
+			atomic_fetch_add(&w->dropped, 1);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ control */
+
+static int worker_reply(struct worker *w, const struct wire_buf *b, const void *payload,
+			size_t payload_len)
+{
+	nng_msg *m;
+	if (nng_msg_alloc(&m, 0) != 0)
+		return LM_ENOMEM;
+	if (nng_msg_append(m, b->data, b->len) != 0 ||
+	    (payload_len > 0 && nng_msg_append(m, payload, payload_len) != 0)) {
+		nng_msg_free(m);
+		return LM_ENOMEM;
+	}
+	if (nng_sendmsg(w->ctl, m, 0) != 0) {
+		nng_msg_free(m);
+		return LM_EIO;
+	}
+	return 0;
+}
+
+static int worker_reply_error(struct worker *w, uint64_t id, uint32_t about, int code,
+			      const char *msg)
+{
+	struct wire_error e = {.id = id, .code = code, .about = about};
+	snprintf(e.msg, sizeof e.msg, "%s", msg);
+	wire_buf_reset(&w->cbuf);
+	if (wire_encode_error(&w->cbuf, &e) != 0)
+		return LM_EPROTO;
+	return worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+static void worker_hello_fill(struct worker *w, struct wire_hello *h, uint64_t id)
+{
+	memset(h, 0, sizeof *h);
+	h->version = WIRE_VERSION;
+	h->id = id;
+	snprintf(h->name, sizeof h->name, "%s", w->o->name);
+	snprintf(h->build, sizeof h->build, "%s", LM_VERSION);
+	h->pid = (int32_t)getpid();
+	pthread_mutex_lock(&w->mu);
+	if (w->assigned) {
+		h->fingerprint = w->st.model.fingerprint;
+		h->has_slice = true;
+		h->begin = w->st.assign.begin;
+		h->end = w->st.assign.end;
+		h->embedding = w->st.assign.embedding;
+		h->head = w->st.assign.head;
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static bool worker_same_assign(const struct wire_assign *a, const struct wire_assign *b)
+{
+	return a->begin == b->begin && a->end == b->end && a->embedding == b->embedding &&
+	       a->head == b->head && a->max_seq == b->max_seq && a->slots == b->slots &&
+	       a->k_type == b->k_type && a->v_type == b->v_type && a->wire_dtype == b->wire_dtype &&
+	       a->max_batch == b->max_batch;
+}
+
+/* Opens the PUSH socket and dials the successor. The dial is asynchronous: NNG keeps retrying
+ * until the successor listens, so workers may come up in any order. */
+static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
+{
+	int rv;
+	if (!w->push_open) {
+		if ((rv = nng_push0_open(&w->push)) != 0)
+			return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
+		nng_socket_set_ms(w->push, NNG_OPT_SENDTIMEO, 1000);
+		nng_socket_set_ms(w->push, NNG_OPT_RECONNMINT, 10);
+		nng_socket_set_ms(w->push, NNG_OPT_RECONNMAXT, 200);
+		w->push_open = true;
+	}
+	if ((rv = nng_dial(w->push, next, NULL, NNG_FLAG_NONBLOCK)) != 0)
+		return lm_fail(d, LM_EIO, "cannot dial the successor at %s: %s", next,
+			       nng_strerror(rv));
+	return 0;
+}
+
+static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d)
+{
+	lm_info("loading layers [%d, %d)%s%s of %s", a->begin, a->end,
+		a->embedding ? " + embedding" : "", a->head ? " + head" : "", a->model);
+	int rc = stage_init(&w->st, a, w->o->backend, &w->o->backend_opts, d);
+	if (rc != 0)
+		return rc;
+	if ((rc = worker_connect_next(w, a->next, d)) != 0) {
+		stage_fini(&w->st);
+		return rc;
+	}
+	w->assigned = true;
+	lm_info("ready: weights %.2f MiB, KV %.2f MiB (%d layers from %d), resident %.2f MiB",
+		(double)w->st.model.weight_bytes / 1048576.0, (double)w->st.kv.bytes / 1048576.0,
+		w->st.kv.num_layers, w->st.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
+	return 0;
+}
+
+static int worker_on_assign(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_assign a;
+	lm_diag d = {{0}};
+	int rc = wire_decode_assign(body, len, &a, &d);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_ASSIGN, rc, lm_diag_str(&d, rc));
+	pthread_mutex_lock(&w->mu);
+	if (w->assigned && !worker_same_assign(&w->st.assign, &a)) {
+		rc = lm_fail(&d, LM_EBUSY,
+			     "worker %s already holds layers [%d, %d); asked for [%d, %d)",
+			     w->o->name, w->st.assign.begin, w->st.assign.end, a.begin, a.end);
+	} else if (!w->assigned) {
+		rc = worker_load(w, &a, &d);
+	}
+	struct wire_ready r = {.id = id};
+	if (rc == 0) {
+		r.fingerprint = w->st.model.fingerprint;
+		r.kv_bytes = w->st.kv.bytes;
+		r.weight_bytes = w->st.model.weight_bytes;
+		r.rss_bytes = stage_rss_bytes();
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0) {
+		lm_error("assignment refused: %s", lm_diag_str(&d, rc));
+		return worker_reply_error(w, id, WIRE_ASSIGN, rc, lm_diag_str(&d, rc));
+	}
+	wire_buf_reset(&w->cbuf);
+	if ((rc = wire_encode_ready(&w->cbuf, &r)) != 0)
+		return rc;
+	return worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+/* The /status document: identity, slice, memory and counters. */
+static char *worker_status_json(struct worker *w)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o == NULL)
+		return NULL;
+	cJSON_AddStringToObject(o, "name", w->o->name);
+	cJSON_AddStringToObject(o, "build", LM_VERSION);
+	cJSON_AddNumberToObject(o, "protocol", WIRE_VERSION);
+	cJSON_AddNumberToObject(o, "pid", (double)getpid());
+	cJSON_AddNumberToObject(o, "uptime_s", (double)(time(NULL) - w->started));
+	cJSON_AddNumberToObject(o, "rss_bytes", (double)stage_rss_bytes());
+	pthread_mutex_lock(&w->mu);
+	cJSON_AddBoolToObject(o, "assigned", w->assigned);
+	if (w->assigned) {
+		const struct stage *st = &w->st;
+		char fp[32];
+		snprintf(fp, sizeof fp, "%016llx", (unsigned long long)st->model.fingerprint);
+		cJSON_AddStringToObject(o, "fingerprint", fp);
+		cJSON *slice = cJSON_AddArrayToObject(o, "slice");
+		cJSON_AddItemToArray(slice, cJSON_CreateNumber(st->assign.begin));
+		cJSON_AddItemToArray(slice, cJSON_CreateNumber(st->assign.end));
+		cJSON_AddBoolToObject(o, "embedding", st->assign.embedding);
+		cJSON_AddBoolToObject(o, "head", st->assign.head);
+		cJSON_AddNumberToObject(o, "kv_base", st->kv.base_layer);
+		cJSON_AddNumberToObject(o, "kv_num_layers", st->kv.num_layers);
+		cJSON_AddNumberToObject(o, "kv_bytes", (double)st->kv.bytes);
+		cJSON *per = cJSON_AddArrayToObject(o, "kv_bytes_per_layer");
+		for (int32_t i = 0; i < st->kv.num_layers; i++) {
+			const struct lm_kv_layer *l = &st->kv.layers[i];
+			double b = (double)l->ctx * l->slots *
+				   (double)(l->k_row_bytes + l->v_row_bytes);
+			cJSON_AddItemToArray(per, cJSON_CreateNumber(b));
+		}
+		cJSON_AddNumberToObject(o, "weight_bytes", (double)st->model.weight_bytes);
+		cJSON_AddNumberToObject(o, "mapped_bytes", (double)st->model.mapped_bytes);
+		int32_t active = 0;
+		for (int32_t s = 0; s < st->kv.slots; s++)
+			active += st->kv.len[s] > 0;
+		cJSON_AddNumberToObject(o, "active_sequences", active);
+		cJSON_AddNumberToObject(o, "batches", (double)atomic_load(&st->stats.batches));
+		cJSON_AddNumberToObject(o, "tokens_processed",
+					(double)atomic_load(&st->stats.tokens));
+		cJSON_AddNumberToObject(o, "ring_errors", (double)atomic_load(&st->stats.errors));
+	}
+	pthread_mutex_unlock(&w->mu);
+	cJSON_AddNumberToObject(o, "dropped", (double)atomic_load(&w->dropped));
+	char *s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return s;
+}
+
+static int worker_on_control(struct worker *w, nng_msg *m)
+{
+	const void *body = nng_msg_body(m);
+	size_t len = nng_msg_len(m);
+	struct wire_head h = {0};
+	lm_diag d = {{0}};
+	int rc = wire_peek(body, len, &h, &d);
+	if (rc != 0)
+		return worker_reply_error(w, h.id, h.type, rc, lm_diag_str(&d, rc));
+	switch (h.type) {
+	case WIRE_HELLO: {
+		struct wire_hello hello;
+		worker_hello_fill(w, &hello, h.id);
+		wire_buf_reset(&w->cbuf);
+		if ((rc = wire_encode_hello(&w->cbuf, &hello, true)) != 0)
+			return rc;
+		return worker_reply(w, &w->cbuf, NULL, 0);
+	}
+	case WIRE_ASSIGN:
+		return worker_on_assign(w, body, len, h.id);
+	case WIRE_STATUS: {
+		char *json = worker_status_json(w);
+		if (json == NULL)
+			return worker_reply_error(w, h.id, h.type, LM_ENOMEM, "out of memory");
+		wire_buf_reset(&w->cbuf);
+		rc = wire_encode_raw(&w->cbuf, WIRE_STATUS, h.id, 0, json, strlen(json));
+		if (rc == 0)
+			rc = worker_reply(w, &w->cbuf, NULL, 0);
+		free(json);
+		return rc;
+	}
+	default:
+		return worker_reply_error(w, h.id, h.type, LM_EUNSUPPORTED,
+					  "this control message is not supported by this worker");
+	}
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static int worker_listen(nng_socket s, const char *addr, const char *what)
+{
+	int rv = nng_listen(s, addr, NULL, 0);
+	if (rv != 0)
+		lm_error("cannot listen for %s at %s: %s", what, addr, nng_strerror(rv));
+	return rv;
+}
+
+int worker_run(const struct worker_opts *o)
+{
+	struct worker w = {.o = o, .started = time(NULL)};
+	struct sigaction sa = {.sa_handler = worker_on_signal};
+	int status = 1;
+	lm_diag d = {{0}};
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (o->parent_pid > 0) {
+		/* Die with the coordinator that spawned us; if it is already gone, stop now. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != o->parent_pid)
+			return 1;
+	}
+	pthread_mutex_init(&w.mu, NULL);
+	if (nng_rep0_open(&w.ctl) != 0 || nng_pull0_open(&w.pull) != 0) {
+		lm_error("cannot open sockets");
+		goto out;
+	}
+	nng_socket_set_ms(w.ctl, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
+	nng_socket_set_ms(w.pull, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
+	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, 0); /* size is checked by the decoder */
+	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, 0);
+	if (worker_listen(w.ctl, o->control, "control") != 0 ||
+	    worker_listen(w.pull, o->data, "data") != 0)
+		goto out;
+	if (o->preassigned) {
+		pthread_mutex_lock(&w.mu);
+		int rc = worker_load(&w, &o->assign, &d);
+		pthread_mutex_unlock(&w.mu);
+		if (rc != 0) {
+			lm_error("%s", lm_diag_str(&d, rc));
+			goto out;
+		}
+	}
+	if (pthread_create(&w.data_thread, NULL, worker_data_main, &w) != 0) {
+		lm_error("cannot start the data thread");
+		goto out;
+	}
+	w.data_started = true;
+	lm_info("listening: control %s, data %s", o->control, o->data);
+
+	while (!worker_stop) {
+		nng_msg *m;
+		int rv = nng_recvmsg(w.ctl, &m, 0);
+		if (rv == NNG_ETIMEDOUT)
+			continue;
+		if (rv != 0)
+			break;
+		worker_on_control(&w, m);
+		nng_msg_free(m);
+	}
+	status = 0;
+	lm_info("stopping");
+out:
+	worker_stop = 1;
+	nng_close(w.ctl);
+	nng_close(w.pull);
+	if (w.data_started)
+		pthread_join(w.data_thread, NULL);
+	if (w.push_open)
+		nng_close(w.push);
+	if (w.assigned)
+		stage_fini(&w.st);
+	wire_buf_fini(&w.cbuf);
+	wire_buf_fini(&w.ebuf);
+	pthread_mutex_destroy(&w.mu);
+	return status;
+}

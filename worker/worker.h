@@ -1,0 +1,40 @@
+/* worker.h — the layermesh-worker process: sockets, threads and the control protocol around
+ * one pipeline stage.
+ *
+ *   control thread (the caller of worker_run): REP socket at `control`; answers HELLO, ASSIGN,
+ *       STATUS and the redeploy verbs. ASSIGN loads the slice (or checks it against the slice
+ *       given by flags) and dials the successor.
+ *   data thread: PULL socket listening at `data`; each ring message goes through the stage
+ *       (stage.h) and on to the successor's PULL through a PUSH dialer.
+ *
+ * The stage is touched by the data thread for every message and by the control thread for
+ * ASSIGN and the redeploy verbs; `mu` serialises the two, so a control operation always happens
+ * between two batches.
+ */
+#ifndef LM_WORKER_H
+#define LM_WORKER_H
+
+#include <stdbool.h>
+
+#include "common/wire.h"
+#include "kernels/backend.h"
+
+struct worker_opts {
+	const char *name;
+	const char *control; /* REP listen address */
+	const char *data;    /* PULL listen address */
+	const char *http;    /* health server address, NULL for none */
+	const char *backend; /* "cpu" or "cuda" */
+	struct lm_backend_opts backend_opts;
+	/* Set when the slice comes from flags (systemd, Kubernetes): loaded at start, and a later
+	 * ASSIGN must match it. */
+	bool preassigned;
+	struct wire_assign assign;
+	/* The coordinator that spawned us: exit when it dies (no orphans). 0 for none. */
+	int parent_pid;
+};
+
+/* Runs until SIGTERM or SIGINT; returns the process exit status. */
+int worker_run(const struct worker_opts *o);
+
+#endif
