@@ -46,6 +46,7 @@ struct sched {
 	pthread_cond_t cv;
 	/* Shared with other threads, under mu. */
 	bool stopping, available;
+	bool paused, replay_pending;
 	char why[256];
 	struct sched_seq *inbox, *inbox_tail;
 	uint64_t *cancels;
@@ -68,6 +69,7 @@ struct sched {
 	struct wire_limits lim;
 	struct wire_seq *wseqs; /* [slots] */
 	int32_t *ids;           /* [max_batch] */
+	bool pause_applied;     /* the thread has forgotten the batches of the current pause */
 	struct sched_stats stats;
 };
 
@@ -453,6 +455,36 @@ static void sched_fail_all(struct sched *s, int code, const char *msg)
 	s->wait_tail = NULL;
 }
 
+/* A worker went down: every batch in flight is lost with it (or will be refused by the
+ * restarted worker). Its sequences become ready to send again; their KV positions are as the
+ * last completed batch left them. */
+static void sched_forget_inflight(struct sched *s)
+{
+	while (s->n_inflight > 0) {
+		struct sched_batch *b = &s->inflight[0];
+		for (int32_t k = 0; k < b->n; k++) {
+			struct sched_seq *q = b->seqs[k];
+			q->inflight = false;
+			if (q->cancel)
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		}
+		atomic_fetch_add(&s->stats.batches_forgotten, 1);
+		sched_drop_batch(s, 0);
+	}
+}
+
+/* Every live sequence prefills again from position 0: its tokens so far are its history. */
+static void sched_replay(struct sched *s)
+{
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q != NULL && q->n_done > 0) {
+			q->n_done = 0;
+			atomic_fetch_add(&s->stats.replays, 1);
+		}
+	}
+}
+
 static void *sched_main(void *arg)
 {
 	struct sched *s = arg;
@@ -488,7 +520,8 @@ static void *sched_main(void *arg)
 		memcpy(rx, s->rx, (size_t)nr * sizeof *rx);
 		memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *rx);
 		s->n_rx -= nr;
-		bool up = s->available;
+		bool up = s->available, paused = s->paused, replay = s->replay_pending;
+		s->replay_pending = false;
 		char why[256];
 		memcpy(why, s->why, sizeof why);
 		pthread_mutex_unlock(&s->mu);
@@ -509,7 +542,15 @@ static void *sched_main(void *arg)
 			sched_apply_cancel(s, cancels[i]);
 		if (!up) {
 			sched_fail_all(s, LM_EUNAVAILABLE, why);
+		} else if (paused) {
+			if (!s->pause_applied)
+				sched_forget_inflight(s);
+			s->pause_applied = true;
+			sched_admit(s);
 		} else {
+			s->pause_applied = false;
+			if (replay)
+				sched_replay(s);
 			int64_t now = sched_now_ms();
 			for (int32_t i = 0; i < s->n_inflight;) {
 				if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
@@ -749,6 +790,24 @@ void sched_set_available(struct sched *s, bool up, const char *why)
 	pthread_mutex_lock(&s->mu);
 	s->available = up;
 	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_pause(struct sched *s, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	s->paused = true;
+	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_resume(struct sched *s, bool replay)
+{
+	pthread_mutex_lock(&s->mu);
+	s->paused = false;
+	s->replay_pending |= replay;
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 }

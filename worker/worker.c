@@ -37,6 +37,11 @@ struct worker {
 	struct wire_buf ebuf; /* ERROR messages (data thread only) */
 	time_t started;
 	_Atomic uint64_t dropped; /* ring messages that could not be processed or forwarded */
+	/* The slice as HELLO reports it: written once when the assignment is accepted, then
+	 * published, so HELLO (the coordinator's heartbeat) never waits for `mu`, which a long
+	 * batch may hold for seconds. */
+	struct wire_hello slice_info;
+	_Atomic bool slice_published;
 };
 
 /* Set from the signal handler; read by both loops. */
@@ -142,16 +147,14 @@ static void worker_hello_fill(struct worker *w, struct wire_hello *h, uint64_t i
 	snprintf(h->name, sizeof h->name, "%s", w->o->name);
 	snprintf(h->build, sizeof h->build, "%s", LM_VERSION);
 	h->pid = (int32_t)getpid();
-	pthread_mutex_lock(&w->mu);
-	if (w->assigned) {
-		h->fingerprint = w->st.model.fingerprint;
+	if (atomic_load_explicit(&w->slice_published, memory_order_acquire)) {
+		h->fingerprint = w->slice_info.fingerprint;
 		h->has_slice = true;
-		h->begin = w->st.assign.begin;
-		h->end = w->st.assign.end;
-		h->embedding = w->st.assign.embedding;
-		h->head = w->st.assign.head;
+		h->begin = w->slice_info.begin;
+		h->end = w->slice_info.end;
+		h->embedding = w->slice_info.embedding;
+		h->head = w->slice_info.head;
 	}
-	pthread_mutex_unlock(&w->mu);
 }
 
 static bool worker_same_assign(const struct wire_assign *a, const struct wire_assign *b)
@@ -193,6 +196,12 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	w->assigned = true;
+	w->slice_info = (struct wire_hello){.fingerprint = w->st.model.fingerprint,
+					    .begin = a->begin,
+					    .end = a->end,
+					    .embedding = a->embedding,
+					    .head = a->head};
+	atomic_store_explicit(&w->slice_published, true, memory_order_release);
 	lm_info("ready: weights %.2f MiB, KV %.2f MiB (%d layers from %d), resident %.2f MiB",
 		(double)w->st.model.weight_bytes / 1048576.0, (double)w->st.kv.bytes / 1048576.0,
 		w->st.kv.num_layers, w->st.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
