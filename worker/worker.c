@@ -293,6 +293,38 @@ static char *worker_status_json(struct worker *w)
 	return s;
 }
 
+/* TRACE: what the armed slot recorded, then arm the requested one (layermesh diff). */
+static int worker_on_trace(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	void *rows = NULL;
+	size_t bytes = 0;
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_TRACE, LM_EUNAVAILABLE, "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0)
+		rc = stage_trace(&w->st, k.slot, &k.len, &rows, &bytes, &d);
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_TRACE, rc, lm_diag_str(&d, rc));
+	k.id = id;
+	k.fingerprint = fp;
+	k.payload = NULL;
+	k.payload_len = bytes;
+	wire_buf_reset(&w->cbuf);
+	rc = wire_encode_kv(&w->cbuf, WIRE_TRACE, &k);
+	if (rc == 0)
+		rc = worker_reply(w, &w->cbuf, rows, bytes);
+	free(rows);
+	return rc;
+}
+
 static int worker_on_control(struct worker *w, nng_msg *m)
 {
 	const void *body = nng_msg_body(m);
@@ -324,6 +356,8 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 		free(json);
 		return rc;
 	}
+	case WIRE_TRACE:
+		return worker_on_trace(w, body, len, h.id);
 	default:
 		return worker_reply_error(w, h.id, h.type, LM_EUNSUPPORTED,
 					  "this control message is not supported by this worker");
