@@ -21,11 +21,12 @@ static size_t attn_round(size_t b)
 	return (b + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN;
 }
 
-size_t cpu_attn_scratch_bytes(const struct lm_kv_layer *kv)
+size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_layer *kv)
 {
-	/* scores [ctx], acc [head_dim], q converted (at most f32) [head_dim] */
+	/* scores [ctx], acc [head_dim], q in K's activation layout */
 	return attn_round((size_t)kv->ctx * sizeof(float)) +
-	       2 * attn_round((size_t)kv->head_dim * sizeof(float));
+	       attn_round((size_t)kv->head_dim * sizeof(float)) +
+	       attn_round(k->type[kv->k_type].act_bytes(kv->head_dim));
 }
 
 static bool attn_type_ok(enum lm_dtype t)
@@ -93,8 +94,8 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 				       (size_t)g * v_head_bytes;
 
 		const void *qx = q;
-		if (kv->k_type != LM_F32) {
-			kt->from_f32(q, qconv, hd);
+		if (kt->to_act != NULL) {
+			kt->to_act(q, qconv, hd);
 			qx = qconv;
 		}
 		float max = -INFINITY;

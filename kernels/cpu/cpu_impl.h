@@ -41,19 +41,27 @@ struct cpu_mm {
 	int n;
 };
 
-/* n elements of f32 to a row of some type (n a multiple of its block). */
+/* n elements of f32 to a row of some layout (n a multiple of its block). */
 typedef void (*cpu_from_f32_fn)(const float *x, void *dst, int64_t n);
-/* Dot product of one row of a weight type with one row of its vec_dot type, n elements. */
+/* Bytes of one activation row of n elements in a kernel set's activation layout. */
+typedef size_t (*cpu_act_bytes_fn)(int64_t n);
+/* Dot product of one row of a weight type with one activation row (in the layout to_act
+ * writes), n elements. */
 typedef float (*cpu_vec_dot_fn)(int64_t n, const void *w, const void *x);
 /* Rows [r0, r1) of a matmul, for all of its tokens. */
 typedef void (*cpu_mm_fn)(const struct cpu_mm *m, int64_t r0, int64_t r1);
 /* acc[i] += a * v[i] for i < n, v a row of a KV type. */
 typedef void (*cpu_axpy_fn)(int64_t n, float a, const void *v, float *acc);
 
+/* What a kernel set does with one type. The activation side of a dot product is private to the
+ * kernel set: the generic kernels use GGUF's layouts (f16, bf16, block_q8_0, block_q8_K), a SIMD
+ * set may store the same values differently (f16-rounded values as f32, quants and scales in
+ * separate arrays, block sums), as long as the values are those of the reference conversion. */
 struct cpu_type_ops {
-	enum lm_dtype vec_dot_type; /* what activations become before a dot with this type */
-	cpu_from_f32_fn from_f32;   /* f32 -> this type (activation conversion, KV stores) */
-	cpu_vec_dot_fn vec_dot;     /* NULL: not a weight type of these kernels */
+	cpu_from_f32_fn from_f32;   /* f32 -> this type's own GGUF layout (KV stores); or NULL */
+	cpu_act_bytes_fn act_bytes; /* activation row bytes; NULL: not a weight type */
+	cpu_from_f32_fn to_act;     /* f32 -> activation layout; NULL: x is used as is (f32) */
+	cpu_vec_dot_fn vec_dot;     /* one weight row . one activation row */
 	cpu_mm_fn mm;               /* NULL: not a weight type of these kernels */
 	cpu_axpy_fn axpy;           /* NULL: not a V cache type */
 };
@@ -102,8 +110,8 @@ struct cpu_attn {
 	size_t scratch_stride;
 };
 
-/* Bytes of per-thread scratch an attention over kv needs. */
-size_t cpu_attn_scratch_bytes(const struct lm_kv_layer *kv);
+/* Bytes of per-thread scratch an attention over kv needs (kv's types checked first). */
+size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_layer *kv);
 /* Checks the batch against the cache (slots, positions, ring size); LM_ERANGE or
  * LM_EUNSUPPORTED on failure. */
 int cpu_attn_check(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n, int n_heads);

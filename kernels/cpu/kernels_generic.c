@@ -249,22 +249,44 @@ void cpu_add_generic(float *y, const float *a, size_t len)
 /* ------------------------------------------------------------------------------------------ */
 /* The table                                                                                  */
 
+static size_t gen_act_f32(int64_t n)
+{
+	return (size_t)n * sizeof(float);
+}
+
+static size_t gen_act_16(int64_t n)
+{
+	return (size_t)n * sizeof(uint16_t);
+}
+
+static size_t gen_act_q8_0(int64_t n)
+{
+	return (size_t)(n / QK8_0) * sizeof(block_q8_0);
+}
+
+static size_t gen_act_q8_K(int64_t n)
+{
+	return (size_t)(n / QK_K) * sizeof(block_q8_K);
+}
+
 const struct cpu_kernels cpu_kernels_generic = {
 	.name = "generic",
 	.type =
 		{
-			[LM_F32] = {LM_F32, gen_from_f32_f32, cpu_vec_dot_f32_generic, gen_mm_f32,
-				    gen_axpy_f32},
-			[LM_F16] = {LM_F16, gen_from_f32_f16, cpu_vec_dot_f16_generic, gen_mm_f16,
-				    gen_axpy_f16},
-			[LM_BF16] = {LM_BF16, gen_from_f32_bf16, cpu_vec_dot_bf16_generic,
-				     gen_mm_bf16, NULL},
-			[LM_Q8_0] = {LM_Q8_0, gen_from_f32_q8_0, cpu_vec_dot_q8_0_generic,
-				     gen_mm_q8_0, gen_axpy_q8_0},
-			[LM_Q4_0] = {LM_Q8_0, NULL, cpu_vec_dot_q4_0_generic, gen_mm_q4_0, NULL},
-			[LM_Q4_K] = {LM_Q8_K, NULL, cpu_vec_dot_q4_K_generic, gen_mm_q4_K, NULL},
-			[LM_Q6_K] = {LM_Q8_K, NULL, cpu_vec_dot_q6_K_generic, gen_mm_q6_K, NULL},
-			[LM_Q8_K] = {LM_Q8_K, gen_from_f32_q8_K, NULL, NULL, NULL},
+			[LM_F32] = {gen_from_f32_f32, gen_act_f32, NULL, cpu_vec_dot_f32_generic,
+				    gen_mm_f32, gen_axpy_f32},
+			[LM_F16] = {gen_from_f32_f16, gen_act_16, gen_from_f32_f16,
+				    cpu_vec_dot_f16_generic, gen_mm_f16, gen_axpy_f16},
+			[LM_BF16] = {gen_from_f32_bf16, gen_act_16, gen_from_f32_bf16,
+				     cpu_vec_dot_bf16_generic, gen_mm_bf16, NULL},
+			[LM_Q8_0] = {gen_from_f32_q8_0, gen_act_q8_0, gen_from_f32_q8_0,
+				     cpu_vec_dot_q8_0_generic, gen_mm_q8_0, gen_axpy_q8_0},
+			[LM_Q4_0] = {NULL, gen_act_q8_0, gen_from_f32_q8_0,
+				     cpu_vec_dot_q4_0_generic, gen_mm_q4_0, NULL},
+			[LM_Q4_K] = {NULL, gen_act_q8_K, gen_from_f32_q8_K,
+				     cpu_vec_dot_q4_K_generic, gen_mm_q4_K, NULL},
+			[LM_Q6_K] = {NULL, gen_act_q8_K, gen_from_f32_q8_K,
+				     cpu_vec_dot_q6_K_generic, gen_mm_q6_K, NULL},
 		},
 	.rmsnorm = cpu_rmsnorm_generic,
 	.silu_mul = cpu_silu_mul_generic,
