@@ -326,27 +326,32 @@ INLINE __m256i q6_scales(__m128i sc8, int k)
 	return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, mask));
 }
 
-/* Q6_K quants are stored + 32; the kernel takes q - 32 (in [-32, 31]) and multiplies |q - 32|
- * with x signed by q - 32, so every lane holds the exact signed sum of its products (as the
- * generic kernel's block sum is built) rather than a large offset sum corrected later. */
+/* Q6_K quants are stored + 32: the kernel multiplies the unsigned stored quants and seeds the
+ * accumulator with -32 * sum_s sc_s * bsum_s, as GGUF's reference AVX2 kernel does. */
 INLINE void row_q6_K(const block_q6_K *w, const uint8_t *const *x, int nt, int64_t nb, float *out)
 {
 	__m256 acc[TILE];
 	const int8_t *xq[TILE];
 	const float *xd[TILE];
+	const int16_t *xs[TILE];
 	for (int t = 0; t < TILE; t++) {
 		acc[t] = _mm256_setzero_ps();
 		xq[t] = t < nt ? (const int8_t *)x[t] : NULL;
 		xd[t] = t < nt ? act8k_d(x[t], nb) : NULL;
+		xs[t] = t < nt ? act8k_bsums(x[t], nb) : NULL;
 	}
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const __m256i m2 = _mm256_set1_epi8(0x30);
-	const __m256i off = _mm256_set1_epi8(32);
 	for (int64_t i = 0; i < nb; i++) {
 		const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
+		const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
 		__m256i sumi[TILE];
-		for (int t = 0; t < nt; t++)
-			sumi[t] = _mm256_setzero_si256();
+		for (int t = 0; t < nt; t++) {
+			const __m256i bs = _mm256_loadu_si256((const __m256i *)(xs[t] + 16 * i));
+			sumi[t] =
+				_mm256_sub_epi32(_mm256_setzero_si256(),
+						 _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+		}
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *ql = w[i].ql + 64 * h;
 			const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
@@ -363,15 +368,12 @@ INLINE void row_q6_K(const block_q6_K *w, const uint8_t *const *x, int nt, int64
 					       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
 			for (int g = 0; g < 4; g++) {
 				const __m256i s = q6_scales(sc8, 4 * h + g);
-				const __m256i qs = _mm256_sub_epi8(q[g], off);
-				const __m256i aq = _mm256_abs_epi8(qs);
 				for (int t = 0; t < nt; t++) {
 					const __m256i xv = _mm256_load_si256(
 						(const __m256i *)(xq[t] + 256 * i + 128 * h +
 								  32 * g));
 					const __m256i p = _mm256_madd_epi16(
-						_mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, qs)),
-						s);
+						_mm256_maddubs_epi16(q[g], xv), s);
 					sumi[t] = _mm256_add_epi32(sumi[t], p);
 				}
 			}

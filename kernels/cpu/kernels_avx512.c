@@ -10,8 +10,8 @@
  *     ends with the signed sum of its own 4 products (small, as in the AVX2 kernels):
  *         sum (w + 128) x - 128 sum x = sum w x,     sum q x - 8 sum x = sum (q - 8) x.
  *   - Q4_K and Q6_K take 64 quants per step: maddubs (unsigned quants x signed activations into
- *     int16 pairs; Q6_K as |q - 32| times x signed by q - 32) then vpdpwssd with the 16-bit
- *     sub-block scales, accumulating int32. Q4_K's
+ *     int16 pairs) then vpdpwssd with the 16-bit sub-block scales, accumulating int32 (Q6_K's
+ *     +32 offset comes back through the activation block sums, as in GGUF's AVX2 kernel). Q4_K's
  *     64 low nibbles of a 64-byte load are two sub-blocks 64 elements apart, so its activation
  *     layout stores each block's 32-element groups in the order 0 2 1 3 4 6 5 7.
  * Every block sum is the exact integer of the generic kernels; only the float accumulation order
@@ -128,7 +128,7 @@ static inline __attribute__((always_inline)) float hsum512(__m512 v)
 	return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
 }
 
-/* Two weight scales (f16) as f32 in lanes 0 and 1. */
+/* Two weight scales (f16) as f32 in lanes 0 and 1 (for a pair left after the groups of 8). */
 static inline __attribute__((always_inline)) __m128 dw_pair(uint16_t a, uint16_t b)
 {
 	return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)a | ((uint32_t)b << 16))));
@@ -170,26 +170,42 @@ static inline __attribute__((always_inline)) uint16_t w_d(const uint8_t *w, int6
 	return is_q4 ? ((const block_q4_0 *)w)[b].d : ((const block_q8_0 *)w)[b].d;
 }
 
-/* A pair of blocks into accumulator u of every token. The pair's two scales d_w * d_x are
- * spread over the int32 lanes each block's products landed in. */
-static inline __attribute__((always_inline)) void
-q8z_pair(const uint8_t *w, int is_q4, int64_t b, const uint8_t *const *x,
-	 const int32_t *const *corr, const float *const *xd, int nt, __m512 acc[][2], int u)
+/* The int32 lanes a pair's products land in, as indices of its two blocks (0 and 1). */
+static inline __attribute__((always_inline)) __m512i pair_spread(int is_q4, int first)
+{
+	const __m512i q4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+	const __m512i q8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+	return _mm512_add_epi32(is_q4 ? q4 : q8, _mm512_set1_epi32(first));
+}
+
+/* A pair of blocks (b, b + 1) into accumulator u of every token. dd[t] holds the blocks'
+ * d_w * d_x among its low lanes, at lanes `spread` picks for each int32 lane of the product. */
+static inline __attribute__((always_inline)) void q8z_pair(const uint8_t *w, int is_q4, int64_t b,
+							   const uint8_t *const *x,
+							   const int32_t *const *corr,
+							   const __m512 *dd, __m512i spread, int nt,
+							   __m512 acc[][2], int u)
 {
 	const __m512i wv = w_pair(w, b, is_q4);
-	const __m128 dw = dw_pair(w_d(w, b, is_q4), w_d(w, b + 1, is_q4));
-	const __m512i spread =
-		is_q4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
-		      : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 	for (int t = 0; t < nt; t++) {
 		const __m512i seed = _mm512_loadu_si512(corr[t] + 8 * b);
 		const __m512i xv = _mm512_load_si512(x[t] + 32 * b);
 		const __m512i dot = _mm512_dpbusd_epi32(seed, wv, xv);
-		const __m128 dd =
-			_mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)(xd[t] + b))));
-		const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(dd));
+		const __m512 s = _mm512_permutexvar_ps(spread, dd[t]);
 		acc[t][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t][u]);
 	}
+}
+
+/* Eight weight scales (f16, one per block) as eight f32: gathered through two 64-bit words so
+ * one conversion serves four pairs. */
+static inline __attribute__((always_inline)) __m256 dw_eight(const uint8_t *w, int64_t b, int is_q4)
+{
+	uint64_t lo = 0, hi = 0;
+	for (int k = 0; k < 4; k++) {
+		lo |= (uint64_t)w_d(w, b + k, is_q4) << (16 * k);
+		hi |= (uint64_t)w_d(w, b + 4 + k, is_q4) << (16 * k);
+	}
+	return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
 }
 
 static inline __attribute__((always_inline)) void
@@ -203,14 +219,26 @@ row_q8z(const uint8_t *w, int is_q4, const uint8_t *const *x, int nt, int64_t nb
 		corr[t] = t < nt ? a8z_corr(x[t], nb) : NULL;
 		xd[t] = t < nt ? a8z_d(x[t], nb) : NULL;
 	}
+	const __m512i sp0 = pair_spread(is_q4, 0), sp2 = pair_spread(is_q4, 2);
+	const __m512i sp4 = pair_spread(is_q4, 4), sp6 = pair_spread(is_q4, 6);
+	__m512 dd[TILE];
 	int64_t b = 0;
-	for (; b + 4 <= nb; b += 4) {
-		q8z_pair(w, is_q4, b, x, corr, xd, nt, acc, 0);
-		q8z_pair(w, is_q4, b + 2, x, corr, xd, nt, acc, 1);
+	for (; b + 8 <= nb; b += 8) {
+		const __m256 dw = dw_eight(w, b, is_q4);
+		for (int t = 0; t < nt; t++)
+			dd[t] = _mm512_castps256_ps512(
+				_mm256_mul_ps(dw, _mm256_loadu_ps(xd[t] + b)));
+		q8z_pair(w, is_q4, b, x, corr, dd, sp0, nt, acc, 0);
+		q8z_pair(w, is_q4, b + 2, x, corr, dd, sp2, nt, acc, 1);
+		q8z_pair(w, is_q4, b + 4, x, corr, dd, sp4, nt, acc, 0);
+		q8z_pair(w, is_q4, b + 6, x, corr, dd, sp6, nt, acc, 1);
 	}
-	if (b + 2 <= nb) {
-		q8z_pair(w, is_q4, b, x, corr, xd, nt, acc, 0);
-		b += 2;
+	for (; b + 2 <= nb; b += 2) {
+		const __m128 dw = dw_pair(w_d(w, b, is_q4), w_d(w, b + 1, is_q4));
+		for (int t = 0; t < nt; t++)
+			dd[t] = _mm512_castps128_ps512(_mm_mul_ps(
+				dw, _mm_castpd_ps(_mm_load_sd((const double *)(xd[t] + b)))));
+		q8z_pair(w, is_q4, b, x, corr, dd, sp0, nt, acc, 0);
 	}
 	float tail[TILE] = {0};
 	if (b < nb) {
@@ -253,7 +281,10 @@ row_q4_Kz(const block_q4_K *w, const uint8_t *const *x, int nt, int64_t nb, floa
 	for (int64_t i = 0; i < nb; i++) {
 		uint8_t sc[8], mn[8];
 		simd_q4_K_scales(w[i].scales, sc, mn);
-		const float d = f16_to_f32(w[i].d), dmin = f16_to_f32(w[i].dmin);
+		/* d and dmin are adjacent halves: one load, one conversion. */
+		uint32_t ddm;
+		memcpy(&ddm, &w[i].d, 4);
+		const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
 		const __m512i sc16 = _mm512_castsi128_si512(
 			_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
 		const __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
@@ -277,13 +308,17 @@ row_q4_Kz(const block_q4_K *w, const uint8_t *const *x, int nt, int64_t nb, floa
 				sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(wq[k], xv),
 							   s[k]);
 			}
-			const float xd = act8k_d(x[t], nb)[i];
 			const __m256i bs = _mm256_loadu_si256(
 				(const __m256i *)(act8k_bsums(x[t], nb) + 16 * i));
-			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * xd),
+			/* [d * xd, dmin * xd] */
+			const __m128 f = _mm_mul_ps(dm, _mm_set1_ps(act8k_d(x[t], nb)[i]));
+			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(f),
 						 acc[t]);
-			accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn16)),
-						  _mm256_set1_ps(-dmin * xd), accm[t]);
+			accm[t] =
+				_mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn16)),
+						 _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f),
+									  _mm256_set1_epi32(1)),
+						 accm[t]);
 		}
 	}
 	for (int t = 0; t < nt; t++)
@@ -304,9 +339,9 @@ static inline __attribute__((always_inline)) __m512i scale4(__m512i v, int a)
 	return _mm512_permutexvar_epi16(idx, v);
 }
 
-/* Q6_K quants are stored + 32; the kernel takes q - 32, multiplies |q - 32| with x negated where
- * q - 32 is negative (a masked subtract), so every int32 lane holds the exact signed sum of its
- * products, as in the AVX2 and generic kernels. */
+/* Q6_K quants are stored + 32: the kernel multiplies the unsigned stored quants and seeds the
+ * accumulator with -32 * sum_s sc_s * bsum_s (GGUF's reference AVX2 kernel does the same), which
+ * saves unpacking signs. qh is loaded into both halves of a register and shifted per half. */
 static inline __attribute__((always_inline)) void
 row_q6_Kz(const block_q6_K *w, const uint8_t *const *x, int nt, int64_t nb, float *out)
 {
@@ -315,43 +350,41 @@ row_q6_Kz(const block_q6_K *w, const uint8_t *const *x, int nt, int64_t nb, floa
 		acc[t] = _mm512_setzero_ps();
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	const __m512i m2 = _mm512_set1_epi8(0x30);
-	const __m512i off = _mm512_set1_epi8(32);
+	/* Per 16-bit lane shift counts: low half / high half of the register. */
+	const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+	const __m512i sh_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
 	for (int64_t i = 0; i < nb; i++) {
-		const __m512i sc16 = _mm512_castsi256_si512(
-			_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales)));
-		__m512i aq[4];
-		__mmask64 neg[4];
+		const __m256i sc16y =
+			_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+		const __m512i sc16 = _mm512_castsi256_si512(sc16y);
+		const __m512i scm32 =
+			_mm512_zextsi256_si512(_mm256_mullo_epi16(sc16y, _mm256_set1_epi16(-32)));
+		__m512i q[4];
 		for (int h = 0; h < 2; h++) {
 			const __m512i l = _mm512_loadu_si512(w[i].ql + 64 * h);
-			const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
-			const __m512i ha =
-				_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)),
-						   _mm256_slli_epi16(qh, 2), 1);
-			const __m512i hb = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
-							      _mm256_srli_epi16(qh, 2), 1);
-			const __m512i qa = _mm512_sub_epi8(
-				_mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(ha, m2)),
-				off);
-			const __m512i qb = _mm512_sub_epi8(
+			const __m512i qh = _mm512_broadcast_i64x4(
+				_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+			/* Groups 0 and 1 take qh bits 0-1 and 2-3 to bits 4-5; groups 2 and 3 bits
+			 * 4-5 and 6-7. */
+			const __m512i ha = _mm512_sllv_epi16(qh, sh_a);
+			const __m512i hb = _mm512_srlv_epi16(qh, sh_b);
+			q[2 * h] =
+				_mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(ha, m2));
+			q[2 * h + 1] =
 				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-						_mm512_and_si512(hb, m2)),
-				off);
-			aq[2 * h] = _mm512_abs_epi8(qa);
-			neg[2 * h] = _mm512_movepi8_mask(qa);
-			aq[2 * h + 1] = _mm512_abs_epi8(qb);
-			neg[2 * h + 1] = _mm512_movepi8_mask(qb);
+						_mm512_and_si512(hb, m2));
 		}
 		const __m512i s[4] = {scale4(sc16, 0), scale4(sc16, 4), scale4(sc16, 8),
 				      scale4(sc16, 12)};
 		const float d = f16_to_f32(w[i].d);
 		for (int t = 0; t < nt; t++) {
 			const uint8_t *xq = x[t] + 256 * i;
-			__m512i sumi = _mm512_setzero_si512();
+			const __m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256(
+				(const __m256i *)(act8k_bsums(x[t], nb) + 16 * i)));
+			__m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bs, scm32);
 			for (int k = 0; k < 4; k++) {
 				const __m512i xv = _mm512_load_si512(xq + 64 * k);
-				const __m512i sx = _mm512_mask_sub_epi8(xv, neg[k],
-									_mm512_setzero_si512(), xv);
-				sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(aq[k], sx),
+				sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[k], xv),
 							   s[k]);
 			}
 			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi),
