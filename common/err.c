@@ -87,7 +87,17 @@ void lm_diag_prefix(lm_diag *d, const char *fmt, ...)
 	vsnprintf(prefix, sizeof prefix, fmt, ap);
 	va_end(ap);
 	memcpy(old, d->msg, sizeof old);
-	snprintf(d->msg, sizeof d->msg, "%s: %s", prefix, old);
+	/* Assemble by hand: truncation is intended, and snprintf("%s: %s") would warn about it. */
+	size_t n = strnlen(prefix, sizeof prefix);
+	if (n > sizeof d->msg - 3)
+		n = sizeof d->msg - 3;
+	memcpy(d->msg, prefix, n);
+	memcpy(d->msg + n, ": ", 2);
+	size_t rest = strnlen(old, sizeof old);
+	if (rest > sizeof d->msg - n - 3)
+		rest = sizeof d->msg - n - 3;
+	memcpy(d->msg + n + 2, old, rest);
+	d->msg[n + 2 + rest] = '\0';
 }
 
 const char *lm_diag_str(const lm_diag *d, int code)

@@ -6,4 +6,13 @@
 
 /* Each module adds its command here and to the table in coordinator/main.c. */
 
+/* layermesh plan [mesh.toml] [--json] (coordinator/cmd_plan.c) */
+int cmd_plan(int argc, char **argv);
+
+/* layermesh synth: a deterministic random-weight llama GGUF (coordinator/cmd_synth.c). */
+int cmd_synth(int argc, char **argv);
+
+/* coordinator/cmd_tokenize.c: text to token ids. */
+int cmd_tokenize(int argc, char **argv);
+
 #endif

@@ -15,6 +15,9 @@ static int cmd_version(int argc, char **argv);
 
 static const struct lm_cmd main_cmds[] = {
 	/* Keep in the order `layermesh --help` should list them. */
+	{"plan", cmd_plan, "show how mesh.toml's model is cut between its workers"},
+	{"synth", cmd_synth, "write a random-weight llama GGUF of any shape and type"},
+	{"tokenize", cmd_tokenize, "print the token ids of a text"},
 	{"version", cmd_version, "print the build and protocol versions"},
 };
 

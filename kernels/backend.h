@@ -14,6 +14,8 @@
  * Threads. A backend is used by one thread at a time (the worker's compute thread); it may use its
  * own threads inside an op. Every op is synchronous unless the backend says otherwise in `sync`.
  *
+ * Index arrays (token ids, struct lm_tok_loc) are host memory: a device backend copies them.
+ *
  * Errors. Ops that can fail on data (an unsupported weight type, a position outside the cache)
  * return a negative LM_E* code; shape errors are programming errors and are checked by the caller.
  */
@@ -152,7 +154,7 @@ struct lm_backend_opts {
 static inline int lm_backend_weight_init(struct lm_backend *b, struct lm_weight *w,
 					 const void *host)
 {
-	if (b->iface->weight_init == NULL) {
+	if (b == NULL || b->iface->weight_init == NULL) {
 		w->data = host;
 		w->priv = NULL;
 		return 0;
@@ -162,7 +164,7 @@ static inline int lm_backend_weight_init(struct lm_backend *b, struct lm_weight 
 
 static inline void lm_backend_weight_fini(struct lm_backend *b, struct lm_weight *w)
 {
-	if (b->iface->weight_fini != NULL)
+	if (b != NULL && b->iface->weight_fini != NULL)
 		b->iface->weight_fini(b->ctx, w);
 	w->data = NULL;
 	w->priv = NULL;

@@ -1,0 +1,250 @@
+/* planner.c — mesh.toml + GGUF -> per-layer costs -> fence plan. */
+#include "coordinator/planner.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/gguf.h"
+#include "common/kv_cache.h"
+
+int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *hp)
+{
+	if (cfg->max_seq_len > 0)
+		return cfg->max_seq_len;
+	if (hp->n_ctx_train <= 0 || hp->n_ctx_train > MESH_MAX_SEQ_DEFAULT)
+		return MESH_MAX_SEQ_DEFAULT;
+	return hp->n_ctx_train;
+}
+
+uint64_t planner_scratch_bytes(const struct lm_hparams *hp, int32_t max_batch,
+			       enum lm_dtype wire_dtype, bool head)
+{
+	uint64_t q_dim = 0, kv_dim = 0, ff_dim = 0;
+	for (int32_t il = 0; il < hp->n_layer; il++) {
+		uint64_t q = (uint64_t)hp->n_head[il] * (uint64_t)hp->head_dim;
+		uint64_t kv = (uint64_t)hp->n_head_kv[il] * (uint64_t)hp->head_dim;
+		if (q > q_dim)
+			q_dim = q;
+		if (kv > kv_dim)
+			kv_dim = kv;
+		if ((uint64_t)hp->n_ff[il] > ff_dim)
+			ff_dim = (uint64_t)hp->n_ff[il];
+	}
+	uint64_t e = (uint64_t)hp->n_embd, b = (uint64_t)max_batch;
+	/* Per token, in floats: x and h (n_embd each), q and att (q_dim), k and v (kv_dim), gate
+	 * and up (ff_dim), then the host rows in and out (n_embd each). */
+	uint64_t floats = 4 * e + 2 * q_dim + 2 * kv_dim + 2 * ff_dim;
+	if (head)
+		floats += (uint64_t)hp->n_vocab;
+	uint64_t wire = (uint64_t)lm_dtype_info(wire_dtype)->size;
+	return b * (floats * sizeof(float) + 2 * e * wire);
+}
+
+int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,
+		 lm_diag *d)
+{
+	memset(plan, 0, sizeof *plan);
+	gguf_file *f = NULL;
+	struct lm_hparams *hp = calloc(1, sizeof *hp);
+	struct lm_layer_cost *lc = NULL;
+	struct fence_layer *layers = NULL;
+	struct kv_geom *geom = NULL;
+	struct fence_worker *workers = NULL;
+	int rc;
+	if (hp == NULL) {
+		rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
+		goto out;
+	}
+	rc = gguf_open(cfg->model_path, &f, d);
+	if (rc != 0)
+		goto out;
+	rc = lm_hparams_load(f, hp, d);
+	if (rc != 0) {
+		lm_diag_prefix(d, "%s", cfg->model_path);
+		goto out;
+	}
+	int32_t L = hp->n_layer, W = cfg->n_workers;
+	if (L <= 0 || L > FENCE_MAX_LAYERS) {
+		rc = lm_fail(d, LM_EUNSUPPORTED, "%s: %d layers; the planner takes 1 to %d",
+			     cfg->model_path, (int)L, FENCE_MAX_LAYERS);
+		goto out;
+	}
+	lc = calloc((size_t)L, sizeof *lc);
+	layers = calloc((size_t)L, sizeof *layers);
+	geom = calloc((size_t)L, sizeof *geom);
+	workers = calloc((size_t)W, sizeof *workers);
+	if (lc == NULL || layers == NULL || geom == NULL || workers == NULL) {
+		rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
+		goto out;
+	}
+	struct lm_model_costs costs = {.layer = lc};
+	rc = lm_model_costs(f, hp, &costs, d);
+	if (rc != 0) {
+		lm_diag_prefix(d, "%s", cfg->model_path);
+		goto out;
+	}
+	int32_t max_seq = planner_max_seq(cfg, hp);
+	for (int32_t i = 0; i < L; i++) {
+		layers[i].weight_bytes = lc[i].weight_bytes;
+		layers[i].flops = lc[i].flops;
+		geom[i] = lm_hparams_kv_geom(hp, i);
+	}
+	rc = fence_kv_costs(layers, L, geom, max_seq, cfg->slots, cfg->kv_type_k, cfg->kv_type_v,
+			    d);
+	if (rc != 0) {
+		lm_diag_prefix(d, "%s", cfg->model_path);
+		goto out;
+	}
+	for (int32_t j = 0; j < W; j++) {
+		const struct mesh_worker *mw = &cfg->workers[j];
+		workers[j] = (struct fence_worker){
+			.name = mw->name,
+			.memory_limit = mw->memory_limit,
+			.speed = mw->speed,
+			.scratch_bytes =
+				cfg->scratch_bytes != 0
+					? cfg->scratch_bytes
+					: planner_scratch_bytes(hp, cfg->max_batch, cfg->wire_dtype,
+								j == W - 1),
+			.pin_start = mw->layer_start,
+			.pin_end = mw->layer_end,
+		};
+	}
+	struct fence_input in = {
+		.strategy = cfg->strategy,
+		.n_layers = L,
+		.layers = layers,
+		.first_bytes = costs.embd_bytes,
+		.last_bytes = costs.head_bytes,
+		.last_flops = costs.head_flops,
+		.n_workers = W,
+		.workers = workers,
+	};
+	rc = fence_plan_make(plan, &in, d);
+	if (rc != 0)
+		goto out;
+	if (info != NULL) {
+		*info = (struct planner_info){
+			.n_layers = L,
+			.n_embd = hp->n_embd,
+			.n_vocab = hp->n_vocab,
+			.n_ctx_train = hp->n_ctx_train,
+			.max_seq = max_seq,
+			.slots = cfg->slots,
+			.max_batch = cfg->max_batch,
+			.kv_type_k = cfg->kv_type_k,
+			.kv_type_v = cfg->kv_type_v,
+			.wire_dtype = cfg->wire_dtype,
+			.tied = hp->tied,
+			.embd_bytes = costs.embd_bytes,
+			.head_bytes = costs.head_bytes,
+		};
+		for (int32_t i = 0; i < L; i++) {
+			info->weight_bytes += layers[i].weight_bytes;
+			info->kv_bytes += layers[i].kv_bytes;
+		}
+	}
+out:
+	free(workers);
+	free(geom);
+	free(layers);
+	free(lc);
+	free(hp);
+	gguf_close(f);
+	return rc;
+}
+
+static cJSON *planner_info_json(const struct planner_info *i, const struct mesh_config *cfg)
+{
+	cJSON *m = cJSON_CreateObject();
+	if (m == NULL)
+		return NULL;
+	bool ok = cJSON_AddStringToObject(m, "path", cfg->model_path) &&
+		  cJSON_AddNumberToObject(m, "layers", i->n_layers) &&
+		  cJSON_AddNumberToObject(m, "n_embd", i->n_embd) &&
+		  cJSON_AddNumberToObject(m, "n_vocab", i->n_vocab) &&
+		  cJSON_AddNumberToObject(m, "context_length", i->n_ctx_train) &&
+		  cJSON_AddNumberToObject(m, "max_seq", i->max_seq) &&
+		  cJSON_AddNumberToObject(m, "slots", i->slots) &&
+		  cJSON_AddNumberToObject(m, "max_batch", i->max_batch) &&
+		  cJSON_AddStringToObject(m, "kv_type_k", lm_dtype_name(i->kv_type_k)) &&
+		  cJSON_AddStringToObject(m, "kv_type_v", lm_dtype_name(i->kv_type_v)) &&
+		  cJSON_AddStringToObject(m, "wire_dtype", lm_dtype_name(i->wire_dtype)) &&
+		  cJSON_AddBoolToObject(m, "tied_embedding", i->tied) &&
+		  cJSON_AddNumberToObject(m, "weight_bytes", (double)i->weight_bytes) &&
+		  cJSON_AddNumberToObject(m, "kv_bytes", (double)i->kv_bytes) &&
+		  cJSON_AddNumberToObject(m, "embd_bytes", (double)i->embd_bytes) &&
+		  cJSON_AddNumberToObject(m, "head_bytes", (double)i->head_bytes);
+	if (!ok) {
+		cJSON_Delete(m);
+		return NULL;
+	}
+	return m;
+}
+
+static int planner_print_json(const struct planner_info *info, const struct mesh_config *cfg,
+			      const struct fence_plan *plan, FILE *out)
+{
+	cJSON *root = cJSON_CreateObject();
+	cJSON *model = planner_info_json(info, cfg);
+	cJSON *p = fence_plan_to_json(plan);
+	char *text = NULL;
+	int rc = LM_ENOMEM;
+	if (root != NULL && model != NULL && p != NULL) {
+		cJSON_AddItemToObject(root, "model", model);
+		cJSON_AddItemToObject(root, "plan", p);
+		model = p = NULL;
+		text = cJSON_Print(root);
+	}
+	if (text != NULL) {
+		fprintf(out, "%s\n", text);
+		rc = ferror(out) ? LM_EIO : 0;
+	}
+	free(text);
+	cJSON_Delete(model);
+	cJSON_Delete(p);
+	cJSON_Delete(root);
+	return rc;
+}
+
+int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
+{
+	struct mesh_config cfg;
+	struct fence_plan plan;
+	struct planner_info info;
+	lm_diag d = {{0}};
+	int rc = mesh_config_load(&cfg, mesh_path, &d);
+	if (rc != 0) {
+		fprintf(err, "layermesh plan: %s\n", lm_diag_str(&d, rc));
+		return 1;
+	}
+	rc = planner_plan(&cfg, &plan, &info, &d);
+	if (rc != 0) {
+		fprintf(err, "layermesh plan: %s: %s\n", mesh_path, lm_diag_str(&d, rc));
+		mesh_config_fini(&cfg);
+		return 1;
+	}
+	if (json) {
+		rc = planner_print_json(&info, &cfg, &plan, out);
+	} else {
+		char a[32], b[32], c[32];
+		fprintf(out, "model: %s (%d layers, n_embd %d, vocab %d, context %d%s)\n",
+			cfg.model_path, (int)info.n_layers, (int)info.n_embd, (int)info.n_vocab,
+			(int)info.n_ctx_train, info.tied ? ", tied embedding" : "");
+		fprintf(out,
+			"cache: %d positions x %d slots, K %s, V %s: %s for all layers in one "
+			"process; weights %s, embedding %s, head %s\n",
+			(int)info.max_seq, (int)info.slots, lm_dtype_name(info.kv_type_k),
+			lm_dtype_name(info.kv_type_v), fence_fmt_bytes(info.kv_bytes, a, sizeof a),
+			fence_fmt_bytes(info.weight_bytes, b, sizeof b),
+			fence_fmt_bytes(info.embd_bytes, c, sizeof c),
+			fence_fmt_bytes(info.head_bytes, (char[32]){0}, 32));
+		rc = fence_plan_write_table(&plan, out);
+	}
+	if (rc != 0)
+		fprintf(err, "layermesh plan: writing the plan: %s\n", lm_strerror(rc));
+	fence_plan_fini(&plan);
+	mesh_config_fini(&cfg);
+	return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,56 @@
+/* planner.h — from a mesh.toml and its GGUF model to a fence plan.
+ *
+ * The planner reads the model's tensor index (nothing is mapped), takes each layer's weight
+ * bytes and flops from it (lm_model_costs), sizes each layer's KV cache for the mesh's slots and
+ * positions from its own geometry (kv_layer_bytes through fence_kv_costs), estimates every
+ * worker's activation scratch, and hands the lot to fence_plan_make() with the workers' memory
+ * limits and speeds. `layermesh plan` prints the result; `layermesh up` will start the workers
+ * on it.
+ */
+#ifndef LM_PLANNER_H
+#define LM_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/dtype.h"
+#include "common/err.h"
+#include "common/fence.h"
+#include "common/mesh_config.h"
+#include "common/model.h"
+
+/* What a plan was made from, for its header and its JSON. */
+struct planner_info {
+	int32_t n_layers, n_embd, n_vocab, n_ctx_train;
+	int32_t max_seq, slots, max_batch;
+	enum lm_dtype kv_type_k, kv_type_v, wire_dtype;
+	bool tied;             /* the head reuses the token embedding */
+	uint64_t weight_bytes; /* every layer's tensors */
+	uint64_t kv_bytes;     /* every layer's cache: what one process of the whole model holds */
+	uint64_t embd_bytes;   /* token embedding (worker 0) */
+	uint64_t head_bytes; /* output norm + lm_head (last worker; the embedding again if tied) */
+};
+
+/* Positions per sequence: max_seq_len when set, else the model's context length capped at
+ * MESH_MAX_SEQ_DEFAULT. */
+int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *hp);
+
+/* Activation scratch of one stage for batches of max_batch tokens: the buffers lm_forward_init
+ * allocates (residual and normed rows, q, k, v, attention output, FFN gate and up, at the
+ * model's widest layer; logits on the head stage) plus the worker's host rows for hidden states
+ * in and out and one wire message each way. An estimate that must stay an upper bound of what
+ * the worker allocates per batch. */
+uint64_t planner_scratch_bytes(const struct lm_hparams *hp, int32_t max_batch,
+			       enum lm_dtype wire_dtype, bool head);
+
+/* Plans cfg's mesh over cfg's model. On failure (LM_EINFEASIBLE with the fence's message, or a
+ * model that cannot be read) the plan holds nothing. info may be NULL. */
+int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,
+		 lm_diag *d);
+
+/* `layermesh plan`: loads mesh_path, plans, and writes the table (or JSON) to out; messages go
+ * to err. Returns the exit status: 0 planned, 1 failed. */
+int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err);
+
+#endif

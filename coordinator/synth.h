@@ -1,0 +1,86 @@
+/* synth.h — deterministic random-weight llama models of any shape, as GGUF files.
+ *
+ * The files follow llama.cpp's "llama" architecture exactly (tensor names, shapes ne0-first,
+ * metadata keys), so llama.cpp loads them and layermesh can be compared with it on shapes no real
+ * model has, in every weight type:
+ *
+ *     token_embd.weight          [dim, vocab]        --type
+ *     blk.N.attn_norm.weight     [dim]               f32
+ *     blk.N.attn_q.weight        [dim, dim]          --type
+ *     blk.N.attn_k.weight        [dim, kv_dim]       --type   kv_dim = kv_heads * dim / heads
+ *     blk.N.attn_v.weight        [dim, kv_dim]       --type
+ *     blk.N.attn_output.weight   [dim, dim]          --type
+ *     blk.N.ffn_norm.weight      [dim]               f32
+ *     blk.N.ffn_gate.weight      [dim, ffn]          --type
+ *     blk.N.ffn_down.weight      [ffn, dim]          --type
+ *     blk.N.ffn_up.weight        [dim, ffn]          --type
+ *     output_norm.weight         [dim]               f32
+ *     output.weight              [dim, vocab]        --type   (absent with tied embeddings)
+ *
+ * Weights. Every tensor has its own PRNG stream (splitmix64 seeded from the seed and the tensor's
+ * name), so a tensor's values depend only on the seed, its name and its shape. Values are
+ * approximately normal (the Irwin-Hall sum of four uniforms: integer arithmetic and one float
+ * multiply, bit-identical on every machine and compiler), scaled like a trained model: matrices
+ * std 1/sqrt(fan_in) (ne0), the embedding std 1/sqrt(dim), norm weights 1 + 0.1 x noise. RMSNorm
+ * keeps activations O(1) and the logits have std ~1: finite and far from flat. Matrices are
+ * converted or quantized row by row with lm_quantize_row (kernels/cpu/quant.h), bit-compatible
+ * with ggml's reference quantizers; norm vectors stay f32.
+ *
+ * Vocabulary. By default a SentencePiece-style ("llama") vocabulary: <unk>, <s>, </s>, the 256
+ * byte tokens <0x00>..<0xFF> (type 6), then NORMAL pieces with decreasing scores: "\u2581", single
+ * characters with and without the "\u2581" prefix, then every lowercase word of 2, 3, ... letters
+ * with and without it, until `vocab` tokens. vocab_from instead copies every tokenizer.* key of
+ * another GGUF, whose token count must equal `vocab` (0: take it).
+ *
+ * The same options give the same bytes.
+ */
+#ifndef LM_SYNTH_H
+#define LM_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "common/err.h"
+
+/* Tokens before the first word piece in the default vocabulary: <unk>, <s>, </s>, 256 bytes. */
+#define SYNTH_VOCAB_MIN 259
+
+struct synth_opts {
+	const char *out;    /* the file to write (replaced atomically) */
+	uint32_t dim;       /* embedding length */
+	uint32_t layers;    /* block count */
+	uint32_t heads;     /* attention heads; dim % heads == 0, head_dim even */
+	uint32_t kv_heads;  /* KV heads; heads % kv_heads == 0 */
+	uint32_t ffn;       /* feed-forward length */
+	uint32_t vocab;     /* tokens; 0 with vocab_from: that file's count */
+	uint32_t ctx;       /* llama.context_length */
+	enum lm_dtype type; /* every matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
+	uint64_t seed;
+	float rope_base;        /* llama.rope.freq_base */
+	float rms_eps;          /* llama.attention.layer_norm_rms_epsilon */
+	bool tied;              /* no output.weight: llama.cpp uses token_embd for the head */
+	const char *vocab_from; /* GGUF whose tokenizer.* keys are copied, or NULL */
+};
+
+struct synth_stats {
+	uint64_t n_tensors;
+	uint64_t n_params;
+	uint64_t file_bytes;
+	uint32_t vocab; /* the vocabulary size written */
+};
+
+/* The options' defaults: ctx 2048, type F32, seed 0, rope_base 10000, rms_eps 1e-5, kv_heads 0
+ * (meaning: equal to heads). Shape fields are 0 and must be set. */
+void synth_opts_default(struct synth_opts *o);
+
+/* Checks a shape and a type without writing anything: every size in range, the head geometry,
+ * and that every matrix's row length is a multiple of the type's block (the message names the
+ * first tensor that breaks the rule, and the rule). vocab may be 0 only with vocab_from. */
+int synth_check(const struct synth_opts *o, lm_diag *d);
+
+/* Writes the model to o->out (through a temporary file in the same directory, renamed into
+ * place on success; removed on failure). st may be NULL. */
+int synth_write(const struct synth_opts *o, struct synth_stats *st, lm_diag *d);
+
+#endif

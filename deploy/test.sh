@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# deploy/test.sh — every test of layermesh, in the order that fails fastest. Run it through
+# `deploy/setup.sh test`, which installs what it needs and builds build/ first.
+#
+#   1. formatting of the C sources (clang-format-14, the checked-in .clang-format)
+#   2. the whole suite on the normal build (unit, oracle comparisons, integration)
+#   3. the whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+log() { printf 'test: %s\n' "$*" >&2; }
+
+log "clang-format check"
+files=$(git ls-files '*.c' '*.h' | grep -v '_data\.c$' || true)
+if [ -n "$files" ]; then
+	clang-format-14 --dry-run --Werror $files
+fi
+
+log "meson test (build/)"
+meson test -C build --print-errorlogs --num-processes 2
+
+log "meson test under ASan+UBSan (build-asan/)"
+# The llama.cpp comparisons ran above; the prebuilt llama.cpp libraries are not instrumented,
+# so the sanitizer build leaves them out and checks layermesh's own code.
+opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dwerror=true -Dllama_oracle=)
+if [ -d build-asan ]; then meson configure build-asan "${opts[@]}" >/dev/null
+else meson setup build-asan "${opts[@]}" >/dev/null; fi
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
+
+log "all tests passed"

@@ -1,0 +1,287 @@
+/* The forward pass against llama.cpp's own outputs for stories260K (tests/../shared/models/
+ * reference, made with llama.cpp v0.4.0 and an f32 KV cache), and against itself: a model split
+ * into stages, batches mixing sequences and chunked prefill must all give the same logits. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/model.h"
+#include "worker/forward.h"
+
+static const char *shared(const char *rel)
+{
+	static char buf[4][4096];
+	static int k;
+	const char *root = getenv("LM_SHARED");
+	k = (k + 1) % 4;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", root != NULL ? root : "../shared", rel);
+	return buf[k];
+}
+
+/* Reads whitespace-separated numbers after an optional "label:" prefix on a line. */
+static int read_numbers(const char *path, const char *label, double *out, int cap)
+{
+	FILE *fp = fopen(path, "r");
+	cr_assert_not_null(fp, "%s", path);
+	char line[1 << 16];
+	int n = 0;
+	while (fgets(line, sizeof line, fp) != NULL) {
+		char *p = line;
+		if (label != NULL) {
+			size_t l = strlen(label);
+			if (strncmp(line, label, l) != 0)
+				continue;
+			p += l;
+		}
+		char *end;
+		for (double v = strtod(p, &end); end != p && n < cap; v = strtod(p, &end)) {
+			out[n++] = v;
+			p = end;
+		}
+		if (label != NULL)
+			break;
+	}
+	fclose(fp);
+	return n;
+}
+
+struct rig {
+	struct lm_backend be;
+	struct lm_model m;
+	struct kv_cache kv;
+	struct lm_forward fw;
+};
+
+static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, int slots,
+		     int max_batch, bool scalar)
+{
+	lm_diag d = {{0}};
+	struct lm_backend_opts bo = {.n_threads = 1, .force_scalar = scalar};
+	memset(r, 0, sizeof *r);
+	cr_assert_eq(lm_backend_cpu_init(&r->be, &bo), 0);
+	cr_assert_eq(lm_model_open(&r->m, path, s, &r->be, false, &d), 0, "%s", d.msg);
+	struct kv_geom g[LM_MAX_LAYERS];
+	for (int i = r->m.slice.begin; i < r->m.slice.end; i++)
+		g[i - r->m.slice.begin] = lm_hparams_kv_geom(&r->m.hp, i);
+	struct kv_cache_cfg kc = {.base_layer = r->m.slice.begin,
+				  .num_layers = r->m.slice.end - r->m.slice.begin,
+				  .geom = g,
+				  .max_seq = 128,
+				  .slots = slots,
+				  .k_type = LM_F32,
+				  .v_type = LM_F32};
+	cr_assert_eq(kv_cache_init(&r->kv, &r->be, &kc, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_forward_init(&r->fw, &r->m, &r->be, &r->kv, max_batch, &d), 0, "%s", d.msg);
+}
+
+static void rig_close(struct rig *r)
+{
+	lm_forward_fini(&r->fw);
+	kv_cache_fini(&r->kv);
+	lm_model_close(&r->m);
+	lm_backend_fini(&r->be);
+}
+
+/* Runs ids[0..n) of one sequence (slot) from position pos; logits of every row into out. */
+static void run_rows(struct rig *r, int slot, int pos, const int32_t *ids, int n, float *out)
+{
+	struct lm_tok_loc loc[128];
+	int32_t rows[128];
+	for (int i = 0; i < n; i++) {
+		loc[i] = (struct lm_tok_loc){slot, pos + i};
+		rows[i] = i;
+	}
+	struct lm_batch b = {.n = n, .ids = ids, .loc = loc, .n_out = n, .out_rows = rows};
+	lm_diag d = {{0}};
+	cr_assert_eq(lm_forward_run(&r->fw, &b, NULL, NULL, out, &d), 0, "%s", d.msg);
+}
+
+static int argmax(const float *x, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
+}
+
+static const char *const slugs[] = {"once_upon_a_time", "the_cat", "lily_wanted", "empty",
+				    "tom_apples"};
+
+Test(forward, stories260k_matches_llamacpp, .timeout = 60)
+{
+	for (int kernels = 0; kernels < 2; kernels++) {
+		struct rig r;
+		rig_open(&r, shared("models/stories260K.gguf"), NULL, 1, 128, kernels == 0);
+		for (size_t s = 0; s < sizeof slugs / sizeof slugs[0]; s++) {
+			char rel[256];
+			double want_ids[128], want_logits[512];
+			snprintf(rel, sizeof rel, "models/reference/%s.llamacpp_generate.txt",
+				 slugs[s]);
+			int n_prompt = read_numbers(shared(rel), "prompt_ids:", want_ids, 128);
+			int n_all = read_numbers(shared(rel), "ids:", want_ids + 0, 128);
+			double prompt[128];
+			read_numbers(shared(rel), "prompt_ids:", prompt, 128);
+			snprintf(rel, sizeof rel, "models/reference/%s.llamacpp_last_logits.txt",
+				 slugs[s]);
+			cr_assert_eq(read_numbers(shared(rel), NULL, want_logits, 512), 512);
+
+			int32_t ids[128];
+			for (int i = 0; i < n_all; i++)
+				ids[i] = (int32_t)want_ids[i];
+			static float logits[128 * 512];
+			r.kv.len[0] = 0;
+			run_rows(&r, 0, 0, ids, n_prompt, logits);
+			const float *last = logits + (size_t)(n_prompt - 1) * 512;
+			double maxerr = 0;
+			for (int i = 0; i < 512; i++)
+				maxerr = fmax(maxerr, fabs(last[i] - want_logits[i]));
+			cr_expect_lt(maxerr, 1e-4, "%s (%s kernels): last logits max |diff| %g",
+				     slugs[s], kernels ? "auto" : "scalar", maxerr);
+			/* Greedy decode, one token at a time, must follow llama.cpp's ids. */
+			int32_t tok = argmax(last, 512);
+			for (int p = n_prompt; p < n_all; p++) {
+				cr_assert_eq(tok, ids[p], "%s: position %d: %d, llama.cpp %d",
+					     slugs[s], p, tok, ids[p]);
+				run_rows(&r, 0, p, &tok, 1, logits);
+				tok = argmax(logits, 512);
+			}
+		}
+		rig_close(&r);
+	}
+}
+
+/* Every position's logits of the 65-token greedy sequence, from one batched pass and from
+ * chunked passes, against llama.cpp's. */
+Test(forward, all_positions_batched_and_chunked, .timeout = 60)
+{
+	static double want[65 * 512];
+	double idsd[128];
+	int32_t ids[65];
+	int n = read_numbers(shared("models/reference/once_upon_a_time.llamacpp_generate.txt"),
+			     "ids:", idsd, 128);
+	cr_assert_eq(n, 65);
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t)idsd[i];
+	cr_assert_eq(
+		read_numbers(
+			shared("models/reference/once_upon_a_time.llamacpp_all_logits_seq.txt"),
+			NULL, want, 65 * 512),
+		65 * 512);
+	static float got[65 * 512], chunked[65 * 512];
+	struct rig r;
+	rig_open(&r, shared("models/stories260K.gguf"), NULL, 2, 128, false);
+	run_rows(&r, 0, 0, ids, 65, got);
+	double maxerr = 0;
+	for (int i = 0; i < 65 * 512; i++)
+		maxerr = fmax(maxerr, fabs(got[i] - want[i]));
+	cr_expect_lt(maxerr, 1e-4, "all positions: max |diff| %g", maxerr);
+	/* Chunks of 7 in slot 1 give the same logits as one pass. */
+	for (int at = 0; at < 65; at += 7)
+		run_rows(&r, 1, at, ids + at, at + 7 <= 65 ? 7 : 65 - at, chunked + at * 512);
+	maxerr = 0;
+	for (int i = 0; i < 65 * 512; i++)
+		maxerr = fmax(maxerr, fabs(got[i] - chunked[i]));
+	cr_expect_lt(maxerr, 1e-5, "chunked prefill differs by %g", maxerr);
+	rig_close(&r);
+}
+
+/* Two sequences in one batch get exactly the logits each gets alone. */
+Test(forward, mixed_batch_equals_solo_runs)
+{
+	struct rig r;
+	rig_open(&r, shared("models/stories260K.gguf"), NULL, 2, 128, false);
+	int32_t a[5] = {1, 403, 407, 261, 378}, b[4] = {1, 291, 280, 294};
+	static float la[5 * 512], lb[4 * 512], mixed[9 * 512];
+	run_rows(&r, 0, 0, a, 5, la);
+	run_rows(&r, 1, 0, b, 4, lb);
+	/* Interleaved in one batch: a0 b0 a1 b1 ... */
+	struct lm_tok_loc loc[9];
+	int32_t ids[9], rows[9];
+	int k = 0;
+	for (int i = 0; i < 5; i++) {
+		loc[k] = (struct lm_tok_loc){0, i};
+		ids[k++] = a[i];
+		if (i < 4) {
+			loc[k] = (struct lm_tok_loc){1, i};
+			ids[k++] = b[i];
+		}
+	}
+	for (int i = 0; i < 9; i++)
+		rows[i] = i;
+	struct lm_batch bt = {.n = 9, .ids = ids, .loc = loc, .n_out = 9, .out_rows = rows};
+	lm_diag d = {{0}};
+	cr_assert_eq(lm_forward_run(&r.fw, &bt, NULL, NULL, mixed, &d), 0, "%s", d.msg);
+	for (int i = 0, ia = 0, ib = 0; i < 9; i++) {
+		const float *want = loc[i].slot == 0 ? la + 512 * ia++ : lb + 512 * ib++;
+		cr_expect_eq(memcmp(mixed + 512 * i, want, 512 * sizeof(float)), 0, "row %d", i);
+	}
+	rig_close(&r);
+}
+
+/* The model cut into three stages, hidden states handed on by the host, equals the whole. */
+Test(forward, stages_compose_to_the_whole_model)
+{
+	struct rig whole, s0, s1, s2;
+	rig_open(&whole, shared("models/stories260K.gguf"), NULL, 1, 128, false);
+	struct lm_slice a = {0, 2, true, false}, b = {2, 3, false, false}, c = {3, 5, false, true};
+	rig_open(&s0, shared("models/stories260K.gguf"), &a, 1, 128, false);
+	rig_open(&s1, shared("models/stories260K.gguf"), &b, 1, 128, false);
+	rig_open(&s2, shared("models/stories260K.gguf"), &c, 1, 128, false);
+	int32_t ids[5] = {1, 403, 407, 261, 378};
+	static float want[5 * 512], got[5 * 512], h0[5 * 64], h1[5 * 64];
+	run_rows(&whole, 0, 0, ids, 5, want);
+	struct lm_tok_loc loc[5];
+	int32_t rows[5];
+	for (int i = 0; i < 5; i++) {
+		loc[i] = (struct lm_tok_loc){0, i};
+		rows[i] = i;
+	}
+	lm_diag d = {{0}};
+	struct lm_batch bt = {.n = 5, .ids = ids, .loc = loc, .n_out = 5, .out_rows = rows};
+	cr_assert_eq(lm_forward_run(&s0.fw, &bt, NULL, h0, NULL, &d), 0, "%s", d.msg);
+	bt.ids = NULL;
+	cr_assert_eq(lm_forward_run(&s1.fw, &bt, h0, h1, NULL, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_forward_run(&s2.fw, &bt, h1, NULL, got, &d), 0, "%s", d.msg);
+	cr_expect_eq(memcmp(got, want, sizeof want), 0, "three stages differ from the whole");
+	/* Each stage allocated KV for its own layers only. */
+	cr_expect_eq(s0.kv.num_layers, 2);
+	cr_expect_eq(s1.kv.base_layer, 2);
+	cr_expect_eq(s2.kv.num_layers, 2);
+	cr_expect_eq(s0.kv.bytes + s1.kv.bytes + s2.kv.bytes, whole.kv.bytes);
+	rig_close(&whole);
+	rig_close(&s0);
+	rig_close(&s1);
+	rig_close(&s2);
+}
+
+Test(forward, bad_batches_are_refused)
+{
+	struct rig r;
+	rig_open(&r, shared("models/stories260K.gguf"), NULL, 2, 8, false);
+	static float out[16 * 512];
+	lm_diag d = {{0}};
+	int32_t ids[3] = {1, 2, 3}, rows[1] = {0};
+	struct lm_tok_loc loc[3] = {{0, 0}, {0, 1}, {0, 2}};
+	struct lm_batch b = {.n = 3, .ids = ids, .loc = loc, .n_out = 1, .out_rows = rows};
+	ids[1] = 512;
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "vocabulary") != NULL, "%s", d.msg);
+	ids[1] = 2;
+	loc[2].pos = 5; /* a gap */
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	loc[2] = (struct lm_tok_loc){2, 2}; /* no such slot */
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	loc[0].pos = 4; /* starts past the slot's length */
+	loc[2] = (struct lm_tok_loc){0, 2};
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	loc[0].pos = 0;
+	b.n = 9; /* over max_batch */
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	b.n = 3;
+	rows[0] = 3;
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	rig_close(&r);
+}

@@ -1,0 +1,188 @@
+/* The KV cache sizes and allocates only the owned layers, and refuses any layer it does not own. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kv_cache.h"
+
+/* The incident: 60 layers, 16 KV heads x head_dim 512, max_seq 128, f32 K and V. */
+Test(kv_cache, mission_arithmetic)
+{
+	struct kv_geom g = {.n_kv_heads = 16, .head_dim = 512, .window = 0};
+	uint64_t per_layer = 0;
+	cr_assert_eq(kv_layer_bytes(&g, 128, 1, LM_F32, LM_F32, &per_layer), 0);
+	cr_expect_eq(per_layer, 8388608ull);
+	cr_expect_eq(per_layer * 3, 25165824ull);
+	cr_expect_eq(per_layer * 60, 503316480ull);
+	/* f16 halves it; a window of 64 halves it again; 4 slots multiply by 4. */
+	uint64_t b = 0;
+	cr_assert_eq(kv_layer_bytes(&g, 128, 1, LM_F16, LM_F16, &b), 0);
+	cr_expect_eq(b, per_layer / 2);
+	g.window = 64;
+	cr_assert_eq(kv_layer_bytes(&g, 128, 4, LM_F16, LM_F16, &b), 0);
+	cr_expect_eq(b, per_layer);
+	/* A window wider than the context holds only the context. */
+	g.window = 4096;
+	cr_assert_eq(kv_layer_bytes(&g, 128, 1, LM_F32, LM_F32, &b), 0);
+	cr_expect_eq(b, per_layer);
+	/* q8_0 rows: 34 bytes per 32 values. */
+	g.window = 0;
+	cr_assert_eq(kv_layer_bytes(&g, 128, 1, LM_Q8_0, LM_F32, &b), 0);
+	cr_expect_eq(b, 128ull * (16 * 512 / 32 * 34 + 16 * 512 * 4));
+	/* q8_0 cannot hold a row of 4 x 8 = 32... but can; 4 x 6 = 24 cannot. */
+	struct kv_geom odd = {.n_kv_heads = 4, .head_dim = 6};
+	cr_expect_eq(kv_layer_bytes(&odd, 128, 1, LM_Q8_0, LM_F32, &b), LM_EINVAL);
+	cr_expect_eq(kv_layer_bytes(&odd, 128, 1, LM_Q4_0, LM_F32, &b), LM_EINVAL);
+	cr_expect_eq(kv_layer_bytes(&odd, 0, 1, LM_F32, LM_F32, &b), LM_EINVAL);
+	struct kv_geom huge = {.n_kv_heads = 1 << 30, .head_dim = 1 << 30};
+	cr_expect_eq(kv_layer_bytes(&huge, 1 << 30, 1 << 30, LM_F32, LM_F32, &b), LM_EOVERFLOW);
+}
+
+static struct kv_cache make(int32_t base, int32_t n, struct kv_geom *geom, int32_t slots,
+			    enum lm_dtype t)
+{
+	struct kv_cache kv;
+	struct kv_cache_cfg cfg = {.base_layer = base,
+				   .num_layers = n,
+				   .geom = geom,
+				   .max_seq = 32,
+				   .slots = slots,
+				   .k_type = t,
+				   .v_type = t};
+	lm_diag d = {{0}};
+	cr_assert_eq(kv_cache_init(&kv, NULL, &cfg, &d), 0, "%s", d.msg);
+	return kv;
+}
+
+/* A worker owning 3 of 60 layers allocates exactly those 3 layers' bytes. */
+Test(kv_cache, allocates_only_the_slice)
+{
+	struct kv_geom g[3];
+	for (int i = 0; i < 3; i++)
+		g[i] = (struct kv_geom){.n_kv_heads = 4, .head_dim = 8};
+	g[1].window = 8; /* a sliding layer among them */
+	struct kv_cache kv = make(57, 3, g, 2, LM_F32);
+	uint64_t want = 0, b;
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(kv_layer_bytes(&g[i], 32, 2, LM_F32, LM_F32, &b), 0);
+		want += b;
+	}
+	cr_expect_eq(kv.bytes, want);
+	cr_expect_eq(want, 2ull * 2 * (32 + 8 + 32) * 4 * 8 * 4);
+
+	const struct lm_kv_layer *l = NULL;
+	lm_diag d = {{0}};
+	cr_expect_eq(kv_cache_layer(&kv, 57, &l, &d), 0);
+	cr_expect_eq(l, &kv.layers[0]);
+	cr_expect_eq(kv_cache_layer(&kv, 58, &l, &d), 0);
+	cr_expect_eq(l->ctx, 8);
+	cr_expect_eq(l->window, 8);
+	cr_expect_eq(kv_cache_layer(&kv, 59, &l, &d), 0);
+	cr_expect_eq(l->ctx, 32);
+	/* Layers outside the slice are errors in every build type, naming the owned range. */
+	cr_expect_eq(kv_cache_layer(&kv, 56, &l, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "[57, 60)") != NULL, "%s", d.msg);
+	cr_expect_eq(kv_cache_layer(&kv, 60, &l, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_layer(&kv, 0, &l, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_layer(&kv, -1, &l, &d), LM_ERANGE);
+	kv_cache_fini(&kv);
+	kv_cache_fini(&kv); /* idempotent */
+}
+
+Test(kv_cache, positions_and_truncation)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 2, .head_dim = 4}, {.n_kv_heads = 2, .head_dim = 4}};
+	struct kv_cache kv = make(0, 2, g, 3, LM_F16);
+	lm_diag d = {{0}};
+	cr_expect_eq(kv_cache_check(&kv, 0, 0, 32, &d), 0);
+	cr_expect_eq(kv_cache_check(&kv, 0, 31, 2, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_check(&kv, 3, 0, 1, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_check(&kv, -1, 0, 1, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_check(&kv, 0, -1, 1, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_check(&kv, 0, 0x7fffffff, 1, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_truncate(&kv, 1, 21, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_truncate(&kv, 1, 5, &d), 0);
+	cr_expect_eq(kv.len[1], 5);
+	cr_expect_eq(kv.len[0], 0);
+	kv_cache_fini(&kv);
+}
+
+/* A sliding layer that has wrapped cannot roll back past its last position. */
+Test(kv_cache, sliding_truncation_refuses_lost_rows)
+{
+	struct kv_geom g[1] = {{.n_kv_heads = 1, .head_dim = 4, .window = 8}};
+	struct kv_cache kv = make(0, 1, g, 1, LM_F32);
+	lm_diag d = {{0}};
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 6, &d), 0);
+	cr_expect_eq(kv_cache_truncate(&kv, 0, 2, &d), 0, "not wrapped yet: %s", d.msg);
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 20, &d), 0);
+	cr_expect_eq(kv_cache_truncate(&kv, 0, 19, &d), 0);
+	cr_expect_eq(kv_cache_truncate(&kv, 0, 10, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "re-prefill") != NULL, "%s", d.msg);
+	cr_expect_eq(kv_cache_truncate(&kv, 0, 0, &d), 0);
+	kv_cache_fini(&kv);
+}
+
+Test(kv_cache, export_import_round_trip)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 2, .head_dim = 32},
+			       {.n_kv_heads = 2, .head_dim = 32, .window = 4}};
+	struct kv_cache a = make(3, 2, g, 2, LM_Q8_0);
+	struct kv_cache b = make(3, 2, g, 2, LM_Q8_0);
+	lm_diag d = {{0}};
+	/* Fill slot 1 of `a` with a pattern. */
+	for (int i = 0; i < 2; i++) {
+		struct lm_kv_layer *l = &a.layers[i];
+		memset(l->k, 0x11 * (i + 1), (size_t)l->ctx * 2 * l->k_row_bytes);
+		memset(l->v, 0x22 * (i + 1), (size_t)l->ctx * 2 * l->v_row_bytes);
+	}
+	cr_assert_eq(kv_cache_set_len(&a, 1, 10, &d), 0);
+	uint64_t n = kv_cache_export_bytes(&a, 1);
+	/* Layer 3 holds 10 rows, the sliding layer 4 holds its 4. */
+	cr_expect_eq(n, (10 + 4) * 2 * a.layers[0].k_row_bytes);
+	uint8_t *buf = malloc(n);
+	cr_expect_eq(kv_cache_export(&a, 1, buf, n - 1, &d), LM_ERANGE);
+	cr_assert_eq(kv_cache_export(&a, 1, buf, n, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv_cache_import(&b, 0, 10, buf, n - 1, &d), LM_EFORMAT);
+	cr_expect_eq(b.len[0], 0);
+	cr_assert_eq(kv_cache_import(&b, 0, 10, buf, n, &d), 0, "%s", d.msg);
+	cr_expect_eq(b.len[0], 10);
+	for (int i = 0; i < 2; i++) {
+		size_t rows = i == 0 ? 10 : 4;
+		cr_expect_eq(
+			memcmp(b.layers[i].k,
+			       (uint8_t *)a.layers[i].k + a.layers[i].ctx * a.layers[i].k_row_bytes,
+			       rows * a.layers[i].k_row_bytes),
+			0);
+		cr_expect_eq(
+			memcmp(b.layers[i].v,
+			       (uint8_t *)a.layers[i].v + a.layers[i].ctx * a.layers[i].v_row_bytes,
+			       rows * a.layers[i].v_row_bytes),
+			0);
+	}
+	free(buf);
+	kv_cache_fini(&a);
+	kv_cache_fini(&b);
+}
+
+Test(kv_cache, bad_configs_are_errors)
+{
+	struct kv_cache kv;
+	struct kv_geom g[1] = {{.n_kv_heads = 3, .head_dim = 5}};
+	struct kv_cache_cfg cfg = {.base_layer = 0,
+				   .num_layers = 1,
+				   .geom = g,
+				   .max_seq = 16,
+				   .slots = 1,
+				   .k_type = LM_Q8_0,
+				   .v_type = LM_F32};
+	lm_diag d = {{0}};
+	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
+	cr_expect(strstr(d.msg, "layer 0") != NULL, "%s", d.msg);
+	cfg.k_type = LM_Q4_K;
+	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
+	cfg.k_type = LM_F32;
+	cfg.num_layers = 0;
+	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
+}

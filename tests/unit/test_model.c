@@ -1,0 +1,132 @@
+/* Hyperparameters and slice binding against the real stories260K file. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/model.h"
+
+static const char *model_path(void)
+{
+	static char buf[4096];
+	const char *root = getenv("LM_SHARED");
+	snprintf(buf, sizeof buf, "%s/models/stories260K.gguf", root != NULL ? root : "../shared");
+	return buf;
+}
+
+Test(model, stories260k_hparams)
+{
+	gguf_file *f = NULL;
+	lm_diag d = {{0}};
+	cr_assert_eq(gguf_open(model_path(), &f, &d), 0, "%s", d.msg);
+	static struct lm_hparams hp;
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	cr_expect_str_eq(hp.arch, "llama");
+	cr_expect_eq(hp.n_layer, 5);
+	cr_expect_eq(hp.n_embd, 64);
+	cr_expect_eq(hp.n_vocab, 512);
+	cr_expect_eq(hp.n_ctx_train, 512);
+	cr_expect_eq(hp.head_dim, 8);
+	for (int i = 0; i < 5; i++) {
+		cr_expect_eq(hp.n_head[i], 8);
+		cr_expect_eq(hp.n_head_kv[i], 4);
+		cr_expect_eq(hp.n_ff[i], 172);
+	}
+	cr_expect_float_eq(hp.rms_eps, 1e-5f, 1e-12);
+	cr_expect_eq(hp.rope.mode, LM_ROPE_NORM);
+	cr_expect_eq(hp.rope.n_rot, 8);
+	cr_expect_float_eq(hp.rope.freq_base, 10000.0f, 1e-3);
+	cr_expect_float_eq(hp.rope.freq_scale, 1.0f, 1e-9);
+	cr_expect_not(hp.tied, "stories260K carries its own output.weight");
+	struct kv_geom g = lm_hparams_kv_geom(&hp, 2);
+	cr_expect_eq(g.n_kv_heads, 4);
+	cr_expect_eq(g.head_dim, 8);
+
+	struct lm_layer_cost costs[5];
+	struct lm_model_costs mc = {.layer = costs};
+	cr_assert_eq(lm_model_costs(f, &hp, &mc, &d), 0, "%s", d.msg);
+	/* Per layer: norms 2x64, q 64x64, k and v 64x32, o 64x64, gate/up/down 3x64x172 (f32). */
+	uint64_t params = 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 172;
+	for (int i = 0; i < 5; i++) {
+		cr_expect_eq(costs[i].params, params);
+		cr_expect_eq(costs[i].weight_bytes, (params + 128) * 4);
+		cr_expect_eq(costs[i].flops, 2 * params);
+	}
+	cr_expect_eq(mc.embd_bytes, 64 * 512 * 4);
+	cr_expect_eq(mc.head_bytes, 64 * 512 * 4 + 64 * 4);
+	gguf_close(f);
+}
+
+/* A middle slice binds its layers only; the others stay unmapped. */
+Test(model, slice_binds_only_its_layers)
+{
+	static struct lm_model m;
+	lm_diag d = {{0}};
+	struct lm_slice s = {.begin = 1, .end = 3};
+	cr_assert_eq(lm_model_open(&m, model_path(), &s, NULL, false, &d), 0, "%s", d.msg);
+	cr_expect_null(lm_model_layer(&m, 0));
+	cr_expect_not_null(lm_model_layer(&m, 1));
+	cr_expect_not_null(lm_model_layer(&m, 2));
+	cr_expect_null(lm_model_layer(&m, 3));
+	cr_expect_null(m.tok_embd.data);
+	cr_expect_null(m.output.data);
+	const struct lm_layer_weights *l = lm_model_layer(&m, 2);
+	cr_expect_eq(l->wq.ne0, 64);
+	cr_expect_eq(l->wq.ne1, 64);
+	cr_expect_eq(l->wk.ne1, 32);
+	cr_expect_eq(l->w_down.ne0, 172);
+	cr_expect_eq(l->w_down.row_bytes, 172 * 4);
+	uint64_t layer_bytes = (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 172 + 128) * 4;
+	cr_expect_eq(m.weight_bytes, 2 * layer_bytes);
+	cr_expect_lt(m.mapped_bytes, 2 * layer_bytes + 4 * 4096);
+	/* The embedding lives only with the first stage. */
+	for (uint64_t i = 0; i < gguf_n_tensors(m.file); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(m.file, i);
+		if (t->layer == 1 || t->layer == 2)
+			cr_expect_not_null(t->data, "%s", t->name);
+		else
+			cr_expect_null(t->data, "%s", t->name);
+	}
+	lm_model_close(&m);
+	lm_model_close(&m);
+}
+
+Test(model, whole_model_and_bad_slices)
+{
+	static struct lm_model m;
+	lm_diag d = {{0}};
+	cr_assert_eq(lm_model_open(&m, model_path(), NULL, NULL, false, &d), 0, "%s", d.msg);
+	cr_expect_not_null(m.tok_embd.data);
+	cr_expect_not_null(m.output.data);
+	cr_expect_not_null(m.output_norm.data);
+	cr_expect_gt(m.weight_bytes, 1000000);
+	uint64_t fp = m.fingerprint;
+	lm_model_close(&m);
+
+	struct lm_slice s = {.begin = 3, .end = 7};
+	cr_expect_eq(lm_model_open(&m, model_path(), &s, NULL, false, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "[3, 7)") != NULL, "%s", d.msg);
+	s = (struct lm_slice){.begin = 4, .end = 5, .head = true};
+	cr_assert_eq(lm_model_open(&m, model_path(), &s, NULL, false, &d), 0, "%s", d.msg);
+	cr_expect_eq(m.fingerprint, fp);
+	cr_expect_not_null(m.output.data);
+	cr_expect_null(m.tok_embd.data);
+	lm_model_close(&m);
+
+	cr_expect_neq(lm_model_open(&m, "/nonexistent.gguf", NULL, NULL, false, &d), 0);
+	cr_expect(strstr(d.msg, "/nonexistent.gguf") != NULL, "%s", d.msg);
+}
+
+/* A vocabulary-only file is not a model: a clear error, not a crash. */
+Test(model, vocab_only_file_is_refused)
+{
+	static struct lm_model m;
+	lm_diag d = {{0}};
+	char path[4096];
+	const char *root = getenv("LM_SHARED");
+	snprintf(path, sizeof path, "%s/tokenizer/ggml-vocab-llama-spm.gguf",
+		 root != NULL ? root : "../shared");
+	cr_expect_neq(lm_model_open(&m, path, NULL, NULL, false, &d), 0);
+	cr_expect(strstr(d.msg, "block_count") != NULL || strstr(d.msg, "missing") != NULL, "%s",
+		  d.msg);
+}
