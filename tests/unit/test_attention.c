@@ -54,6 +54,7 @@ Test(attention, rope_matches_the_formula)
 	};
 	float x[6 * 3 * 64], y[6 * 3 * 64];
 	for (int k = 0; k < TEST_N_KSETS; k++) {
+		double worst_near = 0, worst_far = 0;
 		struct lm_backend b;
 		if (!kset_init(&b, 1, k))
 			continue;
@@ -81,6 +82,13 @@ Test(attention, rope_matches_the_formula)
 						 * GGUF's reference does: its error grows with pos. */
 						const double tol = (fabs(a) + fabs(bb)) *
 								   (positions[t] * 6e-7 + 2e-6);
+						const double err =
+							fmax(fabs(yi[i0] - w0), fabs(yi[i1] - w1)) /
+							(fabs(a) + fabs(bb));
+						if (positions[t] <= 100)
+							worst_near = fmax(worst_near, err);
+						else
+							worst_far = fmax(worst_far, err);
 						cr_assert(
 							fabs(yi[i0] - w0) <= tol &&
 								fabs(yi[i1] - w1) <= tol,
@@ -95,6 +103,9 @@ Test(attention, rope_matches_the_formula)
 				}
 			}
 		}
+		cr_log_info("rope %s: worst error / (|x0| + |x1|): %.3g for pos <= 100, %.3g "
+			    "for pos 1000-4000",
+			    test_ksets[k], worst_near, worst_far);
 		struct lm_rope_params bad = {LM_ROPE_NORM, 65, 10000.0f, 1.0f};
 		cr_expect_eq(b.iface->rope(b.ctx, y, n_heads, head_dim, loc, n, &bad), LM_EINVAL);
 		bad = (struct lm_rope_params){(enum lm_rope_mode)1, 64, 10000.0f, 1.0f};
@@ -405,6 +416,9 @@ Test(attention, fast_matches_scalar_and_threads_agree)
 					     "k %s v %s: 1 and 2 threads differ",
 					     lm_dtype_name(ac.kt), lm_dtype_name(ac.vt));
 				const double e = test_nmse(o1, o3, len);
+				cr_log_info("attention %s k %s v %s vs generic: nmse %.3g",
+					    test_ksets[k], lm_dtype_name(ac.kt),
+					    lm_dtype_name(ac.vt), e);
 				cr_expect_leq(e, 1e-11, "%s k %s v %s: fast vs scalar nmse %g",
 					      test_ksets[k], lm_dtype_name(ac.kt),
 					      lm_dtype_name(ac.vt), e);

@@ -151,6 +151,8 @@ Test(kernels, scalar_matmul_matches_double_reference)
 		double maxrel = 0;
 		for (int i = 0; i < n * ne1; i++)
 			maxrel = fmax(maxrel, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+		cr_log_info("scalar matmul %s vs double: nmse %.3g, max relative error %.3g",
+			    lm_dtype_name(type), e, maxrel);
 		cr_expect_leq(maxrel, 1e-4, "%s: max relative error %g", lm_dtype_name(type),
 			      maxrel);
 		free(x);
@@ -277,6 +279,7 @@ Test(kernels, fast_matmul_matches_scalar)
 			continue;
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
+			double worst = 0;
 			for (int shape = 0; shape < 2; shape++) {
 				const int64_t ne0 = shape == 0 ? odd_ne0(type) : 2048;
 				const int64_t ne1 = shape == 0 ? 37 : 75;
@@ -292,6 +295,7 @@ Test(kernels, fast_matmul_matches_scalar)
 						     0);
 					cr_assert_eq(ref.iface->matmul(ref.ctx, y1, &w.w, x, n), 0);
 					const double e = test_nmse(y0, y1, (size_t)(n * ne1));
+					worst = fmax(worst, e);
 					cr_expect_leq(e, 1e-10, "%s %s %lldx%lld n=%d: nmse %g",
 						      lm_backend_cpu_kernels(&fast),
 						      lm_dtype_name(type), (long long)ne1,
@@ -302,6 +306,8 @@ Test(kernels, fast_matmul_matches_scalar)
 				}
 				tw_fini(&w);
 			}
+			cr_log_info("matmul %s vs generic, %s: worst nmse %.3g", test_ksets[k],
+				    lm_dtype_name(type), worst);
 		}
 		lm_backend_fini(&fast);
 	}
@@ -486,6 +492,8 @@ Test(kernels, rmsnorm_matches_double_reference)
 								      (fabs(want) + 1e-6));
 				}
 			}
+			cr_log_info("rmsnorm %s dim %d: max relative error %.3g",
+				    lm_backend_cpu_kernels(&b), dim, maxrel);
 			cr_expect_leq(maxrel, 2e-6, "%s dim %d: max relative error %g",
 				      lm_backend_cpu_kernels(&b), dim, maxrel);
 			/* In place gives the same floats. */
@@ -523,6 +531,8 @@ Test(kernels, silu_mul_and_add_match_reference)
 				const double want = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
 				maxrel = fmax(maxrel, fabs(y[i] - want) / (fabs(want) + 1e-30));
 			}
+			cr_log_info("silu_mul %s len %zu: max relative error %.3g",
+				    lm_backend_cpu_kernels(&b), len, maxrel);
 			cr_expect_leq(maxrel, 4e-6, "%s silu_mul len %zu: %g",
 				      lm_backend_cpu_kernels(&b), len, maxrel);
 			/* y may equal gate. */
