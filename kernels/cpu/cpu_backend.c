@@ -215,7 +215,7 @@ static void cpu_attn_part(void *arg, int ith, int nth)
 {
 	struct cpu_attn_job *j = arg;
 	(void)nth;
-	const int64_t items = (int64_t)j->a.n * j->a.n_heads;
+	const int64_t items = (int64_t)j->a.n * j->a.kv->n_kv_heads;
 	uint8_t *scratch = j->a.scratch + (size_t)ith * j->a.scratch_stride;
 	for (;;) {
 		int64_t i0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
@@ -232,8 +232,8 @@ static int cpu_attention(void *vctx, float *out, const float *q, const struct lm
 	int rc = cpu_attn_check(kv, loc, n, n_heads);
 	if (rc < 0 || n == 0)
 		return rc;
-	const size_t stride = cpu_round(cpu_attn_scratch_bytes(&c->k, kv));
-	const int64_t items = (int64_t)n * n_heads;
+	const size_t stride = cpu_round(cpu_attn_scratch_bytes(&c->k, kv, n_heads));
+	const int64_t items = (int64_t)n * kv->n_kv_heads;
 	const int nth = items < c->pool.n_threads ? (int)items : c->pool.n_threads;
 	rc = cpu_grow(&c->attn, &c->attn_cap, stride * (size_t)nth);
 	if (rc < 0)

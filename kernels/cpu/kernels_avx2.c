@@ -466,42 +466,108 @@ static float avx2_dot_q6_K(int64_t n, const void *w, const void *x)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* V accumulation                                                                             */
+/* Attention: scores over a run of K rows, V rows accumulated in registers                    */
 
-static void avx2_axpy_f32(int64_t n, float a, const void *v, float *acc)
-{
-	const float *x = v;
-	const __m256 va = _mm256_set1_ps(a);
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
-							  _mm256_loadu_ps(acc + i)));
-	for (; i < n; i++)
-		acc[i] += a * x[i];
-}
+/* Each K row is multiplied with every query head of the group while it is in L1. */
+#define SCORES(name, rowcall, xtype)                                                          \
+	static void avx2_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,    \
+				       const uint8_t *q, size_t q_stride, int nq, float *out, \
+				       size_t out_stride)                                     \
+	{                                                                                     \
+		for (int j = 0; j < n; j++) {                                                 \
+			const uint8_t *kr = k + (size_t)j * stride;                           \
+			for (int h = 0; h < nq; h++) {                                        \
+				const xtype *xr = (const xtype *)(q + (size_t)h * q_stride);  \
+				rowcall;                                                      \
+			}                                                                     \
+		}                                                                             \
+	}
 
-static void avx2_axpy_f16(int64_t n, float a, const void *v, float *acc)
-{
-	const uint16_t *x = v;
-	const __m256 va = _mm256_set1_ps(a);
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(acc + i,
-				 _mm256_fmadd_ps(va, load_w_f16(x, i), _mm256_loadu_ps(acc + i)));
-	for (; i < n; i++)
-		acc[i] += a * lm_f16_to_f32(x[i]);
-}
+SCORES(f32, row_f32(kr, &xr, 1, hd, out + (size_t)h * out_stride + (size_t)j), float)
+SCORES(f16, row_f16(kr, &xr, 1, hd, out + (size_t)h * out_stride + (size_t)j), float)
+SCORES(q8_0, row_q8(kr, 0, &xr, 1, hd / 32, out + (size_t)h * out_stride + (size_t)j), uint8_t)
 
-static void avx2_axpy_q8_0(int64_t n, float a, const void *v, float *acc)
+/* acc[h] += sum_j p[h][j] V_j, 16 columns and up to 4 heads at a time: each V row is loaded
+ * once for the heads and the sums stay in registers across the rows. */
+#define FLOAT_VALUES(name, loadv, scalarv)                                                        \
+	static void avx2_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,        \
+				       const float *p, size_t p_stride, int nq, float *acc)       \
+	{                                                                                         \
+		for (int h0 = 0; h0 < nq; h0 += 4) {                                              \
+			const int nh = nq - h0 < 4 ? nq - h0 : 4;                                 \
+			int64_t i = 0;                                                            \
+			for (; i + 16 <= hd; i += 16) {                                           \
+				__m256 a[4][2];                                                   \
+				for (int h = 0; h < nh; h++)                                      \
+					for (int u = 0; u < 2; u++)                               \
+						a[h][u] = _mm256_loadu_ps(                        \
+							acc + (size_t)(h0 + h) * (size_t)hd + i + \
+							8 * u);                                   \
+				for (int j = 0; j < n; j++) {                                     \
+					const uint8_t *row = v + (size_t)j * stride;              \
+					const __m256 v0 = loadv(row, i), v1 = loadv(row, i + 8);  \
+					for (int h = 0; h < nh; h++) {                            \
+						const __m256 pj = _mm256_set1_ps(                 \
+							p[(size_t)(h0 + h) * p_stride +           \
+							  (size_t)j]);                            \
+						a[h][0] = _mm256_fmadd_ps(pj, v0, a[h][0]);       \
+						a[h][1] = _mm256_fmadd_ps(pj, v1, a[h][1]);       \
+					}                                                         \
+				}                                                                 \
+				for (int h = 0; h < nh; h++)                                      \
+					for (int u = 0; u < 2; u++)                               \
+						_mm256_storeu_ps(                                 \
+							acc + (size_t)(h0 + h) * (size_t)hd + i + \
+								8 * u,                            \
+							a[h][u]);                                 \
+			}                                                                         \
+			for (; i < hd; i++)                                                       \
+				for (int h = 0; h < nh; h++)                                      \
+					for (int j = 0; j < n; j++)                               \
+						acc[(size_t)(h0 + h) * (size_t)hd + i] +=         \
+							p[(size_t)(h0 + h) * p_stride +           \
+							  (size_t)j] *                            \
+							scalarv(v + (size_t)j * stride, i);       \
+		}                                                                                 \
+	}
+
+FLOAT_VALUES(f32, load_w_f32, scalar_w_f32)
+FLOAT_VALUES(f16, load_w_f16, scalar_w_f16)
+
+/* Q8_0 V: one block (32 columns) and up to 2 heads at a time. */
+static void avx2_values_q8_0(int64_t hd, const uint8_t *v, size_t stride, int n, const float *p,
+			     size_t p_stride, int nq, float *acc)
 {
-	const block_q8_0 *x = v;
-	for (int64_t b = 0; b < n / 32; b++) {
-		const __m256 d = _mm256_set1_ps(a * f16_to_f32(x[b].d));
-		for (int k = 0; k < 4; k++) {
-			const __m128i q = _mm_loadl_epi64((const __m128i *)(x[b].qs + 8 * k));
-			const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-			float *o = acc + 32 * b + 8 * k;
-			_mm256_storeu_ps(o, _mm256_fmadd_ps(d, f, _mm256_loadu_ps(o)));
+	for (int h0 = 0; h0 < nq; h0 += 2) {
+		const int nh = nq - h0 < 2 ? nq - h0 : 2;
+		for (int64_t b = 0; b < hd / 32; b++) {
+			__m256 a[2][4];
+			for (int h = 0; h < nh; h++)
+				for (int u = 0; u < 4; u++)
+					a[h][u] = _mm256_loadu_ps(acc +
+								  (size_t)(h0 + h) * (size_t)hd +
+								  32 * b + 8 * u);
+			for (int j = 0; j < n; j++) {
+				const block_q8_0 *blk =
+					(const block_q8_0 *)(v + (size_t)j * stride) + b;
+				const float d = f16_to_f32(blk->d);
+				__m256 q[4];
+				for (int u = 0; u < 4; u++)
+					q[u] = _mm256_cvtepi32_ps(
+						_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+							(const __m128i *)(blk->qs + 8 * u))));
+				for (int h = 0; h < nh; h++) {
+					const __m256 s = _mm256_set1_ps(
+						p[(size_t)(h0 + h) * p_stride + (size_t)j] * d);
+					for (int u = 0; u < 4; u++)
+						a[h][u] = _mm256_fmadd_ps(s, q[u], a[h][u]);
+				}
+			}
+			for (int h = 0; h < nh; h++)
+				for (int u = 0; u < 4; u++)
+					_mm256_storeu_ps(acc + (size_t)(h0 + h) * (size_t)hd +
+								 32 * b + 8 * u,
+							 a[h][u]);
 		}
 	}
 }
@@ -537,18 +603,52 @@ INLINE __m256 exp_ps(__m256 x)
 	return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
+static double avx2_softmax_exp(float *s, int n, float max)
+{
+	const __m256 vmax = _mm256_set1_ps(max);
+	__m256 sum = _mm256_setzero_ps();
+	int j = 0;
+	for (; j + 8 <= n; j += 8) {
+		const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax));
+		_mm256_storeu_ps(s + j, e);
+		sum = _mm256_add_ps(sum, e);
+	}
+	double total = hsum_ps(sum);
+	for (; j < n; j++) {
+		s[j] = expf(s[j] - max);
+		total += s[j];
+	}
+	return total;
+}
+
+/* Every element goes through the same vector expf, the last partial vector through a padded
+ * copy: results then do not depend on where an element sits in the buffer, so a batch of
+ * tokens gives exactly what each token gives alone. */
 static void avx2_silu_mul(float *y, const float *g, const float *u, size_t len)
 {
 	size_t i = 0;
 	const __m256 one = _mm256_set1_ps(1.0f);
-	for (; i + 8 <= len; i += 8) {
-		const __m256 gv = _mm256_loadu_ps(g + i);
+	for (;; i += 8) {
+		float gt[8] = {0}, ut[8] = {0}, yt[8];
+		const int full = i + 8 <= len;
+		if (!full) {
+			if (i == len)
+				break;
+			memcpy(gt, g + i, (len - i) * sizeof(float));
+			memcpy(ut, u + i, (len - i) * sizeof(float));
+		}
+		const __m256 gv = _mm256_loadu_ps(full ? g + i : gt);
 		const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), gv));
-		const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
-		_mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+		const __m256 sv = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+		const __m256 r = _mm256_mul_ps(sv, _mm256_loadu_ps(full ? u + i : ut));
+		if (full) {
+			_mm256_storeu_ps(y + i, r);
+			continue;
+		}
+		_mm256_storeu_ps(yt, r);
+		memcpy(y + i, yt, (len - i) * sizeof(float));
+		break;
 	}
-	for (; i < len; i++)
-		y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 static void avx2_add(float *y, const float *a, size_t len)
@@ -591,31 +691,61 @@ static void avx2_rmsnorm(float *y, const float *x, const float *w, int dim, floa
 
 void cpu_kernels_avx2_fill(struct cpu_kernels *k)
 {
+	struct cpu_type_ops *t = k->type;
 	k->name = "avx2";
-	k->type[LM_F32] = (struct cpu_type_ops){k->type[LM_F32].from_f32,
-						avx2_act_f32,
-						NULL,
-						avx2_dot_f32,
-						avx2_mm_f32,
-						avx2_axpy_f32};
-	k->type[LM_F16] = (struct cpu_type_ops){avx2_from_f32_f16, avx2_act_f32, avx2_to_act_f16,
-						avx2_dot_f16,      avx2_mm_f16,  avx2_axpy_f16};
-	k->type[LM_BF16] = (struct cpu_type_ops){k->type[LM_BF16].from_f32,
-						 avx2_act_f32,
-						 avx2_to_act_bf16,
-						 avx2_dot_bf16,
-						 avx2_mm_bf16,
-						 NULL};
-	k->type[LM_Q8_0] =
-		(struct cpu_type_ops){avx2_from_f32_q8_0, avx2_act8_bytes, avx2_to_act8,
-				      avx2_dot_q8_0,      avx2_mm_q8_0,    avx2_axpy_q8_0};
-	k->type[LM_Q4_0] = (struct cpu_type_ops){NULL,          avx2_act8_bytes, avx2_to_act8,
-						 avx2_dot_q4_0, avx2_mm_q4_0,    NULL};
-	k->type[LM_Q4_K] = (struct cpu_type_ops){NULL,          avx2_act8k_bytes, avx2_to_act8k,
-						 avx2_dot_q4_K, avx2_mm_q4_K,     NULL};
-	k->type[LM_Q6_K] = (struct cpu_type_ops){NULL,          avx2_act8k_bytes, avx2_to_act8k,
-						 avx2_dot_q6_K, avx2_mm_q6_K,     NULL};
+	t[LM_F32] = (struct cpu_type_ops){
+		.from_f32 = t[LM_F32].from_f32,
+		.act_bytes = avx2_act_f32,
+		.vec_dot = avx2_dot_f32,
+		.mm = avx2_mm_f32,
+		.scores = avx2_scores_f32,
+		.values = avx2_values_f32,
+	};
+	t[LM_F16] = (struct cpu_type_ops){
+		.from_f32 = avx2_from_f32_f16,
+		.act_bytes = avx2_act_f32,
+		.to_act = avx2_to_act_f16,
+		.vec_dot = avx2_dot_f16,
+		.mm = avx2_mm_f16,
+		.scores = avx2_scores_f16,
+		.values = avx2_values_f16,
+	};
+	t[LM_BF16] = (struct cpu_type_ops){
+		.from_f32 = t[LM_BF16].from_f32,
+		.act_bytes = avx2_act_f32,
+		.to_act = avx2_to_act_bf16,
+		.vec_dot = avx2_dot_bf16,
+		.mm = avx2_mm_bf16,
+	};
+	t[LM_Q8_0] = (struct cpu_type_ops){
+		.from_f32 = avx2_from_f32_q8_0,
+		.act_bytes = avx2_act8_bytes,
+		.to_act = avx2_to_act8,
+		.vec_dot = avx2_dot_q8_0,
+		.mm = avx2_mm_q8_0,
+		.scores = avx2_scores_q8_0,
+		.values = avx2_values_q8_0,
+	};
+	t[LM_Q4_0] = (struct cpu_type_ops){
+		.act_bytes = avx2_act8_bytes,
+		.to_act = avx2_to_act8,
+		.vec_dot = avx2_dot_q4_0,
+		.mm = avx2_mm_q4_0,
+	};
+	t[LM_Q4_K] = (struct cpu_type_ops){
+		.act_bytes = avx2_act8k_bytes,
+		.to_act = avx2_to_act8k,
+		.vec_dot = avx2_dot_q4_K,
+		.mm = avx2_mm_q4_K,
+	};
+	t[LM_Q6_K] = (struct cpu_type_ops){
+		.act_bytes = avx2_act8k_bytes,
+		.to_act = avx2_to_act8k,
+		.vec_dot = avx2_dot_q6_K,
+		.mm = avx2_mm_q6_K,
+	};
 	k->rmsnorm = avx2_rmsnorm;
 	k->silu_mul = avx2_silu_mul;
+	k->softmax_exp = avx2_softmax_exp;
 	k->add = avx2_add;
 }

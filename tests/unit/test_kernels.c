@@ -554,6 +554,28 @@ Test(kernels, silu_mul_and_add_match_reference)
 	}
 }
 
+/* A batch's silu_mul covers all its tokens in one buffer: an element must get the same value
+ * wherever it sits (in a vector or in a tail), or chunked prefill would not reproduce one pass. */
+Test(kernels, silu_mul_does_not_depend_on_the_split)
+{
+	struct test_rng r = {24};
+	float g[1000], u[1000], whole[1000], parts[1000];
+	test_fill_gauss(&r, g, 1000, 4.0f);
+	test_fill_gauss(&r, u, 1000, 1.0f);
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 1, k))
+			continue;
+		cr_assert_eq(b.iface->silu_mul(b.ctx, whole, g, u, 1000), 0);
+		for (size_t at = 0, step = 1; at < 1000; at += step, step = step % 13 + 3) {
+			const size_t len = at + step <= 1000 ? step : 1000 - at;
+			cr_assert_eq(b.iface->silu_mul(b.ctx, parts + at, g + at, u + at, len), 0);
+		}
+		cr_expect_eq(memcmp(whole, parts, sizeof whole), 0, "%s", test_ksets[k]);
+		lm_backend_fini(&b);
+	}
+}
+
 Test(kernels, get_rows_dequantizes_every_type)
 {
 	struct test_rng r = {23};
