@@ -33,7 +33,7 @@ static void gen_from_f32_bf16(const float *x, void *dst, int64_t n)
 
 static void gen_from_f32_q8_0(const float *x, void *dst, int64_t n)
 {
-	cpu_quantize_q8_0_ref(x, dst, n);
+	cpu_quantize_q8_0_act(x, dst, n);
 }
 
 static void gen_from_f32_q8_K(const float *x, void *dst, int64_t n)

@@ -119,16 +119,6 @@ SIMD_INLINE __m256 abs_ps(__m256 v)
 
 /* roundf (half away from zero) for |v| < 2^23: truncate, then step away from zero when the
  * dropped fraction (exact in f32) is at least one half. */
-SIMD_INLINE __m256 roundf_ps(__m256 v)
-{
-	const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-	const __m256 f = abs_ps(_mm256_sub_ps(v, t));
-	const __m256 one =
-		_mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
-	return _mm256_add_ps(
-		t, _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one));
-}
-
 /* Four vectors of 8 int32 in [-128, 127] to 32 int8 in order. */
 SIMD_INLINE __m256i pack_i32_i8(__m256i a, __m256i b, __m256i c, __m256i d)
 {
@@ -149,7 +139,7 @@ SIMD_INLINE __m256i q8_0_block(const float *x, float *d_out, uint16_t *d16_out, 
 	}
 	const float am = hmax_ps(amax);
 	const float d = am / 127;
-	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	const float id = am != 0.0f ? 127.0f / am : 0.0f; /* see cpu_quantize_q8_0_act */
 	const uint16_t d16 = lm_f32_to_f16(d);
 	if (d_out != NULL)
 		*d_out = lm_f16_to_f32(d16);
@@ -158,7 +148,8 @@ SIMD_INLINE __m256i q8_0_block(const float *x, float *d_out, uint16_t *d16_out, 
 	const __m256 vid = _mm256_set1_ps(id);
 	__m256i q[4];
 	for (int k = 0; k < 4; k++)
-		q[k] = _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[k], vid)));
+		q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+			_mm256_mul_ps(v[k], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 	if (sum_out != NULL)
 		*sum_out = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
 						       _mm256_add_epi32(q[2], q[3])));
