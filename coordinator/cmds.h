@@ -24,4 +24,7 @@ int cmd_up(int argc, char **argv);
 /* coordinator/cmd_generate.c: generate through a running mesh. */
 int cmd_generate(int argc, char **argv);
 
+/* coordinator/cmd_diff.c: the mesh against the single process, layer by layer. */
+int cmd_diff(int argc, char **argv);
+
 #endif

@@ -37,6 +37,11 @@ struct worker {
 	struct wire_buf ebuf; /* ERROR messages (data thread only) */
 	time_t started;
 	_Atomic uint64_t dropped; /* ring messages that could not be processed or forwarded */
+	/* The slice as HELLO reports it: written once when the assignment is accepted, then
+	 * published, so HELLO (the coordinator's heartbeat) never waits for `mu`, which a long
+	 * batch may hold for seconds. */
+	struct wire_hello slice_info;
+	_Atomic bool slice_published;
 };
 
 /* Set from the signal handler; read by both loops. */
@@ -142,16 +147,14 @@ static void worker_hello_fill(struct worker *w, struct wire_hello *h, uint64_t i
 	snprintf(h->name, sizeof h->name, "%s", w->o->name);
 	snprintf(h->build, sizeof h->build, "%s", LM_VERSION);
 	h->pid = (int32_t)getpid();
-	pthread_mutex_lock(&w->mu);
-	if (w->assigned) {
-		h->fingerprint = w->st.model.fingerprint;
+	if (atomic_load_explicit(&w->slice_published, memory_order_acquire)) {
+		h->fingerprint = w->slice_info.fingerprint;
 		h->has_slice = true;
-		h->begin = w->st.assign.begin;
-		h->end = w->st.assign.end;
-		h->embedding = w->st.assign.embedding;
-		h->head = w->st.assign.head;
+		h->begin = w->slice_info.begin;
+		h->end = w->slice_info.end;
+		h->embedding = w->slice_info.embedding;
+		h->head = w->slice_info.head;
 	}
-	pthread_mutex_unlock(&w->mu);
 }
 
 static bool worker_same_assign(const struct wire_assign *a, const struct wire_assign *b)
@@ -193,6 +196,12 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	w->assigned = true;
+	w->slice_info = (struct wire_hello){.fingerprint = w->st.model.fingerprint,
+					    .begin = a->begin,
+					    .end = a->end,
+					    .embedding = a->embedding,
+					    .head = a->head};
+	atomic_store_explicit(&w->slice_published, true, memory_order_release);
 	lm_info("ready: weights %.2f MiB, KV %.2f MiB (%d layers from %d), resident %.2f MiB",
 		(double)w->st.model.weight_bytes / 1048576.0, (double)w->st.kv.bytes / 1048576.0,
 		w->st.kv.num_layers, w->st.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
@@ -284,6 +293,38 @@ static char *worker_status_json(struct worker *w)
 	return s;
 }
 
+/* TRACE: what the armed slot recorded, then arm the requested one (layermesh diff). */
+static int worker_on_trace(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	void *rows = NULL;
+	size_t bytes = 0;
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_TRACE, LM_EUNAVAILABLE, "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0)
+		rc = stage_trace(&w->st, k.slot, &k.len, &rows, &bytes, &d);
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_TRACE, rc, lm_diag_str(&d, rc));
+	k.id = id;
+	k.fingerprint = fp;
+	k.payload = NULL;
+	k.payload_len = bytes;
+	wire_buf_reset(&w->cbuf);
+	rc = wire_encode_kv(&w->cbuf, WIRE_TRACE, &k);
+	if (rc == 0)
+		rc = worker_reply(w, &w->cbuf, rows, bytes);
+	free(rows);
+	return rc;
+}
+
 static int worker_on_control(struct worker *w, nng_msg *m)
 {
 	const void *body = nng_msg_body(m);
@@ -315,6 +356,8 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 		free(json);
 		return rc;
 	}
+	case WIRE_TRACE:
+		return worker_on_trace(w, body, len, h.id);
 	default:
 		return worker_reply_error(w, h.id, h.type, LM_EUNSUPPORTED,
 					  "this control message is not supported by this worker");
