@@ -18,6 +18,7 @@
  *
  * Before anything else one line describes what is measured:
  *     info threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
+ * K is the CPU backend's kernel set in use (generic, avx2, avx512).
  * decode_bytes is what one decode step reads of the weights: every layer's tensors, the output
  * norm and head, and one row of the token embedding.
  *
@@ -47,6 +48,7 @@
 #include "common/model.h"
 #include "common/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "worker/forward.h"
 
 struct bench_opts {
@@ -315,7 +317,7 @@ int main(int argc, char **argv)
 	if (!o.print_prompt)
 		printf("info threads=%d kernels=%s n_layer=%d weight_bytes=%llu "
 		       "decode_bytes=%llu\n",
-		       o.threads, o.scalar ? "scalar" : "auto", hp->n_layer,
+		       o.threads, lm_backend_cpu_kernels(&be), hp->n_layer,
 		       (unsigned long long)model.weight_bytes, (unsigned long long)decode_bytes);
 	fflush(stdout);
 

@@ -35,9 +35,9 @@
 #   --threads LIST    thread counts of the single section (default "1 2")
 #   --types LIST      0.85B weight types (default "q8_0 q4_0 q4_K")
 #   --prefill N       prompt tokens of the single section (default 128)
-#   --decode M        decoded tokens on the 0.85B models (default 32) ...
+#   --decode M        decoded tokens on the 0.85B models (default 64) ...
 #   --decode-small M  ... and on stories260K and the hop model (default 64)
-#   --batch-tokens T  tokens each sequence generates in the batch section (default 8)
+#   --batch-tokens T  tokens each sequence generates in the batch section (default 32)
 #   --build DIR       the meson build directory (default: build); it must have been configured
 #                     with -Dllama_oracle for the llama.cpp side
 #   --models DIR      where the generated models are cached (default: bench/models)
@@ -58,9 +58,9 @@ REPS=5
 THREADS="1 2"
 TYPES="q8_0 q4_0 q4_K"
 PREFILL=128
-DECODE=32
+DECODE=64
 DECODE_SMALL=64
-BATCH_TOKENS=8
+BATCH_TOKENS=32
 QUICK=0
 RECORD=
 
