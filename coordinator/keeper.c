@@ -210,7 +210,7 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 				.embedding = p->index == 0,
 				.head = p->index == m->n_procs - 1,
 				.max_seq = m->max_seq,
-				.slots = m->cfg.slots,
+				.slots = m->cfg.slots + MESH_PROBE_SLOTS,
 				.k_type = m->cfg.kv_type_k,
 				.v_type = m->cfg.kv_type_v,
 				.wire_dtype = m->cfg.wire_dtype == LM_F16    ? WIRE_DT_F16

@@ -181,7 +181,8 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 		return lm_fail(d, LM_EIO, "cannot dial %s: %s", m->procs[0].cfg->data,
 			       nng_strerror(rv));
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
-			       .slots = m->cfg.slots,
+			       .slots = m->cfg.slots + MESH_PROBE_SLOTS,
+			       .reserved_slots = MESH_PROBE_SLOTS,
 			       .max_seq = m->max_seq,
 			       .max_batch = m->cfg.max_batch,
 			       .max_inflight = m->n_procs,

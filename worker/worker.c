@@ -31,6 +31,8 @@ struct worker {
 	struct stage st;    /* under mu */
 	nng_socket ctl, pull, push;
 	bool push_open;
+	nng_dialer next_dialer; /* to the successor; replaced by REPOINT */
+	bool next_dialed;
 	pthread_t data_thread;
 	bool data_started;
 	struct wire_buf cbuf; /* control replies (control thread only) */
@@ -178,9 +180,10 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 		nng_socket_set_ms(w->push, NNG_OPT_RECONNMAXT, 200);
 		w->push_open = true;
 	}
-	if ((rv = nng_dial(w->push, next, NULL, NNG_FLAG_NONBLOCK)) != 0)
+	if ((rv = nng_dial(w->push, next, &w->next_dialer, NNG_FLAG_NONBLOCK)) != 0)
 		return lm_fail(d, LM_EIO, "cannot dial the successor at %s: %s", next,
 			       nng_strerror(rv));
+	w->next_dialed = true;
 	return 0;
 }
 
@@ -293,6 +296,127 @@ static char *worker_status_json(struct worker *w)
 	return s;
 }
 
+/* The redeploy verbs. The coordinator sends them while the ring is quiet (no batch in flight),
+ * and `mu` puts each between two batches anyway. */
+
+/* REPOINT: send the ring's messages to another successor from now on (the old one is being
+ * replaced). The old dialer closes; NNG keeps redialling the new address until it listens. */
+static int worker_on_repoint(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_repoint r;
+	lm_diag d = {{0}};
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_REPOINT, LM_EUNAVAILABLE,
+					  "no assignment yet");
+	}
+	rc = wire_decode_repoint(body, len, &w->st.lim, &r, &d);
+	if (rc == 0) {
+		nng_dialer old = w->next_dialer;
+		bool had = w->next_dialed;
+		w->next_dialed = false;
+		rc = worker_connect_next(w, r.next, &d);
+		if (rc == 0 && had)
+			nng_dialer_close(old);
+		if (rc == 0) {
+			snprintf(w->st.assign.next, sizeof w->st.assign.next, "%s", r.next);
+			lm_info("successor is now %s", r.next);
+		} else if (had) {
+			w->next_dialer = old; /* keep sending where we did */
+			w->next_dialed = true;
+		}
+	}
+	uint64_t fp = w->assigned ? w->st.model.fingerprint : 0;
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_REPOINT, rc, lm_diag_str(&d, rc));
+	wire_buf_reset(&w->cbuf);
+	if ((rc = wire_encode_simple(&w->cbuf, WIRE_REPOINT, id, fp)) != 0)
+		return rc;
+	return worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+/* KV_EXPORT: one slot's KV rows, for its sequence to move to another process. */
+static int worker_on_kv_export(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	void *rows = NULL;
+	uint64_t bytes = 0;
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_KV_EXPORT, LM_EUNAVAILABLE,
+					  "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0) {
+		bytes = kv_cache_export_bytes(&w->st.kv, k.slot);
+		rows = malloc(bytes + 1);
+		if (rows == NULL)
+			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
+				     (unsigned long long)bytes);
+		else
+			rc = kv_cache_export(&w->st.kv, k.slot, rows, bytes, &d);
+		k.len = w->st.kv.len[k.slot];
+	}
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc == 0) {
+		k.id = id;
+		k.fingerprint = fp;
+		k.payload = NULL;
+		k.payload_len = (size_t)bytes;
+		wire_buf_reset(&w->cbuf);
+		rc = wire_encode_kv(&w->cbuf, WIRE_KV_EXPORT, &k);
+		if (rc == 0)
+			rc = worker_reply(w, &w->cbuf, rows, (size_t)bytes);
+		free(rows);
+		return rc;
+	}
+	free(rows);
+	return worker_reply_error(w, id, WIRE_KV_EXPORT, rc, lm_diag_str(&d, rc));
+}
+
+/* KV_IMPORT: rows exported by another process of the same slice, into one slot. */
+static int worker_on_kv_import(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_KV_IMPORT, LM_EUNAVAILABLE,
+					  "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0)
+		rc = kv_cache_import(&w->st.kv, k.slot, k.len, k.payload, k.payload_len, &d);
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_KV_IMPORT, rc, lm_diag_str(&d, rc));
+	wire_buf_reset(&w->cbuf);
+	if ((rc = wire_encode_simple(&w->cbuf, WIRE_KV_IMPORT, id, fp)) != 0)
+		return rc;
+	return worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+/* DRAIN: answered once every message taken so far is done (`mu` is free between batches). */
+static int worker_on_drain(struct worker *w, uint64_t id)
+{
+	pthread_mutex_lock(&w->mu);
+	uint64_t fp = w->assigned ? w->st.model.fingerprint : 0;
+	pthread_mutex_unlock(&w->mu);
+	wire_buf_reset(&w->cbuf);
+	int rc = wire_encode_simple(&w->cbuf, WIRE_DRAIN, id, fp);
+	return rc != 0 ? rc : worker_reply(w, &w->cbuf, NULL, 0);
+}
+
 /* TRACE: what the armed slot recorded, then arm the requested one (layermesh diff). */
 static int worker_on_trace(struct worker *w, const void *body, size_t len, uint64_t id)
 {
@@ -358,6 +482,14 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 	}
 	case WIRE_TRACE:
 		return worker_on_trace(w, body, len, h.id);
+	case WIRE_REPOINT:
+		return worker_on_repoint(w, body, len, h.id);
+	case WIRE_KV_EXPORT:
+		return worker_on_kv_export(w, body, len, h.id);
+	case WIRE_KV_IMPORT:
+		return worker_on_kv_import(w, body, len, h.id);
+	case WIRE_DRAIN:
+		return worker_on_drain(w, h.id);
 	default:
 		return worker_reply_error(w, h.id, h.type, LM_EUNSUPPORTED,
 					  "this control message is not supported by this worker");
