@@ -177,9 +177,8 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 200);
-	if ((rv = nng_dial(m->push, m->procs[0].cfg->data, NULL, NNG_FLAG_NONBLOCK)) != 0)
-		return lm_fail(d, LM_EIO, "cannot dial %s: %s", m->procs[0].cfg->data,
-			       nng_strerror(rv));
+	if ((rv = nng_dial(m->push, m->procs[0].data, &m->push_dialer, NNG_FLAG_NONBLOCK)) != 0)
+		return lm_fail(d, LM_EIO, "cannot dial %s: %s", m->procs[0].data, nng_strerror(rv));
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
 			       .slots = m->cfg.slots + MESH_PROBE_SLOTS,
 			       .reserved_slots = MESH_PROBE_SLOTS,
@@ -224,45 +223,60 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 
 /* ------------------------------------------------------------------ the loop */
 
+/* Running children, under mu. */
+static int32_t mesh_running(struct mesh *m)
+{
+	int32_t n = 0;
+	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
+		n += c->running;
+	return n;
+}
+
 static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
-	struct mesh_proc *p = proc->data;
+	struct mesh_child *c = proc->data;
+	struct mesh_proc *p = c->p;
 	struct mesh *m = p->mesh;
 	pthread_mutex_lock(&m->mu);
 	if (term_signal != 0)
-		snprintf(p->why, sizeof p->why, "killed by signal %d", term_signal);
+		snprintf(c->why, sizeof c->why, "killed by signal %d", term_signal);
 	else
-		snprintf(p->why, sizeof p->why, "exited with status %lld", (long long)status);
-	p->running = false;
-	if (p->state == PROC_READY && !atomic_load(&m->stopping)) {
-		/* Noticed now, not at the next heartbeat: stop dispatching at once. */
-		lm_error("worker %s (pid %d) %s", p->cfg->name, p->pid, p->why);
-		p->state = PROC_DOWN;
-		mesh_update_service(m);
+		snprintf(c->why, sizeof c->why, "exited with status %lld", (long long)status);
+	c->running = false;
+	if (c == p->child && !c->retiring) {
+		snprintf(p->why, sizeof p->why, "%s", c->why);
+		if (p->state == PROC_READY && !atomic_load(&m->stopping)) {
+			/* Noticed now, not at the next heartbeat: stop dispatching at once. */
+			lm_error("worker %s (pid %d) %s", p->cfg->name, c->pid, c->why);
+			p->state = PROC_DOWN;
+			mesh_update_service(m);
+		}
 	}
 	pthread_cond_broadcast(&m->cv);
+	bool last = atomic_load(&m->stopping) && mesh_running(m) == 0;
 	pthread_mutex_unlock(&m->mu);
-	m->alive--;
 	uv_close((uv_handle_t *)proc, NULL);
-	if (atomic_load(&m->stopping) && m->alive == 0)
+	if (last)
 		uv_stop(&m->loop);
 }
 
-static int mesh_spawn(struct mesh *m, struct mesh_proc *p, lm_diag *d)
+/* Loop thread, under mu: starts the process of a spawn request. */
+static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 {
+	struct mesh_proc *p = r->p;
 	char threads[16], parent[16];
 	snprintf(threads, sizeof threads, "%d", p->cfg->threads);
 	snprintf(parent, sizeof parent, "%d", (int)getpid());
 	const char *level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info";
-	char *args[] = {m->worker_bin,
+	char *args[] = {(char *)r->bin,
 			"--name",
 			p->cfg->name,
 			"--control",
-			p->cfg->control,
+			(char *)r->control,
 			"--data",
-			p->cfg->data,
+			(char *)r->data,
 			"--http",
-			p->cfg->http,
+			(char *)r->http,
 			"--backend",
 			p->cfg->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
 			"--threads",
@@ -276,54 +290,109 @@ static int mesh_spawn(struct mesh *m, struct mesh_proc *p, lm_diag *d)
 					 {.flags = UV_INHERIT_FD, .data.fd = 2},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2}};
 	uv_process_options_t po = {.exit_cb = mesh_on_exit,
-				   .file = m->worker_bin,
+				   .file = r->bin,
 				   .args = args,
 				   .stdio_count = 3,
 				   .stdio = stdio};
-	p->proc.data = p;
-	/* Stale ipc socket files from a crashed process would make the worker's listen fail. */
-	mesh_unlink_ipc(p->cfg->control);
-	mesh_unlink_ipc(p->cfg->data);
-	if (access(m->worker_bin, X_OK) != 0)
+	if (access(r->bin, X_OK) != 0)
 		return lm_fail(d, LM_ENOENT, "worker binary %s is missing or not executable",
-			       m->worker_bin);
-	int rv = uv_spawn(&m->loop, &p->proc, &po);
-	if (rv != 0)
-		return lm_fail(d, LM_EOS, "cannot start %s for worker %s: %s", m->worker_bin,
-			       p->cfg->name, uv_strerror(rv));
-	p->running = true;
-	p->pid = p->proc.pid;
-	m->alive++;
+			       r->bin);
+	struct mesh_child *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	c->p = p;
+	c->proc.data = c;
+	/* Stale ipc socket files from a crashed process would make the worker's listen fail. */
+	mesh_unlink_ipc(r->control);
+	mesh_unlink_ipc(r->data);
+	int rv = uv_spawn(&m->loop, &c->proc, &po);
+	if (rv != 0) {
+		free(c);
+		return lm_fail(d, LM_EOS, "cannot start %s for worker %s: %s", r->bin, p->cfg->name,
+			       uv_strerror(rv));
+	}
+	c->running = true;
+	c->pid = c->proc.pid;
+	c->next = m->children;
+	m->children = c;
+	r->child = c;
 	return 0;
 }
 
-/* Keepers ask for processes; only the loop thread may create process handles. */
+/* Keepers and rollouts ask for processes; only the loop thread may create process handles. */
 static void mesh_on_spawn_async(uv_async_t *a)
 {
 	struct mesh *m = a->data;
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		struct mesh_proc *p = &m->procs[i];
-		if (!p->spawn_requested)
-			continue;
+	while (m->spawns != NULL) {
+		struct mesh_spawn *r = m->spawns;
+		m->spawns = r->next;
 		lm_diag d = {{0}};
-		p->spawn_rc = atomic_load(&m->stopping) ? LM_ECANCELED : mesh_spawn(m, p, &d);
-		if (p->spawn_rc != 0)
-			snprintf(p->why, sizeof p->why, "%s", lm_diag_str(&d, p->spawn_rc));
-		p->spawn_requested = false;
+		r->rc = atomic_load(&m->stopping) ? LM_ECANCELED : mesh_spawn(m, r, &d);
+		if (r->rc != 0)
+			snprintf(r->why, sizeof r->why, "%s", lm_diag_str(&d, r->rc));
+		r->done = true;
 	}
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
+}
+
+int mesh_spawn_child(struct mesh *m, struct mesh_proc *p, const char *bin, const char *data,
+		     const char *control, const char *http, struct mesh_child **child, lm_diag *d)
+{
+	struct mesh_spawn r = {.p = p, .bin = bin, .data = data, .control = control, .http = http};
+	pthread_mutex_lock(&m->mu);
+	r.next = m->spawns;
+	m->spawns = &r;
+	uv_async_send(&m->spawn_async);
+	while (!r.done && !atomic_load(&m->stopping)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+	}
+	if (!r.done) { /* stopping: take the request back if the loop has not seen it */
+		for (struct mesh_spawn **q = &m->spawns; *q != NULL; q = &(*q)->next)
+			if (*q == &r) {
+				*q = r.next;
+				break;
+			}
+		r.rc = LM_ECANCELED;
+		snprintf(r.why, sizeof r.why, "the mesh is stopping");
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (r.rc != 0)
+		return lm_fail(d, r.rc, "%s", r.why);
+	*child = r.child;
+	return 0;
+}
+
+void mesh_kill_child(struct mesh *m, struct mesh_child *c, int sig)
+{
+	(void)m;
+	/* kill(2) on the pid: uv_process_kill is for the loop thread. The child is reaped only
+	 * by the loop, under mu, so while `running` is true the pid is still ours. */
+	if (c != NULL && c->running && c->pid > 0)
+		kill(c->pid, sig);
+}
+
+bool mesh_child_running(struct mesh *m, struct mesh_child *c)
+{
+	pthread_mutex_lock(&m->mu);
+	bool r = c != NULL && c->running;
+	pthread_mutex_unlock(&m->mu);
+	return r;
 }
 
 static void mesh_on_stop_timer(uv_timer_t *t)
 {
 	struct mesh *m = t->data;
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++)
-		if (m->procs[i].running) {
-			lm_warn("%s did not stop in time: killing it", m->procs[i].cfg->name);
-			uv_process_kill(&m->procs[i].proc, SIGKILL);
+	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
+		if (c->running) {
+			lm_warn("%s (pid %d) did not stop in time: killing it", c->p->cfg->name,
+				c->pid);
+			kill(c->pid, SIGKILL);
 		}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -342,12 +411,13 @@ static void mesh_begin_stop(struct mesh *m, const char *why)
 	sched_stop(m->sched);
 	m->sched = NULL;
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++)
-		if (m->procs[i].running)
-			uv_process_kill(&m->procs[i].proc, SIGTERM);
+	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
+		if (c->running)
+			kill(c->pid, SIGTERM);
+	bool none = mesh_running(m) == 0;
 	pthread_mutex_unlock(&m->mu);
 	uv_timer_start(&m->stop_timer, mesh_on_stop_timer, 5000, 0);
-	if (m->alive == 0)
+	if (none)
 		uv_stop(&m->loop);
 }
 
@@ -454,6 +524,10 @@ int mesh_up(const struct mesh_opts *o)
 		p->cfg = &m->cfg.workers[i];
 		p->index = i;
 		p->state = PROC_STARTING;
+		snprintf(p->bin, sizeof p->bin, "%s", m->worker_bin);
+		snprintf(p->data, sizeof p->data, "%s", p->cfg->data);
+		snprintf(p->control, sizeof p->control, "%s", p->cfg->control);
+		snprintf(p->http, sizeof p->http, "%s", p->cfg->http);
 	}
 	lm_info("starting %d workers", m->n_procs);
 	for (int32_t i = 0; i < m->n_procs; i++)
@@ -488,7 +562,14 @@ early:
 		if (o->spawn && m->procs[i].cfg != NULL) {
 			mesh_unlink_ipc(m->procs[i].cfg->control);
 			mesh_unlink_ipc(m->procs[i].cfg->data);
+			mesh_unlink_ipc(m->procs[i].control);
+			mesh_unlink_ipc(m->procs[i].data);
 		}
+	}
+	while (m->children != NULL) {
+		struct mesh_child *c = m->children;
+		m->children = c->next;
+		free(c);
 	}
 	mesh_unlink_ipc(m->cfg.data_in);
 	free(m->procs);

@@ -234,7 +234,8 @@ int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 			cfg.model_path, (int)info.n_layers, (int)info.n_embd, (int)info.n_vocab,
 			(int)info.n_ctx_train, info.tied ? ", tied embedding" : "");
 		fprintf(out,
-			"cache: %d positions x %d slots (+1 kept for probes), K %s, V %s: %s for all "
+			"cache: %d positions x %d slots (+1 kept for probes), K %s, V %s: %s for "
+			"all "
 			"layers in one process; weights %s, embedding %s, head %s\n",
 			(int)info.max_seq, (int)info.slots, lm_dtype_name(info.kv_type_k),
 			lm_dtype_name(info.kv_type_v), fence_fmt_bytes(info.kv_bytes, a, sizeof a),
