@@ -119,8 +119,6 @@ int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello
 		rc = wire_decode_hello(nng_msg_body(r), nng_msg_len(r), hello, d);
 	if (r != NULL)
 		nng_msg_free(r);
-	if (rc == LM_EVERSION)
-		lm_diag_prefix(d, "worker %s", c->name);
 	if (rc != 0)
 		return rc;
 	if (hello->version != WIRE_VERSION)

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "coordinator/mesh_impl.h"
 #include "coordinator/planner.h"
+#include "coordinator/rollout.h"
 #include "lm_config.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -116,6 +117,9 @@ static cJSON *mesh_status(void *arg)
 		cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
 		cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));
 		cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
+		cJSON *ro = rollout_status(m);
+		if (ro != NULL)
+			cJSON_AddItemToObject(o, "rollout", ro);
 		cJSON_AddNumberToObject(q, "batches_forgotten",
 					(double)atomic_load(&s->batches_forgotten));
 	}
@@ -166,6 +170,16 @@ static char *mesh_metrics(void *arg)
 	return buf;
 }
 
+static cJSON *mesh_redeploy(void *arg, const char *body, size_t len, int *status)
+{
+	return rollout_request(arg, body, len, status);
+}
+
+static cJSON *mesh_rollout(void *arg)
+{
+	return rollout_status(arg);
+}
+
 /* ------------------------------------------------------------------ serving */
 
 int mesh_start_serving(struct mesh *m, lm_diag *d)
@@ -206,7 +220,9 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 			     .mesh = m,
 			     .ready = mesh_ready,
 			     .status = mesh_status,
-			     .metrics = mesh_metrics};
+			     .metrics = mesh_metrics,
+			     .redeploy = mesh_redeploy,
+			     .rollout = mesh_rollout};
 	if ((rc = api_start(&m->api, &ac, d)) != 0)
 		return rc;
 	m->serving = true;
@@ -537,11 +553,12 @@ int mesh_up(const struct mesh_opts *o)
 		}
 	uv_run(&m->loop, UV_RUN_DEFAULT);
 
-	/* Stopped: keepers see `stopping` at their next wait. */
+	/* Stopped: keepers and a rollout see `stopping` at their next wait. */
 	atomic_store(&m->stopping, true);
 	pthread_mutex_lock(&m->mu);
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
+	rollout_join(m);
 	for (int32_t i = 0; i < m->n_procs; i++)
 		keeper_join(&m->procs[i]);
 	api_stop(m->api);

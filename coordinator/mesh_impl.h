@@ -118,9 +118,10 @@ struct mesh {
 	pthread_cond_t cv;
 	_Atomic bool stopping;
 	/* Under mu. */
-	bool serving;   /* every worker has been ready at least once */
-	bool had_fault; /* a worker went down after serving: KV must be rebuilt */
-	bool available; /* the scheduler accepts work (no worker given up on) */
+	bool serving;       /* every worker has been ready at least once */
+	bool had_fault;     /* a worker went down after serving: KV must be rebuilt */
+	bool available;     /* the scheduler accepts work (no worker given up on) */
+	struct rollout *ro; /* the current or last redeploy (under mu) */
 	/* Under stop_mu (taken alone: mesh_request_stop may be called holding mu). */
 	pthread_mutex_t stop_mu;
 	char stop_why[512];
