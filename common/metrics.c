@@ -142,8 +142,8 @@ static void mtext_printf(struct lm_mtext *t, const char *fmt, ...)
 	}
 }
 
-/* A number as Prometheus reads it: integers without a fraction, others with 17 significant
- * digits (enough to round-trip a double). */
+/* A number as Prometheus reads it: integers without a fraction, others with 15 significant
+ * digits (every decimal of up to 15 digits prints as written). */
 static void mtext_number(char *buf, size_t cap, double v)
 {
 	if (isnan(v))
@@ -153,7 +153,7 @@ static void mtext_number(char *buf, size_t cap, double v)
 	else if (v == floor(v) && fabs(v) < 9007199254740992.0)
 		snprintf(buf, cap, "%.0f", v);
 	else
-		snprintf(buf, cap, "%.17g", v);
+		snprintf(buf, cap, "%.15g", v);
 }
 
 /* Nanoseconds as decimal seconds, without trailing zeros: 1000 -> "0.000001", 2e9 -> "2". */
