@@ -24,4 +24,7 @@ int cmd_up(int argc, char **argv);
 /* coordinator/cmd_generate.c: generate through a running mesh. */
 int cmd_generate(int argc, char **argv);
 
+/* coordinator/cmd_status.c: a running mesh's workers, fence and counters. */
+int cmd_status(int argc, char **argv);
+
 #endif

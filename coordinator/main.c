@@ -18,6 +18,7 @@ static const struct lm_cmd main_cmds[] = {
 	{"run", cmd_run, "generate text with the whole model in this process"},
 	{"up", cmd_up, "bring the mesh of mesh.toml up and serve its HTTP API"},
 	{"generate", cmd_generate, "generate text through a running mesh"},
+	{"status", cmd_status, "show a running mesh's workers, fence and counters"},
 	{"plan", cmd_plan, "show how mesh.toml's model is cut between its workers"},
 	{"synth", cmd_synth, "write a random-weight llama GGUF of any shape and type"},
 	{"tokenize", cmd_tokenize, "print the token ids of a text"},
