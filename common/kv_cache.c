@@ -165,8 +165,8 @@ int kv_cache_check(const struct kv_cache *kv, int32_t slot, int32_t pos, int32_t
 	if (slot < 0 || slot >= kv->slots)
 		return lm_fail(d, LM_ERANGE, "sequence slot %d is not in [0, %d)", slot, kv->slots);
 	if (pos < 0 || n < 0 || pos > kv->max_seq - n)
-		return lm_fail(d, LM_ERANGE, "positions [%d, %lld) do not fit the context of %d", pos,
-			       (long long)pos + n, kv->max_seq);
+		return lm_fail(d, LM_ERANGE, "positions [%d, %lld) do not fit the context of %d",
+			       pos, (long long)pos + n, kv->max_seq);
 	return 0;
 }
 

@@ -102,8 +102,9 @@ struct wire_limits {
  *   [seq_id u64, slot i32, pos i32, n_tokens i32, sample bool, step u64, n_logprobs i32,
  *    temperature f32, top_k i32, top_p f32, min_p f32, seed u64]
  * Decoding checks 0 <= slot < slots, pos >= 0, n_tokens >= 1, pos + n_tokens <= max_seq,
- * 0 <= n_logprobs <= max_logprobs, lm_sampling_check(), and that no two sequences of one batch
- * share a slot. */
+ * 0 <= n_logprobs <= max_logprobs, lm_sampling_check() (on every sequence, sampled or not: the
+ * coordinator sends each request's parameters), and that no two sequences of one batch share a
+ * slot. */
 struct wire_seq {
 	uint64_t seq_id; /* the coordinator's id, echoed in TOKENS */
 	int32_t slot;
@@ -269,9 +270,10 @@ void wire_scratch_fini(struct wire_scratch *s);
  * msgpack; keys other than these four are skipped unchecked (the full decoders check them). */
 int wire_peek(const void *buf, size_t len, struct wire_head *h, lm_diag *d);
 
-/* A header-only message ("v", "t", "fp", "id" and nothing after the map) of any known type:
- * the plain acks and the DRAIN, PAUSE, RESUME and STATUS requests. The fingerprint is checked
- * when lim is not NULL and lim->fingerprint is not 0. */
+/* A header-only message ("v", "t", "fp", "id" and nothing after the map) of a type that has
+ * one: DRAIN, PAUSE, RESUME and STATUS requests and the plain acks (DRAIN, PAUSE, RESUME,
+ * KV_IMPORT, REPOINT). The fingerprint is checked when lim is not NULL and lim->fingerprint is
+ * not 0. */
 int wire_decode_simple(const void *buf, size_t len, const struct wire_limits *lim,
 		       struct wire_head *h, lm_diag *d);
 
@@ -331,7 +333,8 @@ int wire_encode_ready(struct wire_buf *b, const struct wire_ready *r);
 int wire_encode_error(struct wire_buf *b, const struct wire_error *e);
 int wire_encode_kv(struct wire_buf *b, enum wire_type t, const struct wire_kv *k);
 int wire_encode_repoint(struct wire_buf *b, const struct wire_repoint *r);
-/* Header-only control messages (STATUS, DRAIN, PAUSE, RESUME requests and their plain acks). */
+/* Header-only control messages (STATUS, DRAIN, PAUSE, RESUME requests and their plain acks;
+ * KV_IMPORT and REPOINT acks); LM_EINVAL for another type. */
 int wire_encode_simple(struct wire_buf *b, enum wire_type t, uint64_t id, uint64_t fingerprint);
 /* A header with "dt" = RAW and "pl" followed by payload bytes (STATUS replies). */
 int wire_encode_raw(struct wire_buf *b, enum wire_type t, uint64_t id, uint64_t fingerprint,

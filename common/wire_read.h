@@ -83,7 +83,8 @@ enum { WD_TYPE = 1, WD_SHORT = 2 };
 
 static inline void wd_init(struct wd *c, const void *buf, size_t len, lm_diag *d, const char *what)
 {
-	c->base = buf;
+	/* NULL + 0 is undefined in C: an empty message from NULL gets a real (empty) base. */
+	c->base = buf != NULL ? buf : (const uint8_t *)"";
 	c->p = c->base;
 	c->end = c->base + len;
 	c->at = NULL;

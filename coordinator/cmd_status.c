@@ -128,15 +128,20 @@ static void status_print(const cJSON *doc)
 
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc, "scheduler");
 	if (s != NULL) {
-		char c[6][32];
-		printf("\nscheduler: %s requests, %s active, %s queued, %s tokens generated, %s "
-		       "batches, %s ring errors\n",
-		       status_cell(c[0], sizeof c[0], 0, status_num(s, "requests")),
-		       status_cell(c[1], sizeof c[1], 0, status_num(s, "active")),
-		       status_cell(c[2], sizeof c[2], 0, status_num(s, "queued")),
-		       status_cell(c[3], sizeof c[3], 0, status_num(s, "tokens_generated")),
-		       status_cell(c[4], sizeof c[4], 0, status_num(s, "batches")),
-		       status_cell(c[5], sizeof c[5], 0, status_num(s, "ring_errors")));
+		static const char *const counters[][2] = {
+			{"requests", "requests"}, {"active", "active"},
+			{"queued", "queued"},     {"tokens_generated", "tokens generated"},
+			{"batches", "batches"},   {"ring_errors", "ring errors"},
+			{"replays", "replays"},   {"batches_forgotten", "batches forgotten"},
+		};
+		printf("\nscheduler:");
+		for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+			char cell[32];
+			printf("%s %s %s", k ? "," : "",
+			       status_cell(cell, sizeof cell, 0, status_num(s, counters[k][0])),
+			       counters[k][1]);
+		}
+		printf("\n");
 	}
 }
 

@@ -27,6 +27,7 @@ struct sched_seq {
 	void *arg;
 	bool inflight;
 	bool cancel;
+	int32_t retries;                 /* batches of this sequence a worker refused */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
 	struct sched_seq *next;          /* inbox / wait queue link */
 };
@@ -47,6 +48,9 @@ struct sched {
 	pthread_cond_t cv;
 	/* Shared with other threads, under mu. */
 	bool stopping, available;
+	bool paused, replay_pending;
+	uint64_t pauses; /* counts sched_pause calls: a pause lifted before the thread woke up
+			  * must still make it forget the batches in flight */
 	char why[256];
 	struct sched_seq *inbox, *inbox_tail;
 	uint64_t *cancels;
@@ -69,6 +73,7 @@ struct sched {
 	struct wire_limits lim;
 	struct wire_seq *wseqs; /* [slots] */
 	int32_t *ids;           /* [max_batch] */
+	uint64_t pauses_seen;   /* the thread's copy of `pauses` */
 	struct sched_stats stats;
 };
 
@@ -257,10 +262,28 @@ static void sched_on_ring_error(struct sched *s, nng_msg *m)
 			wire_type_name(e.about), e.msg);
 		return;
 	}
+	/* A refused batch means a worker's cache no longer matches the sequence (a worker came back
+	 * empty while the batch was on its way, say). Prefilling the sequence again from position 0
+	 * is always valid, so each sequence gets two such retries before the request fails. */
+	struct sched_batch *b = &s->inflight[bi];
 	char msg[600];
 	snprintf(msg, sizeof msg, "a worker refused the batch: %s", e.msg);
-	lm_warn("batch %llu failed: %s", (unsigned long long)e.id, e.msg);
-	sched_fail_batch(s, bi, e.code < 0 ? e.code : LM_EPROTO, msg);
+	lm_warn("batch %llu refused: %s", (unsigned long long)e.id, e.msg);
+	for (int32_t k = 0; k < b->n; k++) {
+		struct sched_seq *q = b->seqs[k];
+		q->inflight = false;
+		if (q->cancel) {
+			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		} else if (q->retries < 2) {
+			q->retries++;
+			q->n_done = 0;
+			atomic_fetch_add(&s->stats.replays, 1);
+		} else {
+			sched_finish(s, q, SCHED_FINISH_ERROR, e.code < 0 ? e.code : LM_EPROTO,
+				     msg);
+		}
+	}
+	sched_drop_batch(s, bi);
 }
 
 static void sched_on_msg(struct sched *s, nng_msg *m)
@@ -461,6 +484,36 @@ static void sched_fail_all(struct sched *s, int code, const char *msg)
 	s->wait_tail = NULL;
 }
 
+/* A worker went down: every batch in flight is lost with it (or will be refused by the
+ * restarted worker). Its sequences become ready to send again; their KV positions are as the
+ * last completed batch left them. */
+static void sched_forget_inflight(struct sched *s)
+{
+	while (s->n_inflight > 0) {
+		struct sched_batch *b = &s->inflight[0];
+		for (int32_t k = 0; k < b->n; k++) {
+			struct sched_seq *q = b->seqs[k];
+			q->inflight = false;
+			if (q->cancel)
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		}
+		atomic_fetch_add(&s->stats.batches_forgotten, 1);
+		sched_drop_batch(s, 0);
+	}
+}
+
+/* Every live sequence prefills again from position 0: its tokens so far are its history. */
+static void sched_replay(struct sched *s)
+{
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q != NULL && q->n_done > 0) {
+			q->n_done = 0;
+			atomic_fetch_add(&s->stats.replays, 1);
+		}
+	}
+}
+
 static void *sched_main(void *arg)
 {
 	struct sched *s = arg;
@@ -490,13 +543,22 @@ static void *sched_main(void *arg)
 		}
 		nc = nc < cap_c ? nc : cap_c;
 		nr = nr < cap_r ? nr : cap_r;
-		memcpy(cancels, s->cancels, (size_t)nc * sizeof *cancels);
-		memmove(s->cancels, s->cancels + nc, (size_t)(s->n_cancels - nc) * sizeof *cancels);
-		s->n_cancels -= nc;
-		memcpy(rx, s->rx, (size_t)nr * sizeof *rx);
-		memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *rx);
-		s->n_rx -= nr;
-		bool up = s->available;
+		/* (Empty copies are skipped: the buffers may still be NULL, and memcpy's pointers
+		 * must be valid even for zero bytes.) */
+		if (nc > 0) {
+			memcpy(cancels, s->cancels, (size_t)nc * sizeof *cancels);
+			memmove(s->cancels, s->cancels + nc,
+				(size_t)(s->n_cancels - nc) * sizeof *cancels);
+			s->n_cancels -= nc;
+		}
+		if (nr > 0) {
+			memcpy(rx, s->rx, (size_t)nr * sizeof *rx);
+			memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *rx);
+			s->n_rx -= nr;
+		}
+		bool up = s->available, paused = s->paused, replay = s->replay_pending;
+		uint64_t pauses = s->pauses;
+		s->replay_pending = false;
 		char why[256];
 		memcpy(why, s->why, sizeof why);
 		pthread_mutex_unlock(&s->mu);
@@ -518,6 +580,18 @@ static void *sched_main(void *arg)
 		if (!up) {
 			sched_fail_all(s, LM_EUNAVAILABLE, why);
 		} else {
+			/* Forget what was in flight on every pause, even one already lifted: a
+			 * worker restarted meanwhile and those batches will not come back whole. */
+			if (pauses != s->pauses_seen) {
+				sched_forget_inflight(s);
+				s->pauses_seen = pauses;
+			}
+			if (replay && !paused)
+				sched_replay(s);
+		}
+		if (up && paused) {
+			sched_admit(s);
+		} else if (up) {
 			int64_t now = sched_now_ms();
 			for (int32_t i = 0; i < s->n_inflight;) {
 				if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
@@ -759,6 +833,25 @@ void sched_set_available(struct sched *s, bool up, const char *why)
 	pthread_mutex_lock(&s->mu);
 	s->available = up;
 	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_pause(struct sched *s, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	s->paused = true;
+	s->pauses++;
+	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_resume(struct sched *s, bool replay)
+{
+	pthread_mutex_lock(&s->mu);
+	s->paused = false;
+	s->replay_pending |= replay;
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 }

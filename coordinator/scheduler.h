@@ -67,6 +67,8 @@ struct sched_cfg {
 
 struct sched_stats {
 	_Atomic uint64_t requests, tokens_generated, prompt_tokens, batches, ring_errors;
+	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
+	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
 	_Atomic int32_t active, queued;
 	/* Per request, in nanoseconds from sched_submit: to its first generated token (ttft), and
 	 * to its end for any reason (duration); per generated token after the first, the time
@@ -90,6 +92,16 @@ void sched_cancel(struct sched *s, uint64_t seq_id);
 /* Marks the mesh up or down. While down, new requests get LM_EUNAVAILABLE with `why`, and live
  * ones fail with it. */
 void sched_set_available(struct sched *s, bool up, const char *why);
+
+/* Holds dispatch while a worker is down or restarting. Batches in flight are forgotten (their
+ * sequences are sent again later; a late answer to a forgotten batch is ignored), new requests
+ * are accepted and wait. */
+void sched_pause(struct sched *s, const char *why);
+/* Dispatches again. With `replay`, every live sequence's KV rows are rebuilt on every worker
+ * from the token history the scheduler keeps (a restarted worker lost its cache): each
+ * sequence is prefilled again from position 0 and then samples its next token with the same
+ * (seed, step), so greedy and seeded requests finish exactly as without the fault. */
+void sched_resume(struct sched *s, bool replay);
 
 const struct sched_stats *sched_stats(const struct sched *s);
 

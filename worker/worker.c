@@ -38,9 +38,18 @@ struct worker {
 	struct wire_buf ebuf; /* ERROR messages (data thread only) */
 	uint64_t started_ns;
 	_Atomic uint64_t dropped; /* ring messages that could not be processed or forwarded */
-	_Atomic int phase;        /* enum health_phase; read without mu, which a load holds */
-	struct recvq rq;          /* the data ring's arrivals, stamped */
-	struct health health;     /* latencies, the status document, the --http server */
+	/* The slice as HELLO reports it: written once when the assignment is accepted, then
+	 * published, so HELLO (the coordinator's heartbeat) never waits for `mu`, which a long
+	 * batch may hold for seconds. */
+	struct wire_hello slice_info;
+	_Atomic bool slice_published;
+	/* For the health endpoints, which must not wait for `mu` either (a load holds it too):
+	 * the phase (enum health_phase; HEALTH_ASSIGNED publishes `st`'s fixed fields, as
+	 * slice_published does slice_info) and the KV slots in use after the last message. */
+	_Atomic int phase;
+	_Atomic int32_t active;
+	struct recvq rq;      /* the data ring's arrivals, stamped */
+	struct health health; /* latencies, the status document, the --http server */
 };
 
 /* Set from the signal handler; read by both loops. */
@@ -90,6 +99,10 @@ static void *worker_data_main(void *arg)
 		if (w->assigned) {
 			rc = stage_handle(&w->st, in, &out, &d);
 			lm_hist_observe(&w->health.compute, lm_now_ns() - t0);
+			int32_t active = 0;
+			for (int32_t q = 0; q < w->st.kv.slots; q++)
+				active += w->st.kv.len[q] > 0;
+			atomic_store(&w->active, active);
 		} else {
 			lm_fail(&d, rc, "worker %s has no assignment yet", w->o->name);
 		}
@@ -154,16 +167,14 @@ static void worker_hello_fill(struct worker *w, struct wire_hello *h, uint64_t i
 	snprintf(h->name, sizeof h->name, "%s", w->o->name);
 	snprintf(h->build, sizeof h->build, "%s", LM_VERSION);
 	h->pid = (int32_t)getpid();
-	pthread_mutex_lock(&w->mu);
-	if (w->assigned) {
-		h->fingerprint = w->st.model.fingerprint;
+	if (atomic_load_explicit(&w->slice_published, memory_order_acquire)) {
+		h->fingerprint = w->slice_info.fingerprint;
 		h->has_slice = true;
-		h->begin = w->st.assign.begin;
-		h->end = w->st.assign.end;
-		h->embedding = w->st.assign.embedding;
-		h->head = w->st.assign.head;
+		h->begin = w->slice_info.begin;
+		h->end = w->slice_info.end;
+		h->embedding = w->slice_info.embedding;
+		h->head = w->slice_info.head;
 	}
-	pthread_mutex_unlock(&w->mu);
 }
 
 static bool worker_same_assign(const struct wire_assign *a, const struct wire_assign *b)
@@ -211,7 +222,13 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	w->assigned = true;
-	atomic_store(&w->phase, HEALTH_ASSIGNED);
+	w->slice_info = (struct wire_hello){.fingerprint = w->st.model.fingerprint,
+					    .begin = a->begin,
+					    .end = a->end,
+					    .embedding = a->embedding,
+					    .head = a->head};
+	atomic_store_explicit(&w->slice_published, true, memory_order_release);
+	atomic_store_explicit(&w->phase, HEALTH_ASSIGNED, memory_order_release);
 	lm_info("ready: weights %.2f MiB, KV %.2f MiB (%d layers from %d), resident %.2f MiB",
 		(double)w->st.model.weight_bytes / 1048576.0, (double)w->st.kv.bytes / 1048576.0,
 		w->st.kv.num_layers, w->st.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
@@ -251,9 +268,11 @@ static int worker_on_assign(struct worker *w, const void *body, size_t len, uint
 	return worker_reply(w, &w->cbuf, NULL, 0);
 }
 
-/* One reading of the worker for /status, STATUS and /metrics (health.h). A slice being loaded
- * holds mu for as long as loading takes: only an assigned worker's stage is read, under mu,
- * which the data thread holds for one message at a time. */
+/* One reading of the worker for /status, STATUS and /metrics (health.h), without `mu`: a load
+ * or a long batch holds it for seconds, and a readiness probe must not wait for that. Once the
+ * phase is HEALTH_ASSIGNED (a release store after stage_init), the stage's assignment, model
+ * and cache geometry never change until the process ends; its counters are atomics; the
+ * slots in use are published by the data thread. */
 static void worker_snapshot(void *arg, struct health_snapshot *s)
 {
 	struct worker *w = arg;
@@ -262,10 +281,9 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	s->uptime_s = (double)(lm_now_ns() - w->started_ns) / 1e9;
 	s->rss_bytes = stage_rss_bytes();
 	s->dropped = atomic_load(&w->dropped);
-	s->phase = (enum health_phase)atomic_load(&w->phase);
+	s->phase = (enum health_phase)atomic_load_explicit(&w->phase, memory_order_acquire);
 	if (s->phase != HEALTH_ASSIGNED)
 		return;
-	pthread_mutex_lock(&w->mu);
 	const struct stage *st = &w->st;
 	s->assign = st->assign;
 	s->fingerprint = st->model.fingerprint;
@@ -279,13 +297,11 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	}
 	s->weight_bytes = st->model.weight_bytes;
 	s->mapped_bytes = st->model.mapped_bytes;
-	for (int32_t q = 0; q < st->kv.slots; q++)
-		s->active_sequences += st->kv.len[q] > 0;
+	s->active_sequences = atomic_load(&w->active);
 	s->batches = atomic_load(&st->stats.batches);
 	s->tokens = atomic_load(&st->stats.tokens);
 	s->ring_errors = atomic_load(&st->stats.errors);
 	s->releases = atomic_load(&st->stats.releases);
-	pthread_mutex_unlock(&w->mu);
 }
 
 static int worker_on_control(struct worker *w, nng_msg *m)

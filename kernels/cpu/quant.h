@@ -21,9 +21,9 @@
 
 #include "common/dtype.h"
 
-#define QK4_0 32
-#define QK8_0 32
-#define QK_K 256
+#define QK4_0        32
+#define QK8_0        32
+#define QK_K         256
 #define K_SCALE_SIZE 12
 
 typedef struct {

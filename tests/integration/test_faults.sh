@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Worker faults with real processes:
+#   1. a storm: workers killed with SIGKILL several times while 32 requests run; every request
+#      completes with exactly the output of a fault-free run;
+#   2. a worker that cannot come back (its binary is gone): once the restart budget is spent,
+#      requests fail fast with 503 and the reason, and /readyz says why;
+#   3. a worker that crashes at start: `layermesh up` fails with the reason, and leaves nothing.
+source "$(dirname "$0")/lib.sh"
+
+model="$LM_SHARED/models/stories260K.gguf"
+worker_pid() { pgrep -f "layermesh-worker --name $1 .*$2" | head -n 1; }
+
+# ---------------------------------------------------------------- 1. the storm
+dir="$LM_TMP/storm"
+mkdir -p "$dir"
+LM_MAX_SEQ=512 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4 4:5
+lm_up "$dir/mesh.toml" "$dir/up.log"
+prompts=("Once upon a time" "The cat" "Lily wanted" "Tom had 3 red apples!")
+args=()
+for i in $(seq 0 31); do
+	if ((i % 2)); then args+=("--temp 0.8 --seed $i"); else args+=("--temp 0"); fi
+done
+for i in "${!args[@]}"; do
+	# shellcheck disable=SC2086
+	"$LM_BIN" run --model "$model" --prompt "${prompts[$((i % 4))]}" -n 300 --ctx 512 \
+		${args[$i]} >"$dir/solo.$i" 2>/dev/null
+done
+pids=()
+for i in "${!args[@]}"; do
+	# shellcheck disable=SC2086
+	"$LM_BIN" generate --url "$LM_URL" --prompt "${prompts[$((i % 4))]}" -n 300 ${args[$i]} \
+		--timeout 120 >"$dir/mesh.$i" 2>"$dir/mesh.$i.err" &
+	pids+=($!)
+done
+kills=0
+for w in w1 w2 w0 w1; do
+	sleep 0.4
+	pid=$(worker_pid "$w" "$dir") || true
+	[ -n "$pid" ] || continue
+	kill -KILL "$pid" && kills=$((kills + 1))
+	echo "killed $w (pid $pid)"
+done
+for i in "${!pids[@]}"; do
+	rc=0
+	wait "${pids[$i]}" || rc=$?
+	[ "$rc" -eq 0 ] || { ls -la "$dir" >&2; cat "$dir/mesh.$i" "$dir/mesh.$i.err" >&2; tail -30 "$dir/up.log" >&2; fail "request $i failed during the storm (exit $rc)"; }
+done
+for i in "${!args[@]}"; do
+	cmp -s "$dir/solo.$i" "$dir/mesh.$i" || {
+		diff "$dir/solo.$i" "$dir/mesh.$i" >&2 || true
+		fail "request $i (${args[$i]}) differs from its fault-free run"
+	}
+done
+status=$(curl -sf "$LM_URL/v1/status")
+replays=$(jq '.scheduler.replays' <<<"$status")
+restarts=$(jq '[.workers[].restarts] | add' <<<"$status")
+echo "storm: $kills kills, $restarts restarts, $replays sequences replayed; 32/32 identical"
+[ "$kills" -ge 3 ] || fail "only $kills workers were killed"
+[ "$restarts" -ge 3 ] || fail "only $restarts restarts were seen"
+curl -sf "$LM_URL/readyz" >/dev/null || fail "the mesh is not ready after the storm"
+lm_down "$dir"
+
+# ---------------------------------------------------------------- 2. cannot come back
+dir="$LM_TMP/gone"
+mkdir -p "$dir/bin"
+cp "$LM_WORKER" "$dir/bin/layermesh-worker"
+lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:3 3:5
+LM_WORKER="$dir/bin/layermesh-worker" lm_up "$dir/mesh.toml" "$dir/up.log"
+rm "$dir/bin/layermesh-worker"
+kill -KILL "$(worker_pid w1 "$dir")"
+# 100 + 200 + 400 + 800 + 1600 ms of backoff, then the keeper gives up.
+for _ in $(seq 200); do
+	body=$(curl -s "$LM_URL/readyz" || true)
+	grep -q "gave up" <<<"$body" && break
+	sleep 0.1
+done
+grep -q "gave up" <<<"$body" || fail "/readyz does not say the worker was given up on: $body"
+grep -q "missing" <<<"$body" || fail "/readyz does not give the reason: $body"
+echo "readyz: $body"
+start=$(date +%s%N)
+code=$(curl -s -o "$dir/resp.json" -w '%{http_code}' "$LM_URL/v1/completions" \
+	-d '{"prompt": "The cat", "max_tokens": 8}')
+ms=$((($(date +%s%N) - start) / 1000000))
+[ "$code" = 503 ] || fail "a request to a mesh without w1 got HTTP $code: $(cat "$dir/resp.json")"
+jq -e '.error.message | test("w1")' "$dir/resp.json" >/dev/null ||
+	fail "the 503 does not name the worker: $(cat "$dir/resp.json")"
+[ "$ms" -lt 2000 ] || fail "the 503 took $ms ms"
+echo "request after give-up: HTTP 503 in $ms ms: $(jq -r .error.message "$dir/resp.json")"
+lm_down "$dir"
+
+# ---------------------------------------------------------------- 3. crashes at start
+dir="$LM_TMP/crash"
+mkdir -p "$dir"
+printf '#!/bin/sh\necho "this build is broken" >&2\nexit 3\n' >"$dir/broken-worker"
+chmod +x "$dir/broken-worker"
+lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:5
+start=$(date +%s)
+if "$LM_BIN" up "$dir/mesh.toml" --worker-bin "$dir/broken-worker" --timeout 10 \
+	>"$dir/up.log" 2>&1; then
+	fail "layermesh up succeeded with a worker that crashes at start"
+fi
+took=$(($(date +%s) - start))
+grep -q "exited with status 3" "$dir/up.log" || fail "the reason is not reported: $(tail -5 "$dir/up.log")"
+[ "$took" -lt 30 ] || fail "layermesh up took $took s to give up"
+! pgrep -f "broken-worker" >/dev/null || fail "a broken worker survived"
+echo "crash at start: layermesh up gave up in $took s: $(grep -m1 'gave up' "$dir/up.log")"
+echo "ok: faults"
