@@ -29,5 +29,7 @@ int cmd_diff(int argc, char **argv);
 
 /* coordinator/cmd_redeploy.c: roll a new worker build out over a running mesh. */
 int cmd_redeploy(int argc, char **argv);
+/* coordinator/cmd_status.c: a running mesh's workers, fence and counters. */
+int cmd_status(int argc, char **argv);
 
 #endif

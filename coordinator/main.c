@@ -20,6 +20,7 @@ static const struct lm_cmd main_cmds[] = {
 	{"generate", cmd_generate, "generate text through a running mesh"},
 	{"redeploy", cmd_redeploy, "roll a new worker build out over a running mesh"},
 	{"diff", cmd_diff, "compare the mesh's hidden states with the single process, per layer"},
+	{"status", cmd_status, "show a running mesh's workers, fence and counters"},
 	{"plan", cmd_plan, "show how mesh.toml's model is cut between its workers"},
 	{"synth", cmd_synth, "write a random-weight llama GGUF of any shape and type"},
 	{"tokenize", cmd_tokenize, "print the token ids of a text"},

@@ -15,6 +15,7 @@
 #include "coordinator/mesh_impl.h"
 #include "coordinator/planner.h"
 #include "coordinator/rollout.h"
+#include "coordinator/probe.h"
 #include "lm_config.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -78,9 +79,24 @@ static bool mesh_ready(void *arg, char *why, size_t cap)
 	return ready;
 }
 
+/* How long /v1/status waits for a worker's own /status (connect, then answer). */
+#define MESH_PROBE_TIMEOUT_MS 500
+
 static cJSON *mesh_status(void *arg)
 {
 	struct mesh *m = arg;
+	/* Every worker's own view, asked in parallel before anything is built. */
+	const char **addrs = calloc((size_t)m->n_procs + 1, sizeof *addrs);
+	struct probe_result *probes = calloc((size_t)m->n_procs + 1, sizeof *probes);
+	if (addrs == NULL || probes == NULL) {
+		free(addrs);
+		free(probes);
+		return NULL;
+	}
+	for (int32_t i = 0; i < m->n_procs; i++)
+		addrs[i] = m->procs[i].cfg->http;
+	probe_status_all(addrs, m->n_procs, MESH_PROBE_TIMEOUT_MS, probes);
+	free(addrs);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "model", m->model_name);
 	char fp[32];
@@ -103,9 +119,15 @@ static cJSON *mesh_status(void *arg)
 		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)p->ready.rss_bytes);
 		if (p->why[0])
 			cJSON_AddStringToObject(w, "why", p->why);
+		cJSON_AddStringToObject(w, "http", p->cfg->http);
+		if (probes[i].status != NULL)
+			cJSON_AddItemToObject(w, "status", probes[i].status);
+		else
+			cJSON_AddStringToObject(w, "status_error", probes[i].error);
 		cJSON_AddItemToArray(ws, w);
 	}
 	pthread_mutex_unlock(&m->mu);
+	free(probes);
 	if (m->sched != NULL) {
 		const struct sched_stats *s = sched_stats(m->sched);
 		cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
@@ -126,48 +148,64 @@ static cJSON *mesh_status(void *arg)
 	return o;
 }
 
+static void mesh_metrics_hist(struct lm_mtext *t, const char *name, const char *help,
+			      const struct lm_hist *h)
+{
+	struct lm_hist_snap s;
+	lm_hist_snapshot(h, &s);
+	lm_mtext_family(t, name, "histogram", help);
+	lm_mtext_hist(t, name, NULL, &s);
+}
+
 static char *mesh_metrics(void *arg)
 {
 	struct mesh *m = arg;
-	char *buf = malloc(8192);
-	if (buf == NULL || m->sched == NULL) {
-		free(buf);
+	if (m->sched == NULL)
 		return NULL;
-	}
 	const struct sched_stats *s = sched_stats(m->sched);
-	int32_t ready = 0;
+	struct lm_mtext t = {0};
+	lm_mtext_counter(&t, "layermesh_requests_total", "Completion requests accepted.",
+			 atomic_load(&s->requests));
+	lm_mtext_counter(&t, "layermesh_tokens_generated_total", "Tokens sampled by the mesh.",
+			 atomic_load(&s->tokens_generated));
+	lm_mtext_counter(&t, "layermesh_prompt_tokens_total", "Prompt tokens of accepted requests.",
+			 atomic_load(&s->prompt_tokens));
+	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
+			 atomic_load(&s->batches));
+	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",
+			 atomic_load(&s->ring_errors));
+	lm_mtext_counter(&t, "layermesh_replays_total",
+			 "Sequences prefilled again after a worker fault.",
+			 atomic_load(&s->replays));
+	lm_mtext_counter(&t, "layermesh_batches_forgotten_total",
+			 "Batches in flight when a worker went down.",
+			 atomic_load(&s->batches_forgotten));
+	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
+		       atomic_load(&s->active));
+	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
+		       atomic_load(&s->queued));
 	pthread_mutex_lock(&m->mu);
+	int32_t ready = 0;
 	for (int32_t i = 0; i < m->n_procs; i++)
 		ready += m->procs[i].state == PROC_READY;
+	lm_mtext_gauge(&t, "layermesh_workers_ready", "Workers that are ready.", ready);
+	lm_mtext_family(&t, "layermesh_worker_up", "gauge",
+			"1 while the worker is assigned and serving, 0 while it starts, restarts "
+			"or has failed.");
+	for (int32_t i = 0; i < m->n_procs; i++) {
+		char label[300];
+		lm_mtext_label(label, sizeof label, "worker", m->procs[i].cfg->name);
+		lm_mtext_sample(&t, "layermesh_worker_up", label,
+				m->procs[i].state == PROC_READY ? 1 : 0);
+	}
 	pthread_mutex_unlock(&m->mu);
-	snprintf(buf, 8192,
-		 "# HELP layermesh_requests_total Completion requests accepted.\n"
-		 "# TYPE layermesh_requests_total counter\n"
-		 "layermesh_requests_total %llu\n"
-		 "# HELP layermesh_tokens_generated_total Tokens sampled by the mesh.\n"
-		 "# TYPE layermesh_tokens_generated_total counter\n"
-		 "layermesh_tokens_generated_total %llu\n"
-		 "# HELP layermesh_batches_total FORWARD batches sent into the ring.\n"
-		 "# TYPE layermesh_batches_total counter\n"
-		 "layermesh_batches_total %llu\n"
-		 "# HELP layermesh_ring_errors_total Ring messages refused or malformed.\n"
-		 "# TYPE layermesh_ring_errors_total counter\n"
-		 "layermesh_ring_errors_total %llu\n"
-		 "# HELP layermesh_active_sequences Sequences holding a KV slot.\n"
-		 "# TYPE layermesh_active_sequences gauge\n"
-		 "layermesh_active_sequences %d\n"
-		 "# HELP layermesh_queued_sequences Sequences waiting for a slot.\n"
-		 "# TYPE layermesh_queued_sequences gauge\n"
-		 "layermesh_queued_sequences %d\n"
-		 "# HELP layermesh_workers_ready Workers that are ready.\n"
-		 "# TYPE layermesh_workers_ready gauge\n"
-		 "layermesh_workers_ready %d\n",
-		 (unsigned long long)atomic_load(&s->requests),
-		 (unsigned long long)atomic_load(&s->tokens_generated),
-		 (unsigned long long)atomic_load(&s->batches),
-		 (unsigned long long)atomic_load(&s->ring_errors), atomic_load(&s->active),
-		 atomic_load(&s->queued), ready);
-	return buf;
+	mesh_metrics_hist(&t, "layermesh_time_to_first_token_seconds",
+			  "From a request's arrival to its first generated token.", &s->ttft);
+	mesh_metrics_hist(&t, "layermesh_token_decode_seconds",
+			  "Between consecutive generated tokens of a request.", &s->token);
+	mesh_metrics_hist(&t, "layermesh_request_duration_seconds",
+			  "From a request's arrival to its end, for any reason.", &s->duration);
+	return lm_mtext_take(&t);
 }
 
 static cJSON *mesh_redeploy(void *arg, const char *body, size_t len, int *status)

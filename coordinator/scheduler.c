@@ -27,8 +27,9 @@ struct sched_seq {
 	void *arg;
 	bool inflight;
 	bool cancel;
-	int32_t retries;        /* batches of this sequence a worker refused */
-	struct sched_seq *next; /* inbox / wait queue link */
+	int32_t retries;                 /* batches of this sequence a worker refused */
+	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
+	struct sched_seq *next;          /* inbox / wait queue link */
 };
 
 struct sched_batch {
@@ -143,6 +144,7 @@ static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish
 			s->release[s->n_release++] = q->slot;
 		atomic_fetch_sub(&s->stats.active, 1);
 	}
+	lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
 	q->on_done(q->arg, why, code, msg);
 	sched_free_seq(q);
 }
@@ -235,6 +237,12 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 		q->tok[q->n_tok++] = tk->token;
 		q->n_gen++;
 		atomic_fetch_add(&s->stats.tokens_generated, 1);
+		uint64_t now = lm_now_ns();
+		if (q->n_gen == 1)
+			lm_hist_observe(&s->stats.ttft, now - q->t_submit_ns);
+		else
+			lm_hist_observe(&s->stats.token, now - q->t_last_ns);
+		q->t_last_ns = now;
 		q->on_token(q->arg, tk->token, tk->logprob, top_ids, top_lp, n_top);
 		if (q->cancel)
 			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
@@ -809,6 +817,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	q->on_token = r->on_token;
 	q->on_done = r->on_done;
 	q->arg = r->arg;
+	q->t_submit_ns = lm_now_ns();
 
 	pthread_mutex_lock(&s->mu);
 	if (!s->available || s->stopping) {
@@ -824,6 +833,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 		/* Nothing to generate: done without touching the mesh. */
 		pthread_mutex_unlock(&s->mu);
 		atomic_fetch_add(&s->stats.requests, 1);
+		lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
 		q->on_done(q->arg, SCHED_FINISH_LENGTH, 0, NULL);
 		sched_free_seq(q);
 		return 0;

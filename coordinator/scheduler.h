@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/metrics.h"
 #include "common/sampling.h"
 #include "common/wire.h"
 
@@ -71,6 +72,10 @@ struct sched_stats {
 	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
 	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
 	_Atomic int32_t active, queued;
+	/* Per request, in nanoseconds from sched_submit: to its first generated token (ttft), and
+	 * to its end for any reason (duration); per generated token after the first, the time
+	 * since the one before (token). ttft and token together count tokens_generated. */
+	struct lm_hist ttft, token, duration;
 };
 
 struct sched;
