@@ -186,8 +186,9 @@ Test(planner, plan_command)
 	fclose(err);
 	cr_expect(strstr(text, "(5 layers, n_embd 64, vocab 512, context 512)") != NULL, "%s",
 		  text);
-	cr_expect(strstr(text, "cache: 512 positions x 16 slots (+1 kept for probes), K f32, V f32: "
-			       "10.62 MiB for all layers in one process") != NULL,
+	cr_expect(strstr(text,
+			 "cache: 512 positions x 16 slots (+1 kept for probes), K f32, V f32: "
+			 "10.62 MiB for all layers in one process") != NULL,
 		  "%s", text);
 	cr_expect(strstr(text, "plan: balanced, 5 layers over 3 workers") != NULL, "%s", text);
 	cr_expect(strstr(text, "\nw2      [4, 5) ") != NULL, "%s", text);
