@@ -331,7 +331,8 @@ port() {
 }
 
 # mesh_up NAME FILE: a 3-worker mesh over ipc (balanced fence, one thread each, 16 slots of 256
-# positions); sets URL and UP_PID.
+# positions); sets URL, UP_PID and WORKER_HTTP (each worker's health server).
+WORKER_HTTP=()
 mesh_up() {
 	local name=$1 file=$2 dir=$TMP/mesh-$1 i
 	mkdir -p "$dir"
@@ -348,11 +349,12 @@ mesh_up() {
 		echo "[plan]"
 		echo "strategy = \"balanced\""
 		for i in 0 1 2; do
+			WORKER_HTTP[i]=127.0.0.1:$(port)
 			echo "[[worker]]"
 			echo "name = \"w$i\""
 			echo "data = \"ipc://$dir/w$i.data\""
 			echo "control = \"ipc://$dir/w$i.ctl\""
-			echo "http = \"127.0.0.1:$(port)\""
+			echo "http = \"${WORKER_HTTP[i]}\""
 			echo "memory_limit = \"4GiB\""
 			echo "threads = 1"
 		done
@@ -393,30 +395,61 @@ complete() {
 	}
 }
 
-# mesh_pair NAME FILE DECODE HIDDEN_BYTES: the mesh against bench_run at one thread, interleaved:
-# a 16-token prompt, then DECODE decode steps (a request for DECODE + 1 tokens: the first comes
-# from the prefill).
+# compute_sums: each worker's "compute seconds sum" and "count" (its /metrics histogram of the
+# stage's handling of a ring message), one pair per worker on one line.
+compute_sums() {
+	local h
+	for h in "${WORKER_HTTP[@]}"; do
+		curl -sf "http://$h/metrics" | awk '
+			/^layermesh_worker_compute_seconds_sum/ { s = $NF }
+			/^layermesh_worker_compute_seconds_count/ { c = $NF }
+			END { printf "%s %s ", s, c }'
+	done
+	echo
+}
+
+# mesh_pair NAME FILE DECODE HIDDEN_BYTES: the mesh against bench_run at one thread, interleaved.
+# The prompt is the one token BOS, so that every message of the ring is a one-token forward: the
+# request asks for DECODE + 1 tokens (the first comes from the prompt's forward), bench_run
+# decodes DECODE after a one-token prefill. The workers' compute histograms, read before and
+# after each request, give the compute time of a token in the mesh; what the ring adds to it,
+# over 4 hops, is the cost of a hop.
 mesh_pair() {
-	local name=$1 file=$2 dec=$3 hidden=$4 ids r a n ms
+	local name=$1 file=$2 dec=$3 hidden=$4 ids r a n ms c0 c1 line tps tok comp hop
 	log "mesh: $name, 3 workers over ipc against one process, decode $dec, $REPS reps"
-	ids=$("$BRUN" --model "$file" --bench-prefill 16 --print-prompt)
+	ids=$("$BRUN" --model "$file" --bench-prefill 1 --print-prompt)
 	mesh_up "$name" "$file"
-	srv_start layermesh "$BRUN" --model "$file" --bench-prefill 16 --bench-decode "$dec" \
+	srv_start layermesh "$BRUN" --model "$file" --bench-prefill 1 --bench-decode "$dec" \
 		--reps "$REPS" --threads 1 --bench-warmup --bench-wait
 	complete "$ids" 2 >/dev/null # the mesh's own warm-up
 	row mesh "$name" mesh 1 0 hidden_bytes "$hidden"
 	for ((r = 0; r < REPS; r++)); do
+		c0=$(compute_sums)
 		read -r n ms <<<"$(complete "$ids" $((dec + 1)))"
+		c1=$(compute_sums)
 		a=$(srv_rep layermesh)
-		echo "$name mesh: $n tokens, $ms ms after the first | single: $a" | tr '\n' ' ' \
-			>>"$LOG"
-		echo >>"$LOG"
 		[ "$n" -ge 2 ] || die "the $name mesh generated $n tokens"
+		# ms per token through the ring, the workers' compute per token (the sum over the
+		# workers of their mean per message), and the rest over 4 hops.
+		line=$(awk -v n="$n" -v ms="$ms" -v c0="$c0" -v c1="$c1" 'BEGIN {
+			split(c0, a, " "); nb = split(c1, b, " "); comp = 0
+			for (i = 1; i + 1 <= nb; i += 2)
+				if (b[i + 1] > a[i + 1])
+					comp += (b[i] - a[i]) / (b[i + 1] - a[i + 1]) * 1000
+			tok = ms / (n - 1)
+			printf "%.4f %.4f %.4f %.3f", 1000 / tok, tok, comp, (tok - comp) / 4 * 1000
+		}')
+		read -r tps tok comp hop <<<"$line"
+		echo "$name mesh: $n tokens, $ms ms after the first; compute $comp ms/token;" \
+			"$hop us per hop | single: $a" | tr '\n' ' ' >>"$LOG"
+		echo >>"$LOG"
+		row mesh "$name" mesh 1 "$r" decode_tok_s "$tps"
+		row mesh "$name" mesh 1 "$r" ms_per_token "$tok"
+		row mesh "$name" mesh 1 "$r" compute_ms_per_token "$comp"
+		row mesh "$name" mesh 1 "$r" hop_us "$hop"
+		record_rep mesh "$name" single 1 "$r" "$(grep '^decode' <<<"$a")"
 		# The raw floor, under the same load as this repetition.
 		unix_rows mesh "$name" "$r" "$("$UNIXB" --sizes "$hidden" --iters 1000 --ring 4)"
-		row mesh "$name" mesh 1 "$r" decode_tok_s "$(awk -v n="$n" -v ms="$ms" \
-			'BEGIN { printf "%.3f", (n - 1) / ms * 1000 }')"
-		record_rep mesh "$name" single 1 "$r" "$(grep '^decode' <<<"$a")"
 	done
 	srv_stop layermesh
 	[ "${KEEP_MESH:-0}" = 1 ] || mesh_down

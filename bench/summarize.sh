@@ -137,34 +137,43 @@ END {
 	}
 	if (seen["mesh"]) {
 		printf "\nMesh: 3 workers of one thread each over ipc (`layermesh up`, balanced fence), "
-		printf "greedy requests of a 16-token prompt through the HTTP API, against bench_run at "
-		printf "1 thread on the same prompt, interleaved; decode tok/s from the API'"'"'s timings "
-		printf "(first token to last). A token crosses 4 hops (coordinator, w0, w1, w2, "
-		printf "coordinator); the added latency per hop is (mesh ms/token - single ms/token) / 4, "
-		printf "set beside the raw unix round trip of the hidden state'"'"'s size (bench_unix, "
-		printf "run between the repetitions).\n\n"
+		printf "greedy requests through the HTTP API against bench_run at 1 thread, interleaved. "
+		printf "The prompt is BOS alone, so every message of the ring is a one-token forward; "
+		printf "decode tok/s from the API'"'"'s timings (first token to last). A token crosses 4 "
+		printf "hops (coordinator, w0, w1, w2, coordinator). The workers'"'"' compute per token "
+		printf "is the sum of each worker'"'"'s mean compute per message (its /metrics histogram, "
+		printf "read before and after each request); the cost of a hop is (mesh ms/token - that "
+		printf "compute) / 4, per repetition, which leaves the noise of the compute out. Beside "
+		printf "it, the raw unix-socket round trip and 4-process ring lap of the hidden state'"'"'s "
+		printf "size (bench_unix, run between the repetitions).\n\n"
 		printf "| model | hidden state | single tok/s | mesh tok/s | mesh / single | "
-		printf "single ms/token | mesh ms/token | added per hop | raw unix RTT | added / RTT |\n"
-		printf "|---|---|---|---|---|---|---|---|---|---|\n"
+		printf "single ms/token | mesh ms/token | workers'"'"' compute ms/token | cost per hop | "
+		printf "raw unix RTT | hop / RTT | raw 4-hop ring lap |\n"
+		printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 		for (i = 1; i <= n_meshes; i++) {
 			m = meshes[i]
 			S = "mesh|" m "|single|1|decode_tok_s"; X = "mesh|" m "|mesh|1|decode_tok_s"
-			hb = med("mesh|" m "|mesh|1|hidden_bytes")
-			ms_s = 1000 / med(S); ms_m = 1000 / med(X)
-			hop = (ms_m - ms_s) / 4 * 1000
+			P = "mesh|" m "|mesh|1|"
+			hb = med(P "hidden_bytes")
+			hop = med(P "hop_us")
 			rk = "mesh|" m "|rtt|1|median_us"
 			if (!(rk in list)) rk = "unix|" hb "|rtt|1|median_us"
+			gk = "mesh|" m "|ring4|1|hop_median_us"
+			if (!(gk in list)) gk = "unix|" hb "|ring4|1|hop_median_us"
 			rtt = med(rk)
-			printf "| %s | %d B | %s | %s | %s | %s | %s | %s us | %s | %s |\n", m, hb, \
-				mmm(S), mmm(X), ratio(X, S), f(ms_s), f(ms_m), f(hop), \
-				rtt == "" ? "-" : mmm(rk) " us", rtt == "" ? "-" : sprintf("%.1fx", hop / rtt)
+			printf "| %s | %d B | %s | %s | %s | %s | %s | %s | %s us | %s | %s | %s |\n", \
+				m, hb, mmm(S), mmm(X), ratio(X, S), f(1000 / med(S)), mmm(P "ms_per_token"), \
+				mmm(P "compute_ms_per_token"), mmm(P "hop_us"), \
+				rtt == "" ? "-" : mmm(rk) " us", \
+				rtt == "" || hop == "" ? "-" : sprintf("%.1fx", hop / rtt), \
+				(gk in list) ? f(4 * med(gk)) " us" : "-"
 			r = rnum(X, S)
 			if (m ~ /^0\.85B/)
 				ts = ts sprintf("| mesh >= 0.97x single process, %s | %.3fx | %s |\n", m, r, \
 					yes(r >= 0.97))
-			if (rtt != "" && hb >= 8192)
-				ts = ts sprintf("| added per hop <= 2x raw unix RTT, %s (%d B) | %s us vs %s us | %s |\n", \
-					m, hb, f(hop), f(rtt), yes(hop <= 2 * rtt))
+			if (rtt != "" && hop != "")
+				ts = ts sprintf("| cost per hop <= 2x raw unix RTT, %s (%d B) | %s us vs %s us (%.1fx) | %s |\n", \
+					m, hb, f(hop), f(rtt), hop / rtt, yes(hop <= 2 * rtt))
 		}
 	}
 	if (seen["batch"]) {
