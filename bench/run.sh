@@ -395,15 +395,20 @@ complete() {
 	}
 }
 
-# compute_sums: each worker's "compute seconds sum" and "count" (its /metrics histogram of the
-# stage's handling of a ring message), one pair per worker on one line.
-compute_sums() {
+# worker_sums: for each worker, the sum and count of its /metrics histograms of the stage's
+# handling of a ring message (compute), of the wait between a message's arrival and its compute
+# (receive wait) and of handing it to the successor (send): six numbers per worker, one line.
+worker_sums() {
 	local h
 	for h in "${WORKER_HTTP[@]}"; do
 		curl -sf "http://$h/metrics" | awk '
-			/^layermesh_worker_compute_seconds_sum/ { s = $NF }
-			/^layermesh_worker_compute_seconds_count/ { c = $NF }
-			END { printf "%s %s ", s, c }'
+			/^layermesh_worker_compute_seconds_sum/ { cs = $NF }
+			/^layermesh_worker_compute_seconds_count/ { cc = $NF }
+			/^layermesh_worker_receive_wait_seconds_sum/ { rs = $NF }
+			/^layermesh_worker_receive_wait_seconds_count/ { rc = $NF }
+			/^layermesh_worker_send_seconds_sum/ { ss = $NF }
+			/^layermesh_worker_send_seconds_count/ { sc = $NF }
+			END { printf "%s %s %s %s %s %s ", cs, cc, rs, rc, ss, sc }'
 	done
 	echo
 }
@@ -415,7 +420,7 @@ compute_sums() {
 # after each request, give the compute time of a token in the mesh; what the ring adds to it,
 # over 4 hops, is the cost of a hop.
 mesh_pair() {
-	local name=$1 file=$2 dec=$3 hidden=$4 ids r a n ms c0 c1 line tps tok comp hop
+	local name=$1 file=$2 dec=$3 hidden=$4 ids r a n ms c0 c1 line tps tok comp hop rwait snd
 	log "mesh: $name, 3 workers over ipc against one process, decode $dec, $REPS reps"
 	ids=$("$BRUN" --model "$file" --bench-prefill 1 --print-prompt)
 	mesh_up "$name" "$file"
@@ -424,22 +429,27 @@ mesh_pair() {
 	complete "$ids" 2 >/dev/null # the mesh's own warm-up
 	row mesh "$name" mesh 1 0 hidden_bytes "$hidden"
 	for ((r = 0; r < REPS; r++)); do
-		c0=$(compute_sums)
+		c0=$(worker_sums)
 		read -r n ms <<<"$(complete "$ids" $((dec + 1)))"
-		c1=$(compute_sums)
+		c1=$(worker_sums)
 		a=$(srv_rep layermesh)
 		[ "$n" -ge 2 ] || die "the $name mesh generated $n tokens"
-		# ms per token through the ring, the workers' compute per token (the sum over the
-		# workers of their mean per message), and the rest over 4 hops.
-		line=$(awk -v n="$n" -v ms="$ms" -v c0="$c0" -v c1="$c1" 'BEGIN {
-			split(c0, a, " "); nb = split(c1, b, " "); comp = 0
-			for (i = 1; i + 1 <= nb; i += 2)
-				if (b[i + 1] > a[i + 1])
-					comp += (b[i] - a[i]) / (b[i + 1] - a[i + 1]) * 1000
-			tok = ms / (n - 1)
-			printf "%.4f %.4f %.4f %.3f", 1000 / tok, tok, comp, (tok - comp) / 4 * 1000
-		}')
-		read -r tps tok comp hop <<<"$line"
+		# ms per token through the ring; per token, summed over the workers (each handles one
+		# message per token), their mean compute, receive wait and send per message; and what
+		# the ring adds to the compute, over 4 hops.
+		line=$(awk -v n="$n" -v ms="$ms" -v c0="$c0" -v c1="$c1" '
+			function mean(k) { return b[k + 1] > a[k + 1] ? \
+				(b[k] - a[k]) / (b[k + 1] - a[k + 1]) * 1000 : 0 }
+			BEGIN {
+				split(c0, a, " "); nb = split(c1, b, " "); comp = rw = sd = 0
+				for (i = 1; i + 5 <= nb; i += 6) {
+					comp += mean(i); rw += mean(i + 2); sd += mean(i + 4)
+				}
+				tok = ms / (n - 1)
+				printf "%.4f %.4f %.4f %.3f %.4f %.4f", 1000 / tok, tok, comp, \
+					(tok - comp) / 4 * 1000, rw, sd
+			}')
+		read -r tps tok comp hop rwait snd <<<"$line"
 		echo "$name mesh: $n tokens, $ms ms after the first; compute $comp ms/token;" \
 			"$hop us per hop | single: $a" | tr '\n' ' ' >>"$LOG"
 		echo >>"$LOG"
@@ -447,6 +457,8 @@ mesh_pair() {
 		row mesh "$name" mesh 1 "$r" ms_per_token "$tok"
 		row mesh "$name" mesh 1 "$r" compute_ms_per_token "$comp"
 		row mesh "$name" mesh 1 "$r" hop_us "$hop"
+		row mesh "$name" mesh 1 "$r" recv_wait_ms_per_token "$rwait"
+		row mesh "$name" mesh 1 "$r" send_ms_per_token "$snd"
 		record_rep mesh "$name" single 1 "$r" "$(grep '^decode' <<<"$a")"
 		# The raw floor, under the same load as this repetition.
 		unix_rows mesh "$name" "$r" "$("$UNIXB" --sizes "$hidden" --iters 1000 --ring 4)"

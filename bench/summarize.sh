@@ -176,6 +176,22 @@ END {
 					m, hb, f(hop), f(rtt), hop / rtt, yes(hop <= 2 * rtt))
 		}
 	}
+	if (seen["mesh"] && (("mesh|" meshes[1] "|mesh|1|recv_wait_ms_per_token") in list)) {
+		printf "\nWhere a token'"'"'s time goes in the mesh, ms per token: the workers'"'"' compute, "
+		printf "their receive wait (a message'"'"'s arrival to its compute) and send (handing it "
+		printf "to the successor), each summed over the 3 workers; the rest is NNG'"'"'s transport, "
+		printf "thread hand-offs and the coordinator.\n\n"
+		printf "| model | mesh ms/token | compute | receive wait | send | the rest |\n"
+		printf "|---|---|---|---|---|---|\n"
+		for (i = 1; i <= n_meshes; i++) {
+			P = "mesh|" meshes[i] "|mesh|1|"
+			printf "| %s | %s | %s | %s | %s | %s |\n", meshes[i], f(med(P "ms_per_token")), \
+				f(med(P "compute_ms_per_token")), f(med(P "recv_wait_ms_per_token")), \
+				f(med(P "send_ms_per_token")), f(med(P "ms_per_token") - \
+				med(P "compute_ms_per_token") - med(P "recv_wait_ms_per_token") - \
+				med(P "send_ms_per_token"))
+		}
+	}
 	if (seen["batch"]) {
 		printf "\nBatching (0.85B q8_0, the same mesh): %d greedy tokens per sequence, prompts of ", \
 			batch_tokens
