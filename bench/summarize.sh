@@ -96,7 +96,14 @@ END {
 		printf "of the CPU times (at 1 thread, the figure least moved by the load). Bandwidth "
 		printf "efficiency is decode bytes per token x tok/s / the read bandwidth at the same "
 		printf "thread count, measured (bench_membw, 1 GiB) between the repetitions of the same "
-		printf "row.\n\n"
+		printf "row."
+		if (n_ths > 1 || ths[1] > 1)
+			printf " Rows at 2 or more threads need every CPU free: where another process holds "
+		if (n_ths > 1 || ths[1] > 1)
+			printf "one, llama.cpp'"'"'s threads spin at each barrier (CPU time near threads x wall) "
+		if (n_ths > 1 || ths[1] > 1)
+			printf "and its figures collapse; read them with the load average above."
+		printf "\n\n"
 		printf "| model | thr | prefill llama.cpp | prefill layermesh | ratio | CPU | "
 		printf "decode llama.cpp | decode layermesh | ratio | CPU | MB/token | read GB/s | "
 		printf "BW eff llama.cpp | BW eff layermesh |\n"
