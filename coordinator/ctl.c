@@ -36,10 +36,10 @@ int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 	nng_socket_set_ms(c->s, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(c->s, NNG_OPT_RECONNMAXT, 200);
 	nng_socket_set_size(c->s, NNG_OPT_RECVMAXSZ, 0);
-	if ((rv = nng_dial(c->s, c->addr, NULL, NNG_FLAG_NONBLOCK)) != 0)
-		return lm_fail(d, LM_EIO, "worker %s: cannot dial %s: %s", c->name, c->addr,
-			       nng_strerror(rv));
-	return 0;
+	int rc = lm_dial(c->s, c->addr, c->tls, NULL, d);
+	if (rc != 0)
+		lm_diag_prefix(d, "worker %s", c->name);
+	return rc;
 }
 
 void ctl_close(struct ctl_conn *c)
@@ -148,8 +148,13 @@ int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *
 		if (rc != LM_ETIMEOUT && rc != LM_EIO)
 			return rc;
 		if (ctl_now_ms() >= deadline)
-			return lm_fail(d, LM_ETIMEOUT, "worker %s did not answer at %s within %d s",
-				       c->name, c->addr, timeout_ms / 1000);
+			return lm_fail(d, LM_ETIMEOUT,
+				       "worker %s did not answer at %s within %d s%s", c->name,
+				       c->addr, timeout_ms / 1000,
+				       lm_url_is_tls(c->addr)
+					       ? " (not listening, or one side refused the other's "
+						 "certificate)"
+					       : "");
 	}
 }
 

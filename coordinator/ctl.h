@@ -14,9 +14,11 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/transport.h"
 #include "common/wire.h"
 
 struct ctl_conn {
+	const struct lm_tls *tls; /* for tls+tcp:// control addresses; set before ctl_open */
 	nng_socket s;
 	bool open;
 	char name[64];  /* the worker's, for messages */

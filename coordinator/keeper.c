@@ -113,6 +113,7 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 	snprintf(control, sizeof control, "%s", p->control);
 	mesh_assignment(m, p->index, &a);
 	pthread_mutex_unlock(&m->mu);
+	p->ctl.tls = &m->tls;
 	if ((rc = ctl_open(&p->ctl, p->cfg->name, control, d)) != 0)
 		return rc;
 	rc = ctl_hello_wait(&p->ctl, m->fingerprint, &hello, timeout, keeper_alive, p, d);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/transport.h"
 #include "coordinator/mesh_impl.h"
 #include "coordinator/planner.h"
 #include "coordinator/rollout.h"
@@ -229,8 +230,8 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 200);
-	if ((rv = nng_dial(m->push, m->procs[0].data, &m->push_dialer, NNG_FLAG_NONBLOCK)) != 0)
-		return lm_fail(d, LM_EIO, "cannot dial %s: %s", m->procs[0].data, nng_strerror(rv));
+	if ((rc = lm_dial(m->push, m->procs[0].data, &m->tls, &m->push_dialer, d)) != 0)
+		return rc;
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
 			       .slots = m->cfg.slots + MESH_PROBE_SLOTS,
 			       .reserved_slots = MESH_PROBE_SLOTS,
@@ -339,7 +340,22 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 			parent,
 			"--log-level",
 			(char *)level,
+			NULL,
+			NULL,
+			NULL,
+			NULL,
+			NULL,
+			NULL,
 			NULL};
+	if (m->tls.ca_file != NULL) {
+		int k = 17;
+		args[k++] = "--tls-ca";
+		args[k++] = (char *)m->tls.ca_file;
+		args[k++] = "--tls-cert";
+		args[k++] = (char *)m->tls.cert_file;
+		args[k++] = "--tls-key";
+		args[k++] = (char *)m->tls.key_file;
+	}
 	uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2}};
@@ -551,12 +567,14 @@ int mesh_up(const struct mesh_opts *o)
 		goto early;
 	}
 	mesh_unlink_ipc(m->cfg.data_in);
-	if ((rv = nng_pull0_open(&m->pull)) != 0 ||
-	    (m->pull_open = true, rv = nng_listen(m->pull, m->cfg.data_in, NULL, 0)) != 0) {
-		rc = lm_fail(&d, LM_EIO, "cannot listen at %s: %s", m->cfg.data_in,
-			     nng_strerror(rv));
+	if ((rv = nng_pull0_open(&m->pull)) != 0) {
+		rc = lm_fail(&d, LM_EIO, "pull socket: %s", nng_strerror(rv));
 		goto early;
 	}
+	m->pull_open = true;
+	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
+	if ((rc = lm_listen(m->pull, m->cfg.data_in, &m->tls, NULL, &d)) != 0)
+		goto early;
 	nng_socket_set_size(m->pull, NNG_OPT_RECVMAXSZ, 0);
 
 	uv_loop_init(&m->loop);

@@ -88,7 +88,8 @@ struct mesh_proc {
 struct mesh {
 	const struct mesh_opts *o;
 	struct mesh_config cfg;
-	gguf_file *file; /* the model's metadata: tokenizer and fingerprint */
+	struct lm_tls tls; /* the [tls] files, for every tls+tcp:// address */
+	gguf_file *file;   /* the model's metadata: tokenizer and fingerprint */
 	struct lm_hparams hp;
 	uint64_t fingerprint;
 	int32_t max_seq;

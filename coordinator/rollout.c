@@ -16,6 +16,7 @@
 
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/transport.h"
 #include "coordinator/mesh_impl.h"
 
 #define ROLLOUT_PROBE_TEXT "Once upon a time, there was a little"
@@ -176,6 +177,7 @@ static int ro_prepare(struct rollout *r, struct ro_cand *c, lm_diag *d)
 		 r->sink); /* nothing enters the ring before the switch */
 	if ((rc = mesh_spawn_child(m, p, r->bin, c->data, c->control, c->http, &c->child, d)) != 0)
 		return rc;
+	c->ctl.tls = &m->tls;
 	if ((rc = ctl_open(&c->ctl, p->cfg->name, c->control, d)) != 0)
 		return rc;
 	int timeout = m->o->handshake_timeout_s * 1000;
@@ -222,8 +224,13 @@ static void ro_probe_done(void *arg, enum sched_finish why, int code, const char
 	struct ro_wait *w = arg;
 	pthread_mutex_lock(&w->mu);
 	w->done = true;
-	w->code = why == SCHED_FINISH_ERROR ? (code != 0 ? code : LM_EPROTO) : 0;
-	snprintf(w->msg, sizeof w->msg, "%s", msg != NULL ? msg : "");
+	w->code = why == SCHED_FINISH_ERROR    ? (code != 0 ? code : LM_EPROTO)
+		  : why == SCHED_FINISH_CANCEL ? LM_ECANCELED
+					       : 0;
+	snprintf(w->msg, sizeof w->msg, "%s",
+		 msg != NULL                  ? msg
+		 : why == SCHED_FINISH_CANCEL ? "the coordinator is stopping"
+					      : "");
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 }
@@ -270,6 +277,7 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 		int32_t rows;
 		void *data = NULL;
 		size_t bytes;
+		live[j].tls = &m->tls;
 		rc = ctl_open(&live[j], m->procs[j].cfg->name, control, d);
 		if (rc == 0) /* arm; what it recorded before does not matter */
 			rc = ctl_trace(&live[j], m->fingerprint, &lim, slot, &rows, &data, &bytes,
@@ -289,9 +297,26 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 				      .arg = &w};
 		rc = sched_submit(m->sched, &q, &id, d);
 		if (rc == 0) {
+			/* The scheduler ends the probe one way or another (its batch timeout
+			 * included); a coordinator stopping meanwhile cancels it. */
+			bool cancelled = false;
 			pthread_mutex_lock(&w.mu);
-			while (!w.done)
-				pthread_cond_wait(&w.cv, &w.mu);
+			while (!w.done) {
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec += 100 * 1000000L;
+				if (ts.tv_nsec >= 1000000000L) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000L;
+				}
+				pthread_cond_timedwait(&w.cv, &w.mu, &ts);
+				if (!w.done && !cancelled && atomic_load(&m->stopping)) {
+					pthread_mutex_unlock(&w.mu);
+					sched_cancel(m->sched, id);
+					cancelled = true;
+					pthread_mutex_lock(&w.mu);
+				}
+			}
 			pthread_mutex_unlock(&w.mu);
 			if (w.code != 0)
 				rc = lm_fail(d, w.code, "the probe failed: %s", w.msg);
@@ -346,9 +371,9 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
 	nng_socket_set_ms(push, NNG_OPT_SENDTIMEO, 5000);
 	nng_socket_set_ms(push, NNG_OPT_RECONNMINT, 10);
-	if ((rv = nng_dial(push, c->data, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rc = lm_dial(push, c->data, &m->tls, NULL, d)) != 0) {
 		nng_close(push);
-		return lm_fail(d, LM_EIO, "cannot dial %s: %s", c->data, nng_strerror(rv));
+		return rc;
 	}
 	/* The stage's input as the live mesh recorded it: the ids for the first stage, the
 	 * previous stage's last layer otherwise, in the mesh's wire type. */
@@ -510,6 +535,7 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		char control[256];
 		snprintf(control, sizeof control, "%s", p->control);
 		pthread_mutex_unlock(&m->mu);
+		old[k].tls = &m->tls;
 		rc = ctl_open(&old[k], p->cfg->name, control, d);
 		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
 			if (live[i].len <= 0)
@@ -542,17 +568,14 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		pthread_mutex_unlock(&m->mu);
 		if (j == 0) {
 			nng_dialer nd;
-			int rv = nng_dial(m->push, cs[k].data, &nd, NNG_FLAG_NONBLOCK);
-			if (rv != 0) {
-				rc = lm_fail(d, LM_EIO, "cannot dial %s: %s", cs[k].data,
-					     nng_strerror(rv));
+			if ((rc = lm_dial(m->push, cs[k].data, &m->tls, &nd, d)) != 0)
 				break;
-			}
 			u->conn = NULL;
 			u->new_dialer = m->push_dialer;
 			nng_dialer_close(m->push_dialer);
 			m->push_dialer = nd;
 		} else {
+			pred[k].tls = &m->tls;
 			rc = ctl_open(&pred[k], m->procs[j - 1].cfg->name, control, d);
 			if (rc == 0)
 				rc = ctl_repoint(&pred[k], m->fingerprint, cs[k].data, d);
@@ -570,7 +593,7 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 				ctl_repoint(undo[i].conn, m->fingerprint, undo[i].addr, &ignore);
 			} else {
 				nng_dialer nd;
-				if (nng_dial(m->push, undo[i].addr, &nd, NNG_FLAG_NONBLOCK) == 0) {
+				if (lm_dial(m->push, undo[i].addr, &m->tls, &nd, &ignore) == 0) {
 					nng_dialer_close(m->push_dialer);
 					m->push_dialer = nd;
 				}

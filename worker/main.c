@@ -39,6 +39,12 @@ static const char worker_usage[] =
 	"  --kv-type T          f32, f16 or q8_0 for K and V (default f32)\n"
 	"  --wire-dtype T       f32, f16 or bf16 hidden states on the wire (default f32)\n"
 	"  --max-batch N        tokens per FORWARD (default 256)\n"
+	"\n"
+	"TLS, for tls+tcp:// addresses (mutual: peers must hold certificates the same CA signed,\n"
+	"naming \"layermesh\"):\n"
+	"  --tls-ca FILE        the mesh's CA (PEM)\n"
+	"  --tls-cert FILE      this worker's certificate (PEM)\n"
+	"  --tls-key FILE       its private key (PEM)\n"
 	"  -h, --help           this text\n";
 
 static int worker_bad(const char *msg, const char *arg)
@@ -79,6 +85,9 @@ int main(int argc, char **argv)
 		{"kv-type", required_argument, NULL, 'k'},
 		{"wire-dtype", required_argument, NULL, 'w'},
 		{"max-batch", required_argument, NULL, 'b'},
+		{"tls-ca", required_argument, NULL, 1001},
+		{"tls-cert", required_argument, NULL, 1002},
+		{"tls-key", required_argument, NULL, 1003},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -186,6 +195,15 @@ int main(int argc, char **argv)
 		case 'b':
 			if (worker_int(optarg, 1, 65536, &a->max_batch) != 0)
 				return worker_bad("--max-batch expects 1..65536, got", optarg);
+			break;
+		case 1001:
+			o.tls.ca_file = optarg;
+			break;
+		case 1002:
+			o.tls.cert_file = optarg;
+			break;
+		case 1003:
+			o.tls.key_file = optarg;
 			break;
 		case 'h':
 			fputs(worker_usage, stdout);

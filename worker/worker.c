@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/transport.h"
 #include "common/metrics.h"
 #include "lm_config.h"
 #include "worker/health.h"
@@ -202,9 +203,10 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 		if ((rv = health_watch_successor(&w->health, w->push, d)) != 0)
 			return rv;
 	}
-	if ((rv = nng_dial(w->push, next, &w->next_dialer, NNG_FLAG_NONBLOCK)) != 0)
-		return lm_fail(d, LM_EIO, "cannot dial the successor at %s: %s", next,
-			       nng_strerror(rv));
+	if ((rv = lm_dial(w->push, next, &w->o->tls, &w->next_dialer, d)) != 0) {
+		lm_diag_prefix(d, "the successor");
+		return rv;
+	}
 	w->next_dialed = true;
 	return 0;
 }
@@ -509,12 +511,14 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 
 /* ------------------------------------------------------------------ lifecycle */
 
-static int worker_listen(nng_socket s, const char *addr, const char *what)
+static int worker_listen(const struct worker_opts *o, nng_socket s, const char *addr,
+			 const char *what)
 {
-	int rv = nng_listen(s, addr, NULL, 0);
-	if (rv != 0)
-		lm_error("cannot listen for %s at %s: %s", what, addr, nng_strerror(rv));
-	return rv;
+	lm_diag d = {{0}};
+	int rc = lm_listen(s, addr, &o->tls, NULL, &d);
+	if (rc != 0)
+		lm_error("%s: %s", what, lm_diag_str(&d, rc));
+	return rc;
 }
 
 int worker_run(const struct worker_opts *o)
@@ -544,8 +548,8 @@ int worker_run(const struct worker_opts *o)
 	nng_socket_set_ms(w.ctl, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
 	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, 0); /* size is checked by the decoder */
 	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, 0);
-	if (worker_listen(w.ctl, o->control, "control") != 0 ||
-	    worker_listen(w.pull, o->data, "data") != 0)
+	if (worker_listen(o, w.ctl, o->control, "control") != 0 ||
+	    worker_listen(o, w.pull, o->data, "data") != 0)
 		goto out;
 	if (recvq_init(&w.rq, w.pull) != 0) {
 		lm_error("cannot start receiving on the data socket");

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 
+#include "common/transport.h"
 #include "common/wire.h"
 #include "kernels/backend.h"
 
@@ -33,6 +34,8 @@ struct worker_opts {
 	 * ASSIGN must match it. */
 	bool preassigned;
 	struct wire_assign assign;
+	/* Certificates for tls+tcp:// addresses (all NULL: none). */
+	struct lm_tls tls;
 	/* The coordinator that spawned us: exit when it dies (no orphans). 0 for none. */
 	int parent_pid;
 };
