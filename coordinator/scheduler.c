@@ -68,7 +68,8 @@ struct sched {
 	struct sched_seq *wait_head, *wait_tail;
 	struct sched_batch inflight[SCHED_MAX_INFLIGHT];
 	int32_t n_inflight;
-	int32_t rr; /* round-robin start for fairness */
+	int64_t send_failing_ms; /* since when FORWARDs cannot be sent; 0 while they can */
+	int32_t rr;              /* round-robin start for fairness */
 	uint64_t next_batch_id;
 	int32_t *release; /* [slots] slots to empty on the workers */
 	int32_t n_release;
@@ -414,10 +415,14 @@ static void sched_dispatch(struct sched *s)
 		if (rc == 0)
 			rc = sched_send(s, &s->buf, s->ids, f.payload_len);
 		if (rc != 0) {
-			/* The first worker is not taking messages: try again on the next turn. */
+			/* The first worker is not taking messages: try again on the next turn. The
+			 * main loop gives up after batch_timeout_ms of this. */
 			lm_debug("FORWARD not sent: %s", lm_strerror(rc));
+			if (s->send_failing_ms == 0)
+				s->send_failing_ms = sched_now_ms();
 			return;
 		}
+		s->send_failing_ms = 0;
 		b->sent_ms = sched_now_ms();
 		for (int32_t k = 0; k < b->n; k++)
 			b->seqs[k]->inflight = true;
@@ -608,6 +613,7 @@ static void *sched_main(void *arg)
 		}
 		if (up && paused) {
 			sched_admit(s);
+			s->send_failing_ms = 0; /* a pause is not the ring failing */
 		} else if (up) {
 			int64_t now = sched_now_ms();
 			for (int32_t i = 0; i < s->n_inflight;) {
@@ -623,6 +629,18 @@ static void *sched_main(void *arg)
 				} else {
 					i++;
 				}
+			}
+			/* A ring that takes nothing (its first worker gone and not coming back, a
+			 * transport that never connects) must not hold requests forever. */
+			if (s->send_failing_ms != 0 &&
+			    now - s->send_failing_ms > s->cfg.batch_timeout_ms) {
+				char msg[160];
+				snprintf(msg, sizeof msg,
+					 "the first worker has taken no batch for %lld ms",
+					 (long long)(now - s->send_failing_ms));
+				lm_warn("%s", msg);
+				sched_fail_all(s, LM_ETIMEOUT, msg);
+				s->send_failing_ms = 0;
 			}
 			sched_admit(s);
 			sched_send_release(s);
