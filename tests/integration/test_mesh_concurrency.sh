@@ -2,6 +2,10 @@
 # 16 sequences at once through a 3-worker mesh: each gets exactly the tokens it gets alone in
 # `layermesh run` (greedy and seeded sampling), and the scheduler packs them into shared
 # FORWARD batches (far fewer batches than tokens). SIGINT stops everything cleanly.
+#
+# So that the 16 really are at the coordinator together (16 client processes start one after
+# another; on a busy machine each could finish before the next arrives), the first worker is
+# held with SIGSTOP until all 16 have been admitted, then let go.
 source "$(dirname "$0")/lib.sh"
 
 model="$LM_SHARED/models/stories260K.gguf"
@@ -25,6 +29,8 @@ for k in "${!args[@]}"; do
 	"$LM_BIN" run --model "$model" --prompt "$p" -n 48 --ctx 256 ${args[$k]} \
 		>"$LM_TMP/solo.$k" 2>/dev/null
 done
+w0=$(pgrep -f "layermesh-worker --name w0 .*$dir") || fail "no w0 process"
+kill -STOP "$w0"
 pids=()
 for k in "${!args[@]}"; do
 	p=${prompts[$((k / 2))]}
@@ -33,6 +39,13 @@ for k in "${!args[@]}"; do
 		>"$LM_TMP/mesh.$k" 2>"$LM_TMP/mesh.$k.err" &
 	pids+=($!)
 done
+for _ in $(seq 300); do
+	s=$(curl -sf "$LM_URL/v1/status" | jq '.scheduler.active + .scheduler.queued')
+	[ "$s" -lt 16 ] || break
+	sleep 0.1
+done
+kill -CONT "$w0"
+[ "$s" -ge 16 ] || fail "only $s of 16 requests reached the coordinator within 30 s"
 for pid in "${pids[@]}"; do
 	wait "$pid" || fail "a concurrent generate failed"
 done
