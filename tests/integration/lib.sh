@@ -65,12 +65,14 @@ lm_wait_exit() {
 }
 
 # lm_mesh_toml FILE MODEL TRANSPORT HTTP_PORT FENCE... writes a mesh.toml with one worker per
-# fence range ("0:2 2:5"), pinned, over TRANSPORT (ipc or tcp).
+# fence range ("0:2 2:5"), pinned, over TRANSPORT: ipc, tcp, or tls (tls+tcp://, with the
+# certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key).
 lm_mesh_toml() {
 	local file=$1 model=$2 transport=$3 http=$4
 	shift 4
-	local dir
+	local dir scheme=$transport
 	dir=$(dirname "$file")
+	[ "$transport" != tls ] || scheme=tls+tcp
 	{
 		echo "[model]"
 		echo "path = \"$model\""
@@ -81,22 +83,29 @@ lm_mesh_toml() {
 		echo
 		echo "[coordinator]"
 		echo "http = \"127.0.0.1:$http\""
-		if [ "$transport" = tcp ]; then
-			echo "data_in = \"tcp://127.0.0.1:$(lm_port)\""
+		if [ "$transport" != ipc ]; then
+			echo "data_in = \"$scheme://127.0.0.1:$(lm_port)\""
 		else
 			echo "data_in = \"ipc://$dir/coord.data\""
 		fi
 		echo
 		echo "[plan]"
 		echo "strategy = \"pinned\""
+		if [ "$transport" = tls ]; then
+			echo
+			echo "[tls]"
+			echo "ca_file = \"$LM_TLS_DIR/ca.pem\""
+			echo "cert_file = \"$LM_TLS_DIR/mesh.pem\""
+			echo "key_file = \"$LM_TLS_DIR/mesh.key\""
+		fi
 		local i=0 r
 		for r in "$@"; do
 			echo
 			echo "[[worker]]"
 			echo "name = \"w$i\""
-			if [ "$transport" = tcp ]; then
-				echo "data = \"tcp://127.0.0.1:$(lm_port)\""
-				echo "control = \"tcp://127.0.0.1:$(lm_port)\""
+			if [ "$transport" != ipc ]; then
+				echo "data = \"$scheme://127.0.0.1:$(lm_port)\""
+				echo "control = \"$scheme://127.0.0.1:$(lm_port)\""
 			else
 				echo "data = \"ipc://$dir/w$i.data\""
 				echo "control = \"ipc://$dir/w$i.ctl\""
