@@ -41,7 +41,8 @@ case "$config$bindir" in
 /*/*) ;;
 *) die "--config and --bindir must be absolute paths (they go into the units)" ;;
 esac
-[[ "$config$bindir" != *[[:space:]\|\&\\]* ]] || die "paths with spaces, '|', '&' or '\\' are not supported"
+[[ "$config$bindir" != *[[:space:]\|\&\\]* ]] ||
+	die "paths with spaces, '|', '&' or '\\' are not supported"
 worker_bin=$bindir/layermesh-worker
 [ -x "$worker_bin" ] || die "$worker_bin is missing (meson install, or --bindir)"
 [ -x "$bindir/layermesh" ] || die "$bindir/layermesh is missing (meson install, or --bindir)"
@@ -77,7 +78,7 @@ for name in "${names[@]}"; do
 # Written by deploy/systemd/install.sh from $config: worker $name's memory_limit
 # (${limit[$name]} bytes) + 64 MiB for the program, its libraries and its buffers.
 [Service]
-MemoryMax=$((limit[$name] + headroom))
+MemoryMax=$((${limit[$name]} + headroom))
 EOF
 done
 

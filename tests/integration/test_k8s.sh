@@ -29,17 +29,20 @@ manifests=("$k8s/mesh-configmap.yaml" "$k8s/coordinator.yaml" "$k8s/workers.yaml
 
 # ---------------------------------------------------------------- 1. the schemas
 node "$check" "${manifests[@]}" || fail "the manifests do not validate"
-sed -e 's/^\( *\)readinessProbe:/\1readinesProbe:/' -e 's/containerPort: 7002/containerPort: "7002"/' \
-	-e 's/- name: worker$/- nam: worker/' "$k8s/workers.yaml" >"$LM_TMP/bad.yaml"
+sed -e 's/^\( *\)readinessProbe:/\1readinesProbe:/' \
+	-e 's/containerPort: 7002/containerPort: "7002"/' -e 's/- name: worker$/- nam: worker/' \
+	"$k8s/workers.yaml" >"$LM_TMP/bad.yaml"
 if node "$check" "$LM_TMP/bad.yaml" 2>"$LM_TMP/bad.err"; then
 	fail "the checker took a broken StatefulSet"
 fi
 for want in "containers[0].readinesProbe: unknown field" \
 	"containers.0.ports.1.containerPort must be integer" \
 	"containers.0 must have required property name"; do
-	grep -qF "$want" "$LM_TMP/bad.err" || fail "the checker did not say '$want': $(cat "$LM_TMP/bad.err")"
+	grep -qF "$want" "$LM_TMP/bad.err" ||
+		fail "the checker did not say '$want': $(cat "$LM_TMP/bad.err")"
 done
-echo "schemas: ${#manifests[@]} files valid; a broken copy refused for $(wc -l <"$LM_TMP/bad.err") reasons"
+echo "schemas: ${#manifests[@]} files valid; a broken copy refused for" \
+	"$(wc -l <"$LM_TMP/bad.err") reasons"
 
 # ---------------------------------------------------------------- 2. manifests and mesh.toml
 node "$check" --json "${manifests[@]}" >"$LM_TMP/all.json"
@@ -107,11 +110,13 @@ done
 
 cc=$(q "$dep" '.spec.template.spec.containers[0]')
 data_in=$(sed -n 's/^data_in = "\(.*\)"/\1/p' "$toml")
-[ "$data_in" = "tcp://$(q "$dep" .spec.template.spec.hostname).$(q "$dep" .spec.template.spec.subdomain):$(port_of "$cc" ring)" ] ||
+pod=$(q "$dep" .spec.template.spec.hostname).$(q "$dep" .spec.template.spec.subdomain)
+[ "$data_in" = "tcp://$pod:$(port_of "$cc" ring)" ] ||
 	fail "data_in $data_in is not the coordinator pod's name and ring port"
 [ "$(q "$dep" .spec.template.spec.subdomain)" = "$svc" ] || fail "the coordinator is not in $svc"
 http=$(sed -n '/^\[coordinator\]/,/^\[/s/^http = "\(.*\)"/\1/p' "$toml")
-[ "${http##*:}" = "$(port_of "$cc" http)" ] || fail "the API listens at $http, the container port differs"
+[ "${http##*:}" = "$(port_of "$cc" http)" ] ||
+	fail "the API listens at $http, the container port differs"
 [ "$(q "$api" '.spec.ports[0].targetPort')" = http ] || fail "the Service does not target the API"
 [ "$(q "$dep" .spec.replicas)" = 1 ] && [ "$(q "$dep" .spec.strategy.type)" = Recreate ] ||
 	fail "more than one coordinator could run at once"
@@ -158,12 +163,15 @@ run_command "$cc" "$d" "LM_AUTH_TOKEN=0123abcd.ef-~_"
 [ "$(cat "$d/args")" = "up --no-spawn --listen-any --timeout 300 $d/run/mesh.toml" ] ||
 	fail "the coordinator ran: $(cat "$d/args")"
 grep -qx 'auth_token = "0123abcd.ef-~_"' "$d/run/mesh.toml" || fail "the token is not in mesh.toml"
-[ "$(stat -c %a "$d/run/mesh.toml")" = 600 ] || fail "mesh.toml with the token is readable by others"
+[ "$(stat -c %a "$d/run/mesh.toml")" = 600 ] ||
+	fail "mesh.toml with the token is readable by others"
 "$LM_WORKER" --config "$d/run/mesh.toml" --index 0 --show-config >/dev/null ||
 	fail "the coordinator's mesh.toml does not load"
 for bad in "" "a/b" "x&y" "a b"; do
 	rm -f "$d/args"
-	if run_command "$cc" "$d" "LM_AUTH_TOKEN=$bad" 2>"$d/err"; then fail "the token '$bad' was taken"; fi
+	if run_command "$cc" "$d" "LM_AUTH_TOKEN=$bad" 2>"$d/err"; then
+		fail "the token '$bad' was taken"
+	fi
 	grep -q "must be" "$d/err" || fail "the token '$bad': $(cat "$d/err")"
 	[ ! -f "$d/args" ] || fail "the coordinator started with the token '$bad'"
 done

@@ -48,7 +48,7 @@ trap netns_cleanup EXIT
 
 leftovers() {
 	{ ip netns list | awk '{ print $1 }' | grep "^$1-" || true; } | tr '\n' ' '
-	ls -d /etc/netns/"$1"-* 2>/dev/null | tr '\n' ' ' || true
+	find /etc/netns -maxdepth 1 -name "$1-*" 2>/dev/null | tr '\n' ' ' || true
 }
 
 mkdir -p "$bindir"
@@ -220,7 +220,9 @@ echo "after the long cut: ready in $back_ms ms; the next request took $(($(now_m
 "$nm" down --state "$state"
 left=$(leftovers "$prefix")
 [ -z "${left// /}" ] || fail "down left: $left"
-pgrep -f "$state/mesh.toml" >/dev/null && fail "processes survived down: $(pgrep -af "$state/mesh.toml")"
+if pgrep -f "$state/mesh.toml" >/dev/null; then
+	fail "processes survived down: $(pgrep -af "$state/mesh.toml")"
+fi
 # An up that fails half-way (a coordinator that dies at start) removes what it created.
 mkdir -p "$LM_TMP/badbin"
 printf '#!/bin/sh\necho "this coordinator is broken" >&2\nexit 3\n' >"$LM_TMP/badbin/layermesh"
@@ -230,9 +232,12 @@ if "$nm" up --state "$LM_TMP/bad" --prefix "${prefix}b" --bin "$LM_TMP/badbin" \
 	--model "$model" 2>"$LM_TMP/bad.err"; then
 	fail "up succeeded with a broken coordinator"
 fi
-grep -q "exited before it was ready" "$LM_TMP/bad.err" || fail "up's failure: $(cat "$LM_TMP/bad.err")"
+grep -q "exited before it was ready" "$LM_TMP/bad.err" ||
+	fail "up's failure: $(cat "$LM_TMP/bad.err")"
 left=$(leftovers "${prefix}b")
 [ -z "${left// /}" ] || fail "a failed up left: $left"
-pgrep -f "$LM_TMP/bad/mesh.toml" >/dev/null && fail "a failed up left its workers running"
+if pgrep -f "$LM_TMP/bad/mesh.toml" >/dev/null; then
+	fail "a failed up left its workers running"
+fi
 echo "down and a failed up left no namespace, link, hosts file or process"
 echo "ok: netns"

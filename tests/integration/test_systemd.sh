@@ -30,8 +30,9 @@ for w in w0 w1 w2; do
 	# deploy/systemd/mesh.toml gives every worker 64 MiB: 64 MiB + 64 MiB = 134217728 bytes.
 	grep -qx "MemoryMax=134217728" "$f" || fail "$f: $(cat "$f" 2>&1)"
 done
-grep -q "ExecStart=$bindir/layermesh-worker --config \${CREDENTIALS_DIRECTORY}/mesh.toml --worker %i" \
-	"$units/layermesh-worker@.service" || fail "the worker's ExecStart: $(grep ExecStart "$units"/*)"
+want="ExecStart=$bindir/layermesh-worker --config \${CREDENTIALS_DIRECTORY}/mesh.toml --worker %i"
+grep -qF "$want" "$units/layermesh-worker@.service" ||
+	fail "the worker's ExecStart: $(grep ExecStart "$units"/*)"
 grep -q "ExecStart=$bindir/layermesh up --no-spawn" "$units/layermesh-coordinator.service" ||
 	fail "the coordinator's ExecStart: $(grep ExecStart "$units/layermesh-coordinator.service")"
 if "$here/deploy/systemd/install.sh" --config "$here/deploy/systemd/mesh.toml" \
@@ -103,7 +104,8 @@ seen=()
 expand @resources | sort -u >>"$LM_TMP/deny"
 sort -u -o "$LM_TMP/deny" "$LM_TMP/deny"
 comm -23 "$LM_TMP/allow" "$LM_TMP/deny" >"$LM_TMP/allowed"
-[ "$(wc -l <"$LM_TMP/allowed")" -gt 200 ] || fail "the filter expanded to $(wc -l <"$LM_TMP/allowed") calls"
+[ "$(wc -l <"$LM_TMP/allowed")" -gt 200 ] ||
+	fail "the filter expanded to $(wc -l <"$LM_TMP/allowed") calls"
 
 dir="$LM_TMP/trace"
 mkdir -p "$dir"
@@ -134,7 +136,8 @@ for ((i = 0; i < 600; i++)); do
 	curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || fail "the traced mesh is not ready: $(tail "$dir/coord.log")"
+curl -sf "http://127.0.0.1:$port/readyz" >/dev/null ||
+	fail "the traced mesh is not ready: $(tail "$dir/coord.log")"
 "$LM_BIN" generate --url "http://127.0.0.1:$port" --prompt "Once upon a time" -n 32 --temp 0 \
 	--timeout 60 >/dev/null
 curl -sf "http://127.0.0.1:$port/v1/status" >/dev/null
