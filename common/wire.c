@@ -13,8 +13,8 @@
 /* The values below are protocol version 1. Changing any of them (or any header key or payload
  * layout) changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so
  * two builds that disagree refuse each other at HELLO instead of misreading each other. */
-#define WIRE_PIN(name, value)                                       \
-	static_assert(WIRE_VERSION == 2 && (name) == (value), #name \
+#define WIRE_PIN(name, value)                                               \
+	static_assert(WIRE_VERSION_CURRENT == 2 && (name) == (value), #name \
 		      " is pinned by protocol version 2: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);

@@ -50,7 +50,14 @@
 #include "common/err.h"
 #include "common/sampling.h"
 
-#define WIRE_VERSION 2
+#define WIRE_VERSION_CURRENT 2
+/* A test build may claim another version (tests/integration: a redeploy of a build that speaks
+ * another protocol must be refused at HELLO, both versions named). */
+#ifdef LM_TEST_WIRE_VERSION
+#define WIRE_VERSION LM_TEST_WIRE_VERSION
+#else
+#define WIRE_VERSION WIRE_VERSION_CURRENT
+#endif
 
 /* Values are part of the protocol: never renumber (wire.c pins them). */
 enum wire_type {

@@ -32,7 +32,7 @@ static const char worker_usage[] =
 	"  --control ADDR       control address, e.g. ipc:///tmp/lm-w0.ctl or "
 	"tcp://127.0.0.1:7001\n"
 	"  --data ADDR          data address the predecessor dials\n"
-	"  --http ADDR          health server address (host:port)\n"
+	"  --http ADDR          health server (host:port): /healthz /readyz /status /metrics\n"
 	"  --backend B          cpu or cuda (default cpu)\n"
 	"  --threads N          CPU threads (default 1)\n"
 	"  --kernels K          auto or scalar (default auto)\n"
