@@ -162,6 +162,30 @@ int mesh_check_address(const char *a, char *why, size_t why_cap)
 			"use ipc://PATH, tcp://HOST:PORT, tls+tcp://HOST:PORT or inproc://NAME");
 }
 
+int mesh_listen_address(const char *addr, bool http, bool any, char *out, size_t cap, char *why,
+			size_t why_cap)
+{
+	int rc = http ? mesh_check_hostport(addr, why, why_cap)
+		      : mesh_check_address(addr, why, why_cap);
+	if (rc != 0)
+		return rc;
+	const char *scheme_end = http ? addr : strstr(addr, "://") + 3;
+	bool tcp = http || strncmp(addr, "tcp://", 6) == 0 || strncmp(addr, "tls+tcp://", 10) == 0;
+	int n;
+	if (!any || !tcp) {
+		n = snprintf(out, cap, "%s", addr);
+	} else {
+		/* The port follows the last ':' (an IPv6 literal's own colons sit inside []). */
+		const char *colon = strrchr(scheme_end, ':');
+		n = snprintf(out, cap, "%.*s%s%s", (int)(scheme_end - addr), addr,
+			     scheme_end[0] == '[' ? "[::]" : "0.0.0.0", colon);
+	}
+	if (n < 0 || (size_t)n >= cap)
+		return why_fail(why, why_cap, LM_ERANGE, "the listen address of %s is too long",
+				addr);
+	return 0;
+}
+
 /* ---- the schema reader -------------------------------------------------------------------- */
 
 struct mc {

@@ -150,4 +150,16 @@ int mesh_check_address(const char *addr, char *why, size_t why_cap);
 /* Checks "host:port" (port 1..65535). LM_EFORMAT with the reason. */
 int mesh_check_hostport(const char *hp, char *why, size_t why_cap);
 
+/* The address to listen on for `addr`: an NNG address, or an HTTP "host:port" when `http`.
+ * Without `any` it is `addr` itself. With `any`, a TCP address (tcp://, tls+tcp://, HTTP) keeps
+ * its port and takes the wildcard host, "0.0.0.0", or "[::]" when the host is an IPv6
+ * literal; ipc:// and inproc:// are unchanged. mesh.toml's addresses are where peers dial, and
+ * a host name there (a Kubernetes pod's DNS name, a service name) may not resolve, or not yet,
+ * to an address of the process that listens behind it: that process listens on the wildcard
+ * instead (`layermesh-worker --listen-any`, `layermesh up --listen-any`). LM_EFORMAT (with the
+ * reason in `why`) for an address mesh_check_address / mesh_check_hostport refuses; LM_ERANGE
+ * when `cap` bytes do not hold the result. */
+int mesh_listen_address(const char *addr, bool http, bool any, char *out, size_t cap, char *why,
+			size_t why_cap);
+
 #endif

@@ -18,6 +18,8 @@ static const char up_usage[] =
 	"\n"
 	"  --worker-bin PATH  the worker program (default: layermesh-worker beside layermesh)\n"
 	"  --no-spawn         attach to workers already running (systemd, Kubernetes)\n"
+	"  --listen-any       listen for [coordinator] data_in on every interface at its port:\n"
+	"                     its host then only says where the last worker dials (Kubernetes)\n"
 	"  --timeout S        seconds a worker may take to answer and to load (default 120)\n"
 	"  -h, --help         this text\n";
 
@@ -26,6 +28,7 @@ int cmd_up(int argc, char **argv)
 	static const struct option opts[] = {
 		{"worker-bin", required_argument, NULL, 'w'},
 		{"no-spawn", no_argument, NULL, 'N'},
+		{"listen-any", no_argument, NULL, 'a'},
 		{"timeout", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -40,6 +43,9 @@ int cmd_up(int argc, char **argv)
 			break;
 		case 'N':
 			o.spawn = false;
+			break;
+		case 'a':
+			o.listen_any = true;
 			break;
 		case 't': {
 			int32_t t;

@@ -566,14 +566,22 @@ int mesh_up(const struct mesh_opts *o)
 		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
 		goto early;
 	}
-	mesh_unlink_ipc(m->cfg.data_in);
+	/* data_in is where the last worker dials; with --listen-any its host may name this process
+	 * only through a DNS name or a service that it cannot bind. */
+	char data_in[512], why[256];
+	if (mesh_listen_address(m->cfg.data_in, false, o->listen_any, data_in, sizeof data_in, why,
+				sizeof why) != 0) {
+		rc = lm_fail(&d, LM_ECONFIG, "[coordinator] data_in %s: %s", m->cfg.data_in, why);
+		goto early;
+	}
+	mesh_unlink_ipc(data_in);
 	if ((rv = nng_pull0_open(&m->pull)) != 0) {
 		rc = lm_fail(&d, LM_EIO, "pull socket: %s", nng_strerror(rv));
 		goto early;
 	}
 	m->pull_open = true;
 	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
-	if ((rc = lm_listen(m->pull, m->cfg.data_in, &m->tls, NULL, &d)) != 0)
+	if ((rc = lm_listen(m->pull, data_in, &m->tls, NULL, &d)) != 0)
 		goto early;
 	nng_socket_set_size(m->pull, NNG_OPT_RECVMAXSZ, 0);
 

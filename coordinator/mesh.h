@@ -22,6 +22,7 @@ struct mesh_opts {
 	const char *config;      /* mesh.toml */
 	const char *worker_bin;  /* NULL: layermesh-worker next to this program */
 	bool spawn;              /* false: attach to workers started elsewhere (systemd, k8s) */
+	bool listen_any;         /* listen for data_in on every interface at its port (k8s) */
 	int handshake_timeout_s; /* per worker, for HELLO and READY */
 };
 

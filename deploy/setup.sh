@@ -7,7 +7,9 @@
 #
 # Packages come from Debian 12 (apt-get, as root or through sudo); the llama.cpp oracle used by
 # the comparison tests comes from the npm registry (node-llama-cpp@3.21.1, see
-# deploy/oracle-setup.sh). Everything else is built from this repository with meson.
+# deploy/oracle-setup.sh), and so does the Kubernetes manifests' checker (kubernetes-models@5.1.0
+# and yaml@2.9.1, pinned with their dependencies by deploy/k8s/check/package-lock.json).
+# Everything else is built from this repository with meson.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +31,7 @@ packages=(
 	build-essential meson ninja-build pkg-config git ca-certificates
 	libuv1-dev libnng-dev libmsgpack-dev libcriterion-dev libcjson-dev
 	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
+	systemd strace
 )
 
 install_packages() {
@@ -37,7 +40,8 @@ install_packages() {
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
 	done
-	# node and npm are needed only for the oracle; a machine may have its own node already.
+	# node and npm are needed only for the oracle and the manifests' checker; a machine may have
+	# its own node already.
 	if [ "$job" = test ] && ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 	if [ ${#missing[@]} -eq 0 ]; then
 		log "Debian packages: all present"
@@ -80,6 +84,22 @@ directory beside the checkout (../shared) or name it in LM_SHARED (README.md, 'T
 		die "$dst does not have the pinned sha256 $model_sha256"
 }
 
+# The Kubernetes manifests' checker (tests/integration/test_k8s.sh): the exact packages of
+# deploy/k8s/check/package-lock.json, without install scripts.
+install_k8s_check() {
+	local dir=deploy/k8s/check v
+	v=$(sed -n 's/^  "version": "\(.*\)",$/\1/p' \
+		"$dir/node_modules/kubernetes-models/package.json" 2>/dev/null || true)
+	if [ "$v" = 5.1.0 ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]
+	then
+		log "Kubernetes manifests' checker: present"
+		return
+	fi
+	log "installing the Kubernetes manifests' checker (npm ci in $dir)"
+	(cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) ||
+		die "npm ci in $dir failed (is the npm registry reachable?)"
+}
+
 build() {
 	local opts=(-Dwerror=true "-Dshared_dir=$shared")
 	if [ -d .oracle/include ]; then opts+=("-Dllama_oracle=$here/.oracle"); fi
@@ -116,6 +136,7 @@ run)
 	;;
 test)
 	deploy/oracle-setup.sh "$here/.oracle"
+	install_k8s_check
 	build
 	exec deploy/test.sh "$@"
 	;;

@@ -1,7 +1,9 @@
 /* layermesh-worker — one pipeline stage of a layermesh mesh.
  *
  * Started by `layermesh up` (which passes --parent-pid and sends the slice in an ASSIGN), or by
- * systemd / Kubernetes with the slice given as flags. */
+ * systemd / Kubernetes: with its [[worker]] entry of mesh.toml (--config with --worker or
+ * --index) or its addresses as flags, waiting for the ASSIGN of `layermesh up --no-spawn`, or
+ * with the slice given as flags. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,14 +11,24 @@
 
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/mesh_config.h"
 #include "worker/worker.h"
 
 static const char worker_usage[] =
 	"usage: layermesh-worker --name NAME --control ADDR --data ADDR [options]\n"
+	"       layermesh-worker --config mesh.toml (--worker NAME | --index N) [options]\n"
 	"\n"
 	"Serves one pipeline stage: listens for control requests (REQ/REP) at --control and for\n"
 	"the data ring (PULL) at --data. Without --model it waits for the coordinator's ASSIGN.\n"
 	"\n"
+	"  --config PATH        take name, control, data, http, backend, device, threads and the\n"
+	"                       [tls] files from a [[worker]] of this mesh.toml; flags given as\n"
+	"                       well win\n"
+	"  --worker NAME        the [[worker]] called NAME (systemd: layermesh-worker@NAME)\n"
+	"  --index N            the N-th [[worker]], from 0 (Kubernetes: the pod's ordinal)\n"
+	"  --listen-any         listen on every interface at the ports of the tcp:// and http\n"
+	"                       addresses, whose hosts then only say where peers dial\n"
+	"  --show-config        print the settings this worker would run with, then exit\n"
 	"  --name NAME          worker name (as in mesh.toml)\n"
 	"  --control ADDR       control address, e.g. ipc:///tmp/lm-w0.ctl or "
 	"tcp://127.0.0.1:7001\n"
@@ -63,6 +75,66 @@ static int worker_int(const char *s, long lo, long hi, int32_t *out)
 	return 0;
 }
 
+/* Fills what the flags left unset from the [[worker]] of cfg called `name`, or at `index` when
+ * name is NULL. The strings stay owned by cfg. */
+static int worker_from_config(struct worker_opts *o, const struct mesh_config *cfg,
+			      const char *name, int32_t index, bool threads_given,
+			      bool backend_given, const struct mesh_worker **picked)
+{
+	const struct mesh_worker *w;
+	if (name != NULL) {
+		if ((w = mesh_config_worker(cfg, name)) == NULL) {
+			fprintf(stderr,
+				"layermesh-worker: %s has no worker '%s' (its workers:", cfg->path,
+				name);
+			for (int32_t i = 0; i < cfg->n_workers; i++)
+				fprintf(stderr, "%s %s", i ? "," : "", cfg->workers[i].name);
+			fprintf(stderr, ")\n");
+			return 2;
+		}
+	} else if (index >= cfg->n_workers) {
+		fprintf(stderr,
+			"layermesh-worker: --index %d is out of range: %s has %d workers (0 to "
+			"%d)\n",
+			index, cfg->path, cfg->n_workers, cfg->n_workers - 1);
+		return 2;
+	} else {
+		w = &cfg->workers[index];
+	}
+	o->name = o->name ? o->name : w->name;
+	o->control = o->control ? o->control : w->control;
+	o->data = o->data ? o->data : w->data;
+	o->http = o->http ? o->http : w->http;
+	if (!backend_given)
+		o->backend = w->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu";
+	if (!threads_given)
+		o->backend_opts.n_threads = w->threads;
+	o->backend_opts.device = w->device;
+	/* The mesh's [tls] files, unless flags named others (a per-host certificate). */
+	if (o->tls.ca_file == NULL)
+		o->tls.ca_file = cfg->tls_ca_file;
+	if (o->tls.cert_file == NULL)
+		o->tls.cert_file = cfg->tls_cert_file;
+	if (o->tls.key_file == NULL)
+		o->tls.key_file = cfg->tls_key_file;
+	*picked = w;
+	return 0;
+}
+
+/* With --listen-any, the address to listen on for a flag's value; else the value. */
+static int worker_listen_at(const char **addr, bool http, bool any, char *buf, size_t cap)
+{
+	char why[256];
+	if (*addr == NULL)
+		return 0;
+	if (mesh_listen_address(*addr, http, any, buf, cap, why, sizeof why) != 0) {
+		fprintf(stderr, "layermesh-worker: %s: %s\n", *addr, why);
+		return 2;
+	}
+	*addr = buf;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -88,13 +160,24 @@ int main(int argc, char **argv)
 		{"tls-ca", required_argument, NULL, 1001},
 		{"tls-cert", required_argument, NULL, 1002},
 		{"tls-key", required_argument, NULL, 1003},
+		{"config", required_argument, NULL, 'c'},
+		{"worker", required_argument, NULL, 'W'},
+		{"index", required_argument, NULL, 'i'},
+		{"listen-any", no_argument, NULL, 'a'},
+		{"show-config", no_argument, NULL, 'z'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
 	struct worker_opts o = {.backend = "cpu", .backend_opts = {.n_threads = 1}};
 	struct wire_assign *a = &o.assign;
-	int level = LM_LOG_INFO, c, t;
-	bool any_slice_flag = false;
+	int level = LM_LOG_INFO, c, t, rc;
+	bool any_slice_flag = false, threads_given = false, backend_given = false;
+	bool listen_any = false, show = false;
+	const char *config = NULL, *pick_name = NULL;
+	int32_t pick_index = -1;
+	struct mesh_config cfg = {0};
+	const struct mesh_worker *picked = NULL;
+	static char listen_addr[3][512];
 
 	a->max_seq = 512;
 	a->slots = 16;
@@ -118,10 +201,29 @@ int main(int argc, char **argv)
 			break;
 		case 'B':
 			o.backend = optarg;
+			backend_given = true;
 			break;
 		case 'T':
 			if (worker_int(optarg, 1, 1024, &o.backend_opts.n_threads) != 0)
 				return worker_bad("--threads expects 1..1024, got", optarg);
+			threads_given = true;
+			break;
+		case 'c':
+			config = optarg;
+			break;
+		case 'W':
+			pick_name = optarg;
+			break;
+		case 'i':
+			if (worker_int(optarg, 0, MESH_MAX_WORKERS - 1, &pick_index) != 0)
+				return worker_bad("--index expects a worker's position from 0, got",
+						  optarg);
+			break;
+		case 'a':
+			listen_any = true;
+			break;
+		case 'z':
+			show = true;
 			break;
 		case 'G':
 			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0)
@@ -215,19 +317,68 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return worker_bad("unexpected argument", argv[optind]);
-	if (o.name == NULL || o.control == NULL || o.data == NULL) {
-		fprintf(stderr, "layermesh-worker: --name, --control and --data are required\n");
+	if ((pick_name != NULL || pick_index >= 0) && config == NULL) {
+		fprintf(stderr, "layermesh-worker: --worker and --index need --config\n");
 		return 2;
 	}
+	if (config != NULL) {
+		if ((pick_name == NULL) == (pick_index < 0)) {
+			fprintf(stderr, "layermesh-worker: --config needs one of --worker NAME and "
+					"--index N\n");
+			return 2;
+		}
+		lm_diag d = {{0}};
+		if ((rc = mesh_config_load(&cfg, config, &d)) != 0) {
+			fprintf(stderr, "layermesh-worker: %s\n", lm_diag_str(&d, rc));
+			return 2;
+		}
+		if ((rc = worker_from_config(&o, &cfg, pick_name, pick_index, threads_given,
+					     backend_given, &picked)) != 0)
+			goto done;
+	}
+	if (o.name == NULL || o.control == NULL || o.data == NULL) {
+		fprintf(stderr, "layermesh-worker: --name, --control and --data are required "
+				"(or --config with --worker or --index)\n");
+		rc = 2;
+		goto done;
+	}
+	const char *dial_ctl = o.control, *dial_data = o.data, *dial_http = o.http;
+	const char **listen[3] = {&o.control, &o.data, &o.http};
+	for (int i = 0; i < 3; i++)
+		if ((rc = worker_listen_at(listen[i], i == 2, listen_any, listen_addr[i],
+					   sizeof listen_addr[i])) != 0)
+			goto done;
 	if (any_slice_flag) {
 		if (a->model[0] == '\0' || a->begin < 0 || a->next[0] == '\0') {
 			fprintf(stderr,
 				"layermesh-worker: a slice by flags needs --model, --layers "
 				"and --next\n");
-			return 2;
+			rc = 2;
+			goto done;
 		}
 		o.preassigned = true;
 	}
+	if (show) {
+		/* key=value lines for scripts (deploy/systemd/install.sh reads memory_limit): the
+		 * addresses peers dial, then those this process listens on. */
+		printf("name=%s\ncontrol=%s\ndata=%s\nhttp=%s\n", o.name, dial_ctl, dial_data,
+		       dial_http ? dial_http : "");
+		printf("listen_control=%s\nlisten_data=%s\nlisten_http=%s\n", o.control, o.data,
+		       o.http ? o.http : "");
+		printf("backend=%s\ndevice=%d\nthreads=%d\n", o.backend, o.backend_opts.device,
+		       o.backend_opts.n_threads);
+		if (picked != NULL)
+			printf("memory_limit=%llu\n", (unsigned long long)picked->memory_limit);
+		if (o.tls.ca_file != NULL)
+			printf("tls_ca=%s\ntls_cert=%s\ntls_key=%s\n", o.tls.ca_file,
+			       o.tls.cert_file ? o.tls.cert_file : "",
+			       o.tls.key_file ? o.tls.key_file : "");
+		rc = 0;
+		goto done;
+	}
 	lm_log_init("layermesh-worker", o.name, (enum lm_log_level)level);
-	return worker_run(&o);
+	rc = worker_run(&o);
+done:
+	mesh_config_fini(&cfg);
+	return rc;
 }

@@ -118,13 +118,14 @@ lm_mesh_toml() {
 	} >"$file"
 }
 
-# lm_up TOML LOG: starts `layermesh up` in the background and waits until /readyz answers 200.
-# Sets LM_UP_PID and LM_URL.
+# lm_up TOML LOG [ARGS...]: starts `layermesh up` in the background (ARGS appended to its
+# command line) and waits until /readyz answers 200. Sets LM_UP_PID and LM_URL.
 lm_up() {
 	local toml=$1 log=$2 port
+	shift 2
 	port=$(sed -n 's/^http = "127.0.0.1:\([0-9]*\)"/\1/p' "$toml" | head -n 1)
 	LM_URL="http://127.0.0.1:$port"
-	"$LM_BIN" up "$toml" --worker-bin "$LM_WORKER" --timeout 60 >"$log" 2>&1 &
+	"$LM_BIN" up "$toml" --worker-bin "$LM_WORKER" --timeout 60 "$@" >"$log" 2>&1 &
 	LM_UP_PID=$!
 	LM_PIDS+=("$LM_UP_PID")
 	local i

@@ -282,6 +282,54 @@ Test(mesh_config, addresses)
 	cr_expect_eq(mesh_check_hostport("http://localhost:8080", NULL, 0), LM_EFORMAT);
 }
 
+Test(mesh_config, listen_addresses)
+{
+	const struct {
+		const char *addr;
+		bool http;
+		const char *plain, *any;
+	} cases[] = {
+		{"tcp://layermesh-worker-0.layermesh-mesh:7001", false,
+		 "tcp://layermesh-worker-0.layermesh-mesh:7001", "tcp://0.0.0.0:7001"},
+		{"tcp://10.0.0.2:7002", false, "tcp://10.0.0.2:7002", "tcp://0.0.0.0:7002"},
+		{"tls+tcp://h.example:443", false, "tls+tcp://h.example:443",
+		 "tls+tcp://0.0.0.0:443"},
+		{"tcp://[fd00::2]:7001", false, "tcp://[fd00::2]:7001", "tcp://[::]:7001"},
+		{"tcp://*:5555", false, "tcp://*:5555", "tcp://0.0.0.0:5555"},
+		{"ipc:///tmp/w0.data", false, "ipc:///tmp/w0.data", "ipc:///tmp/w0.data"},
+		{"inproc://a", false, "inproc://a", "inproc://a"},
+		{"w0.mesh.local:9100", true, "w0.mesh.local:9100", "0.0.0.0:9100"},
+		{"[::1]:9100", true, "[::1]:9100", "[::]:9100"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char out[128], why[128] = "";
+		cr_expect_eq(mesh_listen_address(cases[i].addr, cases[i].http, false, out,
+						 sizeof out, why, sizeof why),
+			     0, "%s: %s", cases[i].addr, why);
+		cr_expect_str_eq(out, cases[i].plain);
+		cr_expect_eq(mesh_listen_address(cases[i].addr, cases[i].http, true, out,
+						 sizeof out, why, sizeof why),
+			     0, "%s: %s", cases[i].addr, why);
+		cr_expect_str_eq(out, cases[i].any);
+	}
+	char out[20], why[128] = "";
+	cr_expect_eq(
+		mesh_listen_address("tcp://h_1:80", false, true, out, sizeof out, why, sizeof why),
+		LM_EFORMAT);
+	cr_expect_str_eq(why, "'_' cannot appear in a host name");
+	cr_expect_eq(
+		mesh_listen_address("tcp://h:80", true, true, out, sizeof out, why, sizeof why),
+		LM_EFORMAT, "an NNG address is not an HTTP endpoint");
+	cr_expect_eq(mesh_listen_address("tcp://a-long-host-name:7001", false, false, out,
+					 sizeof out, why, sizeof why),
+		     LM_ERANGE);
+	cr_expect_str_eq(why, "the listen address of tcp://a-long-host-name:7001 is too long");
+	cr_expect_eq(mesh_listen_address("tcp://a-long-host-name:7001", false, true, out,
+					 sizeof out, why, sizeof why),
+		     0, "tcp://0.0.0.0:7001 fits in 20 bytes");
+	cr_expect_str_eq(out, "tcp://0.0.0.0:7001");
+}
+
 Test(mesh_config, unknown_keys_name_line_column_and_key)
 {
 	expect_refused(

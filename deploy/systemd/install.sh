@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# deploy/systemd/install.sh — install layermesh's systemd units for one mesh.toml.
+#
+#   deploy/systemd/install.sh [--config FILE] [--bindir DIR] [--unitdir DIR] [--workers "w0 w1"]
+#
+# Writes into --unitdir (default /etc/systemd/system):
+#   layermesh-worker@.service, layermesh-coordinator.service, layermesh-workers.target
+#       with --bindir (default /usr/local/bin, where `meson install` puts layermesh and
+#       layermesh-worker) and --config (default /etc/layermesh/mesh.toml) in their command lines;
+#   layermesh-worker@NAME.service.d/memory.conf for each [[worker]] of mesh.toml (or each NAME
+#       of --workers: the ones this host runs), with MemoryMax = its memory_limit + 64 MiB: the
+#       limit counts the weights, KV cache, scratch and embedding/head that the planner placed;
+#       the 64 MiB are for the program, its libraries and NNG's buffers.
+# It reads mesh.toml through `layermesh-worker --config FILE --index N --show-config`, so it
+# refuses a mesh.toml that the worker would refuse. It enables and starts nothing: it prints the
+# systemctl commands that would.
+set -euo pipefail
+
+src=$(cd "$(dirname "$0")" && pwd)
+config=/etc/layermesh/mesh.toml
+bindir=/usr/local/bin
+unitdir=/etc/systemd/system
+only=""
+headroom=$((64 << 20))
+
+die() {
+	printf 'install: error: %s\n' "$*" >&2
+	exit 1
+}
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--config) config=$2; shift 2 ;;
+	--bindir) bindir=$2; shift 2 ;;
+	--unitdir) unitdir=$2; shift 2 ;;
+	--workers) only=$2; shift 2 ;;
+	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+	*) die "unknown argument '$1' (see --help)" ;;
+	esac
+done
+case "$config$bindir" in
+/*/*) ;;
+*) die "--config and --bindir must be absolute paths (they go into the units)" ;;
+esac
+[[ "$config$bindir" != *[[:space:]\|\&\\]* ]] ||
+	die "paths with spaces, '|', '&' or '\\' are not supported"
+worker_bin=$bindir/layermesh-worker
+[ -x "$worker_bin" ] || die "$worker_bin is missing (meson install, or --bindir)"
+[ -x "$bindir/layermesh" ] || die "$bindir/layermesh is missing (meson install, or --bindir)"
+[ -r "$config" ] || die "cannot read $config (--config)"
+
+# name=value lines of every [[worker]], one --show-config after another.
+names=()
+declare -A limit
+for ((i = 0; ; i++)); do
+	if ! out=$("$worker_bin" --config "$config" --index "$i" --show-config 2>&1); then
+		[ "$i" -gt 0 ] && grep -q "out of range" <<<"$out" && break
+		die "$out"
+	fi
+	name=$(sed -n 's/^name=//p' <<<"$out")
+	names+=("$name")
+	limit[$name]=$(sed -n 's/^memory_limit=//p' <<<"$out")
+done
+if [ -n "$only" ]; then
+	for name in $only; do
+		[ -n "${limit[$name]:-}" ] || die "$config has no worker '$name' (it has: ${names[*]})"
+	done
+	read -r -a names <<<"$only"
+fi
+
+mkdir -p "$unitdir"
+for unit in layermesh-worker@.service layermesh-coordinator.service layermesh-workers.target; do
+	sed -e "s|/usr/local/bin/|$bindir/|g" -e "s|/etc/layermesh/mesh.toml|$config|g" \
+		"$src/$unit" >"$unitdir/$unit"
+done
+for name in "${names[@]}"; do
+	mkdir -p "$unitdir/layermesh-worker@$name.service.d"
+	cat >"$unitdir/layermesh-worker@$name.service.d/memory.conf" <<EOF
+# Written by deploy/systemd/install.sh from $config: worker $name's memory_limit
+# (${limit[$name]} bytes) + 64 MiB for the program, its libraries and its buffers.
+[Service]
+MemoryMax=$((${limit[$name]} + headroom))
+EOF
+done
+
+echo "installed into $unitdir: the units and MemoryMax for ${names[*]}. Then:"
+echo "  systemctl daemon-reload"
+for name in "${names[@]}"; do echo "  systemctl enable --now layermesh-worker@$name.service"; done
+echo "  systemctl enable --now layermesh-coordinator.service   # on the coordinator's host"
