@@ -654,11 +654,24 @@ static bool api_parse(struct api *a, nng_aio *aio, const cJSON *req, struct api_
 	return true;
 }
 
+/* Every endpoint but /healthz and /readyz (which orchestrators probe without credentials)
+ * needs the bearer token when mesh.toml sets one. Replies 401 and returns false otherwise. */
+static bool api_authorized(nng_aio *aio, const struct api *a)
+{
+	if (lm_httpd_authorized(aio, a->cfg.auth_token))
+		return true;
+	lm_httpd_reply_error(aio, 401, "authentication_error", NULL,
+			     "a bearer token is required (Authorization: Bearer ...)");
+	return false;
+}
+
 static void api_completions(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
 	const char *body;
 	size_t len;
+	if (!api_authorized(aio, a))
+		return;
 	lm_httpd_body(aio, &body, &len);
 	cJSON *req = cJSON_ParseWithLength(body, len);
 	if (req == NULL) {
@@ -750,6 +763,8 @@ static void api_completions(nng_aio *aio)
 static void api_models(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "object", "list");
 	cJSON *data = cJSON_AddArrayToObject(o, "data");
@@ -784,17 +799,16 @@ static void api_readyz(nng_aio *aio)
 static void api_status(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
-	if (!lm_httpd_authorized(aio, a->cfg.auth_token)) {
-		lm_httpd_reply_error(aio, 401, "authentication_error", NULL,
-				     "a bearer token is required");
+	if (!api_authorized(aio, a))
 		return;
-	}
 	lm_httpd_reply_json(aio, 200, a->cfg.status ? a->cfg.status(a->cfg.mesh) : NULL);
 }
 
 static void api_metrics(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
 	char *s = a->cfg.metrics ? a->cfg.metrics(a->cfg.mesh) : NULL;
 	if (s == NULL) {
 		lm_httpd_reply(aio, 500, "text/plain", "metrics unavailable\n", 20);
@@ -807,11 +821,8 @@ static void api_metrics(nng_aio *aio)
 static void api_redeploy(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
-	if (!lm_httpd_authorized(aio, a->cfg.auth_token)) {
-		lm_httpd_reply_error(aio, 401, "authentication_error", NULL,
-				     "a bearer token is required");
+	if (!api_authorized(aio, a))
 		return;
-	}
 	const char *method = nng_http_req_get_method(lm_httpd_req(aio));
 	if (strcmp(method, "GET") == 0) {
 		cJSON *o = a->cfg.rollout ? a->cfg.rollout(a->cfg.mesh) : NULL;

@@ -158,6 +158,16 @@ int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *
 	}
 }
 
+int ctl_connect(struct ctl_conn *c, const char *name, const char *addr, uint64_t fingerprint,
+		int timeout_ms, lm_diag *d)
+{
+	struct wire_hello hello;
+	int rc = ctl_open(c, name, addr, d);
+	if (rc == 0)
+		rc = ctl_hello_wait(c, fingerprint, &hello, timeout_ms, NULL, NULL, d);
+	return rc;
+}
+
 int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerprint,
 	       struct wire_ready *ready, int timeout_ms, bool (*alive)(void *arg), void *arg,
 	       lm_diag *d)

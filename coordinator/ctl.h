@@ -45,6 +45,12 @@ int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello
  * most timeout_ms. */
 int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello,
 		   int timeout_ms, bool (*alive)(void *arg), void *arg, lm_diag *d);
+/* ctl_open, then HELLO until the worker answers (at most timeout_ms): a control connection
+ * to a running worker that has carried one round trip. A fresh tls+tcp:// connection can stall
+ * in NNG's TLS layer with the first request swallowed; HELLO is harmless to repeat, and every
+ * unanswered one re-dials, so the request that matters goes over a connection known to work. */
+int ctl_connect(struct ctl_conn *c, const char *name, const char *addr, uint64_t fingerprint,
+		int timeout_ms, lm_diag *d);
 /* ASSIGN and wait for READY (loading may take long: `alive` is asked every second); READY's
  * fingerprint is checked against `fingerprint` (LM_EFINGERPRINT naming both). */
 int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerprint,

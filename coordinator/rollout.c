@@ -21,6 +21,7 @@
 
 #define ROLLOUT_PROBE_TEXT "Once upon a time, there was a little"
 #define ROLLOUT_QUIESCE_MS 10000
+#define ROLLOUT_CONNECT_MS 5000 /* a live worker answers a HELLO on a new connection */
 #define ROLLOUT_SMOKE_MS   30000
 
 enum ro_worker_state { RW_UNTOUCHED, RW_PENDING, RW_WORKING, RW_DONE, RW_FAILED };
@@ -278,7 +279,8 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 		void *data = NULL;
 		size_t bytes;
 		live[j].tls = &m->tls;
-		rc = ctl_open(&live[j], m->procs[j].cfg->name, control, d);
+		rc = ctl_connect(&live[j], m->procs[j].cfg->name, control, m->fingerprint,
+				 ROLLOUT_CONNECT_MS, d);
 		if (rc == 0) /* arm; what it recorded before does not matter */
 			rc = ctl_trace(&live[j], m->fingerprint, &lim, slot, &rows, &data, &bytes,
 				       d);
@@ -536,7 +538,8 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		snprintf(control, sizeof control, "%s", p->control);
 		pthread_mutex_unlock(&m->mu);
 		old[k].tls = &m->tls;
-		rc = ctl_open(&old[k], p->cfg->name, control, d);
+		rc = ctl_connect(&old[k], p->cfg->name, control, m->fingerprint, ROLLOUT_CONNECT_MS,
+				 d);
 		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
 			if (live[i].len <= 0)
 				continue;
@@ -576,7 +579,8 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 			m->push_dialer = nd;
 		} else {
 			pred[k].tls = &m->tls;
-			rc = ctl_open(&pred[k], m->procs[j - 1].cfg->name, control, d);
+			rc = ctl_connect(&pred[k], m->procs[j - 1].cfg->name, control,
+					 m->fingerprint, ROLLOUT_CONNECT_MS, d);
 			if (rc == 0)
 				rc = ctl_repoint(&pred[k], m->fingerprint, cs[k].data, d);
 			if (rc != 0)
