@@ -66,7 +66,8 @@ lm_wait_exit() {
 
 # lm_mesh_toml FILE MODEL TRANSPORT HTTP_PORT FENCE... writes a mesh.toml with one worker per
 # fence range ("0:2 2:5"), pinned, over TRANSPORT: ipc, tcp, or tls (tls+tcp://, with the
-# certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key).
+# certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key). $LM_AUTH_TOKEN, when set, becomes
+# [coordinator] auth_token.
 lm_mesh_toml() {
 	local file=$1 model=$2 transport=$3 http=$4
 	shift 4
@@ -83,6 +84,7 @@ lm_mesh_toml() {
 		echo
 		echo "[coordinator]"
 		echo "http = \"127.0.0.1:$http\""
+		[ -z "${LM_AUTH_TOKEN:-}" ] || echo "auth_token = \"$LM_AUTH_TOKEN\""
 		if [ "$transport" != ipc ]; then
 			echo "data_in = \"$scheme://127.0.0.1:$(lm_port)\""
 		else
