@@ -301,7 +301,8 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 		if (rc == 0) {
 			/* The scheduler ends the probe one way or another (its batch timeout
 			 * included); a coordinator stopping meanwhile cancels it. */
-			bool cancelled = false;
+			bool cancelled = false, late = false;
+			int64_t deadline = ro_now_ms() + ROLLOUT_SMOKE_MS;
 			pthread_mutex_lock(&w.mu);
 			while (!w.done) {
 				struct timespec ts;
@@ -312,7 +313,8 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 					ts.tv_nsec -= 1000000000L;
 				}
 				pthread_cond_timedwait(&w.cv, &w.mu, &ts);
-				if (!w.done && !cancelled && atomic_load(&m->stopping)) {
+				late = late || ro_now_ms() > deadline;
+				if (!w.done && !cancelled && (atomic_load(&m->stopping) || late)) {
 					pthread_mutex_unlock(&w.mu);
 					sched_cancel(m->sched, id);
 					cancelled = true;
@@ -320,7 +322,11 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 				}
 			}
 			pthread_mutex_unlock(&w.mu);
-			if (w.code != 0)
+			if (late)
+				rc = lm_fail(d, LM_ETIMEOUT,
+					     "the probe did not come back within %d ms",
+					     ROLLOUT_SMOKE_MS);
+			else if (w.code != 0)
 				rc = lm_fail(d, w.code, "the probe failed: %s", w.msg);
 			pr->token = w.token;
 		}
@@ -687,6 +693,7 @@ static void *ro_main(void *arg)
 		}
 		if (rc == 0) {
 			step = "probe";
+			ro_set_step(r, cs[0].j, RW_WORKING, at == 0 ? "canary: probe" : "probe");
 			rc = ro_probe(r, &pr, &d);
 		}
 		for (int32_t k = 0; rc == 0 && k < nc; k++) {
