@@ -385,8 +385,8 @@ static const char *const spm_tokens[U_N] = {
 	"a",
 	"b",
 	"ab",
-	"\xe2\x96\x81"
-	"a",
+	("\xe2\x96\x81"
+	 "a"), /* parenthesized: one literal split only to end the hex escape */
 	"ba",
 	"<me>",
 };
@@ -578,8 +578,8 @@ Test(tokenizer, bpe_merges_by_rank)
 					   "b",
 					   "ab",
 					   "\xc4\xa0" /* Ġ: space */,
-					   "\xc4\xa0"
-					   "a",
+					   ("\xc4\xa0"
+					    "a"),
 					   "<|endoftext|>"};
 	static const char *const merges[] = {"a b", "\xc4\xa0 a"};
 	kv_str(&k, "tokenizer.ggml.model", "gpt2");
