@@ -565,6 +565,10 @@ Test(tokenizer, spm_merges_by_score_then_leftmost)
 	m = spm_image(M_NO_SPACE_PREFIX);
 	v = load_img(&m, &f);
 	expect_ids(v, "ab", false, IDS(U_AB));
+	/* Text that starts with a space: the first run before it is empty (fuzz_gguf found an
+	 * empty copy into the not yet allocated buffer, undefined behaviour under UBSan). */
+	expect_ids(v, " ab", false, IDS(U_SPA, U_B));
+	expect_ids(v, " ", false, IDS(U_SP));
 	tok_free(v);
 	gguf_close(f);
 	free(m.p);
