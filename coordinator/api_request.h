@@ -12,7 +12,7 @@
  *     seed              integer [0, 2^53 - 1]    logprobs  integer [0, API_MAX_LOGPROBS]
  *     n                 1 only                   echo      false only
  *     stop              a string or an array of up to API_MAX_STOPS non-empty strings of at
- *                       most API_MAX_STOP_LEN bytes
+ *                       most API_MAX_STOP_LEN bytes, valid UTF-8
  *     stream, return_token_ids   true or false
  *     model, user, presence_penalty, frequency_penalty, best_of, logit_bias, suffix,
  *     stream_options    accepted and ignored

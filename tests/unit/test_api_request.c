@@ -353,6 +353,17 @@ Test(api_request, stops)
 	api_request_fini(&r);
 	refused("{\"prompt\": [1], \"stop\": 5}", BAD, "stop",
 		"'stop' must be a string or an array of strings");
+	/* Malformed UTF-8 (a raw continuation byte, an overlong '/', a surrogate) could match
+	 * inside a character of the always-valid text and cut it (found by fuzz_http). */
+	const char *utf8 = "'stop' strings must be valid UTF-8";
+	refused("{\"prompt\": [1], \"stop\": \"\xbf\xbd\"}", BAD, "stop", utf8);
+	refused("{\"prompt\": [1], \"stop\": [\"ok\", \"\xc0\xaf\"]}", BAD, "stop", utf8);
+	refused("{\"prompt\": [1], \"stop\": \"\xed\xa0\x80\"}", BAD, "stop", utf8);
+	refused("{\"prompt\": [1], \"stop\": \"caf\xc3\"}", BAD, "stop", utf8);
+	parse_ok("{\"prompt\": [1], \"stop\": [\"\xc3\xa9\", \"\\u20ac\", \"\xf0\x9f\x98\x80\"]}",
+		 &r);
+	cr_expect_eq(r.n_stops, 3);
+	api_request_fini(&r);
 	refused("{\"prompt\": [1], \"stop\": {\"a\": 1}}", BAD, "stop",
 		"'stop' must be a string or an array of strings");
 }
