@@ -5,7 +5,7 @@
  * are a fixed pattern), so the committed corpus can be checked against the generator:
  *   llama        a one-layer llama model that lm_model_open accepts: n_embd 32, two heads of
  *                16, one KV head, FFN 64, tensors in f32, f16, bf16, q8_0 and q4_0, and a
- *                SentencePiece vocabulary of 76 tokens (control, user-defined and byte tokens,
+ *                SentencePiece vocabulary of 70 tokens (control, user-defined and byte tokens,
  *                scored pieces); general.alignment left at its default
  *   llama_tied   two layers, per-layer head counts as an int32 array, no output.weight (the
  *                head is tied to the embedding), general.alignment 64, GGUF version 2
@@ -265,8 +265,8 @@ gs_fail_:
 	return rc;
 }
 
-/* One llama layer's nine tensors, in the types the kernels take. */
-static inline int gs_layer(gguf_writer *w, int il, bool small, lm_diag *d)
+/* One llama layer's nine tensors, in the types the kernels take; kv is the K and V width. */
+static inline int gs_layer(gguf_writer *w, int il, bool small, int64_t kv, lm_diag *d)
 {
 	char name[64];
 	int rc = 0;
@@ -277,13 +277,13 @@ static inline int gs_layer(gguf_writer *w, int il, bool small, lm_diag *d)
 	} while (0)
 	GS_LAYER_T("attn_norm", LM_F32, 32, 1);
 	GS_LAYER_T("attn_q", small ? LM_Q4_0 : LM_F16, 32, 32);
-	GS_LAYER_T("attn_k", LM_Q4_0, 32, 16);
-	GS_LAYER_T("attn_v", LM_Q8_0, 32, 16);
+	GS_LAYER_T("attn_k", LM_Q4_0, 32, kv);
+	GS_LAYER_T("attn_v", LM_Q8_0, 32, kv);
 	GS_LAYER_T("attn_output", small ? LM_Q4_0 : LM_BF16, 32, 32);
 	GS_LAYER_T("ffn_norm", LM_F32, 32, 1);
 	GS_LAYER_T("ffn_gate", LM_Q8_0, 32, 64);
 	GS_LAYER_T("ffn_up", LM_Q4_0, 32, 64);
-	GS_LAYER_T("ffn_down", small ? LM_Q4_0 : LM_F16, 64, 32);
+	GS_LAYER_T("ffn_down", LM_Q4_0, 64, 32);
 #undef GS_LAYER_T
 gs_fail_:
 	return rc;
@@ -320,7 +320,7 @@ static inline int gs_llama(gguf_writer *w, bool tied, lm_diag *d)
 
 	GS_TRY(gs_tensor(w, "token_embd.weight", LM_Q8_0, 32, GS_SPM_N, d));
 	for (int il = 0; il < n_layer; il++)
-		GS_TRY(gs_layer(w, il, tied, d));
+		GS_TRY(gs_layer(w, il, tied, tied && il == 1 ? 32 : 16, d));
 	GS_TRY(gs_tensor(w, "output_norm.weight", LM_F32, 32, 1, d));
 	if (!tied)
 		GS_TRY(gs_tensor(w, "output.weight", LM_Q4_0, 32, GS_SPM_N, d));
@@ -509,6 +509,7 @@ static inline int gs_base(int kind)
 	case GS_BAD_BOOL:
 		return GS_EVERY_TYPE;
 	case GS_CUT_HEADER:
+	case GS_BAD_MAGIC:
 	case GS_VERSION_1:
 		return GS_GPT2_VOCAB;
 	default:
