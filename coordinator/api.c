@@ -289,7 +289,8 @@ static bool api_release_text(struct api_call *c, bool final, int32_t token, floa
 	if (cut > 0 || token >= 0)
 		api_emit(c, c->pending.p ? c->pending.p : "", cut, token, logprob, top_ids, top_lp,
 			 n_top);
-	memmove(c->pending.p, c->pending.p + cut, c->pending.len - cut);
+	if (cut > 0) /* pending.p is NULL until text arrives */
+		memmove(c->pending.p, c->pending.p + cut, c->pending.len - cut);
 	c->pending.len -= cut;
 	if (hit)
 		c->pending.len = 0;

@@ -10,7 +10,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-log() { printf 'test: %s\n' "$*" >&2; }
+# Each line says how long the run has taken so far ($SECONDS), to see where CI time goes.
+log() { printf 'test: [%ds] %s\n' "$SECONDS" "$*" >&2; }
 
 log "clang-format check"
 files=$(git ls-files '*.c' '*.h' | grep -v '_data\.c$' || true)
