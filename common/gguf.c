@@ -1193,5 +1193,10 @@ uint64_t gguf_fingerprint(const gguf_file *f)
 		h ^= f->base[i];
 		h *= 0x100000001b3ull;
 	}
+#ifdef LM_TEST_FINGERPRINT_SALT
+	/* A test build that sees another model in the same file (tests/integration: a redeploy
+	 * of a build for another model must be refused, both fingerprints named). */
+	h ^= LM_TEST_FINGERPRINT_SALT;
+#endif
 	return h;
 }

@@ -13,9 +13,9 @@
 /* The values below are protocol version 1. Changing any of them (or any header key or payload
  * layout) changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so
  * two builds that disagree refuse each other at HELLO instead of misreading each other. */
-#define WIRE_PIN(name, value)                                       \
-	static_assert(WIRE_VERSION == 1 && (name) == (value), #name \
-		      " is pinned by protocol version 1: bump WIRE_VERSION and update wire.c")
+#define WIRE_PIN(name, value)                                               \
+	static_assert(WIRE_VERSION_CURRENT == 2 && (name) == (value), #name \
+		      " is pinned by protocol version 2: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -31,7 +31,8 @@ WIRE_PIN(WIRE_ERROR, 11);
 WIRE_PIN(WIRE_PAUSE, 12);
 WIRE_PIN(WIRE_RESUME, 13);
 WIRE_PIN(WIRE_REPOINT, 14);
-WIRE_PIN(WIRE_TYPE_MAX, 14);
+WIRE_PIN(WIRE_TRACE, 15);
+WIRE_PIN(WIRE_TYPE_MAX, 15);
 
 WIRE_PIN(WIRE_DT_NONE, 0);
 WIRE_PIN(WIRE_DT_I32, 1);
@@ -76,6 +77,7 @@ const char *wire_type_name(uint32_t t)
 		[WIRE_KV_IMPORT] = "KV_IMPORT", [WIRE_STATUS] = "STATUS",
 		[WIRE_ERROR] = "ERROR",         [WIRE_PAUSE] = "PAUSE",
 		[WIRE_RESUME] = "RESUME",       [WIRE_REPOINT] = "REPOINT",
+		[WIRE_TRACE] = "TRACE",
 	};
 	if (t >= 1 && t <= WIRE_TYPE_MAX)
 		return names[t];

@@ -50,7 +50,14 @@
 #include "common/err.h"
 #include "common/sampling.h"
 
-#define WIRE_VERSION 1
+#define WIRE_VERSION_CURRENT 2
+/* A test build may claim another version (tests/integration: a redeploy of a build that speaks
+ * another protocol must be refused at HELLO, both versions named). */
+#ifdef LM_TEST_WIRE_VERSION
+#define WIRE_VERSION LM_TEST_WIRE_VERSION
+#else
+#define WIRE_VERSION WIRE_VERSION_CURRENT
+#endif
 
 /* Values are part of the protocol: never renumber (wire.c pins them). */
 enum wire_type {
@@ -68,7 +75,8 @@ enum wire_type {
 	WIRE_PAUSE = 12,
 	WIRE_RESUME = 13,
 	WIRE_REPOINT = 14,
-	WIRE_TYPE_MAX = 14,
+	WIRE_TRACE = 15,
+	WIRE_TYPE_MAX = 15,
 };
 
 enum wire_dtype {
@@ -230,6 +238,13 @@ struct wire_kv {
 	const void *payload;
 	size_t payload_len;
 };
+
+/* TRACE (version 2; for `layermesh diff`) uses the KV_EXPORT layout. Request ("slot" only): arm
+ * tracing of slot `slot` and answer with what was recorded since it was last armed. Reply
+ * ("slot", "len", "dt" = RAW, "pl"): `len` token rows, and the payload the hidden state after
+ * each of the worker's layers for those rows, f32 little-endian, [layers][len][dim] in layer
+ * order; the receiver knows the worker's slice and the model's width. Tracing costs a copy of
+ * the residual stream per layer, only for an armed slot. */
 
 /* REPOINT request: "next" (the new successor address, non-empty). Reply: a plain ack. */
 struct wire_repoint {

@@ -553,7 +553,8 @@ int wire_decode_kv(const void *buf, size_t len, const struct wire_limits *lim, s
 {
 	const uint64_t rows = WK_BIT(WK_LEN) | WK_BIT(WK_DT) | WK_BIT(WK_PL);
 	const struct wd_spec spec = {.allowed = WK_BASE | WK_BIT(WK_SLOT) | rows,
-				     .types = WT_BIT(WIRE_KV_EXPORT) | WT_BIT(WIRE_KV_IMPORT),
+				     .types = WT_BIT(WIRE_KV_EXPORT) | WT_BIT(WIRE_KV_IMPORT) |
+					      WT_BIT(WIRE_TRACE),
 				     .fp = lim->fingerprint,
 				     .inline_key = -1};
 	struct wd c;
@@ -562,7 +563,7 @@ int wire_decode_kv(const void *buf, size_t len, const struct wire_limits *lim, s
 	int rc;
 
 	memset(k, 0, sizeof *k);
-	wd_init(&c, buf, len, d, "KV_EXPORT or KV_IMPORT");
+	wd_init(&c, buf, len, d, "KV_EXPORT, KV_IMPORT or TRACE");
 	if ((rc = wd_walk(&c, &spec, &w)) != 0)
 		return rc;
 	c.what = wire_type_name(w.h.type);

@@ -376,10 +376,10 @@ int wire_encode_error(struct wire_buf *b, const struct wire_error *er)
 
 int wire_encode_kv(struct wire_buf *b, enum wire_type t, const struct wire_kv *k)
 {
-	if (t != WIRE_KV_EXPORT && t != WIRE_KV_IMPORT)
+	if (t != WIRE_KV_EXPORT && t != WIRE_KV_IMPORT && t != WIRE_TRACE)
 		return LM_EINVAL;
-	bool request =
-		t == WIRE_KV_EXPORT && k->len == 0 && k->payload == NULL && k->payload_len == 0;
+	bool request = (t == WIRE_KV_EXPORT || t == WIRE_TRACE) && k->len == 0 &&
+		       k->payload == NULL && k->payload_len == 0;
 	size_t copy = k->payload != NULL ? k->payload_len : 0;
 	struct wire_enc e;
 	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + copy))

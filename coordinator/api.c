@@ -588,6 +588,36 @@ static void api_metrics(nng_aio *aio)
 	free(s);
 }
 
+static void api_redeploy(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!lm_httpd_authorized(aio, a->cfg.auth_token)) {
+		lm_httpd_reply_error(aio, 401, "authentication_error", NULL,
+				     "a bearer token is required");
+		return;
+	}
+	const char *method = nng_http_req_get_method(lm_httpd_req(aio));
+	if (strcmp(method, "GET") == 0) {
+		cJSON *o = a->cfg.rollout ? a->cfg.rollout(a->cfg.mesh) : NULL;
+		if (o == NULL)
+			lm_httpd_reply_error(aio, 404, "invalid_request_error", NULL,
+					     "no redeploy has run");
+		else
+			lm_httpd_reply_json(aio, 200, o);
+		return;
+	}
+	if (a->cfg.redeploy == NULL) {
+		lm_httpd_reply_error(aio, 503, "server_error", NULL, "redeploys are not available");
+		return;
+	}
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	int status = 500;
+	cJSON *o = a->cfg.redeploy(a->cfg.mesh, body, len, &status);
+	lm_httpd_reply_json(aio, (uint16_t)status, o);
+}
+
 int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
 {
 	struct api *a = calloc(1, sizeof *a);
@@ -604,6 +634,10 @@ int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
 	    (rc = lm_httpd_route(&a->httpd, "GET", "/readyz", api_readyz, a, 0, d)) != 0 ||
 	    (rc = lm_httpd_route(&a->httpd, "GET", "/v1/status", api_status, a, 0, d)) != 0 ||
 	    (rc = lm_httpd_route(&a->httpd, "GET", "/metrics", api_metrics, a, 0, d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "POST", "/v1/admin/redeploy", api_redeploy, a, 65536,
+				 d)) != 0 ||
+	    (rc = lm_httpd_route(&a->httpd, "GET", "/v1/admin/redeploy", api_redeploy, a, 0, d)) !=
+		    0 ||
 	    (rc = lm_httpd_start(&a->httpd, d)) != 0) {
 		api_stop(a);
 		return rc;

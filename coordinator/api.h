@@ -9,6 +9,8 @@
  *   GET  /readyz           200 when every worker is ready, else 503 and the reason
  *   GET  /v1/status        every worker's status and the fence (from the mesh)
  *   GET  /metrics          Prometheus text (from the mesh)
+ *   POST /v1/admin/redeploy  start a rolling redeploy (see coordinator/rollout.h)
+ *   GET  /v1/admin/redeploy  its progress
  *
  * Text exists only here: prompts are tokenized and tokens detokenized in the coordinator. Errors
  * are OpenAI-style JSON: {"error": {"message", "type", "param", "code"}}.
@@ -37,6 +39,9 @@ struct api_cfg {
 	bool (*ready)(void *mesh, char *why, size_t cap);
 	cJSON *(*status)(void *mesh);
 	char *(*metrics)(void *mesh);
+	/* POST /v1/admin/redeploy and GET /v1/admin/redeploy (bearer token when configured). */
+	cJSON *(*redeploy)(void *mesh, const char *body, size_t len, int *status);
+	cJSON *(*rollout)(void *mesh);
 };
 
 int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d);

@@ -24,4 +24,12 @@ int cmd_up(int argc, char **argv);
 /* coordinator/cmd_generate.c: generate through a running mesh. */
 int cmd_generate(int argc, char **argv);
 
+/* coordinator/cmd_diff.c: the mesh against the single process, layer by layer. */
+int cmd_diff(int argc, char **argv);
+
+/* coordinator/cmd_redeploy.c: roll a new worker build out over a running mesh. */
+int cmd_redeploy(int argc, char **argv);
+/* coordinator/cmd_status.c: a running mesh's workers, fence and counters. */
+int cmd_status(int argc, char **argv);
+
 #endif

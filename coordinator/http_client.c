@@ -1,6 +1,7 @@
 #include "coordinator/http_client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -21,7 +22,34 @@ void lm_http_resp_fini(struct lm_http_resp *r)
 	}
 }
 
-static int http_connect(const char *url, char *host, size_t hcap, lm_diag *d)
+/* Connects fd to a within timeout_ms: a blocking connect() to a host that drops packets would
+ * wait for the kernel's retries (minutes). 0, or an errno value. */
+static int http_connect_within(int fd, const struct addrinfo *a, int timeout_ms)
+{
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+		return errno;
+	int err = 0;
+	if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+		err = errno;
+		if (err == EINPROGRESS) {
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+			int rv = poll(&pfd, 1, timeout_ms);
+			socklen_t len = sizeof err;
+			if (rv == 0)
+				err = ETIMEDOUT;
+			else if (rv < 0)
+				err = errno;
+			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+				err = errno;
+		}
+	}
+	if (err == 0 && fcntl(fd, F_SETFL, flags) != 0)
+		err = errno;
+	return err;
+}
+
+static int http_connect(const char *url, int timeout_ms, char *host, size_t hcap, lm_diag *d)
 {
 	char port[16] = "80";
 	const char *p = strstr(url, "://");
@@ -47,8 +75,9 @@ static int http_connect(const char *url, char *host, size_t hcap, lm_diag *d)
 	int fd = -1, err = 0;
 	for (struct addrinfo *a = ai; a != NULL && fd < 0; a = a->ai_next) {
 		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-		if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+		if (fd < 0) {
 			err = errno;
+		} else if ((err = http_connect_within(fd, a, timeout_ms)) != 0) {
 			close(fd);
 			fd = -1;
 		}
@@ -118,7 +147,7 @@ static int http_exchange(const char *url, const char *method, const char *path, 
 {
 	char host[256], head[1024];
 	memset(resp, 0, sizeof *resp);
-	int fd = http_connect(url, host, sizeof host, d);
+	int fd = http_connect(url, timeout_ms, host, sizeof host, d);
 	if (fd < 0)
 		return fd;
 	int n = snprintf(head, sizeof head,

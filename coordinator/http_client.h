@@ -16,7 +16,7 @@ struct lm_http_resp {
 void lm_http_resp_fini(struct lm_http_resp *r);
 
 /* url: "http://host:port" (the scheme may be omitted). token: a bearer token or NULL.
- * timeout_ms bounds connecting and each read. */
+ * timeout_ms bounds connecting (each address the host resolves to) and each read. */
 int lm_http_request(const char *url, const char *method, const char *path, const char *token,
 		    const char *body, size_t len, int timeout_ms, struct lm_http_resp *resp,
 		    lm_diag *d);

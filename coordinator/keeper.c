@@ -15,8 +15,6 @@
  * are back, and fails requests fast with the reason once a worker is given up on.
  */
 #include <errno.h>
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,124 +51,51 @@ static bool keeper_stopping(struct mesh *m)
 	return atomic_load(&m->stopping);
 }
 
-/* ------------------------------------------------------------------ control requests */
+/* ------------------------------------------------------------------ bring-up */
 
-/* (Re)opens the worker's control REQ socket and dials it; the dial retries in the background
- * until the worker listens. */
-static int keeper_ctl_open(struct mesh_proc *p, lm_diag *d)
+/* Whether the worker's process is gone (spawn mode) or the mesh is stopping. */
+static bool keeper_alive(void *arg)
 {
-	int rv;
-	if (p->ctl_open) {
-		nng_close(p->ctl);
-		p->ctl_open = false;
-	}
-	if ((rv = nng_req0_open(&p->ctl)) != 0)
-		return lm_fail(d, LM_EIO, "control socket: %s", nng_strerror(rv));
-	p->ctl_open = true;
-	/* No automatic resend: every control request has its own deadline here. */
-	nng_socket_set_ms(p->ctl, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_ms(p->ctl, NNG_OPT_RECONNMINT, 10);
-	nng_socket_set_ms(p->ctl, NNG_OPT_RECONNMAXT, 200);
-	if ((rv = nng_dial(p->ctl, p->cfg->control, NULL, NNG_FLAG_NONBLOCK)) != 0)
-		return lm_fail(d, LM_EIO, "worker %s: cannot dial %s: %s", p->cfg->name,
-			       p->cfg->control, nng_strerror(rv));
-	return 0;
-}
-
-/* Sends req and waits for the reply (the caller frees it). A failed exchange leaves the REQ
- * socket with a request outstanding, so the caller reopens it before the next one. */
-static int keeper_request(struct mesh_proc *p, const struct wire_buf *req, nng_msg **reply,
-			  int timeout_ms, lm_diag *d)
-{
-	nng_msg *msg;
-	int rv;
-	nng_socket_set_ms(p->ctl, NNG_OPT_RECVTIMEO, timeout_ms);
-	nng_socket_set_ms(p->ctl, NNG_OPT_SENDTIMEO, timeout_ms);
-	if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, req->data, req->len) != 0)
-		return lm_fail(d, LM_ENOMEM, "out of memory");
-	if ((rv = nng_sendmsg(p->ctl, msg, 0)) != 0) {
-		nng_msg_free(msg);
-		return lm_fail(d, rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO,
-			       "worker %s: sending a control request: %s", p->cfg->name,
-			       nng_strerror(rv));
-	}
-	if ((rv = nng_recvmsg(p->ctl, reply, 0)) != 0)
-		return lm_fail(d, rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO,
-			       "worker %s: no reply on %s: %s", p->cfg->name, p->cfg->control,
-			       nng_strerror(rv));
-	return 0;
-}
-
-/* An ERROR reply becomes a failure naming the worker. */
-static int keeper_check_reply(struct mesh_proc *p, nng_msg *r, uint32_t want, lm_diag *d)
-{
-	struct wire_head h;
-	int rc = wire_peek(nng_msg_body(r), nng_msg_len(r), &h, d);
-	if (rc != 0) {
-		lm_diag_prefix(d, "worker %s", p->cfg->name);
-		return rc;
-	}
-	if (h.type == WIRE_ERROR) {
-		struct wire_error e;
-		if (wire_decode_error(nng_msg_body(r), nng_msg_len(r), &e, d) != 0)
-			return lm_fail(d, LM_EPROTO, "worker %s: malformed ERROR", p->cfg->name);
-		return lm_fail(d, e.code < 0 ? e.code : LM_EPROTO, "worker %s: %s", p->cfg->name,
-			       e.msg);
-	}
-	if (h.type != want)
-		return lm_fail(d, LM_EPROTO, "worker %s answered %s to %s", p->cfg->name,
-			       wire_type_name(h.type), wire_type_name(want));
-	return 0;
-}
-
-/* One HELLO exchange: the worker's answer, version and fingerprint checked. */
-static int keeper_hello(struct mesh_proc *p, struct wire_hello *hello, int timeout_ms, lm_diag *d)
-{
+	struct mesh_proc *p = arg;
 	struct mesh *m = p->mesh;
-	struct wire_buf b = {0};
-	struct wire_hello me = {.version = WIRE_VERSION, .id = 1};
-	nng_msg *r = NULL;
-	snprintf(me.name, sizeof me.name, "coordinator");
-	snprintf(me.build, sizeof me.build, "%s", LM_VERSION);
-	int rc = wire_encode_hello(&b, &me, false);
-	if (rc == 0)
-		rc = keeper_request(p, &b, &r, timeout_ms, d);
-	wire_buf_fini(&b);
-	if (rc != 0)
-		return rc;
-	rc = keeper_check_reply(p, r, WIRE_HELLO, d);
-	if (rc == 0)
-		rc = wire_decode_hello(nng_msg_body(r), nng_msg_len(r), hello, d);
-	nng_msg_free(r);
-	if (rc == LM_EVERSION)
-		lm_diag_prefix(d, "worker %s", p->cfg->name);
-	if (rc != 0)
-		return rc;
-	if (hello->version != WIRE_VERSION)
-		return lm_fail(d, LM_EVERSION,
-			       "worker %s speaks protocol version %u; this coordinator speaks %u",
-			       p->cfg->name, hello->version, WIRE_VERSION);
-	if (hello->has_slice && hello->fingerprint != 0 && hello->fingerprint != m->fingerprint)
-		return lm_fail(d, LM_EFINGERPRINT,
-			       "worker %s holds a model with fingerprint %016llx; the mesh's model "
-			       "%s has %016llx",
-			       p->cfg->name, (unsigned long long)hello->fingerprint,
-			       m->cfg.model_path, (unsigned long long)m->fingerprint);
-	return 0;
+	pthread_mutex_lock(&m->mu);
+	bool alive =
+		!keeper_stopping(m) && (!m->o->spawn || (p->child != NULL && p->child->running));
+	pthread_mutex_unlock(&m->mu);
+	return alive;
 }
 
-/* Whether the worker's process is gone (spawn mode) or the mesh is stopping; when gone, fails
- * d with what the exit callback recorded. */
-static bool keeper_lost(struct mesh_proc *p, const char *when, lm_diag *d)
+/* Adds what the exit callback recorded to a failure caused by the process ending. */
+static int keeper_exit_reason(struct mesh_proc *p, int rc, lm_diag *d)
 {
 	struct mesh *m = p->mesh;
 	pthread_mutex_lock(&m->mu);
-	bool lost = (m->o->spawn && !p->running) || keeper_stopping(m);
-	if (lost)
-		lm_fail(d, LM_EUNAVAILABLE, "worker %s %s %s", p->cfg->name,
-			p->why[0] ? p->why : "stopped", when);
+	if (rc == LM_EUNAVAILABLE && p->child != NULL && !p->child->running && p->child->why[0])
+		lm_fail(d, rc, "worker %s %s before it was ready", p->cfg->name, p->child->why);
 	pthread_mutex_unlock(&m->mu);
-	return lost;
+	return rc;
+}
+
+/* The ASSIGN a worker of this mesh gets: its planned slice, its successor's address. */
+void mesh_assignment(struct mesh *m, int32_t j, struct wire_assign *a)
+{
+	const struct fence_stage *st = &m->plan.stages[j];
+	*a = (struct wire_assign){.id = 2,
+				  .begin = st->start,
+				  .end = st->end,
+				  .embedding = j == 0,
+				  .head = j == m->n_procs - 1,
+				  .max_seq = m->max_seq,
+				  .slots = m->cfg.slots + MESH_PROBE_SLOTS,
+				  .k_type = m->cfg.kv_type_k,
+				  .v_type = m->cfg.kv_type_v,
+				  .wire_dtype = m->cfg.wire_dtype == LM_F16    ? WIRE_DT_F16
+						: m->cfg.wire_dtype == LM_BF16 ? WIRE_DT_BF16
+									       : WIRE_DT_F32,
+				  .max_batch = m->cfg.max_batch};
+	snprintf(a->model, sizeof a->model, "%s", m->cfg.model_path);
+	snprintf(a->next, sizeof a->next, "%s",
+		 j + 1 < m->n_procs ? m->procs[j + 1].data : m->cfg.data_in);
 }
 
 /* HELLO until the worker answers, then ASSIGN and READY. */
@@ -179,23 +104,20 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 	struct mesh *m = p->mesh;
 	const struct fence_stage *st = &m->plan.stages[p->index];
 	struct wire_hello hello;
-	int rc;
+	struct wire_assign a;
+	struct wire_ready ready;
+	int timeout = m->o->handshake_timeout_s * 1000, rc;
 
-	int64_t deadline = keeper_now_ms() + (int64_t)m->o->handshake_timeout_s * 1000;
-	for (;;) {
-		if ((rc = keeper_ctl_open(p, d)) != 0)
-			return rc;
-		if (keeper_lost(p, "during start-up", d))
-			return LM_EUNAVAILABLE;
-		rc = keeper_hello(p, &hello, 250, d);
-		if (rc == 0)
-			break;
-		if (rc != LM_ETIMEOUT && rc != LM_EIO)
-			return rc; /* it answered, and the answer is wrong: no point retrying */
-		if (keeper_now_ms() >= deadline)
-			return lm_fail(d, LM_ETIMEOUT, "worker %s did not answer at %s within %d s",
-				       p->cfg->name, p->cfg->control, m->o->handshake_timeout_s);
-	}
+	pthread_mutex_lock(&m->mu);
+	char control[256];
+	snprintf(control, sizeof control, "%s", p->control);
+	mesh_assignment(m, p->index, &a);
+	pthread_mutex_unlock(&m->mu);
+	if ((rc = ctl_open(&p->ctl, p->cfg->name, control, d)) != 0)
+		return rc;
+	rc = ctl_hello_wait(&p->ctl, m->fingerprint, &hello, timeout, keeper_alive, p, d);
+	if (rc != 0)
+		return keeper_exit_reason(p, rc, d);
 	lm_info("%s: pid %d, build %s, loading layers [%d, %d) (%.1f MiB weights, %.1f MiB KV)",
 		p->cfg->name, hello.pid, hello.build, st->start, st->end,
 		(double)st->weight_bytes / 1048576.0, (double)st->kv_bytes / 1048576.0);
@@ -203,62 +125,9 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 	if (!m->o->spawn)
 		p->pid = hello.pid;
 	pthread_mutex_unlock(&m->mu);
-
-	struct wire_assign a = {.id = 2,
-				.begin = st->start,
-				.end = st->end,
-				.embedding = p->index == 0,
-				.head = p->index == m->n_procs - 1,
-				.max_seq = m->max_seq,
-				.slots = m->cfg.slots,
-				.k_type = m->cfg.kv_type_k,
-				.v_type = m->cfg.kv_type_v,
-				.wire_dtype = m->cfg.wire_dtype == LM_F16    ? WIRE_DT_F16
-					      : m->cfg.wire_dtype == LM_BF16 ? WIRE_DT_BF16
-									     : WIRE_DT_F32,
-				.max_batch = m->cfg.max_batch};
-	snprintf(a.model, sizeof a.model, "%s", m->cfg.model_path);
-	snprintf(a.next, sizeof a.next, "%s",
-		 p->index + 1 < m->n_procs ? m->procs[p->index + 1].cfg->data : m->cfg.data_in);
-	struct wire_buf b = {0};
-	nng_msg *msg = NULL, *r = NULL;
-	rc = wire_encode_assign(&b, &a);
-	nng_socket_set_ms(p->ctl, NNG_OPT_SENDTIMEO, 5000);
-	if (rc != 0 || nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, b.data, b.len) != 0 ||
-	    nng_sendmsg(p->ctl, msg, 0) != 0) {
-		if (msg != NULL)
-			nng_msg_free(msg);
-		wire_buf_fini(&b);
-		return lm_fail(d, LM_EIO, "worker %s: cannot send ASSIGN", p->cfg->name);
-	}
-	wire_buf_fini(&b);
-	/* Loading a large slice takes a while: wait in slices of a second, watching the process. */
-	nng_socket_set_ms(p->ctl, NNG_OPT_RECVTIMEO, 1000);
-	int rv;
-	while ((rv = nng_recvmsg(p->ctl, &r, 0)) == NNG_ETIMEDOUT) {
-		if (keeper_lost(p, "while loading", d))
-			return LM_EUNAVAILABLE;
-		if (keeper_now_ms() >= deadline)
-			return lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s",
-				       p->cfg->name, m->o->handshake_timeout_s);
-		lm_info("%s: still loading", p->cfg->name);
-	}
-	if (rv != 0)
-		return lm_fail(d, LM_EIO, "worker %s: %s", p->cfg->name, nng_strerror(rv));
-	struct wire_ready ready;
-	rc = keeper_check_reply(p, r, WIRE_READY, d);
-	if (rc == 0)
-		rc = wire_decode_ready(nng_msg_body(r), nng_msg_len(r), &ready, d);
-	nng_msg_free(r);
+	rc = ctl_assign(&p->ctl, &a, m->fingerprint, &ready, timeout, keeper_alive, p, d);
 	if (rc != 0)
-		return rc;
-	if (ready.fingerprint != m->fingerprint)
-		return lm_fail(
-			d, LM_EFINGERPRINT,
-			"worker %s loaded a model with fingerprint %016llx; the mesh's model "
-			"has %016llx",
-			p->cfg->name, (unsigned long long)ready.fingerprint,
-			(unsigned long long)m->fingerprint);
+		return keeper_exit_reason(p, rc, d);
 	pthread_mutex_lock(&m->mu);
 	p->ready = ready;
 	pthread_mutex_unlock(&m->mu);
@@ -272,19 +141,25 @@ static int keeper_handshake(struct mesh_proc *p, lm_diag *d)
 
 /* ------------------------------------------------------------------ start, watch, restart */
 
-/* Spawn mode: asks the loop thread to start the process and waits for the answer. */
+/* Spawn mode: a new process with the worker's current program and addresses. */
 static int keeper_spawn(struct mesh_proc *p, lm_diag *d)
 {
 	struct mesh *m = p->mesh;
+	char bin[PATH_MAX], data[256], control[256], http[256];
 	pthread_mutex_lock(&m->mu);
-	p->spawn_requested = true;
-	uv_async_send(&m->spawn_async);
-	while (p->spawn_requested && !keeper_stopping(m))
-		keeper_wait(m, 1000);
-	int rc = p->spawn_requested ? LM_ECANCELED : p->spawn_rc;
-	if (rc != 0 && !p->spawn_requested)
-		lm_fail(d, rc, "%s", p->why);
+	snprintf(bin, sizeof bin, "%s", p->bin);
+	snprintf(data, sizeof data, "%s", p->data);
+	snprintf(control, sizeof control, "%s", p->control);
+	snprintf(http, sizeof http, "%s", p->http);
 	pthread_mutex_unlock(&m->mu);
+	struct mesh_child *c = NULL;
+	int rc = mesh_spawn_child(m, p, bin, data, control, http, &c, d);
+	if (rc == 0) {
+		pthread_mutex_lock(&m->mu);
+		p->child = c;
+		p->pid = c->pid;
+		pthread_mutex_unlock(&m->mu);
+	}
 	return rc;
 }
 
@@ -296,8 +171,9 @@ static void keeper_watch(struct mesh_proc *p)
 	int misses = 0;
 	for (;;) {
 		if (m->o->spawn) {
+			/* Until the serving process ends; a redeploy may replace it meanwhile. */
 			pthread_mutex_lock(&m->mu);
-			while (p->running && !keeper_stopping(m))
+			while (p->child != NULL && p->child->running && !keeper_stopping(m))
 				keeper_wait(m, 1000);
 			pthread_mutex_unlock(&m->mu);
 			return; /* the exit callback wrote why */
@@ -310,7 +186,7 @@ static void keeper_watch(struct mesh_proc *p)
 			return;
 		struct wire_hello hello;
 		lm_diag d = {{0}};
-		int rc = keeper_hello(p, &hello, KEEPER_HEARTBEAT_MS, &d);
+		int rc = ctl_hello(&p->ctl, m->fingerprint, &hello, KEEPER_HEARTBEAT_MS, &d);
 		if (rc == 0 && !hello.has_slice)
 			rc = lm_fail(&d, LM_EUNAVAILABLE, "worker %s restarted and lost its slice",
 				     p->cfg->name);
@@ -318,7 +194,6 @@ static void keeper_watch(struct mesh_proc *p)
 			misses = 0;
 			continue;
 		}
-		keeper_ctl_open(p, NULL); /* drop the outstanding request */
 		if (rc != LM_ETIMEOUT && rc != LM_EIO)
 			misses = KEEPER_HEARTBEAT_MISSES; /* it answered wrongly: gone at once */
 		if (++misses >= KEEPER_HEARTBEAT_MISSES) {
@@ -336,10 +211,11 @@ static void keeper_kill(struct mesh_proc *p)
 {
 	struct mesh *m = p->mesh;
 	pthread_mutex_lock(&m->mu);
-	if (m->o->spawn && p->running && p->pid > 0) {
-		kill(p->pid, SIGKILL);
+	struct mesh_child *c = m->o->spawn ? p->child : NULL;
+	if (c != NULL && c->running) {
+		mesh_kill_child(m, c, SIGKILL);
 		int64_t until = keeper_now_ms() + 5000;
-		while (p->running && keeper_now_ms() < until)
+		while (c->running && keeper_now_ms() < until)
 			keeper_wait(m, 100);
 	}
 	pthread_mutex_unlock(&m->mu);
@@ -436,9 +312,7 @@ void keeper_join(struct mesh_proc *p)
 	if (p->keeper_started)
 		pthread_join(p->keeper, NULL);
 	p->keeper_started = false;
-	if (p->ctl_open)
-		nng_close(p->ctl);
-	p->ctl_open = false;
+	ctl_close(&p->ctl);
 }
 
 /* ------------------------------------------------------------------ the service */

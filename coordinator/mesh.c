@@ -14,6 +14,8 @@
 #include "common/log.h"
 #include "coordinator/mesh_impl.h"
 #include "coordinator/planner.h"
+#include "coordinator/rollout.h"
+#include "coordinator/probe.h"
 #include "lm_config.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -77,9 +79,24 @@ static bool mesh_ready(void *arg, char *why, size_t cap)
 	return ready;
 }
 
+/* How long /v1/status waits for a worker's own /status (connect, then answer). */
+#define MESH_PROBE_TIMEOUT_MS 500
+
 static cJSON *mesh_status(void *arg)
 {
 	struct mesh *m = arg;
+	/* Every worker's own view, asked in parallel before anything is built. */
+	const char **addrs = calloc((size_t)m->n_procs + 1, sizeof *addrs);
+	struct probe_result *probes = calloc((size_t)m->n_procs + 1, sizeof *probes);
+	if (addrs == NULL || probes == NULL) {
+		free(addrs);
+		free(probes);
+		return NULL;
+	}
+	for (int32_t i = 0; i < m->n_procs; i++)
+		addrs[i] = m->procs[i].cfg->http;
+	probe_status_all(addrs, m->n_procs, MESH_PROBE_TIMEOUT_MS, probes);
+	free(addrs);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "model", m->model_name);
 	char fp[32];
@@ -102,9 +119,15 @@ static cJSON *mesh_status(void *arg)
 		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)p->ready.rss_bytes);
 		if (p->why[0])
 			cJSON_AddStringToObject(w, "why", p->why);
+		cJSON_AddStringToObject(w, "http", p->cfg->http);
+		if (probes[i].status != NULL)
+			cJSON_AddItemToObject(w, "status", probes[i].status);
+		else
+			cJSON_AddStringToObject(w, "status_error", probes[i].error);
 		cJSON_AddItemToArray(ws, w);
 	}
 	pthread_mutex_unlock(&m->mu);
+	free(probes);
 	if (m->sched != NULL) {
 		const struct sched_stats *s = sched_stats(m->sched);
 		cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
@@ -116,54 +139,83 @@ static cJSON *mesh_status(void *arg)
 		cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
 		cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));
 		cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
+		cJSON *ro = rollout_status(m);
+		if (ro != NULL)
+			cJSON_AddItemToObject(o, "rollout", ro);
 		cJSON_AddNumberToObject(q, "batches_forgotten",
 					(double)atomic_load(&s->batches_forgotten));
 	}
 	return o;
 }
 
+static void mesh_metrics_hist(struct lm_mtext *t, const char *name, const char *help,
+			      const struct lm_hist *h)
+{
+	struct lm_hist_snap s;
+	lm_hist_snapshot(h, &s);
+	lm_mtext_family(t, name, "histogram", help);
+	lm_mtext_hist(t, name, NULL, &s);
+}
+
 static char *mesh_metrics(void *arg)
 {
 	struct mesh *m = arg;
-	char *buf = malloc(8192);
-	if (buf == NULL || m->sched == NULL) {
-		free(buf);
+	if (m->sched == NULL)
 		return NULL;
-	}
 	const struct sched_stats *s = sched_stats(m->sched);
-	int32_t ready = 0;
+	struct lm_mtext t = {0};
+	lm_mtext_counter(&t, "layermesh_requests_total", "Completion requests accepted.",
+			 atomic_load(&s->requests));
+	lm_mtext_counter(&t, "layermesh_tokens_generated_total", "Tokens sampled by the mesh.",
+			 atomic_load(&s->tokens_generated));
+	lm_mtext_counter(&t, "layermesh_prompt_tokens_total", "Prompt tokens of accepted requests.",
+			 atomic_load(&s->prompt_tokens));
+	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
+			 atomic_load(&s->batches));
+	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",
+			 atomic_load(&s->ring_errors));
+	lm_mtext_counter(&t, "layermesh_replays_total",
+			 "Sequences prefilled again after a worker fault.",
+			 atomic_load(&s->replays));
+	lm_mtext_counter(&t, "layermesh_batches_forgotten_total",
+			 "Batches in flight when a worker went down.",
+			 atomic_load(&s->batches_forgotten));
+	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
+		       atomic_load(&s->active));
+	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
+		       atomic_load(&s->queued));
 	pthread_mutex_lock(&m->mu);
+	int32_t ready = 0;
 	for (int32_t i = 0; i < m->n_procs; i++)
 		ready += m->procs[i].state == PROC_READY;
+	lm_mtext_gauge(&t, "layermesh_workers_ready", "Workers that are ready.", ready);
+	lm_mtext_family(&t, "layermesh_worker_up", "gauge",
+			"1 while the worker is assigned and serving, 0 while it starts, restarts "
+			"or has failed.");
+	for (int32_t i = 0; i < m->n_procs; i++) {
+		char label[300];
+		lm_mtext_label(label, sizeof label, "worker", m->procs[i].cfg->name);
+		lm_mtext_sample(&t, "layermesh_worker_up", label,
+				m->procs[i].state == PROC_READY ? 1 : 0);
+	}
 	pthread_mutex_unlock(&m->mu);
-	snprintf(buf, 8192,
-		 "# HELP layermesh_requests_total Completion requests accepted.\n"
-		 "# TYPE layermesh_requests_total counter\n"
-		 "layermesh_requests_total %llu\n"
-		 "# HELP layermesh_tokens_generated_total Tokens sampled by the mesh.\n"
-		 "# TYPE layermesh_tokens_generated_total counter\n"
-		 "layermesh_tokens_generated_total %llu\n"
-		 "# HELP layermesh_batches_total FORWARD batches sent into the ring.\n"
-		 "# TYPE layermesh_batches_total counter\n"
-		 "layermesh_batches_total %llu\n"
-		 "# HELP layermesh_ring_errors_total Ring messages refused or malformed.\n"
-		 "# TYPE layermesh_ring_errors_total counter\n"
-		 "layermesh_ring_errors_total %llu\n"
-		 "# HELP layermesh_active_sequences Sequences holding a KV slot.\n"
-		 "# TYPE layermesh_active_sequences gauge\n"
-		 "layermesh_active_sequences %d\n"
-		 "# HELP layermesh_queued_sequences Sequences waiting for a slot.\n"
-		 "# TYPE layermesh_queued_sequences gauge\n"
-		 "layermesh_queued_sequences %d\n"
-		 "# HELP layermesh_workers_ready Workers that are ready.\n"
-		 "# TYPE layermesh_workers_ready gauge\n"
-		 "layermesh_workers_ready %d\n",
-		 (unsigned long long)atomic_load(&s->requests),
-		 (unsigned long long)atomic_load(&s->tokens_generated),
-		 (unsigned long long)atomic_load(&s->batches),
-		 (unsigned long long)atomic_load(&s->ring_errors), atomic_load(&s->active),
-		 atomic_load(&s->queued), ready);
-	return buf;
+	mesh_metrics_hist(&t, "layermesh_time_to_first_token_seconds",
+			  "From a request's arrival to its first generated token.", &s->ttft);
+	mesh_metrics_hist(&t, "layermesh_token_decode_seconds",
+			  "Between consecutive generated tokens of a request.", &s->token);
+	mesh_metrics_hist(&t, "layermesh_request_duration_seconds",
+			  "From a request's arrival to its end, for any reason.", &s->duration);
+	return lm_mtext_take(&t);
+}
+
+static cJSON *mesh_redeploy(void *arg, const char *body, size_t len, int *status)
+{
+	return rollout_request(arg, body, len, status);
+}
+
+static cJSON *mesh_rollout(void *arg)
+{
+	return rollout_status(arg);
 }
 
 /* ------------------------------------------------------------------ serving */
@@ -177,11 +229,11 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 200);
-	if ((rv = nng_dial(m->push, m->procs[0].cfg->data, NULL, NNG_FLAG_NONBLOCK)) != 0)
-		return lm_fail(d, LM_EIO, "cannot dial %s: %s", m->procs[0].cfg->data,
-			       nng_strerror(rv));
+	if ((rv = nng_dial(m->push, m->procs[0].data, &m->push_dialer, NNG_FLAG_NONBLOCK)) != 0)
+		return lm_fail(d, LM_EIO, "cannot dial %s: %s", m->procs[0].data, nng_strerror(rv));
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
-			       .slots = m->cfg.slots,
+			       .slots = m->cfg.slots + MESH_PROBE_SLOTS,
+			       .reserved_slots = MESH_PROBE_SLOTS,
 			       .max_seq = m->max_seq,
 			       .max_batch = m->cfg.max_batch,
 			       .max_inflight = m->n_procs,
@@ -206,7 +258,9 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 			     .mesh = m,
 			     .ready = mesh_ready,
 			     .status = mesh_status,
-			     .metrics = mesh_metrics};
+			     .metrics = mesh_metrics,
+			     .redeploy = mesh_redeploy,
+			     .rollout = mesh_rollout};
 	if ((rc = api_start(&m->api, &ac, d)) != 0)
 		return rc;
 	m->serving = true;
@@ -223,45 +277,60 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 
 /* ------------------------------------------------------------------ the loop */
 
+/* Running children, under mu. */
+static int32_t mesh_running(struct mesh *m)
+{
+	int32_t n = 0;
+	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
+		n += c->running;
+	return n;
+}
+
 static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
-	struct mesh_proc *p = proc->data;
+	struct mesh_child *c = proc->data;
+	struct mesh_proc *p = c->p;
 	struct mesh *m = p->mesh;
 	pthread_mutex_lock(&m->mu);
 	if (term_signal != 0)
-		snprintf(p->why, sizeof p->why, "killed by signal %d", term_signal);
+		snprintf(c->why, sizeof c->why, "killed by signal %d", term_signal);
 	else
-		snprintf(p->why, sizeof p->why, "exited with status %lld", (long long)status);
-	p->running = false;
-	if (p->state == PROC_READY && !atomic_load(&m->stopping)) {
-		/* Noticed now, not at the next heartbeat: stop dispatching at once. */
-		lm_error("worker %s (pid %d) %s", p->cfg->name, p->pid, p->why);
-		p->state = PROC_DOWN;
-		mesh_update_service(m);
+		snprintf(c->why, sizeof c->why, "exited with status %lld", (long long)status);
+	c->running = false;
+	if (c == p->child && !c->retiring) {
+		snprintf(p->why, sizeof p->why, "%s", c->why);
+		if (p->state == PROC_READY && !atomic_load(&m->stopping)) {
+			/* Noticed now, not at the next heartbeat: stop dispatching at once. */
+			lm_error("worker %s (pid %d) %s", p->cfg->name, c->pid, c->why);
+			p->state = PROC_DOWN;
+			mesh_update_service(m);
+		}
 	}
 	pthread_cond_broadcast(&m->cv);
+	bool last = atomic_load(&m->stopping) && mesh_running(m) == 0;
 	pthread_mutex_unlock(&m->mu);
-	m->alive--;
 	uv_close((uv_handle_t *)proc, NULL);
-	if (atomic_load(&m->stopping) && m->alive == 0)
+	if (last)
 		uv_stop(&m->loop);
 }
 
-static int mesh_spawn(struct mesh *m, struct mesh_proc *p, lm_diag *d)
+/* Loop thread, under mu: starts the process of a spawn request. */
+static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 {
+	struct mesh_proc *p = r->p;
 	char threads[16], parent[16];
 	snprintf(threads, sizeof threads, "%d", p->cfg->threads);
 	snprintf(parent, sizeof parent, "%d", (int)getpid());
 	const char *level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info";
-	char *args[] = {m->worker_bin,
+	char *args[] = {(char *)r->bin,
 			"--name",
 			p->cfg->name,
 			"--control",
-			p->cfg->control,
+			(char *)r->control,
 			"--data",
-			p->cfg->data,
+			(char *)r->data,
 			"--http",
-			p->cfg->http,
+			(char *)r->http,
 			"--backend",
 			p->cfg->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
 			"--threads",
@@ -275,54 +344,109 @@ static int mesh_spawn(struct mesh *m, struct mesh_proc *p, lm_diag *d)
 					 {.flags = UV_INHERIT_FD, .data.fd = 2},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2}};
 	uv_process_options_t po = {.exit_cb = mesh_on_exit,
-				   .file = m->worker_bin,
+				   .file = r->bin,
 				   .args = args,
 				   .stdio_count = 3,
 				   .stdio = stdio};
-	p->proc.data = p;
-	/* Stale ipc socket files from a crashed process would make the worker's listen fail. */
-	mesh_unlink_ipc(p->cfg->control);
-	mesh_unlink_ipc(p->cfg->data);
-	if (access(m->worker_bin, X_OK) != 0)
+	if (access(r->bin, X_OK) != 0)
 		return lm_fail(d, LM_ENOENT, "worker binary %s is missing or not executable",
-			       m->worker_bin);
-	int rv = uv_spawn(&m->loop, &p->proc, &po);
-	if (rv != 0)
-		return lm_fail(d, LM_EOS, "cannot start %s for worker %s: %s", m->worker_bin,
-			       p->cfg->name, uv_strerror(rv));
-	p->running = true;
-	p->pid = p->proc.pid;
-	m->alive++;
+			       r->bin);
+	struct mesh_child *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	c->p = p;
+	c->proc.data = c;
+	/* Stale ipc socket files from a crashed process would make the worker's listen fail. */
+	mesh_unlink_ipc(r->control);
+	mesh_unlink_ipc(r->data);
+	int rv = uv_spawn(&m->loop, &c->proc, &po);
+	if (rv != 0) {
+		free(c);
+		return lm_fail(d, LM_EOS, "cannot start %s for worker %s: %s", r->bin, p->cfg->name,
+			       uv_strerror(rv));
+	}
+	c->running = true;
+	c->pid = c->proc.pid;
+	c->next = m->children;
+	m->children = c;
+	r->child = c;
 	return 0;
 }
 
-/* Keepers ask for processes; only the loop thread may create process handles. */
+/* Keepers and rollouts ask for processes; only the loop thread may create process handles. */
 static void mesh_on_spawn_async(uv_async_t *a)
 {
 	struct mesh *m = a->data;
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		struct mesh_proc *p = &m->procs[i];
-		if (!p->spawn_requested)
-			continue;
+	while (m->spawns != NULL) {
+		struct mesh_spawn *r = m->spawns;
+		m->spawns = r->next;
 		lm_diag d = {{0}};
-		p->spawn_rc = atomic_load(&m->stopping) ? LM_ECANCELED : mesh_spawn(m, p, &d);
-		if (p->spawn_rc != 0)
-			snprintf(p->why, sizeof p->why, "%s", lm_diag_str(&d, p->spawn_rc));
-		p->spawn_requested = false;
+		r->rc = atomic_load(&m->stopping) ? LM_ECANCELED : mesh_spawn(m, r, &d);
+		if (r->rc != 0)
+			snprintf(r->why, sizeof r->why, "%s", lm_diag_str(&d, r->rc));
+		r->done = true;
 	}
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
+}
+
+int mesh_spawn_child(struct mesh *m, struct mesh_proc *p, const char *bin, const char *data,
+		     const char *control, const char *http, struct mesh_child **child, lm_diag *d)
+{
+	struct mesh_spawn r = {.p = p, .bin = bin, .data = data, .control = control, .http = http};
+	pthread_mutex_lock(&m->mu);
+	r.next = m->spawns;
+	m->spawns = &r;
+	uv_async_send(&m->spawn_async);
+	while (!r.done && !atomic_load(&m->stopping)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+	}
+	if (!r.done) { /* stopping: take the request back if the loop has not seen it */
+		for (struct mesh_spawn **q = &m->spawns; *q != NULL; q = &(*q)->next)
+			if (*q == &r) {
+				*q = r.next;
+				break;
+			}
+		r.rc = LM_ECANCELED;
+		snprintf(r.why, sizeof r.why, "the mesh is stopping");
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (r.rc != 0)
+		return lm_fail(d, r.rc, "%s", r.why);
+	*child = r.child;
+	return 0;
+}
+
+void mesh_kill_child(struct mesh *m, struct mesh_child *c, int sig)
+{
+	(void)m;
+	/* kill(2) on the pid: uv_process_kill is for the loop thread. The child is reaped only
+	 * by the loop, under mu, so while `running` is true the pid is still ours. */
+	if (c != NULL && c->running && c->pid > 0)
+		kill(c->pid, sig);
+}
+
+bool mesh_child_running(struct mesh *m, struct mesh_child *c)
+{
+	pthread_mutex_lock(&m->mu);
+	bool r = c != NULL && c->running;
+	pthread_mutex_unlock(&m->mu);
+	return r;
 }
 
 static void mesh_on_stop_timer(uv_timer_t *t)
 {
 	struct mesh *m = t->data;
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++)
-		if (m->procs[i].running) {
-			lm_warn("%s did not stop in time: killing it", m->procs[i].cfg->name);
-			uv_process_kill(&m->procs[i].proc, SIGKILL);
+	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
+		if (c->running) {
+			lm_warn("%s (pid %d) did not stop in time: killing it", c->p->cfg->name,
+				c->pid);
+			kill(c->pid, SIGKILL);
 		}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -341,12 +465,13 @@ static void mesh_begin_stop(struct mesh *m, const char *why)
 	sched_stop(m->sched);
 	m->sched = NULL;
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++)
-		if (m->procs[i].running)
-			uv_process_kill(&m->procs[i].proc, SIGTERM);
+	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
+		if (c->running)
+			kill(c->pid, SIGTERM);
+	bool none = mesh_running(m) == 0;
 	pthread_mutex_unlock(&m->mu);
 	uv_timer_start(&m->stop_timer, mesh_on_stop_timer, 5000, 0);
-	if (m->alive == 0)
+	if (none)
 		uv_stop(&m->loop);
 }
 
@@ -453,6 +578,10 @@ int mesh_up(const struct mesh_opts *o)
 		p->cfg = &m->cfg.workers[i];
 		p->index = i;
 		p->state = PROC_STARTING;
+		snprintf(p->bin, sizeof p->bin, "%s", m->worker_bin);
+		snprintf(p->data, sizeof p->data, "%s", p->cfg->data);
+		snprintf(p->control, sizeof p->control, "%s", p->cfg->control);
+		snprintf(p->http, sizeof p->http, "%s", p->cfg->http);
 	}
 	lm_info("starting %d workers", m->n_procs);
 	for (int32_t i = 0; i < m->n_procs; i++)
@@ -462,11 +591,12 @@ int mesh_up(const struct mesh_opts *o)
 		}
 	uv_run(&m->loop, UV_RUN_DEFAULT);
 
-	/* Stopped: keepers see `stopping` at their next wait. */
+	/* Stopped: keepers and a rollout see `stopping` at their next wait. */
 	atomic_store(&m->stopping, true);
 	pthread_mutex_lock(&m->mu);
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
+	rollout_join(m);
 	for (int32_t i = 0; i < m->n_procs; i++)
 		keeper_join(&m->procs[i]);
 	api_stop(m->api);
@@ -487,7 +617,14 @@ early:
 		if (o->spawn && m->procs[i].cfg != NULL) {
 			mesh_unlink_ipc(m->procs[i].cfg->control);
 			mesh_unlink_ipc(m->procs[i].cfg->data);
+			mesh_unlink_ipc(m->procs[i].control);
+			mesh_unlink_ipc(m->procs[i].data);
 		}
+	}
+	while (m->children != NULL) {
+		struct mesh_child *c = m->children;
+		m->children = c->next;
+		free(c);
 	}
 	mesh_unlink_ipc(m->cfg.data_in);
 	free(m->procs);

@@ -90,8 +90,9 @@ int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct 
 		layers[i].flops = lc[i].flops;
 		geom[i] = lm_hparams_kv_geom(hp, i);
 	}
-	rc = fence_kv_costs(layers, L, geom, max_seq, cfg->slots, cfg->kv_type_k, cfg->kv_type_v,
-			    d);
+	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
+	rc = fence_kv_costs(layers, L, geom, max_seq, cfg->slots + 1, cfg->kv_type_k,
+			    cfg->kv_type_v, d);
 	if (rc != 0) {
 		lm_diag_prefix(d, "%s", cfg->model_path);
 		goto out;
@@ -233,8 +234,9 @@ int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 			cfg.model_path, (int)info.n_layers, (int)info.n_embd, (int)info.n_vocab,
 			(int)info.n_ctx_train, info.tied ? ", tied embedding" : "");
 		fprintf(out,
-			"cache: %d positions x %d slots, K %s, V %s: %s for all layers in one "
-			"process; weights %s, embedding %s, head %s\n",
+			"cache: %d positions x %d slots (+1 kept for probes), K %s, V %s: %s for "
+			"all "
+			"layers in one process; weights %s, embedding %s, head %s\n",
 			(int)info.max_seq, (int)info.slots, lm_dtype_name(info.kv_type_k),
 			lm_dtype_name(info.kv_type_v), fence_fmt_bytes(info.kv_bytes, a, sizeof a),
 			fence_fmt_bytes(info.weight_bytes, b, sizeof b),

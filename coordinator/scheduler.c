@@ -27,8 +27,9 @@ struct sched_seq {
 	void *arg;
 	bool inflight;
 	bool cancel;
-	int32_t retries;        /* batches of this sequence a worker refused */
-	struct sched_seq *next; /* inbox / wait queue link */
+	int32_t retries;                 /* batches of this sequence a worker refused */
+	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
+	struct sched_seq *next;          /* inbox / wait queue link */
 };
 
 struct sched_batch {
@@ -48,6 +49,11 @@ struct sched {
 	/* Shared with other threads, under mu. */
 	bool stopping, available;
 	bool paused, replay_pending;
+	bool quiesce,
+		quiesced;   /* sched_quiesce asked / the thread stopped with nothing in flight */
+	pthread_cond_t qcv; /* signalled when `quiesced` becomes true */
+	struct sched_slot *snap; /* [slots]: the live slots when quiesced */
+	int32_t n_snap;
 	uint64_t pauses; /* counts sched_pause calls: a pause lifted before the thread woke up
 			  * must still make it forget the batches in flight */
 	char why[256];
@@ -138,6 +144,7 @@ static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish
 			s->release[s->n_release++] = q->slot;
 		atomic_fetch_sub(&s->stats.active, 1);
 	}
+	lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
 	q->on_done(q->arg, why, code, msg);
 	sched_free_seq(q);
 }
@@ -230,6 +237,12 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 		q->tok[q->n_tok++] = tk->token;
 		q->n_gen++;
 		atomic_fetch_add(&s->stats.tokens_generated, 1);
+		uint64_t now = lm_now_ns();
+		if (q->n_gen == 1)
+			lm_hist_observe(&s->stats.ttft, now - q->t_submit_ns);
+		else
+			lm_hist_observe(&s->stats.token, now - q->t_last_ns);
+		q->t_last_ns = now;
 		q->on_token(q->arg, tk->token, tk->logprob, top_ids, top_lp, n_top);
 		if (q->cancel)
 			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
@@ -417,7 +430,7 @@ static void sched_dispatch(struct sched *s)
 
 static void sched_admit(struct sched *s)
 {
-	for (int32_t i = 0; i < s->cfg.slots && s->wait_head != NULL; i++) {
+	for (int32_t i = 0; i < s->cfg.slots - s->cfg.reserved_slots && s->wait_head != NULL; i++) {
 		if (s->slot_seq[i] != NULL)
 			continue;
 		struct sched_seq *q = s->wait_head;
@@ -549,6 +562,7 @@ static void *sched_main(void *arg)
 			s->n_rx -= nr;
 		}
 		bool up = s->available, paused = s->paused, replay = s->replay_pending;
+		bool quiesce = s->quiesce, quiesced = s->quiesced;
 		uint64_t pauses = s->pauses;
 		s->replay_pending = false;
 		char why[256];
@@ -559,6 +573,17 @@ static void *sched_main(void *arg)
 			struct sched_seq *q = in;
 			in = in->next;
 			q->next = NULL;
+			if (q->slot >= 0) { /* a probe with its own reserved slot */
+				if (s->slot_seq[q->slot] != NULL) {
+					sched_finish(s, q, SCHED_FINISH_ERROR, LM_EBUSY,
+						     "the probe slot is in use");
+					continue;
+				}
+				s->slot_seq[q->slot] = q;
+				atomic_fetch_sub(&s->stats.queued, 1);
+				atomic_fetch_add(&s->stats.active, 1);
+				continue;
+			}
 			if (s->wait_tail != NULL)
 				s->wait_tail->next = q;
 			else
@@ -601,7 +626,20 @@ static void *sched_main(void *arg)
 			}
 			sched_admit(s);
 			sched_send_release(s);
-			sched_dispatch(s);
+			if (!quiesce)
+				sched_dispatch(s);
+		}
+		if (quiesce && s->n_inflight == 0 && !quiesced) {
+			int32_t k = 0;
+			for (int32_t i = 0; i < s->cfg.slots; i++)
+				if (s->slot_seq[i] != NULL)
+					s->snap[k++] =
+						(struct sched_slot){i, s->slot_seq[i]->n_done};
+			pthread_mutex_lock(&s->mu);
+			s->n_snap = k;
+			s->quiesced = s->quiesce;
+			pthread_cond_broadcast(&s->qcv);
+			pthread_mutex_unlock(&s->mu);
 		}
 
 		pthread_mutex_lock(&s->mu);
@@ -652,10 +690,11 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 				      .max_logprobs = cfg->max_logprobs};
 	int32_t slots = cfg->slots;
 	s->slot_seq = calloc((size_t)slots, sizeof *s->slot_seq);
+	s->snap = calloc((size_t)slots, sizeof *s->snap);
 	s->release = calloc((size_t)slots * 2, sizeof *s->release);
 	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
 	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
-	bool ok = s->slot_seq && s->release && s->wseqs && s->ids &&
+	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids &&
 		  wire_scratch_init(&s->scratch, slots) == 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
@@ -670,6 +709,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
+	pthread_cond_init(&s->qcv, NULL);
 	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
@@ -710,6 +750,7 @@ void sched_stop(struct sched *s)
 			nng_msg_free(s->rx[i]);
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
+		pthread_cond_destroy(&s->qcv);
 	}
 	for (int32_t i = 0; i < SCHED_MAX_INFLIGHT; i++) {
 		free(s->inflight[i].seqs);
@@ -717,6 +758,7 @@ void sched_stop(struct sched *s)
 		free(s->inflight[i].sample);
 	}
 	free(s->slot_seq);
+	free(s->snap);
 	free(s->release);
 	free(s->wseqs);
 	free(s->ids);
@@ -762,12 +804,20 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
 	q->n_tok = q->n_prompt = r->n_prompt;
 	q->slot = -1;
+	if (r->probe) {
+		if (s->cfg.reserved_slots < 1) {
+			sched_free_seq(q);
+			return lm_fail(d, LM_EINVAL, "this scheduler keeps no slot for probes");
+		}
+		q->slot = s->cfg.slots - s->cfg.reserved_slots;
+	}
 	q->max_tokens = r->max_tokens;
 	q->n_logprobs = r->n_logprobs;
 	q->sampling = r->sampling;
 	q->on_token = r->on_token;
 	q->on_done = r->on_done;
 	q->arg = r->arg;
+	q->t_submit_ns = lm_now_ns();
 
 	pthread_mutex_lock(&s->mu);
 	if (!s->available || s->stopping) {
@@ -783,6 +833,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 		/* Nothing to generate: done without touching the mesh. */
 		pthread_mutex_unlock(&s->mu);
 		atomic_fetch_add(&s->stats.requests, 1);
+		lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
 		q->on_done(q->arg, SCHED_FINISH_LENGTH, 0, NULL);
 		sched_free_seq(q);
 		return 0;
@@ -837,10 +888,43 @@ void sched_pause(struct sched *s, const char *why)
 	pthread_mutex_unlock(&s->mu);
 }
 
+int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, int32_t cap,
+		  int32_t *n, lm_diag *d)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&s->mu);
+	s->quiesce = true;
+	s->quiesced = false;
+	pthread_cond_signal(&s->cv);
+	int rv = 0;
+	while (!s->quiesced && rv == 0)
+		rv = pthread_cond_timedwait(&s->qcv, &s->mu, &ts);
+	if (!s->quiesced) {
+		s->quiesce = false;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		return lm_fail(d, LM_ETIMEOUT, "batches were still in flight after %lld ms",
+			       (long long)timeout_ms);
+	}
+	*n = s->n_snap < cap ? s->n_snap : cap;
+	memcpy(out, s->snap, (size_t)*n * sizeof *out);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
 void sched_resume(struct sched *s, bool replay)
 {
 	pthread_mutex_lock(&s->mu);
 	s->paused = false;
+	s->quiesce = false;
+	s->quiesced = false;
 	s->replay_pending |= replay;
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/metrics.h"
 #include "common/sampling.h"
 #include "common/wire.h"
 
@@ -39,6 +40,7 @@ struct sched_req {
 	int32_t max_tokens;
 	struct lm_sampling sampling;
 	int32_t n_logprobs;
+	bool probe; /* run in the reserved slot (smoke tests, diffs); fails with LM_EBUSY if taken */
 	/* One generated token; top_ids/top_lp hold n_top alternatives. */
 	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top);
@@ -49,9 +51,10 @@ struct sched_req {
 
 struct sched_cfg {
 	uint64_t fingerprint;
-	int32_t slots;        /* KV slots per worker */
-	int32_t max_seq;      /* context per sequence */
-	int32_t max_batch;    /* tokens per FORWARD */
+	int32_t slots;          /* KV slots per worker */
+	int32_t reserved_slots; /* the last ones, kept for probes, never admitted */
+	int32_t max_seq;        /* context per sequence */
+	int32_t max_batch;      /* tokens per FORWARD */
 	int32_t max_inflight; /* batches travelling at once (>= 1; the stage count is a good value) */
 	int32_t prefill_chunk; /* prompt tokens of one sequence per batch */
 	int32_t n_vocab;
@@ -69,6 +72,10 @@ struct sched_stats {
 	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
 	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
 	_Atomic int32_t active, queued;
+	/* Per request, in nanoseconds from sched_submit: to its first generated token (ttft), and
+	 * to its end for any reason (duration); per generated token after the first, the time
+	 * since the one before (token). ttft and token together count tokens_generated. */
+	struct lm_hist ttft, token, duration;
 };
 
 struct sched;
@@ -97,6 +104,17 @@ void sched_pause(struct sched *s, const char *why);
  * sequence is prefilled again from position 0 and then samples its next token with the same
  * (seed, step), so greedy and seeded requests finish exactly as without the fault. */
 void sched_resume(struct sched *s, bool replay);
+
+/* A live sequence's place in the workers' caches, as sched_quiesce reports it. */
+struct sched_slot {
+	int32_t slot;
+	int32_t len; /* positions the workers hold */
+};
+/* Stops dispatching and waits until no batch is in flight (at most timeout_ms: LM_ETIMEOUT,
+ * and dispatch resumes). Then every worker sits between two batches with a consistent cache:
+ * *n slots (at most cap) are listed in out with their lengths. sched_resume(s, false) ends it. */
+int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, int32_t cap,
+		  int32_t *n, lm_diag *d);
 
 const struct sched_stats *sched_stats(const struct sched *s);
 

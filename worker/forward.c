@@ -145,7 +145,13 @@ static int fw_layer(struct lm_forward *fw, int32_t il, const struct lm_batch *b,
 	if ((rc = kv_cache_layer(fw->kv, il, &kvl, d)) != 0)
 		return rc;
 	/* Attention block. */
-	FW_OP(be->rmsnorm(ctx, fw->h, fw->x, w->attn_norm.data, e, n, hp->rms_eps), "attn_norm");
+	float eps = hp->rms_eps;
+#ifdef LM_TEST_PERTURB
+	/* A test build whose numerics are subtly wrong (tests/integration: a redeploy's smoke test
+	 * must catch it): the attention norm's epsilon is a hundred times too large. */
+	eps *= 100;
+#endif
+	FW_OP(be->rmsnorm(ctx, fw->h, fw->x, w->attn_norm.data, e, n, eps), "attn_norm");
 	FW_OP(be->matmul(ctx, fw->q, &w->wq, fw->h, n), "attn_q");
 	FW_OP(be->matmul(ctx, fw->k, &w->wk, fw->h, n), "attn_k");
 	FW_OP(be->matmul(ctx, fw->v, &w->wv, fw->h, n), "attn_v");

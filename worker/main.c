@@ -21,7 +21,7 @@ static const char worker_usage[] =
 	"  --control ADDR       control address, e.g. ipc:///tmp/lm-w0.ctl or "
 	"tcp://127.0.0.1:7001\n"
 	"  --data ADDR          data address the predecessor dials\n"
-	"  --http ADDR          health server address (host:port)\n"
+	"  --http ADDR          health server (host:port): /healthz /readyz /status /metrics\n"
 	"  --backend B          cpu or cuda (default cpu)\n"
 	"  --threads N          CPU threads (default 1)\n"
 	"  --kernels K          auto or scalar (default auto)\n"
@@ -37,7 +37,7 @@ static const char worker_usage[] =
 	"  --max-seq N          positions per sequence (default 512)\n"
 	"  --slots N            concurrent sequences (default 16)\n"
 	"  --kv-type T          f32, f16 or q8_0 for K and V (default f32)\n"
-	"  --wire-dtype T       f32 or f16 hidden states on the wire (default f32)\n"
+	"  --wire-dtype T       f32, f16 or bf16 hidden states on the wire (default f32)\n"
 	"  --max-batch N        tokens per FORWARD (default 256)\n"
 	"  -h, --help           this text\n";
 
@@ -177,8 +177,11 @@ int main(int argc, char **argv)
 				a->wire_dtype = WIRE_DT_F32;
 			else if (strcmp(optarg, "f16") == 0)
 				a->wire_dtype = WIRE_DT_F16;
+			else if (strcmp(optarg, "bf16") == 0)
+				a->wire_dtype = WIRE_DT_BF16;
 			else
-				return worker_bad("--wire-dtype expects f32 or f16, got", optarg);
+				return worker_bad("--wire-dtype expects f32, f16 or bf16, got",
+						  optarg);
 			break;
 		case 'b':
 			if (worker_int(optarg, 1, 65536, &a->max_batch) != 0)

@@ -66,6 +66,7 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 
 	memset(st, 0, sizeof *st);
 	st->assign = *a;
+	st->trace_slot = -1;
 	if ((rc = lm_backend_init(&st->be, backend, bo)) != 0)
 		return lm_fail(d, rc, "backend '%s' is not available: %s", backend,
 			       lm_strerror(rc));
@@ -144,6 +145,8 @@ void stage_fini(struct stage *st)
 	free(st->logits);
 	free(st->toks);
 	free(st->top);
+	free(st->trace);
+	free(st->trace_rows);
 	memset(st, 0, sizeof *st);
 }
 
@@ -237,6 +240,52 @@ static size_t stage_top_logprobs(struct stage *st, const float *logits, int32_t 
 	return at + 8 * (size_t)k;
 }
 
+/* The forward's per-layer hook while a traced slot's rows are in the batch. */
+static void stage_trace_hook(void *arg, int32_t layer, const float *x, int32_t n)
+{
+	struct stage *st = arg;
+	size_t dim = (size_t)st->dim, l = (size_t)(layer - st->assign.begin);
+	(void)n;
+	for (int32_t k = 0; k < st->trace_batch; k++) {
+		float *dst =
+			st->trace + (l * (size_t)st->trace_cap + (size_t)(st->trace_n + k)) * dim;
+		st->be.iface->download(st->be.ctx, dst, x + (size_t)st->trace_rows[k] * dim,
+				       dim * sizeof(float));
+	}
+}
+
+int stage_trace(struct stage *st, int32_t slot, int32_t *rows, void **out, size_t *bytes,
+		lm_diag *d)
+{
+	size_t layers = (size_t)(st->assign.end - st->assign.begin), dim = (size_t)st->dim;
+	if (st->trace == NULL) {
+		int32_t cap = st->assign.max_seq < STAGE_TRACE_ROWS ? st->assign.max_seq
+								    : STAGE_TRACE_ROWS;
+		st->trace = malloc(layers * (size_t)cap * dim * sizeof(float) + 1);
+		st->trace_rows = malloc((size_t)st->assign.max_batch * sizeof *st->trace_rows);
+		if (st->trace == NULL || st->trace_rows == NULL) {
+			free(st->trace);
+			free(st->trace_rows);
+			st->trace = NULL;
+			st->trace_rows = NULL;
+			return lm_fail(d, LM_ENOMEM, "out of memory for a trace");
+		}
+		st->trace_cap = cap;
+	}
+	size_t n = st->trace_slot >= 0 ? (size_t)st->trace_n : 0;
+	*rows = (int32_t)n;
+	*bytes = layers * n * dim * sizeof(float);
+	*out = malloc(*bytes + 1);
+	if (*out == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory for a trace");
+	for (size_t l = 0; l < layers; l++)
+		memcpy((float *)*out + l * n * dim, st->trace + l * (size_t)st->trace_cap * dim,
+		       n * dim * sizeof(float));
+	st->trace_slot = slot;
+	st->trace_n = 0;
+	return 0;
+}
+
 static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 {
 	const uint8_t *body = nng_msg_body(in);
@@ -272,6 +321,15 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 		stage_unpack_rows(f.dtype, f.payload, st->hin, (size_t)n * (size_t)st->dim);
 		hin = st->hin;
 	}
+	/* Rows of the traced slot, if any, are copied after each layer by stage_trace_hook. */
+	st->trace_batch = 0;
+	if (st->trace_slot >= 0)
+		for (int32_t r = 0; r < n && st->trace_n + st->trace_batch < st->trace_cap; r++)
+			if (st->loc[r].slot == st->trace_slot)
+				st->trace_rows[st->trace_batch++] = r;
+	st->fw.hook = st->trace_batch > 0 ? stage_trace_hook : NULL;
+	st->fw.hook_arg = st;
+
 	/* A last-stage batch that samples nothing (prefill chunks) still runs for its KV rows and
 	 * answers with an empty TOKENS message, so the coordinator knows the batch is done. */
 	uint64_t t0 = stage_now_ns();
@@ -281,8 +339,10 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 		rc = lm_forward_run(&st->fw, &b, hin, st->hout, NULL, d);
 	}
 	atomic_fetch_add(&st->stats.compute_ns, stage_now_ns() - t0);
+	st->fw.hook = NULL;
 	if (rc != 0)
 		return rc;
+	st->trace_n += st->trace_batch;
 	atomic_fetch_add(&st->stats.batches, 1);
 	atomic_fetch_add(&st->stats.tokens, (uint64_t)n);
 

@@ -53,7 +53,18 @@ struct stage {
 	uint8_t *top;            /* top-logprob payload, last stage */
 	size_t top_cap;
 	struct stage_stats stats;
+	/* Tracing for `layermesh diff` (TRACE): the hidden state after each of this stage's layers
+	 * for the rows of one armed slot, as they pass. */
+	int32_t trace_slot;  /* -1: off */
+	int32_t trace_n;     /* rows recorded */
+	int32_t trace_cap;   /* rows that fit */
+	float *trace;        /* [layers][trace_cap][dim] */
+	int32_t *trace_rows; /* [max_batch] rows of the current batch that are recorded */
+	int32_t trace_batch; /* how many of them */
 };
+
+/* Rows a trace records at most (the prompt of a diff). */
+#define STAGE_TRACE_ROWS 512
 
 /* Loads the slice of the assignment on a backend and allocates its cache and scratch.
  * On failure nothing is left allocated and d says why (naming file, layer or bytes). */
@@ -66,6 +77,12 @@ void stage_fini(struct stage *st);
  * still the caller's, *out is NULL, and the caller sends an ERROR down the ring (see
  * stage_error_msg). */
 int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d);
+
+/* Answers a TRACE request: fills *rows and *bytes with what was recorded for the armed slot
+ * (payload [layers][rows][dim] f32, in st->trace order, compacted into out, which the caller
+ * frees), then arms `slot` afresh. */
+int stage_trace(struct stage *st, int32_t slot, int32_t *rows, void **out, size_t *bytes,
+		lm_diag *d);
 
 /* Builds an ERROR message about a ring message (its id and type from `head`, if known). */
 int stage_error_msg(struct wire_buf *scratch, uint64_t id, uint32_t about, int code,

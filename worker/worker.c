@@ -1,7 +1,6 @@
 /* worker.c — the layermesh-worker process around one stage. See worker.h. */
 #include "worker/worker.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <nng/nng.h>
 #include <nng/protocol/pipeline0/pull.h>
@@ -14,11 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "lm_config.h"
+#include "worker/health.h"
+#include "worker/recvq.h"
 #include "worker/stage.h"
 
 /* How often blocked receives wake up to look at the stop flag. */
@@ -31,17 +32,26 @@ struct worker {
 	struct stage st;    /* under mu */
 	nng_socket ctl, pull, push;
 	bool push_open;
+	nng_dialer next_dialer; /* to the successor; replaced by REPOINT */
+	bool next_dialed;
 	pthread_t data_thread;
 	bool data_started;
 	struct wire_buf cbuf; /* control replies (control thread only) */
 	struct wire_buf ebuf; /* ERROR messages (data thread only) */
-	time_t started;
+	uint64_t started_ns;
 	_Atomic uint64_t dropped; /* ring messages that could not be processed or forwarded */
 	/* The slice as HELLO reports it: written once when the assignment is accepted, then
 	 * published, so HELLO (the coordinator's heartbeat) never waits for `mu`, which a long
 	 * batch may hold for seconds. */
 	struct wire_hello slice_info;
 	_Atomic bool slice_published;
+	/* For the health endpoints, which must not wait for `mu` either (a load holds it too):
+	 * the phase (enum health_phase; HEALTH_ASSIGNED publishes `st`'s fixed fields, as
+	 * slice_published does slice_info) and the KV slots in use after the last message. */
+	_Atomic int phase;
+	_Atomic int32_t active;
+	struct recvq rq;      /* the data ring's arrivals, stamped */
+	struct health health; /* latencies, the status document, the --http server */
 };
 
 /* Set from the signal handler; read by both loops. */
@@ -76,7 +86,8 @@ static void *worker_data_main(void *arg)
 
 	while (!worker_stop) {
 		nng_msg *in = NULL, *out = NULL;
-		int rv = nng_recvmsg(w->pull, &in, 0);
+		uint64_t arrived;
+		int rv = recvq_pop(&w->rq, &in, &arrived, WORKER_POLL_MS);
 		if (rv == NNG_ETIMEDOUT)
 			continue;
 		if (rv != 0)
@@ -85,10 +96,18 @@ static void *worker_data_main(void *arg)
 		pthread_mutex_lock(&w->mu);
 		int rc = LM_EUNAVAILABLE;
 		bool can_push = w->push_open;
-		if (w->assigned)
+		uint64_t t0 = lm_now_ns();
+		lm_hist_observe(&w->health.recv, t0 - arrived);
+		if (w->assigned) {
 			rc = stage_handle(&w->st, in, &out, &d);
-		else
+			lm_hist_observe(&w->health.compute, lm_now_ns() - t0);
+			int32_t active = 0;
+			for (int32_t q = 0; q < w->st.kv.slots; q++)
+				active += w->st.kv.len[q] > 0;
+			atomic_store(&w->active, active);
+		} else {
 			lm_fail(&d, rc, "worker %s has no assignment yet", w->o->name);
+		}
 		pthread_mutex_unlock(&w->mu);
 		if (rc != 0) {
 			struct wire_head h = {0};
@@ -102,8 +121,11 @@ static void *worker_data_main(void *arg)
 				continue;
 			}
 		}
+		uint64_t t1 = lm_now_ns();
 		if (worker_push(w, out) != 0)
 			atomic_fetch_add(&w->dropped, 1);
+		else
+			lm_hist_observe(&w->health.send, lm_now_ns() - t1);
 	}
 	return NULL;
 }
@@ -177,10 +199,13 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 		nng_socket_set_ms(w->push, NNG_OPT_RECONNMINT, 10);
 		nng_socket_set_ms(w->push, NNG_OPT_RECONNMAXT, 200);
 		w->push_open = true;
+		if ((rv = health_watch_successor(&w->health, w->push, d)) != 0)
+			return rv;
 	}
-	if ((rv = nng_dial(w->push, next, NULL, NNG_FLAG_NONBLOCK)) != 0)
+	if ((rv = nng_dial(w->push, next, &w->next_dialer, NNG_FLAG_NONBLOCK)) != 0)
 		return lm_fail(d, LM_EIO, "cannot dial the successor at %s: %s", next,
 			       nng_strerror(rv));
+	w->next_dialed = true;
 	return 0;
 }
 
@@ -188,11 +213,15 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 {
 	lm_info("loading layers [%d, %d)%s%s of %s", a->begin, a->end,
 		a->embedding ? " + embedding" : "", a->head ? " + head" : "", a->model);
+	atomic_store(&w->phase, HEALTH_LOADING);
 	int rc = stage_init(&w->st, a, w->o->backend, &w->o->backend_opts, d);
-	if (rc != 0)
+	if (rc != 0) {
+		atomic_store(&w->phase, HEALTH_WAITING);
 		return rc;
+	}
 	if ((rc = worker_connect_next(w, a->next, d)) != 0) {
 		stage_fini(&w->st);
+		atomic_store(&w->phase, HEALTH_WAITING);
 		return rc;
 	}
 	w->assigned = true;
@@ -202,6 +231,7 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 					    .embedding = a->embedding,
 					    .head = a->head};
 	atomic_store_explicit(&w->slice_published, true, memory_order_release);
+	atomic_store_explicit(&w->phase, HEALTH_ASSIGNED, memory_order_release);
 	lm_info("ready: weights %.2f MiB, KV %.2f MiB (%d layers from %d), resident %.2f MiB",
 		(double)w->st.model.weight_bytes / 1048576.0, (double)w->st.kv.bytes / 1048576.0,
 		w->st.kv.num_layers, w->st.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
@@ -241,56 +271,193 @@ static int worker_on_assign(struct worker *w, const void *body, size_t len, uint
 	return worker_reply(w, &w->cbuf, NULL, 0);
 }
 
-/* The /status document: identity, slice, memory and counters. */
-static char *worker_status_json(struct worker *w)
+/* One reading of the worker for /status, STATUS and /metrics (health.h), without `mu`: a load
+ * or a long batch holds it for seconds, and a readiness probe must not wait for that. Once the
+ * phase is HEALTH_ASSIGNED (a release store after stage_init), the stage's assignment, model
+ * and cache geometry never change until the process ends; its counters are atomics; the
+ * slots in use are published by the data thread. */
+static void worker_snapshot(void *arg, struct health_snapshot *s)
 {
-	cJSON *o = cJSON_CreateObject();
-	if (o == NULL)
-		return NULL;
-	cJSON_AddStringToObject(o, "name", w->o->name);
-	cJSON_AddStringToObject(o, "build", LM_VERSION);
-	cJSON_AddNumberToObject(o, "protocol", WIRE_VERSION);
-	cJSON_AddNumberToObject(o, "pid", (double)getpid());
-	cJSON_AddNumberToObject(o, "uptime_s", (double)(time(NULL) - w->started));
-	cJSON_AddNumberToObject(o, "rss_bytes", (double)stage_rss_bytes());
-	pthread_mutex_lock(&w->mu);
-	cJSON_AddBoolToObject(o, "assigned", w->assigned);
-	if (w->assigned) {
-		const struct stage *st = &w->st;
-		char fp[32];
-		snprintf(fp, sizeof fp, "%016llx", (unsigned long long)st->model.fingerprint);
-		cJSON_AddStringToObject(o, "fingerprint", fp);
-		cJSON *slice = cJSON_AddArrayToObject(o, "slice");
-		cJSON_AddItemToArray(slice, cJSON_CreateNumber(st->assign.begin));
-		cJSON_AddItemToArray(slice, cJSON_CreateNumber(st->assign.end));
-		cJSON_AddBoolToObject(o, "embedding", st->assign.embedding);
-		cJSON_AddBoolToObject(o, "head", st->assign.head);
-		cJSON_AddNumberToObject(o, "kv_base", st->kv.base_layer);
-		cJSON_AddNumberToObject(o, "kv_num_layers", st->kv.num_layers);
-		cJSON_AddNumberToObject(o, "kv_bytes", (double)st->kv.bytes);
-		cJSON *per = cJSON_AddArrayToObject(o, "kv_bytes_per_layer");
-		for (int32_t i = 0; i < st->kv.num_layers; i++) {
-			const struct lm_kv_layer *l = &st->kv.layers[i];
-			double b = (double)l->ctx * l->slots *
-				   (double)(l->k_row_bytes + l->v_row_bytes);
-			cJSON_AddItemToArray(per, cJSON_CreateNumber(b));
-		}
-		cJSON_AddNumberToObject(o, "weight_bytes", (double)st->model.weight_bytes);
-		cJSON_AddNumberToObject(o, "mapped_bytes", (double)st->model.mapped_bytes);
-		int32_t active = 0;
-		for (int32_t s = 0; s < st->kv.slots; s++)
-			active += st->kv.len[s] > 0;
-		cJSON_AddNumberToObject(o, "active_sequences", active);
-		cJSON_AddNumberToObject(o, "batches", (double)atomic_load(&st->stats.batches));
-		cJSON_AddNumberToObject(o, "tokens_processed",
-					(double)atomic_load(&st->stats.tokens));
-		cJSON_AddNumberToObject(o, "ring_errors", (double)atomic_load(&st->stats.errors));
+	struct worker *w = arg;
+	s->name = w->o->name;
+	s->pid = (int)getpid();
+	s->uptime_s = (double)(lm_now_ns() - w->started_ns) / 1e9;
+	s->rss_bytes = stage_rss_bytes();
+	s->dropped = atomic_load(&w->dropped);
+	s->phase = (enum health_phase)atomic_load_explicit(&w->phase, memory_order_acquire);
+	if (s->phase != HEALTH_ASSIGNED)
+		return;
+	const struct stage *st = &w->st;
+	s->assign = st->assign;
+	s->fingerprint = st->model.fingerprint;
+	s->kv_base = st->kv.base_layer;
+	s->kv_num_layers = st->kv.num_layers;
+	s->kv_bytes = st->kv.bytes;
+	for (int32_t i = 0; i < st->kv.num_layers && i < LM_MAX_LAYERS; i++) {
+		const struct lm_kv_layer *l = &st->kv.layers[i];
+		s->kv_layer_bytes[i] =
+			(uint64_t)l->ctx * (uint64_t)l->slots * (l->k_row_bytes + l->v_row_bytes);
 	}
+	s->weight_bytes = st->model.weight_bytes;
+	s->mapped_bytes = st->model.mapped_bytes;
+	s->active_sequences = atomic_load(&w->active);
+	s->batches = atomic_load(&st->stats.batches);
+	s->tokens = atomic_load(&st->stats.tokens);
+	s->ring_errors = atomic_load(&st->stats.errors);
+	s->releases = atomic_load(&st->stats.releases);
+}
+
+/* The redeploy verbs. The coordinator sends them while the ring is quiet (no batch in flight),
+ * and `mu` puts each between two batches anyway. */
+
+/* REPOINT: send the ring's messages to another successor from now on (the old one is being
+ * replaced). The old dialer closes; NNG keeps redialling the new address until it listens. */
+static int worker_on_repoint(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_repoint r;
+	lm_diag d = {{0}};
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_REPOINT, LM_EUNAVAILABLE,
+					  "no assignment yet");
+	}
+	rc = wire_decode_repoint(body, len, &w->st.lim, &r, &d);
+	if (rc == 0) {
+		nng_dialer old = w->next_dialer;
+		bool had = w->next_dialed;
+		w->next_dialed = false;
+		rc = worker_connect_next(w, r.next, &d);
+		if (rc == 0 && had)
+			nng_dialer_close(old);
+		if (rc == 0) {
+			snprintf(w->st.assign.next, sizeof w->st.assign.next, "%s", r.next);
+			lm_info("successor is now %s", r.next);
+		} else if (had) {
+			w->next_dialer = old; /* keep sending where we did */
+			w->next_dialed = true;
+		}
+	}
+	uint64_t fp = w->assigned ? w->st.model.fingerprint : 0;
 	pthread_mutex_unlock(&w->mu);
-	cJSON_AddNumberToObject(o, "dropped", (double)atomic_load(&w->dropped));
-	char *s = cJSON_PrintUnformatted(o);
-	cJSON_Delete(o);
-	return s;
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_REPOINT, rc, lm_diag_str(&d, rc));
+	wire_buf_reset(&w->cbuf);
+	if ((rc = wire_encode_simple(&w->cbuf, WIRE_REPOINT, id, fp)) != 0)
+		return rc;
+	return worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+/* KV_EXPORT: one slot's KV rows, for its sequence to move to another process. */
+static int worker_on_kv_export(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	void *rows = NULL;
+	uint64_t bytes = 0;
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_KV_EXPORT, LM_EUNAVAILABLE,
+					  "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0) {
+		bytes = kv_cache_export_bytes(&w->st.kv, k.slot);
+		rows = malloc(bytes + 1);
+		if (rows == NULL)
+			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
+				     (unsigned long long)bytes);
+		else
+			rc = kv_cache_export(&w->st.kv, k.slot, rows, bytes, &d);
+		k.len = w->st.kv.len[k.slot];
+	}
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc == 0) {
+		k.id = id;
+		k.fingerprint = fp;
+		k.payload = NULL;
+		k.payload_len = (size_t)bytes;
+		wire_buf_reset(&w->cbuf);
+		rc = wire_encode_kv(&w->cbuf, WIRE_KV_EXPORT, &k);
+		if (rc == 0)
+			rc = worker_reply(w, &w->cbuf, rows, (size_t)bytes);
+		free(rows);
+		return rc;
+	}
+	free(rows);
+	return worker_reply_error(w, id, WIRE_KV_EXPORT, rc, lm_diag_str(&d, rc));
+}
+
+/* KV_IMPORT: rows exported by another process of the same slice, into one slot. */
+static int worker_on_kv_import(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_KV_IMPORT, LM_EUNAVAILABLE,
+					  "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0)
+		rc = kv_cache_import(&w->st.kv, k.slot, k.len, k.payload, k.payload_len, &d);
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_KV_IMPORT, rc, lm_diag_str(&d, rc));
+	wire_buf_reset(&w->cbuf);
+	if ((rc = wire_encode_simple(&w->cbuf, WIRE_KV_IMPORT, id, fp)) != 0)
+		return rc;
+	return worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+/* DRAIN: answered once every message taken so far is done (`mu` is free between batches). */
+static int worker_on_drain(struct worker *w, uint64_t id)
+{
+	pthread_mutex_lock(&w->mu);
+	uint64_t fp = w->assigned ? w->st.model.fingerprint : 0;
+	pthread_mutex_unlock(&w->mu);
+	wire_buf_reset(&w->cbuf);
+	int rc = wire_encode_simple(&w->cbuf, WIRE_DRAIN, id, fp);
+	return rc != 0 ? rc : worker_reply(w, &w->cbuf, NULL, 0);
+}
+
+/* TRACE: what the armed slot recorded, then arm the requested one (layermesh diff). */
+static int worker_on_trace(struct worker *w, const void *body, size_t len, uint64_t id)
+{
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	void *rows = NULL;
+	size_t bytes = 0;
+	int rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->assigned) {
+		pthread_mutex_unlock(&w->mu);
+		return worker_reply_error(w, id, WIRE_TRACE, LM_EUNAVAILABLE, "no assignment yet");
+	}
+	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
+	if (rc == 0)
+		rc = stage_trace(&w->st, k.slot, &k.len, &rows, &bytes, &d);
+	uint64_t fp = w->st.model.fingerprint;
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0)
+		return worker_reply_error(w, id, WIRE_TRACE, rc, lm_diag_str(&d, rc));
+	k.id = id;
+	k.fingerprint = fp;
+	k.payload = NULL;
+	k.payload_len = bytes;
+	wire_buf_reset(&w->cbuf);
+	rc = wire_encode_kv(&w->cbuf, WIRE_TRACE, &k);
+	if (rc == 0)
+		rc = worker_reply(w, &w->cbuf, rows, bytes);
+	free(rows);
+	return rc;
 }
 
 static int worker_on_control(struct worker *w, nng_msg *m)
@@ -314,7 +481,7 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 	case WIRE_ASSIGN:
 		return worker_on_assign(w, body, len, h.id);
 	case WIRE_STATUS: {
-		char *json = worker_status_json(w);
+		char *json = health_status_json(&w->health);
 		if (json == NULL)
 			return worker_reply_error(w, h.id, h.type, LM_ENOMEM, "out of memory");
 		wire_buf_reset(&w->cbuf);
@@ -324,6 +491,16 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 		free(json);
 		return rc;
 	}
+	case WIRE_TRACE:
+		return worker_on_trace(w, body, len, h.id);
+	case WIRE_REPOINT:
+		return worker_on_repoint(w, body, len, h.id);
+	case WIRE_KV_EXPORT:
+		return worker_on_kv_export(w, body, len, h.id);
+	case WIRE_KV_IMPORT:
+		return worker_on_kv_import(w, body, len, h.id);
+	case WIRE_DRAIN:
+		return worker_on_drain(w, h.id);
 	default:
 		return worker_reply_error(w, h.id, h.type, LM_EUNSUPPORTED,
 					  "this control message is not supported by this worker");
@@ -342,7 +519,8 @@ static int worker_listen(nng_socket s, const char *addr, const char *what)
 
 int worker_run(const struct worker_opts *o)
 {
-	struct worker w = {.o = o, .started = time(NULL)};
+	struct worker w = {.o = o, .started_ns = lm_now_ns()};
+	struct health_ops hops = {.arg = &w, .snapshot = worker_snapshot};
 	struct sigaction sa = {.sa_handler = worker_on_signal};
 	int status = 1;
 	lm_diag d = {{0}};
@@ -358,17 +536,25 @@ int worker_run(const struct worker_opts *o)
 			return 1;
 	}
 	pthread_mutex_init(&w.mu, NULL);
+	health_init(&w.health, &hops);
 	if (nng_rep0_open(&w.ctl) != 0 || nng_pull0_open(&w.pull) != 0) {
 		lm_error("cannot open sockets");
 		goto out;
 	}
 	nng_socket_set_ms(w.ctl, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
-	nng_socket_set_ms(w.pull, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
 	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, 0); /* size is checked by the decoder */
 	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, 0);
 	if (worker_listen(w.ctl, o->control, "control") != 0 ||
 	    worker_listen(w.pull, o->data, "data") != 0)
 		goto out;
+	if (recvq_init(&w.rq, w.pull) != 0) {
+		lm_error("cannot start receiving on the data socket");
+		goto out;
+	}
+	if (o->http != NULL && health_serve(&w.health, o->http, &d) != 0) {
+		lm_error("%s", d.msg);
+		goto out;
+	}
 	if (o->preassigned) {
 		pthread_mutex_lock(&w.mu);
 		int rc = worker_load(&w, &o->assign, &d);
@@ -383,7 +569,8 @@ int worker_run(const struct worker_opts *o)
 		goto out;
 	}
 	w.data_started = true;
-	lm_info("listening: control %s, data %s", o->control, o->data);
+	lm_info("listening: control %s, data %s%s%s", o->control, o->data,
+		o->http != NULL ? ", http " : "", o->http != NULL ? o->http : "");
 
 	while (!worker_stop) {
 		nng_msg *m;
@@ -403,8 +590,10 @@ out:
 	nng_close(w.pull);
 	if (w.data_started)
 		pthread_join(w.data_thread, NULL);
+	recvq_fini(&w.rq);
 	if (w.push_open)
 		nng_close(w.push);
+	health_fini(&w.health); /* after the push socket: its pipe callbacks use the health */
 	if (w.assigned)
 		stage_fini(&w.st);
 	wire_buf_fini(&w.cbuf);

@@ -4,8 +4,11 @@
  *   control thread (the caller of worker_run): REP socket at `control`; answers HELLO, ASSIGN,
  *       STATUS and the redeploy verbs. ASSIGN loads the slice (or checks it against the slice
  *       given by flags) and dials the successor.
- *   data thread: PULL socket listening at `data`; each ring message goes through the stage
- *       (stage.h) and on to the successor's PULL through a PUSH dialer.
+ *   data thread: PULL socket listening at `data`, its arrivals stamped by a receive queue
+ *       (recvq.h); each ring message goes through the stage (stage.h) and on to the
+ *       successor's PULL through a PUSH dialer.
+ *   health: /healthz, /readyz, /status and /metrics at `http` on NNG's threads (health.h);
+ *       /status is also the STATUS control reply.
  *
  * The stage is touched by the data thread for every message and by the control thread for
  * ASSIGN and the redeploy verbs; `mu` serialises the two, so a control operation always happens

@@ -6,7 +6,9 @@
  * where lo = 0 for a global layer and max(0, p - window + 1) for a sliding one. Position j of a
  * slot lives in row j % ctx. The dot q . K[j] uses the K type's dot product with q converted to
  * that type's vec_dot type (f16 for an F16 cache, Q8_0 for a Q8_0 cache), as GGUF's reference
- * computes K^T q; V rows accumulate into f32.
+ * computes K^T q; the probabilities are normalised, then V rows accumulate into f32. One work
+ * item is a token and a KV head with all the query heads that share it, so each cached K and V
+ * row is read once per item.
  */
 #include <math.h>
 #include <string.h>
@@ -21,11 +23,13 @@ static size_t attn_round(size_t b)
 	return (b + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN;
 }
 
-size_t cpu_attn_scratch_bytes(const struct lm_kv_layer *kv)
+size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
+			      int n_heads)
 {
-	/* scores [ctx], acc [head_dim], q converted (at most f32) [head_dim] */
-	return attn_round((size_t)kv->ctx * sizeof(float)) +
-	       2 * attn_round((size_t)kv->head_dim * sizeof(float));
+	/* Per query head of a group: scores [ctx] and q in K's activation layout. */
+	const size_t group = (size_t)(n_heads / kv->n_kv_heads);
+	return group * (attn_round((size_t)kv->ctx * sizeof(float)) +
+			attn_round(k->type[kv->k_type].act_bytes(kv->head_dim)));
 }
 
 static bool attn_type_ok(enum lm_dtype t)
@@ -72,19 +76,22 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 	const int group = a->n_heads / kv->n_kv_heads;
 	const size_t k_head_bytes = kv->k_row_bytes / (size_t)kv->n_kv_heads;
 	const size_t v_head_bytes = kv->v_row_bytes / (size_t)kv->n_kv_heads;
+	const size_t s_stride = attn_round((size_t)kv->ctx * sizeof(float)) / sizeof(float);
+	const size_t q_stride = attn_round(kt->act_bytes(hd));
 
-	float *scores = (float *)scratch;
-	float *acc = (float *)(scratch + attn_round((size_t)kv->ctx * sizeof(float)));
-	uint8_t *qconv = (uint8_t *)acc + attn_round((size_t)hd * sizeof(float));
+	float *scores = (float *)scratch;                                /* [group][s_stride] */
+	uint8_t *qconv = (uint8_t *)(scores + (size_t)group * s_stride); /* [group][q_stride] */
 
 	for (int64_t i = i0; i < i1; i++) {
-		const int t = (int)(i / a->n_heads), h = (int)(i % a->n_heads);
-		const int g = h / group;
+		const int t = (int)(i / kv->n_kv_heads), g = (int)(i % kv->n_kv_heads);
 		const int32_t pos = a->loc[t].pos;
 		const int32_t lo =
 			kv->window > 0 && pos - kv->window + 1 > 0 ? pos - kv->window + 1 : 0;
 		const int len = pos - lo + 1;
-		const float *q = a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+		/* The group's query heads are consecutive: g * group .. g * group + group - 1. */
+		const float *q =
+			a->q +
+			((size_t)t * (size_t)a->n_heads + (size_t)g * (size_t)group) * (size_t)hd;
 		const uint8_t *kbase = (const uint8_t *)kv->k +
 				       (size_t)a->loc[t].slot * (size_t)kv->ctx * kv->k_row_bytes +
 				       (size_t)g * k_head_bytes;
@@ -92,29 +99,44 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 				       (size_t)a->loc[t].slot * (size_t)kv->ctx * kv->v_row_bytes +
 				       (size_t)g * v_head_bytes;
 
-		const void *qx = q;
-		if (kv->k_type != LM_F32) {
-			kt->from_f32(q, qconv, hd);
+		const uint8_t *qx = (const uint8_t *)q;
+		size_t qx_stride = (size_t)hd * sizeof(float);
+		if (kt->to_act != NULL) {
+			for (int h = 0; h < group; h++)
+				kt->to_act(q + (size_t)h * (size_t)hd, qconv + (size_t)h * q_stride,
+					   hd);
 			qx = qconv;
+			qx_stride = q_stride;
 		}
-		float max = -INFINITY;
-		for (int j = 0; j < len; j++) {
-			const size_t row = (size_t)((lo + j) % kv->ctx);
-			scores[j] = kt->vec_dot(hd, kbase + row * kv->k_row_bytes, qx) * a->scale;
-			if (scores[j] > max)
-				max = scores[j];
+		/* Positions lo..pos are rows lo % ctx onward, wrapping at most once. */
+		const int32_t start = lo % kv->ctx;
+		const int n1 = len < kv->ctx - start ? len : kv->ctx - start;
+		kt->scores(hd, kbase + (size_t)start * kv->k_row_bytes, kv->k_row_bytes, n1, qx,
+			   qx_stride, group, scores, s_stride);
+		if (len > n1)
+			kt->scores(hd, kbase, kv->k_row_bytes, len - n1, qx, qx_stride, group,
+				   scores + n1, s_stride);
+		/* Softmax per head, normalised before V as GGUF's reference does. */
+		for (int h = 0; h < group; h++) {
+			float *sc = scores + (size_t)h * s_stride;
+			float max = -INFINITY;
+			for (int j = 0; j < len; j++) {
+				sc[j] *= a->scale;
+				if (sc[j] > max)
+					max = sc[j];
+			}
+			const float inv = (float)(1.0 / a->k->softmax_exp(sc, len, max));
+			for (int j = 0; j < len; j++)
+				sc[j] *= inv;
 		}
-		double sum = 0;
-		memset(acc, 0, (size_t)hd * sizeof(float));
-		for (int j = 0; j < len; j++) {
-			const size_t row = (size_t)((lo + j) % kv->ctx);
-			const float p = expf(scores[j] - max);
-			sum += p;
-			vt->axpy(hd, p, vbase + row * kv->v_row_bytes, acc);
-		}
-		const float inv = (float)(1.0 / sum);
-		float *out = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
-		for (int d = 0; d < hd; d++)
-			out[d] = acc[d] * inv;
+		/* The group's output rows are consecutive too: accumulate V into them. */
+		float *out = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)g * (size_t)group) *
+					      (size_t)hd;
+		memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
+		vt->values(hd, vbase + (size_t)start * kv->v_row_bytes, kv->v_row_bytes, n1, scores,
+			   s_stride, group, out);
+		if (len > n1)
+			vt->values(hd, vbase, kv->v_row_bytes, len - n1, scores + n1, s_stride,
+				   group, out);
 	}
 }

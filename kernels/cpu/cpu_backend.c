@@ -150,11 +150,11 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 	if (n <= 0)
 		return n == 0 ? 0 : LM_EINVAL;
 	const struct cpu_type_ops *ops = &c->k.type[w->type];
-	const enum lm_dtype vdt = ops->vec_dot_type;
-	uint64_t wbytes, xbytes;
-	if (lm_dtype_row_bytes(w->type, (uint64_t)w->ne0, &wbytes) < 0 || wbytes != w->row_bytes ||
-	    lm_dtype_row_bytes(vdt, (uint64_t)w->ne0, &xbytes) < 0)
+	uint64_t wbytes;
+	if (lm_dtype_row_bytes(w->type, (uint64_t)w->ne0, &wbytes) < 0 || wbytes != w->row_bytes)
 		return LM_EINVAL;
+	/* Activation rows start on cache lines: SIMD kernels load them aligned. */
+	const size_t xbytes = cpu_round(ops->act_bytes(w->ne0));
 
 	struct cpu_mm_job job = {
 		.m =
@@ -171,7 +171,7 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 	const int64_t work = w->ne0 * w->ne1 * n;
 	const int nth = work < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads;
 
-	if (vdt == LM_F32) {
+	if (ops->to_act == NULL) {
 		job.m.x = (const uint8_t *)x;
 		job.m.x_stride = (size_t)w->ne0 * sizeof(float);
 	} else {
@@ -179,7 +179,7 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 		if (rc < 0)
 			return rc;
 		struct cpu_conv_job conv = {
-			.conv = c->k.type[vdt].from_f32,
+			.conv = ops->to_act,
 			.x = x,
 			.dst = c->act,
 			.ne0 = w->ne0,
@@ -215,7 +215,7 @@ static void cpu_attn_part(void *arg, int ith, int nth)
 {
 	struct cpu_attn_job *j = arg;
 	(void)nth;
-	const int64_t items = (int64_t)j->a.n * j->a.n_heads;
+	const int64_t items = (int64_t)j->a.n * j->a.kv->n_kv_heads;
 	uint8_t *scratch = j->a.scratch + (size_t)ith * j->a.scratch_stride;
 	for (;;) {
 		int64_t i0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
@@ -232,8 +232,8 @@ static int cpu_attention(void *vctx, float *out, const float *q, const struct lm
 	int rc = cpu_attn_check(kv, loc, n, n_heads);
 	if (rc < 0 || n == 0)
 		return rc;
-	const size_t stride = cpu_round(cpu_attn_scratch_bytes(kv));
-	const int64_t items = (int64_t)n * n_heads;
+	const size_t stride = cpu_round(cpu_attn_scratch_bytes(&c->k, kv, n_heads));
+	const int64_t items = (int64_t)n * kv->n_kv_heads;
 	const int nth = items < c->pool.n_threads ? (int)items : c->pool.n_threads;
 	rc = cpu_grow(&c->attn, &c->attn_cap, stride * (size_t)nth);
 	if (rc < 0)
@@ -337,27 +337,66 @@ static const struct lm_backend_i cpu_iface = {
 	.sync = NULL,
 };
 
-static void cpu_pick_kernels(struct cpu_kernels *k, int force_scalar)
+enum cpu_level {
+	CPU_GENERIC = 0,
+	CPU_AVX2 = 1,
+	CPU_AVX512 = 2,
+};
+
+/* The best kernel set both this build and the running CPU have. */
+static enum cpu_level cpu_best_level(void)
 {
-	*k = cpu_kernels_generic;
-	if (force_scalar)
-		return;
+	enum cpu_level best = CPU_GENERIC;
 #if defined(LM_CPU_SIMD) && (defined(__x86_64__) || defined(__i386__))
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
 	    __builtin_cpu_supports("f16c")) {
-		cpu_kernels_avx2_fill(k);
+		best = CPU_AVX2;
+#ifdef LM_CPU_AVX512
 		if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-			cpu_kernels_avx512_fill(k);
+			best = CPU_AVX512;
+#endif
 	}
 #endif
+	return best;
 }
 
-int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts)
+static void cpu_fill_kernels(struct cpu_kernels *k, enum cpu_level level)
+{
+	*k = cpu_kernels_generic;
+#ifdef LM_CPU_SIMD
+	if (level >= CPU_AVX2)
+		cpu_kernels_avx2_fill(k);
+#endif
+#ifdef LM_CPU_AVX512
+	if (level >= CPU_AVX512)
+		cpu_kernels_avx512_fill(k);
+#endif
+	(void)level;
+}
+
+int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_opts *opts,
+				const char *kernels)
 {
 	b->iface = NULL;
 	b->ctx = NULL;
+	const enum cpu_level best = cpu_best_level();
+	enum cpu_level level = best;
+	if (opts != NULL && opts->force_scalar)
+		level = CPU_GENERIC;
+	else if (kernels != NULL && strcmp(kernels, "best") != 0) {
+		if (strcmp(kernels, "generic") == 0 || strcmp(kernels, "scalar") == 0)
+			level = CPU_GENERIC;
+		else if (strcmp(kernels, "avx2") == 0)
+			level = CPU_AVX2;
+		else if (strcmp(kernels, "avx512") == 0)
+			level = CPU_AVX512;
+		else
+			return LM_EINVAL;
+		if (level > best)
+			return LM_EUNSUPPORTED;
+	}
 	struct cpu_ctx *c = calloc(1, sizeof *c);
 	if (c == NULL)
 		return LM_ENOMEM;
@@ -366,7 +405,7 @@ int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts
 		long online = sysconf(_SC_NPROCESSORS_ONLN);
 		n_threads = online > 0 ? (int)online : 1;
 	}
-	cpu_pick_kernels(&c->k, opts != NULL && opts->force_scalar);
+	cpu_fill_kernels(&c->k, level);
 	int rc = cpu_pool_init(&c->pool, n_threads);
 	if (rc < 0) {
 		free(c);
@@ -376,6 +415,11 @@ int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts
 	b->iface = &cpu_iface;
 	b->ctx = c;
 	return 0;
+}
+
+int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts)
+{
+	return lm_backend_cpu_init_kernels(b, opts, NULL);
 }
 
 const char *lm_backend_cpu_kernels(const struct lm_backend *b)

@@ -4,6 +4,13 @@
 
 #include "kernels/backend.h"
 
+/* lm_backend_cpu_init with a chosen kernel set: "generic", "avx2", "avx512", or NULL/"best" for
+ * the best the CPU runs (what lm_backend_cpu_init picks; opts->force_scalar still means
+ * "generic"). LM_EUNSUPPORTED when the CPU (or the build) lacks the set, LM_EINVAL for an
+ * unknown name. For tests, benchmarks and a `--kernels` switch. */
+int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_opts *opts,
+				const char *kernels);
+
 /* The kernel set a CPU backend dispatches to: "generic" (scalar reference, also what
  * force_scalar selects), "avx2" (AVX2 + FMA + F16C) or "avx512" (AVX-512 F/BW/VL/VNNI on top of
  * avx2). For logs, `/status` and tests. NULL when b is not a CPU backend. */

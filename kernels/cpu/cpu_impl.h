@@ -26,6 +26,8 @@
 /* --- quant.c: the reference quantizers the kernels reuse --- */
 void cpu_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
 void cpu_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
+/* The activation quantizer: GGUF's reference implementation's x86 arithmetic (see quant.c). */
+void cpu_quantize_q8_0_act(const float *x, block_q8_0 *y, int64_t n);
 void cpu_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
 void cpu_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
@@ -41,21 +43,38 @@ struct cpu_mm {
 	int n;
 };
 
-/* n elements of f32 to a row of some type (n a multiple of its block). */
+/* n elements of f32 to a row of some layout (n a multiple of its block). */
 typedef void (*cpu_from_f32_fn)(const float *x, void *dst, int64_t n);
-/* Dot product of one row of a weight type with one row of its vec_dot type, n elements. */
+/* Bytes of one activation row of n elements in a kernel set's activation layout. */
+typedef size_t (*cpu_act_bytes_fn)(int64_t n);
+/* Dot product of one row of a weight type with one activation row (in the layout to_act
+ * writes), n elements. */
 typedef float (*cpu_vec_dot_fn)(int64_t n, const void *w, const void *x);
 /* Rows [r0, r1) of a matmul, for all of its tokens. */
 typedef void (*cpu_mm_fn)(const struct cpu_mm *m, int64_t r0, int64_t r1);
-/* acc[i] += a * v[i] for i < n, v a row of a KV type. */
-typedef void (*cpu_axpy_fn)(int64_t n, float a, const void *v, float *acc);
+/* Attention over a run of cache rows, for the nq query heads that share one KV head (GQA):
+ * out[h * out_stride + j] = dot(K_j, q_h) for h < nq, j < n, where K_j is hd elements of the K
+ * type at k + j * stride and q_h (in that type's activation layout) is at q + h * q_stride.
+ * Each K row is read once for all nq heads. */
+typedef void (*cpu_scores_fn)(int64_t hd, const uint8_t *k, size_t stride, int n, const uint8_t *q,
+			      size_t q_stride, int nq, float *out, size_t out_stride);
+/* acc[h * hd + i] += sum_j p[h * p_stride + j] * V_j[i] for h < nq, i < hd, V_j at v + j * stride
+ * in the V type; each V row is read once for all nq heads. */
+typedef void (*cpu_values_fn)(int64_t hd, const uint8_t *v, size_t stride, int n, const float *p,
+			      size_t p_stride, int nq, float *acc);
 
+/* What a kernel set does with one type. The activation side of a dot product is private to the
+ * kernel set: the generic kernels use GGUF's layouts (f16, bf16, block_q8_0, block_q8_K), a SIMD
+ * set may store the same values differently (f16-rounded values as f32, quants and scales in
+ * separate arrays, block sums), as long as the values are those of the reference conversion. */
 struct cpu_type_ops {
-	enum lm_dtype vec_dot_type; /* what activations become before a dot with this type */
-	cpu_from_f32_fn from_f32;   /* f32 -> this type (activation conversion, KV stores) */
-	cpu_vec_dot_fn vec_dot;     /* NULL: not a weight type of these kernels */
+	cpu_from_f32_fn from_f32;   /* f32 -> this type's own GGUF layout (KV stores); or NULL */
+	cpu_act_bytes_fn act_bytes; /* activation row bytes; NULL: not a weight type */
+	cpu_from_f32_fn to_act;     /* f32 -> activation layout; NULL: x is used as is (f32) */
+	cpu_vec_dot_fn vec_dot;     /* one weight row . one activation row */
 	cpu_mm_fn mm;               /* NULL: not a weight type of these kernels */
-	cpu_axpy_fn axpy;           /* NULL: not a V cache type */
+	cpu_scores_fn scores;       /* NULL: not a K cache type */
+	cpu_values_fn values;       /* NULL: not a V cache type */
 };
 
 struct cpu_kernels {
@@ -64,6 +83,8 @@ struct cpu_kernels {
 	/* y = x / sqrt(mean(x^2) + eps) * w over one row of dim. y may equal x. */
 	void (*rmsnorm)(float *y, const float *x, const float *w, int dim, float eps);
 	void (*silu_mul)(float *y, const float *g, const float *u, size_t len);
+	/* s[j] = exp(s[j] - max) for j < n; returns their sum (the softmax denominator). */
+	double (*softmax_exp)(float *s, int n, float max);
 	void (*add)(float *y, const float *a, size_t len);
 };
 
@@ -80,6 +101,7 @@ float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x);
 void cpu_rmsnorm_generic(float *y, const float *x, const float *w, int dim, float eps);
 void cpu_silu_mul_generic(float *y, const float *g, const float *u, size_t len);
+double cpu_softmax_exp_generic(float *s, int n, float max);
 void cpu_add_generic(float *y, const float *a, size_t len);
 
 /* SIMD tables: each overwrites the entries it accelerates in *k (a copy of the generic table).
@@ -89,7 +111,8 @@ void cpu_kernels_avx512_fill(struct cpu_kernels *k);
 
 /* --- attention.c --- */
 
-/* One attention call, split into n * n_heads independent (token, head) items. */
+/* One attention call, split into n * n_kv_heads independent items: a token and one KV head with
+ * the n_heads / n_kv_heads query heads that read it. */
 struct cpu_attn {
 	const struct cpu_kernels *k;
 	float *out;
@@ -102,12 +125,13 @@ struct cpu_attn {
 	size_t scratch_stride;
 };
 
-/* Bytes of per-thread scratch an attention over kv needs. */
-size_t cpu_attn_scratch_bytes(const struct lm_kv_layer *kv);
+/* Bytes of per-thread scratch an attention over kv needs (kv's types checked first). */
+size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
+			      int n_heads);
 /* Checks the batch against the cache (slots, positions, ring size); LM_ERANGE or
  * LM_EUNSUPPORTED on failure. */
 int cpu_attn_check(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n, int n_heads);
-/* Items [i0, i1) of a, each item = token * n_heads + head; `scratch` is this thread's. */
+/* Items [i0, i1) of a, each item = token * n_kv_heads + KV head; `scratch` is this thread's. */
 void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *scratch);
 
 /* --- ops.c: the small ops, run on the calling thread --- */

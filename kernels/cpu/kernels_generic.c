@@ -33,7 +33,7 @@ static void gen_from_f32_bf16(const float *x, void *dst, int64_t n)
 
 static void gen_from_f32_q8_0(const float *x, void *dst, int64_t n)
 {
-	cpu_quantize_q8_0_ref(x, dst, n);
+	cpu_quantize_q8_0_act(x, dst, n);
 }
 
 static void gen_from_f32_q8_K(const float *x, void *dst, int64_t n)
@@ -219,6 +219,44 @@ static void gen_axpy_q8_0(int64_t n, float a, const void *v, float *acc)
 	}
 }
 
+#define GEN_SCORES(name, dot)                                                                      \
+	static void gen_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,          \
+				      const uint8_t *q, size_t q_stride, int nq, float *out,       \
+				      size_t out_stride)                                           \
+	{                                                                                          \
+		for (int h = 0; h < nq; h++)                                                       \
+			for (int j = 0; j < n; j++)                                                \
+				out[(size_t)h * out_stride + (size_t)j] =                          \
+					dot(hd, k + (size_t)j * stride, q + (size_t)h * q_stride); \
+	}
+
+#define GEN_VALUES(name, axpy)                                                              \
+	static void gen_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,   \
+				      const float *p, size_t p_stride, int nq, float *acc)  \
+	{                                                                                   \
+		for (int h = 0; h < nq; h++)                                                \
+			for (int j = 0; j < n; j++)                                         \
+				axpy(hd, p[(size_t)h * p_stride + (size_t)j],               \
+				     v + (size_t)j * stride, acc + (size_t)h * (size_t)hd); \
+	}
+
+GEN_SCORES(f32, cpu_vec_dot_f32_generic)
+GEN_SCORES(f16, cpu_vec_dot_f16_generic)
+GEN_SCORES(q8_0, cpu_vec_dot_q8_0_generic)
+GEN_VALUES(f32, gen_axpy_f32)
+GEN_VALUES(f16, gen_axpy_f16)
+GEN_VALUES(q8_0, gen_axpy_q8_0)
+
+double cpu_softmax_exp_generic(float *s, int n, float max)
+{
+	double sum = 0;
+	for (int j = 0; j < n; j++) {
+		s[j] = expf(s[j] - max);
+		sum += s[j];
+	}
+	return sum;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Element-wise                                                                               */
 
@@ -249,24 +287,49 @@ void cpu_add_generic(float *y, const float *a, size_t len)
 /* ------------------------------------------------------------------------------------------ */
 /* The table                                                                                  */
 
+static size_t gen_act_f32(int64_t n)
+{
+	return (size_t)n * sizeof(float);
+}
+
+static size_t gen_act_16(int64_t n)
+{
+	return (size_t)n * sizeof(uint16_t);
+}
+
+static size_t gen_act_q8_0(int64_t n)
+{
+	return (size_t)(n / QK8_0) * sizeof(block_q8_0);
+}
+
+static size_t gen_act_q8_K(int64_t n)
+{
+	return (size_t)(n / QK_K) * sizeof(block_q8_K);
+}
+
 const struct cpu_kernels cpu_kernels_generic = {
 	.name = "generic",
 	.type =
 		{
-			[LM_F32] = {LM_F32, gen_from_f32_f32, cpu_vec_dot_f32_generic, gen_mm_f32,
-				    gen_axpy_f32},
-			[LM_F16] = {LM_F16, gen_from_f32_f16, cpu_vec_dot_f16_generic, gen_mm_f16,
-				    gen_axpy_f16},
-			[LM_BF16] = {LM_BF16, gen_from_f32_bf16, cpu_vec_dot_bf16_generic,
-				     gen_mm_bf16, NULL},
-			[LM_Q8_0] = {LM_Q8_0, gen_from_f32_q8_0, cpu_vec_dot_q8_0_generic,
-				     gen_mm_q8_0, gen_axpy_q8_0},
-			[LM_Q4_0] = {LM_Q8_0, NULL, cpu_vec_dot_q4_0_generic, gen_mm_q4_0, NULL},
-			[LM_Q4_K] = {LM_Q8_K, NULL, cpu_vec_dot_q4_K_generic, gen_mm_q4_K, NULL},
-			[LM_Q6_K] = {LM_Q8_K, NULL, cpu_vec_dot_q6_K_generic, gen_mm_q6_K, NULL},
-			[LM_Q8_K] = {LM_Q8_K, gen_from_f32_q8_K, NULL, NULL, NULL},
+			[LM_F32] = {gen_from_f32_f32, gen_act_f32, NULL, cpu_vec_dot_f32_generic,
+				    gen_mm_f32, gen_scores_f32, gen_values_f32},
+			[LM_F16] = {gen_from_f32_f16, gen_act_16, gen_from_f32_f16,
+				    cpu_vec_dot_f16_generic, gen_mm_f16, gen_scores_f16,
+				    gen_values_f16},
+			[LM_BF16] = {gen_from_f32_bf16, gen_act_16, gen_from_f32_bf16,
+				     cpu_vec_dot_bf16_generic, gen_mm_bf16, NULL},
+			[LM_Q8_0] = {gen_from_f32_q8_0, gen_act_q8_0, gen_from_f32_q8_0,
+				     cpu_vec_dot_q8_0_generic, gen_mm_q8_0, gen_scores_q8_0,
+				     gen_values_q8_0},
+			[LM_Q4_0] = {NULL, gen_act_q8_0, gen_from_f32_q8_0,
+				     cpu_vec_dot_q4_0_generic, gen_mm_q4_0, NULL},
+			[LM_Q4_K] = {NULL, gen_act_q8_K, gen_from_f32_q8_K,
+				     cpu_vec_dot_q4_K_generic, gen_mm_q4_K, NULL},
+			[LM_Q6_K] = {NULL, gen_act_q8_K, gen_from_f32_q8_K,
+				     cpu_vec_dot_q6_K_generic, gen_mm_q6_K, NULL},
 		},
 	.rmsnorm = cpu_rmsnorm_generic,
 	.silu_mul = cpu_silu_mul_generic,
+	.softmax_exp = cpu_softmax_exp_generic,
 	.add = cpu_add_generic,
 };

@@ -84,6 +84,27 @@ void cpu_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
 	}
 }
 
+/* Activations (and Q8_0 cache rows) quantize as GGUF's reference implementation does on x86,
+ * which is not its reference quantizer: the scale's inverse is 127 / amax rather than 1 / d, and
+ * values round to nearest even rather than away from zero. The two differ only on the rare value
+ * that sits within an ulp of a rounding boundary, but such a flip changes a dot product by a
+ * whole quantum, and through the KV cache every later token; matching the arithmetic keeps
+ * layermesh's logits on q8_0 and q4_0 models within 1e-6 of llama.cpp's. Weights written to
+ * files keep the reference quantizer (cpu_quantize_q8_0_ref), bit for bit. */
+void cpu_quantize_q8_0_act(const float *x, block_q8_0 *y, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+		float amax = 0.0f;
+		for (int j = 0; j < QK8_0; j++)
+			amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+		const float d = amax / 127;
+		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+		y[i].d = lm_f32_to_f16(d);
+		for (int j = 0; j < QK8_0; j++)
+			y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+	}
+}
+
 static void quant_dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {

@@ -16,9 +16,9 @@ LM_MAX_SEQ=128 LM_SLOTS=4 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)
 lm_up "$dir/mesh.toml" "$dir/up.log"
 status=$(curl -sf "$LM_URL/v1/status")
 
-# The whole model's cache, for comparison: 8 layers x 2 x 4 heads x 64 x 128 positions x 4 slots
+# Per layer: 2 x 4 heads x 64 x 128 positions x (4 slots + 1 kept for probes)
 # x 4 bytes.
-per_layer=$((2 * 4 * 64 * 128 * 4 * 4))
+per_layer=$((2 * 4 * 64 * 128 * 5 * 4))
 slack=$((24 * 1024 * 1024)) # binary, libraries, NNG's threads, allocator arenas
 for j in 0 1 2 3; do
 	w=$(jq ".workers[$j]" <<<"$status")

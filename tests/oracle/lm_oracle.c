@@ -36,6 +36,10 @@
  *   --cpu-variant NAME load only ggml's CPU backend libggml-cpu-NAME.so (x64, haswell, zen4,
  *                      sapphirerapids, ...) instead of the best one for this CPU; results can
  *                      differ by an ulp or so between variants (AVX2 against AVX-512 paths)
+ *   --ubatch N         llama.cpp's micro-batch size (default: the whole prompt at once). 1 runs
+ *                      every matrix product one token at a time through ggml's vec_dot
+ *                      kernels, the reference semantics; larger batches may take other paths
+ *                      (llamafile's tinyBLAS, AMX) that round differently
  *   --no-repack        keep weights in their file layout (model param use_extra_bufts off):
  *                      without it llama.cpp may repack quantized matrices for AMX or for its
  *                      interleaved AVX kernels, and then its logits on q8_0/q4_0 files depend
@@ -93,6 +97,7 @@ struct oracle_opts {
 	long reps;
 	const char *cpu_variant;
 	bool no_repack;
+	long ubatch;
 	bool verbose;
 };
 
@@ -172,6 +177,7 @@ static void oracle_usage(FILE *out)
 	      "  --cpu-variant NAME  use ggml's libggml-cpu-NAME.so (default: the best for this "
 	      "CPU)\n"
 	      "  --no-repack         no AMX/interleaved repacking of quantized weights\n"
+	      "  --ubatch N          llama.cpp micro-batch size (1: one token at a time)\n"
 	      "  --verbose           show llama.cpp's log\n",
 	      out);
 }
@@ -209,6 +215,7 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		OPT_REPS,
 		OPT_CPU_VARIANT,
 		OPT_NO_REPACK,
+		OPT_UBATCH,
 		OPT_VERBOSE,
 		OPT_HELP,
 	};
@@ -231,6 +238,7 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		{"reps", required_argument, NULL, OPT_REPS},
 		{"cpu-variant", required_argument, NULL, OPT_CPU_VARIANT},
 		{"no-repack", no_argument, NULL, OPT_NO_REPACK},
+		{"ubatch", required_argument, NULL, OPT_UBATCH},
 		{"verbose", no_argument, NULL, OPT_VERBOSE},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
@@ -319,6 +327,12 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 			break;
 		case OPT_NO_REPACK:
 			o->no_repack = true;
+			break;
+		case OPT_UBATCH:
+			if (!oracle_parse_long(optarg, 1, 1 << 20, &v))
+				return oracle_usage_fail("--ubatch: '%s' is not a positive number",
+							 optarg);
+			o->ubatch = v;
 			break;
 		case OPT_VERBOSE:
 			o->verbose = true;
@@ -805,6 +819,13 @@ int main(int argc, char **argv)
 	/* The whole prompt is one micro-batch, so a layer dump sees every position at once. */
 	cp.n_batch = (uint32_t)n_batch;
 	cp.n_ubatch = (uint32_t)n_batch;
+	if (o.ubatch > 0) {
+		if (o.dump_dir != NULL) {
+			rc = oracle_usage_fail("--ubatch cannot be combined with --dump-layers");
+			goto out;
+		}
+		cp.n_ubatch = (uint32_t)o.ubatch;
+	}
 	cp.n_seq_max = 1;
 	cp.n_threads = o.threads;
 	cp.n_threads_batch = o.threads;

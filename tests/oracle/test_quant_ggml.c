@@ -15,10 +15,12 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/quant.h"
 
 typedef void (*ggml_to_float_t)(const void *x, float *y, int64_t k);
@@ -278,5 +280,66 @@ Test(quant_ggml, f16_conversions_match)
 		uint32_t u;
 		memcpy(&u, &x[i], 4);
 		cr_assert_eq(q0[i], q1[i], "f32 %08x: ours %04x, ggml %04x", u, q0[i], q1[i]);
+	}
+}
+
+/* The activation quantizer against ggml's x86 CPU backend's own (from_float of Q8_0 in
+ * libggml-cpu-haswell.so and libggml-cpu-sapphirerapids.so, the AVX2 and AVX-512 builds): the
+ * same bytes, including for values that sit exactly on or within an ulp of a rounding boundary,
+ * where GGUF's reference quantizer (1 / d, round half away from zero) would differ. */
+struct ggml_type_traits_cpu {
+	ggml_from_float_t from_float;
+	void *vec_dot;
+	int vec_dot_type;
+	int64_t nrows;
+};
+
+Test(quant_ggml, q8_0_activations_match_the_x86_backend)
+{
+	static const char *const variants[] = {"libggml-cpu-haswell.so",
+					       "libggml-cpu-sapphirerapids.so"};
+	const char *base = getenv("LM_GGML_BASE");
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s", base);
+	*strrchr(dir, '/') = '\0';
+	for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/%s", dir, variants[v]);
+		void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		cr_assert_not_null(lib, "dlopen %s: %s", path, dlerror());
+		const struct ggml_type_traits_cpu *(*traits)(int) = NULL;
+		void (*cpu_init)(void) = NULL;
+		*(void **)&traits = dlsym(lib, "ggml_get_type_traits_cpu");
+		*(void **)&cpu_init = dlsym(lib, "ggml_cpu_init");
+		cr_assert_not_null(traits);
+		if (cpu_init != NULL)
+			cpu_init();
+		ggml_from_float_t theirs = traits(LM_Q8_0)->from_float;
+		cr_assert_not_null(theirs);
+		enum { N = 4096 };
+		static float x[N];
+		static block_q8_0 a[N / 32], b[N / 32];
+		rng_state = 1234 + v;
+		for (int round = 0; round < 200; round++) {
+			for (int i = 0; i < N; i++) {
+				double u = (double)(rng_next() >> 11) * 0x1p-53 - 0.5;
+				x[i] = (float)(u * (1 + round % 7) * 3);
+			}
+			/* Boundaries: values at exactly k + 0.5 quanta of their block, and next to. */
+			for (int blk = 0; blk < N / 32; blk += 3) {
+				float amax = 0;
+				for (int j = 0; j < 32; j++)
+					amax = fmaxf(amax, fabsf(x[blk * 32 + j]));
+				for (int j = 1; j < 32; j += 5) {
+					float t = ((float)(j % 100) + 0.5f) * amax / 127.0f;
+					x[blk * 32 + j] = nextafterf(t, (j & 2) ? 0.0f : 1e9f);
+				}
+			}
+			cpu_quantize_q8_0_act(x, a, N);
+			theirs(x, b, N);
+			cr_assert_eq(memcmp(a, b, sizeof a), 0, "%s: round %d differs", variants[v],
+				     round);
+		}
+		dlclose(lib);
 	}
 }

@@ -6,6 +6,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/err.h"
+#include "kernels/cpu/cpu_backend.h"
+
+/* Every kernel set of the CPU backend; a test runs each one the build and the CPU have. */
+static const char *const test_ksets[] = {"generic", "avx2", "avx512"};
+#define TEST_N_KSETS 3
+
+/* A CPU backend with `threads` threads and kernel set `kset`: 0, or LM_EUNSUPPORTED when this
+ * CPU or build lacks the set (the caller skips it), or another error. */
+static inline int test_backend(struct lm_backend *b, int threads, const char *kset)
+{
+	struct lm_backend_opts o = {.n_threads = threads};
+	return lm_backend_cpu_init_kernels(b, &o, kset);
+}
+
 /* splitmix64: a fixed sequence per seed, so every run tests the same inputs. */
 struct test_rng {
 	uint64_t s;

@@ -25,6 +25,16 @@ static void be_init(struct lm_backend *b, int threads, int scalar)
 	cr_assert_eq(lm_backend_cpu_init(b, &o), 0);
 }
 
+/* Kernel set k (an index into test_ksets): true when available. */
+static bool kset_init(struct lm_backend *b, int threads, int k)
+{
+	int rc = test_backend(b, threads, test_ksets[k]);
+	if (rc == LM_EUNSUPPORTED)
+		return false;
+	cr_assert_eq(rc, 0, "%s: %d", test_ksets[k], rc);
+	return true;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* rope                                                                                       */
 
@@ -43,9 +53,11 @@ Test(attention, rope_matches_the_formula)
 		{LM_ROPE_NEOX, 16, 10000.0f, 1.0f},   {LM_ROPE_NORM, 0, 10000.0f, 1.0f},
 	};
 	float x[6 * 3 * 64], y[6 * 3 * 64];
-	for (int scalar = 0; scalar <= 1; scalar++) {
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		double worst_near = 0, worst_far = 0;
 		struct lm_backend b;
-		be_init(&b, 1, scalar);
+		if (!kset_init(&b, 1, k))
+			continue;
 		for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 			const struct lm_rope_params *rp = &cases[c];
 			test_fill_gauss(&r, x, sizeof x / sizeof x[0], 1.0f);
@@ -70,6 +82,13 @@ Test(attention, rope_matches_the_formula)
 						 * GGUF's reference does: its error grows with pos. */
 						const double tol = (fabs(a) + fabs(bb)) *
 								   (positions[t] * 6e-7 + 2e-6);
+						const double err =
+							fmax(fabs(yi[i0] - w0), fabs(yi[i1] - w1)) /
+							(fabs(a) + fabs(bb));
+						if (positions[t] <= 100)
+							worst_near = fmax(worst_near, err);
+						else
+							worst_far = fmax(worst_far, err);
 						cr_assert(
 							fabs(yi[i0] - w0) <= tol &&
 								fabs(yi[i1] - w1) <= tol,
@@ -84,6 +103,9 @@ Test(attention, rope_matches_the_formula)
 				}
 			}
 		}
+		cr_log_info("rope %s: worst error / (|x0| + |x1|): %.3g for pos <= 100, %.3g "
+			    "for pos 1000-4000",
+			    test_ksets[k], worst_near, worst_far);
 		struct lm_rope_params bad = {LM_ROPE_NORM, 65, 10000.0f, 1.0f};
 		cr_expect_eq(b.iface->rope(b.ctx, y, n_heads, head_dim, loc, n, &bad), LM_EINVAL);
 		bad = (struct lm_rope_params){(enum lm_rope_mode)1, 64, 10000.0f, 1.0f};
@@ -245,38 +267,45 @@ Test(attention, kv_store_writes_the_quantized_row_at_pos_mod_ctx)
 	const enum lm_dtype types[] = {LM_F32, LM_F16, LM_Q8_0};
 	struct test_rng r = {41};
 	struct lm_backend b;
-	be_init(&b, 1, 0);
-	for (int ti = 0; ti < 3; ti++) {
-		struct tkv c;
-		tkv_init(&c, &b, types[ti], types[(ti + 1) % 3], 2, 32, 8, 8, 3, 32);
-		const struct lm_tok_loc loc[] = {{1, 0}, {1, 1}, {2, 13}, {0, 7}};
-		tkv_store(&c, &r, loc, 4);
-		uint8_t want[1024];
-		for (int t = 0; t < 4; t++) {
-			const size_t row = (size_t)loc[t].slot * 8 + (size_t)(loc[t].pos % 8);
-			const size_t at = ((size_t)loc[t].slot * 32 + (size_t)loc[t].pos) * 64;
-			lm_quantize_row(c.kv.k_type, c.kf + at, want, 64);
-			cr_expect_eq(memcmp((uint8_t *)c.kv.k + row * c.kv.k_row_bytes, want,
-					    c.kv.k_row_bytes),
-				     0, "K token %d", t);
-			lm_quantize_row(c.kv.v_type, c.vf + at, want, 64);
-			cr_expect_eq(memcmp((uint8_t *)c.kv.v + row * c.kv.v_row_bytes, want,
-					    c.kv.v_row_bytes),
-				     0, "V token %d", t);
-		}
-		/* A row nobody wrote stays zero. */
-		const uint8_t *untouched = (const uint8_t *)c.kv.k + (0 * 8 + 3) * c.kv.k_row_bytes;
-		for (size_t i = 0; i < c.kv.k_row_bytes; i++)
-			cr_assert_eq(untouched[i], 0);
-		/* Out-of-range slots and negative positions are refused before anything is
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (int ti = 0; ti < 3; ti++) {
+			struct tkv c;
+			tkv_init(&c, &b, types[ti], types[(ti + 1) % 3], 2, 32, 8, 8, 3, 32);
+			const struct lm_tok_loc loc[] = {{1, 0}, {1, 1}, {2, 13}, {0, 7}};
+			tkv_store(&c, &r, loc, 4);
+			uint8_t want[1024];
+			for (int t = 0; t < 4; t++) {
+				const size_t row =
+					(size_t)loc[t].slot * 8 + (size_t)(loc[t].pos % 8);
+				const size_t at =
+					((size_t)loc[t].slot * 32 + (size_t)loc[t].pos) * 64;
+				lm_quantize_row(c.kv.k_type, c.kf + at, want, 64);
+				cr_expect_eq(memcmp((uint8_t *)c.kv.k + row * c.kv.k_row_bytes,
+						    want, c.kv.k_row_bytes),
+					     0, "K token %d", t);
+				lm_quantize_row(c.kv.v_type, c.vf + at, want, 64);
+				cr_expect_eq(memcmp((uint8_t *)c.kv.v + row * c.kv.v_row_bytes,
+						    want, c.kv.v_row_bytes),
+					     0, "V token %d", t);
+			}
+			/* A row nobody wrote stays zero. */
+			const uint8_t *untouched =
+				(const uint8_t *)c.kv.k + (0 * 8 + 3) * c.kv.k_row_bytes;
+			for (size_t i = 0; i < c.kv.k_row_bytes; i++)
+				cr_assert_eq(untouched[i], 0);
+			/* Out-of-range slots and negative positions are refused before anything is
 		 * written. */
-		float z[64] = {0};
-		const struct lm_tok_loc bad_slot = {3, 0}, bad_pos = {0, -1};
-		cr_expect_eq(b.iface->kv_store(b.ctx, &c.kv, z, z, &bad_slot, 1), LM_ERANGE);
-		cr_expect_eq(b.iface->kv_store(b.ctx, &c.kv, z, z, &bad_pos, 1), LM_ERANGE);
-		tkv_fini(&c);
+			float z[64] = {0};
+			const struct lm_tok_loc bad_slot = {3, 0}, bad_pos = {0, -1};
+			cr_expect_eq(b.iface->kv_store(b.ctx, &c.kv, z, z, &bad_slot, 1),
+				     LM_ERANGE);
+			cr_expect_eq(b.iface->kv_store(b.ctx, &c.kv, z, z, &bad_pos, 1), LM_ERANGE);
+			tkv_fini(&c);
+		}
+		lm_backend_fini(&b);
 	}
-	lm_backend_fini(&b);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -338,9 +367,10 @@ static const enum lm_dtype kv_types[] = {LM_F32, LM_F16, LM_Q8_0};
 
 Test(attention, matches_naive_softmax_attention)
 {
-	for (int scalar = 0; scalar <= 1; scalar++) {
+	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b;
-		be_init(&b, 2, scalar);
+		if (!kset_init(&b, 2, k))
+			continue;
 		double worst = 0;
 		for (int ki = 0; ki < 3; ki++)
 			for (int vi = 0; vi < 3; vi++)
@@ -368,27 +398,34 @@ Test(attention, matches_naive_softmax_attention)
 Test(attention, fast_matches_scalar_and_threads_agree)
 {
 	struct lm_backend fast1, fast2, ref;
-	be_init(&fast1, 1, 0);
-	be_init(&fast2, 2, 0);
 	be_init(&ref, 1, 1);
-	float o1[5 * 8 * 128], o2[5 * 8 * 128], o3[5 * 8 * 128];
-	for (int ki = 0; ki < 3; ki++)
-		for (int vi = 0; vi < 3; vi++) {
-			struct attn_case ac = {kv_types[ki], kv_types[vi],    8, 2,
-					       128,          ki == vi ? 9 : 0};
-			const size_t len = (size_t)5 * 8 * 128;
-			run_attention_case(&fast1, &ac, 40, o1, 7);
-			run_attention_case(&fast2, &ac, 40, o2, 7);
-			run_attention_case(&ref, &ac, 40, o3, 7);
-			cr_expect_eq(memcmp(o1, o2, len * sizeof(float)), 0,
-				     "k %s v %s: 1 and 2 threads differ", lm_dtype_name(ac.kt),
-				     lm_dtype_name(ac.vt));
-			const double e = test_nmse(o1, o3, len);
-			cr_expect_leq(e, 1e-11, "k %s v %s: fast vs scalar nmse %g",
-				      lm_dtype_name(ac.kt), lm_dtype_name(ac.vt), e);
-		}
-	lm_backend_fini(&fast1);
-	lm_backend_fini(&fast2);
+	static float o1[5 * 8 * 128], o2[5 * 8 * 128], o3[5 * 8 * 128];
+	for (int k = 1; k < TEST_N_KSETS; k++) {
+		if (!kset_init(&fast1, 1, k))
+			continue;
+		cr_assert(kset_init(&fast2, 2, k));
+		for (int ki = 0; ki < 3; ki++)
+			for (int vi = 0; vi < 3; vi++) {
+				struct attn_case ac = {kv_types[ki], kv_types[vi],    8, 2,
+						       128,          ki == vi ? 9 : 0};
+				const size_t len = (size_t)5 * 8 * 128;
+				run_attention_case(&fast1, &ac, 40, o1, 7);
+				run_attention_case(&fast2, &ac, 40, o2, 7);
+				run_attention_case(&ref, &ac, 40, o3, 7);
+				cr_expect_eq(memcmp(o1, o2, len * sizeof(float)), 0,
+					     "k %s v %s: 1 and 2 threads differ",
+					     lm_dtype_name(ac.kt), lm_dtype_name(ac.vt));
+				const double e = test_nmse(o1, o3, len);
+				cr_log_info("attention %s k %s v %s vs generic: nmse %.3g",
+					    test_ksets[k], lm_dtype_name(ac.kt),
+					    lm_dtype_name(ac.vt), e);
+				cr_expect_leq(e, 1e-11, "%s k %s v %s: fast vs scalar nmse %g",
+					      test_ksets[k], lm_dtype_name(ac.kt),
+					      lm_dtype_name(ac.vt), e);
+			}
+		lm_backend_fini(&fast1);
+		lm_backend_fini(&fast2);
+	}
 	lm_backend_fini(&ref);
 }
 

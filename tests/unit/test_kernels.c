@@ -27,6 +27,17 @@ static void be_init(struct lm_backend *b, int threads, int scalar)
 	cr_assert_eq(lm_backend_cpu_threads(b), threads);
 }
 
+/* Kernel set k (an index into test_ksets): true when available. */
+static bool kset_init(struct lm_backend *b, int threads, int k)
+{
+	int rc = test_backend(b, threads, test_ksets[k]);
+	if (rc == LM_EUNSUPPORTED)
+		return false;
+	cr_assert_eq(rc, 0, "%s: %d", test_ksets[k], rc);
+	cr_assert_str_eq(lm_backend_cpu_kernels(b), test_ksets[k]);
+	return true;
+}
+
 /* A weight of `type`, quantized from gaussian values. */
 struct tw {
 	struct lm_weight w;
@@ -140,6 +151,8 @@ Test(kernels, scalar_matmul_matches_double_reference)
 		double maxrel = 0;
 		for (int i = 0; i < n * ne1; i++)
 			maxrel = fmax(maxrel, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+		cr_log_info("scalar matmul %s vs double: nmse %.3g, max relative error %.3g",
+			    lm_dtype_name(type), e, maxrel);
 		cr_expect_leq(maxrel, 1e-4, "%s: max relative error %g", lm_dtype_name(type),
 			      maxrel);
 		free(x);
@@ -182,9 +195,10 @@ Test(kernels, batched_matmul_equals_single_calls)
 {
 	struct test_rng r = {13};
 	const int ns[] = {1, 3, 16};
-	for (int scalar = 0; scalar <= 1; scalar++) {
+	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b;
-		be_init(&b, 2, scalar);
+		if (!kset_init(&b, 2, k))
+			continue;
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
 			const int64_t ne0 = odd_ne0(type), ne1 = 133;
@@ -194,8 +208,8 @@ Test(kernels, batched_matmul_equals_single_calls)
 			float *y = malloc((size_t)(16 * ne1) * sizeof(float));
 			float *y1 = malloc((size_t)ne1 * sizeof(float));
 			test_fill_gauss(&r, x, (size_t)(16 * ne0), 1.0f);
-			for (size_t k = 0; k < 3; k++) {
-				const int n = ns[k];
+			for (size_t ni = 0; ni < 3; ni++) {
+				const int n = ns[ni];
 				cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
 				for (int t = 0; t < n; t++) {
 					cr_assert_eq(
@@ -221,10 +235,11 @@ Test(kernels, batched_matmul_equals_single_calls)
 Test(kernels, thread_counts_agree_exactly)
 {
 	struct test_rng r = {14};
-	for (int scalar = 0; scalar <= 1; scalar++) {
+	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b1, b2;
-		be_init(&b1, 1, scalar);
-		be_init(&b2, 2, scalar);
+		if (!kset_init(&b1, 1, k))
+			continue;
+		cr_assert(kset_init(&b2, 2, k));
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
 			const int64_t ne0 = 512, ne1 = 301;
@@ -257,37 +272,179 @@ Test(kernels, fast_matmul_matches_scalar)
 {
 	struct test_rng r = {15};
 	struct lm_backend fast, ref;
-	be_init(&fast, 2, 0);
 	be_init(&ref, 1, 1);
 	const int ns[] = {1, 2, 3, 4, 5, 7, 8, 17};
-	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
-		const enum lm_dtype type = mm_types[ti];
-		for (int shape = 0; shape < 2; shape++) {
-			const int64_t ne0 = shape == 0 ? odd_ne0(type) : 2048;
-			const int64_t ne1 = shape == 0 ? 37 : 75;
-			struct tw w;
-			tw_init(&w, type, ne0, ne1, &r);
-			for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-				const int n = ns[k];
-				float *x = malloc((size_t)(n * ne0) * sizeof(float));
-				float *y0 = malloc((size_t)(n * ne1) * sizeof(float));
-				float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
-				test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-				cr_assert_eq(fast.iface->matmul(fast.ctx, y0, &w.w, x, n), 0);
-				cr_assert_eq(ref.iface->matmul(ref.ctx, y1, &w.w, x, n), 0);
-				const double e = test_nmse(y0, y1, (size_t)(n * ne1));
-				cr_expect_leq(e, 1e-10, "%s %s %lldx%lld n=%d: nmse %g",
-					      lm_backend_cpu_kernels(&fast), lm_dtype_name(type),
-					      (long long)ne1, (long long)ne0, n, e);
-				free(x);
-				free(y0);
-				free(y1);
+	for (int k = 1; k < TEST_N_KSETS; k++) {
+		if (!kset_init(&fast, 2, k))
+			continue;
+		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+			const enum lm_dtype type = mm_types[ti];
+			double worst = 0;
+			for (int shape = 0; shape < 2; shape++) {
+				const int64_t ne0 = shape == 0 ? odd_ne0(type) : 2048;
+				const int64_t ne1 = shape == 0 ? 37 : 75;
+				struct tw w;
+				tw_init(&w, type, ne0, ne1, &r);
+				for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+					const int n = ns[ni];
+					float *x = malloc((size_t)(n * ne0) * sizeof(float));
+					float *y0 = malloc((size_t)(n * ne1) * sizeof(float));
+					float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
+					test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+					cr_assert_eq(fast.iface->matmul(fast.ctx, y0, &w.w, x, n),
+						     0);
+					cr_assert_eq(ref.iface->matmul(ref.ctx, y1, &w.w, x, n), 0);
+					const double e = test_nmse(y0, y1, (size_t)(n * ne1));
+					worst = fmax(worst, e);
+					cr_expect_leq(e, 1e-10, "%s %s %lldx%lld n=%d: nmse %g",
+						      lm_backend_cpu_kernels(&fast),
+						      lm_dtype_name(type), (long long)ne1,
+						      (long long)ne0, n, e);
+					free(x);
+					free(y0);
+					free(y1);
+				}
+				tw_fini(&w);
 			}
-			tw_fini(&w);
+			cr_log_info("matmul %s vs generic, %s: worst nmse %.3g", test_ksets[k],
+				    lm_dtype_name(type), worst);
+		}
+		lm_backend_fini(&fast);
+	}
+	lm_backend_fini(&ref);
+}
+
+/* An "identity" weight of each type: row j holds a single quant of value 1 at element j (scale
+ * 1, every other element 0), so y[j] is the converted activation x'[j] times its block scale,
+ * one rounding. Every kernel set must produce exactly the generic results, which checks that
+ * their activation conversions are bit-identical to the reference quantizers, ties included. */
+static void identity_weight(struct tw *t, enum lm_dtype type, int64_t n)
+{
+	uint64_t rb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(type, (uint64_t)n, &rb), 0);
+	uint8_t *buf = calloc((size_t)n, rb);
+	cr_assert_not_null(buf);
+	for (int64_t j = 0; j < n; j++) {
+		uint8_t *row = buf + j * rb;
+		const int64_t e = j % 256, sb = e / 32, l = j % 32;
+		switch (type) {
+		case LM_F32:
+			((float *)row)[j] = 1.0f;
+			break;
+		case LM_F16:
+			((uint16_t *)row)[j] = 0x3c00;
+			break;
+		case LM_BF16:
+			((uint16_t *)row)[j] = 0x3f80;
+			break;
+		case LM_Q8_0: {
+			block_q8_0 *b = (block_q8_0 *)row;
+			for (int64_t k = 0; k < n / 32; k++)
+				b[k].d = 0x3c00;
+			b[j / 32].qs[l] = 1;
+			break;
+		}
+		case LM_Q4_0: {
+			block_q4_0 *b = (block_q4_0 *)row;
+			for (int64_t k = 0; k < n / 32; k++) {
+				b[k].d = 0x3c00;
+				memset(b[k].qs, 0x88, sizeof b[k].qs); /* every nibble 8: value 0 */
+			}
+			if (l < 16)
+				b[j / 32].qs[l] = 0x89;
+			else
+				b[j / 32].qs[l - 16] = 0x98;
+			break;
+		}
+		case LM_Q4_K: {
+			block_q4_K *b = (block_q4_K *)row;
+			static const uint8_t sc1[12] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
+			for (int64_t k = 0; k < n / 256; k++) {
+				b[k].d = 0x3c00; /* dmin 0: every min 0 as well */
+				memcpy(b[k].scales, sc1, 12);
+			}
+			b[j / 256].qs[32 * (sb / 2) + l] = (uint8_t)(sb % 2 ? 0x10 : 0x01);
+			break;
+		}
+		case LM_Q6_K: {
+			block_q6_K *b = (block_q6_K *)row;
+			for (int64_t k = 0; k < n / 256; k++) {
+				b[k].d = 0x3c00;
+				memset(b[k].scales, 1, sizeof b[k].scales);
+				memset(b[k].qh, 0xaa,
+				       sizeof b[k].qh); /* high bits 2: q = 32, value 0 */
+			}
+			/* q = 33 at element e: the low nibble 1 in its ql half-byte. */
+			const int64_t h = e / 128, g = (e % 128) / 32;
+			b[j / 256].ql[64 * h + 32 * (g % 2) + l] = (uint8_t)(g < 2 ? 0x01 : 0x10);
+			break;
+		}
+		default:
+			cr_assert_fail("no identity for %s", lm_dtype_name(type));
 		}
 	}
-	lm_backend_fini(&fast);
+	t->bytes = buf;
+	t->w = (struct lm_weight){.type = type, .ne0 = n, .ne1 = n, .row_bytes = rb, .data = buf};
+}
+
+Test(kernels, activation_conversion_is_bit_exact_in_every_kernel_set)
+{
+	const int64_t n = 512;
+	float *x = malloc(3 * n * sizeof(float));
+	float *y0 = malloc(3 * n * sizeof(float));
+	float *y1 = malloc(3 * n * sizeof(float));
+	struct test_rng r = {16};
+	/* Token 0: every 32-block starts with -127 or 127 (so Q8_0's d is 1 and Q8_K's iscale
+	 * is 1) and carries halves (k + 0.5), exact ties for both rounding rules. Token 1:
+	 * gaussian. Token 2: a huge range and sub-blocks of zeros. */
+	for (int64_t i = 0; i < n; i++) {
+		if (i % 32 == 0)
+			x[i] = (i / 32) % 2 ? 127.0f : -127.0f;
+		else
+			x[i] = (float)((int)(test_rng_next(&r) % 250) - 125) + 0.5f;
+		x[n + i] = test_rng_gauss(&r);
+		x[2 * n + i] =
+			(i / 16) % 3 == 1 ? 0.0f : test_rng_gauss(&r) * ((i % 7) ? 1e-3f : 1e3f);
+	}
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
+	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+		struct tw w;
+		identity_weight(&w, mm_types[ti], n);
+		cr_assert_eq(ref.iface->matmul(ref.ctx, y0, &w.w, x, 3), 0);
+		/* The generic result is what the reference conversion says: spot-check one
+		 * value by hand (token 0, element 1 is k + 0.5 with d = 1). */
+		if (mm_types[ti] == LM_Q8_0)
+			cr_expect_eq(y0[1], roundf(x[1]));
+		if (mm_types[ti] == LM_Q4_K)
+			cr_expect_eq(y0[1], rintf(x[1]));
+		for (int k = 1; k < TEST_N_KSETS; k++) {
+			struct lm_backend b;
+			if (!kset_init(&b, 1, k))
+				continue;
+			cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x, 3), 0);
+			for (int64_t i = 0; i < 3 * n; i++) {
+				/* Q6_K's SIMD kernels take the +32 offset back through block sums
+				 * in separate int32 lanes (as GGUF's do), so their float sums
+				 * round differently: allow 1e-3 of the token's largest value, an
+				 * eighth of the smallest quant step (max / 127). */
+				double tol = 0;
+				if (mm_types[ti] == LM_Q6_K)
+					for (int64_t j = 0; j < n; j++)
+						tol = fmax(tol, 1e-3 * fabs(y0[(i / n) * n + j]));
+				cr_assert(fabs(y1[i] - y0[i]) <= tol,
+					  "%s %s token %lld element %lld: %.9g vs %.9g",
+					  test_ksets[k], lm_dtype_name(mm_types[ti]),
+					  (long long)(i / n), (long long)(i % n), y1[i], y0[i]);
+			}
+			lm_backend_fini(&b);
+		}
+		tw_fini(&w);
+	}
 	lm_backend_fini(&ref);
+	free(x);
+	free(y0);
+	free(y1);
 }
 
 Test(kernels, matmul_rejects_unsupported_types)
@@ -311,11 +468,12 @@ Test(kernels, rmsnorm_matches_double_reference)
 {
 	struct test_rng r = {21};
 	const int dims[] = {1, 7, 64, 263, 2048};
-	for (int scalar = 0; scalar <= 1; scalar++) {
+	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b;
-		be_init(&b, 1, scalar);
-		for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
-			const int dim = dims[k], n = 3;
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+			const int dim = dims[di], n = 3;
 			float *x = malloc((size_t)(n * dim) * sizeof(float));
 			float *w = malloc((size_t)dim * sizeof(float));
 			float *y = malloc((size_t)(n * dim) * sizeof(float));
@@ -334,6 +492,8 @@ Test(kernels, rmsnorm_matches_double_reference)
 								      (fabs(want) + 1e-6));
 				}
 			}
+			cr_log_info("rmsnorm %s dim %d: max relative error %.3g",
+				    lm_backend_cpu_kernels(&b), dim, maxrel);
 			cr_expect_leq(maxrel, 2e-6, "%s dim %d: max relative error %g",
 				      lm_backend_cpu_kernels(&b), dim, maxrel);
 			/* In place gives the same floats. */
@@ -351,11 +511,12 @@ Test(kernels, silu_mul_and_add_match_reference)
 {
 	struct test_rng r = {22};
 	const size_t lens[] = {1, 5, 8, 31, 1000};
-	for (int scalar = 0; scalar <= 1; scalar++) {
+	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b;
-		be_init(&b, 1, scalar);
-		for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
-			const size_t len = lens[k];
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+			const size_t len = lens[li];
 			float *g = malloc(len * sizeof(float));
 			float *u = malloc(len * sizeof(float));
 			float *y = malloc(len * sizeof(float));
@@ -370,6 +531,8 @@ Test(kernels, silu_mul_and_add_match_reference)
 				const double want = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
 				maxrel = fmax(maxrel, fabs(y[i] - want) / (fabs(want) + 1e-30));
 			}
+			cr_log_info("silu_mul %s len %zu: max relative error %.3g",
+				    lm_backend_cpu_kernels(&b), len, maxrel);
 			cr_expect_leq(maxrel, 4e-6, "%s silu_mul len %zu: %g",
 				      lm_backend_cpu_kernels(&b), len, maxrel);
 			/* y may equal gate. */
@@ -387,6 +550,28 @@ Test(kernels, silu_mul_and_add_match_reference)
 			free(u);
 			free(y);
 		}
+		lm_backend_fini(&b);
+	}
+}
+
+/* A batch's silu_mul covers all its tokens in one buffer: an element must get the same value
+ * wherever it sits (in a vector or in a tail), or chunked prefill would not reproduce one pass. */
+Test(kernels, silu_mul_does_not_depend_on_the_split)
+{
+	struct test_rng r = {24};
+	float g[1000], u[1000], whole[1000], parts[1000];
+	test_fill_gauss(&r, g, 1000, 4.0f);
+	test_fill_gauss(&r, u, 1000, 1.0f);
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 1, k))
+			continue;
+		cr_assert_eq(b.iface->silu_mul(b.ctx, whole, g, u, 1000), 0);
+		for (size_t at = 0, step = 1; at < 1000; at += step, step = step % 13 + 3) {
+			const size_t len = at + step <= 1000 ? step : 1000 - at;
+			cr_assert_eq(b.iface->silu_mul(b.ctx, parts + at, g + at, u + at, len), 0);
+		}
+		cr_expect_eq(memcmp(whole, parts, sizeof whole), 0, "%s", test_ksets[k]);
 		lm_backend_fini(&b);
 	}
 }

@@ -237,7 +237,8 @@ Test(wire, dtype_sizes_and_type_names)
 	cr_assert_str_eq(wire_type_name(WIRE_KV_EXPORT), "KV_EXPORT");
 	cr_assert_str_eq(wire_type_name(WIRE_REPOINT), "REPOINT");
 	cr_assert_str_eq(wire_type_name(0), "UNKNOWN");
-	cr_assert_str_eq(wire_type_name(15), "UNKNOWN");
+	cr_assert_str_eq(wire_type_name(WIRE_TRACE), "TRACE");
+	cr_assert_str_eq(wire_type_name(16), "UNKNOWN");
 	cr_assert_str_eq(wire_type_name(UINT32_MAX), "UNKNOWN");
 }
 
@@ -1008,7 +1009,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 		struct msg m;
 		msg_split(&m, buf.data, buf.len);
 		int v = msg_find(&m, "v");
-		const int64_t others[] = {2, 0, 4000000000};
+		const int64_t others[] = {WIRE_VERSION + 1, 0, 4000000000};
 		for (int j = 0; j < 3; j++) {
 			m.kv[v].val = obj_int(others[j]);
 			msg_join(&m, &out, m.payload_len);
@@ -1016,7 +1017,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 			char want[64];
 			snprintf(want, sizeof want, "version %lld", (long long)others[j]);
 			expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, want);
-			cr_assert(strstr(d.msg, "version 1"), "%s", d.msg);
+			cr_assert(strstr(d.msg, "version 2"), "%s", d.msg);
 			struct wire_head h;
 			expect_err(wire_peek(out.p, out.len, &h, &d), LM_EVERSION, &d, want);
 			cr_assert_eq(h.version, (uint32_t)others[j]);
@@ -1025,7 +1026,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 		}
 		/* Another version may have other keys, lack ours, carry another type's: still a
 		 * version mismatch, not a parse error. */
-		m.kv[v].val = obj_int(2);
+		m.kv[v].val = obj_int(WIRE_VERSION + 1);
 		m.kv[m.n].key = obj_str("new_key");
 		m.kv[m.n].val = wrong_values[8];
 		m.n++;
@@ -1064,7 +1065,7 @@ Test(wire, version_mismatch_on_hello_fills_version_and_id)
 	struct wire_hello h;
 	lm_diag d = {{0}};
 	expect_err(wire_decode_hello(b.p, b.len, &h, &d), LM_EVERSION, &d, "version 7");
-	cr_assert(strstr(d.msg, "version 1"), "%s", d.msg);
+	cr_assert(strstr(d.msg, "version 2"), "%s", d.msg);
 	cr_assert_eq(h.version, 7);
 	cr_assert_eq(h.id, 31);
 	bytes_free(&b);
@@ -1149,10 +1150,10 @@ Test(wire, type_mismatch_is_refused)
 	struct msg m;
 	struct bytes out = {0};
 	msg_split(&m, buf.data, buf.len);
-	m.kv[msg_find(&m, "t")].val = obj_int(15);
+	m.kv[msg_find(&m, "t")].val = obj_int(WIRE_TYPE_MAX + 1);
 	msg_join(&m, &out, 0);
 	expect_err(wire_peek(out.p, out.len, &h, &d), LM_EPROTO, &d, "\"t\"");
-	cr_assert_eq(h.type, 15);
+	cr_assert_eq(h.type, WIRE_TYPE_MAX + 1);
 	m.kv[msg_find(&m, "t")].val = obj_int(0);
 	msg_join(&m, &out, 0);
 	expect_err(wire_peek(out.p, out.len, &h, &d), LM_EPROTO, &d, "\"t\"");
@@ -1734,11 +1735,11 @@ Test(wire, huge_counts_in_tiny_messages)
 
 Test(wire, deep_nesting_costs_no_stack)
 {
-	/* {"v": 2, "x": [[[[...1e6 levels...]]]]}: skipped without recursion, then refused for
+	/* {"v": 3, "x": [[[[...1e6 levels...]]]]}: skipped without recursion, then refused for
 	 * the version; and the same under "seqs" of a current-version message. */
 	size_t depth = 1000000;
 	struct bytes b = {0};
-	const uint8_t head[] = {0x82, 0xa1, 'v', 0x02, 0xa1, 'x'};
+	const uint8_t head[] = {0x82, 0xa1, 'v', WIRE_VERSION + 1, 0xa1, 'x'};
 	bytes_write(&b, (const char *)head, sizeof head);
 	for (size_t i = 0; i < depth; i++)
 		bytes_write(&b, "\x91", 1);
@@ -1746,8 +1747,8 @@ Test(wire, deep_nesting_costs_no_stack)
 	lm_diag d = {{0}};
 	struct wire_forward f;
 	expect_err(wire_decode_forward(b.p, b.len, &ws_limits, &scr, &f, &d), LM_EVERSION, &d,
-		   "version 2");
-	b.p[3] = 0x01;
+		   "version 3");
+	b.p[3] = WIRE_VERSION;
 	b.p[5] = 'n';
 	expect_err(wire_decode_forward(b.p, b.len, &ws_limits, &scr, &f, &d), LM_EPROTO, &d, NULL);
 	struct wire_head h;
@@ -1757,7 +1758,8 @@ Test(wire, deep_nesting_costs_no_stack)
 
 Test(wire, every_msgpack_type_is_skipped_under_an_unknown_key)
 {
-	/* A version-2 peer may send values of any type: the walk must get past each to read "v". */
+	/* A peer of the next version may send values of any type: the walk must get past each
+	 * to read "v". */
 	const uint8_t values[][20] = {
 		{1, 0xc0},
 		{1, 0xc3},
@@ -1799,12 +1801,12 @@ Test(wire, every_msgpack_type_is_skipped_under_an_unknown_key)
 		const uint8_t head[] = {0x83, 0xa1, 'x'};
 		bytes_write(&b, (const char *)head, sizeof head);
 		bytes_write(&b, (const char *)values[i] + 1, values[i][0]);
-		const uint8_t tail[] = {0xa1, 'v', 0x02, 0xa1, 'y', 0x00};
+		const uint8_t tail[] = {0xa1, 'v', WIRE_VERSION + 1, 0xa1, 'y', 0x00};
 		bytes_write(&b, (const char *)tail, sizeof tail);
 		lm_diag d = {{0}};
 		struct wire_forward f;
 		expect_err(wire_decode_forward(b.p, b.len, &ws_limits, &scr, &f, &d), LM_EVERSION,
-			   &d, "version 2");
+			   &d, "version 3");
 		/* msgpack-c agrees the value is well-formed: it unpacks the whole map. */
 		msgpack_unpacked u;
 		msgpack_unpacked_init(&u);
@@ -1942,7 +1944,7 @@ Test(wire, encoder_refuses_inconsistent_structs_and_leaves_the_buffer)
 	cr_assert_eq(wire_encode_kv(&buf, WIRE_FORWARD, &kv), LM_EINVAL);
 	cr_assert_eq(wire_encode_simple(&buf, WIRE_FORWARD, 1, 1), LM_EINVAL);
 	cr_assert_eq(wire_encode_simple(&buf, (enum wire_type)0, 1, 1), LM_EINVAL);
-	cr_assert_eq(wire_encode_raw(&buf, (enum wire_type)15, 1, 1, NULL, 0), LM_EINVAL);
+	cr_assert_eq(wire_encode_raw(&buf, (enum wire_type)16, 1, 1, NULL, 0), LM_EINVAL);
 	cr_assert_eq(buf.len, len);
 }
 
@@ -1968,4 +1970,33 @@ Test(wire, encoders_append_and_stop_allocating)
 		cr_assert_eq(buf.data, data);
 		cr_assert_eq(buf.cap, cap);
 	}
+}
+
+/* TRACE (version 2) travels in the KV_EXPORT layout: a request with a slot, a reply with rows. */
+Test(wire, trace_round_trips)
+{
+	struct wire_kv req = {.id = 9, .fingerprint = ws_limits.fingerprint, .slot = 3};
+	cr_assert_eq(wire_encode_kv(&buf, WIRE_TRACE, &req), 0);
+	struct wire_kv got;
+	lm_diag d = {{0}};
+	struct wire_head h;
+	cr_assert_eq(wire_peek(buf.data, buf.len, &h, &d), 0, "%s", d.msg);
+	cr_assert_eq(h.type, WIRE_TRACE);
+	cr_assert_eq(wire_decode_kv(buf.data, buf.len, &ws_limits, &got, &d), 0, "%s", d.msg);
+	cr_assert_eq(got.slot, 3);
+	cr_assert_eq(got.len, 0);
+	cr_assert_eq(got.payload_len, 0);
+	float rows[6] = {1, 2, 3, 4, 5, 6};
+	struct wire_kv rep = {.id = 9,
+			      .fingerprint = ws_limits.fingerprint,
+			      .slot = 3,
+			      .len = 2,
+			      .payload = rows,
+			      .payload_len = sizeof rows};
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_kv(&buf, WIRE_TRACE, &rep), 0);
+	cr_assert_eq(wire_decode_kv(buf.data, buf.len, &ws_limits, &got, &d), 0, "%s", d.msg);
+	cr_assert_eq(got.len, 2);
+	cr_assert_eq(got.payload_len, sizeof rows);
+	cr_assert_eq(memcmp(got.payload, rows, sizeof rows), 0);
 }

@@ -1,0 +1,236 @@
+/* layermesh redeploy — roll a new worker build out over a running mesh, one shard at a time.
+ *
+ * Asks the coordinator (POST /v1/admin/redeploy) and follows its progress until the rollout
+ * succeeds or fails; see coordinator/rollout.h for the steps. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coordinator/cli.h"
+#include "coordinator/cmds.h"
+#include "coordinator/http_client.h"
+
+static const char redeploy_usage[] =
+	"usage: layermesh redeploy [--binary PATH] (--workers w1,w2 | --all) [options]\n"
+	"\n"
+	"Replaces worker processes of a running mesh with a new build, canary first, then the\n"
+	"rest in batches. Per worker: start the new build beside the old one, check its protocol\n"
+	"version and model, smoke-test it on a recorded input of its stage, pause the ring at a\n"
+	"step boundary, move the live sequences' KV rows to it, re-point its predecessor, resume,\n"
+	"stop the old one. A failing step keeps the old build serving and reports the step.\n"
+	"\n"
+	"  --url URL          the coordinator (default http://127.0.0.1:8080)\n"
+	"  --token T          bearer token, when the mesh requires one\n"
+	"  --binary PATH      the new layermesh-worker (default: the one running now)\n"
+	"  --workers LIST     comma-separated worker names\n"
+	"  --all              every worker\n"
+	"  --batch N          workers switched together after the canary (default 1)\n"
+	"  --canary NAME      the worker replaced first, alone (default: the first chosen)\n"
+	"  --tolerance T      smoke test: max-abs difference per layer (default 1e-4)\n"
+	"  --dry-run          print the plan and change nothing\n"
+	"  --no-wait          start it and return; follow it with `layermesh status`\n"
+	"  -h, --help         this text\n"
+	"\n"
+	"Exit status: 0 when every worker was replaced, 1 when the rollout failed (the mesh keeps\n"
+	"serving on the old build), 2 for a usage error.\n";
+
+static const char *redeploy_str(const cJSON *o, const char *k)
+{
+	const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(o, k));
+	return s != NULL ? s : "";
+}
+
+int cmd_redeploy(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"url", required_argument, NULL, 'u'},
+		{"token", required_argument, NULL, 'a'},
+		{"binary", required_argument, NULL, 'b'},
+		{"workers", required_argument, NULL, 'w'},
+		{"all", no_argument, NULL, 'A'},
+		{"batch", required_argument, NULL, 'n'},
+		{"canary", required_argument, NULL, 'c'},
+		{"tolerance", required_argument, NULL, 't'},
+		{"dry-run", no_argument, NULL, 'd'},
+		{"no-wait", no_argument, NULL, 'W'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	const char *url = "http://127.0.0.1:8080", *token = NULL, *workers = NULL, *canary = NULL;
+	const char *binary = NULL;
+	bool all = false, dry = false, wait = true;
+	int32_t batch = 1;
+	float tol = -1;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'u':
+			url = optarg;
+			break;
+		case 'a':
+			token = optarg;
+			break;
+		case 'b':
+			binary = optarg;
+			break;
+		case 'w':
+			workers = optarg;
+			break;
+		case 'A':
+			all = true;
+			break;
+		case 'n':
+			if (lm_cli_int(optarg, 1, 64, &batch) != 0)
+				return lm_cli_usage_error("redeploy", "--batch expects 1..64");
+			break;
+		case 'c':
+			canary = optarg;
+			break;
+		case 't':
+			if (lm_cli_float(optarg, 0, 1e9, &tol) != 0)
+				return lm_cli_usage_error("redeploy",
+							  "--tolerance expects a number");
+			break;
+		case 'd':
+			dry = true;
+			break;
+		case 'W':
+			wait = false;
+			break;
+		case 'h':
+			fputs(redeploy_usage, stdout);
+			return 0;
+		default:
+			fputs(redeploy_usage, stderr);
+			return 2;
+		}
+	}
+	if (optind < argc)
+		return lm_cli_usage_error("redeploy", "unexpected argument '%s'", argv[optind]);
+	if (all == (workers != NULL))
+		return lm_cli_usage_error("redeploy", "give --workers LIST or --all");
+
+	cJSON *req = cJSON_CreateObject();
+	char abs[PATH_MAX];
+	if (binary != NULL) {
+		/* The coordinator resolves paths from its own directory: send an absolute one. */
+		if (realpath(binary, abs) == NULL)
+			snprintf(abs, sizeof abs, "%s", binary);
+		cJSON_AddStringToObject(req, "binary", abs);
+	}
+	if (all) {
+		cJSON_AddBoolToObject(req, "all", true);
+	} else {
+		cJSON *list = cJSON_AddArrayToObject(req, "workers");
+		char *copy = strdup(workers), *save = NULL;
+		for (char *t = strtok_r(copy, ",", &save); t != NULL;
+		     t = strtok_r(NULL, ",", &save))
+			cJSON_AddItemToArray(list, cJSON_CreateString(t));
+		free(copy);
+	}
+	cJSON_AddNumberToObject(req, "batch", batch);
+	if (canary != NULL)
+		cJSON_AddStringToObject(req, "canary", canary);
+	if (tol >= 0)
+		cJSON_AddNumberToObject(req, "tolerance", tol);
+	if (dry)
+		cJSON_AddBoolToObject(req, "dry_run", true);
+	char *body = cJSON_PrintUnformatted(req);
+	cJSON_Delete(req);
+
+	struct lm_http_resp resp;
+	lm_diag d = {{0}};
+	int rc = lm_http_request(url, "POST", "/v1/admin/redeploy", token, body, strlen(body),
+				 30000, &resp, &d);
+	free(body);
+	if (rc != 0) {
+		fprintf(stderr, "layermesh redeploy: %s\n", lm_diag_str(&d, rc));
+		return 1;
+	}
+	cJSON *o = cJSON_Parse(resp.body);
+	if (resp.status != 200 && resp.status != 202) {
+		const char *msg = redeploy_str(cJSON_GetObjectItem(o, "error"), "message");
+		fprintf(stderr, "layermesh redeploy: HTTP %d: %s\n", resp.status,
+			msg[0] ? msg : resp.body);
+		cJSON_Delete(o);
+		lm_http_resp_fini(&resp);
+		return 1;
+	}
+	lm_http_resp_fini(&resp);
+	char *plan = cJSON_PrintUnformatted(cJSON_GetObjectItem(o, "plan"));
+	printf("%s %s: batches %s\n", dry ? "plan for" : "redeploying", redeploy_str(o, "binary"),
+	       plan != NULL ? plan : "?");
+	free(plan);
+	if (dry) {
+		for (const cJSON *mv = cJSON_GetObjectItem(o, "moves")->child; mv; mv = mv->next)
+			printf("  %s: %s -> %s\n", redeploy_str(mv, "worker"),
+			       redeploy_str(mv, "from"), redeploy_str(mv, "to"));
+		cJSON_Delete(o);
+		return 0;
+	}
+	cJSON_Delete(o);
+	if (!wait)
+		return 0;
+
+	/* Follow it: one line per worker step as it changes. */
+	char last[64][64];
+	memset(last, 0, sizeof last);
+	for (;;) {
+		struct timespec ts = {0, 200 * 1000000L};
+		nanosleep(&ts, NULL);
+		rc = lm_http_request(url, "GET", "/v1/admin/redeploy", token, NULL, 0, 30000, &resp,
+				     &d);
+		if (rc != 0) {
+			fprintf(stderr, "layermesh redeploy: %s\n", lm_diag_str(&d, rc));
+			return 1;
+		}
+		o = cJSON_Parse(resp.body);
+		lm_http_resp_fini(&resp);
+		const cJSON *ws = cJSON_GetObjectItem(o, "workers");
+		int k = 0;
+		for (const cJSON *w = ws != NULL ? ws->child : NULL; w != NULL && k < 64;
+		     w = w->next, k++) {
+			char now[64];
+			snprintf(now, sizeof now, "%s/%s", redeploy_str(w, "status"),
+				 redeploy_str(w, "step"));
+			if (strcmp(now, last[k]) != 0 &&
+			    strcmp(redeploy_str(w, "status"), "untouched")) {
+				printf("  %s: %s%s%s", redeploy_str(w, "name"),
+				       redeploy_str(w, "status"),
+				       redeploy_str(w, "step")[0] ? ", " : "",
+				       redeploy_str(w, "step"));
+				const cJSON *pause = cJSON_GetObjectItem(w, "pause_ms");
+				if (pause != NULL)
+					printf(" (paused %.1f ms, now at %s)", pause->valuedouble,
+					       redeploy_str(w, "to"));
+				printf("\n");
+				fflush(stdout);
+				snprintf(last[k], sizeof last[k], "%s", now);
+			}
+		}
+		const char *state = redeploy_str(o, "state");
+		if (strcmp(state, "running") != 0) {
+			int status = strcmp(state, "succeeded") == 0 ? 0 : 1;
+			if (status == 0)
+				printf("succeeded; longest pause %.1f ms\n",
+				       cJSON_GetNumberValue(
+					       cJSON_GetObjectItem(o, "max_pause_ms")));
+			else
+				fprintf(stderr,
+					"layermesh redeploy: failed at %s of %s: %s (the old build "
+					"keeps "
+					"serving)\n",
+					redeploy_str(o, "failed_step"),
+					redeploy_str(o, "failed_worker"), redeploy_str(o, "error"));
+			cJSON_Delete(o);
+			return status;
+		}
+		cJSON_Delete(o);
+	}
+}

@@ -1,0 +1,293 @@
+/* ctl.c — the coordinator's control connections to workers. See ctl.h. */
+#include "coordinator/ctl.h"
+
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lm_config.h"
+
+/* Control messages other than KV rows and traces are small; these bound the waits. */
+#define CTL_SHORT_MS 5000
+#define CTL_DATA_MS  30000
+
+static int64_t ctl_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
+{
+	int rv;
+	ctl_close(c);
+	if (name != c->name)
+		snprintf(c->name, sizeof c->name, "%s", name);
+	if (addr != c->addr)
+		snprintf(c->addr, sizeof c->addr, "%s", addr);
+	if ((rv = nng_req0_open(&c->s)) != 0)
+		return lm_fail(d, LM_EIO, "control socket: %s", nng_strerror(rv));
+	c->open = true;
+	/* No automatic resend: every request has its own deadline here. */
+	nng_socket_set_ms(c->s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_ms(c->s, NNG_OPT_RECONNMINT, 10);
+	nng_socket_set_ms(c->s, NNG_OPT_RECONNMAXT, 200);
+	nng_socket_set_size(c->s, NNG_OPT_RECVMAXSZ, 0);
+	if ((rv = nng_dial(c->s, c->addr, NULL, NNG_FLAG_NONBLOCK)) != 0)
+		return lm_fail(d, LM_EIO, "worker %s: cannot dial %s: %s", c->name, c->addr,
+			       nng_strerror(rv));
+	return 0;
+}
+
+void ctl_close(struct ctl_conn *c)
+{
+	if (c != NULL && c->open) {
+		nng_close(c->s);
+		c->open = false;
+	}
+}
+
+int ctl_call(struct ctl_conn *c, const struct wire_buf *req, uint32_t want, nng_msg **reply,
+	     int timeout_ms, lm_diag *d)
+{
+	nng_msg *msg = NULL;
+	int rv, rc = 0;
+
+	*reply = NULL;
+	if (!c->open && (rc = ctl_open(c, c->name, c->addr, d)) != 0)
+		return rc;
+	nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO, timeout_ms);
+	nng_socket_set_ms(c->s, NNG_OPT_SENDTIMEO, timeout_ms);
+	if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, req->data, req->len) != 0) {
+		if (msg != NULL)
+			nng_msg_free(msg);
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	}
+	if ((rv = nng_sendmsg(c->s, msg, 0)) != 0) {
+		nng_msg_free(msg);
+		rc = lm_fail(d, rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO,
+			     "worker %s: cannot send to %s: %s", c->name, c->addr,
+			     nng_strerror(rv));
+	} else if ((rv = nng_recvmsg(c->s, reply, 0)) != 0) {
+		rc = lm_fail(d, rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO,
+			     "worker %s: no reply on %s: %s", c->name, c->addr, nng_strerror(rv));
+	}
+	if (rc != 0) {
+		/* The request may still be outstanding: start afresh for the next one. */
+		lm_diag keep = {{0}};
+		ctl_open(c, c->name, c->addr, &keep);
+		return rc;
+	}
+	struct wire_head h;
+	rc = wire_peek(nng_msg_body(*reply), nng_msg_len(*reply), &h, d);
+	if (rc != 0) {
+		lm_diag_prefix(d, "worker %s", c->name);
+	} else if (h.type == WIRE_ERROR) {
+		struct wire_error e;
+		if (wire_decode_error(nng_msg_body(*reply), nng_msg_len(*reply), &e, d) != 0)
+			rc = lm_fail(d, LM_EPROTO, "worker %s: malformed ERROR", c->name);
+		else
+			rc = lm_fail(d, e.code < 0 ? e.code : LM_EPROTO, "worker %s: %s", c->name,
+				     e.msg);
+	} else if (h.type != want) {
+		rc = lm_fail(d, LM_EPROTO, "worker %s answered %s to %s", c->name,
+			     wire_type_name(h.type), wire_type_name(want));
+	}
+	if (rc != 0) {
+		nng_msg_free(*reply);
+		*reply = NULL;
+	}
+	return rc;
+}
+
+int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello, int timeout_ms,
+	      lm_diag *d)
+{
+	struct wire_buf b = {0};
+	struct wire_hello me = {.version = WIRE_VERSION, .id = 1};
+	nng_msg *r = NULL;
+	snprintf(me.name, sizeof me.name, "coordinator");
+	snprintf(me.build, sizeof me.build, "%s", LM_VERSION);
+	int rc = wire_encode_hello(&b, &me, false);
+	if (rc == 0)
+		rc = ctl_call(c, &b, WIRE_HELLO, &r, timeout_ms, d);
+	wire_buf_fini(&b);
+	if (rc == 0)
+		rc = wire_decode_hello(nng_msg_body(r), nng_msg_len(r), hello, d);
+	if (r != NULL)
+		nng_msg_free(r);
+	if (rc != 0)
+		return rc;
+	if (hello->version != WIRE_VERSION)
+		return lm_fail(d, LM_EVERSION,
+			       "worker %s speaks protocol version %u; this coordinator speaks %u",
+			       c->name, hello->version, WIRE_VERSION);
+	if (fingerprint != 0 && hello->has_slice && hello->fingerprint != 0 &&
+	    hello->fingerprint != fingerprint)
+		return lm_fail(d, LM_EFINGERPRINT,
+			       "worker %s holds a model with fingerprint %016llx; the mesh's model "
+			       "has %016llx",
+			       c->name, (unsigned long long)hello->fingerprint,
+			       (unsigned long long)fingerprint);
+	return 0;
+}
+
+int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello,
+		   int timeout_ms, bool (*alive)(void *arg), void *arg, lm_diag *d)
+{
+	int64_t deadline = ctl_now_ms() + timeout_ms;
+	for (;;) {
+		if (alive != NULL && !alive(arg))
+			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited during start-up",
+				       c->name);
+		int rc = ctl_hello(c, fingerprint, hello, 250, d);
+		/* An answer that is wrong will not get better: only silence is retried. */
+		if (rc != LM_ETIMEOUT && rc != LM_EIO)
+			return rc;
+		if (ctl_now_ms() >= deadline)
+			return lm_fail(d, LM_ETIMEOUT, "worker %s did not answer at %s within %d s",
+				       c->name, c->addr, timeout_ms / 1000);
+	}
+}
+
+int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerprint,
+	       struct wire_ready *ready, int timeout_ms, bool (*alive)(void *arg), void *arg,
+	       lm_diag *d)
+{
+	struct wire_buf b = {0};
+	nng_msg *msg = NULL, *r = NULL;
+	int rv, rc = wire_encode_assign(&b, a);
+	if (rc != 0)
+		return lm_fail(d, rc, "worker %s: cannot encode ASSIGN", c->name);
+	nng_socket_set_ms(c->s, NNG_OPT_SENDTIMEO, CTL_SHORT_MS);
+	if (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, b.data, b.len) != 0 ||
+	    nng_sendmsg(c->s, msg, 0) != 0) {
+		if (msg != NULL)
+			nng_msg_free(msg);
+		wire_buf_fini(&b);
+		ctl_open(c, c->name, c->addr, NULL);
+		return lm_fail(d, LM_EIO, "worker %s: cannot send ASSIGN", c->name);
+	}
+	wire_buf_fini(&b);
+	/* Loading a large slice takes a while: wait in slices of a second, watching the process. */
+	nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO, 1000);
+	int64_t deadline = ctl_now_ms() + timeout_ms;
+	while ((rv = nng_recvmsg(c->s, &r, 0)) == NNG_ETIMEDOUT) {
+		if (alive != NULL && !alive(arg)) {
+			ctl_open(c, c->name, c->addr, NULL);
+			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited while loading",
+				       c->name);
+		}
+		if (ctl_now_ms() >= deadline) {
+			ctl_open(c, c->name, c->addr, NULL);
+			return lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s",
+				       c->name, timeout_ms / 1000);
+		}
+	}
+	if (rv != 0) {
+		ctl_open(c, c->name, c->addr, NULL);
+		return lm_fail(d, LM_EIO, "worker %s: %s", c->name, nng_strerror(rv));
+	}
+	struct wire_head h;
+	rc = wire_peek(nng_msg_body(r), nng_msg_len(r), &h, d);
+	if (rc == 0 && h.type == WIRE_ERROR) {
+		struct wire_error e;
+		rc = wire_decode_error(nng_msg_body(r), nng_msg_len(r), &e, d);
+		if (rc == 0)
+			rc = lm_fail(d, e.code < 0 ? e.code : LM_EPROTO, "worker %s: %s", c->name,
+				     e.msg);
+	} else if (rc == 0) {
+		rc = wire_decode_ready(nng_msg_body(r), nng_msg_len(r), ready, d);
+	}
+	nng_msg_free(r);
+	if (rc != 0)
+		return rc;
+	if (ready->fingerprint != fingerprint)
+		return lm_fail(
+			d, LM_EFINGERPRINT,
+			"worker %s loaded a model with fingerprint %016llx; the mesh's model "
+			"has %016llx",
+			c->name, (unsigned long long)ready->fingerprint,
+			(unsigned long long)fingerprint);
+	return 0;
+}
+
+/* A TRACE or KV_EXPORT exchange that brings rows back. */
+static int ctl_rows(struct ctl_conn *c, enum wire_type t, uint64_t fingerprint,
+		    const struct wire_limits *lim, int32_t slot, int32_t *len, void **data,
+		    size_t *bytes, lm_diag *d)
+{
+	struct wire_buf b = {0};
+	struct wire_kv k = {.id = 1, .fingerprint = fingerprint, .slot = slot};
+	nng_msg *r = NULL;
+	int rc = wire_encode_kv(&b, t, &k);
+	if (rc == 0)
+		rc = ctl_call(c, &b, t, &r, CTL_DATA_MS, d);
+	wire_buf_fini(&b);
+	if (rc == 0)
+		rc = wire_decode_kv(nng_msg_body(r), nng_msg_len(r), lim, &k, d);
+	if (rc == 0 && data != NULL) {
+		*data = malloc(k.payload_len + 1);
+		if (*data == NULL) {
+			rc = lm_fail(d, LM_ENOMEM, "out of memory for %zu bytes", k.payload_len);
+		} else {
+			if (k.payload_len > 0)
+				memcpy(*data, k.payload, k.payload_len);
+			*bytes = k.payload_len;
+			*len = k.len;
+		}
+	}
+	if (r != NULL)
+		nng_msg_free(r);
+	return rc;
+}
+
+int ctl_trace(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim, int32_t slot,
+	      int32_t *rows, void **data, size_t *bytes, lm_diag *d)
+{
+	return ctl_rows(c, WIRE_TRACE, fingerprint, lim, slot, rows, data, bytes, d);
+}
+
+int ctl_kv_export(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim,
+		  int32_t slot, int32_t *len, void **data, size_t *bytes, lm_diag *d)
+{
+	return ctl_rows(c, WIRE_KV_EXPORT, fingerprint, lim, slot, len, data, bytes, d);
+}
+
+int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot, int32_t len,
+		  const void *data, size_t bytes, lm_diag *d)
+{
+	struct wire_buf b = {0};
+	struct wire_kv k = {.id = 1,
+			    .fingerprint = fingerprint,
+			    .slot = slot,
+			    .len = len,
+			    .payload = data,
+			    .payload_len = bytes};
+	nng_msg *r = NULL;
+	int rc = wire_encode_kv(&b, WIRE_KV_IMPORT, &k);
+	if (rc == 0)
+		rc = ctl_call(c, &b, WIRE_KV_IMPORT, &r, CTL_DATA_MS, d);
+	wire_buf_fini(&b);
+	if (r != NULL)
+		nng_msg_free(r);
+	return rc;
+}
+
+int ctl_repoint(struct ctl_conn *c, uint64_t fingerprint, const char *next, lm_diag *d)
+{
+	struct wire_buf b = {0};
+	struct wire_repoint rp = {.id = 1, .fingerprint = fingerprint};
+	nng_msg *r = NULL;
+	snprintf(rp.next, sizeof rp.next, "%s", next);
+	int rc = wire_encode_repoint(&b, &rp);
+	if (rc == 0)
+		rc = ctl_call(c, &b, WIRE_REPOINT, &r, CTL_SHORT_MS, d);
+	wire_buf_fini(&b);
+	if (r != NULL)
+		nng_msg_free(r);
+	return rc;
+}

@@ -1,0 +1,66 @@
+/* ctl.h — the coordinator's side of one worker's control plane: a REQ socket dialled to the
+ * worker's REP address, and the exchanges the coordinator makes on it (HELLO, ASSIGN/READY,
+ * TRACE, the redeploy verbs). Used by the keepers (one per worker) and by rollouts (which talk
+ * to a serving worker and to its replacement at once, each over its own connection).
+ *
+ * A connection belongs to one thread. A REQ socket keeps at most one request outstanding: an
+ * exchange that fails (timeout, closed) leaves it unusable, so every helper here reopens the
+ * socket before returning such a failure. Messages name the worker. */
+#ifndef LM_CTL_H
+#define LM_CTL_H
+
+#include <nng/nng.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/wire.h"
+
+struct ctl_conn {
+	nng_socket s;
+	bool open;
+	char name[64];  /* the worker's, for messages */
+	char addr[300]; /* its control address */
+};
+
+/* (Re)opens the connection to addr; the dial retries in the background until the worker
+ * listens. */
+int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d);
+/* Closes; harmless on a zeroed or closed connection. */
+void ctl_close(struct ctl_conn *c);
+
+/* Sends req and waits for the reply of type `want` (an ERROR reply becomes a failure with the
+ * worker's message and code). The caller frees *reply. */
+int ctl_call(struct ctl_conn *c, const struct wire_buf *req, uint32_t want, nng_msg **reply,
+	     int timeout_ms, lm_diag *d);
+
+/* HELLO: the worker's identity, its protocol version checked against this build's (LM_EVERSION
+ * naming both) and, when it already holds a slice and fingerprint is not 0, its model's
+ * fingerprint against the mesh's (LM_EFINGERPRINT naming both). */
+int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello, int timeout_ms,
+	      lm_diag *d);
+/* HELLO until the worker answers or `alive` (when not NULL) says its process is gone, for at
+ * most timeout_ms. */
+int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello,
+		   int timeout_ms, bool (*alive)(void *arg), void *arg, lm_diag *d);
+/* ASSIGN and wait for READY (loading may take long: `alive` is asked every second); READY's
+ * fingerprint is checked against `fingerprint` (LM_EFINGERPRINT naming both). */
+int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerprint,
+	       struct wire_ready *ready, int timeout_ms, bool (*alive)(void *arg), void *arg,
+	       lm_diag *d);
+
+/* TRACE of one slot: arm it (and receive what was recorded before, which the caller may
+ * ignore: pass rows NULL) or fetch what it recorded since. *rows receives the recorded row
+ * count and *data a malloc'd copy of the payload the caller frees. */
+int ctl_trace(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim, int32_t slot,
+	      int32_t *rows, void **data, size_t *bytes, lm_diag *d);
+/* KV_EXPORT of one slot: *len positions, *data a malloc'd copy of the rows. */
+int ctl_kv_export(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim,
+		  int32_t slot, int32_t *len, void **data, size_t *bytes, lm_diag *d);
+/* KV_IMPORT of one slot's rows. */
+int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot, int32_t len,
+		  const void *data, size_t bytes, lm_diag *d);
+/* REPOINT: the worker sends the ring's messages to `next` from now on. */
+int ctl_repoint(struct ctl_conn *c, uint64_t fingerprint, const char *next, lm_diag *d);
+
+#endif

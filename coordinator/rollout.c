@@ -1,0 +1,1023 @@
+/* rollout.c — rolling redeploys. See rollout.h for the steps. */
+#include "coordinator/rollout.h"
+
+#include <errno.h>
+#include <math.h>
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/dtype.h"
+#include "common/log.h"
+#include "coordinator/mesh_impl.h"
+
+#define ROLLOUT_PROBE_TEXT "Once upon a time, there was a little"
+#define ROLLOUT_QUIESCE_MS 10000
+#define ROLLOUT_SMOKE_MS   30000
+
+enum ro_worker_state { RW_UNTOUCHED, RW_PENDING, RW_WORKING, RW_DONE, RW_FAILED };
+static const char *const ro_state_names[] = {"untouched", "pending", "in progress", "replaced",
+					     "failed"};
+
+struct ro_worker {
+	enum ro_worker_state state;
+	char step[32];
+	double pause_ms;
+	char error[512];
+	char from[256], to[256]; /* data addresses before and after */
+};
+
+struct rollout {
+	struct mesh *m;
+	pthread_t thread;
+	bool running; /* under m->mu */
+	char bin[PATH_MAX];
+	double tolerance;
+	int32_t *order; /* worker indices, canary first */
+	int32_t n_order;
+	int32_t batch; /* workers per batch after the canary */
+	/* Status, under m->mu. */
+	char state[16]; /* "running", "succeeded", "failed" */
+	char failed_step[32];
+	char error[600];
+	int32_t failed_worker;
+	double max_pause_ms;
+	int64_t started_ms, finished_ms;
+	struct ro_worker *w; /* [n_procs] */
+	char sink[200];      /* where candidates send during their smoke test */
+	char dir[128];
+};
+
+/* The recorded probe: the prompt's ids, every layer's hidden state for every token, the token
+ * the mesh sampled. */
+struct ro_probe {
+	int32_t *ids;
+	int32_t n;
+	float *h; /* [n_layer][n][dim] */
+	int32_t token;
+};
+
+/* A replacement being brought up. */
+struct ro_cand {
+	int32_t j;
+	struct mesh_child *child;
+	char data[256], control[256], http[256];
+	struct ctl_conn ctl;
+	struct wire_ready ready;
+};
+
+static int64_t ro_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------------ addresses */
+
+/* The other address of a worker's pair: see rollout.h. */
+static int ro_alternate(const char *primary, const char *current, char *out, size_t cap, lm_diag *d)
+{
+	if (strcmp(current, primary) != 0) { /* on the alternate: back to the primary */
+		snprintf(out, cap, "%s", primary);
+		return 0;
+	}
+	if (strncmp(primary, "ipc://", 6) == 0) {
+		if ((size_t)snprintf(out, cap, "%s.b", primary) >= cap)
+			return lm_fail(d, LM_ERANGE, "%s is too long for an alternate", primary);
+		return 0;
+	}
+	const char *colon = strrchr(primary, ':');
+	char *end;
+	long port = colon != NULL ? strtol(colon + 1, &end, 10) : -1;
+	if (colon == NULL || *end != '\0' || port < 1 || port + 1000 > 65535 ||
+	    strncmp(primary, "inproc://", 9) == 0)
+		return lm_fail(d, LM_EUNSUPPORTED, "%s has no alternate address (port + 1000)",
+			       primary);
+	snprintf(out, cap, "%.*s:%ld", (int)(colon - primary), primary, port + 1000);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ status */
+
+static void ro_set_step(struct rollout *r, int32_t j, enum ro_worker_state st, const char *step)
+{
+	pthread_mutex_lock(&r->m->mu);
+	r->w[j].state = st;
+	snprintf(r->w[j].step, sizeof r->w[j].step, "%s", step);
+	pthread_mutex_unlock(&r->m->mu);
+	lm_info("redeploy: %s: %s", r->m->procs[j].cfg->name, step);
+}
+
+static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *msg)
+{
+	pthread_mutex_lock(&r->m->mu);
+	snprintf(r->state, sizeof r->state, "failed");
+	snprintf(r->failed_step, sizeof r->failed_step, "%s", step);
+	snprintf(r->error, sizeof r->error, "%s", msg);
+	r->failed_worker = j;
+	if (j >= 0) {
+		r->w[j].state = RW_FAILED;
+		snprintf(r->w[j].error, sizeof r->w[j].error, "%s", msg);
+	}
+	pthread_mutex_unlock(&r->m->mu);
+	lm_error("redeploy failed at %s of %s: %s (the old build keeps serving)", step,
+		 j >= 0 ? r->m->procs[j].cfg->name : "the mesh", msg);
+}
+
+/* ------------------------------------------------------------------ candidates */
+
+static bool ro_cand_alive(void *arg)
+{
+	struct ro_cand *c = arg;
+	return mesh_child_running(c->child->p->mesh, c->child);
+}
+
+/* Stops a candidate that will not serve (its exit is expected). */
+static void ro_cand_drop(struct mesh *m, struct ro_cand *c)
+{
+	ctl_close(&c->ctl);
+	if (c->child == NULL)
+		return;
+	pthread_mutex_lock(&m->mu);
+	c->child->retiring = true;
+	mesh_kill_child(m, c->child, SIGKILL);
+	pthread_mutex_unlock(&m->mu);
+	c->child = NULL;
+}
+
+/* prepare: the new build on the alternate addresses, handshaken, assigned, ready. */
+static int ro_prepare(struct rollout *r, struct ro_cand *c, lm_diag *d)
+{
+	struct mesh *m = r->m;
+	struct mesh_proc *p = &m->procs[c->j];
+	struct wire_assign a;
+	struct wire_hello hello;
+	int rc;
+
+	pthread_mutex_lock(&m->mu);
+	rc = ro_alternate(p->cfg->data, p->data, c->data, sizeof c->data, d);
+	if (rc == 0)
+		rc = ro_alternate(p->cfg->control, p->control, c->control, sizeof c->control, d);
+	if (rc == 0)
+		rc = ro_alternate(p->cfg->http, p->http, c->http, sizeof c->http, d);
+	mesh_assignment(m, c->j, &a);
+	pthread_mutex_unlock(&m->mu);
+	if (rc != 0)
+		return rc;
+	snprintf(a.next, sizeof a.next, "%s",
+		 r->sink); /* nothing enters the ring before the switch */
+	if ((rc = mesh_spawn_child(m, p, r->bin, c->data, c->control, c->http, &c->child, d)) != 0)
+		return rc;
+	if ((rc = ctl_open(&c->ctl, p->cfg->name, c->control, d)) != 0)
+		return rc;
+	int timeout = m->o->handshake_timeout_s * 1000;
+	rc = ctl_hello_wait(&c->ctl, m->fingerprint, &hello, timeout, ro_cand_alive, c, d);
+	if (rc == 0)
+		rc = ctl_assign(&c->ctl, &a, m->fingerprint, &c->ready, timeout, ro_cand_alive, c,
+				d);
+	if (rc == LM_EUNAVAILABLE) {
+		pthread_mutex_lock(&m->mu);
+		if (!c->child->running && c->child->why[0])
+			lm_fail(d, rc, "the new build of %s %s before it was ready", p->cfg->name,
+				c->child->why);
+		pthread_mutex_unlock(&m->mu);
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------------ the probe */
+
+struct ro_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	int code;
+	int32_t token;
+	char msg[256];
+};
+
+static void ro_probe_token(void *arg, int32_t token, float lp, const int32_t *ti, const float *tl,
+			   int32_t n)
+{
+	struct ro_wait *w = arg;
+	(void)lp;
+	(void)ti;
+	(void)tl;
+	(void)n;
+	pthread_mutex_lock(&w->mu);
+	w->token = token;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void ro_probe_done(void *arg, enum sched_finish why, int code, const char *msg)
+{
+	struct ro_wait *w = arg;
+	pthread_mutex_lock(&w->mu);
+	w->done = true;
+	w->code = why == SCHED_FINISH_ERROR ? (code != 0 ? code : LM_EPROTO) : 0;
+	snprintf(w->msg, sizeof w->msg, "%s", msg != NULL ? msg : "");
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static struct wire_limits ro_limits(const struct mesh *m)
+{
+	return (struct wire_limits){.fingerprint = m->fingerprint,
+				    .slots = m->cfg.slots + MESH_PROBE_SLOTS,
+				    .max_seq = m->max_seq,
+				    .dim = m->hp.n_embd,
+				    .n_vocab = m->hp.n_vocab,
+				    .max_batch = m->cfg.max_batch,
+				    .max_seqs = m->cfg.slots + MESH_PROBE_SLOTS,
+				    .max_logprobs = 20};
+}
+
+/* probe: the fixed prompt through the live mesh, every worker tracing the probe slot. */
+static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
+{
+	struct mesh *m = r->m;
+	struct wire_limits lim = ro_limits(m);
+	int32_t slot = m->cfg.slots, W = m->n_procs, dim = m->hp.n_embd;
+	struct ctl_conn *live = calloc((size_t)W, sizeof *live);
+	size_t n = 0;
+	int rc = 0;
+
+	if (live == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	if (pr->ids == NULL) {
+		rc = tok_encode_alloc(m->vocab, ROLLOUT_PROBE_TEXT, strlen(ROLLOUT_PROBE_TEXT),
+				      tok_add_bos(m->vocab), &pr->ids, &n, d);
+		pr->n = (int32_t)n;
+		if (rc == 0 && (pr->n < 1 || pr->n > m->cfg.max_batch || pr->n >= m->max_seq))
+			rc = lm_fail(d, LM_ERANGE, "the probe prompt has %d tokens", pr->n);
+		if (rc == 0 && (pr->h = malloc((size_t)m->hp.n_layer * (size_t)pr->n * (size_t)dim *
+					       sizeof(float))) == NULL)
+			rc = lm_fail(d, LM_ENOMEM, "out of memory");
+	}
+	for (int32_t j = 0; rc == 0 && j < W; j++) {
+		pthread_mutex_lock(&m->mu);
+		char control[256];
+		snprintf(control, sizeof control, "%s", m->procs[j].control);
+		pthread_mutex_unlock(&m->mu);
+		int32_t rows;
+		void *data = NULL;
+		size_t bytes;
+		rc = ctl_open(&live[j], m->procs[j].cfg->name, control, d);
+		if (rc == 0) /* arm; what it recorded before does not matter */
+			rc = ctl_trace(&live[j], m->fingerprint, &lim, slot, &rows, &data, &bytes,
+				       d);
+		free(data);
+	}
+	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	if (rc == 0) {
+		uint64_t id;
+		struct sched_req q = {.prompt = pr->ids,
+				      .n_prompt = pr->n,
+				      .max_tokens = 1,
+				      .sampling = {.temperature = 0, .top_p = 1},
+				      .probe = true,
+				      .on_token = ro_probe_token,
+				      .on_done = ro_probe_done,
+				      .arg = &w};
+		rc = sched_submit(m->sched, &q, &id, d);
+		if (rc == 0) {
+			pthread_mutex_lock(&w.mu);
+			while (!w.done)
+				pthread_cond_wait(&w.cv, &w.mu);
+			pthread_mutex_unlock(&w.mu);
+			if (w.code != 0)
+				rc = lm_fail(d, w.code, "the probe failed: %s", w.msg);
+			pr->token = w.token;
+		}
+	}
+	for (int32_t j = 0; rc == 0 && j < W; j++) {
+		const struct fence_stage *st = &m->plan.stages[j];
+		int32_t rows = 0;
+		void *data = NULL;
+		size_t bytes = 0;
+		size_t per = (size_t)pr->n * (size_t)dim;
+		rc = ctl_trace(&live[j], m->fingerprint, &lim, slot, &rows, &data, &bytes, d);
+		if (rc == 0 &&
+		    (rows != pr->n || bytes != (size_t)(st->end - st->start) * per * sizeof(float)))
+			rc = lm_fail(d, LM_EPROTO, "worker %s recorded %d rows of the probe's %d",
+				     m->procs[j].cfg->name, rows, pr->n);
+		if (rc == 0)
+			memcpy(pr->h + (size_t)st->start * per, data, bytes);
+		free(data);
+	}
+	for (int32_t j = 0; j < W; j++)
+		ctl_close(&live[j]);
+	free(live);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ the smoke test */
+
+static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe *pr,
+		    nng_socket sink, lm_diag *d)
+{
+	struct mesh *m = r->m;
+	const struct fence_stage *st = &m->plan.stages[c->j];
+	struct wire_limits lim = ro_limits(m);
+	int32_t slot = m->cfg.slots, dim = m->hp.n_embd, n = pr->n;
+	size_t per = (size_t)n * (size_t)dim;
+	nng_socket push;
+	nng_msg *msg = NULL;
+	struct wire_buf b = {0};
+	void *data = NULL;
+	uint8_t *payload = NULL;
+	size_t bytes = 0;
+	int32_t rows = 0;
+	int rc, rv;
+
+	if ((rc = ctl_trace(&c->ctl, m->fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
+		return rc;
+	free(data);
+	data = NULL;
+	if ((rv = nng_push0_open(&push)) != 0)
+		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
+	nng_socket_set_ms(push, NNG_OPT_SENDTIMEO, 5000);
+	nng_socket_set_ms(push, NNG_OPT_RECONNMINT, 10);
+	if ((rv = nng_dial(push, c->data, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+		nng_close(push);
+		return lm_fail(d, LM_EIO, "cannot dial %s: %s", c->data, nng_strerror(rv));
+	}
+	/* The stage's input as the live mesh recorded it: the ids for the first stage, the
+	 * previous stage's last layer otherwise, in the mesh's wire type. */
+	struct wire_seq seq = {.seq_id = 1,
+			       .slot = slot,
+			       .pos = 0,
+			       .n_tokens = n,
+			       .sample = true,
+			       .sampling = {.temperature = 0, .top_p = 1}};
+	struct wire_forward f = {.batch_id = 1,
+				 .fingerprint = m->fingerprint,
+				 .n_seqs = 1,
+				 .seqs = &seq,
+				 .n_tokens = n};
+	enum lm_dtype wdt = m->cfg.wire_dtype;
+	if (c->j == 0) {
+		f.dtype = WIRE_DT_I32;
+		f.dim = 1;
+		f.payload_len = (size_t)n * sizeof(int32_t);
+		payload = malloc(f.payload_len);
+		if (payload != NULL)
+			memcpy(payload, pr->ids, f.payload_len);
+	} else {
+		const float *in = pr->h + (size_t)(st->start - 1) * per;
+		f.dtype = wdt == LM_F16 ? WIRE_DT_F16 : wdt == LM_BF16 ? WIRE_DT_BF16 : WIRE_DT_F32;
+		f.dim = dim;
+		f.payload_len = per * wire_dtype_size(f.dtype);
+		payload = malloc(f.payload_len);
+		for (size_t i = 0; payload != NULL && i < per; i++) {
+			if (f.dtype == WIRE_DT_F32) {
+				memcpy(payload + 4 * i, &in[i], 4);
+			} else {
+				uint16_t h = f.dtype == WIRE_DT_F16 ? lm_f32_to_f16(in[i])
+								    : lm_f32_to_bf16(in[i]);
+				memcpy(payload + 2 * i, &h, 2);
+			}
+		}
+	}
+	f.payload = payload;
+	if (payload == NULL)
+		rc = lm_fail(d, LM_ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = wire_encode_forward(&b, &f);
+	if (rc == 0 && (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, b.data, b.len) != 0 ||
+			nng_sendmsg(push, msg, 0) != 0)) {
+		if (msg != NULL)
+			nng_msg_free(msg);
+		rc = lm_fail(d, LM_EIO, "cannot send the recorded input to %s", c->data);
+	}
+	msg = NULL;
+	wire_buf_fini(&b);
+	free(payload);
+	nng_close(push);
+	/* Its output arrives at the sink: hidden rows, or the last stage's token. */
+	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
+		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
+			     nng_strerror(rv));
+	if (rc == 0 && c->j == m->n_procs - 1) {
+		struct wire_scratch s;
+		struct wire_tokens t;
+		wire_scratch_init(&s, lim.max_seqs);
+		rc = wire_decode_tokens(nng_msg_body(msg), nng_msg_len(msg), &lim, &s, &t, d);
+		if (rc == 0 && (t.n != 1 || t.toks[0].token != pr->token))
+			rc = lm_fail(d, LM_ERANGE,
+				     "the new build sampled token %d where the old one sampled %d",
+				     t.n == 1 ? t.toks[0].token : -1, pr->token);
+		wire_scratch_fini(&s);
+	} else if (rc == 0) {
+		struct wire_head h;
+		rc = wire_peek(nng_msg_body(msg), nng_msg_len(msg), &h, d);
+		if (rc == 0 && h.type == WIRE_ERROR) {
+			struct wire_error e;
+			wire_decode_error(nng_msg_body(msg), nng_msg_len(msg), &e, d);
+			rc = lm_fail(d, LM_EPROTO, "the new build refused the smoke input: %s",
+				     e.msg);
+		}
+	}
+	if (msg != NULL)
+		nng_msg_free(msg);
+	if (rc != 0)
+		return rc;
+	/* Every layer of the stage against the old build's record. */
+	if ((rc = ctl_trace(&c->ctl, m->fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
+		return rc;
+	size_t want = (size_t)(st->end - st->start) * per * sizeof(float);
+	if (rows != n || bytes != want) {
+		free(data);
+		return lm_fail(d, LM_EPROTO, "the new build recorded %d rows of %d", rows, n);
+	}
+	const float *got = data, *exp = pr->h + (size_t)st->start * per;
+	for (int32_t l = 0; l < st->end - st->start; l++) {
+		double worst = 0;
+		for (size_t i = 0; i < per; i++) {
+			double e = fabs((double)got[l * per + i] - (double)exp[l * per + i]);
+			worst = isnan(e) ? INFINITY : fmax(worst, e);
+		}
+		if (!(worst <= r->tolerance)) {
+			free(data);
+			return lm_fail(
+				d, LM_ERANGE,
+				"layer %d: the new build's hidden state differs from the old "
+				"build's by %.3g (tolerance %.3g)",
+				st->start + l, worst, r->tolerance);
+		}
+	}
+	free(data);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ the switch */
+
+struct ro_undo {
+	struct ctl_conn *conn; /* REPOINT it back to `addr`; NULL: the coordinator's push */
+	char addr[256];
+	nng_dialer new_dialer;
+};
+
+/* The address worker j's successor listens at, given the candidates of this batch. */
+static const char *ro_successor(struct mesh *m, struct ro_cand *cs, int32_t nc, int32_t j)
+{
+	for (int32_t k = 0; k < nc; k++)
+		if (cs[k].j == j + 1)
+			return cs[k].data;
+	return j + 1 < m->n_procs ? m->procs[j + 1].data : m->cfg.data_in;
+}
+
+static bool ro_in_batch(const struct ro_cand *cs, int32_t nc, int32_t j)
+{
+	for (int32_t k = 0; k < nc; k++)
+		if (cs[k].j == j)
+			return true;
+	return false;
+}
+
+static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *pause_ms,
+		     lm_diag *d)
+{
+	struct mesh *m = r->m;
+	struct wire_limits lim = ro_limits(m);
+	int32_t cap = m->cfg.slots + MESH_PROBE_SLOTS, n_live = 0;
+	struct sched_slot *live = calloc((size_t)cap, sizeof *live);
+	struct ctl_conn *old = calloc((size_t)nc, sizeof *old);
+	struct ctl_conn *pred = calloc((size_t)nc, sizeof *pred);
+	struct ro_undo *undo = calloc((size_t)nc + 1, sizeof *undo);
+	int32_t n_undo = 0;
+	int rc = 0;
+
+	if (live == NULL || old == NULL || pred == NULL || undo == NULL) {
+		rc = lm_fail(d, LM_ENOMEM, "out of memory");
+		goto out;
+	}
+	int64_t t0 = ro_now_ms();
+	if ((rc = sched_quiesce(m->sched, ROLLOUT_QUIESCE_MS, live, cap, &n_live, d)) != 0)
+		goto out;
+	/* Every live sequence's rows move from the old process to the new one. */
+	for (int32_t k = 0; rc == 0 && k < nc; k++) {
+		struct mesh_proc *p = &m->procs[cs[k].j];
+		pthread_mutex_lock(&m->mu);
+		char control[256];
+		snprintf(control, sizeof control, "%s", p->control);
+		pthread_mutex_unlock(&m->mu);
+		rc = ctl_open(&old[k], p->cfg->name, control, d);
+		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
+			if (live[i].len <= 0)
+				continue;
+			int32_t len = 0;
+			void *rows = NULL;
+			size_t bytes = 0;
+			rc = ctl_kv_export(&old[k], m->fingerprint, &lim, live[i].slot, &len, &rows,
+					   &bytes, d);
+			if (rc == 0)
+				rc = ctl_kv_import(&cs[k].ctl, m->fingerprint, live[i].slot, len,
+						   rows, bytes, d);
+			free(rows);
+		}
+	}
+	/* The new processes send where the old ones did (or to each other within the batch). */
+	for (int32_t k = 0; rc == 0 && k < nc; k++)
+		rc = ctl_repoint(&cs[k].ctl, m->fingerprint, ro_successor(m, cs, nc, cs[k].j), d);
+	/* Their predecessors send to them. */
+	for (int32_t k = 0; rc == 0 && k < nc; k++) {
+		int32_t j = cs[k].j;
+		if (ro_in_batch(cs, nc, j - 1))
+			continue;
+		struct ro_undo *u = &undo[n_undo];
+		pthread_mutex_lock(&m->mu);
+		snprintf(u->addr, sizeof u->addr, "%s", m->procs[j].data);
+		char control[256];
+		if (j > 0)
+			snprintf(control, sizeof control, "%s", m->procs[j - 1].control);
+		pthread_mutex_unlock(&m->mu);
+		if (j == 0) {
+			nng_dialer nd;
+			int rv = nng_dial(m->push, cs[k].data, &nd, NNG_FLAG_NONBLOCK);
+			if (rv != 0) {
+				rc = lm_fail(d, LM_EIO, "cannot dial %s: %s", cs[k].data,
+					     nng_strerror(rv));
+				break;
+			}
+			u->conn = NULL;
+			u->new_dialer = m->push_dialer;
+			nng_dialer_close(m->push_dialer);
+			m->push_dialer = nd;
+		} else {
+			rc = ctl_open(&pred[k], m->procs[j - 1].cfg->name, control, d);
+			if (rc == 0)
+				rc = ctl_repoint(&pred[k], m->fingerprint, cs[k].data, d);
+			if (rc != 0)
+				break;
+			u->conn = &pred[k];
+		}
+		n_undo++;
+	}
+	if (rc != 0) {
+		/* Put the predecessors back; the candidates go away with their sockets. */
+		for (int32_t i = n_undo - 1; i >= 0; i--) {
+			lm_diag ignore = {{0}};
+			if (undo[i].conn != NULL) {
+				ctl_repoint(undo[i].conn, m->fingerprint, undo[i].addr, &ignore);
+			} else {
+				nng_dialer nd;
+				if (nng_dial(m->push, undo[i].addr, &nd, NNG_FLAG_NONBLOCK) == 0) {
+					nng_dialer_close(m->push_dialer);
+					m->push_dialer = nd;
+				}
+			}
+		}
+		sched_resume(m->sched, false);
+		goto out;
+	}
+	/* Commit: the new processes are the workers now; the old ones retire. */
+	struct mesh_child *retired[64];
+	int32_t n_retired = 0;
+	pthread_mutex_lock(&m->mu);
+	for (int32_t k = 0; k < nc; k++) {
+		struct mesh_proc *p = &m->procs[cs[k].j];
+		if (p->child != NULL && n_retired < 64) {
+			p->child->retiring = true;
+			retired[n_retired++] = p->child;
+		}
+		p->child = cs[k].child;
+		p->pid = cs[k].child->pid;
+		p->ready = cs[k].ready;
+		snprintf(r->w[cs[k].j].from, sizeof r->w[cs[k].j].from, "%s", p->data);
+		snprintf(p->data, sizeof p->data, "%s", cs[k].data);
+		snprintf(p->control, sizeof p->control, "%s", cs[k].control);
+		snprintf(p->http, sizeof p->http, "%s", cs[k].http);
+		snprintf(r->w[cs[k].j].to, sizeof r->w[cs[k].j].to, "%s", p->data);
+		snprintf(p->bin, sizeof p->bin, "%s", r->bin);
+		p->alt = !p->alt;
+		cs[k].child = NULL;
+	}
+	pthread_mutex_unlock(&m->mu);
+	sched_resume(m->sched, false);
+	*pause_ms = (double)(ro_now_ms() - t0);
+	for (int32_t i = 0; i < n_retired; i++) {
+		pthread_mutex_lock(&m->mu);
+		mesh_kill_child(m, retired[i], SIGTERM);
+		pthread_mutex_unlock(&m->mu);
+	}
+out:
+	for (int32_t k = 0; k < nc && old != NULL; k++) {
+		ctl_close(&old[k]);
+		ctl_close(&pred[k]);
+	}
+	free(live);
+	free(old);
+	free(pred);
+	free(undo);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ the thread */
+
+static void *ro_main(void *arg)
+{
+	struct rollout *r = arg;
+	struct mesh *m = r->m;
+	struct ro_probe pr = {0};
+	nng_socket sink;
+	bool sink_open = false;
+	lm_diag d = {{0}};
+	int rc, rv;
+
+	if ((rv = nng_pull0_open(&sink)) != 0 ||
+	    (sink_open = true, nng_listen(sink, r->sink, NULL, 0)) != 0) {
+		ro_fail(r, -1, "prepare", "cannot open the smoke sink");
+		goto out;
+	}
+	nng_socket_set_ms(sink, NNG_OPT_RECVTIMEO, ROLLOUT_SMOKE_MS);
+	nng_socket_set_size(sink, NNG_OPT_RECVMAXSZ, 0);
+	for (int32_t at = 0; at < r->n_order;) {
+		/* The canary alone, then batches. */
+		int32_t nc = at == 0 ? 1 : r->batch;
+		if (nc > r->n_order - at)
+			nc = r->n_order - at;
+		struct ro_cand cs[64];
+		memset(cs, 0, sizeof cs);
+		const char *step = "prepare";
+		int32_t failed = -1;
+		rc = 0;
+		for (int32_t k = 0; k < nc; k++)
+			cs[k].j = r->order[at + k];
+		for (int32_t k = 0; rc == 0 && k < nc; k++) {
+			ro_set_step(r, cs[k].j, RW_WORKING,
+				    at == 0 ? "canary: prepare" : "prepare");
+			if ((rc = ro_prepare(r, &cs[k], &d)) != 0)
+				failed = cs[k].j;
+		}
+		if (rc == 0) {
+			step = "probe";
+			rc = ro_probe(r, &pr, &d);
+		}
+		for (int32_t k = 0; rc == 0 && k < nc; k++) {
+			step = "smoke";
+			ro_set_step(r, cs[k].j, RW_WORKING, "smoke");
+			if ((rc = ro_smoke(r, &cs[k], &pr, sink, &d)) != 0)
+				failed = cs[k].j;
+		}
+		double pause = 0;
+		if (rc == 0) {
+			step = "switch";
+			for (int32_t k = 0; k < nc; k++)
+				ro_set_step(r, cs[k].j, RW_WORKING, "switch");
+			rc = ro_switch(r, cs, nc, &pause, &d);
+		}
+		if (rc != 0) {
+			for (int32_t k = 0; k < nc; k++)
+				ro_cand_drop(m, &cs[k]);
+			ro_fail(r, failed >= 0 ? failed : cs[0].j, step, lm_diag_str(&d, rc));
+			goto out;
+		}
+		pthread_mutex_lock(&m->mu);
+		for (int32_t k = 0; k < nc; k++) {
+			r->w[cs[k].j].state = RW_DONE;
+			r->w[cs[k].j].pause_ms = pause;
+			snprintf(r->w[cs[k].j].step, sizeof r->w[cs[k].j].step, "done");
+		}
+		if (pause > r->max_pause_ms)
+			r->max_pause_ms = pause;
+		pthread_mutex_unlock(&m->mu);
+		for (int32_t k = 0; k < nc; k++) {
+			ctl_close(&cs[k].ctl);
+			lm_info("redeploy: %s now runs %s at %s (paused %.1f ms)",
+				m->procs[cs[k].j].cfg->name, r->bin, cs[k].data, pause);
+		}
+		at += nc;
+	}
+	pthread_mutex_lock(&m->mu);
+	snprintf(r->state, sizeof r->state, "succeeded");
+	pthread_mutex_unlock(&m->mu);
+	lm_info("redeploy succeeded: %d workers, longest pause %.1f ms", r->n_order,
+		r->max_pause_ms);
+out:
+	if (sink_open)
+		nng_close(sink);
+	if (strncmp(r->sink, "ipc://", 6) == 0)
+		unlink(r->sink + 6);
+	rmdir(r->dir);
+	free(pr.ids);
+	free(pr.h);
+	pthread_mutex_lock(&m->mu);
+	r->running = false;
+	r->finished_ms = ro_now_ms();
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ requests */
+
+static cJSON *ro_error(int *status, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static cJSON *ro_error(int *status, int code, const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	*status = code;
+	cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+	cJSON_AddStringToObject(e, "message", msg);
+	cJSON_AddStringToObject(e, "type",
+				code == 409   ? "conflict"
+				: code >= 500 ? "server_error"
+					      : "invalid_request_error");
+	return o;
+}
+
+static int32_t ro_worker_index(const struct mesh *m, const char *name)
+{
+	for (int32_t j = 0; j < m->n_procs; j++)
+		if (strcmp(m->procs[j].cfg->name, name) == 0)
+			return j;
+	return -1;
+}
+
+static cJSON *ro_plan_json(const struct mesh *m, const struct rollout *r)
+{
+	cJSON *plan = cJSON_CreateArray();
+	for (int32_t at = 0; at < r->n_order;) {
+		int32_t nc = at == 0 ? 1 : r->batch;
+		if (nc > r->n_order - at)
+			nc = r->n_order - at;
+		cJSON *b = cJSON_CreateArray();
+		for (int32_t k = 0; k < nc; k++)
+			cJSON_AddItemToArray(
+				b, cJSON_CreateString(m->procs[r->order[at + k]].cfg->name));
+		cJSON_AddItemToArray(plan, b);
+		at += nc;
+	}
+	return plan;
+}
+
+cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status)
+{
+	cJSON *req = cJSON_ParseWithLength(body, len);
+	cJSON *reply = NULL;
+	struct rollout *r = NULL;
+	lm_diag d = {{0}};
+
+	if (req == NULL || !cJSON_IsObject(req)) {
+		reply = ro_error(status, 400, "the request body must be a JSON object");
+		goto out;
+	}
+	if (!m->o->spawn) {
+		reply = ro_error(status, 503,
+				 "this mesh's workers were started elsewhere: redeploy them there "
+				 "(systemd, kubectl rollout)");
+		goto out;
+	}
+	static const char *const known[] = {"binary", "workers", "all",       "batch",
+					    "canary", "dry_run", "tolerance", NULL};
+	for (const cJSON *k = req->child; k != NULL; k = k->next) {
+		bool ok = false;
+		for (int i = 0; known[i] != NULL && !ok; i++)
+			ok = strcmp(k->string, known[i]) == 0;
+		if (!ok) {
+			reply = ro_error(status, 400, "unknown field '%s'", k->string);
+			goto out;
+		}
+	}
+	r = calloc(1, sizeof *r);
+	if (r == NULL || (r->order = calloc((size_t)m->n_procs, sizeof *r->order)) == NULL ||
+	    (r->w = calloc((size_t)m->n_procs, sizeof *r->w)) == NULL) {
+		reply = ro_error(status, 500, "out of memory");
+		goto out;
+	}
+	r->m = m;
+	r->failed_worker = -1;
+	const cJSON *bin = cJSON_GetObjectItemCaseSensitive(req, "binary");
+	if (bin != NULL && !cJSON_IsString(bin)) {
+		reply = ro_error(status, 400, "'binary' must be a path");
+		goto out;
+	}
+	pthread_mutex_lock(&m->mu);
+	snprintf(r->bin, sizeof r->bin, "%s", bin != NULL ? bin->valuestring : m->procs[0].bin);
+	pthread_mutex_unlock(&m->mu);
+	if (access(r->bin, X_OK) != 0 && !cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"))) {
+		/* A missing build is a rollout that fails at its first step, not a bad request:
+		 * it is reported the same way as a build that exits at start. */
+		lm_warn("redeploy: %s is not an executable file", r->bin);
+	}
+	const cJSON *workers = cJSON_GetObjectItemCaseSensitive(req, "workers");
+	const cJSON *all = cJSON_GetObjectItemCaseSensitive(req, "all");
+	bool *chosen = calloc((size_t)m->n_procs, sizeof *chosen);
+	if (chosen == NULL) {
+		reply = ro_error(status, 500, "out of memory");
+		goto out;
+	}
+	if (cJSON_IsTrue(all) == (workers != NULL)) {
+		free(chosen);
+		reply = ro_error(status, 400, "give either 'workers' (names) or 'all': true");
+		goto out;
+	}
+	if (workers != NULL) {
+		if (!cJSON_IsArray(workers) || cJSON_GetArraySize(workers) == 0) {
+			free(chosen);
+			reply = ro_error(status, 400,
+					 "'workers' must be a non-empty array of names");
+			goto out;
+		}
+		for (const cJSON *e = workers->child; e != NULL; e = e->next) {
+			int32_t j = cJSON_IsString(e) ? ro_worker_index(m, e->valuestring) : -1;
+			if (j < 0) {
+				free(chosen);
+				reply = ro_error(status, 400, "'workers': no worker is called %s",
+						 cJSON_IsString(e) ? e->valuestring
+								   : "(not a string)");
+				goto out;
+			}
+			chosen[j] = true;
+		}
+	} else {
+		for (int32_t j = 0; j < m->n_procs; j++)
+			chosen[j] = true;
+	}
+	int32_t canary = -1;
+	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(req, "canary");
+	if (cn != NULL) {
+		canary = cJSON_IsString(cn) ? ro_worker_index(m, cn->valuestring) : -1;
+		if (canary < 0 || !chosen[canary]) {
+			free(chosen);
+			reply = ro_error(status, 400,
+					 "'canary' must name one of the workers to redeploy");
+			goto out;
+		}
+	}
+	for (int32_t j = 0; j < m->n_procs; j++)
+		if (chosen[j] && canary < 0)
+			canary = j;
+	r->order[r->n_order++] = canary;
+	for (int32_t j = 0; j < m->n_procs; j++) {
+		r->w[j].state = chosen[j] ? RW_PENDING : RW_UNTOUCHED;
+		if (chosen[j] && j != canary)
+			r->order[r->n_order++] = j;
+	}
+	free(chosen);
+	const cJSON *batch = cJSON_GetObjectItemCaseSensitive(req, "batch");
+	r->batch = 1;
+	if (batch != NULL) {
+		if (!cJSON_IsNumber(batch) || batch->valuedouble < 1 || batch->valuedouble > 64 ||
+		    batch->valuedouble != floor(batch->valuedouble)) {
+			reply = ro_error(status, 400, "'batch' must be an integer in [1, 64]");
+			goto out;
+		}
+		r->batch = (int32_t)batch->valuedouble;
+	}
+	const cJSON *tol = cJSON_GetObjectItemCaseSensitive(req, "tolerance");
+	r->tolerance = 1e-4;
+	if (tol != NULL) {
+		if (!cJSON_IsNumber(tol) || !(tol->valuedouble >= 0) ||
+		    !isfinite(tol->valuedouble)) {
+			reply = ro_error(status, 400, "'tolerance' must be a non-negative number");
+			goto out;
+		}
+		r->tolerance = tol->valuedouble;
+	}
+	if (cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"))) {
+		reply = cJSON_CreateObject();
+		cJSON_AddStringToObject(reply, "binary", r->bin);
+		cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
+		cJSON_AddStringToObject(reply, "canary", m->procs[r->order[0]].cfg->name);
+		cJSON *moves = cJSON_AddArrayToObject(reply, "moves");
+		pthread_mutex_lock(&m->mu);
+		for (int32_t k = 0; k < r->n_order; k++) {
+			struct mesh_proc *p = &m->procs[r->order[k]];
+			char to[256] = "";
+			ro_alternate(p->cfg->data, p->data, to, sizeof to, &d);
+			cJSON *mv = cJSON_CreateObject();
+			cJSON_AddStringToObject(mv, "worker", p->cfg->name);
+			cJSON_AddStringToObject(mv, "from", p->data);
+			cJSON_AddStringToObject(mv, "to", to[0] ? to : d.msg);
+			cJSON_AddItemToArray(moves, mv);
+		}
+		pthread_mutex_unlock(&m->mu);
+		*status = 200;
+		goto out;
+	}
+
+	pthread_mutex_lock(&m->mu);
+	if (m->ro != NULL && m->ro->running) {
+		pthread_mutex_unlock(&m->mu);
+		reply = ro_error(status, 409, "a redeploy is already running");
+		goto out;
+	}
+	if (!m->serving || !m->available || m->had_fault) {
+		pthread_mutex_unlock(&m->mu);
+		reply = ro_error(status, 503,
+				 "the mesh is not ready: redeploy once every worker is");
+		goto out;
+	}
+	snprintf(r->state, sizeof r->state, "running");
+	r->running = true;
+	r->started_ms = ro_now_ms();
+	snprintf(r->dir, sizeof r->dir, "/tmp/layermesh-redeploy.XXXXXX");
+	if (mkdtemp(r->dir) == NULL) {
+		pthread_mutex_unlock(&m->mu);
+		reply = ro_error(status, 500, "cannot make a temporary directory: %s",
+				 strerror(errno));
+		goto out;
+	}
+	snprintf(r->sink, sizeof r->sink, "ipc://%s/sink", r->dir);
+	struct rollout *prev = m->ro;
+	m->ro = r;
+	if (pthread_create(&r->thread, NULL, ro_main, r) != 0) {
+		m->ro = prev;
+		r->running = false;
+		pthread_mutex_unlock(&m->mu);
+		rmdir(r->dir);
+		reply = ro_error(status, 500, "cannot start the rollout");
+		goto out;
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (prev != NULL) {
+		pthread_join(prev->thread, NULL);
+		free(prev->order);
+		free(prev->w);
+		free(prev);
+	}
+	reply = cJSON_CreateObject();
+	cJSON_AddStringToObject(reply, "state", "running");
+	cJSON_AddStringToObject(reply, "binary", r->bin);
+	cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
+	*status = 202;
+	r = NULL; /* the mesh owns it now */
+out:
+	if (r != NULL) {
+		free(r->order);
+		free(r->w);
+		free(r);
+	}
+	cJSON_Delete(req);
+	return reply;
+}
+
+cJSON *rollout_status(struct mesh *m)
+{
+	pthread_mutex_lock(&m->mu);
+	struct rollout *r = m->ro;
+	if (r == NULL) {
+		pthread_mutex_unlock(&m->mu);
+		return NULL;
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "state", r->state);
+	cJSON_AddStringToObject(o, "binary", r->bin);
+	cJSON_AddItemToObject(o, "plan", ro_plan_json(m, r));
+	cJSON_AddNumberToObject(o, "max_pause_ms", r->max_pause_ms);
+	int64_t end = r->running ? ro_now_ms() : r->finished_ms;
+	cJSON_AddNumberToObject(o, "elapsed_ms", (double)(end - r->started_ms));
+	if (r->error[0]) {
+		cJSON_AddStringToObject(o, "failed_step", r->failed_step);
+		if (r->failed_worker >= 0)
+			cJSON_AddStringToObject(o, "failed_worker",
+						m->procs[r->failed_worker].cfg->name);
+		cJSON_AddStringToObject(o, "error", r->error);
+	}
+	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
+	for (int32_t j = 0; j < m->n_procs; j++) {
+		cJSON *w = cJSON_CreateObject();
+		cJSON_AddStringToObject(w, "name", m->procs[j].cfg->name);
+		cJSON_AddStringToObject(w, "status", ro_state_names[r->w[j].state]);
+		if (r->w[j].step[0])
+			cJSON_AddStringToObject(w, "step", r->w[j].step);
+		if (r->w[j].state == RW_DONE) {
+			cJSON_AddNumberToObject(w, "pause_ms", r->w[j].pause_ms);
+			cJSON_AddStringToObject(w, "from", r->w[j].from);
+			cJSON_AddStringToObject(w, "to", r->w[j].to);
+		}
+		if (r->w[j].error[0])
+			cJSON_AddStringToObject(w, "error", r->w[j].error);
+		cJSON_AddItemToArray(ws, w);
+	}
+	pthread_mutex_unlock(&m->mu);
+	return o;
+}
+
+void rollout_join(struct mesh *m)
+{
+	pthread_mutex_lock(&m->mu);
+	struct rollout *r = m->ro;
+	m->ro = NULL;
+	pthread_mutex_unlock(&m->mu);
+	if (r == NULL)
+		return;
+	pthread_join(r->thread, NULL);
+	free(r->order);
+	free(r->w);
+	free(r);
+}
