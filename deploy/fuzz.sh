@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deploy/fuzz.sh — a bounded libFuzzer run of every target in tests/fuzz (fuzz_<name>.c), in a
-# clang-14 build with AddressSanitizer and UndefinedBehaviorSanitizer (build-fuzz/).
+# clang-14 build with AddressSanitizer and UndefinedBehaviorSanitizer (build-fuzz/). The whole
+# tree is built there with -Dwerror=true, so this is also the clang -Werror check.
 #
 #   deploy/fuzz.sh [SECONDS]    each target fuzzes for SECONDS (default 45), one after another
 #
@@ -44,8 +45,10 @@ if [ -d build-fuzz ]; then
 else
 	CC=clang-14 meson setup build-fuzz "${opts[@]}" >/dev/null
 fi
-log "building ${targets[*]/#/fuzz_} (build-fuzz/)"
-ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz_}"
+# Everything, not only the targets: build-fuzz is also the check that the whole tree builds
+# warning-free with clang-14 -Werror (the normal builds use gcc).
+log "building everything with clang-14 -Werror, fuzz targets ${targets[*]/#/fuzz_} (build-fuzz/)"
+ninja -C build-fuzz
 
 # A value of libFuzzer's final stats (-print_final_stats=1) from a run's log.
 final_stat() { sed -n "s/^stat::$2: *//p" "$1" | tail -n 1; }

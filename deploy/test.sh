@@ -6,7 +6,7 @@
 #   2. the whole suite on the normal build (unit, oracle comparisons, integration)
 #   3. the whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
 #   4. every libFuzzer target for LM_FUZZ_SECONDS each (default 45; deploy/fuzz.sh), in a
-#      clang-14 build with both sanitizers; LM_FUZZ_SECONDS=0 skips it
+#      clang-14 -Werror build of the whole tree with both sanitizers; LM_FUZZ_SECONDS=0 skips it
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
