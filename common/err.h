@@ -59,7 +59,9 @@ typedef struct lm_diag {
  *     return lm_fail(d, LM_EFORMAT, "%s: tensor '%s' ends past the file", path, name);
  * The message is truncated, never overflowed. */
 int lm_fail(lm_diag *d, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int lm_vfail(lm_diag *d, int code, const char *fmt, va_list ap);
+/* The va_list form; the format attribute moves the format-string check to the callers. */
+int lm_vfail(lm_diag *d, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 /* Prepends "prefix: " to an existing message (for adding the file name on the way out). */
 void lm_diag_prefix(lm_diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The message, or the code's lm_strerror() when the buffer is empty or NULL. */

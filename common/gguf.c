@@ -937,6 +937,28 @@ int gguf_get_arr(const gguf_file *f, const char *key, enum gguf_type elem,
 	return 0;
 }
 
+/* A float as an integer: truncated toward zero and saturated (NaN gives 0). A plain C
+ * conversion of a value out of range is undefined behaviour, and the file chooses the value. */
+static int64_t gguf_f64_to_i64(double v)
+{
+	if (v != v)
+		return 0;
+	if (v <= -9223372036854775808.0)
+		return INT64_MIN;
+	if (v >= 9223372036854775808.0)
+		return INT64_MAX;
+	return (int64_t)v;
+}
+
+static uint64_t gguf_f64_to_u64(double v)
+{
+	if (!(v > 0))
+		return 0;
+	if (v >= 18446744073709551616.0)
+		return UINT64_MAX;
+	return (uint64_t)v;
+}
+
 int64_t gguf_arr_i64(const struct gguf_arr *a, uint64_t i)
 {
 	const uint8_t *p = a->data + i * gguf_type_size(a->type);
@@ -960,7 +982,7 @@ int64_t gguf_arr_i64(const struct gguf_arr *a, uint64_t i)
 	}
 	case GGUF_TYPE_FLOAT32:
 	case GGUF_TYPE_FLOAT64:
-		return (int64_t)gguf_arr_f64(a, i);
+		return gguf_f64_to_i64(gguf_arr_f64(a, i));
 	default:
 		return (int64_t)gguf_arr_u64(a, i);
 	}
@@ -995,7 +1017,7 @@ uint64_t gguf_arr_u64(const struct gguf_arr *a, uint64_t i)
 		return (uint64_t)gguf_arr_i64(a, i);
 	case GGUF_TYPE_FLOAT32:
 	case GGUF_TYPE_FLOAT64:
-		return (uint64_t)gguf_arr_f64(a, i);
+		return gguf_f64_to_u64(gguf_arr_f64(a, i));
 	default:
 		return 0;
 	}

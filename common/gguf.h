@@ -138,7 +138,9 @@ int gguf_get_str(const gguf_file *f, const char *key, const char **out, lm_diag 
 int gguf_get_arr(const gguf_file *f, const char *key, enum gguf_type elem,
 		 const struct gguf_arr **out, lm_diag *d);
 
-/* Element i of a fixed-size numeric array, converted. i < a->n is the caller's duty. */
+/* Element i of a fixed-size numeric array, converted. i < a->n is the caller's duty. Floats
+ * become integers truncated toward zero and saturated at the type's limits (NaN gives 0);
+ * integers convert as C converts them (a negative one read as u64 wraps). */
 int64_t gguf_arr_i64(const struct gguf_arr *a, uint64_t i);
 uint64_t gguf_arr_u64(const struct gguf_arr *a, uint64_t i);
 double gguf_arr_f64(const struct gguf_arr *a, uint64_t i);

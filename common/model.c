@@ -173,7 +173,8 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 	if (gguf_get_str(f, "llama.rope.scaling.type", &scaling, d) == 0 &&
 	    strcmp(scaling, "linear") != 0 && strcmp(scaling, "none") != 0)
 		return lm_fail(d, LM_EUNSUPPORTED, "rope scaling '%s' is not supported", scaling);
-	if (factor < 0 || !isfinite(factor))
+	/* A tiny positive factor (a float denormal) would make freq_scale = 1/factor infinite. */
+	if (factor < 0 || !isfinite(factor) || (factor > 0 && !isfinite(1.0f / factor)))
 		return lm_fail(d, LM_EFORMAT, "rope scaling factor %g is out of range",
 			       (double)factor);
 	hp->rope.freq_scale = factor == 0 ? 1.0f : 1.0f / factor;

@@ -125,7 +125,7 @@ static bool pt_match_at(const struct pt_stage *st, const struct pt_text *t, size
 		 * point is never in X, so "space then X" or "X here" are the only matches. */
 		if ((t->c[p] & CLS_WS) && p + 1 < e && pt_in(st->cls, t->cp[p + 1], t->c[p + 1]))
 			q = p + 1;
-		/* fall through */
+		__attribute__((fallthrough));
 	case PT_RUN:
 		if (!pt_in(st->cls, t->cp[q], t->c[q]))
 			return false;

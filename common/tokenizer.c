@@ -77,6 +77,8 @@ static void tok_work_fini(struct tok_work *w)
 
 static int tok_buf_put(struct tok_work *w, const void *p, size_t n)
 {
+	if (n == 0) /* the buffer may not exist yet: no memcpy to NULL + 0 */
+		return 0;
 	if (w->cap_buf - w->n_buf < n) {
 		size_t cap = w->cap_buf ? w->cap_buf : 256;
 		while (cap - w->n_buf < n)

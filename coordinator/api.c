@@ -1,28 +1,24 @@
 /* api.c — the coordinator's HTTP API. See api.h.
  *
- * A completion is a `struct api_call`. The HTTP handler validates the request, tokenizes the
- * prompt and submits it to the scheduler; from then on the scheduler thread drives the call
- * through on_token/on_done, which detokenize (holding back text that could still become a stop
- * string) and either accumulate the answer (plain requests, finished in on_done) or queue
- * server-sent events on the hijacked connection (streams). A stream's writer runs on NNG's
+ * A completion is a `struct api_call`. The HTTP handler parses the request (api_request.h:
+ * validation and tokenization) and submits it to the scheduler; from then on the scheduler
+ * thread drives the call through on_token/on_done, which detokenize (holding back text that
+ * could still become a stop string) and either accumulate the answer (plain requests, finished
+ * in on_done) or queue server-sent events on the hijacked connection (streams). A stream's writer runs on NNG's
  * threads; the call is freed when both the scheduler and the writer are done with it.
  */
 #include "coordinator/api.h"
 
-#include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "coordinator/api_request.h"
 
-#define API_MAX_BODY     (4u << 20)
-#define API_MAX_STOPS    4
-#define API_MAX_STOP_LEN 256
-#define API_MAX_LOGPROBS 20
+#define API_MAX_BODY (4u << 20)
 
 struct api {
 	struct api_cfg cfg;
@@ -59,17 +55,13 @@ struct api_call {
 	char id[48];
 	long created;
 	uint64_t seq_id;
-	bool stream, want_ids;
-	int32_t n_logprobs;
+	struct api_request req; /* the parsed request: prompt, sampling, stops, options */
 	/* Generation state: the scheduler thread's alone once submitted. */
 	struct tok_stream ts;
+	char *piece;            /* [tok_stream_cap(vocab)] one token's decoded text */
 	struct api_buf text;    /* everything emitted (plain requests) */
 	struct api_buf pending; /* detokenized text held back for stop-string matching */
-	char *stops[API_MAX_STOPS];
-	int n_stops;
-	size_t max_stop;
 	bool stop_hit;
-	int32_t *prompt, n_prompt;
 	int32_t *gen, n_gen, cap_gen;
 	cJSON *lp_tokens, *lp_values, *lp_top, *lp_offsets; /* plain requests with logprobs */
 	size_t text_offset;
@@ -94,13 +86,12 @@ static double api_ms(const struct timespec *a, const struct timespec *b)
 
 static void api_call_free(struct api_call *c)
 {
-	for (int i = 0; i < c->n_stops; i++)
-		free(c->stops[i]);
+	api_request_fini(&c->req);
+	free(c->piece);
 	free(c->text.p);
 	free(c->pending.p);
 	free(c->out.p);
 	free(c->writing.p);
-	free(c->prompt);
 	free(c->gen);
 	cJSON_Delete(c->lp_tokens);
 	cJSON_Delete(c->lp_values);
@@ -247,7 +238,7 @@ static cJSON *api_chunk(struct api_call *c, const char *text, const char *finish
 static void api_emit(struct api_call *c, const char *text, size_t len, int32_t token, float logprob,
 		     const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
-	if (!c->stream) {
+	if (!c->req.stream) {
 		api_buf_add(&c->text, text, len);
 		return;
 	}
@@ -259,7 +250,7 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 	cJSON *o = api_chunk(c, piece, NULL);
 	free(piece);
 	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
-	if (token >= 0 && c->n_logprobs > 0) {
+	if (token >= 0 && c->req.n_logprobs > 0) {
 		cJSON *lp = cJSON_CreateObject();
 		cJSON *toks = cJSON_AddArrayToObject(lp, "tokens");
 		cJSON_AddItemToArray(toks, api_token_string(c->api, token));
@@ -275,7 +266,7 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 		cJSON_AddItemToArray(tops, top);
 		cJSON_ReplaceItemInObject(ch, "logprobs", lp);
 	}
-	if (token >= 0 && c->want_ids) {
+	if (token >= 0 && c->req.want_ids) {
 		cJSON *ids = cJSON_AddArrayToObject(o, "token_ids");
 		cJSON_AddItemToArray(ids, cJSON_CreateNumber(token));
 	}
@@ -288,41 +279,18 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 }
 
 /* Moves detokenized text from `pending` out, holding back the longest tail that could still
- * begin a stop string; returns true when a stop string was found (text after it is dropped). */
+ * begin a stop string (api_stop_cut); returns true when a stop string was found (text after it
+ * is dropped). */
 static bool api_release_text(struct api_call *c, bool final, int32_t token, float logprob,
 			     const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
-	size_t cut = c->pending.len;
-	bool hit = false;
-	for (int i = 0; i < c->n_stops; i++) {
-		char *at = c->pending.len ? memmem(c->pending.p, c->pending.len, c->stops[i],
-						   strlen(c->stops[i]))
-					  : NULL;
-		if (at != NULL && (size_t)(at - c->pending.p) < cut) {
-			cut = (size_t)(at - c->pending.p);
-			hit = true;
-		}
-	}
-	if (!hit && !final && c->max_stop > 1) {
-		size_t keep = c->max_stop - 1;
-		cut = c->pending.len > keep ? c->pending.len - keep : 0;
-		/* Hold back only what could really start a stop string. */
-		while (cut < c->pending.len) {
-			bool prefix = false;
-			for (int i = 0; i < c->n_stops && !prefix; i++) {
-				size_t n = c->pending.len - cut;
-				prefix = n <= strlen(c->stops[i]) &&
-					 memcmp(c->pending.p + cut, c->stops[i], n) == 0;
-			}
-			if (prefix)
-				break;
-			cut++;
-		}
-	}
+	bool hit;
+	size_t cut = api_stop_cut(&c->req, c->pending.p, c->pending.len, final, &hit);
 	if (cut > 0 || token >= 0)
 		api_emit(c, c->pending.p ? c->pending.p : "", cut, token, logprob, top_ids, top_lp,
 			 n_top);
-	memmove(c->pending.p, c->pending.p + cut, c->pending.len - cut);
+	if (cut > 0) /* pending.p is NULL until text arrives */
+		memmove(c->pending.p, c->pending.p + cut, c->pending.len - cut);
 	c->pending.len -= cut;
 	if (hit)
 		c->pending.len = 0;
@@ -346,11 +314,11 @@ static void api_on_token(void *arg, int32_t token, float logprob, const int32_t 
 	c->gen[c->n_gen++] = token;
 	if (c->stop_hit)
 		return;
-	char piece[1024];
 	size_t n = 0;
-	if (tok_stream_push(c->api->cfg.vocab, &c->ts, token, piece, sizeof piece, &n) == 0)
-		api_buf_add(&c->pending, piece, n);
-	if (!c->stream && c->n_logprobs > 0) {
+	if (tok_stream_push(c->api->cfg.vocab, &c->ts, token, c->piece,
+			    tok_stream_cap(c->api->cfg.vocab), &n) == 0)
+		api_buf_add(&c->pending, c->piece, n);
+	if (!c->req.stream && c->req.n_logprobs > 0) {
 		cJSON_AddItemToArray(c->lp_tokens, api_token_string(c->api, token));
 		cJSON_AddItemToArray(c->lp_values, cJSON_CreateNumber(logprob));
 		cJSON *top = cJSON_CreateObject();
@@ -373,21 +341,21 @@ static void api_on_token(void *arg, int32_t token, float logprob, const int32_t 
 static void api_add_usage(struct api_call *c, cJSON *o)
 {
 	cJSON *u = cJSON_AddObjectToObject(o, "usage");
-	cJSON_AddNumberToObject(u, "prompt_tokens", c->n_prompt);
+	cJSON_AddNumberToObject(u, "prompt_tokens", c->req.n_prompt);
 	cJSON_AddNumberToObject(u, "completion_tokens", c->n_gen);
-	cJSON_AddNumberToObject(u, "total_tokens", c->n_prompt + c->n_gen);
+	cJSON_AddNumberToObject(u, "total_tokens", c->req.n_prompt + c->n_gen);
 	/* Timings in the manner of llama.cpp's server: prefill is submit to first token. */
 	cJSON *t = cJSON_AddObjectToObject(o, "timings");
 	double prefill = c->n_gen > 0 ? api_ms(&c->t_submit, &c->t_first) : 0;
 	double decode = c->n_gen > 1 ? api_ms(&c->t_first, &c->t_done) : 0;
-	cJSON_AddNumberToObject(t, "prompt_n", c->n_prompt);
+	cJSON_AddNumberToObject(t, "prompt_n", c->req.n_prompt);
 	cJSON_AddNumberToObject(t, "prompt_ms", prefill);
 	cJSON_AddNumberToObject(t, "predicted_n", c->n_gen);
 	cJSON_AddNumberToObject(t, "predicted_ms", decode);
-	if (c->want_ids) {
+	if (c->req.want_ids) {
 		cJSON *p = cJSON_AddArrayToObject(o, "prompt_token_ids");
-		for (int32_t i = 0; i < c->n_prompt; i++)
-			cJSON_AddItemToArray(p, cJSON_CreateNumber(c->prompt[i]));
+		for (int32_t i = 0; i < c->req.n_prompt; i++)
+			cJSON_AddItemToArray(p, cJSON_CreateNumber(c->req.prompt[i]));
 	}
 }
 
@@ -404,7 +372,7 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 	}
 	const char *finish = c->stop_hit || why == SCHED_FINISH_STOP ? "stop" : "length";
 
-	if (!c->stream) {
+	if (!c->req.stream) {
 		if (why == SCHED_FINISH_ERROR) {
 			uint16_t status =
 				code == LM_EUNAVAILABLE || code == LM_ETIMEOUT ? 503 : 500;
@@ -412,7 +380,7 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 					     msg ? msg : lm_strerror(code));
 		} else {
 			cJSON *o = api_chunk(c, c->text.p ? c->text.p : "", finish);
-			if (c->n_logprobs > 0) {
+			if (c->req.n_logprobs > 0) {
 				cJSON *ch =
 					cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
 				cJSON *lp = cJSON_CreateObject();
@@ -423,7 +391,7 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 				c->lp_tokens = c->lp_values = c->lp_top = c->lp_offsets = NULL;
 				cJSON_ReplaceItemInObject(ch, "logprobs", lp);
 			}
-			if (c->want_ids) {
+			if (c->req.want_ids) {
 				cJSON *ids = cJSON_AddArrayToObject(o, "token_ids");
 				for (int32_t i = 0; i < c->n_gen; i++)
 					cJSON_AddItemToArray(ids, cJSON_CreateNumber(c->gen[i]));
@@ -460,199 +428,7 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 	api_call_unref(c);
 }
 
-/* ------------------------------------------------------------------ request parsing */
-
-/* Reads an optional number field with bounds; writes a 400 and returns false when invalid. */
-static bool api_number(nng_aio *aio, const cJSON *req, const char *key, double lo, double hi,
-		       bool integer, double *out)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
-	if (v == NULL || cJSON_IsNull(v))
-		return true;
-	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", key,
-				     "'%s' must be a number", key);
-		return false;
-	}
-	double x = v->valuedouble;
-	if ((integer && x != floor(x)) || x < lo || x > hi) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", key,
-				     "'%s' must be %s in [%g, %g], got %g", key,
-				     integer ? "an integer" : "a number", lo, hi, x);
-		return false;
-	}
-	*out = x;
-	return true;
-}
-
-static const char *const api_known_keys[] = {
-	"model",
-	"prompt",
-	"max_tokens",
-	"temperature",
-	"top_p",
-	"top_k",
-	"min_p",
-	"seed",
-	"stop",
-	"stream",
-	"logprobs",
-	"return_token_ids",
-	"n",
-	"echo",
-	"user",
-	"presence_penalty",
-	"frequency_penalty",
-	"best_of",
-	"logit_bias",
-	"suffix",
-	"stream_options",
-	NULL,
-};
-
-/* Parses and validates a completion request into c; on failure the reply is sent. */
-static bool api_parse(struct api *a, nng_aio *aio, const cJSON *req, struct api_call *c,
-		      struct sched_req *r)
-{
-	if (!cJSON_IsObject(req)) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", NULL,
-				     "the request body must be a JSON object");
-		return false;
-	}
-	for (const cJSON *k = req->child; k != NULL; k = k->next) {
-		bool known = false;
-		for (int i = 0; api_known_keys[i] != NULL && !known; i++)
-			known = strcmp(k->string, api_known_keys[i]) == 0;
-		if (!known) {
-			lm_httpd_reply_error(aio, 400, "invalid_request_error", k->string,
-					     "unknown field '%s'", k->string);
-			return false;
-		}
-	}
-	/* The prompt: a string, or an array of token ids. */
-	const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
-	lm_diag d = {{0}};
-	if (cJSON_IsString(p)) {
-		size_t n = 0;
-		const char *text = p->valuestring;
-		int rc = tok_encode_alloc(a->cfg.vocab, text, strlen(text),
-					  tok_add_bos(a->cfg.vocab), &c->prompt, &n, &d);
-		if (rc != 0) {
-			lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt", "%s",
-					     lm_diag_str(&d, rc));
-			return false;
-		}
-		c->n_prompt = (int32_t)n;
-	} else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 &&
-		   cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
-		int n = cJSON_GetArraySize(p);
-		c->prompt = malloc((size_t)n * sizeof *c->prompt);
-		if (c->prompt == NULL) {
-			lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
-			return false;
-		}
-		int i = 0;
-		for (const cJSON *e = p->child; e != NULL; e = e->next, i++) {
-			if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
-			    e->valuedouble < 0 || e->valuedouble >= tok_n_vocab(a->cfg.vocab)) {
-				lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt",
-						     "prompt[%d] is not a token id of this model",
-						     i);
-				return false;
-			}
-			c->prompt[i] = (int32_t)e->valuedouble;
-		}
-		c->n_prompt = n;
-	} else {
-		lm_httpd_reply_error(
-			aio, 400, "invalid_request_error", "prompt",
-			"'prompt' must be a string or an array of token ids (one prompt "
-			"per request)");
-		return false;
-	}
-	if (c->n_prompt == 0) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt",
-				     "the prompt has no tokens");
-		return false;
-	}
-	if (c->n_prompt >= a->cfg.max_seq) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", "prompt",
-				     "the prompt has %d tokens; the context holds %d", c->n_prompt,
-				     a->cfg.max_seq);
-		return false;
-	}
-
-	double max_tokens = 16, temp = 1, top_p = 1, top_k = 0, min_p = 0, seed = 0, lp = 0, n = 1;
-	if (!api_number(aio, req, "max_tokens", 0, a->cfg.max_seq, true, &max_tokens) ||
-	    !api_number(aio, req, "temperature", 0, 100, false, &temp) ||
-	    !api_number(aio, req, "top_p", 1e-9, 1, false, &top_p) ||
-	    !api_number(aio, req, "top_k", 0, 1e9, true, &top_k) ||
-	    !api_number(aio, req, "min_p", 0, 1, false, &min_p) ||
-	    !api_number(aio, req, "seed", 0, 9007199254740991.0, true, &seed) ||
-	    !api_number(aio, req, "logprobs", 0, API_MAX_LOGPROBS, true, &lp) ||
-	    !api_number(aio, req, "n", 1, 1, true, &n))
-		return false;
-	if (c->n_prompt + max_tokens > a->cfg.max_seq)
-		max_tokens = a->cfg.max_seq - c->n_prompt; /* ends with finish_reason "length" */
-
-	const cJSON *stream = cJSON_GetObjectItemCaseSensitive(req, "stream");
-	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(req, "return_token_ids");
-	if ((stream && !cJSON_IsBool(stream) && !cJSON_IsNull(stream)) ||
-	    (ids && !cJSON_IsBool(ids) && !cJSON_IsNull(ids))) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error",
-				     stream && !cJSON_IsBool(stream) ? "stream"
-								     : "return_token_ids",
-				     "must be true or false");
-		return false;
-	}
-	c->stream = cJSON_IsTrue(stream);
-	c->want_ids = cJSON_IsTrue(ids);
-	const cJSON *echo = cJSON_GetObjectItemCaseSensitive(req, "echo");
-	if (cJSON_IsTrue(echo)) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", "echo",
-				     "echo is not supported");
-		return false;
-	}
-
-	const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
-	if (cJSON_IsString(stop) || cJSON_IsArray(stop)) {
-		const cJSON *e = cJSON_IsString(stop) ? stop : stop->child;
-		for (; e != NULL; e = cJSON_IsString(stop) ? NULL : e->next) {
-			size_t len = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
-			if (!cJSON_IsString(e) || len == 0 || len > API_MAX_STOP_LEN ||
-			    c->n_stops == API_MAX_STOPS) {
-				lm_httpd_reply_error(
-					aio, 400, "invalid_request_error", "stop",
-					"'stop' must be up to %d non-empty strings of at "
-					"most %d bytes",
-					API_MAX_STOPS, API_MAX_STOP_LEN);
-				return false;
-			}
-			c->stops[c->n_stops++] = strdup(e->valuestring);
-			if (len > c->max_stop)
-				c->max_stop = len;
-		}
-	} else if (stop != NULL && !cJSON_IsNull(stop)) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", "stop",
-				     "'stop' must be a string or an array of strings");
-		return false;
-	}
-
-	c->n_logprobs = (int32_t)lp;
-	*r = (struct sched_req){.prompt = c->prompt,
-				.n_prompt = c->n_prompt,
-				.max_tokens = (int32_t)max_tokens,
-				.sampling = {.temperature = (float)temp,
-					     .top_k = (int32_t)top_k,
-					     .top_p = (float)top_p,
-					     .min_p = (float)min_p,
-					     .seed = (uint64_t)seed},
-				.n_logprobs = c->n_logprobs,
-				.on_token = api_on_token,
-				.on_done = api_on_done,
-				.arg = c};
-	return true;
-}
+/* ------------------------------------------------------------------ completions */
 
 /* Every endpoint but /healthz and /readyz (which orchestrators probe without credentials)
  * needs the bearer token when mesh.toml sets one. Replies 401 and returns false otherwise. */
@@ -673,19 +449,26 @@ static void api_completions(nng_aio *aio)
 	if (!api_authorized(aio, a))
 		return;
 	lm_httpd_body(aio, &body, &len);
-	cJSON *req = cJSON_ParseWithLength(body, len);
-	if (req == NULL) {
-		lm_httpd_reply_error(aio, 400, "invalid_request_error", NULL,
-				     "the request body is not valid JSON");
+	struct api_request req;
+	struct api_error err;
+	struct api_limits lim = {.max_seq = a->cfg.max_seq};
+	if (api_request_parse(body, len, &lim, a->cfg.vocab, &req, &err) != 0) {
+		lm_httpd_reply_error(aio, err.status, err.type, err.param, "%s", err.message);
+		api_error_fini(&err);
 		return;
 	}
 	struct api_call *c = calloc(1, sizeof *c);
-	if (c == NULL) {
-		cJSON_Delete(req);
+	char *piece = malloc(tok_stream_cap(a->cfg.vocab));
+	if (c == NULL || piece == NULL) {
+		api_request_fini(&req);
+		free(c);
+		free(piece);
 		lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
 		return;
 	}
 	pthread_mutex_init(&c->mu, NULL);
+	c->req = req;
+	c->piece = piece;
 	c->api = a;
 	c->created = (long)time(NULL);
 	snprintf(c->id, sizeof c->id, "cmpl-%llx%06llx", (unsigned long long)c->created,
@@ -695,17 +478,18 @@ static void api_completions(nng_aio *aio)
 	c->lp_values = cJSON_CreateArray();
 	c->lp_top = cJSON_CreateArray();
 	c->lp_offsets = cJSON_CreateArray();
-	struct sched_req r;
-	bool ok = api_parse(a, aio, req, c, &r);
-	cJSON_Delete(req);
-	if (!ok) {
-		api_call_free(c);
-		return;
-	}
+	struct sched_req r = {.prompt = c->req.prompt,
+			      .n_prompt = c->req.n_prompt,
+			      .max_tokens = c->req.max_tokens,
+			      .sampling = c->req.sampling,
+			      .n_logprobs = c->req.n_logprobs,
+			      .on_token = api_on_token,
+			      .on_done = api_on_done,
+			      .arg = c};
 
 	lm_diag d = {{0}};
 	clock_gettime(CLOCK_MONOTONIC, &c->t_submit);
-	if (!c->stream) {
+	if (!c->req.stream) {
 		c->aio = aio;
 		int rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
 		if (rc != 0) {

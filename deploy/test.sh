@@ -5,10 +5,13 @@
 #   1. formatting of the C sources (clang-format-14, the checked-in .clang-format)
 #   2. the whole suite on the normal build (unit, oracle comparisons, integration)
 #   3. the whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
+#   4. every libFuzzer target for LM_FUZZ_SECONDS each (default 45; deploy/fuzz.sh), in a
+#      clang-14 -Werror build of the whole tree with both sanitizers; LM_FUZZ_SECONDS=0 skips it
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-log() { printf 'test: %s\n' "$*" >&2; }
+# Each line says how long the run has taken so far ($SECONDS), to see where CI time goes.
+log() { printf 'test: [%ds] %s\n' "$SECONDS" "$*" >&2; }
 
 log "clang-format check"
 files=$(git ls-files '*.c' '*.h' | grep -v '_data\.c$' || true)
@@ -30,5 +33,11 @@ else meson setup build-asan "${opts[@]}" >/dev/null; fi
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
+
+fuzz_secs=${LM_FUZZ_SECONDS:-45}
+if [ "$fuzz_secs" -gt 0 ]; then
+	log "fuzzing every target for ${fuzz_secs}s (build-fuzz/)"
+	deploy/fuzz.sh "$fuzz_secs"
+fi
 
 log "all tests passed"

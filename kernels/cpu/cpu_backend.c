@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,10 @@
 #include "common/log.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 /* Below this many weight elements times tokens a matmul runs on the caller alone: waking the
  * pool costs more than it saves. */
@@ -349,12 +354,19 @@ static enum cpu_level cpu_best_level(void)
 	enum cpu_level best = CPU_GENERIC;
 #if defined(LM_CPU_SIMD) && (defined(__x86_64__) || defined(__i386__))
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __builtin_cpu_supports("f16c")) {
+	/* clang 14's __builtin_cpu_supports knows neither "f16c" nor "avx512vnni": their CPUID
+	 * bits are read directly (leaf 1 ECX, leaf 7 ECX). The avx2 and avx512f checks of the
+	 * builtin also cover the OS saving the AVX and AVX-512 state. */
+	unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+	bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
 		best = CPU_AVX2;
 #ifdef LM_CPU_AVX512
+		ecx = 0;
+		bool vnni =
+			__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ecx & bit_AVX512VNNI);
 		if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+		    __builtin_cpu_supports("avx512vl") && vnni)
 			best = CPU_AVX512;
 #endif
 	}

@@ -2,6 +2,7 @@
  * hostile images: every malformed input must give LM_EFORMAT (or LM_ENOMEM) and a message, never
  * a crash. Run under ASan to make "never a crash" mean something. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -570,6 +571,54 @@ Test(gguf, every_metadata_type_reads_back)
 	cr_expect_eq(t->layer, 12);
 	cr_assert_eq(gguf_map(f, NULL, NULL, false, NULL, &d), 0);
 	cr_expect_eq(memcmp(t->data, data, sizeof data), 0);
+	gguf_close(f);
+	free(m.p);
+}
+
+/* Float array elements read as integers saturate instead of overflowing (a C conversion of an
+ * out-of-range float is undefined; fuzz_gguf found gguf_arr_u64 doing it on -1.5). */
+Test(gguf, float_elements_convert_to_integers_safely)
+{
+	struct img m = {0};
+	put_header(&m, 0, 2);
+	static const float f32s[4] = {-1.5f, 3.9f, 1e30f, -1e30f};
+	put_str(&m, "f32");
+	put_u32(&m, GGUF_TYPE_ARRAY);
+	put_u32(&m, GGUF_TYPE_FLOAT32);
+	put_u64(&m, 4);
+	put(&m, f32s, sizeof f32s);
+	const double f64s[4] = {NAN, INFINITY, -INFINITY, 18446744073709549568.0};
+	put_str(&m, "f64");
+	put_u32(&m, GGUF_TYPE_ARRAY);
+	put_u32(&m, GGUF_TYPE_FLOAT64);
+	put_u64(&m, 4);
+	put(&m, f64s, sizeof f64s);
+	gguf_file *f = NULL;
+	lm_diag d = {{0}};
+	cr_assert_eq(open_img(&m, &f, &d), 0, "%s", d.msg);
+	const struct gguf_arr *a = NULL, *b = NULL;
+	cr_assert_eq(gguf_get_arr(f, "f32", GGUF_TYPE_FLOAT32, &a, &d), 0);
+	cr_assert_eq(gguf_get_arr(f, "f64", GGUF_TYPE_FLOAT64, &b, &d), 0);
+	/* Truncated toward zero. */
+	cr_expect_eq(gguf_arr_i64(a, 0), -1);
+	cr_expect_eq(gguf_arr_i64(a, 1), 3);
+	cr_expect_eq(gguf_arr_u64(a, 1), 3);
+	/* Negative to unsigned: 0. */
+	cr_expect_eq(gguf_arr_u64(a, 0), 0);
+	cr_expect_eq(gguf_arr_u64(a, 3), 0);
+	/* Past the limits: saturated. */
+	cr_expect_eq(gguf_arr_i64(a, 2), INT64_MAX);
+	cr_expect_eq(gguf_arr_i64(a, 3), INT64_MIN);
+	cr_expect_eq(gguf_arr_u64(a, 2), UINT64_MAX);
+	cr_expect_eq(gguf_arr_i64(b, 1), INT64_MAX);
+	cr_expect_eq(gguf_arr_u64(b, 1), UINT64_MAX);
+	cr_expect_eq(gguf_arr_i64(b, 2), INT64_MIN);
+	cr_expect_eq(gguf_arr_u64(b, 2), 0);
+	/* NaN: 0. The largest double below 2^64 still converts exactly. */
+	cr_expect_eq(gguf_arr_i64(b, 0), 0);
+	cr_expect_eq(gguf_arr_u64(b, 0), 0);
+	cr_expect_eq(gguf_arr_u64(b, 3), 18446744073709549568ull);
+	cr_expect_eq(gguf_arr_i64(b, 3), INT64_MAX);
 	gguf_close(f);
 	free(m.p);
 }

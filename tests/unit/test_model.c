@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/model.h"
+#include "tests/support/gguf_samples.h"
 
 static const char *model_path(void)
 {
@@ -129,4 +130,54 @@ Test(model, vocab_only_file_is_refused)
 	cr_expect_neq(lm_model_open(&m, path, NULL, NULL, false, &d), 0);
 	cr_expect(strstr(d.msg, "block_count") != NULL || strstr(d.msg, "missing") != NULL, "%s",
 		  d.msg);
+}
+
+/* The two-layer sample of tests/support/gguf_samples.h: per-layer head counts, linear rope
+ * scaling and a tied head, as the sample writes them. */
+Test(model, per_layer_heads_scaling_and_tied_head)
+{
+	uint8_t *img = NULL;
+	size_t len = 0;
+	lm_diag d = {{0}};
+	cr_assert_eq(gs_make(GS_LLAMA_TIED, &img, &len, &d), 0, "%s", d.msg);
+	gguf_file *f = NULL;
+	cr_assert_eq(gguf_open_mem(img, len, &f, &d), 0, "%s", d.msg);
+	static struct lm_hparams hp;
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	cr_expect_eq(hp.n_layer, 2);
+	cr_expect_eq(hp.n_head[0], 2);
+	cr_expect_eq(hp.n_head[1], 2);
+	cr_expect_eq(hp.n_head_kv[0], 1);
+	cr_expect_eq(hp.n_head_kv[1], 2);
+	cr_expect_eq(hp.head_dim, 16);
+	cr_expect_eq(hp.rope.freq_scale, 0.5f, "factor 2 halves the frequencies");
+	cr_expect(hp.tied);
+	cr_expect_eq(hp.n_vocab, GS_SPM_N);
+	gguf_close(f);
+	free(img);
+}
+
+/* A scaling factor whose inverse overflows a float (1e-40, a float denormal) is refused rather
+ * than giving an infinite freq_scale (found by fuzz_gguf). */
+Test(model, tiny_rope_scaling_factor_is_refused)
+{
+	uint8_t *img = NULL;
+	size_t len = 0;
+	lm_diag d = {{0}};
+	cr_assert_eq(gs_make(GS_LLAMA_TIED, &img, &len, &d), 0, "%s", d.msg);
+	static const char key[] = "llama.rope.scaling.factor";
+	size_t at = gs_find(img, len, key, sizeof key - 1) + sizeof key - 1;
+	cr_assert_lt(at + 12, len);
+	uint32_t type;
+	memcpy(&type, img + at, 4);
+	cr_assert_eq(type, GGUF_TYPE_FLOAT64);
+	double tiny = 1e-40;
+	memcpy(img + at + 4, &tiny, 8);
+	gguf_file *f = NULL;
+	cr_assert_eq(gguf_open_mem(img, len, &f, &d), 0, "%s", d.msg);
+	static struct lm_hparams hp;
+	cr_expect_eq(lm_hparams_load(f, &hp, &d), LM_EFORMAT);
+	cr_expect(strstr(d.msg, "rope scaling factor") != NULL, "%s", d.msg);
+	gguf_close(f);
+	free(img);
 }
