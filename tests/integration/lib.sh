@@ -32,6 +32,12 @@ trap lm_cleanup EXIT
 
 fail() {
 	echo "FAIL: $*" >&2
+	# The logs go with the temporary directory: show the end of each mesh's here.
+	local f
+	for f in $(find "$LM_TMP" -name up.log 2>/dev/null); do
+		echo "--- the last lines of $f" >&2
+		tail -n 40 "$f" >&2
+	done
 	exit 1
 }
 
