@@ -144,7 +144,9 @@ int cmd_run(int argc, char **argv)
 	size_t n_prompt = 0;
 
 	if ((rc = lm_backend_init(&be, backend_name, &bo)) != 0) {
-		lm_fail(&d, rc, "backend '%s' is not available: %s", backend_name, lm_strerror(rc));
+		lm_fail(&d, rc, "backend '%s' is not available: %s", backend_name,
+			rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
+					      : lm_strerror(rc));
 		goto out;
 	}
 	if ((rc = lm_model_open(&model, model_path, NULL, &be, true, &d)) != 0)
