@@ -650,7 +650,7 @@ int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
 	    (rc = lm_httpd_route(&a->httpd, "GET", "/v1/admin/redeploy", api_redeploy, a, 0, d)) !=
 		    0 ||
 	    (rc = lm_httpd_start(&a->httpd, d)) != 0) {
-		api_stop(a);
+		api_free(a);
 		return rc;
 	}
 	*out = a;
@@ -659,8 +659,12 @@ int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
 
 void api_stop(struct api *a)
 {
-	if (a == NULL)
-		return;
-	lm_httpd_fini(&a->httpd);
+	if (a != NULL)
+		lm_httpd_fini(&a->httpd); /* harmless twice: it zeroes what it stopped */
+}
+
+void api_free(struct api *a)
+{
+	api_stop(a);
 	free(a);
 }

@@ -45,7 +45,11 @@ struct api_cfg {
 };
 
 int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d);
-/* Stops serving; live streams are closed. NULL is harmless. */
+/* Stops the HTTP server: no handler runs once it returns. A plain request's handler waits for
+ * its call, so the scheduler must still be running (and failing what it holds) meanwhile.
+ * Calls still live keep using `a` until their on_done: free it only after sched_stop. */
 void api_stop(struct api *a);
+/* Stops serving if still serving and frees. NULL is harmless. */
+void api_free(struct api *a);
 
 #endif

@@ -321,6 +321,8 @@ void keeper_join(struct mesh_proc *p)
 void mesh_update_service(struct mesh *m)
 {
 	const struct mesh_proc *failed = NULL, *away = NULL;
+	if (atomic_load(&m->stopping))
+		return; /* mesh_begin_stop made the service unavailable for good */
 	for (int32_t i = 0; i < m->n_procs; i++) {
 		const struct mesh_proc *p = &m->procs[i];
 		if (p->state == PROC_FAILED && failed == NULL)

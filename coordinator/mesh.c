@@ -66,6 +66,10 @@ static bool mesh_ready(void *arg, char *why, size_t cap)
 {
 	struct mesh *m = arg;
 	bool ready = true;
+	if (atomic_load(&m->stopping)) {
+		snprintf(why, cap, "the coordinator is stopping");
+		return false;
+	}
 	pthread_mutex_lock(&m->mu);
 	for (int32_t i = 0; i < m->n_procs && ready; i++) {
 		const struct mesh_proc *p = &m->procs[i];
@@ -473,14 +477,13 @@ static void mesh_begin_stop(struct mesh *m, const char *why)
 	if (atomic_exchange(&m->stopping, true))
 		return;
 	lm_info("stopping (%s)", why);
+	/* Requests fail now with the reason; the scheduler and the API stay allocated until
+	 * the keepers and a rollout, which use them, have been joined (end of mesh_up). Under
+	 * mu, so a keeper's service update either ran before this or sees `stopping`. */
 	pthread_mutex_lock(&m->mu);
 	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
-	api_stop(m->api);
-	m->api = NULL;
-	sched_stop(m->sched);
-	m->sched = NULL;
-	pthread_mutex_lock(&m->mu);
+	if (m->sched != NULL)
+		sched_set_available(m->sched, false, "the coordinator is stopping");
 	for (struct mesh_child *c = m->children; c != NULL; c = c->next)
 		if (c->running)
 			kill(c->pid, SIGTERM);
@@ -625,8 +628,11 @@ int mesh_up(const struct mesh_opts *o)
 	rollout_join(m);
 	for (int32_t i = 0; i < m->n_procs; i++)
 		keeper_join(&m->procs[i]);
+	/* The HTTP server first (its handlers wait for calls the scheduler fails), then the
+	 * scheduler (every call's on_done, which may still use the API), then the API's memory. */
 	api_stop(m->api);
 	sched_stop(m->sched);
+	api_free(m->api);
 	uv_walk(&m->loop, mesh_close_walk, NULL);
 	uv_run(&m->loop, UV_RUN_DEFAULT);
 	uv_loop_close(&m->loop);

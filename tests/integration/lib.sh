@@ -41,6 +41,15 @@ fail() {
 	exit 1
 }
 
+# lm_stacks PID: where each thread of a process is, on stderr (a hang shows in the stacks).
+lm_stacks() {
+	local pid=$1
+	echo "--- pid $pid: $(awk '{ print "state " $3 }' "/proc/$pid/stat" 2>/dev/null || echo gone)" >&2
+	command -v gdb >/dev/null || return 0
+	timeout 20 gdb -p "$pid" -batch -ex "thread apply all bt" 2>/dev/null |
+		grep -E '^Thread|^#' >&2 || true
+}
+
 # A TCP port that is free now and was not handed out before in this test. Ports come from
 # 10000-32000, below Linux's ephemeral range (32768-60999) so no outgoing connection holds one,
 # starting at a point derived from the test's pid (parallel tests stay apart); a counter file
@@ -155,7 +164,10 @@ lm_up() {
 lm_down() {
 	local dir=$1
 	kill -TERM "$LM_UP_PID"
-	lm_wait_exit "$LM_UP_PID" 20 || fail "layermesh up did not stop within 20 s"
+	if ! lm_wait_exit "$LM_UP_PID" 20; then
+		lm_stacks "$LM_UP_PID"
+		fail "layermesh up did not stop within 20 s"
+	fi
 	wait "$LM_UP_PID" 2>/dev/null || true
 	if pgrep -f "layermesh-worker.*$dir" >/dev/null; then
 		pgrep -af "layermesh-worker.*$dir" >&2

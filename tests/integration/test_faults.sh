@@ -4,7 +4,8 @@
 #      completes with exactly the output of a fault-free run;
 #   2. a worker that cannot come back (its binary is gone): once the restart budget is spent,
 #      requests fail fast with 503 and the reason, and /readyz says why;
-#   3. a worker that crashes at start: `layermesh up` fails with the reason, and leaves nothing.
+#   3. a worker that crashes at start: `layermesh up` fails with the reason, and leaves nothing;
+#   4. a stop while a worker restarts and a request runs: everything ends, nothing hangs.
 source "$(dirname "$0")/lib.sh"
 
 model="$LM_SHARED/models/stories260K.gguf"
@@ -104,4 +105,29 @@ grep -q "exited with status 3" "$dir/up.log" || fail "the reason is not reported
 [ "$took" -lt 30 ] || fail "layermesh up took $took s to give up"
 ! pgrep -f "broken-worker" >/dev/null || fail "a broken worker survived"
 echo "crash at start: layermesh up gave up in $took s: $(grep -m1 'gave up' "$dir/up.log")"
+# ---------------------------------------------------------------- 4. stopped mid-restart
+# SIGTERM lands while a keeper is bringing a killed worker back (its service updates race
+# the stop) and while a request is in flight: the request ends, with its text or a clear
+# error, and `layermesh up` stops with nothing left (lm_down checks processes and files).
+for delay in 0 0.05 0.2 0.5; do
+	dir="$LM_TMP/stop-$delay"
+	mkdir -p "$dir"
+	lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4 4:5
+	lm_up "$dir/mesh.toml" "$dir/up.log"
+	"$LM_BIN" generate --url "$LM_URL" --prompt "Once upon a time" -n 200 --timeout 30 \
+		>"$dir/gen.out" 2>"$dir/gen.err" &
+	gen=$!
+	sleep 0.1
+	pid=$(worker_pid w1 "$dir") || true
+	[ -n "$pid" ] && kill -KILL "$pid"
+	sleep "$delay"
+	lm_down "$dir"
+	lm_wait_exit "$gen" 20 || fail "a request outlived the coordinator by 20 s (delay $delay s)"
+	rc=0
+	wait "$gen" || rc=$?
+	if [ "$rc" -ne 0 ] && ! grep -qE "stopping|restarting|503|connect" "$dir/gen.err"; then
+		fail "the request failed without a reason (delay $delay s): $(cat "$dir/gen.err")"
+	fi
+	echo "stop ${delay} s after a kill: stopped; the request exited $rc"
+done
 echo "ok: faults"
