@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <nng/supplemental/tls/tls.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Certificates and keys are a few KiB; anything past this is not one. */
 #define TRANSPORT_PEM_MAX (1 << 20)
@@ -131,5 +133,72 @@ int lm_dial(nng_socket s, const char *url, const struct lm_tls *tls, nng_dialer 
 	}
 	if (out != NULL)
 		*out = dl;
+	return 0;
+}
+
+/* One close in flight: whoever of the closing thread and the waiter finishes last frees it. */
+struct lm_closer {
+	nng_socket s;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done, abandoned;
+};
+
+static void lm_closer_free(struct lm_closer *c)
+{
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c);
+}
+
+static void *lm_closer_main(void *arg)
+{
+	struct lm_closer *c = arg;
+	nng_close(c->s);
+	pthread_mutex_lock(&c->mu);
+	c->done = true;
+	bool last = c->abandoned;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	if (last)
+		lm_closer_free(c);
+	return NULL;
+}
+
+int lm_close_bounded(nng_socket s, int timeout_ms)
+{
+	struct lm_closer *c = calloc(1, sizeof *c);
+	pthread_t t;
+	if (c == NULL) {
+		nng_close(s);
+		return 0;
+	}
+	c->s = s;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	if (pthread_create(&t, NULL, lm_closer_main, c) != 0) {
+		lm_closer_free(c);
+		nng_close(s);
+		return 0;
+	}
+	pthread_detach(t);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	int rv = 0;
+	pthread_mutex_lock(&c->mu);
+	while (!c->done && rv == 0)
+		rv = pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+	bool done = c->done;
+	c->abandoned = !done;
+	pthread_mutex_unlock(&c->mu);
+	if (!done)
+		return LM_ETIMEOUT;
+	lm_closer_free(c);
 	return 0;
 }

@@ -31,4 +31,10 @@ int lm_listen(nng_socket s, const char *url, const struct lm_tls *tls, nng_liste
 /* Dials url without waiting: NNG keeps retrying until the peer listens. out may be NULL. */
 int lm_dial(nng_socket s, const char *url, const struct lm_tls *tls, nng_dialer *out, lm_diag *d);
 
+/* Closes s, waiting at most timeout_ms. NNG 1.5.2 can block in nng_close for good when a pipe
+ * is torn down at the wrong moment (a REQ socket whose peer was killed mid-exchange, upstream
+ * nanomsg/nng#648 and #1543); then the close goes on in a detached thread, this returns
+ * LM_ETIMEOUT and the socket is left to the process's exit. 0 once closed. */
+int lm_close_bounded(nng_socket s, int timeout_ms);
+
 #endif

@@ -7,11 +7,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/log.h"
+#include "common/transport.h"
 #include "lm_config.h"
 
 /* Control messages other than KV rows and traces are small; these bound the waits. */
 #define CTL_SHORT_MS 5000
 #define CTL_DATA_MS  30000
+/* A socket close that takes longer is left behind (see lm_close_bounded). */
+#define CTL_CLOSE_MS 2000
 
 static int64_t ctl_now_ms(void)
 {
@@ -45,7 +49,10 @@ int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 void ctl_close(struct ctl_conn *c)
 {
 	if (c != NULL && c->open) {
-		nng_close(c->s);
+		if (lm_close_bounded(c->s, CTL_CLOSE_MS) != 0)
+			lm_warn("worker %s: closing the control connection took over %d ms; it "
+				"goes on in the background",
+				c->name, CTL_CLOSE_MS);
 		c->open = false;
 	}
 }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/crash.h"
 #include "coordinator/cmds.h"
 #include "lm_config.h"
 
@@ -45,6 +46,7 @@ static void main_usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+	lm_crash_handler_install("layermesh");
 	if (argc < 2) {
 		main_usage(stderr);
 		return 2;

@@ -641,10 +641,11 @@ int mesh_up(const struct mesh_opts *o)
 early:
 	if (rc != 0 && d.msg[0])
 		fprintf(stderr, "layermesh up: %s\n", d.msg);
-	if (m->push_open)
-		nng_close(m->push);
-	if (m->pull_open)
-		nng_close(m->pull);
+	/* Bounded: a close NNG cannot finish must not keep a stopped coordinator alive. */
+	if (m->push_open && lm_close_bounded(m->push, 2000) != 0)
+		lm_warn("closing the data ring's first socket took over 2 s; exiting anyway");
+	if (m->pull_open && lm_close_bounded(m->pull, 2000) != 0)
+		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 	for (int32_t i = 0; m->procs != NULL && i < m->n_procs; i++) {
 		if (o->spawn && m->procs[i].cfg != NULL) {
 			mesh_unlink_ipc(m->procs[i].cfg->control);

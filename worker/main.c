@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/crash.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/mesh_config.h"
@@ -377,6 +378,9 @@ int main(int argc, char **argv)
 		goto done;
 	}
 	lm_log_init("layermesh-worker", o.name, (enum lm_log_level)level);
+	static char crash_name[96];
+	snprintf(crash_name, sizeof crash_name, "layermesh-worker[%s]", o.name);
+	lm_crash_handler_install(crash_name);
 	rc = worker_run(&o);
 done:
 	mesh_config_fini(&cfg);
