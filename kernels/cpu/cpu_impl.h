@@ -16,6 +16,7 @@
 #ifndef LM_CPU_IMPL_H
 #define LM_CPU_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -113,8 +114,9 @@ void cpu_add_generic(float *y, const float *a, size_t len);
  * Built only on x86-64; the caller checks the CPU first. */
 void cpu_kernels_avx2_fill(struct cpu_kernels *k);
 void cpu_kernels_avx512_fill(struct cpu_kernels *k);
-/* The one-token (mv) kernels of the AVX-512 set (matvec_avx512.c), called by its fill. */
-void cpu_matvec_avx512_fill(struct cpu_kernels *k);
+/* The one-token (mv) kernels of the AVX-512 set (matvec_avx512.c), called by its fill; `gfni`:
+ * the CPU has GFNI, which one Q4_0 kernel uses (tests pass false to cover the other). */
+void cpu_matvec_avx512_fill(struct cpu_kernels *k, bool gfni);
 
 /* --- attention.c --- */
 

@@ -443,5 +443,5 @@ void cpu_kernels_avx512_fill(struct cpu_kernels *k)
 	t[LM_Q6_K].to_act = avx512_to_act8k_q6_K;
 	t[LM_Q6_K].vec_dot = avx512_dot_q6_K;
 	t[LM_Q6_K].mm = avx512_mm_q6_K;
-	cpu_matvec_avx512_fill(k);
+	cpu_matvec_avx512_fill(k, __builtin_cpu_supports("gfni"));
 }

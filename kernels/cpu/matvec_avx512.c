@@ -62,27 +62,34 @@ SIMD_INLINE __m256 q8z_dw8(const uint8_t *w, int64_t b, int is_q4)
 	return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
 }
 
-/* Q4_0 blocks b and b + 1 as unsigned nibbles in a8z order (lo(b) lo(b+1) hi(b) hi(b+1)), from
- * one 64-byte load: the two blocks' quants are words 1-8 and 10-17 of it. The load reads up to
- * 28 bytes past the pair, so the caller keeps it inside the matrix. */
-SIMD_INLINE __m512i q4_pair_wide(const uint8_t *w, int64_t b, __m512i idx)
+/* Q4_0 blocks b and b + 1 as their quants in a8z order, qs(b) qs(b + 1) qs(b) qs(b + 1) by
+ * 128-bit lane: one broadcast load of qs(b) into every lane, one masked broadcast of qs(b + 1)
+ * over lanes 1 and 3. Plain loads would straddle the 18-byte blocks' scales; these cost a load
+ * and a blend, no shuffle. */
+SIMD_INLINE __m512i q4_pair_raw(const uint8_t *w, int64_t b)
 {
-	const __m512i raw = _mm512_loadu_si512(w + b * (int64_t)sizeof(block_q4_0));
-	const __m512i q = _mm512_permutexvar_epi16(idx, raw);
+	const block_q4_0 *blk = (const block_q4_0 *)w + b;
+	const __m512i q0 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)blk[0].qs));
+	return _mm512_mask_broadcast_i32x4(q0, (__mmask16)0xf0f0,
+					   _mm_loadu_si128((const __m128i *)blk[1].qs));
+}
+
+/* The pair as unsigned nibbles, lo(b) lo(b + 1) hi(b) hi(b + 1). */
+SIMD_INLINE __m512i q4_pair(const uint8_t *w, int64_t b)
+{
+	const __m512i q = q4_pair_raw(w, b);
 	const __m512i s = _mm512_mask_srli_epi16(q, (__mmask32)0xffff0000u, q, 4);
 	return _mm512_and_si512(s, _mm512_set1_epi8(0x0f));
 }
 
-/* The same from two 16-byte loads that stay inside the pair. */
-SIMD_INLINE __m512i q4_pair_exact(const uint8_t *w, int64_t b)
+/* The same with GFNI: one affine byte transform, a bit matrix per 64-bit lane, takes the low
+ * nibble in lanes 0-1 and the high nibble down in lanes 2-3 (one instruction for the shift and
+ * the mask; 4% faster streaming). Callers are compiled for GFNI. */
+SIMD_INLINE __attribute__((target("gfni"))) __m512i q4_pair_gfni(const uint8_t *w, int64_t b)
 {
-	const block_q4_0 *blk = (const block_q4_0 *)w + b;
-	const __m256i q = _mm256_inserti128_si256(
-		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)blk[0].qs)),
-		_mm_loadu_si128((const __m128i *)blk[1].qs), 1);
-	const __m512i both =
-		_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-	return _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
+	const long long lo = 0x0102040800000000ll, hi = 0x1020408000000000ll;
+	const __m512i m = _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+	return _mm512_gf2p8affine_epi64_epi8(q4_pair_raw(w, b), m, 0);
 }
 
 /* Q8_0 blocks b and b + 1 as q + 128. */
@@ -114,15 +121,15 @@ SIMD_INLINE __m512i q8z_spread(int is_q4, int first)
 	return _mm512_add_epi32(is_q4 ? q4 : q8, _mm512_set1_epi32(first));
 }
 
-/* One Q8_0 or Q4_0 row w against one a8z row x. `exact`: Q4_0 pairs loaded without reading
- * past them (the matrix's last row). */
-SIMD_INLINE float mv_q8z(const uint8_t *w, const int is_q4, const int exact, const uint8_t *x,
+/* How a kernel unpacks a pair of blocks (q8_pair, q4_pair or q4_pair_gfni). */
+typedef __m512i (*mv_pair_fn)(const uint8_t *w, int64_t b);
+
+/* One Q8_0 or Q4_0 row w against one a8z row x, its pairs of blocks unpacked by `pair` (a
+ * constant, so the call inlines; a function of its own lets the GFNI one be compiled for GFNI
+ * alone). */
+SIMD_INLINE float mv_q8z(const uint8_t *w, const int is_q4, const mv_pair_fn pair, const uint8_t *x,
 			 int64_t nb)
 {
-	static const uint16_t q4_words[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12,
-					      13, 14, 15, 16, 17, 1,  2,  3,  4,  5,  6,
-					      7,  8,  10, 11, 12, 13, 14, 15, 16, 17};
-	const __m512i idx = _mm512_loadu_si512(q4_words);
 	const int32_t *corr = a8z_corr(x, nb);
 	const float *xd = a8z_d(x, nb);
 	const size_t bsz = is_q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
@@ -138,9 +145,7 @@ SIMD_INLINE float mv_q8z(const uint8_t *w, const int is_q4, const int exact, con
 		MV_UNROLL
 		for (int p = 0; p < 4; p++) {
 			const int64_t bp = b + 2 * p;
-			const __m512i wv = !is_q4  ? q8_pair(w, bp)
-					   : exact ? q4_pair_exact(w, bp)
-						   : q4_pair_wide(w, bp, idx);
+			const __m512i wv = pair(w, bp);
 			const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(corr + 8 * bp),
 								wv, _mm512_load_si512(x + 32 * bp));
 			acc[p & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
@@ -153,7 +158,7 @@ SIMD_INLINE float mv_q8z(const uint8_t *w, const int is_q4, const int exact, con
 		const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d2));
 		const __m512 dd = _mm512_castps128_ps512(
 			_mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)(xd + b)))));
-		const __m512i wv = is_q4 ? q4_pair_exact(w, b) : q8_pair(w, b);
+		const __m512i wv = pair(w, b);
 		const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(corr + 8 * b), wv,
 							_mm512_load_si512(x + 32 * b));
 		acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(sp[0], dd),
@@ -298,9 +303,9 @@ SIMD_INLINE float mv_q6_K(const block_q6_K *w, const uint8_t *x, int64_t nb)
 /* ------------------------------------------------------------------------------------------ */
 /* Drivers                                                                                    */
 
-/* Rows [r0, r1), each y[r] = row r . x. */
-#define MV_DRIVER(fn, dot)                                                  \
-	static void fn(const struct cpu_mm *m, int64_t r0, int64_t r1)      \
+/* Rows [r0, r1), each y[r] = row r . x; `attr`: the function's target attributes. */
+#define MV_DRIVER(fn, attr, dot)                                            \
+	static attr void fn(const struct cpu_mm *m, int64_t r0, int64_t r1) \
 	{                                                                   \
 		for (int64_t r = r0; r < r1; r++) {                         \
 			const uint8_t *w = m->w + (size_t)r * m->row_bytes; \
@@ -308,17 +313,17 @@ SIMD_INLINE float mv_q6_K(const block_q6_K *w, const uint8_t *x, int64_t nb)
 		}                                                           \
 	}
 
-MV_DRIVER(avx512_mv_q8_0, mv_q8z(w, 0, 0, m->x, m->ne0 / 32))
-/* The wide Q4_0 loads read up to 28 bytes past a pair: within the matrix but on its last row. */
-MV_DRIVER(avx512_mv_q4_0,
-	  r + 1 < m->ne1 ? mv_q8z(w, 1, 0, m->x, m->ne0 / 32) : mv_q8z(w, 1, 1, m->x, m->ne0 / 32))
-MV_DRIVER(avx512_mv_q4_K, mv_q4_K((const block_q4_K *)w, m->x, m->ne0 / 256))
-MV_DRIVER(avx512_mv_q6_K, mv_q6_K((const block_q6_K *)w, m->x, m->ne0 / 256))
+MV_DRIVER(avx512_mv_q8_0, , mv_q8z(w, 0, q8_pair, m->x, m->ne0 / 32))
+MV_DRIVER(avx512_mv_q4_0, , mv_q8z(w, 1, q4_pair, m->x, m->ne0 / 32))
+MV_DRIVER(avx512_mv_q4_0_gfni, __attribute__((target("gfni"))),
+	  mv_q8z(w, 1, q4_pair_gfni, m->x, m->ne0 / 32))
+MV_DRIVER(avx512_mv_q4_K, , mv_q4_K((const block_q4_K *)w, m->x, m->ne0 / 256))
+MV_DRIVER(avx512_mv_q6_K, , mv_q6_K((const block_q6_K *)w, m->x, m->ne0 / 256))
 
-void cpu_matvec_avx512_fill(struct cpu_kernels *k)
+void cpu_matvec_avx512_fill(struct cpu_kernels *k, bool gfni)
 {
 	k->type[LM_Q8_0].mv = avx512_mv_q8_0;
-	k->type[LM_Q4_0].mv = avx512_mv_q4_0;
+	k->type[LM_Q4_0].mv = gfni ? avx512_mv_q4_0_gfni : avx512_mv_q4_0;
 	k->type[LM_Q4_K].mv = avx512_mv_q4_K;
 	k->type[LM_Q6_K].mv = avx512_mv_q6_K;
 }

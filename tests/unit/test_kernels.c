@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/quant.h"
 #include "kernels_testutil.h"
 
@@ -298,6 +299,54 @@ Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
 	}
 	lm_backend_fini(&ref);
 }
+
+#ifdef LM_CPU_HAS_AVX512
+/* The AVX-512 set has two one-token Q4_0 kernels, with GFNI and without, and the backend picks
+ * one by the CPU: both, whichever this CPU would get, against the batched kernel bit for bit
+ * (through the kernel table itself, since the backend offers only one of them). */
+Test(kernels, avx512_one_token_q4_0_with_and_without_gfni)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+	    !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
+		cr_skip_test("no AVX-512 VNNI on this CPU");
+	struct test_rng r = {18};
+	struct cpu_kernels k = cpu_kernels_generic;
+	cpu_kernels_avx2_fill(&k);
+	cpu_kernels_avx512_fill(&k);
+	const struct cpu_type_ops *ops = &k.type[LM_Q4_0];
+	static const int64_t ne0s[] = {32, 64, 96, 288, 544, 2048};
+	const int n_modes = __builtin_cpu_supports("gfni") ? 2 : 1;
+	for (int gfni = 0; gfni < n_modes; gfni++) {
+		cpu_matvec_avx512_fill(&k, gfni);
+		for (size_t i = 0; i < sizeof ne0s / sizeof ne0s[0]; i++) {
+			const int64_t ne0 = ne0s[i], ne1 = 7;
+			struct tw w;
+			tw_init(&w, LM_Q4_0, ne0, ne1, &r);
+			float xf[2048], y0[7], y1[7];
+			test_fill_gauss(&r, xf, (size_t)ne0, 1.0f);
+			uint8_t *x = aligned_alloc(64, (ops->act_bytes(ne0) + 63) / 64 * 64);
+			cr_assert_not_null(x);
+			ops->to_act(xf, x, ne0);
+			struct cpu_mm m = {.w = w.bytes,
+					   .row_bytes = w.w.row_bytes,
+					   .ne0 = ne0,
+					   .ne1 = ne1,
+					   .x = x,
+					   .y = y0,
+					   .n = 1};
+			ops->mm(&m, 0, ne1);
+			m.y = y1;
+			ops->mv(&m, 0, ne1);
+			cr_expect_eq(memcmp(y0, y1, sizeof y0), 0,
+				     "q4_0 %lld columns, gfni %d: one-token kernel differs",
+				     (long long)ne0, gfni);
+			free(x);
+			tw_fini(&w);
+		}
+	}
+}
+#endif
 
 /* One and two threads give identical results (each output row is computed by one thread), for
  * one token (the decode kernels) and for a batch. */
