@@ -171,7 +171,7 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 				.y = y,
 				.n = n,
 			},
-		.mm = ops->mm,
+		.mm = n == 1 && ops->mv != NULL ? ops->mv : ops->mm,
 	};
 	const int64_t work = w->ne0 * w->ne1 * n;
 	const int nth = work < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads;
@@ -197,7 +197,7 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 	}
 
 	if (nth == 1) {
-		ops->mm(&job.m, 0, w->ne1);
+		job.mm(&job.m, 0, w->ne1);
 		return 0;
 	}
 	int64_t chunk = w->ne1 / ((int64_t)nth * CPU_MM_CHUNKS_PER_THREAD);

@@ -16,6 +16,7 @@
 #ifndef LM_CPU_IMPL_H
 #define LM_CPU_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,11 @@ struct cpu_type_ops {
 	cpu_mm_fn mm;               /* NULL: not a weight type of these kernels */
 	cpu_scores_fn scores;       /* NULL: not a K cache type */
 	cpu_values_fn values;       /* NULL: not a V cache type */
+	/* Rows [r0, r1) of a one-token matmul (decode), where the weights stream from memory once
+	 * and nothing is reused across tokens: a kernel that keeps more of the weight stream in
+	 * flight. Its per-row results must equal mm's for n == 1 bit for bit (a sequence decodes
+	 * the same alone or in a batch). Optional: NULL means mm. */
+	cpu_mm_fn mv;
 };
 
 struct cpu_kernels {
@@ -108,6 +114,9 @@ void cpu_add_generic(float *y, const float *a, size_t len);
  * Built only on x86-64; the caller checks the CPU first. */
 void cpu_kernels_avx2_fill(struct cpu_kernels *k);
 void cpu_kernels_avx512_fill(struct cpu_kernels *k);
+/* The one-token (mv) kernels of the AVX-512 set (matvec_avx512.c), called by its fill; `gfni`:
+ * the CPU has GFNI, which one Q4_0 kernel uses (tests pass false to cover the other). */
+void cpu_matvec_avx512_fill(struct cpu_kernels *k, bool gfni);
 
 /* --- attention.c --- */
 

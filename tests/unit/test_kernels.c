@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/quant.h"
 #include "kernels_testutil.h"
 
@@ -231,7 +232,124 @@ Test(kernels, batched_matmul_equals_single_calls)
 	}
 }
 
-/* One and two threads give identical results (each output row is computed by one thread). */
+/* A one-token matmul (decode) may run its own kernel, which walks several rows at once and
+ * ends each row in a tail of odd blocks: over every block-count remainder and row-group
+ * remainder, its result is the token's row of a two-token batch bit for bit, and it matches the
+ * scalar kernels. The weights are allocated to the byte, so a read past the matrix shows under
+ * ASan. */
+Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
+{
+	struct test_rng r = {17};
+	static const int64_t ne0_32[] = {32, 64, 96, 224, 256, 288, 480, 544, 2048};
+	static const int64_t ne0_256[] = {256, 512, 768, 2304};
+	static const int64_t ne0_f[] = {8, 263};
+	static const int64_t ne1s[] = {1, 2, 3, 4, 5, 7, 9, 16};
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+			const enum lm_dtype type = mm_types[ti];
+			const int64_t *ne0s = ne0_f;
+			size_t n_ne0 = sizeof ne0_f / sizeof ne0_f[0];
+			if (type == LM_Q8_0 || type == LM_Q4_0) {
+				ne0s = ne0_32;
+				n_ne0 = sizeof ne0_32 / sizeof ne0_32[0];
+			} else if (type == LM_Q4_K || type == LM_Q6_K) {
+				ne0s = ne0_256;
+				n_ne0 = sizeof ne0_256 / sizeof ne0_256[0];
+			}
+			double worst = 0;
+			for (size_t i0 = 0; i0 < n_ne0; i0++) {
+				for (size_t i1 = 0; i1 < sizeof ne1s / sizeof ne1s[0]; i1++) {
+					const int64_t ne0 = ne0s[i0], ne1 = ne1s[i1];
+					struct tw w;
+					tw_init(&w, type, ne0, ne1, &r);
+					float *x = malloc((size_t)(2 * ne0) * sizeof(float));
+					float *y1 = malloc((size_t)ne1 * sizeof(float));
+					float *y2 = malloc((size_t)(2 * ne1) * sizeof(float));
+					float *y0 = malloc((size_t)ne1 * sizeof(float));
+					test_fill_gauss(&r, x, (size_t)(2 * ne0), 1.0f);
+					cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x, 1), 0);
+					cr_assert_eq(b.iface->matmul(b.ctx, y2, &w.w, x, 2), 0);
+					cr_assert_eq(ref.iface->matmul(ref.ctx, y0, &w.w, x, 1), 0);
+					cr_assert_eq(memcmp(y1, y2, (size_t)ne1 * sizeof(float)), 0,
+						     "%s %s %lldx%lld: one token differs from its "
+						     "row of a batch",
+						     test_ksets[k], lm_dtype_name(type),
+						     (long long)ne1, (long long)ne0);
+					const double e = test_nmse(y1, y0, (size_t)ne1);
+					worst = fmax(worst, e);
+					cr_expect_leq(e, 1e-10, "%s %s %lldx%lld: nmse %g",
+						      test_ksets[k], lm_dtype_name(type),
+						      (long long)ne1, (long long)ne0, e);
+					free(x);
+					free(y0);
+					free(y1);
+					free(y2);
+					tw_fini(&w);
+				}
+			}
+			cr_log_info("one-token matmul %s, %s: worst nmse against generic %.3g",
+				    test_ksets[k], lm_dtype_name(type), worst);
+		}
+		lm_backend_fini(&b);
+	}
+	lm_backend_fini(&ref);
+}
+
+#ifdef LM_CPU_HAS_AVX512
+/* The AVX-512 set has two one-token Q4_0 kernels, with GFNI and without, and the backend picks
+ * one by the CPU: both, whichever this CPU would get, against the batched kernel bit for bit
+ * (through the kernel table itself, since the backend offers only one of them). */
+Test(kernels, avx512_one_token_q4_0_with_and_without_gfni)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+	    !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
+		cr_skip_test("no AVX-512 VNNI on this CPU");
+	struct test_rng r = {18};
+	struct cpu_kernels k = cpu_kernels_generic;
+	cpu_kernels_avx2_fill(&k);
+	cpu_kernels_avx512_fill(&k);
+	const struct cpu_type_ops *ops = &k.type[LM_Q4_0];
+	static const int64_t ne0s[] = {32, 64, 96, 288, 544, 2048};
+	const int n_modes = __builtin_cpu_supports("gfni") ? 2 : 1;
+	for (int gfni = 0; gfni < n_modes; gfni++) {
+		cpu_matvec_avx512_fill(&k, gfni);
+		for (size_t i = 0; i < sizeof ne0s / sizeof ne0s[0]; i++) {
+			const int64_t ne0 = ne0s[i], ne1 = 7;
+			struct tw w;
+			tw_init(&w, LM_Q4_0, ne0, ne1, &r);
+			float xf[2048], y0[7], y1[7];
+			test_fill_gauss(&r, xf, (size_t)ne0, 1.0f);
+			uint8_t *x = aligned_alloc(64, (ops->act_bytes(ne0) + 63) / 64 * 64);
+			cr_assert_not_null(x);
+			ops->to_act(xf, x, ne0);
+			struct cpu_mm m = {.w = w.bytes,
+					   .row_bytes = w.w.row_bytes,
+					   .ne0 = ne0,
+					   .ne1 = ne1,
+					   .x = x,
+					   .y = y0,
+					   .n = 1};
+			ops->mm(&m, 0, ne1);
+			m.y = y1;
+			ops->mv(&m, 0, ne1);
+			cr_expect_eq(memcmp(y0, y1, sizeof y0), 0,
+				     "q4_0 %lld columns, gfni %d: one-token kernel differs",
+				     (long long)ne0, gfni);
+			free(x);
+			tw_fini(&w);
+		}
+	}
+}
+#endif
+
+/* One and two threads give identical results (each output row is computed by one thread), for
+ * one token (the decode kernels) and for a batch. */
 Test(kernels, thread_counts_agree_exactly)
 {
 	struct test_rng r = {14};
@@ -243,22 +361,23 @@ Test(kernels, thread_counts_agree_exactly)
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
 			const int64_t ne0 = 512, ne1 = 301;
-			const int n = 5;
-			struct tw w;
-			tw_init(&w, type, ne0, ne1, &r);
-			float *x = malloc((size_t)(n * ne0) * sizeof(float));
-			float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
-			float *y2 = malloc((size_t)(n * ne1) * sizeof(float));
-			test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-			cr_assert_eq(b1.iface->matmul(b1.ctx, y1, &w.w, x, n), 0);
-			cr_assert_eq(b2.iface->matmul(b2.ctx, y2, &w.w, x, n), 0);
-			cr_expect_eq(memcmp(y1, y2, (size_t)(n * ne1) * sizeof(float)), 0,
-				     "%s %s differs between 1 and 2 threads",
-				     lm_backend_cpu_kernels(&b1), lm_dtype_name(type));
-			free(x);
-			free(y1);
-			free(y2);
-			tw_fini(&w);
+			for (int n = 1; n <= 5; n += 4) {
+				struct tw w;
+				tw_init(&w, type, ne0, ne1, &r);
+				float *x = malloc((size_t)(n * ne0) * sizeof(float));
+				float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
+				float *y2 = malloc((size_t)(n * ne1) * sizeof(float));
+				test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+				cr_assert_eq(b1.iface->matmul(b1.ctx, y1, &w.w, x, n), 0);
+				cr_assert_eq(b2.iface->matmul(b2.ctx, y2, &w.w, x, n), 0);
+				cr_expect_eq(memcmp(y1, y2, (size_t)(n * ne1) * sizeof(float)), 0,
+					     "%s %s n=%d differs between 1 and 2 threads",
+					     lm_backend_cpu_kernels(&b1), lm_dtype_name(type), n);
+				free(x);
+				free(y1);
+				free(y2);
+				tw_fini(&w);
+			}
 		}
 		lm_backend_fini(&b1);
 		lm_backend_fini(&b2);
