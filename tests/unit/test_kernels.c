@@ -190,11 +190,16 @@ Test(kernels, matmul_quantizes_activations_first)
 	lm_backend_fini(&b);
 }
 
-/* n tokens in one call equal n single-token calls, bit for bit, for both kernel sets. */
+/* n tokens in one call equal n single-token calls, bit for bit, in every kernel set: a token's
+ * result does not depend on the batch it rides in. Where the set has a multi-token GEMM for the
+ * type, the batch is compared with the generic kernels instead (which it equals bit for bit, see
+ * gemm_equals_generic_bit_for_bit), since a single token takes the one-token kernel. */
 Test(kernels, batched_matmul_equals_single_calls)
 {
 	struct test_rng r = {13};
 	const int ns[] = {1, 3, 16};
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
 	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b;
 		if (!kset_init(&b, 2, k))
@@ -202,6 +207,7 @@ Test(kernels, batched_matmul_equals_single_calls)
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
 			const int64_t ne0 = odd_ne0(type), ne1 = 133;
+			const int gemm_n = lm_backend_cpu_gemm_min_n(&b, type);
 			struct tw w;
 			tw_init(&w, type, ne0, ne1, &r);
 			float *x = malloc((size_t)(16 * ne0) * sizeof(float));
@@ -210,16 +216,19 @@ Test(kernels, batched_matmul_equals_single_calls)
 			test_fill_gauss(&r, x, (size_t)(16 * ne0), 1.0f);
 			for (size_t ni = 0; ni < 3; ni++) {
 				const int n = ns[ni];
+				const bool gemm = gemm_n > 0 && n >= gemm_n;
+				struct lm_backend *single = gemm ? &ref : &b;
 				cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
 				for (int t = 0; t < n; t++) {
-					cr_assert_eq(
-						b.iface->matmul(b.ctx, y1, &w.w, x + t * ne0, 1),
-						0);
+					cr_assert_eq(single->iface->matmul(single->ctx, y1, &w.w,
+									   x + t * ne0, 1),
+						     0);
 					cr_assert_eq(memcmp(y1, y + t * ne1,
 							    (size_t)ne1 * sizeof(float)),
-						     0, "%s %s n=%d token %d differs",
+						     0, "%s %s n=%d token %d differs%s",
 						     lm_backend_cpu_kernels(&b),
-						     lm_dtype_name(type), n, t);
+						     lm_dtype_name(type), n, t,
+						     gemm ? " from generic" : "");
 				}
 			}
 			free(x);
@@ -229,6 +238,131 @@ Test(kernels, batched_matmul_equals_single_calls)
 		}
 		lm_backend_fini(&b);
 	}
+	lm_backend_fini(&ref);
+}
+
+/* Random bytes for the quants and sub-block scales of a weight row, with finite block scales of
+ * either sign: quants the reference quantizer never writes (-128 in Q8_0, every 6-bit scale and
+ * min of Q4_K) are still valid GGUF and must give the generic results. */
+static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1,
+		       struct test_rng *r)
+{
+	uint64_t rb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(type, (uint64_t)ne0, &rb), 0);
+	uint8_t *buf = malloc(rb * (uint64_t)ne1);
+	cr_assert_not_null(buf);
+	for (uint64_t i = 0; i < rb * (uint64_t)ne1; i++)
+		buf[i] = (uint8_t)test_rng_next(r);
+	for (int64_t row = 0; row < ne1; row++) {
+		uint8_t *p = buf + (uint64_t)row * rb;
+		switch (type) {
+		case LM_Q8_0:
+		case LM_Q4_0: {
+			const size_t bs = type == LM_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+			for (int64_t b = 0; b < ne0 / 32; b++) {
+				const uint16_t d = lm_f32_to_f16(test_rng_gauss(r) * 0.01f);
+				memcpy(p + (size_t)b * bs, &d, 2);
+			}
+			break;
+		}
+		case LM_Q4_K:
+			for (int64_t b = 0; b < ne0 / 256; b++) {
+				block_q4_K *blk = (block_q4_K *)p + b;
+				blk->d = lm_f32_to_f16(test_rng_gauss(r) * 0.001f);
+				blk->dmin = lm_f32_to_f16(test_rng_gauss(r) * 0.001f);
+			}
+			break;
+		default:
+			cr_assert_fail("no raw weight for %s", lm_dtype_name(type));
+		}
+	}
+	t->bytes = buf;
+	t->w = (struct lm_weight){
+		.type = type, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb, .data = buf};
+}
+
+/* The multi-token GEMMs (where a kernel set has them) against the generic kernels, bit for bit:
+ * every batch size from the GEMM's smallest to 20 (whole and partial groups of tokens), row
+ * counts that end in a partial strip, odd block counts, one and two threads, quantized and raw
+ * weights, activations of ordinary and extreme ranges. */
+Test(kernels, gemm_equals_generic_bit_for_bit)
+{
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K};
+	struct test_rng r = {17};
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
+	for (int k = 1; k < TEST_N_KSETS; k++) {
+		for (int threads = 1; threads <= 2; threads++) {
+			struct lm_backend b;
+			if (!kset_init(&b, threads, k))
+				continue;
+			for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+				const enum lm_dtype type = types[ti];
+				const int min_n = lm_backend_cpu_gemm_min_n(&b, type);
+				if (min_n == 0)
+					continue;
+				const bool kq = type == LM_Q4_K;
+				const int64_t shapes[][2] = {
+					{kq ? 256 : 32, 19},
+					{kq ? 768 : 224, 37},
+					{kq ? 512 : 544, 133},
+					{kq ? 1280 : 1024, 64},
+				};
+				for (int sh = 0; sh < 4; sh++) {
+					const int64_t ne0 = shapes[sh][0], ne1 = shapes[sh][1];
+					struct tw w;
+					if (sh % 2 == 0)
+						raw_weight(&w, type, ne0, ne1, &r);
+					else
+						tw_init(&w, type, ne0, ne1, &r);
+					float *x = malloc((size_t)(20 * ne0) * sizeof(float));
+					float *y0 = malloc((size_t)(20 * ne1) * sizeof(float));
+					float *y1 = malloc((size_t)(20 * ne1) * sizeof(float));
+					test_fill_gauss(&r, x, (size_t)(20 * ne0),
+							sh == 2 ? 1e3f : 1.0f);
+					/* Every third token is a weight row itself: block sums near
+					 * their largest, where the order of the float steps shows. */
+					for (int t = 0; t < 20; t += 3)
+						cr_assert_eq(lm_dequantize_row(
+								     type,
+								     (const uint8_t *)w.bytes +
+									     (size_t)(t % ne1) *
+										     w.w.row_bytes,
+								     x + t * ne0, ne0),
+							     0);
+					/* A few zero blocks: scales of 0. */
+					memset(x + 4 * ne0, 0, 32 * sizeof(float));
+					for (int n = min_n; n <= 20; n++) {
+						cr_assert_eq(b.iface->matmul(b.ctx, y0, &w.w, x, n),
+							     0);
+						cr_assert_eq(
+							ref.iface->matmul(ref.ctx, y1, &w.w, x, n),
+							0);
+						for (int64_t i = 0; i < n * ne1; i++)
+							cr_assert(memcmp(&y0[i], &y1[i],
+									 sizeof(float)) == 0,
+								  "%s %s %lldx%lld n=%d (%d "
+								  "threads): "
+								  "token %lld row %lld: %.9g vs "
+								  "generic "
+								  "%.9g",
+								  lm_backend_cpu_kernels(&b),
+								  lm_dtype_name(type),
+								  (long long)ne1, (long long)ne0, n,
+								  threads, (long long)(i / ne1),
+								  (long long)(i % ne1), y0[i],
+								  y1[i]);
+					}
+					free(x);
+					free(y0);
+					free(y1);
+					tw_fini(&w);
+				}
+			}
+			lm_backend_fini(&b);
+		}
+	}
+	lm_backend_fini(&ref);
 }
 
 /* One and two threads give identical results (each output row is computed by one thread). */
