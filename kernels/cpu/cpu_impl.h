@@ -83,8 +83,11 @@ struct cpu_type_ops {
  * tokens. The backend uses it for batches of at least `min_n` tokens; `mm` serves the others.
  *
  * Contract: every output is bit-identical to the generic kernel's (the same exact integer block
- * sums, scaled and summed in the same float order), so a token's result never depends on the
- * batch it rides in or on which path computed it. */
+ * sums, scaled and summed in the same float order), so among batches that take the GEMM a
+ * token's result does not depend on the batch it rides in. A single token takes `mm`; where that
+ * kernel sums in another order (the avx512 matvec does), a token computed alone and the same
+ * token in a batch differ in rounding. They agree bit for bit again once the one-token kernel
+ * follows the generic order too. */
 typedef size_t (*cpu_gemm_act_bytes_fn)(int64_t ne0, int n);
 /* Converts tokens [t0, t1) of x ([n][ne0] f32) into the batch layout at dst (act_bytes(ne0, n)
  * bytes). t0 and t1 are multiples of `group` (or t1 == n); the padding tokens of the last group
