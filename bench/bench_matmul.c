@@ -1,7 +1,7 @@
 /* bench_matmul.c — weight bandwidth of the CPU backend's matmul, per weight type.
  *
  *     bench_matmul [--threads N] [--tokens N] [--rows R] [--cols C] [--mib M] [--secs S]
- *                  [--huge] [--scalar | --kernels generic|avx2|avx512] [type ...]
+ *                  [--huge] [--scalar | --kernels generic|avx2|avx512|amx] [type ...]
  *
  * For each type (default: f32 f16 bf16 q8_0 q4_0 q4_K q6_K) it builds a 2048 x 5632 weight (an
  * FFN up projection of a 1B model; --cols sets the input width, --rows the output width) and
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--threads N] [--tokens N] [--rows R] [--cols C] "
 				"[--mib M] [--secs S] [--huge] [--scalar | --kernels "
-				"generic|avx2|avx512] [type ...]\n",
+				"generic|avx2|avx512|amx] [type ...]\n",
 				argv[0]);
 			return 2;
 		}

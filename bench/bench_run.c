@@ -18,7 +18,7 @@
  *
  * Before anything else one line describes what is measured:
  *     info threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
- * K is the CPU backend's kernel set in use (generic, avx2, avx512).
+ * K is the CPU backend's kernel set in use (generic, avx2, avx512, amx).
  * decode_bytes is what one decode step reads of the weights: every layer's tensors, the output
  * norm and head, and one row of the token embedding.
  *

@@ -12,7 +12,8 @@
  *     loads and two inserts.
  * Each row goes through exactly the float operations of the batched kernel for one token, in the
  * same order (the same per-block scale products, the same accumulator per block, the same
- * reduction), so a sequence decodes to the same bits alone or in a batch.
+ * reduction), so a sequence decodes to the same bits alone or in a batch of the avx512 set (the
+ * amx set's GEMM sums batches in the generic order instead; cpu_impl.h, struct cpu_gemm_ops).
  *
  * Measured on the 2-vCPU Sapphire Rapids VM (bench/RESULTS.md, "Decode kernels"): 3 KiB ahead
  * streamed best for every type (2 KiB and 3.5 KiB within a few percent, 4 KiB and 1 KiB 5-15%
