@@ -473,7 +473,8 @@ static bool cpu_amx_usable(void)
 }
 #endif
 
-/* The best kernel set both this build and the running CPU have. */
+/* The best kernel set both this build and the running CPU have (AMX included: callers cap it,
+ * see lm_backend_opts.allow_amx). */
 static enum cpu_level cpu_best_level(void)
 {
 	enum cpu_level best = CPU_GENERIC;
@@ -527,7 +528,13 @@ int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_op
 	b->iface = NULL;
 	b->ctx = NULL;
 	const enum cpu_level best = cpu_best_level();
-	enum cpu_level level = best;
+	/* The default stops below AMX: its GEMMs break batch invariance (see allow_amx). */
+	enum cpu_level level = best < CPU_AVX512 ? best : CPU_AVX512;
+	if (opts != NULL && opts->allow_amx) {
+		if (best < CPU_AMX)
+			return LM_EUNSUPPORTED;
+		level = CPU_AMX;
+	}
 	if (opts != NULL && opts->force_scalar)
 		level = CPU_GENERIC;
 	else if (kernels != NULL && strcmp(kernels, "best") != 0) {

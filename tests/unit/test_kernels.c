@@ -927,3 +927,41 @@ Test(kernels, memory_is_zeroed_aligned_and_copies)
 	lm_backend_fini(&b);
 	lm_backend_fini(&b); /* harmless twice */
 }
+
+/* The default kernel set (what `layermesh run`, the workers and the benchmarks get without
+ * --kernels) is batch invariant: every token of a 16-token batch, the shape of a 16-sequence
+ * decode step, equals that token computed alone, bit for bit, for every weight type. This is
+ * what lets the mesh batch sequences and re-prefill them after a fault without changing a
+ * greedy token; the AMX GEMMs, which round otherwise, are opt-in for that reason. */
+Test(kernels, default_set_is_batch_invariant)
+{
+	struct test_rng r = {23};
+	struct lm_backend b;
+	be_init(&b, 1, 0);
+	const int64_t ne0 = 512, ne1 = 96, n = 16;
+	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+		const enum lm_dtype type = mm_types[ti];
+		cr_assert_eq(lm_backend_cpu_gemm_min_n(&b, type), 0,
+			     "the default set %s has a GEMM for %s", lm_backend_cpu_kernels(&b),
+			     lm_dtype_name(type));
+		struct tw w;
+		tw_init(&w, type, ne0, ne1, &r);
+		float *x = malloc((size_t)(n * ne0) * sizeof(float));
+		float *yb = malloc((size_t)(n * ne1) * sizeof(float));
+		float *y1 = malloc((size_t)ne1 * sizeof(float));
+		cr_assert(x && yb && y1);
+		test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+		cr_assert_eq(b.iface->matmul(b.ctx, yb, &w.w, x, (int)n), 0);
+		for (int64_t t = 0; t < n; t++) {
+			cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x + t * ne0, 1), 0);
+			cr_assert_eq(memcmp(y1, yb + t * ne1, (size_t)ne1 * sizeof(float)), 0,
+				     "%s, kernels %s: token %lld alone differs from its row",
+				     lm_dtype_name(type), lm_backend_cpu_kernels(&b), (long long)t);
+		}
+		free(x);
+		free(yb);
+		free(y1);
+		tw_fini(&w);
+	}
+	lm_backend_fini(&b);
+}
