@@ -1,29 +1,31 @@
 /* bench_matmul.c — weight bandwidth of the CPU backend's matmul, per weight type.
  *
- *     bench_matmul [--threads N] [--tokens N] [--rows R] [--mib M] [--secs S]
- *                  [--scalar | --kernels generic|avx2|avx512] [type ...]
+ *     bench_matmul [--threads N] [--tokens N] [--rows R] [--cols C] [--mib M] [--secs S]
+ *                  [--huge] [--scalar | --kernels generic|avx2|avx512|amx] [type ...]
  *
  * For each type (default: f32 f16 bf16 q8_0 q4_0 q4_K q6_K) it builds a 2048 x 5632 weight (an
- * FFN up projection of a 1B model) and enough copies of it to cover --mib MiB (default 1024,
+ * FFN up projection of a 1B model; --cols sets the input width, --rows the output width) and
+ * enough copies of it to cover --mib MiB (default 1024,
  * well past most last-level caches), then multiplies a batch of --tokens activations by each
  * copy in turn for --secs seconds, and prints the weight bytes streamed per second. A plain read
  * of the same bytes (AVX2 loads where the CPU has them) gives the machine's read bandwidth for
  * comparison. --rows 256 --mib 0 keeps one small weight in L2 to see the kernels' compute speed
  * apart from memory. Read and matmul passes alternate and both are summarised by median and
- * best, since on a shared machine single timings swing. Timings only: nothing is asserted.
+ * best, since on a shared machine single timings swing. --huge puts the weights in memory
+ * advised for transparent huge pages (MADV_HUGEPAGE), as the model loader does; without it they
+ * are in 4 KiB pages. Timings only: nothing is asserted.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/quant.h"
-
-#define NE0 2048
 
 static double now_s(void)
 {
@@ -106,7 +108,7 @@ static uint64_t read_plain(const uint8_t *p, size_t n)
 
 int main(int argc, char **argv)
 {
-	int threads = 1, tokens = 1, scalar = 0, NE1 = 5632;
+	int threads = 1, tokens = 1, scalar = 0, NE1 = 5632, NE0 = 2048, huge = 0;
 	const char *kernels = NULL;
 	double mib = 1024, secs = 2.0;
 	const char *types[16];
@@ -118,6 +120,10 @@ int main(int argc, char **argv)
 			tokens = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc)
 			NE1 = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--cols") == 0 && i + 1 < argc)
+			NE0 = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--huge") == 0)
+			huge = 1;
 		else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
 			mib = atof(argv[++i]);
 		else if (strcmp(argv[i], "--secs") == 0 && i + 1 < argc)
@@ -130,9 +136,9 @@ int main(int argc, char **argv)
 			types[n_types++] = argv[i];
 		else {
 			fprintf(stderr,
-				"usage: %s [--threads N] [--tokens N] [--rows R] [--mib M] "
-				"[--secs S] [--scalar | --kernels generic|avx2|avx512] [type "
-				"...]\n",
+				"usage: %s [--threads N] [--tokens N] [--rows R] [--cols C] "
+				"[--mib M] [--secs S] [--huge] [--scalar | --kernels "
+				"generic|avx2|avx512|amx] [type ...]\n",
 				argv[0]);
 			return 2;
 		}
@@ -149,12 +155,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cpu backend init failed\n");
 		return 1;
 	}
-	printf("kernels %s, %d thread(s), %d token(s), %dx%d weights, %.0f MiB streamed\n",
-	       lm_backend_cpu_kernels(&b), lm_backend_cpu_threads(&b), tokens, NE1, NE0, mib);
+	if (NE0 <= 0 || NE0 % 256 != 0 || NE1 <= 0) {
+		fprintf(stderr, "--cols must be a positive multiple of 256, --rows positive\n");
+		return 2;
+	}
+	printf("kernels %s, %d thread(s), %d token(s), %dx%d weights, %.0f MiB streamed, %s "
+	       "pages\n",
+	       lm_backend_cpu_kernels(&b), lm_backend_cpu_threads(&b), tokens, NE1, NE0, mib,
+	       huge ? "huge" : "4 KiB");
 
 	float *x = malloc((size_t)tokens * NE0 * sizeof(float));
 	float *y = malloc((size_t)tokens * NE1 * sizeof(float));
-	float *row = malloc(NE0 * sizeof(float));
+	float *row = malloc((size_t)NE0 * sizeof(float));
 	for (size_t i = 0; i < (size_t)tokens * NE0; i++)
 		x[i] = rnd();
 
@@ -169,11 +181,16 @@ int main(int argc, char **argv)
 		size_t copies = (size_t)(mib * 1048576.0 / (double)mat);
 		if (copies < 1)
 			copies = 1;
-		uint8_t *buf = aligned_alloc(64, (mat * copies + 63) / 64 * 64);
+		/* Huge pages need 2 MiB alignment. */
+		const size_t align = huge ? (size_t)2 << 20 : 64;
+		const size_t alloc = (mat * copies + align - 1) / align * align;
+		uint8_t *buf = aligned_alloc(align, alloc);
 		if (buf == NULL) {
 			fprintf(stderr, "out of memory\n");
 			return 1;
 		}
+		if (huge && madvise(buf, alloc, MADV_HUGEPAGE) != 0)
+			fprintf(stderr, "madvise(MADV_HUGEPAGE) failed: 4 KiB pages\n");
 		for (int r = 0; r < NE1; r++) {
 			for (int i = 0; i < NE0; i++)
 				row[i] = rnd() * 0.05f;

@@ -18,13 +18,13 @@
  *
  * Before anything else one line describes what is measured:
  *     info threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
- * K is the CPU backend's kernel set in use (generic, avx2, avx512).
+ * K is the CPU backend's kernel set in use (generic, avx2, avx512, amx).
  * decode_bytes is what one decode step reads of the weights: every layer's tensors, the output
  * norm and head, and one row of the token embedding.
  *
  *   --reps R           repetitions (default 3)
  *   --threads T        CPU threads (default 1)
- *   --kernels K        auto or scalar (default auto)
+ *   --kernels K        auto, scalar or amx (default auto)
  *   --bench-warmup     before the timed repetitions, one untimed one: prefill the N-token prompt
  *                      and decode one token
  *   --bench-wait       print "ready" once loaded and warmed up, then read one line from stdin
@@ -57,7 +57,7 @@ struct bench_opts {
 	long decode;
 	long reps;
 	int threads;
-	bool scalar;
+	bool scalar, amx;
 	bool warmup;
 	bool wait;
 	bool print_prompt;
@@ -70,7 +70,7 @@ static const char bench_usage_text[] =
 	"  --bench-decode M    then greedy-decode M tokens one at a time\n"
 	"  --reps R            repetitions (default 3)\n"
 	"  --threads T         CPU threads (default 1)\n"
-	"  --kernels K         auto or scalar (default auto)\n"
+	"  --kernels K         auto, scalar or amx (default auto)\n"
 	"  --bench-warmup      one untimed prefill and decode step before the repetitions\n"
 	"  --bench-wait        print \"ready\", then read a line from stdin before each "
 	"repetition\n"
@@ -139,9 +139,11 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 			o->threads = (int)v;
 			break;
 		case 'k':
-			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0)
-				return bench_usage_fail("--kernels must be auto or scalar");
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0 &&
+			    strcmp(optarg, "amx") != 0)
+				return bench_usage_fail("--kernels must be auto, scalar or amx");
 			o->scalar = strcmp(optarg, "scalar") == 0;
+			o->amx = strcmp(optarg, "amx") == 0;
 			break;
 		case 'W':
 			o->warmup = true;
@@ -278,7 +280,8 @@ int main(int argc, char **argv)
 		return rc == 1 ? 0 : 2;
 
 	struct lm_backend be = {0};
-	struct lm_backend_opts bo = {.n_threads = o.threads, .force_scalar = o.scalar};
+	struct lm_backend_opts bo = {
+		.n_threads = o.threads, .force_scalar = o.scalar, .allow_amx = o.amx};
 	static struct lm_model model;
 	struct kv_cache kv = {0};
 	struct lm_forward fw = {0};

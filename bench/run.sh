@@ -38,6 +38,8 @@
 #   --decode M        decoded tokens on the 0.85B models (default 64) ...
 #   --decode-small M  ... and on stories260K and the hop model (default 64)
 #   --batch-tokens T  tokens each sequence generates in the batch section (default 32)
+#   --kernels K       layermesh's kernel set in the single section: auto (the default, batch
+#                     invariant) or amx (adds the AMX GEMMs: see `layermesh run --help`)
 #   --build DIR       the meson build directory (default: build); it must have been configured
 #                     with -Dllama_oracle for the llama.cpp side
 #   --models DIR      where the generated models are cached (default: bench/models)
@@ -54,6 +56,7 @@ BUILD=$ROOT/build
 MODELS=$ROOT/bench/models
 OUT=$ROOT/bench/out
 SECTIONS="bw,unix,single,mesh,batch"
+KERNELS=auto
 REPS=5
 THREADS="1 2"
 TYPES="q8_0 q4_0 q4_K"
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) QUICK=1 ;;
 	--sections) SECTIONS=$2; shift ;;
+	--kernels) KERNELS=$2; shift ;;
 	--reps) REPS=$2; shift ;;
 	--threads) THREADS=$2; shift ;;
 	--types) TYPES=$2; shift ;;
@@ -277,7 +281,7 @@ single_pair() {
 	srv_start oracle "$ORACLE" --model "$file" --bench-prefill "$PREFILL" --bench-decode "$dec" \
 		--reps "$REPS" --threads "$th" --bench-warmup --bench-wait
 	srv_start layermesh "$BRUN" --model "$file" --bench-prefill "$PREFILL" --bench-decode "$dec" \
-		--reps "$REPS" --threads "$th" --bench-warmup --bench-wait
+		--reps "$REPS" --threads "$th" --kernels "$KERNELS" --bench-warmup --bench-wait
 	srv_start membw "$MEMBW" --mib 1024 --reps "$REPS" --threads "$th" --bench-wait
 	row single "$name" layermesh "$th" 0 decode_bytes "$(field "${SRV_INFO[layermesh]}" decode_bytes)"
 	for ((r = 0; r < REPS; r++)); do
@@ -540,7 +544,7 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
-log "bench/run.sh: sections $SECTIONS, $REPS reps; $CPU, $(nproc) CPUs, commit $COMMIT, load $LOAD0"
+log "bench/run.sh: sections $SECTIONS, kernels $KERNELS, $REPS reps; $CPU, $(nproc) CPUs, commit $COMMIT, load $LOAD0"
 log "raw results: $CSV"
 
 has bw && section_bw
@@ -553,7 +557,9 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 MINUTES=$((($(date +%s) - T_START + 30) / 60))
 log "done in $MINUTES min; load $LOAD1"
 
-SUMMARY=$("$ROOT/bench/summarize.sh" "$CSV" "$CPU" "$COMMIT" "$LOAD0" "$LOAD1" "$MINUTES" \
+LABEL=$COMMIT
+[ "$KERNELS" = auto ] || LABEL="$COMMIT, layermesh with --kernels $KERNELS"
+SUMMARY=$("$ROOT/bench/summarize.sh" "$CSV" "$CPU" "$LABEL" "$LOAD0" "$LOAD1" "$MINUTES" \
 	"$PREFILL" "$DECODE" "$DECODE_SMALL" "$BATCH_TOKENS" "$REPS")
 echo "$SUMMARY" | tee -a "$LOG"
 if [ "$RECORD" = 1 ]; then

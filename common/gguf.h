@@ -152,9 +152,12 @@ const struct gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
 const struct gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 
 /* Maps the tensors for which want(t, arg) returns true (want == NULL selects all) and sets their
- * `data`. May be called more than once; already mapped tensors stay mapped. `populate` prefaults
- * the pages (MAP_POPULATE) so the first forward pays no page faults. *mapped_bytes (may be NULL)
- * receives the total bytes now mapped for tensor data, page rounding included. */
+ * `data` (read-only). May be called more than once; already mapped tensors stay mapped.
+ * `populate` makes them resident now, so the first forward pays no page faults: the bytes are
+ * read into anonymous memory advised for transparent huge pages (the same resident size as a
+ * prefaulted mapping, and fewer TLB misses when a forward streams them); without it they are a
+ * lazy file mapping. *mapped_bytes (may be NULL) receives the total bytes now held for tensor
+ * data, page rounding included. */
 int gguf_map(gguf_file *f, bool (*want)(const struct gguf_tensor *t, void *arg), void *arg,
 	     bool populate, uint64_t *mapped_bytes, lm_diag *d);
 

@@ -111,8 +111,9 @@ struct lm_model {
 };
 
 /* Opens `path`, reads the hyperparameters, maps and binds the slice's weights on `backend`.
- * slice == NULL loads the whole model (every layer, embedding and head). `populate` prefaults
- * the mapped pages. On failure nothing is left open. */
+ * slice == NULL loads the whole model (every layer, embedding and head). `populate` makes the
+ * weights resident now, in huge pages where the system has them (gguf_map). On failure nothing
+ * is left open. */
 int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *slice,
 		  struct lm_backend *backend, bool populate, lm_diag *d);
 /* Unbinds and closes; harmless on a zeroed model. */

@@ -38,7 +38,10 @@ static const char run_usage[] =
 	"  --kv-type T        KV cache type: f32, f16 or q8_0 (default f32)\n"
 	"  --batch N          prompt tokens per forward pass (default 256)\n"
 	"  --backend B        cpu or cuda (default cpu)\n"
-	"  --kernels K        auto or scalar: scalar runs the reference kernels (default auto)\n"
+	"  --kernels K        auto, scalar or amx (default auto). scalar: the reference\n"
+	"                     kernels; amx: adds the AMX GEMMs for batches of 2+ tokens\n"
+	"                     where the CPU has them: faster prompts, but a token's\n"
+	"                     result then depends on its batch by rounding\n"
 	"  --ids              print instead one line: the prompt's ids (with BOS) followed by\n"
 	"                     the generated ids, space-separated\n"
 	"  --logits FILE      write the logits after the last prompt token, one per line\n"
@@ -88,7 +91,7 @@ int cmd_run(int argc, char **argv)
 	struct lm_gen_args g;
 	const char *model_path = NULL, *backend_name = "cpu", *logits_path = NULL;
 	int32_t batch = 256;
-	bool scalar = false;
+	bool scalar = false, amx = false;
 	lm_diag d = {{0}};
 	int c, rc;
 
@@ -103,10 +106,12 @@ int cmd_run(int argc, char **argv)
 			backend_name = optarg;
 			break;
 		case 'G':
-			if (strcmp(optarg, "scalar") != 0 && strcmp(optarg, "auto") != 0)
+			if (strcmp(optarg, "scalar") != 0 && strcmp(optarg, "auto") != 0 &&
+			    strcmp(optarg, "amx") != 0)
 				return lm_cli_usage_error("run",
-							  "--kernels must be auto or scalar");
+							  "--kernels must be auto, scalar or amx");
 			scalar = strcmp(optarg, "scalar") == 0;
+			amx = strcmp(optarg, "amx") == 0;
 			break;
 		case 'b':
 			if (lm_cli_int(optarg, 1, 65536, &batch) != 0)
@@ -133,7 +138,8 @@ int cmd_run(int argc, char **argv)
 		return lm_cli_usage_error("run", "--model and --prompt are required");
 
 	struct lm_backend be = {0};
-	struct lm_backend_opts bo = {.n_threads = g.threads, .force_scalar = scalar};
+	struct lm_backend_opts bo = {
+		.n_threads = g.threads, .force_scalar = scalar, .allow_amx = amx};
 	static struct lm_model model;
 	struct kv_cache kv = {0};
 	struct lm_forward fw = {0};
@@ -144,9 +150,12 @@ int cmd_run(int argc, char **argv)
 	size_t n_prompt = 0;
 
 	if ((rc = lm_backend_init(&be, backend_name, &bo)) != 0) {
-		lm_fail(&d, rc, "backend '%s' is not available: %s", backend_name,
-			rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
-					      : lm_strerror(rc));
+		if (amx && rc == LM_EUNSUPPORTED)
+			lm_fail(&d, rc, "--kernels amx: this CPU, build or kernel offers no AMX");
+		else
+			lm_fail(&d, rc, "backend '%s' is not available: %s", backend_name,
+				rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
+						      : lm_strerror(rc));
 		goto out;
 	}
 	if ((rc = lm_model_open(&model, model_path, NULL, &be, true, &d)) != 0)

@@ -148,6 +148,11 @@ struct lm_backend_opts {
 	int n_threads; /* CPU worker threads including the caller; <= 0 picks the online CPU count */
 	int device;    /* CUDA device ordinal */
 	int force_scalar; /* CPU: use the scalar reference kernels only (tests, `--kernels scalar`) */
+	/* CPU: also use the AMX GEMMs where the CPU has them (`--kernels amx`). They are faster at
+	 * batches of 2 or more tokens but round in another order than the one-token kernels, so a
+	 * token's result then depends on whether it shares its batch: off by default, so that
+	 * batching and the mesh's re-prefill after a fault reproduce a lone run exactly. */
+	int allow_amx;
 };
 
 /* Dispatcher helpers supplying defaults for optional slots. */

@@ -37,7 +37,7 @@ static const char worker_usage[] =
 	"  --http ADDR          health server (host:port): /healthz /readyz /status /metrics\n"
 	"  --backend B          cpu or cuda (default cpu)\n"
 	"  --threads N          CPU threads (default 1)\n"
-	"  --kernels K          auto or scalar (default auto)\n"
+	"  --kernels K          auto, scalar or amx (default auto; see `layermesh run --help`)\n"
 	"  --parent-pid PID     exit when process PID (the coordinator) exits\n"
 	"  --log-level L        error, warn, info or debug (default info)\n"
 	"\n"
@@ -227,9 +227,12 @@ int main(int argc, char **argv)
 			show = true;
 			break;
 		case 'G':
-			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0)
-				return worker_bad("--kernels expects auto or scalar, got", optarg);
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0 &&
+			    strcmp(optarg, "amx") != 0)
+				return worker_bad("--kernels expects auto, scalar or amx, got",
+						  optarg);
 			o.backend_opts.force_scalar = strcmp(optarg, "scalar") == 0;
+			o.backend_opts.allow_amx = strcmp(optarg, "amx") == 0;
 			break;
 		case 'P':
 			if (worker_int(optarg, 1, 1 << 30, &o.parent_pid) != 0)

@@ -6,7 +6,9 @@
  * only when a larger batch than any before arrives, then splits the weight rows across the pool
  * in chunks taken from an atomic counter, so every weight row is read once per batch by one
  * thread. Each output element is computed by exactly one thread with the same kernel, so results
- * do not depend on the thread count.
+ * do not depend on the thread count. A batch of several tokens goes to the kernel set's GEMM
+ * when it has one for the weight type (struct cpu_gemm_ops): its own activation layout, and a
+ * per-thread scratch panel for the strip of weight rows it works on, both grown like the rest.
  */
 #include "kernels/cpu/cpu_backend.h"
 
@@ -15,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef LM_CPU_AMX
+#include <sys/syscall.h>
+#define CPU_ARCH_REQ_XCOMP_PERM 0x1023 /* linux/arch/x86/include/uapi/asm/prctl.h */
+#define CPU_XFEATURE_XTILEDATA  18
+#endif
 
 #include "common/err.h"
 #include "common/log.h"
@@ -41,6 +48,8 @@ struct cpu_ctx {
 	size_t act_cap;
 	uint8_t *attn; /* attention scratch: [n_threads][stride] */
 	size_t attn_cap;
+	uint8_t *gemm; /* GEMM weight panels: [n_threads][stride] */
+	size_t gemm_cap;
 };
 
 static const struct lm_backend_i cpu_iface;
@@ -76,6 +85,7 @@ static void cpu_fini(void *vctx)
 	cpu_pool_fini(&c->pool);
 	free(c->act);
 	free(c->attn);
+	free(c->gemm);
 	free(c);
 }
 
@@ -147,6 +157,93 @@ static void cpu_mm_part(void *arg, int ith, int nth)
 	}
 }
 
+struct cpu_gact_job {
+	cpu_gemm_act_fn act;
+	const float *x;
+	int64_t ne0;
+	int n, group;
+	void *dst;
+};
+
+/* Whole groups of tokens per thread, so no two threads write the same group. */
+static void cpu_gact_part(void *arg, int ith, int nth)
+{
+	const struct cpu_gact_job *j = arg;
+	const int ng = (j->n + j->group - 1) / j->group;
+	const int g0 = (int)((int64_t)ng * ith / nth), g1 = (int)((int64_t)ng * (ith + 1) / nth);
+	if (g0 == g1)
+		return;
+	const int t1 = g1 == ng ? j->n : g1 * j->group;
+	j->act(j->x, j->ne0, j->n, g0 * j->group, t1, j->dst);
+}
+
+struct cpu_gemm_job {
+	struct cpu_mm m;
+	cpu_gemm_fn gemm;
+	uint8_t *scratch; /* [nth][stride] */
+	size_t stride;
+	int64_t chunk;
+	_Atomic int64_t next;
+};
+
+static void cpu_gemm_part(void *arg, int ith, int nth)
+{
+	struct cpu_gemm_job *j = arg;
+	(void)nth;
+	for (;;) {
+		int64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+		if (r0 >= j->m.ne1)
+			break;
+		int64_t r1 = r0 + j->chunk < j->m.ne1 ? r0 + j->chunk : j->m.ne1;
+		j->gemm(&j->m, r0, r1, j->scratch + (size_t)ith * j->stride);
+	}
+}
+
+/* A batch through the kernel set's GEMM: the activations into its layout, then row strips
+ * across the pool. */
+static int cpu_matmul_gemm(struct cpu_ctx *c, const struct cpu_gemm_ops *g, float *y,
+			   const struct lm_weight *w, const float *x, int n, int nth)
+{
+	int rc = cpu_grow(&c->act, &c->act_cap, g->act_bytes(w->ne0, n));
+	if (rc < 0)
+		return rc;
+	const size_t stride = cpu_round(g->scratch_bytes(w->ne0));
+	rc = cpu_grow(&c->gemm, &c->gemm_cap, stride * (size_t)nth);
+	if (rc < 0)
+		return rc;
+	struct cpu_gact_job conv = {
+		.act = g->act, .x = x, .ne0 = w->ne0, .n = n, .group = g->group, .dst = c->act};
+	const int ng = (n + g->group - 1) / g->group;
+	cpu_pool_run(&c->pool, cpu_gact_part, &conv, ng < nth ? ng : nth);
+
+	struct cpu_gemm_job job = {
+		.m =
+			{
+				.w = w->data,
+				.row_bytes = w->row_bytes,
+				.ne0 = w->ne0,
+				.ne1 = w->ne1,
+				.x = c->act,
+				.y = y,
+				.n = n,
+			},
+		.gemm = g->gemm,
+		.scratch = c->gemm,
+		.stride = stride,
+	};
+	if (nth == 1) {
+		g->gemm(&job.m, 0, w->ne1, c->gemm);
+		return 0;
+	}
+	const int64_t rows = g->rows;
+	int64_t chunk = w->ne1 / ((int64_t)nth * CPU_MM_CHUNKS_PER_THREAD);
+	chunk = (chunk + rows - 1) / rows * rows;
+	job.chunk = chunk > rows ? chunk : rows;
+	atomic_init(&job.next, 0);
+	cpu_pool_run(&c->pool, cpu_gemm_part, &job, nth);
+	return 0;
+}
+
 static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const float *x, int n)
 {
 	struct cpu_ctx *c = vctx;
@@ -158,6 +255,12 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 	uint64_t wbytes;
 	if (lm_dtype_row_bytes(w->type, (uint64_t)w->ne0, &wbytes) < 0 || wbytes != w->row_bytes)
 		return LM_EINVAL;
+	const struct cpu_gemm_ops *gops = &c->k.gemm[w->type];
+	if (gops->gemm != NULL && n >= gops->min_n) {
+		const int64_t gwork = w->ne0 * w->ne1 * n;
+		return cpu_matmul_gemm(c, gops, y, w, x, n,
+				       gwork < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads);
+	}
 	/* Activation rows start on cache lines: SIMD kernels load them aligned. */
 	const size_t xbytes = cpu_round(ops->act_bytes(w->ne0));
 
@@ -171,7 +274,7 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 				.y = y,
 				.n = n,
 			},
-		.mm = ops->mm,
+		.mm = n == 1 && ops->mv != NULL ? ops->mv : ops->mm,
 	};
 	const int64_t work = w->ne0 * w->ne1 * n;
 	const int nth = work < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads;
@@ -197,7 +300,7 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 	}
 
 	if (nth == 1) {
-		ops->mm(&job.m, 0, w->ne1);
+		job.mm(&job.m, 0, w->ne1);
 		return 0;
 	}
 	int64_t chunk = w->ne1 / ((int64_t)nth * CPU_MM_CHUNKS_PER_THREAD);
@@ -346,9 +449,32 @@ enum cpu_level {
 	CPU_GENERIC = 0,
 	CPU_AVX2 = 1,
 	CPU_AVX512 = 2,
+	CPU_AMX = 3,
 };
 
-/* The best kernel set both this build and the running CPU have. */
+#ifdef LM_CPU_AMX
+/* AMX needs three things: the CPU's AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25), the OS
+ * saving the tile state (XCR0 bits 17 and 18), and on Linux this process's permission to use
+ * it, which the kernel grants on request (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+) and
+ * which then holds for every thread of the process. A refusal (an older kernel, a seccomp
+ * policy, a signal stack too small for the state) leaves the avx512 set. */
+static bool cpu_amx_usable(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+		return false;
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE */
+		return false;
+	uint32_t lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	if ((lo & (3u << 17)) != (3u << 17))
+		return false;
+	return syscall(SYS_arch_prctl, CPU_ARCH_REQ_XCOMP_PERM, CPU_XFEATURE_XTILEDATA) == 0;
+}
+#endif
+
+/* The best kernel set both this build and the running CPU have (AMX included: callers cap it,
+ * see lm_backend_opts.allow_amx). */
 static enum cpu_level cpu_best_level(void)
 {
 	enum cpu_level best = CPU_GENERIC;
@@ -369,6 +495,10 @@ static enum cpu_level cpu_best_level(void)
 		    __builtin_cpu_supports("avx512vl") && vnni)
 			best = CPU_AVX512;
 #endif
+#ifdef LM_CPU_AMX
+		if (best == CPU_AVX512 && cpu_amx_usable())
+			best = CPU_AMX;
+#endif
 	}
 #endif
 	return best;
@@ -385,6 +515,10 @@ static void cpu_fill_kernels(struct cpu_kernels *k, enum cpu_level level)
 	if (level >= CPU_AVX512)
 		cpu_kernels_avx512_fill(k);
 #endif
+#ifdef LM_CPU_AMX
+	if (level >= CPU_AMX)
+		cpu_kernels_amx_fill(k);
+#endif
 	(void)level;
 }
 
@@ -394,7 +528,13 @@ int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_op
 	b->iface = NULL;
 	b->ctx = NULL;
 	const enum cpu_level best = cpu_best_level();
-	enum cpu_level level = best;
+	/* The default stops below AMX: its GEMMs break batch invariance (see allow_amx). */
+	enum cpu_level level = best < CPU_AVX512 ? best : CPU_AVX512;
+	if (opts != NULL && opts->allow_amx) {
+		if (best < CPU_AMX)
+			return LM_EUNSUPPORTED;
+		level = CPU_AMX;
+	}
 	if (opts != NULL && opts->force_scalar)
 		level = CPU_GENERIC;
 	else if (kernels != NULL && strcmp(kernels, "best") != 0) {
@@ -404,6 +544,8 @@ int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_op
 			level = CPU_AVX2;
 		else if (strcmp(kernels, "avx512") == 0)
 			level = CPU_AVX512;
+		else if (strcmp(kernels, "amx") == 0)
+			level = CPU_AMX;
 		else
 			return LM_EINVAL;
 		if (level > best)
@@ -446,4 +588,12 @@ int lm_backend_cpu_threads(const struct lm_backend *b)
 	if (b == NULL || b->iface != &cpu_iface)
 		return 0;
 	return ((const struct cpu_ctx *)b->ctx)->pool.n_threads;
+}
+
+int lm_backend_cpu_gemm_min_n(const struct lm_backend *b, enum lm_dtype type)
+{
+	if (b == NULL || b->iface != &cpu_iface || (unsigned)type >= LM_DTYPE_COUNT)
+		return 0;
+	const struct cpu_gemm_ops *g = &((const struct cpu_ctx *)b->ctx)->k.gemm[type];
+	return g->gemm != NULL ? g->min_n : 0;
 }

@@ -16,6 +16,7 @@
 #ifndef LM_CPU_IMPL_H
 #define LM_CPU_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,11 +76,49 @@ struct cpu_type_ops {
 	cpu_mm_fn mm;               /* NULL: not a weight type of these kernels */
 	cpu_scores_fn scores;       /* NULL: not a K cache type */
 	cpu_values_fn values;       /* NULL: not a V cache type */
+	/* Rows [r0, r1) of a one-token matmul (decode), where the weights stream from memory once
+	 * and nothing is reused across tokens: a kernel that keeps more of the weight stream in
+	 * flight. Its per-row results must equal mm's for n == 1 bit for bit (a sequence decodes
+	 * the same alone or in a batch that mm serves; a batch that takes the set's GEMM follows
+	 * the generic order instead, see struct cpu_gemm_ops). Optional: NULL means mm. */
+	cpu_mm_fn mv;
+};
+
+/* The multi-token path of one weight type (optional): a GEMM that keeps the whole batch's
+ * activations in its own layout and multiplies a strip of weight rows by every token before it
+ * moves on, so each weight byte is loaded once per batch and each loaded weight tile serves many
+ * tokens. The backend uses it for batches of at least `min_n` tokens; `mm` serves the others.
+ *
+ * Contract: every output is bit-identical to the generic kernel's (the same exact integer block
+ * sums, scaled and summed in the same float order), so among batches that take the GEMM a
+ * token's result does not depend on the batch it rides in. A single token takes the one-token
+ * kernel (`mv`, or `mm` where the set has none); where that kernel sums in another order (the
+ * avx512 matvec does), a token computed alone and the same token in a batch differ in rounding.
+ * They agree bit for bit again once the one-token kernel follows the generic order too. */
+typedef size_t (*cpu_gemm_act_bytes_fn)(int64_t ne0, int n);
+/* Converts tokens [t0, t1) of x ([n][ne0] f32) into the batch layout at dst (act_bytes(ne0, n)
+ * bytes). t0 and t1 are multiples of `group` (or t1 == n); the padding tokens of the last group
+ * are written too (as zeros), by the call whose range ends at n. */
+typedef void (*cpu_gemm_act_fn)(const float *x, int64_t ne0, int n, int t0, int t1, void *dst);
+/* Per-thread scratch bytes for weights of ne0 elements per row. */
+typedef size_t (*cpu_gemm_scratch_fn)(int64_t ne0);
+/* Rows [r0, r1) (r0 a multiple of `rows`) for every token; m->x is the batch layout. */
+typedef void (*cpu_gemm_fn)(const struct cpu_mm *m, int64_t r0, int64_t r1, void *scratch);
+
+struct cpu_gemm_ops {
+	cpu_gemm_act_bytes_fn act_bytes;
+	cpu_gemm_act_fn act;
+	cpu_gemm_scratch_fn scratch_bytes;
+	cpu_gemm_fn gemm; /* NULL: no GEMM for this type */
+	int group;        /* tokens per activation group */
+	int rows;         /* weight rows per strip: row chunks are multiples of it */
+	int min_n;        /* smallest batch the GEMM takes */
 };
 
 struct cpu_kernels {
-	const char *name; /* "generic", "avx2", "avx512" */
+	const char *name; /* "generic", "avx2", "avx512", "amx" */
 	struct cpu_type_ops type[LM_DTYPE_COUNT];
+	struct cpu_gemm_ops gemm[LM_DTYPE_COUNT]; /* zeroed: no multi-token path */
 	/* y = x / sqrt(mean(x^2) + eps) * w over one row of dim. y may equal x. */
 	void (*rmsnorm)(float *y, const float *x, const float *w, int dim, float eps);
 	void (*silu_mul)(float *y, const float *g, const float *u, size_t len);
@@ -108,6 +147,12 @@ void cpu_add_generic(float *y, const float *a, size_t len);
  * Built only on x86-64; the caller checks the CPU first. */
 void cpu_kernels_avx2_fill(struct cpu_kernels *k);
 void cpu_kernels_avx512_fill(struct cpu_kernels *k);
+/* The one-token (mv) kernels of the AVX-512 set (matvec_avx512.c), called by its fill; `gfni`:
+ * the CPU has GFNI, which one Q4_0 kernel uses (tests pass false to cover the other). */
+void cpu_matvec_avx512_fill(struct cpu_kernels *k, bool gfni);
+/* AMX (kernels_amx.c): the multi-token GEMMs on top of the avx512 set. The caller checks that
+ * the CPU has AMX-INT8 and that the OS granted this process the tile state (cpu_backend.c). */
+void cpu_kernels_amx_fill(struct cpu_kernels *k);
 
 /* --- attention.c --- */
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_avx512.h"
 #include "kernels/cpu/simd_x86.h"
 
 #define TILE 4
@@ -28,31 +29,7 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Activation layouts                                                                         */
 
-/* "a8z", for Q8_0 and Q4_0 weights, nb = n / 32 blocks:
- *     int8_t  qs[nb][32]    Q8_0: natural order. Q4_0: each full pair of blocks (2p, 2p+1)
- *                           stored as x_2p[0:16] x_2p+1[0:16] x_2p[16:32] x_2p+1[16:32], the
- *                           order of a 64-byte register of their unpacked nibbles; an odd last
- *                           block stays natural.
- *     int32_t corr[nb][8]   the accumulator seed, lane by lane: -off * the sum of the 4 quants
- *                           that int32 lane multiplies (in the stored order above)
- *     float   d[nb + 1]     the f16 scale as f32 (one spare so pairs load as 64 bits)
- */
-static size_t a8z_bytes(int64_t n)
-{
-	const int64_t nb = n / 32;
-	return (size_t)nb * (32 + 32 + 4) + 4;
-}
-
-static inline const int32_t *a8z_corr(const void *a, int64_t nb)
-{
-	return (const int32_t *)((const uint8_t *)a + nb * 32);
-}
-
-static inline const float *a8z_d(const void *a, int64_t nb)
-{
-	return (const float *)((const uint8_t *)a + nb * 64);
-}
-
+/* "a8z" (simd_avx512.h) for Q8_0 and Q4_0 weights. */
 static void a8z_convert(const float *x, void *dst, int64_t n, int is_q4)
 {
 	const int64_t nb = n / 32;
@@ -121,12 +98,6 @@ static void avx512_to_act8k_q6_K(const float *x, void *dst, int64_t n)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Q8_0 and Q4_0                                                                              */
-
-static inline __attribute__((always_inline)) float hsum512(__m512 v)
-{
-	const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-	return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
-}
 
 /* Two weight scales (f16) as f32 in lanes 0 and 1 (for a pair left after the groups of 8). */
 static inline __attribute__((always_inline)) __m128 dw_pair(uint16_t a, uint16_t b)
@@ -472,4 +443,5 @@ void cpu_kernels_avx512_fill(struct cpu_kernels *k)
 	t[LM_Q6_K].to_act = avx512_to_act8k_q6_K;
 	t[LM_Q6_K].vec_dot = avx512_dot_q6_K;
 	t[LM_Q6_K].mm = avx512_mm_q6_K;
+	cpu_matvec_avx512_fill(k, __builtin_cpu_supports("gfni"));
 }

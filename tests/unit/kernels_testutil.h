@@ -10,8 +10,8 @@
 #include "kernels/cpu/cpu_backend.h"
 
 /* Every kernel set of the CPU backend; a test runs each one the build and the CPU have. */
-static const char *const test_ksets[] = {"generic", "avx2", "avx512"};
-#define TEST_N_KSETS 3
+static const char *const test_ksets[] = {"generic", "avx2", "avx512", "amx"};
+#define TEST_N_KSETS 4
 
 /* A CPU backend with `threads` threads and kernel set `kset`: 0, or LM_EUNSUPPORTED when this
  * CPU or build lacks the set (the caller skips it), or another error. */

@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/quant.h"
 #include "kernels_testutil.h"
 
@@ -190,11 +191,16 @@ Test(kernels, matmul_quantizes_activations_first)
 	lm_backend_fini(&b);
 }
 
-/* n tokens in one call equal n single-token calls, bit for bit, for both kernel sets. */
+/* n tokens in one call equal n single-token calls, bit for bit, in every kernel set: a token's
+ * result does not depend on the batch it rides in. Where the set has a multi-token GEMM for the
+ * type, the batch is compared with the generic kernels instead (which it equals bit for bit, see
+ * gemm_equals_generic_bit_for_bit), since a single token takes the one-token kernel. */
 Test(kernels, batched_matmul_equals_single_calls)
 {
 	struct test_rng r = {13};
 	const int ns[] = {1, 3, 16};
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
 	for (int k = 0; k < TEST_N_KSETS; k++) {
 		struct lm_backend b;
 		if (!kset_init(&b, 2, k))
@@ -202,6 +208,7 @@ Test(kernels, batched_matmul_equals_single_calls)
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
 			const int64_t ne0 = odd_ne0(type), ne1 = 133;
+			const int gemm_n = lm_backend_cpu_gemm_min_n(&b, type);
 			struct tw w;
 			tw_init(&w, type, ne0, ne1, &r);
 			float *x = malloc((size_t)(16 * ne0) * sizeof(float));
@@ -210,16 +217,19 @@ Test(kernels, batched_matmul_equals_single_calls)
 			test_fill_gauss(&r, x, (size_t)(16 * ne0), 1.0f);
 			for (size_t ni = 0; ni < 3; ni++) {
 				const int n = ns[ni];
+				const bool gemm = gemm_n > 0 && n >= gemm_n;
+				struct lm_backend *single = gemm ? &ref : &b;
 				cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
 				for (int t = 0; t < n; t++) {
-					cr_assert_eq(
-						b.iface->matmul(b.ctx, y1, &w.w, x + t * ne0, 1),
-						0);
+					cr_assert_eq(single->iface->matmul(single->ctx, y1, &w.w,
+									   x + t * ne0, 1),
+						     0);
 					cr_assert_eq(memcmp(y1, y + t * ne1,
 							    (size_t)ne1 * sizeof(float)),
-						     0, "%s %s n=%d token %d differs",
+						     0, "%s %s n=%d token %d differs%s",
 						     lm_backend_cpu_kernels(&b),
-						     lm_dtype_name(type), n, t);
+						     lm_dtype_name(type), n, t,
+						     gemm ? " from generic" : "");
 				}
 			}
 			free(x);
@@ -229,9 +239,296 @@ Test(kernels, batched_matmul_equals_single_calls)
 		}
 		lm_backend_fini(&b);
 	}
+	lm_backend_fini(&ref);
 }
 
-/* One and two threads give identical results (each output row is computed by one thread). */
+/* Random bytes for the quants and sub-block scales of a weight row, with finite block scales of
+ * either sign: quants the reference quantizer never writes (-128 in Q8_0, every 6-bit scale and
+ * min of Q4_K) are still valid GGUF and must give the generic results. */
+static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1,
+		       struct test_rng *r)
+{
+	uint64_t rb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(type, (uint64_t)ne0, &rb), 0);
+	uint8_t *buf = malloc(rb * (uint64_t)ne1);
+	cr_assert_not_null(buf);
+	for (uint64_t i = 0; i < rb * (uint64_t)ne1; i++)
+		buf[i] = (uint8_t)test_rng_next(r);
+	for (int64_t row = 0; row < ne1; row++) {
+		uint8_t *p = buf + (uint64_t)row * rb;
+		switch (type) {
+		case LM_Q8_0:
+		case LM_Q4_0: {
+			const size_t bs = type == LM_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+			for (int64_t b = 0; b < ne0 / 32; b++) {
+				const uint16_t d = lm_f32_to_f16(test_rng_gauss(r) * 0.01f);
+				memcpy(p + (size_t)b * bs, &d, 2);
+			}
+			break;
+		}
+		case LM_Q4_K:
+			for (int64_t b = 0; b < ne0 / 256; b++) {
+				block_q4_K *blk = (block_q4_K *)p + b;
+				blk->d = lm_f32_to_f16(test_rng_gauss(r) * 0.001f);
+				blk->dmin = lm_f32_to_f16(test_rng_gauss(r) * 0.001f);
+			}
+			break;
+		default:
+			cr_assert_fail("no raw weight for %s", lm_dtype_name(type));
+		}
+	}
+	t->bytes = buf;
+	t->w = (struct lm_weight){
+		.type = type, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb, .data = buf};
+}
+
+/* The multi-token GEMMs (where a kernel set has them) against the generic kernels, bit for bit,
+ * for every batch from the GEMM's smallest to 20 tokens (whole and partial groups of tokens);
+ * smaller batches (the one-token kernel) within the nmse of fast_matmul_matches_scalar. Row
+ * counts that end in a partial strip, odd block counts, one and two threads, quantized and raw
+ * weights, activations of ordinary and extreme ranges. */
+Test(kernels, gemm_equals_generic_bit_for_bit)
+{
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K};
+	struct test_rng r = {17};
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
+	for (int k = 1; k < TEST_N_KSETS; k++) {
+		for (int threads = 1; threads <= 2; threads++) {
+			struct lm_backend b;
+			if (!kset_init(&b, threads, k))
+				continue;
+			for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+				const enum lm_dtype type = types[ti];
+				const int min_n = lm_backend_cpu_gemm_min_n(&b, type);
+				if (min_n == 0)
+					continue;
+				const bool kq = type == LM_Q4_K;
+				const int64_t shapes[][2] = {
+					{kq ? 256 : 32, 19},
+					{kq ? 768 : 224, 37},
+					{kq ? 512 : 544, 133},
+					{kq ? 1280 : 1024, 64},
+				};
+				for (int sh = 0; sh < 4; sh++) {
+					const int64_t ne0 = shapes[sh][0], ne1 = shapes[sh][1];
+					struct tw w;
+					if (sh % 2 == 0)
+						raw_weight(&w, type, ne0, ne1, &r);
+					else
+						tw_init(&w, type, ne0, ne1, &r);
+					float *x = malloc((size_t)(20 * ne0) * sizeof(float));
+					float *y0 = malloc((size_t)(20 * ne1) * sizeof(float));
+					float *y1 = malloc((size_t)(20 * ne1) * sizeof(float));
+					test_fill_gauss(&r, x, (size_t)(20 * ne0),
+							sh == 2 ? 1e3f : 1.0f);
+					/* Every third token is a weight row itself: block sums near
+					 * their largest, where the order of the float steps shows. */
+					for (int t = 0; t < 20; t += 3)
+						cr_assert_eq(lm_dequantize_row(
+								     type,
+								     (const uint8_t *)w.bytes +
+									     (size_t)(t % ne1) *
+										     w.w.row_bytes,
+								     x + t * ne0, ne0),
+							     0);
+					/* A few zero blocks: scales of 0. */
+					memset(x + 4 * ne0, 0, 32 * sizeof(float));
+					for (int n = 1; n <= 20; n++) {
+						cr_assert_eq(b.iface->matmul(b.ctx, y0, &w.w, x, n),
+							     0);
+						cr_assert_eq(
+							ref.iface->matmul(ref.ctx, y1, &w.w, x, n),
+							0);
+						if (n < min_n) {
+							const double e = test_nmse(
+								y0, y1, (size_t)(n * ne1));
+							cr_expect_leq(e, 1e-10,
+								      "%s %s n=%d: nmse %g",
+								      lm_backend_cpu_kernels(&b),
+								      lm_dtype_name(type), n, e);
+							continue;
+						}
+						for (int64_t i = 0; i < n * ne1; i++)
+							cr_assert(memcmp(&y0[i], &y1[i],
+									 sizeof(float)) == 0,
+								  "%s %s %lldx%lld n=%d (%d "
+								  "threads): "
+								  "token %lld row %lld: %.9g vs "
+								  "generic "
+								  "%.9g",
+								  lm_backend_cpu_kernels(&b),
+								  lm_dtype_name(type),
+								  (long long)ne1, (long long)ne0, n,
+								  threads, (long long)(i / ne1),
+								  (long long)(i % ne1), y0[i],
+								  y1[i]);
+					}
+					free(x);
+					free(y0);
+					free(y1);
+					tw_fini(&w);
+				}
+			}
+			lm_backend_fini(&b);
+		}
+	}
+	lm_backend_fini(&ref);
+}
+
+/* A one-token matmul (decode) may run its own kernel, which walks several rows at once and
+ * ends each row in a tail of odd blocks: over every block-count remainder and row-group
+ * remainder, its result is the token's row of a two-token batch bit for bit, and it matches the
+ * scalar kernels (within rounding). Where the set's GEMM takes a two-token batch (amx), the batch is computed by
+ * the avx512 set instead: amx is avx512 plus the GEMMs, so its row kernels are the ones the
+ * one-token kernel must equal, and the GEMM follows the generic order (see
+ * gemm_equals_generic_bit_for_bit). The weights are allocated to the byte, so a read past the
+ * matrix shows under ASan. */
+Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
+{
+	struct test_rng r = {17};
+	static const int64_t ne0_32[] = {32, 64, 96, 224, 256, 288, 480, 544, 2048};
+	static const int64_t ne0_256[] = {256, 512, 768, 2304};
+	static const int64_t ne0_f[] = {8, 263};
+	static const int64_t ne1s[] = {1, 2, 3, 4, 5, 7, 9, 16};
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
+	struct lm_backend rows = {0}; /* the avx512 set, where this CPU has it */
+	int k_avx512 = -1;
+	for (int k = 0; k < TEST_N_KSETS; k++)
+		if (strcmp(test_ksets[k], "avx512") == 0)
+			k_avx512 = k;
+	cr_assert_geq(k_avx512, 0);
+	const bool have_rows = kset_init(&rows, 1, k_avx512);
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+			const enum lm_dtype type = mm_types[ti];
+			const int gemm_n = lm_backend_cpu_gemm_min_n(&b, type);
+			struct lm_backend *batch = &b;
+			if (gemm_n > 0 && gemm_n <= 2) {
+				cr_assert(have_rows, "%s has a GEMM but this CPU no avx512 set",
+					  test_ksets[k]);
+				batch = &rows;
+			}
+			const int64_t *ne0s = ne0_f;
+			size_t n_ne0 = sizeof ne0_f / sizeof ne0_f[0];
+			if (type == LM_Q8_0 || type == LM_Q4_0) {
+				ne0s = ne0_32;
+				n_ne0 = sizeof ne0_32 / sizeof ne0_32[0];
+			} else if (type == LM_Q4_K || type == LM_Q6_K) {
+				ne0s = ne0_256;
+				n_ne0 = sizeof ne0_256 / sizeof ne0_256[0];
+			}
+			/* The nmse of one shape is a ratio over as few as one output: a sum that
+			 * cancels to near zero shows its rounding as a large relative error (an
+			 * output of -0.05 off by 6e-7 is 1.6e-10). The 1e-10 bound holds over every
+			 * shape of the type; a single shape only has to be far from a wrong result. */
+			double worst = 0, err2 = 0, ref2 = 0;
+			for (size_t i0 = 0; i0 < n_ne0; i0++) {
+				for (size_t i1 = 0; i1 < sizeof ne1s / sizeof ne1s[0]; i1++) {
+					const int64_t ne0 = ne0s[i0], ne1 = ne1s[i1];
+					struct tw w;
+					tw_init(&w, type, ne0, ne1, &r);
+					float *x = malloc((size_t)(2 * ne0) * sizeof(float));
+					float *y1 = malloc((size_t)ne1 * sizeof(float));
+					float *y2 = malloc((size_t)(2 * ne1) * sizeof(float));
+					float *y0 = malloc((size_t)ne1 * sizeof(float));
+					test_fill_gauss(&r, x, (size_t)(2 * ne0), 1.0f);
+					cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x, 1), 0);
+					cr_assert_eq(
+						batch->iface->matmul(batch->ctx, y2, &w.w, x, 2),
+						0);
+					cr_assert_eq(ref.iface->matmul(ref.ctx, y0, &w.w, x, 1), 0);
+					cr_assert_eq(memcmp(y1, y2, (size_t)ne1 * sizeof(float)), 0,
+						     "%s %s %lldx%lld: one token differs from its "
+						     "row of a%s batch",
+						     test_ksets[k], lm_dtype_name(type),
+						     (long long)ne1, (long long)ne0,
+						     batch == &b ? "" : "n avx512");
+					const double e = test_nmse(y1, y0, (size_t)ne1);
+					worst = fmax(worst, e);
+					cr_expect_leq(e, 1e-6, "%s %s %lldx%lld: nmse %g",
+						      test_ksets[k], lm_dtype_name(type),
+						      (long long)ne1, (long long)ne0, e);
+					for (int64_t i = 0; i < ne1; i++) {
+						err2 += ((double)y1[i] - y0[i]) *
+							((double)y1[i] - y0[i]);
+						ref2 += (double)y0[i] * y0[i];
+					}
+					free(x);
+					free(y0);
+					free(y1);
+					free(y2);
+					tw_fini(&w);
+				}
+			}
+			const double pooled = ref2 > 0 ? err2 / ref2 : err2;
+			cr_expect_leq(pooled, 1e-10, "%s %s: nmse %g over every shape",
+				      test_ksets[k], lm_dtype_name(type), pooled);
+			cr_log_info("one-token matmul %s, %s: nmse against generic %.3g over every "
+				    "shape, %.3g at worst",
+				    test_ksets[k], lm_dtype_name(type), pooled, worst);
+		}
+		lm_backend_fini(&b);
+	}
+	if (have_rows)
+		lm_backend_fini(&rows);
+	lm_backend_fini(&ref);
+}
+
+#ifdef LM_CPU_HAS_AVX512
+/* The AVX-512 set has two one-token Q4_0 kernels, with GFNI and without, and the backend picks
+ * one by the CPU: both, whichever this CPU would get, against the batched kernel bit for bit
+ * (through the kernel table itself, since the backend offers only one of them). */
+Test(kernels, avx512_one_token_q4_0_with_and_without_gfni)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+	    !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
+		cr_skip_test("no AVX-512 VNNI on this CPU");
+	struct test_rng r = {18};
+	struct cpu_kernels k = cpu_kernels_generic;
+	cpu_kernels_avx2_fill(&k);
+	cpu_kernels_avx512_fill(&k);
+	const struct cpu_type_ops *ops = &k.type[LM_Q4_0];
+	static const int64_t ne0s[] = {32, 64, 96, 288, 544, 2048};
+	const int n_modes = __builtin_cpu_supports("gfni") ? 2 : 1;
+	for (int gfni = 0; gfni < n_modes; gfni++) {
+		cpu_matvec_avx512_fill(&k, gfni);
+		for (size_t i = 0; i < sizeof ne0s / sizeof ne0s[0]; i++) {
+			const int64_t ne0 = ne0s[i], ne1 = 7;
+			struct tw w;
+			tw_init(&w, LM_Q4_0, ne0, ne1, &r);
+			float xf[2048], y0[7], y1[7];
+			test_fill_gauss(&r, xf, (size_t)ne0, 1.0f);
+			uint8_t *x = aligned_alloc(64, (ops->act_bytes(ne0) + 63) / 64 * 64);
+			cr_assert_not_null(x);
+			ops->to_act(xf, x, ne0);
+			struct cpu_mm m = {.w = w.bytes,
+					   .row_bytes = w.w.row_bytes,
+					   .ne0 = ne0,
+					   .ne1 = ne1,
+					   .x = x,
+					   .y = y0,
+					   .n = 1};
+			ops->mm(&m, 0, ne1);
+			m.y = y1;
+			ops->mv(&m, 0, ne1);
+			cr_expect_eq(memcmp(y0, y1, sizeof y0), 0,
+				     "q4_0 %lld columns, gfni %d: one-token kernel differs",
+				     (long long)ne0, gfni);
+			free(x);
+			tw_fini(&w);
+		}
+	}
+}
+#endif
+
+/* One and two threads give identical results (each output row is computed by one thread), for
+ * one token (the decode kernels) and for a batch. */
 Test(kernels, thread_counts_agree_exactly)
 {
 	struct test_rng r = {14};
@@ -243,22 +540,23 @@ Test(kernels, thread_counts_agree_exactly)
 		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 			const enum lm_dtype type = mm_types[ti];
 			const int64_t ne0 = 512, ne1 = 301;
-			const int n = 5;
-			struct tw w;
-			tw_init(&w, type, ne0, ne1, &r);
-			float *x = malloc((size_t)(n * ne0) * sizeof(float));
-			float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
-			float *y2 = malloc((size_t)(n * ne1) * sizeof(float));
-			test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-			cr_assert_eq(b1.iface->matmul(b1.ctx, y1, &w.w, x, n), 0);
-			cr_assert_eq(b2.iface->matmul(b2.ctx, y2, &w.w, x, n), 0);
-			cr_expect_eq(memcmp(y1, y2, (size_t)(n * ne1) * sizeof(float)), 0,
-				     "%s %s differs between 1 and 2 threads",
-				     lm_backend_cpu_kernels(&b1), lm_dtype_name(type));
-			free(x);
-			free(y1);
-			free(y2);
-			tw_fini(&w);
+			for (int n = 1; n <= 5; n += 4) {
+				struct tw w;
+				tw_init(&w, type, ne0, ne1, &r);
+				float *x = malloc((size_t)(n * ne0) * sizeof(float));
+				float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
+				float *y2 = malloc((size_t)(n * ne1) * sizeof(float));
+				test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+				cr_assert_eq(b1.iface->matmul(b1.ctx, y1, &w.w, x, n), 0);
+				cr_assert_eq(b2.iface->matmul(b2.ctx, y2, &w.w, x, n), 0);
+				cr_expect_eq(memcmp(y1, y2, (size_t)(n * ne1) * sizeof(float)), 0,
+					     "%s %s n=%d differs between 1 and 2 threads",
+					     lm_backend_cpu_kernels(&b1), lm_dtype_name(type), n);
+				free(x);
+				free(y1);
+				free(y2);
+				tw_fini(&w);
+			}
 		}
 		lm_backend_fini(&b1);
 		lm_backend_fini(&b2);
@@ -628,4 +926,42 @@ Test(kernels, memory_is_zeroed_aligned_and_copies)
 	b.iface->mfree(b.ctx, NULL);
 	lm_backend_fini(&b);
 	lm_backend_fini(&b); /* harmless twice */
+}
+
+/* The default kernel set (what `layermesh run`, the workers and the benchmarks get without
+ * --kernels) is batch invariant: every token of a 16-token batch, the shape of a 16-sequence
+ * decode step, equals that token computed alone, bit for bit, for every weight type. This is
+ * what lets the mesh batch sequences and re-prefill them after a fault without changing a
+ * greedy token; the AMX GEMMs, which round otherwise, are opt-in for that reason. */
+Test(kernels, default_set_is_batch_invariant)
+{
+	struct test_rng r = {23};
+	struct lm_backend b;
+	be_init(&b, 1, 0);
+	const int64_t ne0 = 512, ne1 = 96, n = 16;
+	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+		const enum lm_dtype type = mm_types[ti];
+		cr_assert_eq(lm_backend_cpu_gemm_min_n(&b, type), 0,
+			     "the default set %s has a GEMM for %s", lm_backend_cpu_kernels(&b),
+			     lm_dtype_name(type));
+		struct tw w;
+		tw_init(&w, type, ne0, ne1, &r);
+		float *x = malloc((size_t)(n * ne0) * sizeof(float));
+		float *yb = malloc((size_t)(n * ne1) * sizeof(float));
+		float *y1 = malloc((size_t)ne1 * sizeof(float));
+		cr_assert(x && yb && y1);
+		test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
+		cr_assert_eq(b.iface->matmul(b.ctx, yb, &w.w, x, (int)n), 0);
+		for (int64_t t = 0; t < n; t++) {
+			cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x + t * ne0, 1), 0);
+			cr_assert_eq(memcmp(y1, yb + t * ne1, (size_t)ne1 * sizeof(float)), 0,
+				     "%s, kernels %s: token %lld alone differs from its row",
+				     lm_dtype_name(type), lm_backend_cpu_kernels(&b), (long long)t);
+		}
+		free(x);
+		free(yb);
+		free(y1);
+		tw_fini(&w);
+	}
+	lm_backend_fini(&b);
 }
