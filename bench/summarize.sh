@@ -95,8 +95,11 @@ END {
 			decode_small
 		printf "of the CPU times (at 1 thread, the figure least moved by the load). Bandwidth "
 		printf "efficiency is decode bytes per token x tok/s / the read bandwidth at the same "
-		printf "thread count, measured (bench_membw, 1 GiB) between the repetitions of the same "
-		printf "row."
+		printf "thread count measured at the start of the run, before any model is loaded "
+		printf "(bench_membw, 1 GiB); the bandwidth measured between the repetitions of each row "
+		printf "is shown beside it. With both 0.85B processes resident that one reads half or "
+		printf "less and falls over the repetitions (each process alone leaves it whole; the "
+		printf "cause is not known), so it would put the efficiencies above 1."
 		if (n_ths > 1 || ths[1] > 1)
 			printf " Rows at 2 or more threads need every CPU free: where another process holds "
 		if (n_ths > 1 || ths[1] > 1)
@@ -106,8 +109,8 @@ END {
 		printf "\n\n"
 		printf "| model | thr | prefill llama.cpp | prefill layermesh | ratio | CPU | "
 		printf "decode llama.cpp | decode layermesh | ratio | CPU | MB/token | read GB/s | "
-		printf "BW eff llama.cpp | BW eff layermesh |\n"
-		printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+		printf "read GB/s between reps | BW eff llama.cpp | BW eff layermesh |\n"
+		printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 		for (i = 1; i <= n_models; i++) for (j = 1; j <= n_ths; j++) {
 			m = models[i]; t = ths[j]
 			L = "single|" m "|llama.cpp|" t "|"; M = "single|" m "|layermesh|" t "|"
@@ -117,19 +120,20 @@ END {
 			cpu_d = ((L "decode_cpu_ms") in list) ? \
 				sprintf("%.3fx", med(L "decode_cpu_ms") / med(M "decode_cpu_ms")) : "-"
 			bytes = med("single|" m "|layermesh|" t "|decode_bytes")
-			BW = "single|" m "|bw|" t "|gb_s"
-			if (!(BW in list)) BW = "bw|mem|bench_membw|" t "|gb_s"
+			ROW = "single|" m "|bw|" t "|gb_s"
+			BW = "bw|mem|bench_membw|" t "|gb_s"
+			if (!(BW in list)) BW = ROW
 			bw = med(BW)
 			# A model of a few MB decodes from the caches: no bandwidth figure.
 			big = bw && bytes >= 64e6
 			effl = big ? sprintf("%.2f", bytes * med(L "decode_tok_s") / (bw * 1e9)) : "-"
 			effm = big ? sprintf("%.2f", bytes * med(M "decode_tok_s") / (bw * 1e9)) : "-"
-			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s |\n", \
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %s | %s |\n", \
 				m, t, mmm(L "prefill_tok_s"), mmm(M "prefill_tok_s"), \
 				ratio(M "prefill_tok_s", L "prefill_tok_s"), cpu_p, \
 				mmm(L "decode_tok_s"), mmm(M "decode_tok_s"), \
 				ratio(M "decode_tok_s", L "decode_tok_s"), cpu_d, bytes / 1e6, mmm(BW), \
-				effl, effm
+				(ROW in list) ? mmm(ROW) : "-", effl, effm
 			if (m ~ /^0\.85B/) {
 				rd = rnum(M "decode_tok_s", L "decode_tok_s")
 				rp = rnum(M "prefill_tok_s", L "prefill_tok_s")
