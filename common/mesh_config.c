@@ -535,15 +535,16 @@ static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worke
 {
 	static const char *const keys[] = {"name",         "data",    "control", "http",
 					   "memory_limit", "speed",   "layers",  "backend",
-					   "device",       "threads", NULL};
+					   "device",       "threads", "kernels", NULL};
 	static const char *const backends[] = {"cpu", "cuda", NULL};
+	static const char *const kernel_sets[] = {"auto", "scalar", "amx", NULL};
 	int rc = toml_expect(m->doc, t, TOML_TABLE, m->d);
 	if (rc != 0)
 		return rc;
 	w->line = t->line;
 	w->speed = 1.0;
 	w->threads = 1;
-	int backend = MESH_BACKEND_CPU;
+	int backend = MESH_BACKEND_CPU, kernels = MESH_KERNELS_AUTO;
 	bool given;
 	if ((rc = mc_keys(m, t, "[[worker]]", keys)) != 0 ||
 	    (rc = mc_str(m, t, "name", "a unique name, e.g. \"w0\"", &w->name)) != 0 ||
@@ -560,8 +561,10 @@ static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worke
 	    (rc = mc_size(m, t, "memory_limit", &w->memory_limit, &given)) != 0 ||
 	    (rc = mc_choice(m, t, "backend", backends, &backend)) != 0 ||
 	    (rc = mc_int(m, t, "device", 0, 255, &w->device)) != 0 ||
-	    (rc = mc_int(m, t, "threads", 1, 1024, &w->threads)) != 0)
+	    (rc = mc_int(m, t, "threads", 1, 1024, &w->threads)) != 0 ||
+	    (rc = mc_choice(m, t, "kernels", kernel_sets, &kernels)) != 0)
 		return rc;
+	w->kernels = (enum mesh_kernels)kernels;
 	if (!given)
 		return mc_missing(m, t, "memory_limit",
 				  "everything the worker may allocate, e.g. \"128MiB\"");
@@ -874,4 +877,9 @@ const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, cons
 		if (strcmp(cfg->workers[i].name, name) == 0)
 			return &cfg->workers[i];
 	return NULL;
+}
+
+const char *mesh_kernels_name(enum mesh_kernels k)
+{
+	return k == MESH_KERNELS_SCALAR ? "scalar" : k == MESH_KERNELS_AMX ? "amx" : "auto";
 }

@@ -56,6 +56,10 @@
  *   backend       "cpu"|"cuda"       default "cpu"
  *   device        integer            CUDA device index, 0 to 255 (backend "cuda" only); default 0
  *   threads       integer            CPU threads, 1 to 1024; default 1
+ *   kernels       "auto"|"scalar"|"amx"  CPU kernel set; default "auto" (batch invariant). "amx"
+ *                                    adds the AMX GEMMs: faster batches, but a token's result
+ *                                    then depends on its batch by rounding, so batching and
+ *                                    fault replay reproduce a lone run only up to rounding
  *
  * Checked beyond types and ranges: worker names unique; no two endpoints the same (a TCP port
  * counts once whether HTTP, tcp:// or tls+tcp://); layers only with the pinned strategy and then
@@ -87,6 +91,15 @@ enum mesh_backend {
 	MESH_BACKEND_CUDA = 1,
 };
 
+enum mesh_kernels {
+	MESH_KERNELS_AUTO = 0,
+	MESH_KERNELS_SCALAR = 1,
+	MESH_KERNELS_AMX = 2,
+};
+
+/* "auto", "scalar" or "amx": the worker's --kernels value. */
+const char *mesh_kernels_name(enum mesh_kernels k);
+
 struct mesh_worker {
 	char *name;
 	char *data;    /* data-plane PULL address */
@@ -99,6 +112,7 @@ struct mesh_worker {
 	enum mesh_backend backend;
 	int32_t device;
 	int32_t threads;
+	enum mesh_kernels kernels;
 	int32_t line; /* of its [[worker]] header, for messages */
 };
 

@@ -340,6 +340,8 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 			p->cfg->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
 			"--threads",
 			threads,
+			"--kernels",
+			(char *)mesh_kernels_name(p->cfg->kernels),
 			"--parent-pid",
 			parent,
 			"--log-level",
@@ -351,8 +353,9 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 			NULL,
 			NULL,
 			NULL};
+	_Static_assert(sizeof args / sizeof args[0] == 26, "19 arguments, 6 for TLS, NULL");
 	if (m->tls.ca_file != NULL) {
-		int k = 17;
+		int k = 19;
 		args[k++] = "--tls-ca";
 		args[k++] = (char *)m->tls.ca_file;
 		args[k++] = "--tls-cert";

@@ -80,7 +80,8 @@ static int worker_int(const char *s, long lo, long hi, int32_t *out)
  * name is NULL. The strings stay owned by cfg. */
 static int worker_from_config(struct worker_opts *o, const struct mesh_config *cfg,
 			      const char *name, int32_t index, bool threads_given,
-			      bool backend_given, const struct mesh_worker **picked)
+			      bool backend_given, bool kernels_given,
+			      const struct mesh_worker **picked)
 {
 	const struct mesh_worker *w;
 	if (name != NULL) {
@@ -110,6 +111,10 @@ static int worker_from_config(struct worker_opts *o, const struct mesh_config *c
 		o->backend = w->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu";
 	if (!threads_given)
 		o->backend_opts.n_threads = w->threads;
+	if (!kernels_given) {
+		o->backend_opts.force_scalar = w->kernels == MESH_KERNELS_SCALAR;
+		o->backend_opts.allow_amx = w->kernels == MESH_KERNELS_AMX;
+	}
 	o->backend_opts.device = w->device;
 	/* The mesh's [tls] files, unless flags named others (a per-host certificate). */
 	if (o->tls.ca_file == NULL)
@@ -173,6 +178,7 @@ int main(int argc, char **argv)
 	struct wire_assign *a = &o.assign;
 	int level = LM_LOG_INFO, c, t, rc;
 	bool any_slice_flag = false, threads_given = false, backend_given = false;
+	bool kernels_given = false;
 	bool listen_any = false, show = false;
 	const char *config = NULL, *pick_name = NULL;
 	int32_t pick_index = -1;
@@ -233,6 +239,7 @@ int main(int argc, char **argv)
 						  optarg);
 			o.backend_opts.force_scalar = strcmp(optarg, "scalar") == 0;
 			o.backend_opts.allow_amx = strcmp(optarg, "amx") == 0;
+			kernels_given = true;
 			break;
 		case 'P':
 			if (worker_int(optarg, 1, 1 << 30, &o.parent_pid) != 0)
@@ -337,7 +344,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		if ((rc = worker_from_config(&o, &cfg, pick_name, pick_index, threads_given,
-					     backend_given, &picked)) != 0)
+					     backend_given, kernels_given, &picked)) != 0)
 			goto done;
 	}
 	if (o.name == NULL || o.control == NULL || o.data == NULL) {
@@ -369,8 +376,11 @@ int main(int argc, char **argv)
 		       dial_http ? dial_http : "");
 		printf("listen_control=%s\nlisten_data=%s\nlisten_http=%s\n", o.control, o.data,
 		       o.http ? o.http : "");
-		printf("backend=%s\ndevice=%d\nthreads=%d\n", o.backend, o.backend_opts.device,
-		       o.backend_opts.n_threads);
+		printf("backend=%s\ndevice=%d\nthreads=%d\nkernels=%s\n", o.backend,
+		       o.backend_opts.device, o.backend_opts.n_threads,
+		       o.backend_opts.force_scalar ? "scalar"
+		       : o.backend_opts.allow_amx  ? "amx"
+						   : "auto");
 		if (picked != NULL)
 			printf("memory_limit=%llu\n", (unsigned long long)picked->memory_limit);
 		if (o.tls.ca_file != NULL)

@@ -69,8 +69,10 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 	st->trace_slot = -1;
 	if ((rc = lm_backend_init(&st->be, backend, bo)) != 0)
 		return lm_fail(d, rc, "backend '%s' is not available: %s", backend,
-			       rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
-						     : lm_strerror(rc));
+			       rc == LM_EUNSUPPORTED && bo != NULL && bo->allow_amx
+				       ? "kernels \"amx\": this CPU, build or kernel offers no AMX"
+			       : rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
+						       : lm_strerror(rc));
 	struct lm_slice slice = {a->begin, a->end, a->embedding, a->head};
 	if ((rc = lm_model_open(&st->model, a->model, &slice, &st->be, true, d)) != 0)
 		goto fail;

@@ -15,7 +15,7 @@ mkdir -p "$dir"
 toml="$dir/mesh.toml"
 lm_mesh_toml "$toml" "$model" tcp "$(lm_port)" 0:2 2:4 4:5
 # Give the entries values the flags would not default to, so taking them is visible.
-sed -i '0,/^memory_limit = .*/s//memory_limit = "96MiB"\nthreads = 2/' "$toml"
+sed -i '0,/^memory_limit = .*/s//memory_limit = "96MiB"\nthreads = 2\nkernels = "scalar"/' "$toml"
 
 # The value of KEY in the [[worker]] entry number N (from 0) of the test's mesh.toml.
 entry() {
@@ -35,11 +35,15 @@ done
 [ "$(shown "$out" threads)" = 2 ] || fail "w0's threads = 2 was not taken: $out"
 [ "$(shown "$out" memory_limit)" = $((96 << 20)) ] || fail "w0's memory_limit: $out"
 [ "$(shown "$out" backend)" = cpu ] || fail "w0's backend: $out"
+[ "$(shown "$out" kernels)" = scalar ] || fail "w0's kernels = \"scalar\" was not taken: $out"
+out=$("$LM_WORKER" --config "$toml" --worker w0 --kernels amx --show-config)
+[ "$(shown "$out" kernels)" = amx ] || fail "--kernels did not win over the entry: $out"
 
 out=$("$LM_WORKER" --config "$toml" --index 2 --show-config)
 [ "$(shown "$out" name)" = w2 ] || fail "--index 2 is not w2: $out"
 [ "$(shown "$out" data)" = "$(entry 2 data)" ] || fail "--index 2 has not w2's data: $out"
 [ "$(shown "$out" threads)" = 1 ] || fail "w2's threads: $out"
+[ "$(shown "$out" kernels)" = auto ] || fail "w2's kernels default: $out"
 
 out=$("$LM_WORKER" --config "$toml" --worker w1 --threads 3 --http 127.0.0.1:1 --name other \
 	--listen-any --show-config)

@@ -93,6 +93,7 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.log_level, LM_LOG_INFO);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_eq(cfg.workers[0].threads, 1);
+	cr_expect_eq(cfg.workers[0].kernels, MESH_KERNELS_AUTO);
 	cr_expect_eq(cfg.workers[0].device, 0);
 	cr_expect_eq(cfg.workers[0].line, 5);
 	mesh_config_fini(&cfg);
@@ -112,7 +113,7 @@ Test(mesh_config, defaults_and_every_key)
 		"device = 1\nthreads = 2\n"
 		"[[worker]]\nname = 'cpu-1'\ndata = 'ipc:///tmp/x'\ncontrol = 'inproc://y'\n"
 		"http = '[::1]:9101'\nmemory_limit = '512 KB'\nspeed = 0.25\n"
-		"layers = [20, 32]\n";
+		"layers = [20, 32]\nkernels = 'amx'\n";
 	cr_assert_eq(parse(&cfg, all, &d), 0, "%s", d.msg);
 	cr_expect_str_eq(cfg.model_path, "/abs/m.gguf");
 	cr_expect_eq(cfg.max_seq_len, 2048);
@@ -143,6 +144,9 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(c->speed, 0.25);
 	cr_expect_eq(c->layer_start, 20);
 	cr_expect_eq(c->layer_end, 32);
+	cr_expect_eq(c->kernels, MESH_KERNELS_AMX);
+	cr_expect_str_eq(mesh_kernels_name(c->kernels), "amx");
+	cr_expect_eq(g->kernels, MESH_KERNELS_AUTO);
 	mesh_config_fini(&cfg);
 
 	/* Relative paths resolve against the file's directory, whatever it is. */
@@ -341,7 +345,7 @@ Test(mesh_config, unknown_keys_name_line_column_and_key)
 		MODEL COORD WORKER("a", "9000") "memory_limt = 5\n",
 		"/srv/mesh/mesh.toml:11:1: worker[0].memory_limt: unknown key; did you mean "
 		"'memory_limit'? ([[worker]] takes: name, data, control, http, memory_limit, "
-		"speed, layers, backend, device, threads)");
+		"speed, layers, backend, device, threads, kernels)");
 	expect_refused(MODEL COORD WORKER("a", "9000") "[models]\n",
 		       "/srv/mesh/mesh.toml:11:2: models: unknown key; did you mean 'model'? "
 		       "(mesh.toml takes: model, coordinator, plan, tls, worker)");
@@ -465,6 +469,8 @@ Test(mesh_config, workers)
 	expect_refused(MODEL COORD WORKER("a", "9000") "backend = 'tpu'\n",
 		       "/srv/mesh/mesh.toml:11:11: worker[0].backend: must be \"cpu\" or \"cuda\", "
 		       "not \"tpu\"");
+	expect_refused(MODEL COORD WORKER("a", "9000") "kernels = 'fast'\n",
+		       "/srv/mesh/mesh.toml:11:11: worker[0].kernels: must be \"auto\", \"scalar\" or \"amx\", not \"fast\"");
 	expect_refused(MODEL COORD WORKER("a", "9000") "threads = 0\n",
 		       "/srv/mesh/mesh.toml:11:11: worker[0].threads: must be 1 to 1024, not 0");
 }
