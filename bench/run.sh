@@ -38,8 +38,9 @@
 #   --decode M        decoded tokens on the 0.85B models (default 64) ...
 #   --decode-small M  ... and on stories260K and the hop model (default 64)
 #   --batch-tokens T  tokens each sequence generates in the batch section (default 32)
-#   --kernels K       layermesh's kernel set in the single section: auto (the default, batch
-#                     invariant) or amx (adds the AMX GEMMs: see `layermesh run --help`)
+#   --kernels K       layermesh's kernel set, in the single process and the mesh's workers: auto
+#                     (the default, batch invariant) or amx (adds the AMX GEMMs: see
+#                     `layermesh run --help`)
 #   --build DIR       the meson build directory (default: build); it must have been configured
 #                     with -Dllama_oracle for the llama.cpp side
 #   --models DIR      where the generated models are cached (default: bench/models)
@@ -361,6 +362,7 @@ mesh_up() {
 			echo "http = \"${WORKER_HTTP[i]}\""
 			echo "memory_limit = \"4GiB\""
 			echo "threads = 1"
+			echo "kernels = \"$KERNELS\""
 		done
 	} >"$dir/mesh.toml"
 	URL="http://$(sed -n 's/^http = "\(.*\)"/\1/p' "$dir/mesh.toml" | head -n 1)"
