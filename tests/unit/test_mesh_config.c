@@ -470,7 +470,8 @@ Test(mesh_config, workers)
 		       "/srv/mesh/mesh.toml:11:11: worker[0].backend: must be \"cpu\" or \"cuda\", "
 		       "not \"tpu\"");
 	expect_refused(MODEL COORD WORKER("a", "9000") "kernels = 'fast'\n",
-		       "/srv/mesh/mesh.toml:11:11: worker[0].kernels: must be \"auto\", \"scalar\" or \"amx\", not \"fast\"");
+		       "/srv/mesh/mesh.toml:11:11: worker[0].kernels: must be \"auto\", \"scalar\" "
+		       "or \"amx\", not \"fast\"");
 	expect_refused(MODEL COORD WORKER("a", "9000") "threads = 0\n",
 		       "/srv/mesh/mesh.toml:11:11: worker[0].threads: must be 1 to 1024, not 0");
 }
