@@ -319,6 +319,11 @@ static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 		uv_stop(&m->loop);
 }
 
+static void mesh_free_closed_child(uv_handle_t *h)
+{
+	free(h->data);
+}
+
 /* Loop thread, under mu: starts the process of a spawn request. */
 static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 {
@@ -384,7 +389,8 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 	mesh_unlink_ipc(r->data);
 	int rv = uv_spawn(&m->loop, &c->proc, &po);
 	if (rv != 0) {
-		free(c);
+		/* The handle joined the loop even so: it must be closed before it is freed. */
+		uv_close((uv_handle_t *)&c->proc, mesh_free_closed_child);
 		return lm_fail(d, LM_EOS, "cannot start %s for worker %s: %s", r->bin, p->cfg->name,
 			       uv_strerror(rv));
 	}

@@ -105,6 +105,18 @@ grep -q "exited with status 3" "$dir/up.log" || fail "the reason is not reported
 [ "$took" -lt 30 ] || fail "layermesh up took $took s to give up"
 ! pgrep -f "broken-worker" >/dev/null || fail "a broken worker survived"
 echo "crash at start: layermesh up gave up in $took s: $(grep -m1 'gave up' "$dir/up.log")"
+
+# A "binary" the kernel refuses to execute (a directory passes access(X_OK)): every spawn
+# fails inside libuv, and each failed process handle must still be closed before it is freed
+# (the sanitizer build of this test catches it if not).
+mkdir -p "$dir/not-a-binary"
+if "$LM_BIN" up "$dir/mesh.toml" --worker-bin "$dir/not-a-binary" --timeout 10 \
+	>"$dir/up-dir.log" 2>&1; then
+	fail "layermesh up succeeded with a directory for a worker binary"
+fi
+grep -q "cannot start .*not-a-binary" "$dir/up-dir.log" ||
+	fail "the reason is not reported: $(tail -5 "$dir/up-dir.log")"
+echo "unexecutable binary: $(grep -m1 'cannot start' "$dir/up-dir.log")"
 # ---------------------------------------------------------------- 4. stopped mid-restart
 # SIGTERM lands while a keeper is bringing a killed worker back (its service updates race
 # the stop) and while a request is in flight: the request ends, with its text or a clear
