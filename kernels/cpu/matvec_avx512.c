@@ -179,56 +179,29 @@ SIMD_INLINE float mv_q8z(const uint8_t *w, const int is_q4, const mv_pair_fn pai
 /* ------------------------------------------------------------------------------------------ */
 /* Q4_K (act8k activations, 32-element groups stored 0 2 1 3 4 6 5 7)                          */
 
-/* int16 scale vector: lanes 0-15 = s[a], lanes 16-31 = s[b] (s in the low 8 int16 of v). */
-SIMD_INLINE __m512i q4k_scale2(__m512i v, int a, int b)
-{
-	const __m512i idx =
-		_mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
-	return _mm512_permutexvar_epi16(idx, v);
-}
-
 /* One Q4_K row against one act8k row (the batched kernel's arithmetic). */
 SIMD_INLINE float mv_q4_K(const block_q4_K *w, const uint8_t *x, int64_t nb)
 {
 	const float *xd = act8k_d(x, nb);
 	const int16_t *xs = act8k_bsums(x, nb);
-	const __m512i m4 = _mm512_set1_epi8(0x0f);
 	__m512 acc = _mm512_setzero_ps();
 	__m256 accm = _mm256_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		mv_prefetch((const uint8_t *)(w + i), 3);
-		uint8_t sc[8], mn[8];
-		simd_q4_K_scales(w[i].scales, sc, mn);
-		uint32_t ddm; /* d and dmin, adjacent halves */
-		memcpy(&ddm, &w[i].d, 4);
-		const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
-		const __m512i sc16 = _mm512_castsi128_si512(
-			_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-		const __m128i mn8 = _mm_loadl_epi64((const __m128i *)mn);
-		const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-		const __m512i q0 = _mm512_loadu_si512(w[i].qs);
-		const __m512i q1 = _mm512_loadu_si512(w[i].qs + 64);
-		/* x slots: [sb0 sb2] [sb1 sb3] [sb4 sb6] [sb5 sb7], 64 bytes each. */
-		const __m512i wq[4] = {
-			_mm512_and_si512(q0, m4),
-			_mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
-			_mm512_and_si512(q1, m4),
-			_mm512_and_si512(_mm512_srli_epi16(q1, 4), m4),
-		};
-		const __m512i sv[4] = {q4k_scale2(sc16, 0, 2), q4k_scale2(sc16, 1, 3),
-				       q4k_scale2(sc16, 4, 6), q4k_scale2(sc16, 5, 7)};
+		struct q4kz u;
+		q4kz_unpack(w + i, &u);
 		const uint8_t *xq = x + 256 * i;
 		__m512i sumi = _mm512_setzero_si512();
 		MV_UNROLL
 		for (int k = 0; k < 4; k++)
 			sumi = _mm512_dpwssd_epi32(
-				sumi, _mm512_maddubs_epi16(wq[k], _mm512_load_si512(xq + 64 * k)),
-				sv[k]);
+				sumi, _mm512_maddubs_epi16(u.wq[k], _mm512_load_si512(xq + 64 * k)),
+				u.s[k]);
 		const __m256i bs = _mm256_loadu_si256((const __m256i *)(xs + 16 * i));
-		const __m128 f = _mm_mul_ps(dm, _mm_set1_ps(xd[i])); /* [d * xd, dmin * xd] */
+		const __m128 f = _mm_mul_ps(u.dm, _mm_set1_ps(xd[i])); /* [d * xd, dmin * xd] */
 		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(f), acc);
 		accm = _mm256_fnmadd_ps(
-			_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn16)),
+			_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, u.mn16)),
 			_mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_set1_epi32(1)),
 			accm);
 	}
@@ -238,65 +211,27 @@ SIMD_INLINE float mv_q4_K(const block_q4_K *w, const uint8_t *x, int64_t nb)
 /* ------------------------------------------------------------------------------------------ */
 /* Q6_K (act8k activations, natural order)                                                    */
 
-/* int16 scale vector: lanes 8k..8k+7 = s[a + k] for k < 4. */
-SIMD_INLINE __m512i q6k_scale4(__m512i v, int a)
-{
-	const __m512i idx = _mm512_inserti64x4(
-		_mm512_castsi256_si512(
-			_mm256_set_m128i(_mm_set1_epi16((short)(a + 1)), _mm_set1_epi16((short)a))),
-		_mm256_set_m128i(_mm_set1_epi16((short)(a + 3)), _mm_set1_epi16((short)(a + 2))),
-		1);
-	return _mm512_permutexvar_epi16(idx, v);
-}
-
 /* One Q6_K row against one act8k row. Quants are stored + 32: the unsigned stored quants are
  * multiplied and the accumulator seeded with -32 * sum_s sc_s * bsum_s. */
 SIMD_INLINE float mv_q6_K(const block_q6_K *w, const uint8_t *x, int64_t nb)
 {
 	const float *xd = act8k_d(x, nb);
 	const int16_t *xs = act8k_bsums(x, nb);
-	const __m512i m4 = _mm512_set1_epi8(0x0f);
-	const __m512i m2 = _mm512_set1_epi8(0x30);
-	/* Per 16-bit lane shift counts: low half / high half of the register. */
-	const __m512i sh_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-	const __m512i sh_b = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
 	__m512 acc = _mm512_setzero_ps();
 	for (int64_t i = 0; i < nb; i++) {
 		mv_prefetch((const uint8_t *)(w + i), 4);
-		const __m256i sc16y =
-			_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
-		const __m512i sc16 = _mm512_castsi256_si512(sc16y);
-		const __m512i scm32 =
-			_mm512_zextsi256_si512(_mm256_mullo_epi16(sc16y, _mm256_set1_epi16(-32)));
-		__m512i q[4];
-		MV_UNROLL
-		for (int h = 0; h < 2; h++) {
-			const __m512i l = _mm512_loadu_si512(w[i].ql + 64 * h);
-			const __m512i qh = _mm512_broadcast_i64x4(
-				_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
-			/* Groups 0 and 1 take qh bits 0-1 and 2-3 to bits 4-5; groups 2 and 3 bits
-			 * 4-5 and 6-7. */
-			const __m512i ha = _mm512_sllv_epi16(qh, sh_a);
-			const __m512i hb = _mm512_srlv_epi16(qh, sh_b);
-			q[2 * h] =
-				_mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(ha, m2));
-			q[2 * h + 1] =
-				_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-						_mm512_and_si512(hb, m2));
-		}
-		const __m512i sv[4] = {q6k_scale4(sc16, 0), q6k_scale4(sc16, 4),
-				       q6k_scale4(sc16, 8), q6k_scale4(sc16, 12)};
+		struct q6kz u;
+		q6kz_unpack(w + i, &u);
 		const uint8_t *xq = x + 256 * i;
 		const __m512i bs =
 			_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xs + 16 * i)));
-		__m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bs, scm32);
+		__m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bs, u.scm32);
 		MV_UNROLL
 		for (int k = 0; k < 4; k++)
 			sumi = _mm512_dpwssd_epi32(
-				sumi, _mm512_maddubs_epi16(q[k], _mm512_load_si512(xq + 64 * k)),
-				sv[k]);
-		const float d = f16_to_f32(w[i].d);
-		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * xd[i]), acc);
+				sumi, _mm512_maddubs_epi16(u.q[k], _mm512_load_si512(xq + 64 * k)),
+				u.s[k]);
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(u.d * xd[i]), acc);
 	}
 	return hsum512(acc);
 }
