@@ -57,7 +57,7 @@ struct bench_opts {
 	long decode;
 	long reps;
 	int threads;
-	bool scalar, amx;
+	struct lm_backend_opts kern; /* --kernels */
 	bool warmup;
 	bool wait;
 	bool print_prompt;
@@ -139,11 +139,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 			o->threads = (int)v;
 			break;
 		case 'k':
-			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0 &&
-			    strcmp(optarg, "amx") != 0)
+			if (!lm_backend_opts_kernels(&o->kern, optarg))
 				return bench_usage_fail("--kernels must be auto, scalar or amx");
-			o->scalar = strcmp(optarg, "scalar") == 0;
-			o->amx = strcmp(optarg, "amx") == 0;
 			break;
 		case 'W':
 			o->warmup = true;
@@ -280,8 +277,9 @@ int main(int argc, char **argv)
 		return rc == 1 ? 0 : 2;
 
 	struct lm_backend be = {0};
-	struct lm_backend_opts bo = {
-		.n_threads = o.threads, .force_scalar = o.scalar, .allow_amx = o.amx};
+	struct lm_backend_opts bo = {.n_threads = o.threads,
+				     .force_scalar = o.kern.force_scalar,
+				     .allow_amx = o.kern.allow_amx};
 	static struct lm_model model;
 	struct kv_cache kv = {0};
 	struct lm_forward fw = {0};

@@ -91,7 +91,7 @@ int cmd_run(int argc, char **argv)
 	struct lm_gen_args g;
 	const char *model_path = NULL, *backend_name = "cpu", *logits_path = NULL;
 	int32_t batch = 256;
-	bool scalar = false, amx = false;
+	struct lm_backend_opts kern = {0}; /* --kernels */
 	lm_diag d = {{0}};
 	int c, rc;
 
@@ -106,12 +106,9 @@ int cmd_run(int argc, char **argv)
 			backend_name = optarg;
 			break;
 		case 'G':
-			if (strcmp(optarg, "scalar") != 0 && strcmp(optarg, "auto") != 0 &&
-			    strcmp(optarg, "amx") != 0)
+			if (!lm_backend_opts_kernels(&kern, optarg))
 				return lm_cli_usage_error("run",
 							  "--kernels must be auto, scalar or amx");
-			scalar = strcmp(optarg, "scalar") == 0;
-			amx = strcmp(optarg, "amx") == 0;
 			break;
 		case 'b':
 			if (lm_cli_int(optarg, 1, 65536, &batch) != 0)
@@ -138,8 +135,9 @@ int cmd_run(int argc, char **argv)
 		return lm_cli_usage_error("run", "--model and --prompt are required");
 
 	struct lm_backend be = {0};
-	struct lm_backend_opts bo = {
-		.n_threads = g.threads, .force_scalar = scalar, .allow_amx = amx};
+	struct lm_backend_opts bo = {.n_threads = g.threads,
+				     .force_scalar = kern.force_scalar,
+				     .allow_amx = kern.allow_amx};
 	static struct lm_model model;
 	struct kv_cache kv = {0};
 	struct lm_forward fw = {0};
@@ -150,7 +148,7 @@ int cmd_run(int argc, char **argv)
 	size_t n_prompt = 0;
 
 	if ((rc = lm_backend_init(&be, backend_name, &bo)) != 0) {
-		if (amx && rc == LM_EUNSUPPORTED)
+		if (kern.allow_amx && rc == LM_EUNSUPPORTED)
 			lm_fail(&d, rc, "--kernels amx: this CPU, build or kernel offers no AMX");
 		else
 			lm_fail(&d, rc, "backend '%s' is not available: %s", backend_name,

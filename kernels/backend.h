@@ -22,8 +22,10 @@
 #ifndef LM_BACKEND_H
 #define LM_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/dtype.h"
 
@@ -154,6 +156,23 @@ struct lm_backend_opts {
 	 * batching and the mesh's re-prefill after a fault reproduce a lone run exactly. */
 	int allow_amx;
 };
+
+/* A --kernels value ("auto", "scalar" or "amx") into o's CPU kernel choice; false, o unchanged,
+ * for any other name. */
+static inline bool lm_backend_opts_kernels(struct lm_backend_opts *o, const char *name)
+{
+	if (strcmp(name, "auto") != 0 && strcmp(name, "scalar") != 0 && strcmp(name, "amx") != 0)
+		return false;
+	o->force_scalar = strcmp(name, "scalar") == 0;
+	o->allow_amx = strcmp(name, "amx") == 0;
+	return true;
+}
+
+/* The --kernels value that o's choice came from. */
+static inline const char *lm_backend_opts_kernels_name(const struct lm_backend_opts *o)
+{
+	return o->force_scalar ? "scalar" : o->allow_amx ? "amx" : "auto";
+}
 
 /* Dispatcher helpers supplying defaults for optional slots. */
 static inline int lm_backend_weight_init(struct lm_backend *b, struct lm_weight *w,

@@ -111,10 +111,8 @@ static int worker_from_config(struct worker_opts *o, const struct mesh_config *c
 		o->backend = w->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu";
 	if (!threads_given)
 		o->backend_opts.n_threads = w->threads;
-	if (!kernels_given) {
-		o->backend_opts.force_scalar = w->kernels == MESH_KERNELS_SCALAR;
-		o->backend_opts.allow_amx = w->kernels == MESH_KERNELS_AMX;
-	}
+	if (!kernels_given)
+		lm_backend_opts_kernels(&o->backend_opts, mesh_kernels_name(w->kernels));
 	o->backend_opts.device = w->device;
 	/* The mesh's [tls] files, unless flags named others (a per-host certificate). */
 	if (o->tls.ca_file == NULL)
@@ -233,12 +231,9 @@ int main(int argc, char **argv)
 			show = true;
 			break;
 		case 'G':
-			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "scalar") != 0 &&
-			    strcmp(optarg, "amx") != 0)
+			if (!lm_backend_opts_kernels(&o.backend_opts, optarg))
 				return worker_bad("--kernels expects auto, scalar or amx, got",
 						  optarg);
-			o.backend_opts.force_scalar = strcmp(optarg, "scalar") == 0;
-			o.backend_opts.allow_amx = strcmp(optarg, "amx") == 0;
 			kernels_given = true;
 			break;
 		case 'P':
@@ -378,9 +373,7 @@ int main(int argc, char **argv)
 		       o.http ? o.http : "");
 		printf("backend=%s\ndevice=%d\nthreads=%d\nkernels=%s\n", o.backend,
 		       o.backend_opts.device, o.backend_opts.n_threads,
-		       o.backend_opts.force_scalar ? "scalar"
-		       : o.backend_opts.allow_amx  ? "amx"
-						   : "auto");
+		       lm_backend_opts_kernels_name(&o.backend_opts));
 		if (picked != NULL)
 			printf("memory_limit=%llu\n", (unsigned long long)picked->memory_limit);
 		if (o.tls.ca_file != NULL)
