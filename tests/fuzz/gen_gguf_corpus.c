@@ -10,39 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/corpus_file.h"
 #include "tests/support/gguf_samples.h"
 
-static int write_file(const char *path, const uint8_t *p, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-	if (f == NULL || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
-		fprintf(stderr, "gen_gguf_corpus: cannot write %s\n", path);
-		return 1;
-	}
-	return 0;
-}
-
-/* 0 when the file holds exactly p[0..n). */
-static int same_file(const char *path, const uint8_t *p, size_t n)
-{
-	FILE *f = fopen(path, "rb");
-	if (f == NULL) {
-		fprintf(stderr, "gen_gguf_corpus: %s is missing\n", path);
-		return 1;
-	}
-	uint8_t *q = malloc(n + 1);
-	size_t got = q != NULL ? fread(q, 1, n + 1, f) : 0;
-	fclose(f);
-	int differs = q == NULL || got != n || memcmp(p, q, n) != 0;
-	free(q);
-	if (differs)
-		fprintf(stderr,
-			"gen_gguf_corpus: %s differs from the generator's output: the samples or "
-			"the GGUF writer changed, and the corpus needs regenerating "
-			"(gen_gguf_corpus tests/fuzz/corpus/gguf)\n",
-			path);
-	return differs;
-}
+#define STALE                                                                        \
+	"the samples or the GGUF writer changed, and the corpus needs regenerating " \
+	"(gen_gguf_corpus tests/fuzz/corpus/gguf)"
 
 /* The reader accepts valid samples and refuses damaged ones with a message. */
 static int check_verdict(int k, const uint8_t *p, size_t n)
@@ -85,7 +58,7 @@ int main(int argc, char **argv)
 		}
 		snprintf(path, sizeof path, "%s/%s", dir, gs_names[k]);
 		failed |= check_verdict(k, img, len);
-		failed |= check ? same_file(path, img, len) : write_file(path, img, len);
+		failed |= corpus_file("gen_gguf_corpus", check, path, img, len, STALE);
 		total += len;
 		free(img);
 	}

@@ -10,39 +10,12 @@
 #include <string.h>
 
 #include "common/wire.h"
+#include "tests/support/corpus_file.h"
 #include "tests/support/wire_samples.h"
 
-static int write_file(const char *path, const uint8_t *p, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-	if (f == NULL || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
-		fprintf(stderr, "gen_wire_corpus: cannot write %s\n", path);
-		return 1;
-	}
-	return 0;
-}
-
-/* 0 when the file holds exactly p[0..n). */
-static int same_file(const char *path, const uint8_t *p, size_t n)
-{
-	FILE *f = fopen(path, "rb");
-	if (f == NULL) {
-		fprintf(stderr, "gen_wire_corpus: %s is missing\n", path);
-		return 1;
-	}
-	uint8_t *q = malloc(n + 1);
-	size_t got = q != NULL ? fread(q, 1, n + 1, f) : 0;
-	fclose(f);
-	int differs = q == NULL || got != n || memcmp(p, q, n) != 0;
-	free(q);
-	if (differs)
-		fprintf(stderr,
-			"gen_wire_corpus: %s differs from the encoder's output: the encoding "
-			"changed (bump WIRE_VERSION if it is a protocol change) and the corpus "
-			"needs regenerating\n",
-			path);
-	return differs;
-}
+#define STALE                                                                                 \
+	"the encoding changed (bump WIRE_VERSION if it is a protocol change) and the corpus " \
+	"needs regenerating"
 
 int main(int argc, char **argv)
 {
@@ -67,7 +40,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		snprintf(path, sizeof path, "%s/%s", dir, ws_names[k]);
-		failed |= check ? same_file(path, b.data, b.len) : write_file(path, b.data, b.len);
+		failed |= corpus_file("gen_wire_corpus", check, path, b.data, b.len, STALE);
 	}
 	wire_buf_fini(&b);
 	wire_scratch_fini(&s);
