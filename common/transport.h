@@ -36,5 +36,7 @@ int lm_dial(nng_socket s, const char *url, const struct lm_tls *tls, nng_dialer 
  * nanomsg/nng#648 and #1543); then the close goes on in a detached thread, this returns
  * LM_ETIMEOUT and the socket is left to the process's exit. 0 once closed. */
 int lm_close_bounded(nng_socket s, int timeout_ms);
+/* The bound the mesh's processes give a close. */
+#define LM_CLOSE_MS 2000
 
 #endif

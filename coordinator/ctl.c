@@ -14,8 +14,6 @@
 /* Control messages other than KV rows and traces are small; these bound the waits. */
 #define CTL_SHORT_MS 5000
 #define CTL_DATA_MS  30000
-/* A socket close that takes longer is left behind (see lm_close_bounded). */
-#define CTL_CLOSE_MS 2000
 
 static int64_t ctl_now_ms(void)
 {
@@ -49,10 +47,10 @@ int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 void ctl_close(struct ctl_conn *c)
 {
 	if (c != NULL && c->open) {
-		if (lm_close_bounded(c->s, CTL_CLOSE_MS) != 0)
+		if (lm_close_bounded(c->s, LM_CLOSE_MS) != 0)
 			lm_warn("worker %s: closing the control connection took over %d ms; it "
 				"goes on in the background",
-				c->name, CTL_CLOSE_MS);
+				c->name, LM_CLOSE_MS);
 		c->open = false;
 	}
 }

@@ -651,9 +651,9 @@ early:
 	if (rc != 0 && d.msg[0])
 		fprintf(stderr, "layermesh up: %s\n", d.msg);
 	/* Bounded: a close NNG cannot finish must not keep a stopped coordinator alive. */
-	if (m->push_open && lm_close_bounded(m->push, 2000) != 0)
+	if (m->push_open && lm_close_bounded(m->push, LM_CLOSE_MS) != 0)
 		lm_warn("closing the data ring's first socket took over 2 s; exiting anyway");
-	if (m->pull_open && lm_close_bounded(m->pull, 2000) != 0)
+	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
 		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 	for (int32_t i = 0; m->procs != NULL && i < m->n_procs; i++) {
 		if (o->spawn && m->procs[i].cfg != NULL) {

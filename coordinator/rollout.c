@@ -23,7 +23,6 @@
 #define ROLLOUT_QUIESCE_MS 10000
 #define ROLLOUT_CONNECT_MS 5000 /* a live worker answers a HELLO on a new connection */
 #define ROLLOUT_SMOKE_MS   30000
-#define ROLLOUT_CLOSE_MS   2000 /* a socket close longer than this goes on in the background */
 
 enum ro_worker_state { RW_UNTOUCHED, RW_PENDING, RW_WORKING, RW_DONE, RW_FAILED };
 static const char *const ro_state_names[] = {"untouched", "pending", "in progress", "replaced",
@@ -381,7 +380,7 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 	nng_socket_set_ms(push, NNG_OPT_SENDTIMEO, 5000);
 	nng_socket_set_ms(push, NNG_OPT_RECONNMINT, 10);
 	if ((rc = lm_dial(push, c->data, &m->tls, NULL, d)) != 0) {
-		lm_close_bounded(push, ROLLOUT_CLOSE_MS);
+		lm_close_bounded(push, LM_CLOSE_MS);
 		return rc;
 	}
 	/* The stage's input as the live mesh recorded it: the ids for the first stage, the
@@ -436,9 +435,9 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 	wire_buf_fini(&b);
 	free(payload);
 	/* Bounded: the candidate may be dying with the message half taken (see transport.h). */
-	if (lm_close_bounded(push, ROLLOUT_CLOSE_MS) != 0)
+	if (lm_close_bounded(push, LM_CLOSE_MS) != 0)
 		lm_warn("redeploy: closing the smoke socket to %s took over %d ms", c->data,
-			ROLLOUT_CLOSE_MS);
+			LM_CLOSE_MS);
 	/* Its output arrives at the sink: hidden rows, or the last stage's token. */
 	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
 		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
@@ -741,8 +740,8 @@ static void *ro_main(void *arg)
 	lm_info("redeploy succeeded: %d workers, longest pause %.1f ms", r->n_order,
 		r->max_pause_ms);
 out:
-	if (sink_open && lm_close_bounded(sink, ROLLOUT_CLOSE_MS) != 0)
-		lm_warn("redeploy: closing the smoke sink took over %d ms", ROLLOUT_CLOSE_MS);
+	if (sink_open && lm_close_bounded(sink, LM_CLOSE_MS) != 0)
+		lm_warn("redeploy: closing the smoke sink took over %d ms", LM_CLOSE_MS);
 	if (strncmp(r->sink, "ipc://", 6) == 0)
 		unlink(r->sink + 6);
 	rmdir(r->dir);

@@ -42,11 +42,8 @@ netns_cleanup() {
 			# Where each process of the mesh is: a hang shows in its threads' stacks.
 			local host pid
 			while read -r host pid; do
-				echo "--- $host (pid $pid): $(awk '{ print "state " $3 }' \
-					"/proc/$pid/stat" 2>/dev/null || echo gone)" >&2
-				command -v gdb >/dev/null || continue
-				timeout 20 gdb -p "$pid" -batch -ex "thread apply all bt" 2>/dev/null |
-					grep -E '^Thread|^#' >&2 || true
+				echo "--- $host" >&2
+				lm_stacks "$pid"
 			done <"$state/pids"
 		fi
 		"$nm" down --state "$state" || true
