@@ -46,7 +46,7 @@ struct rollout {
 	int32_t n_order;
 	int32_t batch; /* workers per batch after the canary */
 	/* Status, under m->mu. */
-	char state[16]; /* "running", "succeeded", "failed" */
+	char state[16]; /* "running", then "succeeded" or "failed" (shown once running is false) */
 	char failed_step[32];
 	char error[600];
 	int32_t failed_worker;
@@ -1012,7 +1012,9 @@ cJSON *rollout_status(struct mesh *m)
 		return NULL;
 	}
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "state", r->state);
+	/* The outcome only once the rollout thread is done cleaning up (stopping a failed
+	 * candidate, closing its sockets): until then a new redeploy would be refused. */
+	cJSON_AddStringToObject(o, "state", r->running ? "running" : r->state);
 	cJSON_AddStringToObject(o, "binary", r->bin);
 	cJSON_AddItemToObject(o, "plan", ro_plan_json(m, r));
 	cJSON_AddNumberToObject(o, "max_pause_ms", r->max_pause_ms);
