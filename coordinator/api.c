@@ -150,8 +150,34 @@ static cJSON *api_token_string(const struct api *a, int32_t token)
 
 /* ------------------------------------------------------------------ streams */
 
-static void api_write_next(struct api_call *c);
+/* Under c->mu: starts the next write if none is running; returns true when the writer's
+ * reference is to be dropped (the scheduler is done and everything is written, or writing
+ * failed). The caller drops it after unlocking; until then the writer's reference keeps c. */
+static bool api_write_next_locked(struct api_call *c)
+{
+	if (c->write_busy || c->conn == NULL)
+		return false;
+	if (!c->write_failed && c->out.len > 0) {
+		struct api_buf t = c->writing;
+		c->writing = c->out;
+		c->out = t;
+		c->out.len = 0;
+		nng_iov iov = {.iov_buf = c->writing.p, .iov_len = c->writing.len};
+		nng_aio_set_iov(c->wr, 1, &iov);
+		c->write_busy = true;
+		nng_http_conn_write_all(c->conn, c->wr);
+		return false;
+	}
+	if (c->sched_done && !c->writer_released) {
+		c->writer_released = true;
+		return true;
+	}
+	return false;
+}
 
+/* The write callback decides what comes next in the same critical section that ends its write:
+ * once it unlocks with no write running, the scheduler thread may release the writer's
+ * reference and free c, so c must not be touched again unless this thread releases it. */
 static void api_write_cb(void *arg)
 {
 	struct api_call *c = arg;
@@ -165,36 +191,17 @@ static void api_write_cb(void *arg)
 		if (!c->sched_done)
 			sched_cancel(c->api->cfg.sched, c->seq_id);
 	}
+	bool release = api_write_next_locked(c);
 	pthread_mutex_unlock(&c->mu);
-	api_write_next(c);
+	if (release)
+		api_call_unref(c);
 }
 
-/* Starts the next write if none is running; releases the writer's reference once the
- * scheduler is done and everything is written (or writing failed). */
+/* For a thread that holds another reference to c (the scheduler's). */
 static void api_write_next(struct api_call *c)
 {
-	bool release = false;
 	pthread_mutex_lock(&c->mu);
-	if (c->write_busy || c->conn == NULL) {
-		pthread_mutex_unlock(&c->mu);
-		return;
-	}
-	if (!c->write_failed && c->out.len > 0) {
-		struct api_buf t = c->writing;
-		c->writing = c->out;
-		c->out = t;
-		c->out.len = 0;
-		nng_iov iov = {.iov_buf = c->writing.p, .iov_len = c->writing.len};
-		nng_aio_set_iov(c->wr, 1, &iov);
-		c->write_busy = true;
-		nng_http_conn_write_all(c->conn, c->wr);
-		pthread_mutex_unlock(&c->mu);
-		return;
-	}
-	if (c->sched_done && !c->writer_released) {
-		c->writer_released = true;
-		release = true;
-	}
+	bool release = api_write_next_locked(c);
 	pthread_mutex_unlock(&c->mu);
 	if (release)
 		api_call_unref(c);
@@ -534,12 +541,18 @@ static void api_completions(nng_aio *aio)
 	if (queued.len > 0)
 		api_buf_add(&c->out, queued.p, queued.len);
 	free(queued.p);
-	c->conn = conn;
 	pthread_mutex_unlock(&c->mu);
 	nng_aio_finish(aio, 0);
-	api_write_next(c);
-	/* The writer's reference goes when it has written everything after the scheduler's end;
-	 * api_write_next drops it, and the last api_call_unref frees the call. */
+	/* This thread is the writer until the first write starts. While conn is NULL nobody can
+	 * start one or drop the writer's reference, so c lives until this critical section;
+	 * after it, c is touched again only to drop that reference. The last api_call_unref (the
+	 * writer's, after everything is written, or the scheduler's) frees the call. */
+	pthread_mutex_lock(&c->mu);
+	c->conn = conn;
+	bool release = api_write_next_locked(c);
+	pthread_mutex_unlock(&c->mu);
+	if (release)
+		api_call_unref(c);
 }
 
 /* ------------------------------------------------------------------ small endpoints */
