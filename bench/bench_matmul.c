@@ -22,10 +22,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/quant.h"
+#include "common/format/quant.h"
 
 static double now_s(void)
 {

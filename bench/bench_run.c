@@ -13,8 +13,8 @@
  * The N prompt ids are BOS (when the vocabulary has one) then the same fixed pseudo-random walk
  * over the vocabulary lm_oracle uses, so both programs see the same tokens. Only the forward
  * passes and the argmax are timed; loading (the whole file mapped and prefaulted) is not. The
- * KV cache is f32 and holds the model's training context (or N + M positions when more), as in
- * lm_oracle.
+ * KV cache is f32 and holds the N + M positions the run writes (its size does not change the
+ * work: attention reads the positions written, here as in llama.cpp).
  *
  * Before anything else one line describes what is measured:
  *     info threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
@@ -43,13 +43,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/err.h"
-#include "common/kv_cache.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/base/err.h"
+#include "common/tok/tokenizer.h"
+#include "engine/engine.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "worker/forward.h"
 
 struct bench_opts {
 	const char *model;
@@ -276,32 +274,31 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc == 1 ? 0 : 2;
 
-	struct lm_backend be = {0};
-	struct lm_backend_opts bo = {.n_threads = o.threads,
-				     .force_scalar = o.kern.force_scalar,
-				     .allow_amx = o.kern.allow_amx};
-	static struct lm_model model;
-	struct kv_cache kv = {0};
-	struct lm_forward fw = {0};
+	static struct lm_engine eng;
 	struct lm_layer_cost *costs = NULL;
 	tok_vocab *vocab = NULL;
-	struct bench_ctx b = {.fw = &fw};
+	struct bench_ctx b = {.fw = &eng.fw};
 	int32_t *ids = NULL;
 	lm_diag d = {{0}};
 
-	if ((rc = lm_backend_init(&be, "cpu", &bo)) != 0) {
-		lm_fail(&d, rc, "the CPU backend failed to start");
+	struct lm_engine_cfg ec = {.model = o.model,
+				   .bo = {.n_threads = o.threads,
+					  .force_scalar = o.kern.force_scalar,
+					  .allow_amx = o.kern.allow_amx},
+				   .populate = !o.print_prompt,
+				   .max_seq = (int32_t)(o.prefill + o.decode + 1),
+				   .slots = 1,
+				   .max_batch = (int32_t)o.prefill,
+				   .k_type = LM_F32,
+				   .v_type = LM_F32};
+	if ((rc = lm_engine_open(&eng, &ec, &d)) != 0)
 		goto out;
-	}
-	if ((rc = lm_model_open(&model, o.model, NULL, &be, !o.print_prompt, &d)) != 0)
-		goto out;
-	if ((rc = tok_load(model.file, &vocab, &d)) != 0) {
+	const struct lm_model *model = &eng.model;
+	if ((rc = tok_load(model->file, &vocab, &d)) != 0) {
 		lm_diag_prefix(&d, "%s", o.model);
 		goto out;
 	}
-	const struct lm_hparams *hp = &model.hp;
-	long need = o.prefill + o.decode;
-	int32_t n_ctx = hp->n_ctx_train > need ? hp->n_ctx_train : (int32_t)need;
+	const struct lm_hparams *hp = &model->hp;
 
 	/* What a decode step reads: the layers, the head, one embedding row. */
 	costs = calloc((size_t)hp->n_layer, sizeof *costs);
@@ -310,7 +307,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	struct lm_model_costs mc = {.layer = costs};
-	if ((rc = lm_model_costs(model.file, hp, &mc, &d)) != 0)
+	if ((rc = lm_model_costs(model->file, hp, &mc, &d)) != 0)
 		goto out;
 	uint64_t decode_bytes = mc.head_bytes + mc.embd_bytes / (uint64_t)hp->n_vocab;
 	for (int32_t il = 0; il < hp->n_layer; il++)
@@ -318,8 +315,8 @@ int main(int argc, char **argv)
 	if (!o.print_prompt)
 		printf("info threads=%d kernels=%s n_layer=%d weight_bytes=%llu "
 		       "decode_bytes=%llu\n",
-		       o.threads, lm_backend_cpu_kernels(&be), hp->n_layer,
-		       (unsigned long long)model.weight_bytes, (unsigned long long)decode_bytes);
+		       o.threads, lm_backend_cpu_kernels(&eng.be), hp->n_layer,
+		       (unsigned long long)model->weight_bytes, (unsigned long long)decode_bytes);
 	fflush(stdout);
 
 	/* The same prompt as lm_oracle's bench mode. */
@@ -347,20 +344,6 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	struct kv_geom geom[LM_MAX_LAYERS];
-	for (int32_t il = 0; il < hp->n_layer; il++)
-		geom[il] = lm_hparams_kv_geom(hp, il);
-	struct kv_cache_cfg kc = {.base_layer = 0,
-				  .num_layers = hp->n_layer,
-				  .geom = geom,
-				  .max_seq = n_ctx,
-				  .slots = 1,
-				  .k_type = LM_F32,
-				  .v_type = LM_F32};
-	if ((rc = kv_cache_init(&kv, &be, &kc, &d)) != 0)
-		goto out;
-	if ((rc = lm_forward_init(&fw, &model, &be, &kv, b.n, &d)) != 0)
-		goto out;
 	rc = bench_loop(&b, &o, &d);
 	if (rc == 0 && fflush(stdout) != 0)
 		rc = lm_fail(&d, LM_EIO, "writing to stdout failed");
@@ -371,10 +354,7 @@ out:
 	free(b.loc);
 	free(ids);
 	free(costs);
-	lm_forward_fini(&fw);
-	kv_cache_fini(&kv);
 	tok_free(vocab);
-	lm_model_close(&model);
-	lm_backend_fini(&be);
+	lm_engine_close(&eng);
 	return rc == 0 ? 0 : 1;
 }

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 #define BATCH 100 /* messages per timed batch */
 

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "coordinator/api_request.h"
 
 #define API_MAX_BODY (4u << 20)

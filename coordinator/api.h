@@ -21,8 +21,8 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
-#include "common/httpd.h"
-#include "common/tokenizer.h"
+#include "common/wire/httpd.h"
+#include "common/tok/tokenizer.h"
 #include "coordinator/scheduler.h"
 
 struct api;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 
 /* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
 static int api_refuse(struct api_error *err, int code, uint16_t status, const char *type,

@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/sampling.h"
-#include "common/tokenizer.h"
+#include "common/model/sampling.h"
+#include "common/tok/tokenizer.h"
 
 #define API_MAX_STOPS    4
 #define API_MAX_STOP_LEN 256

@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
-#include "common/sampling.h"
+#include "common/base/dtype.h"
+#include "common/model/sampling.h"
 
 struct lm_gen_args {
 	const char *cmd; /* "run", "generate": for messages */

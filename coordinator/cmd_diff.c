@@ -26,14 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/mesh_config.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
-#include "common/wire.h"
+#include "common/format/mesh_config.h"
+#include "common/tok/tokenizer.h"
+#include "common/wire/wire.h"
 #include "coordinator/cli.h"
 #include "coordinator/cmds.h"
 #include "coordinator/planner.h"
-#include "worker/forward.h"
+#include "engine/engine.h"
 
 extern char **environ;
 
@@ -66,8 +65,7 @@ struct diff_worker {
 struct diff_ctx {
 	struct mesh_config cfg;
 	struct fence_plan plan;
-	struct lm_model model;
-	struct lm_backend be;
+	struct lm_engine eng; /* the single process */
 	int32_t n_layer, dim, n;
 	int32_t *ids;
 	float *ref;  /* [n_layer][n][dim]: the single process */
@@ -84,61 +82,49 @@ struct diff_ctx {
 static void diff_hook(void *arg, int32_t il, const float *x, int32_t n)
 {
 	struct diff_ctx *c = arg;
-	c->be.iface->download(c->be.ctx, c->ref + (size_t)il * (size_t)n * (size_t)c->dim, x,
-			      (size_t)n * (size_t)c->dim * sizeof(float));
+	c->eng.be.iface->download(c->eng.be.ctx, c->ref + (size_t)il * (size_t)n * (size_t)c->dim,
+				  x, (size_t)n * (size_t)c->dim * sizeof(float));
 }
 
 static int diff_single(struct diff_ctx *c, lm_diag *d)
 {
-	struct lm_backend_opts bo = {.n_threads = 1};
-	struct kv_cache kv = {0};
-	struct lm_forward fw = {0};
+	struct lm_engine_cfg ec = {.model = c->cfg.model_path,
+				   .bo = {.n_threads = 1},
+				   .max_seq = c->n + 1,
+				   .slots = 1,
+				   .max_batch = c->n,
+				   .k_type = c->cfg.kv_type_k,
+				   .v_type = c->cfg.kv_type_v};
 	int rc;
-	if ((rc = lm_backend_cpu_init(&c->be, &bo)) != 0)
-		return lm_fail(d, rc, "the CPU backend is not available");
-	if ((rc = lm_model_open(&c->model, c->cfg.model_path, NULL, &c->be, false, d)) != 0)
+	if ((rc = lm_engine_open(&c->eng, &ec, d)) != 0)
 		return rc;
-	c->n_layer = c->model.hp.n_layer;
-	c->dim = c->model.hp.n_embd;
-	struct kv_geom geom[LM_MAX_LAYERS];
-	for (int32_t i = 0; i < c->n_layer; i++)
-		geom[i] = lm_hparams_kv_geom(&c->model.hp, i);
-	struct kv_cache_cfg kc = {.base_layer = 0,
-				  .num_layers = c->n_layer,
-				  .geom = geom,
-				  .max_seq = c->n + 1,
-				  .slots = 1,
-				  .k_type = c->cfg.kv_type_k,
-				  .v_type = c->cfg.kv_type_v};
+	const struct lm_hparams *hp = &c->eng.model.hp;
+	c->n_layer = hp->n_layer;
+	c->dim = hp->n_embd;
 	size_t cells = (size_t)c->n_layer * (size_t)c->n * (size_t)c->dim;
 	c->ref = calloc(cells, sizeof(float));
 	c->mesh = calloc(cells, sizeof(float));
-	float *logits = malloc((size_t)c->model.hp.n_vocab * sizeof(float));
+	float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
 	struct lm_tok_loc *loc = malloc((size_t)c->n * sizeof *loc);
 	if (c->ref == NULL || c->mesh == NULL || logits == NULL || loc == NULL) {
 		rc = lm_fail(d, LM_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = kv_cache_init(&kv, &c->be, &kc, d)) != 0 ||
-	    (rc = lm_forward_init(&fw, &c->model, &c->be, &kv, c->n, d)) != 0)
-		goto out;
 	for (int32_t i = 0; i < c->n; i++)
 		loc[i] = (struct lm_tok_loc){0, i};
 	int32_t last = c->n - 1;
 	struct lm_batch b = {.n = c->n, .ids = c->ids, .loc = loc, .n_out = 1, .out_rows = &last};
-	fw.hook = diff_hook;
-	fw.hook_arg = c;
-	if ((rc = lm_forward_run(&fw, &b, NULL, NULL, logits, d)) != 0)
+	c->eng.fw.hook = diff_hook;
+	c->eng.fw.hook_arg = c;
+	if ((rc = lm_forward_run(&c->eng.fw, &b, NULL, NULL, logits, d)) != 0)
 		goto out;
 	c->ref_token = 0;
-	for (int32_t i = 1; i < c->model.hp.n_vocab; i++)
+	for (int32_t i = 1; i < hp->n_vocab; i++)
 		if (logits[i] > logits[c->ref_token])
 			c->ref_token = i;
 out:
 	free(logits);
 	free(loc);
-	lm_forward_fini(&fw);
-	kv_cache_fini(&kv);
 	return rc;
 }
 
@@ -240,7 +226,7 @@ static int diff_ctl_open(struct diff_worker *w)
 static int diff_trace(struct diff_ctx *c, struct diff_worker *w, bool fetch, lm_diag *d)
 {
 	struct wire_buf b = {0};
-	struct wire_kv k = {.id = 1, .fingerprint = c->model.fingerprint, .slot = 0};
+	struct wire_kv k = {.id = 1, .fingerprint = c->eng.model.fingerprint, .slot = 0};
 	nng_msg *r = NULL;
 	int rc = wire_encode_kv(&b, WIRE_TRACE, &k);
 	if (rc == 0)
@@ -249,7 +235,7 @@ static int diff_trace(struct diff_ctx *c, struct diff_worker *w, bool fetch, lm_
 	if (rc != 0)
 		return lm_fail(d, rc, "worker [%d, %d) did not answer TRACE", w->begin, w->end);
 	struct wire_limits lim = {
-		.fingerprint = c->model.fingerprint, .slots = 1, .max_seq = c->n + 1};
+		.fingerprint = c->eng.model.fingerprint, .slots = 1, .max_seq = c->n + 1};
 	struct wire_head h;
 	rc = wire_peek(nng_msg_body(r), nng_msg_len(r), &h, d);
 	if (rc == 0 && h.type == WIRE_ERROR) {
@@ -332,7 +318,7 @@ static int diff_mesh(struct diff_ctx *c, const char *bin, lm_diag *d)
 			       .sample = true,
 			       .sampling = {.temperature = 0, .top_p = 1}};
 	struct wire_forward f = {.batch_id = 1,
-				 .fingerprint = c->model.fingerprint,
+				 .fingerprint = c->eng.model.fingerprint,
 				 .n_seqs = 1,
 				 .seqs = &seq,
 				 .n_tokens = c->n,
@@ -351,11 +337,11 @@ static int diff_mesh(struct diff_ctx *c, const char *bin, lm_diag *d)
 		return rc;
 	if (nng_recvmsg(c->pull, &m, 0) != 0)
 		return lm_fail(d, LM_ETIMEOUT, "the mesh did not answer the prompt");
-	struct wire_limits lim = {.fingerprint = c->model.fingerprint,
+	struct wire_limits lim = {.fingerprint = c->eng.model.fingerprint,
 				  .slots = 1,
 				  .max_seq = c->n + 1,
 				  .dim = 1,
-				  .n_vocab = c->model.hp.n_vocab,
+				  .n_vocab = c->eng.model.hp.n_vocab,
 				  .max_batch = c->n,
 				  .max_seqs = 1,
 				  .max_logprobs = 20};
@@ -614,8 +600,7 @@ out:
 	free(c.ref);
 	free(c.mesh);
 	tok_free(vocab);
-	lm_model_close(&c.model);
-	lm_backend_fini(&c.be);
+	lm_engine_close(&c.eng);
 	fence_plan_fini(&c.plan);
 	mesh_config_fini(&c.cfg);
 	return status;

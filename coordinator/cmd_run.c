@@ -9,14 +9,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/err.h"
-#include "common/log.h"
-#include "common/model.h"
-#include "common/sampling.h"
-#include "common/tokenizer.h"
+#include "common/base/err.h"
+#include "common/base/log.h"
+#include "engine/sampler.h"
+#include "common/tok/tokenizer.h"
 #include "coordinator/cli.h"
 #include "coordinator/cmds.h"
-#include "worker/forward.h"
+#include "engine/engine.h"
 
 static const char run_usage[] =
 	"usage: layermesh run --model M.gguf --prompt TEXT [options]\n"
@@ -134,36 +133,32 @@ int cmd_run(int argc, char **argv)
 	if (model_path == NULL || g.prompt == NULL)
 		return lm_cli_usage_error("run", "--model and --prompt are required");
 
-	struct lm_backend be = {0};
-	struct lm_backend_opts bo = {.n_threads = g.threads,
-				     .force_scalar = kern.force_scalar,
-				     .allow_amx = kern.allow_amx};
-	static struct lm_model model;
-	struct kv_cache kv = {0};
-	struct lm_forward fw = {0};
+	static struct lm_engine eng;
 	tok_vocab *vocab = NULL;
 	struct lm_sampler sampler = {0};
 	int32_t *ids = NULL;
 	float *logits = NULL;
 	size_t n_prompt = 0;
 
-	if ((rc = lm_backend_init(&be, backend_name, &bo)) != 0) {
-		if (kern.allow_amx && rc == LM_EUNSUPPORTED)
-			lm_fail(&d, rc, "--kernels amx: this CPU, build or kernel offers no AMX");
-		else
-			lm_fail(&d, rc, "backend '%s' is not available: %s", backend_name,
-				rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
-						      : lm_strerror(rc));
+	struct lm_engine_cfg ec = {.model = model_path,
+				   .backend = backend_name,
+				   .bo = {.n_threads = g.threads,
+					  .force_scalar = kern.force_scalar,
+					  .allow_amx = kern.allow_amx},
+				   .populate = true,
+				   .max_seq = g.ctx,
+				   .slots = 1,
+				   .max_batch = batch,
+				   .k_type = g.kv_type,
+				   .v_type = g.kv_type};
+	if ((rc = lm_engine_open(&eng, &ec, &d)) != 0)
 		goto out;
-	}
-	if ((rc = lm_model_open(&model, model_path, NULL, &be, true, &d)) != 0)
-		goto out;
-	if ((rc = tok_load(model.file, &vocab, &d)) != 0) {
+	const struct lm_model *model = &eng.model;
+	if ((rc = tok_load(model->file, &vocab, &d)) != 0) {
 		lm_diag_prefix(&d, "%s", model_path);
 		goto out;
 	}
-	int32_t n_ctx =
-		g.ctx > 0 ? g.ctx : (model.hp.n_ctx_train < 4096 ? model.hp.n_ctx_train : 4096);
+	int32_t n_ctx = eng.kv.max_seq;
 	if ((rc = tok_encode_alloc(vocab, g.prompt, strlen(g.prompt), tok_add_bos(vocab), &ids,
 				   &n_prompt, &d)) != 0)
 		goto out;
@@ -185,23 +180,8 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	ids = all;
-
-	struct kv_geom geom[LM_MAX_LAYERS];
-	for (int32_t il = 0; il < model.hp.n_layer; il++)
-		geom[il] = lm_hparams_kv_geom(&model.hp, il);
-	struct kv_cache_cfg kc = {.base_layer = 0,
-				  .num_layers = model.hp.n_layer,
-				  .geom = geom,
-				  .max_seq = n_ctx,
-				  .slots = 1,
-				  .k_type = g.kv_type,
-				  .v_type = g.kv_type};
-	if ((rc = kv_cache_init(&kv, &be, &kc, &d)) != 0)
-		goto out;
-	if ((rc = lm_forward_init(&fw, &model, &be, &kv, batch, &d)) != 0)
-		goto out;
-	if ((rc = lm_sampler_init(&sampler, model.hp.n_vocab)) != 0 ||
-	    (logits = malloc((size_t)model.hp.n_vocab * sizeof *logits)) == NULL) {
+	if ((rc = lm_sampler_init(&sampler, model->hp.n_vocab)) != 0 ||
+	    (logits = malloc((size_t)model->hp.n_vocab * sizeof *logits)) == NULL) {
 		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -221,12 +201,12 @@ int cmd_run(int argc, char **argv)
 		int32_t last = n - 1;
 		struct lm_batch b = {
 			.n = n, .ids = ids + at, .loc = loc, .n_out = 1, .out_rows = &last};
-		if ((rc = lm_forward_run(&fw, &b, NULL, NULL, logits, &d)) != 0)
+		if ((rc = lm_forward_run(&eng.fw, &b, NULL, NULL, logits, &d)) != 0)
 			break;
 	}
 	double t1 = run_now();
 	if (rc == 0 && logits_path != NULL)
-		rc = run_write_logits(logits_path, logits, model.hp.n_vocab, &d);
+		rc = run_write_logits(logits_path, logits, model->hp.n_vocab, &d);
 
 	/* Decode: sample, print, feed back. */
 	struct tok_stream ts;
@@ -248,7 +228,7 @@ int cmd_run(int argc, char **argv)
 		struct lm_tok_loc l = {0, (int32_t)(n_prompt + (size_t)n_gen - 1)};
 		int32_t row = 0;
 		struct lm_batch b = {.n = 1, .ids = &next, .loc = &l, .n_out = 1, .out_rows = &row};
-		rc = lm_forward_run(&fw, &b, NULL, NULL, logits, &d);
+		rc = lm_forward_run(&eng.fw, &b, NULL, NULL, logits, &d);
 		n_decoded++;
 	}
 	double t2 = run_now();
@@ -279,10 +259,7 @@ out:
 	free(logits);
 	free(ids);
 	lm_sampler_fini(&sampler);
-	lm_forward_fini(&fw);
-	kv_cache_fini(&kv);
 	tok_free(vocab);
-	lm_model_close(&model);
-	lm_backend_fini(&be);
+	lm_engine_close(&eng);
 	return rc == 0 ? 0 : 1;
 }

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gguf.h"
-#include "common/tokenizer.h"
+#include "common/format/gguf.h"
+#include "common/tok/tokenizer.h"
 #include "coordinator/cmds.h"
 
 static void tokenize_usage(FILE *out)

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "coordinator/cli.h"
 #include "coordinator/cmds.h"
 #include "coordinator/mesh.h"

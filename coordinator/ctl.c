@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
-#include "common/transport.h"
+#include "common/base/log.h"
+#include "common/wire/transport.h"
 #include "lm_config.h"
 
 /* Control messages other than KV rows and traces are small; these bound the waits. */

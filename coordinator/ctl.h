@@ -13,9 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/err.h"
-#include "common/transport.h"
-#include "common/wire.h"
+#include "common/base/err.h"
+#include "common/wire/transport.h"
+#include "common/wire/wire.h"
 
 struct ctl_conn {
 	const struct lm_tls *tls; /* for tls+tcp:// control addresses; set before ctl_open */

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 
 struct lm_http_resp {
 	int status;

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "coordinator/mesh_impl.h"
 #include "lm_config.h"
 

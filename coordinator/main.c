@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/crash.h"
+#include "common/base/crash.h"
 #include "coordinator/cmds.h"
 #include "lm_config.h"
 

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/transport.h"
+#include "common/base/log.h"
+#include "common/wire/transport.h"
 #include "coordinator/mesh_impl.h"
 #include "coordinator/planner.h"
 #include "coordinator/rollout.h"

@@ -16,12 +16,12 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "common/fence.h"
-#include "common/gguf.h"
-#include "common/mesh_config.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
-#include "common/wire.h"
+#include "common/plan/fence.h"
+#include "common/format/gguf.h"
+#include "common/format/mesh_config.h"
+#include "common/model/hparams.h"
+#include "common/tok/tokenizer.h"
+#include "common/wire/wire.h"
 #include "coordinator/api.h"
 #include "coordinator/ctl.h"
 #include "coordinator/mesh.h"

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gguf.h"
-#include "common/kv_cache.h"
+#include "common/format/gguf.h"
+#include "common/model/kv_geom.h"
 
 int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *hp)
 {

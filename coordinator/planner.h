@@ -14,11 +14,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/dtype.h"
-#include "common/err.h"
-#include "common/fence.h"
-#include "common/mesh_config.h"
-#include "common/model.h"
+#include "common/base/dtype.h"
+#include "common/base/err.h"
+#include "common/plan/fence.h"
+#include "common/format/mesh_config.h"
+#include "common/model/hparams.h"
 
 /* What a plan was made from, for its header and its JSON. */
 struct planner_info {

@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/dtype.h"
-#include "common/log.h"
-#include "common/transport.h"
+#include "common/base/dtype.h"
+#include "common/base/log.h"
+#include "common/wire/transport.h"
 #include "coordinator/mesh_impl.h"
 
 #define ROLLOUT_PROBE_TEXT "Once upon a time, there was a little"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 #define SCHED_MAX_INFLIGHT 16
 #define SCHED_IDLE_WAIT_MS 50

@@ -22,10 +22,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/err.h"
-#include "common/metrics.h"
-#include "common/sampling.h"
-#include "common/wire.h"
+#include "common/base/err.h"
+#include "common/base/metrics.h"
+#include "common/model/sampling.h"
+#include "common/wire/wire.h"
 
 enum sched_finish {
 	SCHED_FINISH_LENGTH = 0, /* max_tokens or the context filled up */

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/gguf.h"
-#include "common/gguf_write.h"
-#include "kernels/cpu/quant.h"
+#include "common/format/gguf.h"
+#include "common/format/gguf_write.h"
+#include "common/format/quant.h"
 
 /* Bumped whenever the same options would give different bytes. */
 #define SYNTH_FORMAT_VERSION 1u

@@ -23,7 +23,7 @@
  * multiply, bit-identical on every machine and compiler), scaled like a trained model: matrices
  * std 1/sqrt(fan_in) (ne0), the embedding std 1/sqrt(dim), norm weights 1 + 0.1 x noise. RMSNorm
  * keeps activations O(1) and the logits have std ~1: finite and far from flat. Matrices are
- * converted or quantized row by row with lm_quantize_row (kernels/cpu/quant.h), bit-compatible
+ * converted or quantized row by row with lm_quantize_row (common/format/quant.h), bit-compatible
  * with ggml's reference quantizers; norm vectors stay f32.
  *
  * Vocabulary. By default a SentencePiece-style ("llama") vocabulary: <unk>, <s>, </s>, the 256
@@ -40,8 +40,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
-#include "common/err.h"
+#include "common/base/dtype.h"
+#include "common/base/err.h"
 
 /* Tokens before the first word piece in the default vocabulary: <unk>, <s>, </s>, 256 bytes. */
 #define SYNTH_VOCAB_MIN 259

@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 
 int lm_backend_init(struct lm_backend *b, const char *name, const struct lm_backend_opts *opts)
 {

@@ -27,7 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
+#include "common/model/rope.h"
 
 #define LM_BACKEND_VERSION 1
 
@@ -49,7 +50,7 @@ struct lm_tok_loc {
 	int32_t pos;
 };
 
-/* One layer of the KV cache as the ops see it (common/kv_cache.c builds these, range-checked).
+/* One layer of the KV cache as the ops see it (engine/kv_cache.c builds these, range-checked).
  * Position p of slot s is row (p % ctx) of that slot; global layers have ctx == max_seq. */
 struct lm_kv_layer {
 	void *k, *v;                  /* backend memory: [slots][ctx][n_kv_heads * head_dim] */
@@ -59,18 +60,6 @@ struct lm_kv_layer {
 	int32_t window; /* 0: attend to every earlier position; else the last `window` */
 	int32_t slots;
 	size_t k_row_bytes, v_row_bytes; /* one position, all KV heads */
-};
-
-enum lm_rope_mode {
-	LM_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama, Meta layout */
-	LM_ROPE_NEOX = 2, /* rotate halves (x[i], x[i + n_rot/2]): GPT-NeoX, Qwen, Phi-3 */
-};
-
-struct lm_rope_params {
-	enum lm_rope_mode mode;
-	int32_t n_rot;    /* rotated dimensions per head (<= head_dim, even) */
-	float freq_base;  /* theta, 10000 for llama */
-	float freq_scale; /* 1.0: positions are multiplied by this (linear scaling) */
 };
 
 struct lm_backend_i {

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Generates common/tok_unicode_data.c: the Unicode general-category table of the tokenizer.
+"""Generates common/tok/tok_unicode_data.c: the Unicode general-category table of the tokenizer.
 
-The pre-tokenizers (common/tok_pretok.c) classify code points the way llama.cpp's regex splitters
+The pre-tokenizers (common/tok/tok_pretok.c) classify code points the way llama.cpp's regex splitters
 do: letter (\\p{L}), number (\\p{N}), separator, mark, punctuation, symbol, other/control, or
 unassigned. Whitespace (\\s) is a fixed list (Unicode's White_Space property) kept in
-common/tok_unicode.c, not here.
+common/tok/tok_unicode.c, not here.
 
 The table is a sorted list of ranges, one uint32 per range: (first code point << 3) | category.
 A range runs until the next entry's first code point; the last one ends at U+10FFFF.
@@ -20,8 +20,8 @@ or tokenization of recently added characters differs from it. For llama.cpp v0.4
 Unicode 15.1.0; regenerate with
     npm pack @unicode/unicode-15.1.0 && tar xzf unicode-unicode-15.1.0-*.tgz
     python3 tools/gen_unicode_tables.py --node-unicode package --version 15.1.0 \\
-        > common/tok_unicode_data.c
-    clang-format -i common/tok_unicode_data.c
+        > common/tok/tok_unicode_data.c
+    clang-format -i common/tok/tok_unicode_data.c
 """
 import argparse
 import re
@@ -30,7 +30,7 @@ import unicodedata
 
 MAX_CP = 0x110000
 
-# Must match enum tok_ucat in common/tok_unicode.h.
+# Must match enum tok_ucat in common/tok/tok_unicode.h.
 UNDEF, NUMBER, LETTER, SEPARATOR, MARK, PUNCT, SYMBOL, CONTROL = range(8)
 NAMES = ["UNDEF", "NUMBER", "LETTER", "SEPARATOR", "MARK", "PUNCT", "SYMBOL", "CONTROL"]
 
@@ -152,7 +152,7 @@ def main():
     print(f" * Unicode {version} general categories, source {how}.")
     print(" * Regenerate as that script's docstring says. Each entry is (first code point << 3) |")
     print(" * enum tok_ucat; a range runs until the next entry; the last one ends at U+10FFFF. */")
-    print('#include "common/tok_unicode.h"')
+    print('#include "common/tok/tok_unicode.h"')
     print()
     print(f"const uint32_t tok_ucat_ranges[{len(ranges)}] = {{")
     for i in range(0, len(ranges), 8):

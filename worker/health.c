@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "lm_config.h"
 
 /* ------------------------------------------------------------------ the successor's pipes */

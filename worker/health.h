@@ -29,11 +29,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/err.h"
-#include "common/httpd.h"
-#include "common/metrics.h"
-#include "common/model.h"
-#include "common/wire.h"
+#include "common/base/err.h"
+#include "common/wire/httpd.h"
+#include "common/base/metrics.h"
+#include "common/model/hparams.h"
+#include "common/wire/wire.h"
 
 enum health_phase {
 	HEALTH_WAITING = 0,  /* no slice yet: waiting for ASSIGN */

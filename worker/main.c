@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/crash.h"
-#include "common/dtype.h"
-#include "common/log.h"
-#include "common/mesh_config.h"
+#include "common/base/crash.h"
+#include "common/base/dtype.h"
+#include "common/base/log.h"
+#include "common/format/mesh_config.h"
 #include "worker/worker.h"
 
 static const char worker_usage[] =

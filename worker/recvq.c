@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/metrics.h"
+#include "common/base/metrics.h"
 
 static void recvq_cb(void *arg)
 {

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 static uint64_t stage_now_ns(void)
 {
@@ -67,35 +67,24 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 	memset(st, 0, sizeof *st);
 	st->assign = *a;
 	st->trace_slot = -1;
-	if ((rc = lm_backend_init(&st->be, backend, bo)) != 0)
-		return lm_fail(d, rc, "backend '%s' is not available: %s", backend,
-			       rc == LM_EUNSUPPORTED && bo != NULL && bo->allow_amx
-				       ? "kernels \"amx\": this CPU, build or kernel offers no AMX"
-			       : rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
-						       : lm_strerror(rc));
 	struct lm_slice slice = {a->begin, a->end, a->embedding, a->head};
-	if ((rc = lm_model_open(&st->model, a->model, &slice, &st->be, true, d)) != 0)
+	struct lm_engine_cfg ec = {.model = a->model,
+				   .slice = &slice,
+				   .backend = backend,
+				   .bo = bo != NULL ? *bo : (struct lm_backend_opts){0},
+				   .populate = true,
+				   .max_seq = a->max_seq,
+				   .slots = a->slots,
+				   .max_batch = a->max_batch,
+				   .k_type = (enum lm_dtype)a->k_type,
+				   .v_type = (enum lm_dtype)a->v_type};
+	if ((rc = lm_engine_open(&st->eng, &ec, d)) != 0)
 		goto fail;
-	const struct lm_hparams *hp = &st->model.hp;
+	const struct lm_hparams *hp = &st->eng.model.hp;
 	st->dim = hp->n_embd;
 	st->n_vocab = hp->n_vocab;
 
-	struct kv_geom geom[LM_MAX_LAYERS];
-	for (int32_t il = a->begin; il < a->end; il++)
-		geom[il - a->begin] = lm_hparams_kv_geom(hp, il);
-	struct kv_cache_cfg kc = {.base_layer = a->begin,
-				  .num_layers = a->end - a->begin,
-				  .geom = geom,
-				  .max_seq = a->max_seq,
-				  .slots = a->slots,
-				  .k_type = (enum lm_dtype)a->k_type,
-				  .v_type = (enum lm_dtype)a->v_type};
-	if ((rc = kv_cache_init(&st->kv, &st->be, &kc, d)) != 0)
-		goto fail;
-	if ((rc = lm_forward_init(&st->fw, &st->model, &st->be, &st->kv, a->max_batch, d)) != 0)
-		goto fail;
-
-	st->lim = (struct wire_limits){.fingerprint = st->model.fingerprint,
+	st->lim = (struct wire_limits){.fingerprint = st->eng.model.fingerprint,
 				       .slots = a->slots,
 				       .max_seq = a->max_seq,
 				       .dim = st->dim,
@@ -133,10 +122,7 @@ void stage_fini(struct stage *st)
 {
 	if (st == NULL)
 		return;
-	lm_forward_fini(&st->fw);
-	kv_cache_fini(&st->kv);
-	lm_model_close(&st->model);
-	lm_backend_fini(&st->be);
+	lm_engine_close(&st->eng);
 	lm_sampler_fini(&st->sampler);
 	wire_scratch_fini(&st->scratch);
 	wire_buf_fini(&st->hdr);
@@ -252,8 +238,8 @@ static void stage_trace_hook(void *arg, int32_t layer, const float *x, int32_t n
 	for (int32_t k = 0; k < st->trace_batch; k++) {
 		float *dst =
 			st->trace + (l * (size_t)st->trace_cap + (size_t)(st->trace_n + k)) * dim;
-		st->be.iface->download(st->be.ctx, dst, x + (size_t)st->trace_rows[k] * dim,
-				       dim * sizeof(float));
+		st->eng.be.iface->download(st->eng.be.ctx, dst, x + (size_t)st->trace_rows[k] * dim,
+					   dim * sizeof(float));
 	}
 }
 
@@ -330,19 +316,19 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 		for (int32_t r = 0; r < n && st->trace_n + st->trace_batch < st->trace_cap; r++)
 			if (st->loc[r].slot == st->trace_slot)
 				st->trace_rows[st->trace_batch++] = r;
-	st->fw.hook = st->trace_batch > 0 ? stage_trace_hook : NULL;
-	st->fw.hook_arg = st;
+	st->eng.fw.hook = st->trace_batch > 0 ? stage_trace_hook : NULL;
+	st->eng.fw.hook_arg = st;
 
 	/* A last-stage batch that samples nothing (prefill chunks) still runs for its KV rows and
 	 * answers with an empty TOKENS message, so the coordinator knows the batch is done. */
 	uint64_t t0 = stage_now_ns();
 	if (last) {
-		rc = lm_forward_run(&st->fw, &b, hin, NULL, st->logits, d);
+		rc = lm_forward_run(&st->eng.fw, &b, hin, NULL, st->logits, d);
 	} else {
-		rc = lm_forward_run(&st->fw, &b, hin, st->hout, NULL, d);
+		rc = lm_forward_run(&st->eng.fw, &b, hin, st->hout, NULL, d);
 	}
 	atomic_fetch_add(&st->stats.compute_ns, stage_now_ns() - t0);
-	st->fw.hook = NULL;
+	st->eng.fw.hook = NULL;
 	if (rc != 0)
 		return rc;
 	st->trace_n += st->trace_batch;
@@ -411,7 +397,7 @@ static int stage_release(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	if (rc != 0)
 		return rc;
 	for (int32_t i = 0; i < r.n; i++)
-		kv_cache_truncate(&st->kv, r.slots[i], 0, NULL);
+		kv_cache_truncate(&st->eng.kv, r.slots[i], 0, NULL);
 	atomic_fetch_add(&st->stats.releases, 1);
 	*out = in; /* every stage applies it, then the coordinator sees it back */
 	return 0;

@@ -16,12 +16,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "common/kv_cache.h"
-#include "common/model.h"
-#include "common/sampling.h"
-#include "common/wire.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "common/wire/wire.h"
 #include "kernels/backend.h"
-#include "worker/forward.h"
 
 /* Running totals, read by STATUS and /metrics from other threads. */
 struct stage_stats {
@@ -34,10 +32,7 @@ struct stage_stats {
 
 struct stage {
 	struct wire_assign assign; /* what this stage was given */
-	struct lm_backend be;
-	struct lm_model model;
-	struct kv_cache kv;
-	struct lm_forward fw;
+	struct lm_engine eng;      /* backend, slice, KV cache, forward */
 	struct lm_sampler sampler; /* last stage */
 	struct wire_limits lim;
 	struct wire_scratch scratch;

@@ -15,9 +15,9 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/transport.h"
-#include "common/metrics.h"
+#include "common/base/log.h"
+#include "common/wire/transport.h"
+#include "common/base/metrics.h"
 #include "lm_config.h"
 #include "worker/health.h"
 #include "worker/recvq.h"
@@ -103,8 +103,8 @@ static void *worker_data_main(void *arg)
 			rc = stage_handle(&w->st, in, &out, &d);
 			lm_hist_observe(&w->health.compute, lm_now_ns() - t0);
 			int32_t active = 0;
-			for (int32_t q = 0; q < w->st.kv.slots; q++)
-				active += w->st.kv.len[q] > 0;
+			for (int32_t q = 0; q < w->st.eng.kv.slots; q++)
+				active += w->st.eng.kv.len[q] > 0;
 			atomic_store(&w->active, active);
 		} else {
 			lm_fail(&d, rc, "worker %s has no assignment yet", w->o->name);
@@ -227,7 +227,7 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	w->assigned = true;
-	w->slice_info = (struct wire_hello){.fingerprint = w->st.model.fingerprint,
+	w->slice_info = (struct wire_hello){.fingerprint = w->st.eng.model.fingerprint,
 					    .begin = a->begin,
 					    .end = a->end,
 					    .embedding = a->embedding,
@@ -235,8 +235,9 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 	atomic_store_explicit(&w->slice_published, true, memory_order_release);
 	atomic_store_explicit(&w->phase, HEALTH_ASSIGNED, memory_order_release);
 	lm_info("ready: weights %.2f MiB, KV %.2f MiB (%d layers from %d), resident %.2f MiB",
-		(double)w->st.model.weight_bytes / 1048576.0, (double)w->st.kv.bytes / 1048576.0,
-		w->st.kv.num_layers, w->st.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
+		(double)w->st.eng.model.weight_bytes / 1048576.0,
+		(double)w->st.eng.kv.bytes / 1048576.0, w->st.eng.kv.num_layers,
+		w->st.eng.kv.base_layer, (double)stage_rss_bytes() / 1048576.0);
 	return 0;
 }
 
@@ -257,9 +258,9 @@ static int worker_on_assign(struct worker *w, const void *body, size_t len, uint
 	}
 	struct wire_ready r = {.id = id};
 	if (rc == 0) {
-		r.fingerprint = w->st.model.fingerprint;
-		r.kv_bytes = w->st.kv.bytes;
-		r.weight_bytes = w->st.model.weight_bytes;
+		r.fingerprint = w->st.eng.model.fingerprint;
+		r.kv_bytes = w->st.eng.kv.bytes;
+		r.weight_bytes = w->st.eng.model.weight_bytes;
 		r.rss_bytes = stage_rss_bytes();
 	}
 	pthread_mutex_unlock(&w->mu);
@@ -291,17 +292,17 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 		return;
 	const struct stage *st = &w->st;
 	s->assign = st->assign;
-	s->fingerprint = st->model.fingerprint;
-	s->kv_base = st->kv.base_layer;
-	s->kv_num_layers = st->kv.num_layers;
-	s->kv_bytes = st->kv.bytes;
-	for (int32_t i = 0; i < st->kv.num_layers && i < LM_MAX_LAYERS; i++) {
-		const struct lm_kv_layer *l = &st->kv.layers[i];
+	s->fingerprint = st->eng.model.fingerprint;
+	s->kv_base = st->eng.kv.base_layer;
+	s->kv_num_layers = st->eng.kv.num_layers;
+	s->kv_bytes = st->eng.kv.bytes;
+	for (int32_t i = 0; i < st->eng.kv.num_layers && i < LM_MAX_LAYERS; i++) {
+		const struct lm_kv_layer *l = &st->eng.kv.layers[i];
 		s->kv_layer_bytes[i] =
 			(uint64_t)l->ctx * (uint64_t)l->slots * (l->k_row_bytes + l->v_row_bytes);
 	}
-	s->weight_bytes = st->model.weight_bytes;
-	s->mapped_bytes = st->model.mapped_bytes;
+	s->weight_bytes = st->eng.model.weight_bytes;
+	s->mapped_bytes = st->eng.model.mapped_bytes;
 	s->active_sequences = atomic_load(&w->active);
 	s->batches = atomic_load(&st->stats.batches);
 	s->tokens = atomic_load(&st->stats.tokens);
@@ -341,7 +342,7 @@ static int worker_on_repoint(struct worker *w, const void *body, size_t len, uin
 			w->next_dialed = true;
 		}
 	}
-	uint64_t fp = w->assigned ? w->st.model.fingerprint : 0;
+	uint64_t fp = w->assigned ? w->st.eng.model.fingerprint : 0;
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0)
 		return worker_reply_error(w, id, WIRE_REPOINT, rc, lm_diag_str(&d, rc));
@@ -367,16 +368,16 @@ static int worker_on_kv_export(struct worker *w, const void *body, size_t len, u
 	}
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0) {
-		bytes = kv_cache_export_bytes(&w->st.kv, k.slot);
+		bytes = kv_cache_export_bytes(&w->st.eng.kv, k.slot);
 		rows = malloc(bytes + 1);
 		if (rows == NULL)
 			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
 				     (unsigned long long)bytes);
 		else
-			rc = kv_cache_export(&w->st.kv, k.slot, rows, bytes, &d);
-		k.len = w->st.kv.len[k.slot];
+			rc = kv_cache_export(&w->st.eng.kv, k.slot, rows, bytes, &d);
+		k.len = w->st.eng.kv.len[k.slot];
 	}
-	uint64_t fp = w->st.model.fingerprint;
+	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
 	if (rc == 0) {
 		k.id = id;
@@ -408,8 +409,8 @@ static int worker_on_kv_import(struct worker *w, const void *body, size_t len, u
 	}
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0)
-		rc = kv_cache_import(&w->st.kv, k.slot, k.len, k.payload, k.payload_len, &d);
-	uint64_t fp = w->st.model.fingerprint;
+		rc = kv_cache_import(&w->st.eng.kv, k.slot, k.len, k.payload, k.payload_len, &d);
+	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0)
 		return worker_reply_error(w, id, WIRE_KV_IMPORT, rc, lm_diag_str(&d, rc));
@@ -423,7 +424,7 @@ static int worker_on_kv_import(struct worker *w, const void *body, size_t len, u
 static int worker_on_drain(struct worker *w, uint64_t id)
 {
 	pthread_mutex_lock(&w->mu);
-	uint64_t fp = w->assigned ? w->st.model.fingerprint : 0;
+	uint64_t fp = w->assigned ? w->st.eng.model.fingerprint : 0;
 	pthread_mutex_unlock(&w->mu);
 	wire_buf_reset(&w->cbuf);
 	int rc = wire_encode_simple(&w->cbuf, WIRE_DRAIN, id, fp);
@@ -446,7 +447,7 @@ static int worker_on_trace(struct worker *w, const void *body, size_t len, uint6
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0)
 		rc = stage_trace(&w->st, k.slot, &k.len, &rows, &bytes, &d);
-	uint64_t fp = w->st.model.fingerprint;
+	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0)
 		return worker_reply_error(w, id, WIRE_TRACE, rc, lm_diag_str(&d, rc));

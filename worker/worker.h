@@ -19,8 +19,8 @@
 
 #include <stdbool.h>
 
-#include "common/transport.h"
-#include "common/wire.h"
+#include "common/wire/transport.h"
+#include "common/wire/wire.h"
 #include "kernels/backend.h"
 
 struct worker_opts {

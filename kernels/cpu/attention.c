@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 #include "kernels/cpu/cpu_impl.h"
 
 #define ATTN_ALIGN 64

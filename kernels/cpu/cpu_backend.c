@@ -23,8 +23,8 @@
 #define CPU_XFEATURE_XTILEDATA  18
 #endif
 
-#include "common/err.h"
-#include "common/log.h"
+#include "common/base/err.h"
+#include "common/base/log.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/pool.h"
 

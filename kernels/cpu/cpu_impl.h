@@ -20,18 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/quant.h"
-
-/* --- quant.c: the reference quantizers the kernels reuse --- */
-void cpu_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
-void cpu_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
-/* The activation quantizer: GGUF's reference implementation's x86 arithmetic (see quant.c). */
-void cpu_quantize_q8_0_act(const float *x, block_q8_0 *y, int64_t n);
-void cpu_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
-/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
-void cpu_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
+#include "common/format/quant.h"
 
 /* One matmul as the kernels see it: y[t][r] = dot(W[r], X[t]) for rows r of a range. */
 struct cpu_mm {

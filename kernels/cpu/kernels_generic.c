@@ -33,12 +33,12 @@ static void gen_from_f32_bf16(const float *x, void *dst, int64_t n)
 
 static void gen_from_f32_q8_0(const float *x, void *dst, int64_t n)
 {
-	cpu_quantize_q8_0_act(x, dst, n);
+	lm_quantize_q8_0_act(x, dst, n);
 }
 
 static void gen_from_f32_q8_K(const float *x, void *dst, int64_t n)
 {
-	cpu_quantize_q8_K_ref(x, dst, n);
+	lm_quantize_q8_K_ref(x, dst, n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -115,8 +115,8 @@ float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x)
 		int sumi = 0, summ = 0;
 		for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
 			uint8_t sc0, m0, sc1, m1;
-			cpu_q4_K_scale_min(2 * j, a[i].scales, &sc0, &m0);
-			cpu_q4_K_scale_min(2 * j + 1, a[i].scales, &sc1, &m1);
+			lm_q4_K_scale_min(2 * j, a[i].scales, &sc0, &m0);
+			lm_q4_K_scale_min(2 * j + 1, a[i].scales, &sc1, &m1);
 			int dot0 = 0, dot1 = 0;
 			for (int l = 0; l < 32; l++) {
 				dot0 += (q4[l] & 0xf) * q8[l];

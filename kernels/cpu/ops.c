@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 #include "kernels/cpu/cpu_impl.h"
 
 int cpu_get_rows(float *y, const struct lm_weight *table, const int32_t *ids, int n)

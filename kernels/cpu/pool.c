@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 
 /* How long a worker spins for the next job before sleeping, and how many polls between clock
  * reads. 200 us covers the gap between two ops of a forward (rmsnorm, rope, residual adds). */

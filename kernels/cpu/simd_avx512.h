@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/cpu/quant.h"
+#include "common/format/quant.h"
 #include "kernels/cpu/simd_x86.h"
 
 static inline size_t a8z_bytes(int64_t n)

@@ -78,7 +78,7 @@ static inline void simd_q4_K_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8
 #include <immintrin.h>
 #include <string.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "kernels/cpu/cpu_impl.h"
 
 #define SIMD_INLINE static inline __attribute__((always_inline))
@@ -139,7 +139,7 @@ SIMD_INLINE __m256i q8_0_block(const float *x, float *d_out, uint16_t *d16_out, 
 	}
 	const float am = hmax_ps(amax);
 	const float d = am / 127;
-	const float id = am != 0.0f ? 127.0f / am : 0.0f; /* see cpu_quantize_q8_0_act */
+	const float id = am != 0.0f ? 127.0f / am : 0.0f; /* see lm_quantize_q8_0_act */
 	const uint16_t d16 = lm_f32_to_f16(d);
 	if (d_out != NULL)
 		*d_out = lm_f16_to_f32(d16);

@@ -28,9 +28,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "common/gguf.h"
-#include "common/model.h"
-#include "common/tokenizer.h"
+#include "common/format/gguf.h"
+#include "engine/model.h"
+#include "common/tok/tokenizer.h"
 
 #define CHECK(cond)                       \
 	do {                              \

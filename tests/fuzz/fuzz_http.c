@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/httpd.h"
-#include "common/sampling.h"
+#include "common/wire/httpd.h"
+#include "common/model/sampling.h"
 #include "coordinator/api_request.h"
 #include "tests/support/gguf_samples.h"
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/mesh_config.h"
-#include "common/toml.h"
+#include "common/format/mesh_config.h"
+#include "common/format/toml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

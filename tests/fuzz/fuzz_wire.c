@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 #include "tests/support/wire_samples.h"
 
 #define CHECK(cond)                       \

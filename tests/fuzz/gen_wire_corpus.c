@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 #include "tests/support/corpus_file.h"
 #include "tests/support/wire_samples.h"
 

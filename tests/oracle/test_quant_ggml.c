@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "kernels/cpu/cpu_impl.h"
-#include "kernels/cpu/quant.h"
+#include "common/format/quant.h"
 
 typedef void (*ggml_to_float_t)(const void *x, float *y, int64_t k);
 typedef void (*ggml_from_float_t)(const float *x, void *y, int64_t k);
@@ -335,7 +335,7 @@ Test(quant_ggml, q8_0_activations_match_the_x86_backend)
 					x[blk * 32 + j] = nextafterf(t, (j & 2) ? 0.0f : 1e9f);
 				}
 			}
-			cpu_quantize_q8_0_act(x, a, N);
+			lm_quantize_q8_0_act(x, a, N);
 			theirs(x, b, N);
 			cr_assert_eq(memcmp(a, b, sizeof a), 0, "%s: round %d differs", variants[v],
 				     round);

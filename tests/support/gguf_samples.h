@@ -1,7 +1,7 @@
 /* gguf_samples.h — small GGUF images for the GGUF fuzz target's seed corpus and for the
  * vocabulary the HTTP fuzz target tokenizes with.
  *
- * Every image is written by common/gguf_write.h into memory and is deterministic (tensor bytes
+ * Every image is written by common/format/gguf_write.h into memory and is deterministic (tensor bytes
  * are a fixed pattern), so the committed corpus can be checked against the generator:
  *   llama        a one-layer llama model that lm_model_open accepts: n_embd 32, two heads of
  *                16, one KV head, FFN 64, tensors in f32, f16, bf16, q8_0 and q4_0, and a
@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/gguf.h"
-#include "common/gguf_write.h"
+#include "common/base/dtype.h"
+#include "common/format/gguf.h"
+#include "common/format/gguf_write.h"
 
 enum gs_kind {
 	GS_LLAMA,

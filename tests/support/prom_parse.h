@@ -1,5 +1,5 @@
 /* prom_parse.h — a strict reader of the Prometheus text exposition format 0.0.4, for the tests:
- * the unit test of common/metrics.h and the integration tests' check of live /metrics pages
+ * the unit test of common/base/metrics.h and the integration tests' check of live /metrics pages
  * (tests/integration/prom_check.c).
  *
  * It is written from the format's specification, independently of the writer it checks, and

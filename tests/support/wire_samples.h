@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 
 #define WS_FP UINT64_C(0x0123456789abcdef)
 

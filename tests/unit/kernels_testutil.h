@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/err.h"
+#include "common/base/err.h"
 #include "kernels/cpu/cpu_backend.h"
 
 /* Every kernel set of the CPU backend; a test runs each one the build and the CPU have. */

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gguf.h"
-#include "common/httpd.h"
-#include "common/tokenizer.h"
+#include "common/format/gguf.h"
+#include "common/wire/httpd.h"
+#include "common/tok/tokenizer.h"
 #include "coordinator/api_request.h"
 #include "tests/support/gguf_samples.h"
 

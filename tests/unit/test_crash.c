@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/crash.h"
+#include "common/base/crash.h"
 
 /* Not static, not inlined: its name must show in the exported symbols of the stack. */
 void crash_test_fault(volatile int *p);

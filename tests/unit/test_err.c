@@ -2,8 +2,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/err.h"
+#include "common/base/dtype.h"
+#include "common/base/err.h"
 
 Test(err, names_and_messages_come_from_one_table)
 {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/fence.h"
+#include "common/plan/fence.h"
 
 #define MiB (1024ull * 1024ull)
 #define GiB (1024ull * MiB)

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/model.h"
-#include "worker/forward.h"
+#include "engine/model.h"
+#include "engine/forward.h"
 
 static const char *shared(const char *rel)
 {

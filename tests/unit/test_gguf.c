@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/gguf.h"
+#include "common/format/gguf.h"
 
 static char *shared_path(const char *rel)
 {

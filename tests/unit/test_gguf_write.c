@@ -1,4 +1,4 @@
-/* The GGUF writer, checked by the independent reader (common/gguf.c) and against files written by
+/* The GGUF writer, checked by the independent reader (common/format/gguf.c) and against files written by
  * other implementations: rewriting stories260K.gguf (written by llama.cpp's tools) and the
  * vocabulary-only files through gguf_writer_kv_copy must reproduce them byte for byte. */
 #include <criterion/criterion.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/gguf.h"
-#include "common/gguf_write.h"
+#include "common/format/gguf.h"
+#include "common/format/gguf_write.h"
 
 static char *shared_path(const char *rel)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "lm_config.h"
 #include "tests/support/prom_parse.h"
 #include "worker/health.h"

@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/err.h"
+#include "common/base/dtype.h"
+#include "common/base/err.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_impl.h"
-#include "kernels/cpu/quant.h"
+#include "common/format/quant.h"
 #include "kernels_testutil.h"
 
 TestSuite(kernels, .timeout = 60);

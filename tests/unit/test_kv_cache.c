@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv_cache.h"
+#include "engine/kv_cache.h"
 
 /* The incident: 60 layers, 16 KV heads x head_dim 512, max_seq 128, f32 K and V. */
 Test(kv_cache, mission_arithmetic)

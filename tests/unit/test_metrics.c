@@ -1,4 +1,4 @@
-/* Histograms, percentiles and the exposition text (common/metrics.h), against values worked out
+/* Histograms, percentiles and the exposition text (common/base/metrics.h), against values worked out
  * by hand from the bucket bounds, and the text against an independent reader of the format
  * (tests/support/prom_parse.h). */
 #include <criterion/criterion.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/metrics.h"
+#include "common/base/metrics.h"
 #include "tests/support/prom_parse.h"
 
 static void observe_n(struct lm_hist *h, uint64_t ns, int n)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/model.h"
+#include "engine/model.h"
 #include "tests/support/gguf_samples.h"
 
 static const char *model_path(void)

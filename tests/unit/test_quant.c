@@ -1,4 +1,4 @@
-/* test_quant.c — kernels/cpu/quant.c: dequantization of hand-built blocks, round trips within
+/* test_quant.c — common/format/quant.c: dequantization of hand-built blocks, round trips within
  * per-type error bounds, and edge cases. (Bit-exactness against llama.cpp is checked by
  * tests/oracle/test_quant_ggml.c when the oracle is configured.) */
 #include <criterion/criterion.h>
@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/dtype.h"
-#include "common/err.h"
-#include "kernels/cpu/quant.h"
+#include "common/base/dtype.h"
+#include "common/base/err.h"
+#include "common/format/quant.h"
 #include "kernels_testutil.h"
 
 TestSuite(quant, .timeout = 30);

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/metrics.h"
+#include "common/base/metrics.h"
 #include "worker/recvq.h"
 
 struct pair {

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/sampling.h"
+#include "engine/sampler.h"
 
 #define V 8
 static const float logits[V] = {1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.9f, -5.0f, 1.5f};

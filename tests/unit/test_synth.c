@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/gguf.h"
+#include "common/format/gguf.h"
 #include "coordinator/synth.h"
-#include "kernels/cpu/quant.h"
+#include "common/format/quant.h"
 
 static char tmpdir[64];
 

@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/gguf.h"
-#include "common/tok_internal.h"
-#include "common/tok_unicode.h"
-#include "common/tokenizer.h"
+#include "common/format/gguf.h"
+#include "common/tok/tok_internal.h"
+#include "common/tok/tok_unicode.h"
+#include "common/tok/tokenizer.h"
 
 static char *shared_path(const char *rel)
 {

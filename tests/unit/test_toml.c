@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/toml.h"
+#include "common/format/toml.h"
 
 /* ---- the canonical dump ------------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/transport.h"
+#include "common/wire/transport.h"
 
 Test(transport, tls_scheme)
 {

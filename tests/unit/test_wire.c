@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/wire.h"
+#include "common/wire/wire.h"
 #include "tests/support/wire_samples.h"
 
 static struct wire_scratch scr;

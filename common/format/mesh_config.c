@@ -1,0 +1,885 @@
+/* mesh_config.c — mesh.toml's schema over the TOML reader. The keys are documented in
+ * mesh_config.h; every check here reports through toml_fail_at/toml_fail_key, so a message
+ * always carries the file, line, column and key path. */
+#include "common/format/mesh_config.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/format/toml.h"
+
+/* ---- sizes and addresses ------------------------------------------------------------------ */
+
+static int why_fail(char *why, size_t cap, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int why_fail(char *why, size_t cap, int code, const char *fmt, ...)
+{
+	if (why != NULL && cap > 0) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(why, cap, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+int mesh_parse_size(const char *s, uint64_t *out, char *why, size_t why_cap)
+{
+	static const struct {
+		const char *name;
+		uint64_t mult;
+	} units[] = {
+		{"B", 1},
+		{"KB", 1000ull},
+		{"kB", 1000ull},
+		{"MB", 1000000ull},
+		{"GB", 1000000000ull},
+		{"TB", 1000000000000ull},
+		{"KiB", 1ull << 10},
+		{"MiB", 1ull << 20},
+		{"GiB", 1ull << 30},
+		{"TiB", 1ull << 40},
+	};
+	const char *p = s;
+	if (!isdigit((unsigned char)*p))
+		return why_fail(why, why_cap, LM_EFORMAT, "a size starts with a digit");
+	uint64_t whole = 0;
+	for (; isdigit((unsigned char)*p); p++) {
+		uint64_t dg = (uint64_t)(*p - '0');
+		if (whole > (UINT64_MAX - dg) / 10)
+			return why_fail(why, why_cap, LM_ERANGE, "more than 2^64 - 1 bytes");
+		whole = whole * 10 + dg;
+	}
+	uint64_t frac = 0, scale = 1;
+	bool has_frac = false;
+	if (*p == '.') {
+		p++;
+		has_frac = true;
+		if (!isdigit((unsigned char)*p))
+			return why_fail(why, why_cap, LM_EFORMAT,
+					"a digit must follow the decimal point");
+		for (; isdigit((unsigned char)*p); p++) {
+			if (scale == 1000000000000000000ull)
+				return why_fail(why, why_cap, LM_EFORMAT, "more than 18 decimals");
+			frac = frac * 10 + (uint64_t)(*p - '0');
+			scale *= 10;
+		}
+	}
+	bool space = *p == ' ';
+	if (space)
+		p++;
+	uint64_t mult = 0;
+	if (*p == '\0' && !space)
+		mult = 1;
+	for (size_t i = 0; i < sizeof units / sizeof units[0] && mult == 0; i++)
+		if (strcmp(p, units[i].name) == 0)
+			mult = units[i].mult;
+	if (mult == 0)
+		return why_fail(why, why_cap, LM_EFORMAT,
+				"unknown unit '%s' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)",
+				p);
+	if (has_frac && mult == 1)
+		return why_fail(why, why_cap, LM_EFORMAT, "a fraction needs a unit larger than B");
+	/* whole * mult + frac * mult / scale, exactly, rounded down. */
+	unsigned __int128 v = (unsigned __int128)whole * mult +
+			      (unsigned __int128)frac * mult / (unsigned __int128)scale;
+	if (v > UINT64_MAX)
+		return why_fail(why, why_cap, LM_ERANGE, "more than 2^64 - 1 bytes");
+	*out = (uint64_t)v;
+	return 0;
+}
+
+int mesh_check_hostport(const char *hp, char *why, size_t why_cap)
+{
+	const char *colon;
+	if (hp[0] == '[') {
+		const char *close = strchr(hp, ']');
+		if (close == NULL)
+			return why_fail(why, why_cap, LM_EFORMAT, "'[' without ']'");
+		if (close == hp + 1)
+			return why_fail(why, why_cap, LM_EFORMAT, "an empty IPv6 host");
+		for (const char *q = hp + 1; q < close; q++)
+			if (!isxdigit((unsigned char)*q) && *q != ':' && *q != '.')
+				return why_fail(why, why_cap, LM_EFORMAT,
+						"'%c' cannot appear in an IPv6 address", *q);
+		colon = close + 1;
+		if (*colon != ':')
+			return why_fail(why, why_cap, LM_EFORMAT, "expected ':PORT' after ']'");
+	} else {
+		colon = strrchr(hp, ':');
+		if (colon == NULL)
+			return why_fail(why, why_cap, LM_EFORMAT, "no port (write HOST:PORT)");
+		if (colon == hp)
+			return why_fail(why, why_cap, LM_EFORMAT, "no host (write HOST:PORT)");
+		bool star = colon == hp + 1 && hp[0] == '*';
+		for (const char *q = hp; q < colon && !star; q++) {
+			if (*q == ':')
+				return why_fail(why, why_cap, LM_EFORMAT,
+						"an IPv6 host goes in brackets: [::1]:PORT");
+			if (!isalnum((unsigned char)*q) && *q != '.' && *q != '-')
+				return why_fail(why, why_cap, LM_EFORMAT,
+						"'%c' cannot appear in a host name", *q);
+		}
+	}
+	const char *port = colon + 1;
+	size_t n = strlen(port);
+	if (n == 0 || n > 5 || strspn(port, "0123456789") != n)
+		return why_fail(why, why_cap, LM_EFORMAT, "the port must be a number");
+	long v = strtol(port, NULL, 10);
+	if (v < 1 || v > 65535)
+		return why_fail(why, why_cap, LM_EFORMAT, "the port must be 1 to 65535, not %ld",
+				v);
+	return 0;
+}
+
+int mesh_check_address(const char *a, char *why, size_t why_cap)
+{
+	if (strncmp(a, "ipc://", 6) == 0) {
+		size_t n = strlen(a + 6);
+		if (n == 0)
+			return why_fail(why, why_cap, LM_EFORMAT, "an ipc:// address needs a path");
+		/* sockaddr_un.sun_path is 108 bytes, NUL included. */
+		if (n > 107)
+			return why_fail(
+				why, why_cap, LM_EFORMAT,
+				"the path is %zu bytes; a unix socket path holds at most 107", n);
+		return 0;
+	}
+	if (strncmp(a, "inproc://", 9) == 0)
+		return a[9] != '\0' ? 0
+				    : why_fail(why, why_cap, LM_EFORMAT,
+					       "an inproc:// address needs a name");
+	if (strncmp(a, "tcp://", 6) == 0)
+		return mesh_check_hostport(a + 6, why, why_cap);
+	if (strncmp(a, "tls+tcp://", 10) == 0)
+		return mesh_check_hostport(a + 10, why, why_cap);
+	return why_fail(why, why_cap, LM_EFORMAT,
+			"use ipc://PATH, tcp://HOST:PORT, tls+tcp://HOST:PORT or inproc://NAME");
+}
+
+int mesh_listen_address(const char *addr, bool http, bool any, char *out, size_t cap, char *why,
+			size_t why_cap)
+{
+	int rc = http ? mesh_check_hostport(addr, why, why_cap)
+		      : mesh_check_address(addr, why, why_cap);
+	if (rc != 0)
+		return rc;
+	const char *scheme_end = http ? addr : strstr(addr, "://") + 3;
+	bool tcp = http || strncmp(addr, "tcp://", 6) == 0 || strncmp(addr, "tls+tcp://", 10) == 0;
+	int n;
+	if (!any || !tcp) {
+		n = snprintf(out, cap, "%s", addr);
+	} else {
+		/* The port follows the last ':' (an IPv6 literal's own colons sit inside []). */
+		const char *colon = strrchr(scheme_end, ':');
+		n = snprintf(out, cap, "%.*s%s%s", (int)(scheme_end - addr), addr,
+			     scheme_end[0] == '[' ? "[::]" : "0.0.0.0", colon);
+	}
+	if (n < 0 || (size_t)n >= cap)
+		return why_fail(why, why_cap, LM_ERANGE, "the listen address of %s is too long",
+				addr);
+	return 0;
+}
+
+/* ---- the schema reader -------------------------------------------------------------------- */
+
+struct mc {
+	const struct toml_doc *doc;
+	lm_diag *d;
+	struct mesh_config *cfg;
+};
+
+#define MC_FAIL(m, v, ...) toml_fail_at((m)->d, LM_ECONFIG, (m)->doc, (v), __VA_ARGS__)
+
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	if (la > 32 || lb > 32)
+		return 99;
+	size_t row[33];
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t best = diag + (a[i - 1] != b[j - 1]);
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* Every key of `tab` must be one of `known` (NULL-terminated). */
+static int mc_keys(struct mc *m, const struct toml_value *tab, const char *section,
+		   const char *const *known)
+{
+	for (size_t i = 0; i < toml_len(tab); i++) {
+		const struct toml_kv *kv = toml_entry(tab, i);
+		const char *near = NULL;
+		bool found = false;
+		for (const char *const *k = known; *k != NULL && !found; k++) {
+			found = kv->keylen == strlen(*k) && strcmp(kv->key, *k) == 0;
+			if (near == NULL && edit_distance(kv->key, *k) <= 2)
+				near = *k;
+		}
+		if (found)
+			continue;
+		char list[400] = "";
+		size_t n = 0;
+		for (const char *const *k = known; *k != NULL && n < sizeof list; k++)
+			n += (size_t)snprintf(list + n, sizeof list - n, "%s%s",
+					      k == known ? "" : ", ", *k);
+		if (near != NULL)
+			return toml_fail_key(m->d, LM_ECONFIG, m->doc, kv,
+					     "unknown key; did you mean '%s'? (%s takes: %s)", near,
+					     section, list);
+		return toml_fail_key(m->d, LM_ECONFIG, m->doc, kv, "unknown key (%s takes: %s)",
+				     section, list);
+	}
+	return 0;
+}
+
+static int mc_missing(struct mc *m, const struct toml_value *tab, const char *key, const char *hint)
+{
+	return MC_FAIL(m, tab, "missing key '%s' (%s)", key, hint);
+}
+
+/* A non-empty string without NULs; *out is left alone when the key is absent and optional. */
+static int mc_str(struct mc *m, const struct toml_value *tab, const char *key, const char *hint,
+		  char **out)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	if (v == NULL)
+		return hint != NULL ? mc_missing(m, tab, key, hint) : 0;
+	int rc = toml_expect(m->doc, v, TOML_STRING, m->d);
+	if (rc != 0)
+		return rc;
+	if (v->u.str.len == 0)
+		return MC_FAIL(m, v, "must not be empty");
+	if (strlen(v->u.str.s) != v->u.str.len)
+		return MC_FAIL(m, v, "must not contain a NUL character");
+	char *s = strdup(v->u.str.s);
+	if (s == NULL)
+		return lm_fail(m->d, LM_ENOMEM, "%s: out of memory", m->doc->name);
+	free(*out);
+	*out = s;
+	return 0;
+}
+
+static int mc_int(struct mc *m, const struct toml_value *tab, const char *key, int64_t lo,
+		  int64_t hi, int32_t *out)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	if (v == NULL)
+		return 0;
+	int rc = toml_expect(m->doc, v, TOML_INTEGER, m->d);
+	if (rc != 0)
+		return rc;
+	if (v->u.i < lo || v->u.i > hi)
+		return MC_FAIL(m, v, "must be %lld to %lld, not %lld", (long long)lo, (long long)hi,
+			       (long long)v->u.i);
+	*out = (int32_t)v->u.i;
+	return 0;
+}
+
+/* One of `names` (NULL-terminated); *out is the index. */
+static int mc_choice(struct mc *m, const struct toml_value *tab, const char *key,
+		     const char *const *names, int *out)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	if (v == NULL)
+		return 0;
+	int rc = toml_expect(m->doc, v, TOML_STRING, m->d);
+	if (rc != 0)
+		return rc;
+	char list[200] = "";
+	size_t n = 0;
+	for (int i = 0; names[i] != NULL; i++) {
+		if (strcmp(v->u.str.s, names[i]) == 0 && strlen(names[i]) == v->u.str.len) {
+			*out = i;
+			return 0;
+		}
+		if (n < sizeof list)
+			n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"",
+					      i == 0                 ? ""
+					      : names[i + 1] == NULL ? " or "
+								     : ", ",
+					      names[i]);
+	}
+	return MC_FAIL(m, v, "must be %s, not \"%.40s\"", list, v->u.str.s);
+}
+
+static int mc_size(struct mc *m, const struct toml_value *tab, const char *key, uint64_t *out,
+		   bool *given)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	*given = v != NULL;
+	if (v == NULL)
+		return 0;
+	if (v->type == TOML_INTEGER) {
+		if (v->u.i <= 0)
+			return MC_FAIL(m, v, "must be a positive number of bytes, not %lld",
+				       (long long)v->u.i);
+		*out = (uint64_t)v->u.i;
+		return 0;
+	}
+	if (v->type != TOML_STRING)
+		return MC_FAIL(m, v,
+			       "expected a size (a string such as \"128MiB\", or an integer "
+			       "of bytes), found %s",
+			       toml_type_name(v->type));
+	char why[128];
+	uint64_t b = 0;
+	if (strlen(v->u.str.s) != v->u.str.len ||
+	    mesh_parse_size(v->u.str.s, &b, why, sizeof why) != 0) {
+		if (strlen(v->u.str.s) != v->u.str.len)
+			snprintf(why, sizeof why, "a NUL character");
+		return MC_FAIL(m, v, "invalid size \"%.40s\": %s", v->u.str.s, why);
+	}
+	if (b == 0)
+		return MC_FAIL(m, v, "must be more than 0 bytes");
+	*out = b;
+	return 0;
+}
+
+static int mc_address(struct mc *m, const struct toml_value *tab, const char *key, const char *hint,
+		      char **out)
+{
+	int rc = mc_str(m, tab, key, hint, out);
+	if (rc != 0 || *out == NULL)
+		return rc;
+	char why[128];
+	if (mesh_check_address(*out, why, sizeof why) != 0)
+		return MC_FAIL(m, toml_get(tab, key), "invalid address \"%.80s\": %s", *out, why);
+	return 0;
+}
+
+static int mc_hostport(struct mc *m, const struct toml_value *tab, const char *key,
+		       const char *hint, char **out)
+{
+	int rc = mc_str(m, tab, key, hint, out);
+	if (rc != 0 || *out == NULL)
+		return rc;
+	char why[128];
+	if (mesh_check_hostport(*out, why, sizeof why) != 0)
+		return MC_FAIL(m, toml_get(tab, key), "invalid HTTP endpoint \"%.80s\": %s", *out,
+			       why);
+	return 0;
+}
+
+/* A path, resolved against mesh.toml's directory when relative. */
+static int mc_path(struct mc *m, const struct toml_value *tab, const char *key, const char *hint,
+		   char **out)
+{
+	int rc = mc_str(m, tab, key, hint, out);
+	if (rc != 0 || *out == NULL || (*out)[0] == '/')
+		return rc;
+	size_t n = strlen(m->cfg->dir) + 1 + strlen(*out) + 1;
+	char *p = malloc(n);
+	if (p == NULL)
+		return lm_fail(m->d, LM_ENOMEM, "%s: out of memory", m->doc->name);
+	snprintf(p, n, "%s/%s", m->cfg->dir, *out);
+	free(*out);
+	*out = p;
+	return 0;
+}
+
+/* A table that may be absent (NULL); anything else in its place is an error. */
+static int mc_table(struct mc *m, const char *key, const struct toml_value **out)
+{
+	*out = toml_get(m->doc->root, key);
+	return *out == NULL ? 0 : toml_expect(m->doc, *out, TOML_TABLE, m->d);
+}
+
+/* ---- sections ----------------------------------------------------------------------------- */
+
+static const char *const kv_types[] = {"f32", "f16", "q8_0", NULL};
+static const enum lm_dtype kv_type_ids[] = {LM_F32, LM_F16, LM_Q8_0};
+static const char *const wire_types[] = {"f32", "f16", "bf16", NULL};
+static const enum lm_dtype wire_type_ids[] = {LM_F32, LM_F16, LM_BF16};
+
+static int mc_model(struct mc *m)
+{
+	static const char *const keys[] = {"path",      "max_seq_len",   "slots",
+					   "kv_type_k", "kv_type_v",     "wire_dtype",
+					   "max_batch", "scratch_bytes", NULL};
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *t;
+	int rc = mc_table(m, "model", &t);
+	if (rc != 0)
+		return rc;
+	if (t == NULL)
+		return lm_fail(m->d, LM_ECONFIG,
+			       "%s: missing table [model] (its key 'path' names the GGUF model)",
+			       m->doc->name);
+	int k = 0, v = 0, w = 0;
+	bool given;
+	if ((rc = mc_keys(m, t, "[model]", keys)) != 0 ||
+	    (rc = mc_path(m, t, "path", "the GGUF model file", &cfg->model_path)) != 0 ||
+	    (rc = mc_int(m, t, "max_seq_len", 1, MESH_MAX_SEQ_LIMIT, &cfg->max_seq_len)) != 0 ||
+	    (rc = mc_int(m, t, "slots", 1, 4096, &cfg->slots)) != 0 ||
+	    (rc = mc_choice(m, t, "kv_type_k", kv_types, &k)) != 0 ||
+	    (rc = mc_choice(m, t, "kv_type_v", kv_types, &v)) != 0 ||
+	    (rc = mc_choice(m, t, "wire_dtype", wire_types, &w)) != 0 ||
+	    (rc = mc_int(m, t, "max_batch", 1, 65536, &cfg->max_batch)) != 0 ||
+	    (rc = mc_size(m, t, "scratch_bytes", &cfg->scratch_bytes, &given)) != 0)
+		return rc;
+	cfg->kv_type_k = kv_type_ids[k];
+	cfg->kv_type_v = kv_type_ids[v];
+	cfg->wire_dtype = wire_type_ids[w];
+	return 0;
+}
+
+static int mc_coordinator(struct mc *m)
+{
+	static const char *const keys[] = {"http", "data_in", "auth_token", "log_level", NULL};
+	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *t;
+	int rc = mc_table(m, "coordinator", &t);
+	if (rc != 0)
+		return rc;
+	if (t == NULL)
+		return lm_fail(m->d, LM_ECONFIG,
+			       "%s: missing table [coordinator] (its key 'data_in' is the address "
+			       "the last worker sends sampled tokens to)",
+			       m->doc->name);
+	int level = LM_LOG_INFO;
+	if ((rc = mc_keys(m, t, "[coordinator]", keys)) != 0 ||
+	    (rc = mc_hostport(m, t, "http", NULL, &cfg->http)) != 0 ||
+	    (rc = mc_address(m, t, "data_in",
+			     "the address where the coordinator receives sampled tokens, e.g. "
+			     "\"ipc:///tmp/layermesh-coordinator.data\"",
+			     &cfg->data_in)) != 0 ||
+	    (rc = mc_str(m, t, "auth_token", NULL, &cfg->auth_token)) != 0 ||
+	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0)
+		return rc;
+	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
+	if (cfg->auth_token != NULL) {
+		for (const char *q = cfg->auth_token; *q != '\0'; q++)
+			if ((unsigned char)*q <= 0x20 || (unsigned char)*q >= 0x7F)
+				return MC_FAIL(m, toml_get(t, "auth_token"),
+					       "must be printable ASCII without spaces (it is sent "
+					       "in an HTTP header)");
+	}
+	return 0;
+}
+
+static int mc_plan(struct mc *m)
+{
+	static const char *const keys[] = {"strategy", NULL};
+	static const char *const names[] = {"uniform", "balanced", "pinned", NULL};
+	const struct toml_value *t;
+	int rc = mc_table(m, "plan", &t);
+	if (rc != 0 || t == NULL)
+		return rc;
+	int s = FENCE_BALANCED;
+	if ((rc = mc_keys(m, t, "[plan]", keys)) != 0 ||
+	    (rc = mc_choice(m, t, "strategy", names, &s)) != 0)
+		return rc;
+	m->cfg->strategy = (enum fence_strategy)s; /* names[] is in enum order */
+	return 0;
+}
+
+static int mc_tls(struct mc *m)
+{
+	static const char *const keys[] = {"ca_file", "cert_file", "key_file", NULL};
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *t;
+	int rc = mc_table(m, "tls", &t);
+	if (rc != 0 || t == NULL)
+		return rc;
+	if ((rc = mc_keys(m, t, "[tls]", keys)) != 0 ||
+	    (rc = mc_path(m, t, "ca_file", "the CA certificate that signs every peer's",
+			  &cfg->tls_ca_file)) != 0 ||
+	    (rc = mc_path(m, t, "cert_file", "this mesh's certificate, PEM",
+			  &cfg->tls_cert_file)) != 0 ||
+	    (rc = mc_path(m, t, "key_file", "the certificate's private key, PEM",
+			  &cfg->tls_key_file)) != 0)
+		return rc;
+	return 0;
+}
+
+static int mc_layers(struct mc *m, const struct toml_value *v, struct mesh_worker *w)
+{
+	if (v->type != TOML_ARRAY || toml_len(v) != 2 || toml_at(v, 0)->type != TOML_INTEGER ||
+	    toml_at(v, 1)->type != TOML_INTEGER)
+		return MC_FAIL(m, v,
+			       "expected [start, end]: two integers, the worker running "
+			       "layers start to end - 1");
+	int64_t a = toml_at(v, 0)->u.i, b = toml_at(v, 1)->u.i;
+	if (a < 0 || b > FENCE_MAX_LAYERS || a >= b)
+		return MC_FAIL(m, v,
+			       "[%lld, %lld] is not a range of layers: it needs 0 <= start < "
+			       "end <= %d",
+			       (long long)a, (long long)b, FENCE_MAX_LAYERS);
+	w->pinned = true;
+	w->layer_start = (int32_t)a;
+	w->layer_end = (int32_t)b;
+	return 0;
+}
+
+static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worker *w)
+{
+	static const char *const keys[] = {"name",         "data",    "control", "http",
+					   "memory_limit", "speed",   "layers",  "backend",
+					   "device",       "threads", "kernels", NULL};
+	static const char *const backends[] = {"cpu", "cuda", NULL};
+	static const char *const kernel_sets[] = {"auto", "scalar", "amx", NULL};
+	int rc = toml_expect(m->doc, t, TOML_TABLE, m->d);
+	if (rc != 0)
+		return rc;
+	w->line = t->line;
+	w->speed = 1.0;
+	w->threads = 1;
+	int backend = MESH_BACKEND_CPU, kernels = MESH_KERNELS_AUTO;
+	bool given;
+	if ((rc = mc_keys(m, t, "[[worker]]", keys)) != 0 ||
+	    (rc = mc_str(m, t, "name", "a unique name, e.g. \"w0\"", &w->name)) != 0 ||
+	    (rc = mc_address(m, t, "data",
+			     "the worker's data-plane PULL address, e.g. "
+			     "\"ipc:///tmp/layermesh-w0.data\"",
+			     &w->data)) != 0 ||
+	    (rc = mc_address(m, t, "control",
+			     "the worker's control-plane REP address, e.g. "
+			     "\"ipc:///tmp/layermesh-w0.ctl\"",
+			     &w->control)) != 0 ||
+	    (rc = mc_hostport(m, t, "http", "the worker's health server, e.g. \"127.0.0.1:9100\"",
+			      &w->http)) != 0 ||
+	    (rc = mc_size(m, t, "memory_limit", &w->memory_limit, &given)) != 0 ||
+	    (rc = mc_choice(m, t, "backend", backends, &backend)) != 0 ||
+	    (rc = mc_int(m, t, "device", 0, 255, &w->device)) != 0 ||
+	    (rc = mc_int(m, t, "threads", 1, 1024, &w->threads)) != 0 ||
+	    (rc = mc_choice(m, t, "kernels", kernel_sets, &kernels)) != 0)
+		return rc;
+	w->kernels = (enum mesh_kernels)kernels;
+	if (!given)
+		return mc_missing(m, t, "memory_limit",
+				  "everything the worker may allocate, e.g. \"128MiB\"");
+	size_t n = strlen(w->name);
+	if (n > MESH_NAME_MAX ||
+	    strspn(w->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			    "0123456789._-") != n)
+		return MC_FAIL(m, toml_get(t, "name"),
+			       "a worker name is 1 to %d of A-Z a-z 0-9 . _ - (it names files and "
+			       "log lines)",
+			       MESH_NAME_MAX);
+	w->backend = (enum mesh_backend)backend;
+	if (toml_get(t, "device") != NULL && w->backend != MESH_BACKEND_CUDA)
+		return MC_FAIL(m, toml_get(t, "device"), "only for backend = \"cuda\"");
+	const struct toml_value *sp = toml_get(t, "speed");
+	if (sp != NULL) {
+		if (sp->type != TOML_INTEGER && sp->type != TOML_FLOAT)
+			return MC_FAIL(m, sp, "expected a number, found %s",
+				       toml_type_name(sp->type));
+		w->speed = sp->type == TOML_INTEGER ? (double)sp->u.i : sp->u.f;
+		if (!(w->speed > 0.0) || !isfinite(w->speed))
+			return MC_FAIL(m, sp, "must be a positive finite number, not %g", w->speed);
+	}
+	const struct toml_value *ly = toml_get(t, "layers");
+	if (ly != NULL && (rc = mc_layers(m, ly, w)) != 0)
+		return rc;
+	return 0;
+}
+
+static int mc_workers(struct mc *m)
+{
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *a = toml_get(m->doc->root, "worker");
+	if (a == NULL)
+		return lm_fail(m->d, LM_ECONFIG,
+			       "%s: no [[worker]]: a mesh needs at least one worker", m->doc->name);
+	if (a->type == TOML_TABLE)
+		return MC_FAIL(m, a,
+			       "write [[worker]] (an array of tables, one per worker), not "
+			       "[worker]");
+	int rc = toml_expect(m->doc, a, TOML_ARRAY, m->d);
+	if (rc != 0)
+		return rc;
+	size_t n = toml_len(a);
+	if (n == 0)
+		return MC_FAIL(m, a, "a mesh needs at least one worker");
+	if (n > MESH_MAX_WORKERS)
+		return MC_FAIL(m, a, "%zu workers; at most %d", n, MESH_MAX_WORKERS);
+	cfg->workers = calloc(n, sizeof *cfg->workers);
+	if (cfg->workers == NULL)
+		return lm_fail(m->d, LM_ENOMEM, "%s: out of memory", m->doc->name);
+	cfg->n_workers = (int32_t)n;
+	for (size_t i = 0; i < n; i++)
+		if ((rc = mc_worker(m, toml_at(a, i), &cfg->workers[i])) != 0)
+			return rc;
+	return 0;
+}
+
+/* ---- checks across sections --------------------------------------------------------------- */
+
+/* One listening endpoint, reduced to what decides whether two of them collide. */
+struct mc_endpoint {
+	const struct toml_value *v;
+	char kind;        /* 'i' ipc, 'p' inproc, 't' TCP (tcp://, tls+tcp:// and HTTP) */
+	const char *host; /* TCP: host part; else the path or name */
+	size_t host_len;
+	long port;
+};
+
+static void mc_endpoint_of(const char *s, bool http, struct mc_endpoint *e)
+{
+	if (!http && strncmp(s, "ipc://", 6) == 0) {
+		e->kind = 'i';
+		e->host = s + 6;
+		e->host_len = strlen(e->host);
+		return;
+	}
+	if (!http && strncmp(s, "inproc://", 9) == 0) {
+		e->kind = 'p';
+		e->host = s + 9;
+		e->host_len = strlen(e->host);
+		return;
+	}
+	const char *hp = http ? s : strstr(s, "://") + 3;
+	const char *colon = strrchr(hp, ':');
+	e->kind = 't';
+	e->host = hp;
+	e->host_len = (size_t)(colon - hp);
+	e->port = strtol(colon + 1, NULL, 10);
+}
+
+static bool mc_wildcard(const struct mc_endpoint *e)
+{
+	static const char *const any[] = {"*", "0.0.0.0", "[::]"};
+	for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
+		if (e->host_len == strlen(any[i]) && memcmp(e->host, any[i], e->host_len) == 0)
+			return true;
+	return false;
+}
+
+static bool mc_collide(const struct mc_endpoint *a, const struct mc_endpoint *b)
+{
+	if (a->kind != b->kind)
+		return false;
+	if (a->kind == 't') {
+		if (a->port != b->port)
+			return false;
+		if (mc_wildcard(a) || mc_wildcard(b))
+			return true;
+	}
+	return a->host_len == b->host_len && memcmp(a->host, b->host, a->host_len) == 0;
+}
+
+static int mc_check_endpoints(struct mc *m)
+{
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *co = toml_get(m->doc->root, "coordinator");
+	const struct toml_value *ws = toml_get(m->doc->root, "worker");
+	size_t n = 2 + 3 * (size_t)cfg->n_workers, k = 0;
+	struct mc_endpoint *e = calloc(n, sizeof *e);
+	if (e == NULL)
+		return lm_fail(m->d, LM_ENOMEM, "%s: out of memory", m->doc->name);
+	/* The coordinator's default HTTP endpoint has no value in the file to point at. */
+	if (toml_get(co, "http") != NULL) {
+		mc_endpoint_of(cfg->http, true, &e[k]);
+		e[k++].v = toml_get(co, "http");
+	}
+	mc_endpoint_of(cfg->data_in, false, &e[k]);
+	e[k++].v = toml_get(co, "data_in");
+	for (int32_t j = 0; j < cfg->n_workers; j++) {
+		const struct toml_value *t = toml_at(ws, (size_t)j);
+		mc_endpoint_of(cfg->workers[j].data, false, &e[k]);
+		e[k++].v = toml_get(t, "data");
+		mc_endpoint_of(cfg->workers[j].control, false, &e[k]);
+		e[k++].v = toml_get(t, "control");
+		mc_endpoint_of(cfg->workers[j].http, true, &e[k]);
+		e[k++].v = toml_get(t, "http");
+	}
+	struct mc_endpoint def;
+	mc_endpoint_of(cfg->http, true, &def);
+	int rc = 0;
+	for (size_t i = 0; i < k && rc == 0; i++) {
+		if (toml_get(co, "http") == NULL && mc_collide(&def, &e[i]))
+			rc = MC_FAIL(
+				m, e[i].v,
+				"collides with the coordinator's default HTTP endpoint %s (set "
+				"[coordinator] http)",
+				cfg->http);
+		for (size_t j = 0; j < i && rc == 0; j++) {
+			if (!mc_collide(&e[i], &e[j]))
+				continue;
+			char other[128];
+			toml_path(e[j].v, other, sizeof other);
+			rc = MC_FAIL(m, e[i].v, "the same endpoint as %s (line %d)", other,
+				     (int)e[j].v->line);
+		}
+	}
+	free(e);
+	return rc;
+}
+
+static bool mc_loopback(const char *hp)
+{
+	return strncmp(hp, "127.", 4) == 0 || strncmp(hp, "localhost:", 10) == 0 ||
+	       strncmp(hp, "[::1]:", 6) == 0;
+}
+
+static int mc_check(struct mc *m)
+{
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *ws = toml_get(m->doc->root, "worker");
+	/* Names. */
+	for (int32_t i = 0; i < cfg->n_workers; i++)
+		for (int32_t j = 0; j < i; j++)
+			if (strcmp(cfg->workers[i].name, cfg->workers[j].name) == 0)
+				return MC_FAIL(m, toml_get(toml_at(ws, (size_t)i), "name"),
+					       "'%s' is already the name of worker[%d] (line %d)",
+					       cfg->workers[i].name, (int)j,
+					       (int)cfg->workers[j].line);
+	/* Pinned layers go with the pinned strategy, on every worker. */
+	for (int32_t i = 0; i < cfg->n_workers; i++) {
+		const struct toml_value *t = toml_at(ws, (size_t)i);
+		if (cfg->strategy == FENCE_PINNED && !cfg->workers[i].pinned)
+			return mc_missing(m, t, "layers",
+					  "the pinned strategy needs [start, end] on every worker");
+		if (cfg->strategy != FENCE_PINNED && cfg->workers[i].pinned)
+			return MC_FAIL(
+				m, toml_get(t, "layers"),
+				"only allowed when [plan] strategy = \"pinned\" (it is \"%s\")",
+				fence_strategy_name(cfg->strategy));
+	}
+	int rc = mc_check_endpoints(m);
+	if (rc != 0)
+		return rc;
+	/* TLS material exactly when some address needs it. */
+	const struct toml_value *tls_user = NULL;
+	const struct toml_value *co = toml_get(m->doc->root, "coordinator");
+	if (strncmp(cfg->data_in, "tls+tcp://", 10) == 0)
+		tls_user = toml_get(co, "data_in");
+	for (int32_t i = 0; i < cfg->n_workers && tls_user == NULL; i++) {
+		const struct toml_value *t = toml_at(ws, (size_t)i);
+		if (strncmp(cfg->workers[i].data, "tls+tcp://", 10) == 0)
+			tls_user = toml_get(t, "data");
+		else if (strncmp(cfg->workers[i].control, "tls+tcp://", 10) == 0)
+			tls_user = toml_get(t, "control");
+	}
+	if (tls_user != NULL && cfg->tls_ca_file == NULL)
+		return MC_FAIL(m, tls_user,
+			       "uses tls+tcp://, but there is no [tls] table (ca_file, cert_file, "
+			       "key_file)");
+	if (tls_user == NULL && cfg->tls_ca_file != NULL)
+		return MC_FAIL(m, toml_get(m->doc->root, "tls"),
+			       "[tls] is set, but no address uses tls+tcp://: traffic would not be "
+			       "encrypted");
+	/* An API reachable from elsewhere must ask for a token. */
+	if (!mc_loopback(cfg->http) && cfg->auth_token == NULL)
+		return MC_FAIL(
+			m, toml_get(co, "http"),
+			"the API listens beyond loopback on %s: set [coordinator] auth_token "
+			"or bind it to 127.0.0.1",
+			cfg->http);
+	return 0;
+}
+
+/* ---- entry points ------------------------------------------------------------------------- */
+
+static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const char *path,
+		   lm_diag *d)
+{
+	cfg->slots = 16;
+	cfg->kv_type_k = cfg->kv_type_v = LM_F32;
+	cfg->wire_dtype = LM_F32;
+	cfg->max_batch = 64;
+	cfg->log_level = LM_LOG_INFO;
+	cfg->strategy = FENCE_BALANCED;
+	cfg->path = strdup(path);
+	cfg->http = strdup("127.0.0.1:8080");
+	const char *slash = strrchr(path, '/');
+	cfg->dir = slash == NULL   ? strdup(".")
+		   : slash == path ? strdup("/")
+				   : strndup(path, (size_t)(slash - path));
+	if (cfg->path == NULL || cfg->http == NULL || cfg->dir == NULL)
+		return lm_fail(d, LM_ENOMEM, "%s: out of memory", path);
+	struct mc m = {.doc = doc, .d = d, .cfg = cfg};
+	static const char *const sections[] = {"model", "coordinator", "plan",
+					       "tls",   "worker",      NULL};
+	int rc;
+	if ((rc = mc_keys(&m, doc->root, "mesh.toml", sections)) != 0 || (rc = mc_model(&m)) != 0 ||
+	    (rc = mc_coordinator(&m)) != 0 || (rc = mc_plan(&m)) != 0 || (rc = mc_tls(&m)) != 0 ||
+	    (rc = mc_workers(&m)) != 0)
+		return rc;
+	return mc_check(&m);
+}
+
+int mesh_config_parse(struct mesh_config *cfg, const char *path, const char *text, size_t len,
+		      lm_diag *d)
+{
+	memset(cfg, 0, sizeof *cfg);
+	struct toml_doc doc;
+	int rc = toml_parse(&doc, path, text, len, d);
+	if (rc != 0)
+		return rc;
+	rc = mc_read(cfg, &doc, path, d);
+	toml_doc_fini(&doc);
+	if (rc != 0)
+		mesh_config_fini(cfg);
+	return rc;
+}
+
+int mesh_config_load(struct mesh_config *cfg, const char *path, lm_diag *d)
+{
+	memset(cfg, 0, sizeof *cfg);
+	struct toml_doc doc;
+	int rc = toml_parse_file(&doc, path, d);
+	if (rc != 0)
+		return rc;
+	rc = mc_read(cfg, &doc, path, d);
+	toml_doc_fini(&doc);
+	if (rc != 0)
+		mesh_config_fini(cfg);
+	return rc;
+}
+
+void mesh_config_fini(struct mesh_config *cfg)
+{
+	if (cfg == NULL)
+		return;
+	for (int32_t i = 0; cfg->workers != NULL && i < cfg->n_workers; i++) {
+		free(cfg->workers[i].name);
+		free(cfg->workers[i].data);
+		free(cfg->workers[i].control);
+		free(cfg->workers[i].http);
+	}
+	free(cfg->workers);
+	free(cfg->path);
+	free(cfg->dir);
+	free(cfg->model_path);
+	free(cfg->http);
+	free(cfg->data_in);
+	free(cfg->auth_token);
+	free(cfg->tls_ca_file);
+	free(cfg->tls_cert_file);
+	free(cfg->tls_key_file);
+	memset(cfg, 0, sizeof *cfg);
+}
+
+const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, const char *name)
+{
+	for (int32_t i = 0; i < cfg->n_workers; i++)
+		if (strcmp(cfg->workers[i].name, name) == 0)
+			return &cfg->workers[i];
+	return NULL;
+}
+
+const char *mesh_kernels_name(enum mesh_kernels k)
+{
+	return k == MESH_KERNELS_SCALAR ? "scalar" : k == MESH_KERNELS_AMX ? "amx" : "auto";
+}

@@ -1,0 +1,179 @@
+/* mesh_config.h — mesh.toml: the one configuration of a mesh, read once at start.
+ *
+ * Every key is listed here; any other key is an error that names the file, line, column and key.
+ * Relative paths resolve against the directory holding mesh.toml. Sizes are a string with a
+ * unit, "128MiB", "1.5GiB", "512KB", "64 KiB" (B, KB, MB, GB, TB are powers of 1000; KiB, MiB,
+ * GiB, TiB powers of 1024; a fraction is rounded down to whole bytes), or a plain integer of
+ * bytes. Addresses are NNG URLs: "ipc:///path" (at most 107 bytes of path), "tcp://host:port",
+ * "tls+tcp://host:port" or "inproc://name" (one process only: tests). HTTP endpoints are
+ * "host:port" (an IPv6 host in brackets: "[::1]:8080").
+ *
+ *   [model]
+ *   path          string, required   the GGUF file
+ *   max_seq_len   integer            positions per sequence, 1 to MESH_MAX_SEQ_LIMIT; default:
+ *                                    the model's context length, at most MESH_MAX_SEQ_DEFAULT
+ *                                    (a larger value must be asked for here)
+ *   slots         integer            concurrent sequences per worker (KV slots), 1 to 4096;
+ *                                    default 16
+ *   kv_type_k     "f32"|"f16"|"q8_0" K cache type; default "f32"
+ *   kv_type_v     "f32"|"f16"|"q8_0" V cache type; default "f32"
+ *   wire_dtype    "f32"|"f16"|"bf16" hidden states between workers; default "f32"
+ *                 (f32 for the cache and the wire by default: the mesh must reproduce the
+ *                 single-process forward, and llama.cpp's F32-cache logits within 1.3e-5 on
+ *                 stories260K, where an f16 cache moves them by 1e-3 to 1e-2; the smaller
+ *                 types are a choice of memory over exactness, whose saving `layermesh plan`
+ *                 shows)
+ *   max_batch     integer            tokens in one FORWARD batch, 1 to 65536; default 64; sizes
+ *                                    the scratch
+ *   scratch_bytes size               activation scratch per worker; default: the planner's
+ *                                    estimate from the model and max_batch
+ *
+ *   [coordinator]
+ *   http          host:port          the API; default "127.0.0.1:8080"
+ *   data_in       address, required  where the coordinator PULLs TOKENS from the last worker
+ *   auth_token    string             bearer token the API requires; needed when http is not on
+ *                                    a loopback address
+ *   log_level     "error"|"warn"|"info"|"debug"; default "info"
+ *
+ *   [plan]
+ *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
+ *
+ *   [tls]         required when any address is tls+tcp://
+ *   ca_file       path, required     CA that signs every peer's certificate
+ *   cert_file     path, required     this mesh's certificate (PEM)
+ *   key_file      path, required     its private key (PEM)
+ *
+ *   [[worker]]    one per pipeline stage, in pipeline order; at least one
+ *   name          string, required   unique; [A-Za-z0-9._-], 1 to MESH_NAME_MAX characters
+ *   data          address, required  the worker's data-plane PULL address
+ *   control       address, required  its control-plane REP address
+ *   http          host:port, required its health server (/healthz /readyz /status /metrics)
+ *   memory_limit  size, required     everything the worker allocates must fit: weights, KV,
+ *                                    scratch, embedding/head (the planner enforces it)
+ *   speed         number             relative throughput for the balanced plan; default 1.0
+ *   layers        [start, end]       pinned strategy only (and then required): the worker runs
+ *                                    layers start .. end-1, a half-open range like the fence
+ *   backend       "cpu"|"cuda"       default "cpu"
+ *   device        integer            CUDA device index, 0 to 255 (backend "cuda" only); default 0
+ *   threads       integer            CPU threads, 1 to 1024; default 1
+ *   kernels       "auto"|"scalar"|"amx"  CPU kernel set; default "auto" (batch invariant). "amx"
+ *                                    adds the AMX GEMMs: faster batches, but a token's result
+ *                                    then depends on its batch by rounding, so batching and
+ *                                    fault replay reproduce a lone run only up to rounding
+ *
+ * Checked beyond types and ranges: worker names unique; no two endpoints the same (a TCP port
+ * counts once whether HTTP, tcp:// or tls+tcp://); layers only with the pinned strategy and then
+ * on every worker; [tls] present exactly when needed; a non-loopback API only with an
+ * auth_token. Errors are LM_ECONFIG (LM_EUNSUPPORTED, LM_ERANGE, ... from the TOML reader,
+ * LM_ENOENT/LM_EIO for the file) with messages like
+ *     mesh.toml:12:16: worker[1].memory_limit: invalid size "12 XB": unknown unit 'XB' ...
+ */
+#ifndef LM_MESH_CONFIG_H
+#define LM_MESH_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/base/dtype.h"
+#include "common/base/err.h"
+#include "common/plan/fence.h"
+#include "common/base/log.h"
+
+#define MESH_NAME_MAX    63
+#define MESH_MAX_WORKERS FENCE_MAX_WORKERS
+/* The default max_seq_len is the model's context length, but no more than this. */
+#define MESH_MAX_SEQ_DEFAULT 4096
+#define MESH_MAX_SEQ_LIMIT   (1 << 20)
+
+enum mesh_backend {
+	MESH_BACKEND_CPU = 0,
+	MESH_BACKEND_CUDA = 1,
+};
+
+enum mesh_kernels {
+	MESH_KERNELS_AUTO = 0,
+	MESH_KERNELS_SCALAR = 1,
+	MESH_KERNELS_AMX = 2,
+};
+
+/* "auto", "scalar" or "amx": the worker's --kernels value. */
+const char *mesh_kernels_name(enum mesh_kernels k);
+
+struct mesh_worker {
+	char *name;
+	char *data;    /* data-plane PULL address */
+	char *control; /* control-plane REP address */
+	char *http;    /* health server, host:port */
+	uint64_t memory_limit;
+	double speed;
+	bool pinned;                    /* layers given (pinned strategy) */
+	int32_t layer_start, layer_end; /* [start, end) when pinned */
+	enum mesh_backend backend;
+	int32_t device;
+	int32_t threads;
+	enum mesh_kernels kernels;
+	int32_t line; /* of its [[worker]] header, for messages */
+};
+
+struct mesh_config {
+	char *path; /* mesh.toml as given */
+	char *dir;  /* its directory: relative paths resolve against it */
+
+	/* [model] */
+	char *model_path;    /* resolved */
+	int32_t max_seq_len; /* 0: the model's context length, capped at MESH_MAX_SEQ_DEFAULT */
+	int32_t slots;
+	enum lm_dtype kv_type_k, kv_type_v;
+	enum lm_dtype wire_dtype;
+	int32_t max_batch;
+	uint64_t scratch_bytes; /* 0: estimated by the planner */
+
+	/* [coordinator] */
+	char *http;
+	char *data_in;
+	char *auth_token; /* NULL when none */
+	enum lm_log_level log_level;
+
+	/* [plan] */
+	enum fence_strategy strategy;
+
+	/* [tls]: resolved paths; NULL when the section is absent */
+	char *tls_ca_file, *tls_cert_file, *tls_key_file;
+
+	struct mesh_worker *workers; /* [n_workers], in pipeline order */
+	int32_t n_workers;
+};
+
+/* Reads and checks `path`. On failure nothing is left allocated. */
+int mesh_config_load(struct mesh_config *cfg, const char *path, lm_diag *d);
+/* The same from text; `path` names it in messages and anchors relative paths. */
+int mesh_config_parse(struct mesh_config *cfg, const char *path, const char *text, size_t len,
+		      lm_diag *d);
+/* Frees; harmless on a zeroed or finished config. */
+void mesh_config_fini(struct mesh_config *cfg);
+
+/* The worker called `name`, or NULL. */
+const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, const char *name);
+
+/* Parses a size ("1.5GiB", "512 KB", "4096"). LM_EFORMAT or LM_ERANGE with the reason in
+ * `why` (which may be NULL). */
+int mesh_parse_size(const char *s, uint64_t *out, char *why, size_t why_cap);
+/* Checks an NNG address (ipc://, tcp://, tls+tcp://, inproc://). LM_EFORMAT with the reason. */
+int mesh_check_address(const char *addr, char *why, size_t why_cap);
+/* Checks "host:port" (port 1..65535). LM_EFORMAT with the reason. */
+int mesh_check_hostport(const char *hp, char *why, size_t why_cap);
+
+/* The address to listen on for `addr`: an NNG address, or an HTTP "host:port" when `http`.
+ * Without `any` it is `addr` itself. With `any`, a TCP address (tcp://, tls+tcp://, HTTP) keeps
+ * its port and takes the wildcard host, "0.0.0.0", or "[::]" when the host is an IPv6
+ * literal; ipc:// and inproc:// are unchanged. mesh.toml's addresses are where peers dial, and
+ * a host name there (a Kubernetes pod's DNS name, a service name) may not resolve, or not yet,
+ * to an address of the process that listens behind it: that process listens on the wildcard
+ * instead (`layermesh-worker --listen-any`, `layermesh up --listen-any`). LM_EFORMAT (with the
+ * reason in `why`) for an address mesh_check_address / mesh_check_hostport refuses; LM_ERANGE
+ * when `cap` bytes do not hold the result. */
+int mesh_listen_address(const char *addr, bool http, bool any, char *out, size_t cap, char *why,
+			size_t why_cap);
+
+#endif

@@ -1,0 +1,81 @@
+/* quant.h — GGUF block layouts and the row quantizers/dequantizers.
+ *
+ * The block structs are bit-compatible with GGUF files (ggml's ggml-common.h layouts); the
+ * static_asserts pin their sizes so a padding change cannot slip through. Values are stored
+ * little-endian; `d` fields are IEEE half precision (use lm_f16_to_f32).
+ *
+ *   Q4_0  32 elements: x[j] = (nibble - 8) * d; byte j holds element j (low) and j + 16 (high)
+ *   Q8_0  32 elements: x[j] = qs[j] * d
+ *   Q4_K  256 elements in 8 sub-blocks of 32: x = d * sc * q - dmin * m, with 6-bit sc and m
+ *         packed in scales[12]; 4-bit q in qs[128], 64 elements per 32 bytes (low then high)
+ *   Q6_K  256 elements in 16 sub-blocks of 16: x = d * scales[i] * (q - 32), q 6 bits split as
+ *         4 low bits in ql[128] and 2 high bits in qh[64]
+ *   Q8_K  256 elements, f32 d, and bsums (sums of 16 consecutive qs): the activation type that
+ *         Q4_K and Q6_K dot products quantize to (never stored in files)
+ */
+#ifndef LM_QUANT_H
+#define LM_QUANT_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#include "common/base/dtype.h"
+
+#define QK4_0        32
+#define QK8_0        32
+#define QK_K         256
+#define K_SCALE_SIZE 12
+
+typedef struct {
+	uint16_t d;
+	uint8_t qs[QK4_0 / 2];
+} block_q4_0;
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+
+typedef struct {
+	uint16_t d;
+	int8_t qs[QK8_0];
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+typedef struct {
+	uint16_t d;    /* super-block scale for the quantized scales */
+	uint16_t dmin; /* super-block scale for the quantized mins */
+	uint8_t scales[K_SCALE_SIZE];
+	uint8_t qs[QK_K / 2];
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+
+typedef struct {
+	uint8_t ql[QK_K / 2];
+	uint8_t qh[QK_K / 4];
+	int8_t scales[QK_K / 16];
+	uint16_t d;
+} block_q6_K;
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
+typedef struct {
+	float d;
+	int8_t qs[QK_K];
+	int16_t bsums[QK_K / 16];
+} block_q8_K;
+static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
+
+/* Quantizes n floats (a multiple of the type's block size) into dst, bit-for-bit as GGUF's
+ * reference quantizers do (ggml's quantize_row_*_ref, without importance matrices), so files
+ * written by layermesh's tools read the same in llama.cpp. Types: F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_K, Q6_K, Q8_K. Returns 0, or LM_EUNSUPPORTED / LM_EINVAL. */
+int lm_quantize_row(enum lm_dtype type, const float *src, void *dst, int64_t n);
+/* The inverse: n elements of `type` at src to floats. Same types. */
+int lm_dequantize_row(enum lm_dtype type, const void *src, float *dst, int64_t n);
+
+/* The reference quantizers of single types, which the kernels reuse. */
+void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
+void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
+/* The activation quantizer: GGUF's reference implementation's x86 arithmetic (see quant.c). */
+void lm_quantize_q8_0_act(const float *x, block_q8_0 *y, int64_t n);
+void lm_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
+void lm_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
+
+#endif

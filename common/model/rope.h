@@ -1,0 +1,23 @@
+/* rope.h — rotary position embedding parameters, as a model's metadata gives them.
+ *
+ * The planner and the engine both read these (common/model/hparams.h fills them); the backend
+ * applies them (kernels/backend.h's rope op), so they live below both.
+ */
+#ifndef LM_ROPE_H
+#define LM_ROPE_H
+
+#include <stdint.h>
+
+enum lm_rope_mode {
+	LM_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama, Meta layout */
+	LM_ROPE_NEOX = 2, /* rotate halves (x[i], x[i + n_rot/2]): GPT-NeoX, Qwen, Phi-3 */
+};
+
+struct lm_rope_params {
+	enum lm_rope_mode mode;
+	int32_t n_rot;    /* rotated dimensions per head (<= head_dim, even) */
+	float freq_base;  /* theta, 10000 for llama */
+	float freq_scale; /* 1.0: positions are multiplied by this (linear scaling) */
+};
+
+#endif

@@ -1,0 +1,506 @@
+/* fence.c — the planner's three strategies, and the messages that explain an impossible plan.
+ *
+ * Costs of a slice come from prefix sums over the layers, so any stage costs O(1) to evaluate.
+ * Sums saturate at UINT64_MAX instead of wrapping: a saturated stage is over any real limit,
+ * which is the right answer for it.
+ */
+#include "common/plan/fence.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *fence_strategy_name(enum fence_strategy s)
+{
+	switch (s) {
+	case FENCE_UNIFORM:
+		return "uniform";
+	case FENCE_BALANCED:
+		return "balanced";
+	case FENCE_PINNED:
+		return "pinned";
+	}
+	return "?";
+}
+
+int fence_strategy_parse(const char *s)
+{
+	if (s == NULL)
+		return -1;
+	if (strcmp(s, "uniform") == 0)
+		return FENCE_UNIFORM;
+	if (strcmp(s, "balanced") == 0)
+		return FENCE_BALANCED;
+	if (strcmp(s, "pinned") == 0)
+		return FENCE_PINNED;
+	return -1;
+}
+
+const char *fence_fmt_bytes(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	if (bytes < 1024) {
+		snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+		return buf;
+	}
+	double v = (double)bytes / 1024.0;
+	size_t u = 0;
+	while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, cap, "%.2f %s", v, units[u]);
+	return buf;
+}
+
+#define FMT_B(x) fence_fmt_bytes((x), (char[32]){0}, 32)
+
+int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv_geom *geom,
+		   int32_t max_seq, int32_t slots, enum lm_dtype k_type, enum lm_dtype v_type,
+		   lm_diag *d)
+{
+	for (int32_t i = 0; i < n_layers; i++) {
+		uint64_t b = 0;
+		int rc = kv_layer_bytes(&geom[i], max_seq, slots, k_type, v_type, &b);
+		if (rc == LM_EOVERFLOW)
+			return lm_fail(
+				d, rc,
+				"layer %d: the KV cache of %d slots x %d positions does not fit "
+				"in 64 bits",
+				(int)i, (int)slots, (int)max_seq);
+		if (rc != 0)
+			return lm_fail(
+				d, rc,
+				"layer %d: no KV cache of %s/%s for %d KV heads x head_dim %d, "
+				"window %d, %d slots x %d positions (q8_0 needs heads x "
+				"head_dim to be a multiple of 32)",
+				(int)i, lm_dtype_name(k_type), lm_dtype_name(v_type),
+				(int)geom[i].n_kv_heads, (int)geom[i].head_dim, (int)geom[i].window,
+				(int)slots, (int)max_seq);
+		layers[i].kv_bytes = b;
+	}
+	return 0;
+}
+
+/* ---- stage costs -------------------------------------------------------------------------- */
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+struct fence_ctx {
+	const struct fence_input *in;
+	int32_t L, W;
+	uint64_t *pw, *pk, *pf; /* [L + 1] prefix sums of weight bytes, KV bytes and flops */
+};
+
+static uint64_t stage_extra_bytes(const struct fence_ctx *c, int32_t j)
+{
+	return sat_add(j == 0 ? c->in->first_bytes : 0, j == c->W - 1 ? c->in->last_bytes : 0);
+}
+
+/* Bytes of worker j running layers [a, b). */
+static uint64_t stage_bytes(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
+{
+	uint64_t layers = sat_add(c->pw[b] - c->pw[a], c->pk[b] - c->pk[a]);
+	return sat_add(sat_add(layers, c->in->workers[j].scratch_bytes), stage_extra_bytes(c, j));
+}
+
+static uint64_t stage_flops(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
+{
+	uint64_t f = c->pf[b] - c->pf[a];
+	if (j == 0)
+		f = sat_add(f, c->in->first_flops);
+	if (j == c->W - 1)
+		f = sat_add(f, c->in->last_flops);
+	return f;
+}
+
+/* Every comparison of times goes through this one expression, so equal stages compare equal. */
+static double stage_time(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
+{
+	return (double)stage_flops(c, j, a, b) / c->in->workers[j].speed;
+}
+
+static bool stage_fits(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
+{
+	return stage_bytes(c, j, a, b) <= c->in->workers[j].memory_limit;
+}
+
+static const char *worker_name(const struct fence_input *in, int32_t j, char *buf, size_t cap)
+{
+	if (in->workers[j].name != NULL)
+		return in->workers[j].name;
+	snprintf(buf, cap, "w%d", (int)j);
+	return buf;
+}
+
+#define WNAME(c, j) worker_name((c)->in, (j), (char[16]){0}, 16)
+
+static const char *extra_label(const struct fence_ctx *c, int32_t j)
+{
+	if (c->W == 1)
+		return "embedding and head";
+	return j == 0 ? "embedding" : "head";
+}
+
+/* "worker 'w1' (layers [4, 8)) needs 1.20 GiB (weights ... + KV ... + scratch ... + head ...)
+ * against its memory_limit of 1.00 GiB" */
+static int fail_stage(const struct fence_ctx *c, lm_diag *d, int32_t j, int32_t a, int32_t b,
+		      const char *lead)
+{
+	char extra[64] = "";
+	uint64_t e = stage_extra_bytes(c, j);
+	if (e > 0)
+		snprintf(extra, sizeof extra, " + %s %s", extra_label(c, j), FMT_B(e));
+	uint64_t total = stage_bytes(c, j, a, b);
+	return lm_fail(
+		d, LM_EINFEASIBLE,
+		"%sworker '%s' (layers [%d, %d)) needs %s = %llu bytes (weights %s + KV %s + "
+		"scratch %s%s) against its memory_limit of %s = %llu bytes",
+		lead, WNAME(c, j), (int)a, (int)b, FMT_B(total), (unsigned long long)total,
+		FMT_B(c->pw[b] - c->pw[a]), FMT_B(c->pk[b] - c->pk[a]),
+		FMT_B(c->in->workers[j].scratch_bytes), extra,
+		FMT_B(c->in->workers[j].memory_limit),
+		(unsigned long long)c->in->workers[j].memory_limit);
+}
+
+/* ---- the three strategies ----------------------------------------------------------------- */
+
+/* Checks every stage of a fixed fence against its limit; names the first that does not fit. */
+static int check_caps(const struct fence_ctx *c, const int32_t *cuts, lm_diag *d)
+{
+	int32_t bad = -1, n_bad = 0;
+	for (int32_t j = 0; j < c->W; j++) {
+		if (!stage_fits(c, j, cuts[j], cuts[j + 1])) {
+			if (bad < 0)
+				bad = j;
+			n_bad++;
+		}
+	}
+	if (bad < 0)
+		return 0;
+	int rc = fail_stage(c, d, bad, cuts[bad], cuts[bad + 1], "");
+	if (n_bad > 1 && d != NULL) {
+		size_t n = strlen(d->msg);
+		snprintf(d->msg + n, sizeof d->msg - n, "; %d more worker%s", (int)(n_bad - 1),
+			 n_bad > 2 ? "s are over their limits" : " is over its limit");
+	}
+	return rc;
+}
+
+static int plan_uniform(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
+{
+	int32_t base = c->L / c->W, rem = c->L % c->W;
+	cuts[0] = 0;
+	for (int32_t j = 0; j < c->W; j++)
+		cuts[j + 1] = cuts[j] + base + (j < rem ? 1 : 0);
+	return check_caps(c, cuts, d);
+}
+
+static int plan_pinned(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
+{
+	cuts[0] = 0;
+	for (int32_t j = 0; j < c->W; j++) {
+		const struct fence_worker *w = &c->in->workers[j];
+		int32_t a = w->pin_start, b = w->pin_end;
+		if (a >= b)
+			return lm_fail(
+				d, LM_EINFEASIBLE,
+				"worker '%s' pins layers [%d, %d): a worker needs at least one "
+				"layer",
+				WNAME(c, j), (int)a, (int)b);
+		if (a != cuts[j])
+			return lm_fail(
+				d, LM_EINFEASIBLE,
+				"worker '%s' pins layers [%d, %d), but must start at layer "
+				"%d%s%s%s: "
+				"pinned ranges go in worker order and leave no gap or overlap",
+				WNAME(c, j), (int)a, (int)b, (int)cuts[j],
+				j == 0 ? " (the first worker starts the model)"
+				       : ", where worker '",
+				j == 0 ? "" : WNAME(c, j - 1), j == 0 ? "" : "' stops");
+		if (b > c->L)
+			return lm_fail(
+				d, LM_EINFEASIBLE,
+				"worker '%s' pins layers [%d, %d), but the model has %d layers",
+				WNAME(c, j), (int)a, (int)b, (int)c->L);
+		cuts[j + 1] = b;
+	}
+	if (cuts[c->W] != c->L)
+		return lm_fail(d, LM_EINFEASIBLE,
+			       "the pinned ranges end at layer %d (worker '%s'), but the model has "
+			       "%d layers: layers [%d, %d) belong to no worker",
+			       (int)cuts[c->W], WNAME(c, c->W - 1), (int)c->L, (int)cuts[c->W],
+			       (int)c->L);
+	return check_caps(c, cuts, d);
+}
+
+/* Why no fence fits the memory limits, in the most specific words available. */
+static int explain_balanced(const struct fence_ctx *c, lm_diag *d)
+{
+	/* A worker that cannot hold even one layer of those it could be given. */
+	for (int32_t j = 0; j < c->W; j++) {
+		int32_t best = -1;
+		for (int32_t l = j; l <= c->L - (c->W - j); l++)
+			if (best < 0 ||
+			    stage_bytes(c, j, l, l + 1) < stage_bytes(c, j, best, best + 1))
+				best = l;
+		if (!stage_fits(c, j, best, best + 1))
+			return fail_stage(c, d, j, best, best + 1,
+					  "no fence fits: the smallest single-layer slice of ");
+	}
+	/* The limits together are smaller than the model. */
+	uint64_t need = sat_add(c->pw[c->L], c->pk[c->L]), have = 0;
+	need = sat_add(need, sat_add(c->in->first_bytes, c->in->last_bytes));
+	for (int32_t j = 0; j < c->W; j++) {
+		need = sat_add(need, c->in->workers[j].scratch_bytes);
+		have = sat_add(have, c->in->workers[j].memory_limit);
+	}
+	if (need > have)
+		return lm_fail(
+			d, LM_EINFEASIBLE,
+			"no fence fits: the model needs %s = %llu bytes in all (weights %s + "
+			"KV %s + embedding %s + head %s + scratch), but the workers' "
+			"memory_limits add up to %s = %llu bytes",
+			FMT_B(need), (unsigned long long)need, FMT_B(c->pw[c->L]),
+			FMT_B(c->pk[c->L]), FMT_B(c->in->first_bytes), FMT_B(c->in->last_bytes),
+			FMT_B(have), (unsigned long long)have);
+	/* Otherwise the layers do not pack: fill the workers in order, each taking as many
+	 * layers as fit, and say where that stops. */
+	char msg[sizeof d->msg];
+	size_t n = (size_t)snprintf(msg, sizeof msg,
+				    "no fence fits every worker's memory_limit with at least one "
+				    "layer each; filling workers in order:");
+	int32_t a = 0;
+	for (int32_t j = 0; j < c->W && n < sizeof msg; j++) {
+		int32_t b = a;
+		while (b < c->L && stage_fits(c, j, a, b + 1))
+			b++;
+		n += (size_t)snprintf(msg + n, sizeof msg - n, " '%s' [%d, %d)", WNAME(c, j),
+				      (int)a, (int)b);
+		a = b;
+	}
+	if (n < sizeof msg && a < c->L)
+		snprintf(msg + n, sizeof msg - n, ", which leaves layers [%d, %d) without a worker",
+			 (int)a, (int)c->L);
+	else if (n < sizeof msg)
+		snprintf(msg + n, sizeof msg - n, ", which leaves a worker without a layer");
+	return lm_fail(d, LM_EINFEASIBLE, "%s", msg);
+}
+
+static int plan_balanced(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
+{
+	int32_t L = c->L, W = c->W;
+	size_t cells = (size_t)(W + 1) * (size_t)(L + 1);
+	double *best = malloc(cells * sizeof *best);
+	unsigned char *reach = calloc(cells, 1);
+	unsigned char *ok = calloc(cells, 1);
+	int rc = 0;
+	if (best == NULL || reach == NULL || ok == NULL) {
+		rc = lm_fail(d, LM_ENOMEM, "planning %d layers over %d workers: out of memory",
+			     (int)L, (int)W);
+		goto out;
+	}
+#define AT(j, x) ((size_t)(j) * (size_t)(L + 1) + (size_t)(x))
+
+	/* best[j][x]: the smallest slowest-stage time with which workers 0..j-1 can run layers
+	 * [0, x), each within its limit and with at least one layer; reach says whether any
+	 * fence does it at all. */
+	reach[AT(0, 0)] = 1;
+	best[AT(0, 0)] = 0.0;
+	for (int32_t j = 1; j <= W; j++) {
+		for (int32_t x = j; x <= L - (W - j); x++) {
+			/* Worker j-1 runs [a, x). Fewer layers never need more bytes, so walking a
+			 * down from x-1 can stop at the first slice over the limit. */
+			for (int32_t a = x - 1; a >= j - 1; a--) {
+				if (!stage_fits(c, j - 1, a, x))
+					break;
+				if (!reach[AT(j - 1, a)])
+					continue;
+				double t = stage_time(c, j - 1, a, x);
+				if (best[AT(j - 1, a)] > t)
+					t = best[AT(j - 1, a)];
+				if (!reach[AT(j, x)] || t < best[AT(j, x)]) {
+					best[AT(j, x)] = t;
+					reach[AT(j, x)] = 1;
+				}
+			}
+		}
+	}
+	if (!reach[AT(W, L)]) {
+		rc = explain_balanced(c, d);
+		goto out;
+	}
+	double opt = best[AT(W, L)];
+
+	/* ok[j][x]: workers j..W-1 can run [x, L) with every stage within its limit and no slower
+	 * than the optimum. Then the lexicographically smallest optimal fence is built greedily:
+	 * each cut as early as the rest still allows. */
+	ok[AT(W, L)] = 1;
+	for (int32_t j = W - 1; j >= 0; j--) {
+		for (int32_t x = j; x <= L - (W - j); x++) {
+			for (int32_t b = x + 1; b <= L - (W - j - 1); b++) {
+				if (!stage_fits(c, j, x, b))
+					break;
+				if (ok[AT(j + 1, b)] && stage_time(c, j, x, b) <= opt) {
+					ok[AT(j, x)] = 1;
+					break;
+				}
+			}
+		}
+	}
+	cuts[0] = 0;
+	for (int32_t j = 0; j < W; j++) {
+		int32_t b = cuts[j] + 1;
+		while (b <= L - (W - j - 1) &&
+		       !(ok[AT(j + 1, b)] && stage_time(c, j, cuts[j], b) <= opt &&
+			 stage_fits(c, j, cuts[j], b)))
+			b++;
+		if (b > L - (W - j - 1)) {
+			/* Cannot happen: the optimal fence satisfies every test above. */
+			rc = lm_fail(d, LM_EINVAL, "planner: no cut for worker %d", (int)j);
+			goto out;
+		}
+		cuts[j + 1] = b;
+	}
+#undef AT
+out:
+	free(best);
+	free(reach);
+	free(ok);
+	return rc;
+}
+
+/* ---- the plan ----------------------------------------------------------------------------- */
+
+void fence_plan_fini(struct fence_plan *plan)
+{
+	if (plan == NULL)
+		return;
+	if (plan->stages != NULL)
+		for (int32_t j = 0; j < plan->n_workers; j++)
+			free(plan->stages[j].name);
+	free(plan->stages);
+	free(plan->cuts);
+	memset(plan, 0, sizeof *plan);
+}
+
+static int check_input(const struct fence_input *in, lm_diag *d)
+{
+	if (in->n_layers <= 0 || in->n_layers > FENCE_MAX_LAYERS || in->layers == NULL)
+		return lm_fail(d, LM_EINVAL, "a plan needs 1 to %d layers, not %d",
+			       FENCE_MAX_LAYERS, (int)in->n_layers);
+	if (in->n_workers <= 0 || in->n_workers > FENCE_MAX_WORKERS || in->workers == NULL)
+		return lm_fail(d, LM_EINVAL, "a plan needs 1 to %d workers, not %d",
+			       FENCE_MAX_WORKERS, (int)in->n_workers);
+	if (in->strategy != FENCE_UNIFORM && in->strategy != FENCE_BALANCED &&
+	    in->strategy != FENCE_PINNED)
+		return lm_fail(d, LM_EINVAL, "unknown plan strategy %d", (int)in->strategy);
+	for (int32_t j = 0; j < in->n_workers; j++) {
+		double s = in->workers[j].speed;
+		if (!(s > 0.0) || !isfinite(s))
+			return lm_fail(d, LM_EINVAL,
+				       "worker '%s': speed %g is not a positive finite number",
+				       worker_name(in, j, (char[16]){0}, 16), s);
+	}
+	if (in->n_layers < in->n_workers && in->strategy != FENCE_PINNED)
+		return lm_fail(
+			d, LM_EINFEASIBLE,
+			"the model has %d layers and the mesh %d workers: every worker needs "
+			"at least one layer",
+			(int)in->n_layers, (int)in->n_workers);
+	return 0;
+}
+
+/* Prefix sums; LM_EOVERFLOW when a model-wide total does not fit in 64 bits. */
+static int prefix_sums(struct fence_ctx *c, lm_diag *d)
+{
+	c->pw[0] = c->pk[0] = c->pf[0] = 0;
+	for (int32_t i = 0; i < c->L; i++) {
+		const struct fence_layer *l = &c->in->layers[i];
+		if (c->pw[i] > UINT64_MAX - l->weight_bytes ||
+		    c->pk[i] > UINT64_MAX - l->kv_bytes || c->pf[i] > UINT64_MAX - l->flops)
+			return lm_fail(
+				d, LM_EOVERFLOW,
+				"layer %d: the model's bytes or flops up to it do not fit in "
+				"64 bits",
+				(int)i);
+		c->pw[i + 1] = c->pw[i] + l->weight_bytes;
+		c->pk[i + 1] = c->pk[i] + l->kv_bytes;
+		c->pf[i + 1] = c->pf[i] + l->flops;
+	}
+	return 0;
+}
+
+int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_diag *d)
+{
+	memset(plan, 0, sizeof *plan);
+	int rc = check_input(in, d);
+	if (rc != 0)
+		return rc;
+	struct fence_ctx c = {.in = in, .L = in->n_layers, .W = in->n_workers};
+	size_t n = (size_t)c.L + 1;
+	c.pw = malloc(3 * n * sizeof *c.pw);
+	plan->cuts = calloc((size_t)c.W + 1, sizeof *plan->cuts);
+	plan->stages = calloc((size_t)c.W, sizeof *plan->stages);
+	if (c.pw == NULL || plan->cuts == NULL || plan->stages == NULL) {
+		rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
+		goto fail;
+	}
+	plan->n_workers = c.W; /* so that fini frees the names on any failure below */
+	c.pk = c.pw + n;
+	c.pf = c.pk + n;
+	rc = prefix_sums(&c, d);
+	if (rc != 0)
+		goto fail;
+
+	switch (in->strategy) {
+	case FENCE_UNIFORM:
+		rc = plan_uniform(&c, plan->cuts, d);
+		break;
+	case FENCE_BALANCED:
+		rc = plan_balanced(&c, plan->cuts, d);
+		break;
+	case FENCE_PINNED:
+		rc = plan_pinned(&c, plan->cuts, d);
+		break;
+	}
+	if (rc != 0)
+		goto fail;
+
+	plan->strategy = in->strategy;
+	plan->n_layers = c.L;
+	for (int32_t j = 0; j < c.W; j++) {
+		struct fence_stage *s = &plan->stages[j];
+		int32_t a = plan->cuts[j], b = plan->cuts[j + 1];
+		const char *name = WNAME(&c, j);
+		s->name = strdup(name);
+		if (s->name == NULL) {
+			rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
+			goto fail;
+		}
+		s->start = a;
+		s->end = b;
+		s->weight_bytes = c.pw[b] - c.pw[a];
+		s->kv_bytes = c.pk[b] - c.pk[a];
+		s->scratch_bytes = in->workers[j].scratch_bytes;
+		s->extra_bytes = stage_extra_bytes(&c, j);
+		s->total_bytes = stage_bytes(&c, j, a, b);
+		s->memory_limit = in->workers[j].memory_limit;
+		s->flops = stage_flops(&c, j, a, b);
+		s->speed = in->workers[j].speed;
+		s->time = stage_time(&c, j, a, b);
+		plan->total_flops = sat_add(plan->total_flops, s->flops);
+		if (s->time > plan->max_time)
+			plan->max_time = s->time;
+	}
+	free(c.pw);
+	return 0;
+fail:
+	free(c.pw);
+	fence_plan_fini(plan);
+	return rc;
+}

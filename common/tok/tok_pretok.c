@@ -1,0 +1,307 @@
+/* tok_pretok.c — the pre-tokenizers of byte-level BPE: llama.cpp's regex lists, by hand.
+ *
+ * llama.cpp splits text with a list of regexes applied in turn: each regex cuts every current
+ * piece into its matches and the gaps between them (both kept as pieces). The GPT-2 regex it runs
+ * as hand-written code (unicode_regex_split_custom_gpt2); the others through std::regex over a
+ * "collapsed" text where every non-ASCII code point is replaced by one byte standing for its class,
+ * so \p{L} means "an ASCII letter or a non-ASCII code point of category L that is not white
+ * space". Each stage below reproduces one regex's matches under those rules.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/err.h"
+#include "common/tok/tok_internal.h"
+#include "common/tok/tok_unicode.h"
+
+int tok_u32v_push(struct tok_u32v *v, uint32_t x)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 64;
+		uint32_t *p = realloc(v->p, cap * sizeof *p);
+		if (p == NULL)
+			return LM_ENOMEM;
+		v->p = p;
+		v->cap = cap;
+	}
+	v->p[v->n++] = x;
+	return 0;
+}
+
+void tok_u32v_fini(struct tok_u32v *v)
+{
+	if (v == NULL)
+		return;
+	free(v->p);
+	v->p = NULL;
+	v->n = v->cap = 0;
+}
+
+/* Per code point class bits: the category in the low 3 bits, white space above. */
+#define CLS_WS 8u
+
+static bool cls_is(uint8_t c, enum tok_ucat cat)
+{
+	return (c & 7u) == (unsigned)cat;
+}
+
+/* The character classes the regexes use. */
+enum pt_class {
+	PT_L,             /* \p{L} */
+	PT_N,             /* \p{N} */
+	PT_P,             /* \p{P} */
+	PT_DEFAULT_PUNCT, /* [\p{P}\$\+<=>\^~\|] */
+	PT_CJK, /* [一-龥ࠀ-一가-퟿]: U+4E00..U+9FA5, U+0800..U+4E00, U+AC00..U+D7FF */
+	PT_ASCII_DIGIT, /* [0-9] */
+	PT_CRLF,        /* [\r\n] */
+};
+
+static bool pt_in(enum pt_class k, uint32_t cp, uint8_t c)
+{
+	switch (k) {
+	case PT_L:
+		return cls_is(c, TOK_UCAT_LETTER);
+	case PT_N:
+		return cls_is(c, TOK_UCAT_NUMBER);
+	case PT_P:
+		return cls_is(c, TOK_UCAT_PUNCT);
+	case PT_DEFAULT_PUNCT:
+		return cls_is(c, TOK_UCAT_PUNCT) || cp == '$' || cp == '+' || cp == '<' ||
+		       cp == '=' || cp == '>' || cp == '^' || cp == '~' || cp == '|';
+	case PT_CJK:
+		/* This regex has no \p{..}, so llama.cpp matches it on the code points themselves,
+		 * after replacing non-ASCII white space by U+000B. */
+		if (c & CLS_WS)
+			return false;
+		return (cp >= 0x0800 && cp <= 0x9fa5) || (cp >= 0xac00 && cp <= 0xd7ff);
+	case PT_ASCII_DIGIT:
+		return cp >= '0' && cp <= '9';
+	case PT_CRLF:
+		return cp == '\r' || cp == '\n';
+	}
+	return false;
+}
+
+/* The shapes of the regexes, X being a class. */
+enum pt_shape {
+	PT_ONE,    /* X */
+	PT_RUN,    /* X+ */
+	PT_SP_RUN, /* \s?X+ */
+	PT_THREE,  /* XXX */
+	PT_GPT2,   /* the GPT-2 regex, hand-written */
+};
+
+struct pt_stage {
+	enum pt_shape shape;
+	enum pt_class cls;
+};
+
+struct pt_text {
+	const uint32_t *cp;
+	const uint8_t *c;
+};
+
+/* If the stage's regex matches at p (inside [p, e)), sets *end and returns true. */
+static bool pt_match_at(const struct pt_stage *st, const struct pt_text *t, size_t p, size_t e,
+			size_t *end)
+{
+	size_t q = p;
+	switch (st->shape) {
+	case PT_ONE:
+		if (!pt_in(st->cls, t->cp[p], t->c[p]))
+			return false;
+		*end = p + 1;
+		return true;
+	case PT_THREE:
+		if (e - p < 3)
+			return false;
+		for (size_t k = 0; k < 3; k++)
+			if (!pt_in(st->cls, t->cp[p + k], t->c[p + k]))
+				return false;
+		*end = p + 3;
+		return true;
+	case PT_SP_RUN:
+		/* \s? is greedy but gives the space back when no X follows it; a white-space code
+		 * point is never in X, so "space then X" or "X here" are the only matches. */
+		if ((t->c[p] & CLS_WS) && p + 1 < e && pt_in(st->cls, t->cp[p + 1], t->c[p + 1]))
+			q = p + 1;
+		__attribute__((fallthrough));
+	case PT_RUN:
+		if (!pt_in(st->cls, t->cp[q], t->c[q]))
+			return false;
+		while (q < e && pt_in(st->cls, t->cp[q], t->c[q]))
+			q++;
+		*end = q;
+		return true;
+	case PT_GPT2:
+		break;
+	}
+	return false;
+}
+
+/* One regex over the piece [b, e): matches and the gaps between them become pieces. */
+static int pt_split_regex(const struct pt_stage *st, const struct pt_text *t, size_t b, size_t e,
+			  struct tok_u32v *out)
+{
+	size_t pos = b;
+	int rc;
+	for (size_t p = b; p < e;) {
+		size_t end;
+		if (!pt_match_at(st, t, p, e, &end)) {
+			p++;
+			continue;
+		}
+		if (p > pos && (rc = tok_u32v_push(out, (uint32_t)p)) != 0)
+			return rc;
+		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)
+			return rc;
+		pos = p = end;
+	}
+	if (pos < e)
+		return tok_u32v_push(out, (uint32_t)e);
+	return 0;
+}
+
+/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ over [b, e), with
+ * the regex's look-ahead bounded by the piece (what follows it does not count). */
+static int pt_split_gpt2(const struct pt_text *t, size_t b, size_t e, struct tok_u32v *out)
+{
+	const uint32_t *cp = t->cp;
+	const uint8_t *c = t->c;
+#define IN(i)    ((i) < e)
+#define IS_L(i)  (IN(i) && cls_is(c[i], TOK_UCAT_LETTER))
+#define IS_N(i)  (IN(i) && cls_is(c[i], TOK_UCAT_NUMBER))
+#define IS_WS(i) (IN(i) && (c[i] & CLS_WS))
+#define IS_O(i)                                                         \
+	(IN(i) && !(c[i] & CLS_WS) && !cls_is(c[i], TOK_UCAT_LETTER) && \
+	 !cls_is(c[i], TOK_UCAT_NUMBER))
+	size_t pos = b;
+	int rc;
+	while (pos < e) {
+		size_t end = pos + 1;
+		if (cp[pos] == '\'' && pos + 1 < e) {
+			uint32_t n1 = cp[pos + 1];
+			uint32_t n2 = pos + 2 < e ? cp[pos + 2] : 0;
+			if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
+				end = pos + 2;
+				goto emit;
+			}
+			if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') ||
+			    (n1 == 'l' && n2 == 'l')) {
+				end = pos + 3;
+				goto emit;
+			}
+		}
+		size_t q = cp[pos] == ' ' ? pos + 1 : pos; /* after the optional space */
+		if (IS_L(q)) {
+			while (IS_L(q))
+				q++;
+			end = q;
+			goto emit;
+		}
+		if (IS_N(q)) {
+			while (IS_N(q))
+				q++;
+			end = q;
+			goto emit;
+		}
+		if (IS_O(q)) {
+			while (IS_O(q))
+				q++;
+			end = q;
+			goto emit;
+		}
+		size_t nws = 0;
+		while (IS_WS(pos + nws))
+			nws++;
+		if (nws > 1 && pos + nws < e) /* \s+(?!\S): leave the last one to the next word */
+			end = pos + nws - 1;
+		else if (nws > 0)
+			end = pos + nws;
+	emit:
+		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)
+			return rc;
+		pos = end;
+	}
+#undef IN
+#undef IS_L
+#undef IS_N
+#undef IS_WS
+#undef IS_O
+	return 0;
+}
+
+static const struct pt_stage pt_default[] = {
+	{PT_RUN, PT_DEFAULT_PUNCT},
+	{PT_GPT2, PT_L},
+	{PT_RUN, PT_N},
+	{PT_THREE, PT_ASCII_DIGIT},
+};
+static const struct pt_stage pt_gpt2[] = {{PT_GPT2, PT_L}};
+static const struct pt_stage pt_starcoder[] = {{PT_ONE, PT_N}, {PT_GPT2, PT_L}};
+static const struct pt_stage pt_deepseek_coder[] = {
+	{PT_ONE, PT_CRLF}, {PT_SP_RUN, PT_L}, {PT_SP_RUN, PT_P}, {PT_RUN, PT_CJK}, {PT_ONE, PT_N},
+};
+
+int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok_u32v *ends,
+		     struct tok_u32v *scratch)
+{
+	const struct pt_stage *stages;
+	size_t n_stages;
+	int rc = 0;
+
+	ends->n = 0;
+	if (n == 0)
+		return 0;
+	if (n > UINT32_MAX)
+		return LM_ERANGE;
+	switch (pre) {
+	case TOK_PRE_DEFAULT:
+		stages = pt_default;
+		n_stages = sizeof pt_default / sizeof pt_default[0];
+		break;
+	case TOK_PRE_GPT2:
+		stages = pt_gpt2;
+		n_stages = 1;
+		break;
+	case TOK_PRE_STARCODER:
+		stages = pt_starcoder;
+		n_stages = 2;
+		break;
+	case TOK_PRE_DEEPSEEK_CODER:
+		stages = pt_deepseek_coder;
+		n_stages = sizeof pt_deepseek_coder / sizeof pt_deepseek_coder[0];
+		break;
+	default:
+		return tok_u32v_push(ends, (uint32_t)n);
+	}
+
+	uint8_t *c = malloc(n);
+	if (c == NULL)
+		return LM_ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		c[i] = (uint8_t)((unsigned)tok_ucat(cps[i]) | (tok_is_space(cps[i]) ? CLS_WS : 0u));
+	struct pt_text t = {cps, c};
+
+	if ((rc = tok_u32v_push(ends, (uint32_t)n)) != 0)
+		goto out;
+	for (size_t s = 0; s < n_stages; s++) {
+		scratch->n = 0;
+		size_t b = 0;
+		for (size_t k = 0; k < ends->n; k++) {
+			size_t e = ends->p[k];
+			rc = stages[s].shape == PT_GPT2
+				     ? pt_split_gpt2(&t, b, e, scratch)
+				     : pt_split_regex(&stages[s], &t, b, e, scratch);
+			if (rc != 0)
+				goto out;
+			b = e;
+		}
+		struct tok_u32v tmp = *ends;
+		*ends = *scratch;
+		*scratch = tmp;
+	}
+out:
+	free(c);
+	return rc;
+}

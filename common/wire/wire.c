@@ -1,0 +1,132 @@
+/* wire.c — the protocol's pinned values, names, decoding scratch and the encode buffer.
+ *
+ * The codec itself is split by direction: wire_encode.c writes headers with msgpack-c's packer,
+ * wire_decode.c reads them with a bounded cursor (its header comment says why not msgpack-c's
+ * unpacker). This file holds what both sides share.
+ */
+#include "common/wire/wire.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The values below are protocol version 1. Changing any of them (or any header key or payload
+ * layout) changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so
+ * two builds that disagree refuse each other at HELLO instead of misreading each other. */
+#define WIRE_PIN(name, value)                                               \
+	static_assert(WIRE_VERSION_CURRENT == 2 && (name) == (value), #name \
+		      " is pinned by protocol version 2: bump WIRE_VERSION and update wire.c")
+
+WIRE_PIN(WIRE_HELLO, 1);
+WIRE_PIN(WIRE_ASSIGN, 2);
+WIRE_PIN(WIRE_READY, 3);
+WIRE_PIN(WIRE_FORWARD, 4);
+WIRE_PIN(WIRE_TOKENS, 5);
+WIRE_PIN(WIRE_RELEASE, 6);
+WIRE_PIN(WIRE_DRAIN, 7);
+WIRE_PIN(WIRE_KV_EXPORT, 8);
+WIRE_PIN(WIRE_KV_IMPORT, 9);
+WIRE_PIN(WIRE_STATUS, 10);
+WIRE_PIN(WIRE_ERROR, 11);
+WIRE_PIN(WIRE_PAUSE, 12);
+WIRE_PIN(WIRE_RESUME, 13);
+WIRE_PIN(WIRE_REPOINT, 14);
+WIRE_PIN(WIRE_TRACE, 15);
+WIRE_PIN(WIRE_TYPE_MAX, 15);
+
+WIRE_PIN(WIRE_DT_NONE, 0);
+WIRE_PIN(WIRE_DT_I32, 1);
+WIRE_PIN(WIRE_DT_F32, 2);
+WIRE_PIN(WIRE_DT_F16, 3);
+WIRE_PIN(WIRE_DT_BF16, 4);
+WIRE_PIN(WIRE_DT_RAW, 5);
+
+/* ERROR replies carry LM_E* codes: they are part of the protocol too. */
+WIRE_PIN(LM_EPROTO, -8);
+WIRE_PIN(LM_EVERSION, -9);
+WIRE_PIN(LM_EFINGERPRINT, -10);
+
+/* Payload rows are sent in host byte order and read in place. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire protocol's payloads are little-endian; this host is not"
+#endif
+
+size_t wire_dtype_size(enum wire_dtype dt)
+{
+	switch (dt) {
+	case WIRE_DT_I32:
+	case WIRE_DT_F32:
+		return 4;
+	case WIRE_DT_F16:
+	case WIRE_DT_BF16:
+		return 2;
+	case WIRE_DT_NONE:
+	case WIRE_DT_RAW:
+		return 0;
+	}
+	return 0;
+}
+
+const char *wire_type_name(uint32_t t)
+{
+	static const char *const names[WIRE_TYPE_MAX + 1] = {
+		[WIRE_HELLO] = "HELLO",         [WIRE_ASSIGN] = "ASSIGN",
+		[WIRE_READY] = "READY",         [WIRE_FORWARD] = "FORWARD",
+		[WIRE_TOKENS] = "TOKENS",       [WIRE_RELEASE] = "RELEASE",
+		[WIRE_DRAIN] = "DRAIN",         [WIRE_KV_EXPORT] = "KV_EXPORT",
+		[WIRE_KV_IMPORT] = "KV_IMPORT", [WIRE_STATUS] = "STATUS",
+		[WIRE_ERROR] = "ERROR",         [WIRE_PAUSE] = "PAUSE",
+		[WIRE_RESUME] = "RESUME",       [WIRE_REPOINT] = "REPOINT",
+		[WIRE_TRACE] = "TRACE",
+	};
+	if (t >= 1 && t <= WIRE_TYPE_MAX)
+		return names[t];
+	return "UNKNOWN";
+}
+
+/* A scratch cap above this is a caller's mistake (no limits allow a million sequences). */
+#define WIRE_SCRATCH_MAX (1 << 20)
+
+int wire_scratch_init(struct wire_scratch *s, int32_t cap)
+{
+	memset(s, 0, sizeof *s);
+	if (cap < 1 || cap > WIRE_SCRATCH_MAX)
+		return LM_EINVAL;
+	s->seqs = calloc((size_t)cap, sizeof *s->seqs);
+	if (s->seqs == NULL)
+		goto fail;
+	s->toks = calloc((size_t)cap, sizeof *s->toks);
+	if (s->toks == NULL)
+		goto fail;
+	s->slots = calloc((size_t)cap, sizeof *s->slots);
+	if (s->slots == NULL)
+		goto fail;
+	s->cap = cap;
+	return 0;
+fail:
+	wire_scratch_fini(s);
+	return LM_ENOMEM;
+}
+
+void wire_scratch_fini(struct wire_scratch *s)
+{
+	if (s == NULL)
+		return;
+	free(s->seqs);
+	free(s->toks);
+	free(s->slots);
+	memset(s, 0, sizeof *s);
+}
+
+void wire_buf_reset(struct wire_buf *b)
+{
+	b->len = 0;
+}
+
+void wire_buf_fini(struct wire_buf *b)
+{
+	if (b == NULL)
+		return;
+	free(b->data);
+	memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,358 @@
+/* wire.h — the layermesh protocol between the coordinator and the workers.
+ *
+ * One NNG message = a msgpack map (the header) immediately followed by the raw payload bytes.
+ * Hidden states are never packed into msgpack: the header says the payload's dtype, width and
+ * byte count, and the payload is the rows themselves, so a middle worker can compute into the
+ * received message's payload in place and forward the same message to its successor.
+ *
+ * Planes.
+ *   data ring    coordinator PUSH -> w0 PULL, w0 PUSH -> w1 PULL, ..., wN PUSH -> coordinator
+ *                PULL. Carries FORWARD (token ids into w0, hidden states between workers),
+ *                TOKENS (sampled ids, from the last worker), RELEASE (passes every worker in
+ *                order, then returns to the coordinator as its acknowledgement) and ERROR (a
+ *                worker that cannot process a ring message sends ERROR down the ring instead,
+ *                and every later worker forwards it untouched).
+ *   control      coordinator REQ -> each worker's REP. HELLO, ASSIGN/READY, STATUS, DRAIN,
+ *                PAUSE/RESUME, REPOINT, KV_EXPORT/KV_IMPORT, each answered by the same type
+ *                or by ERROR.
+ *
+ * Header keys (all maps use short string keys; unknown keys are errors):
+ *   "v"  u32  protocol version, WIRE_VERSION          every message
+ *   "t"  u32  enum wire_type                          every message
+ *   "fp" u64  model fingerprint (gguf_fingerprint)    every message but HELLO requests, ASSIGN
+ *                                                     (no model yet) and ERROR (it reports
+ *                                                     mismatches, so it must not be subject to one)
+ *   "id" u64  batch or request id, echoed in replies  every message
+ *   further keys per type, documented at each struct below.
+ * Keys may come in any order; each at most once. Integers may use any msgpack integer encoding
+ * whose value fits the field; floats may be float32 or float64; strings are str (not bin), at
+ * most the struct field's size - 1 bytes and NUL-free. "pl" is present exactly when a payload
+ * may follow, and the message's length must be the header's plus "pl"; a message without "pl"
+ * ends with its header.
+ *
+ * Compatibility. WIRE_VERSION changes whenever any header key, type value or payload layout
+ * changes; the static_asserts in wire.c pin the type values so such a change cannot go
+ * unnoticed. HELLO's layout never changes, so any two builds can at least tell each other their
+ * versions: a mismatch is refused with an ERROR naming both values.
+ *
+ * Trust. Every received header is untrusted: types, ranges and the payload length are checked
+ * against struct wire_limits (the receiver's model and cache) before anything is used. A
+ * malformed message yields LM_EPROTO (LM_EVERSION, LM_EFINGERPRINT for those mismatches) and a
+ * message naming the field; it never aborts the receiver.
+ */
+#ifndef LM_WIRE_H
+#define LM_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/base/err.h"
+#include "common/model/sampling.h"
+
+#define WIRE_VERSION_CURRENT 2
+/* A test build may claim another version (tests/integration: a redeploy of a build that speaks
+ * another protocol must be refused at HELLO, both versions named). */
+#ifdef LM_TEST_WIRE_VERSION
+#define WIRE_VERSION LM_TEST_WIRE_VERSION
+#else
+#define WIRE_VERSION WIRE_VERSION_CURRENT
+#endif
+
+/* Values are part of the protocol: never renumber (wire.c pins them). */
+enum wire_type {
+	WIRE_HELLO = 1,
+	WIRE_ASSIGN = 2,
+	WIRE_READY = 3,
+	WIRE_FORWARD = 4,
+	WIRE_TOKENS = 5,
+	WIRE_RELEASE = 6,
+	WIRE_DRAIN = 7,
+	WIRE_KV_EXPORT = 8,
+	WIRE_KV_IMPORT = 9,
+	WIRE_STATUS = 10,
+	WIRE_ERROR = 11,
+	WIRE_PAUSE = 12,
+	WIRE_RESUME = 13,
+	WIRE_REPOINT = 14,
+	WIRE_TRACE = 15,
+	WIRE_TYPE_MAX = 15,
+};
+
+enum wire_dtype {
+	WIRE_DT_NONE = 0, /* no payload */
+	WIRE_DT_I32 = 1,  /* token ids, into the first worker */
+	WIRE_DT_F32 = 2,  /* hidden states */
+	WIRE_DT_F16 = 3,  /* hidden states, halved on the wire */
+	WIRE_DT_BF16 = 4,
+	WIRE_DT_RAW = 5, /* opaque bytes (KV rows) */
+};
+
+/* Bytes per element of a dtype (0 for NONE and RAW). */
+size_t wire_dtype_size(enum wire_dtype dt);
+const char *wire_type_name(uint32_t t);
+
+/* What the receiver can accept; decoding checks every field against it. */
+struct wire_limits {
+	uint64_t fingerprint; /* 0: do not check (a coordinator before HELLO) */
+	int32_t slots;        /* KV slots: a sequence's slot must be < slots */
+	int32_t max_seq;      /* positions per sequence */
+	int32_t dim;          /* hidden width (n_embd) */
+	int32_t n_vocab;      /* token ids must be < n_vocab */
+	int32_t max_batch;    /* tokens per FORWARD */
+	int32_t max_seqs;     /* sequences per FORWARD or TOKENS */
+	int32_t max_logprobs; /* top logprobs a sequence may ask for */
+};
+
+/* One sequence's part of a FORWARD batch: rows [row, row + n_tokens) of the payload are its
+ * tokens at positions [pos, pos + n_tokens) in KV slot `slot`, where row is the sum of the
+ * n_tokens of the sequences before it. On the wire each is a 12-element array, in this order:
+ *   [seq_id u64, slot i32, pos i32, n_tokens i32, sample bool, step u64, n_logprobs i32,
+ *    temperature f32, top_k i32, top_p f32, min_p f32, seed u64]
+ * Decoding checks 0 <= slot < slots, pos >= 0, n_tokens >= 1, pos + n_tokens <= max_seq,
+ * 0 <= n_logprobs <= max_logprobs, lm_sampling_check() (on every sequence, sampled or not: the
+ * coordinator sends each request's parameters), and that no two sequences of one batch share a
+ * slot. */
+struct wire_seq {
+	uint64_t seq_id; /* the coordinator's id, echoed in TOKENS */
+	int32_t slot;
+	int32_t pos;
+	int32_t n_tokens;
+	bool sample;        /* last worker: sample after the last row (false mid-prefill) */
+	uint64_t step;      /* generation step: the sampler's draw index */
+	int32_t n_logprobs; /* top logprobs wanted with the sampled token (0: none) */
+	struct lm_sampling sampling;
+};
+
+/* FORWARD: "seqs" (array of per-sequence arrays), "n" (total tokens), "dt" (wire_dtype),
+ * "dim" (row width; 1 for I32 ids), "pl" (payload bytes). payload_len must equal
+ * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n).
+ * Decoding checks 1 <= n_seqs <= max_seqs, 1 <= n <= max_batch, dt one of I32 (dim 1, every
+ * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim). */
+struct wire_forward {
+	uint64_t batch_id;
+	uint64_t fingerprint;
+	int32_t n_seqs;
+	struct wire_seq *seqs; /* [n_seqs] */
+	int32_t n_tokens;
+	enum wire_dtype dtype;
+	int32_t dim;
+	const void *payload; /* decode: points into the message; encode: copied in */
+	size_t payload_len;
+};
+
+/* TOKENS: "toks" (array of per-sequence arrays), "pl". Logprobs travel in the payload as f32/i32
+ * pairs so the header stays small: for each token with n_top > 0, n_top ids (i32) then n_top
+ * logprobs (f32), in order, little-endian; so "pl" = 8 x the sum of n_top. Each token is a
+ * 4-element array [seq_id u64, token i32, logprob f32, n_top i32]. Decoding checks
+ * 0 <= n <= max_seqs, ids (sampled and top) in [0, n_vocab), logprobs not NaN and <= 0,
+ * 0 <= n_top <= max_logprobs. An empty TOKENS acknowledges a batch where nothing sampled. */
+struct wire_token {
+	uint64_t seq_id;
+	int32_t token;
+	float logprob; /* log-probability of `token` under the model */
+	int32_t n_top; /* top alternatives in the payload */
+};
+struct wire_tokens {
+	uint64_t batch_id;
+	uint64_t fingerprint;
+	int32_t n;
+	struct wire_token *toks; /* [n] */
+	const void *payload;     /* top logprobs as described above */
+	size_t payload_len;
+};
+
+/* HELLO request (coordinator -> worker): only "v", "t", "id". HELLO reply (worker ->
+ * coordinator): "name", "build", "fp", "slice" [begin, end, embedding, head] or absent before
+ * ASSIGN, "pid". The version check happens on HELLO: a mismatch gets ERROR naming both.
+ * The decoder takes a message with none of the reply keys as a request (name and build empty,
+ * pid 0); with any of them, "name", "build", "fp" and "pid" (> 0) are all required. A slice is
+ * layers [begin, end) with 0 <= begin <= end, not empty unless it has the embedding or head. */
+struct wire_hello {
+	uint32_t version; /* decode: the peer's (also filled on LM_EVERSION); encode: ignored,
+			   * WIRE_VERSION is written */
+	uint64_t id;
+	uint64_t fingerprint; /* 0 before the model is loaded */
+	char name[64];
+	char build[64];
+	int32_t pid;
+	bool has_slice;
+	int32_t begin, end;
+	bool embedding, head;
+};
+
+/* ASSIGN (coordinator -> worker): the slice and everything the worker needs to load it:
+ * "model" (path), "slice" [begin, end, embedding, head], "seq" (max_seq), "slots", "kvk" and
+ * "kvv" (lm_dtype of K and V), "wdt" (wire dtype of hidden states), "batch" (max tokens per
+ * FORWARD), "next" (successor's data address, the coordinator's for the last worker).
+ * Decoding checks model and next non-empty, the slice as HELLO's, seq, slots and batch >= 1,
+ * kvk and kvv types that common/base/dtype.h knows, wdt one of F32, F16, BF16.
+ * READY (reply): "fp", "kvb" (KV bytes), "wb" (weight bytes), "rss" (resident bytes). */
+struct wire_assign {
+	uint64_t id;
+	char model[1024];
+	int32_t begin, end;
+	bool embedding, head;
+	int32_t max_seq, slots;
+	uint32_t k_type, v_type; /* enum lm_dtype */
+	enum wire_dtype wire_dtype;
+	int32_t max_batch;
+	char next[256];
+};
+struct wire_ready {
+	uint64_t id;
+	uint64_t fingerprint;
+	uint64_t kv_bytes, weight_bytes, rss_bytes;
+};
+
+/* RELEASE: "slots" (array of slot numbers to empty; at most limits' slots of them, each in
+ * [0, slots)). */
+struct wire_release {
+	uint64_t id;
+	uint64_t fingerprint;
+	int32_t n;
+	int32_t *slots; /* [n] */
+};
+
+/* ERROR: "code" (LM_E* value, i64; negative, fits int32), "msg" (string), "about" (the type of
+ * the failed message, u32; any value, since the failed message may be of a type this build does
+ * not know). */
+struct wire_error {
+	uint64_t id;
+	int32_t code;
+	uint32_t about;
+	char msg[512];
+};
+
+/* KV_EXPORT request: "slot". KV_EXPORT reply and KV_IMPORT request: "slot", "len" (positions),
+ * "dt" = WIRE_DT_RAW, "pl" (payload bytes) and the rows as kv_cache_export() lays them out.
+ * KV_IMPORT reply: a plain ack. "len", "dt" and "pl" are all present or all absent (absent: len
+ * 0, no payload); the encoder writes the short form for a KV_EXPORT with len 0 and no payload.
+ * Decoding checks 0 <= slot < slots and 0 <= len <= max_seq; the receiver checks the payload
+ * size against its cache's layout (kv_cache_export_bytes). */
+struct wire_kv {
+	uint64_t id;
+	uint64_t fingerprint;
+	int32_t slot;
+	int32_t len;
+	const void *payload;
+	size_t payload_len;
+};
+
+/* TRACE (version 2; for `layermesh diff`) uses the KV_EXPORT layout. Request ("slot" only): arm
+ * tracing of slot `slot` and answer with what was recorded since it was last armed. Reply
+ * ("slot", "len", "dt" = RAW, "pl"): `len` token rows, and the payload the hidden state after
+ * each of the worker's layers for those rows, f32 little-endian, [layers][len][dim] in layer
+ * order; the receiver knows the worker's slice and the model's width. Tracing costs a copy of
+ * the residual stream per layer, only for an armed slot. */
+
+/* REPOINT request: "next" (the new successor address, non-empty). Reply: a plain ack. */
+struct wire_repoint {
+	uint64_t id;
+	uint64_t fingerprint;
+	char next[256];
+};
+
+/* STATUS reply: "dt" = WIRE_DT_RAW, "pl" and a JSON document (the worker's /status) as
+ * payload. Plain acks and header-only requests (DRAIN, PAUSE, RESUME, STATUS requests; KV_IMPORT
+ * and REPOINT replies) carry "v", "t", "fp", "id" only. */
+
+/* ------------------------------------------------------------------ decoding */
+
+/* The fixed part every header has; enough to dispatch. */
+struct wire_head {
+	uint32_t version;
+	uint32_t type;
+	uint64_t fingerprint; /* 0 when absent */
+	uint64_t id;
+	size_t header_len; /* bytes of the msgpack map; the payload starts here */
+};
+
+/* Decoding scratch: arrays of sequences/tokens/slots are carved from it, so a decoded message
+ * costs no malloc. Sized from the limits once. */
+struct wire_scratch {
+	struct wire_seq *seqs;
+	struct wire_token *toks;
+	int32_t *slots;
+	int32_t cap;
+};
+int wire_scratch_init(struct wire_scratch *s, int32_t cap);
+void wire_scratch_fini(struct wire_scratch *s);
+
+/* Peeks at the version, type, fingerprint and id of a message of `len` bytes. Checks the
+ * version (LM_EVERSION, message naming both; version, type and id are filled when present, so
+ * the ERROR reply can echo the id) but not the fingerprint. The whole map must be well-formed
+ * msgpack; keys other than these four are skipped unchecked (the full decoders check them). */
+int wire_peek(const void *buf, size_t len, struct wire_head *h, lm_diag *d);
+
+/* A header-only message ("v", "t", "fp", "id" and nothing after the map) of a type that has
+ * one: DRAIN, PAUSE, RESUME and STATUS requests and the plain acks (DRAIN, PAUSE, RESUME,
+ * KV_IMPORT, REPOINT). The fingerprint is checked when lim is not NULL and lim->fingerprint is
+ * not 0. */
+int wire_decode_simple(const void *buf, size_t len, const struct wire_limits *lim,
+		       struct wire_head *h, lm_diag *d);
+
+/* Full decoders: every field checked against lim (fingerprint included when lim->fingerprint
+ * is not 0: LM_EFINGERPRINT naming both values). Pointers in the result point into buf or
+ * scratch; they live as long as both. A decoded payload pointer is NULL when payload_len is 0
+ * and is not aligned in general (read rows with memcpy or copy them out). Counts are also
+ * bounded by the scratch's cap: size it max(max_seqs, slots) to accept every legal message.
+ * On failure the output struct is unspecified. */
+int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *lim,
+			struct wire_scratch *s, struct wire_forward *f, lm_diag *d);
+int wire_decode_tokens(const void *buf, size_t len, const struct wire_limits *lim,
+		       struct wire_scratch *s, struct wire_tokens *t, lm_diag *d);
+int wire_decode_release(const void *buf, size_t len, const struct wire_limits *lim,
+			struct wire_scratch *s, struct wire_release *r, lm_diag *d);
+int wire_decode_hello(const void *buf, size_t len, struct wire_hello *h, lm_diag *d);
+int wire_decode_assign(const void *buf, size_t len, struct wire_assign *a, lm_diag *d);
+int wire_decode_ready(const void *buf, size_t len, struct wire_ready *r, lm_diag *d);
+int wire_decode_error(const void *buf, size_t len, struct wire_error *e, lm_diag *d);
+/* KV_EXPORT request (payload empty), KV_EXPORT reply and KV_IMPORT request. */
+int wire_decode_kv(const void *buf, size_t len, const struct wire_limits *lim, struct wire_kv *k,
+		   lm_diag *d);
+int wire_decode_repoint(const void *buf, size_t len, const struct wire_limits *lim,
+			struct wire_repoint *r, lm_diag *d);
+/* The raw payload of a message with only "v", "t", "fp", "id", "dt" = RAW and "pl" (STATUS
+ * replies), of any known type; the fingerprint is not checked. */
+int wire_decode_raw(const void *buf, size_t len, const void **payload, size_t *payload_len,
+		    lm_diag *d);
+
+/* ------------------------------------------------------------------ encoding
+ *
+ * Encoders append to a growable byte buffer (reused across messages: no allocation once it has
+ * grown). The caller moves the bytes into an nng_msg. For FORWARD the payload is not copied by
+ * the encoder when payload is NULL: the caller appends payload_len bytes itself (so hidden
+ * states can be written straight into the message). The other encoders with a payload (TOKENS,
+ * KV, raw) treat a NULL payload the same way.
+ *
+ * Every encoder appends one message (call wire_buf_reset between messages), writes
+ * WIRE_VERSION, and returns 0, LM_EINVAL for a struct that is not self-consistent (a negative
+ * count, a NULL array, a string not terminated within its field, a payload_len other than the
+ * header implies, a type the function does not encode) or LM_ENOMEM; on failure b->len is
+ * what it was. Ranges against a receiver's limits are the decoder's business, not checked
+ * here. */
+struct wire_buf {
+	uint8_t *data;
+	size_t len, cap;
+};
+void wire_buf_reset(struct wire_buf *b);
+void wire_buf_fini(struct wire_buf *b);
+
+int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f);
+int wire_encode_tokens(struct wire_buf *b, const struct wire_tokens *t);
+int wire_encode_release(struct wire_buf *b, const struct wire_release *r);
+int wire_encode_hello(struct wire_buf *b, const struct wire_hello *h, bool reply);
+int wire_encode_assign(struct wire_buf *b, const struct wire_assign *a);
+int wire_encode_ready(struct wire_buf *b, const struct wire_ready *r);
+int wire_encode_error(struct wire_buf *b, const struct wire_error *e);
+int wire_encode_kv(struct wire_buf *b, enum wire_type t, const struct wire_kv *k);
+int wire_encode_repoint(struct wire_buf *b, const struct wire_repoint *r);
+/* Header-only control messages (STATUS, DRAIN, PAUSE, RESUME requests and their plain acks;
+ * KV_IMPORT and REPOINT acks); LM_EINVAL for another type. */
+int wire_encode_simple(struct wire_buf *b, enum wire_type t, uint64_t id, uint64_t fingerprint);
+/* A header with "dt" = RAW and "pl" followed by payload bytes (STATUS replies). */
+int wire_encode_raw(struct wire_buf *b, enum wire_type t, uint64_t id, uint64_t fingerprint,
+		    const void *payload, size_t payload_len);
+
+#endif

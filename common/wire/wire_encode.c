@@ -1,0 +1,459 @@
+/* wire_encode.c — writing protocol messages (see wire.h for the layouts).
+ *
+ * Headers are packed with msgpack-c's packer, whose write callback appends to the caller's
+ * struct wire_buf. Each encoder first reserves an upper bound of its header (plus the payload
+ * when it copies one), so a buffer reused across messages stops allocating once it has grown
+ * to the largest message; the callback still grows it if the bound was ever short.
+ *
+ * Encoders trust their input's values (the decoder range-checks against the receiver's limits)
+ * but not its consistency: a count, a string or a payload length that cannot make a well-formed
+ * message is LM_EINVAL, so a sender's bug is caught at the sender.
+ */
+#include "common/wire/wire.h"
+
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the buffer */
+
+static int wire_buf_reserve(struct wire_buf *b, size_t extra)
+{
+	if (b->cap - b->len >= extra)
+		return 0;
+	if (extra > SIZE_MAX / 4 - b->len)
+		return LM_ENOMEM;
+	size_t cap = b->cap != 0 ? b->cap : 256;
+	while (cap - b->len < extra)
+		cap *= 2;
+	uint8_t *p = realloc(b->data, cap);
+	if (p == NULL)
+		return LM_ENOMEM;
+	b->data = p;
+	b->cap = cap;
+	return 0;
+}
+
+/* msgpack-c's write callback: 0 on success, like the packer's own return values. */
+static int wire_buf_write(void *data, const char *buf, size_t len)
+{
+	struct wire_buf *b = data;
+	if (b->cap - b->len < len && wire_buf_reserve(b, len) != 0)
+		return -1;
+	uint8_t *dst = b->data + b->len;
+	/* The packer writes one item at a time, 1 to 9 bytes: fixed-size copies compile to a move
+	 * or two where a memcpy of a variable length is a library call. */
+	switch (len) {
+	case 1:
+		dst[0] = (uint8_t)buf[0];
+		break;
+	case 2:
+		memcpy(dst, buf, 2);
+		break;
+	case 3:
+		memcpy(dst, buf, 3);
+		break;
+	case 5:
+		memcpy(dst, buf, 5);
+		break;
+	case 9:
+		memcpy(dst, buf, 9);
+		break;
+	default:
+		memcpy(dst, buf, len);
+		break;
+	}
+	b->len += len;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- the packer */
+
+/* One message being written. Packer failures (only allocation can fail) are or-ed into rc and
+ * checked once at the end, where the buffer is rolled back to `start`. */
+struct wire_enc {
+	msgpack_packer pk;
+	struct wire_buf *b;
+	size_t start;
+	int rc;
+};
+
+/* Bytes a header may take beyond its arrays: a map of up to 12 keys of at most 5 bytes, each
+ * value at most 9 bytes, plus the string fields, which callers add. */
+#define WIRE_HEAD_BOUND 256
+
+static int wire_enc_begin(struct wire_enc *e, struct wire_buf *b, size_t bound)
+{
+	e->b = b;
+	e->start = b->len;
+	e->rc = 0;
+	msgpack_packer_init(&e->pk, b, wire_buf_write);
+	return wire_buf_reserve(b, bound);
+}
+
+static int wire_enc_end(struct wire_enc *e)
+{
+	if (e->rc != 0) {
+		e->b->len = e->start;
+		return LM_ENOMEM;
+	}
+	return 0;
+}
+
+/* Inlined so that strlen of the literal key folds to a constant. */
+static inline __attribute__((always_inline)) void wire_key(struct wire_enc *e, const char *key)
+{
+	size_t n = strlen(key);
+	e->rc |= msgpack_pack_str(&e->pk, n);
+	e->rc |= msgpack_pack_str_body(&e->pk, key, n);
+}
+
+static void wire_u64(struct wire_enc *e, uint64_t v)
+{
+	e->rc |= msgpack_pack_uint64(&e->pk, v);
+}
+
+static void wire_i64(struct wire_enc *e, int64_t v)
+{
+	e->rc |= msgpack_pack_int64(&e->pk, v);
+}
+
+static void wire_f32(struct wire_enc *e, float v)
+{
+	e->rc |= msgpack_pack_float(&e->pk, v);
+}
+
+static void wire_bool(struct wire_enc *e, bool v)
+{
+	e->rc |= v ? msgpack_pack_true(&e->pk) : msgpack_pack_false(&e->pk);
+}
+
+static void wire_str(struct wire_enc *e, const char *s, size_t n)
+{
+	e->rc |= msgpack_pack_str(&e->pk, n);
+	e->rc |= msgpack_pack_str_body(&e->pk, s, n);
+}
+
+static void wire_array(struct wire_enc *e, size_t n)
+{
+	e->rc |= msgpack_pack_array(&e->pk, n);
+}
+
+static void wire_raw(struct wire_enc *e, const void *p, size_t n)
+{
+	if (n != 0)
+		e->rc |= wire_buf_write(e->b, p, n);
+}
+
+/* The map header and the keys every message has. has_fp: false for HELLO requests, ASSIGN and
+ * ERROR, which carry no fingerprint. */
+static void wire_head(struct wire_enc *e, size_t n_keys, enum wire_type t, uint64_t id, bool has_fp,
+		      uint64_t fp)
+{
+	e->rc |= msgpack_pack_map(&e->pk, n_keys);
+	wire_key(e, "v");
+	wire_u64(e, WIRE_VERSION);
+	wire_key(e, "t");
+	wire_u64(e, (uint64_t)t);
+	if (has_fp) {
+		wire_key(e, "fp");
+		wire_u64(e, fp);
+	}
+	wire_key(e, "id");
+	wire_u64(e, id);
+}
+
+/* The length of a string field that must be NUL-terminated within its array; -1 if it is not. */
+static ptrdiff_t wire_strfield(const char *s, size_t cap)
+{
+	size_t n = strnlen(s, cap);
+	return n < cap ? (ptrdiff_t)n : -1;
+}
+
+static void wire_slice(struct wire_enc *e, int32_t begin, int32_t end, bool embedding, bool head)
+{
+	wire_array(e, 4);
+	wire_i64(e, begin);
+	wire_i64(e, end);
+	wire_bool(e, embedding);
+	wire_bool(e, head);
+}
+
+/* ---------------------------------------------------------------- encoders */
+
+/* Bytes of one encoded wire_seq at most: the array header, three u64 (9 each), five i32 (5),
+ * a bool and three f32 (5). */
+#define WIRE_SEQ_BOUND (1 + 3 * 9 + 5 * 5 + 1 + 3 * 5)
+/* One wire_token: the array header, a u64, two i32 and an f32. */
+#define WIRE_TOKEN_BOUND (1 + 9 + 5 + 5 + 5)
+
+int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
+{
+	if (f->n_seqs < 0 || (f->n_seqs > 0 && f->seqs == NULL) || f->n_tokens < 0 || f->dim < 0)
+		return LM_EINVAL;
+	uint64_t pl;
+	if (__builtin_mul_overflow((uint64_t)f->n_tokens, (uint64_t)f->dim, &pl) ||
+	    __builtin_mul_overflow(pl, (uint64_t)wire_dtype_size(f->dtype), &pl) ||
+	    pl != f->payload_len)
+		return LM_EINVAL;
+	size_t copy = f->payload != NULL ? f->payload_len : 0;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + copy))
+		return LM_ENOMEM;
+	wire_head(&e, 9, WIRE_FORWARD, f->batch_id, true, f->fingerprint);
+	wire_key(&e, "seqs");
+	wire_array(&e, (size_t)f->n_seqs);
+	for (int32_t i = 0; i < f->n_seqs; i++) {
+		const struct wire_seq *s = &f->seqs[i];
+		wire_array(&e, 12);
+		wire_u64(&e, s->seq_id);
+		wire_i64(&e, s->slot);
+		wire_i64(&e, s->pos);
+		wire_i64(&e, s->n_tokens);
+		wire_bool(&e, s->sample);
+		wire_u64(&e, s->step);
+		wire_i64(&e, s->n_logprobs);
+		wire_f32(&e, s->sampling.temperature);
+		wire_i64(&e, s->sampling.top_k);
+		wire_f32(&e, s->sampling.top_p);
+		wire_f32(&e, s->sampling.min_p);
+		wire_u64(&e, s->sampling.seed);
+	}
+	wire_key(&e, "n");
+	wire_i64(&e, f->n_tokens);
+	wire_key(&e, "dt");
+	wire_u64(&e, (uint64_t)f->dtype);
+	wire_key(&e, "dim");
+	wire_i64(&e, f->dim);
+	wire_key(&e, "pl");
+	wire_u64(&e, f->payload_len);
+	wire_raw(&e, f->payload, copy);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_tokens(struct wire_buf *b, const struct wire_tokens *t)
+{
+	if (t->n < 0 || (t->n > 0 && t->toks == NULL))
+		return LM_EINVAL;
+	uint64_t n_top = 0;
+	for (int32_t i = 0; i < t->n; i++) {
+		if (t->toks[i].n_top < 0)
+			return LM_EINVAL;
+		n_top += (uint64_t)t->toks[i].n_top;
+	}
+	uint64_t pl;
+	if (__builtin_mul_overflow(n_top, 8, &pl) || pl != t->payload_len)
+		return LM_EINVAL;
+	size_t copy = t->payload != NULL ? t->payload_len : 0;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + (size_t)t->n * WIRE_TOKEN_BOUND + copy))
+		return LM_ENOMEM;
+	wire_head(&e, 6, WIRE_TOKENS, t->batch_id, true, t->fingerprint);
+	wire_key(&e, "toks");
+	wire_array(&e, (size_t)t->n);
+	for (int32_t i = 0; i < t->n; i++) {
+		const struct wire_token *k = &t->toks[i];
+		wire_array(&e, 4);
+		wire_u64(&e, k->seq_id);
+		wire_i64(&e, k->token);
+		wire_f32(&e, k->logprob);
+		wire_i64(&e, k->n_top);
+	}
+	wire_key(&e, "pl");
+	wire_u64(&e, t->payload_len);
+	wire_raw(&e, t->payload, copy);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_release(struct wire_buf *b, const struct wire_release *r)
+{
+	if (r->n < 0 || (r->n > 0 && r->slots == NULL))
+		return LM_EINVAL;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + (size_t)r->n * 5))
+		return LM_ENOMEM;
+	wire_head(&e, 5, WIRE_RELEASE, r->id, true, r->fingerprint);
+	wire_key(&e, "slots");
+	wire_array(&e, (size_t)r->n);
+	for (int32_t i = 0; i < r->n; i++)
+		wire_i64(&e, r->slots[i]);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_hello(struct wire_buf *b, const struct wire_hello *h, bool reply)
+{
+	struct wire_enc e;
+	if (!reply) {
+		if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND))
+			return LM_ENOMEM;
+		wire_head(&e, 3, WIRE_HELLO, h->id, false, 0);
+		return wire_enc_end(&e);
+	}
+	ptrdiff_t name = wire_strfield(h->name, sizeof h->name);
+	ptrdiff_t build = wire_strfield(h->build, sizeof h->build);
+	if (name < 0 || build < 0)
+		return LM_EINVAL;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + sizeof h->name + sizeof h->build))
+		return LM_ENOMEM;
+	/* The reply's keys come in wire_head's order, then these. */
+	wire_head(&e, h->has_slice ? 8 : 7, WIRE_HELLO, h->id, true, h->fingerprint);
+	wire_key(&e, "name");
+	wire_str(&e, h->name, (size_t)name);
+	wire_key(&e, "build");
+	wire_str(&e, h->build, (size_t)build);
+	wire_key(&e, "pid");
+	wire_i64(&e, h->pid);
+	if (h->has_slice) {
+		wire_key(&e, "slice");
+		wire_slice(&e, h->begin, h->end, h->embedding, h->head);
+	}
+	return wire_enc_end(&e);
+}
+
+int wire_encode_assign(struct wire_buf *b, const struct wire_assign *a)
+{
+	ptrdiff_t model = wire_strfield(a->model, sizeof a->model);
+	ptrdiff_t next = wire_strfield(a->next, sizeof a->next);
+	if (model < 0 || next < 0)
+		return LM_EINVAL;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + sizeof a->model + sizeof a->next))
+		return LM_ENOMEM;
+	wire_head(&e, 12, WIRE_ASSIGN, a->id, false, 0);
+	wire_key(&e, "model");
+	wire_str(&e, a->model, (size_t)model);
+	wire_key(&e, "slice");
+	wire_slice(&e, a->begin, a->end, a->embedding, a->head);
+	wire_key(&e, "seq");
+	wire_i64(&e, a->max_seq);
+	wire_key(&e, "slots");
+	wire_i64(&e, a->slots);
+	wire_key(&e, "kvk");
+	wire_u64(&e, a->k_type);
+	wire_key(&e, "kvv");
+	wire_u64(&e, a->v_type);
+	wire_key(&e, "wdt");
+	wire_u64(&e, (uint64_t)a->wire_dtype);
+	wire_key(&e, "batch");
+	wire_i64(&e, a->max_batch);
+	wire_key(&e, "next");
+	wire_str(&e, a->next, (size_t)next);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_ready(struct wire_buf *b, const struct wire_ready *r)
+{
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND))
+		return LM_ENOMEM;
+	wire_head(&e, 7, WIRE_READY, r->id, true, r->fingerprint);
+	wire_key(&e, "kvb");
+	wire_u64(&e, r->kv_bytes);
+	wire_key(&e, "wb");
+	wire_u64(&e, r->weight_bytes);
+	wire_key(&e, "rss");
+	wire_u64(&e, r->rss_bytes);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_error(struct wire_buf *b, const struct wire_error *er)
+{
+	ptrdiff_t msg = wire_strfield(er->msg, sizeof er->msg);
+	if (msg < 0)
+		return LM_EINVAL;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + sizeof er->msg))
+		return LM_ENOMEM;
+	wire_head(&e, 6, WIRE_ERROR, er->id, false, 0);
+	wire_key(&e, "code");
+	wire_i64(&e, er->code);
+	wire_key(&e, "msg");
+	wire_str(&e, er->msg, (size_t)msg);
+	wire_key(&e, "about");
+	wire_u64(&e, er->about);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_kv(struct wire_buf *b, enum wire_type t, const struct wire_kv *k)
+{
+	if (t != WIRE_KV_EXPORT && t != WIRE_KV_IMPORT && t != WIRE_TRACE)
+		return LM_EINVAL;
+	bool request = (t == WIRE_KV_EXPORT || t == WIRE_TRACE) && k->len == 0 &&
+		       k->payload == NULL && k->payload_len == 0;
+	size_t copy = k->payload != NULL ? k->payload_len : 0;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + copy))
+		return LM_ENOMEM;
+	wire_head(&e, request ? 5 : 8, t, k->id, true, k->fingerprint);
+	wire_key(&e, "slot");
+	wire_i64(&e, k->slot);
+	if (!request) {
+		wire_key(&e, "len");
+		wire_i64(&e, k->len);
+		wire_key(&e, "dt");
+		wire_u64(&e, WIRE_DT_RAW);
+		wire_key(&e, "pl");
+		wire_u64(&e, k->payload_len);
+		wire_raw(&e, k->payload, copy);
+	}
+	return wire_enc_end(&e);
+}
+
+int wire_encode_repoint(struct wire_buf *b, const struct wire_repoint *r)
+{
+	ptrdiff_t next = wire_strfield(r->next, sizeof r->next);
+	if (next < 0)
+		return LM_EINVAL;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + sizeof r->next))
+		return LM_ENOMEM;
+	wire_head(&e, 5, WIRE_REPOINT, r->id, true, r->fingerprint);
+	wire_key(&e, "next");
+	wire_str(&e, r->next, (size_t)next);
+	return wire_enc_end(&e);
+}
+
+/* The types that have a header-only form (see wire_decode_simple). */
+static bool wire_simple_type(enum wire_type t)
+{
+	switch (t) {
+	case WIRE_DRAIN:
+	case WIRE_STATUS:
+	case WIRE_PAUSE:
+	case WIRE_RESUME:
+	case WIRE_KV_IMPORT:
+	case WIRE_REPOINT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+int wire_encode_simple(struct wire_buf *b, enum wire_type t, uint64_t id, uint64_t fingerprint)
+{
+	if (!wire_simple_type(t))
+		return LM_EINVAL;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND))
+		return LM_ENOMEM;
+	wire_head(&e, 4, t, id, true, fingerprint);
+	return wire_enc_end(&e);
+}
+
+int wire_encode_raw(struct wire_buf *b, enum wire_type t, uint64_t id, uint64_t fingerprint,
+		    const void *payload, size_t payload_len)
+{
+	if (t < 1 || t > WIRE_TYPE_MAX)
+		return LM_EINVAL;
+	size_t copy = payload != NULL ? payload_len : 0;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + copy))
+		return LM_ENOMEM;
+	wire_head(&e, 6, t, id, true, fingerprint);
+	wire_key(&e, "dt");
+	wire_u64(&e, WIRE_DT_RAW);
+	wire_key(&e, "pl");
+	wire_u64(&e, payload_len);
+	wire_raw(&e, payload, copy);
+	return wire_enc_end(&e);
+}

@@ -1,0 +1,182 @@
+/* forward.c — one stage's forward pass. See forward.h for the contract and the math. */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/arch.h"
+#include "engine/kv_cache.h"
+
+static void *fw_alloc(struct lm_forward *fw, int32_t rows, int32_t cols)
+{
+	size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
+	fw->scratch_bytes += bytes;
+	return fw->be->iface->malloc(fw->be->ctx, bytes);
+}
+
+int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_backend *be,
+		    struct kv_cache *kv, int32_t max_batch, lm_diag *d)
+{
+	const struct lm_hparams *hp = &m->hp;
+
+	memset(fw, 0, sizeof *fw);
+	if (max_batch <= 0)
+		return lm_fail(d, LM_EINVAL, "forward: max_batch must be positive");
+	int32_t nl = m->slice.end - m->slice.begin;
+	if (nl > 0 && (kv == NULL || kv->base_layer != m->slice.begin || kv->num_layers != nl))
+		return lm_fail(
+			d, LM_EINVAL,
+			"forward: the KV cache covers layers [%d, %d) but the slice is [%d, %d)",
+			kv ? kv->base_layer : 0, kv ? kv->base_layer + kv->num_layers : 0,
+			m->slice.begin, m->slice.end);
+	fw->model = m;
+	fw->be = be;
+	fw->kv = kv;
+	fw->max_batch = max_batch;
+	for (int32_t il = m->slice.begin; il < m->slice.end; il++) {
+		int32_t q = hp->n_head[il] * hp->head_dim, k = hp->n_head_kv[il] * hp->head_dim;
+		if (q > fw->q_dim)
+			fw->q_dim = q;
+		if (k > fw->kv_dim)
+			fw->kv_dim = k;
+		if (hp->n_ff[il] > fw->ff_dim)
+			fw->ff_dim = hp->n_ff[il];
+	}
+	int32_t e = hp->n_embd;
+	fw->x = fw_alloc(fw, max_batch, e);
+	fw->h = fw_alloc(fw, max_batch, e);
+	if (nl > 0) {
+		fw->q = fw_alloc(fw, max_batch, fw->q_dim);
+		fw->k = fw_alloc(fw, max_batch, fw->kv_dim);
+		fw->v = fw_alloc(fw, max_batch, fw->kv_dim);
+		fw->att = fw_alloc(fw, max_batch, fw->q_dim);
+		fw->gate = fw_alloc(fw, max_batch, fw->ff_dim);
+		fw->up = fw_alloc(fw, max_batch, fw->ff_dim);
+	}
+	if (m->slice.head)
+		fw->logits = fw_alloc(fw, max_batch, hp->n_vocab);
+	if (fw->x == NULL || fw->h == NULL ||
+	    (nl > 0 && (fw->q == NULL || fw->k == NULL || fw->v == NULL || fw->att == NULL ||
+			fw->gate == NULL || fw->up == NULL)) ||
+	    (m->slice.head && fw->logits == NULL)) {
+		lm_forward_fini(fw);
+		return lm_fail(d, LM_ENOMEM, "forward: out of memory for a batch of %d", max_batch);
+	}
+	return 0;
+}
+
+void lm_forward_fini(struct lm_forward *fw)
+{
+	if (fw == NULL || fw->be == NULL)
+		return;
+	float *bufs[] = {fw->x, fw->h, fw->q, fw->k, fw->v, fw->att, fw->gate, fw->up, fw->logits};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		fw->be->iface->mfree(fw->be->ctx, bufs[i]);
+	memset(fw, 0, sizeof *fw);
+}
+
+/* Every token's slot and position fit the cache, a slot's tokens are consecutive and start at
+ * or before the slot's length, ids are in the vocabulary, output rows are in the batch. */
+static int fw_check(const struct lm_forward *fw, const struct lm_batch *b, lm_diag *d)
+{
+	const struct lm_model *m = fw->model;
+	int rc;
+
+	if (b->n <= 0 || b->n > fw->max_batch)
+		return lm_fail(d, LM_ERANGE, "batch of %d tokens (this stage takes 1 to %d)", b->n,
+			       fw->max_batch);
+	if (m->slice.embedding && b->ids == NULL)
+		return lm_fail(d, LM_EINVAL, "the first stage needs token ids");
+	for (int32_t t = 0; t < b->n; t++) {
+		const struct lm_tok_loc *l = &b->loc[t];
+		if (m->slice.embedding && (b->ids[t] < 0 || b->ids[t] >= m->hp.n_vocab))
+			return lm_fail(d, LM_ERANGE,
+				       "token %d: id %d is not in the vocabulary of %d", t,
+				       b->ids[t], m->hp.n_vocab);
+		if (fw->kv == NULL)
+			continue;
+		if ((rc = kv_cache_check(fw->kv, l->slot, l->pos, 1, d)) != 0) {
+			lm_diag_prefix(d, "token %d", t);
+			return rc;
+		}
+		/* The previous token of the same slot in this batch, if any. */
+		int32_t prev = -1;
+		for (int32_t u = t - 1; u >= 0; u--)
+			if (b->loc[u].slot == l->slot) {
+				prev = u;
+				break;
+			}
+		if (prev >= 0 ? l->pos != b->loc[prev].pos + 1 : l->pos > fw->kv->len[l->slot])
+			return lm_fail(d, LM_ERANGE,
+				       "token %d: position %d of slot %d does not follow %s %d", t,
+				       l->pos, l->slot,
+				       prev >= 0 ? "the batch's previous position"
+						 : "the sequence's length",
+				       prev >= 0 ? b->loc[prev].pos : fw->kv->len[l->slot]);
+	}
+	if (m->slice.head) {
+		if (b->n_out < 0 || b->n_out > b->n)
+			return lm_fail(d, LM_ERANGE, "%d output rows for a batch of %d", b->n_out,
+				       b->n);
+		for (int32_t i = 0; i < b->n_out; i++)
+			if (b->out_rows[i] < 0 || b->out_rows[i] >= b->n)
+				return lm_fail(d, LM_ERANGE,
+					       "output row %d is not in the batch of %d",
+					       b->out_rows[i], b->n);
+	}
+	return 0;
+}
+
+int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
+		   float *hidden_out, float *logits, lm_diag *d)
+{
+	const struct lm_model *m = fw->model;
+	const struct lm_hparams *hp = &m->hp;
+	const struct lm_backend_i *be = fw->be->iface;
+	void *ctx = fw->be->ctx;
+	size_t row = (size_t)hp->n_embd * sizeof(float);
+	int32_t il = m->slice.begin; /* for FW_OP messages outside layers */
+	int rc;
+
+	if ((rc = fw_check(fw, b, d)) != 0)
+		return rc;
+	if (m->slice.embedding)
+		LM_FW_OP(be->get_rows(ctx, fw->x, &m->tok_embd, b->ids, b->n), "token_embd");
+	else
+		LM_FW_OP(be->upload(ctx, fw->x, hidden_in, (size_t)b->n * row), "upload");
+
+	for (il = m->slice.begin; il < m->slice.end; il++) {
+		if ((rc = m->arch->layer(fw, il, b, d)) != 0)
+			return rc;
+		if (fw->hook != NULL) {
+			LM_FW_OP(lm_backend_sync(fw->be), "sync");
+			fw->hook(fw->hook_arg, il, fw->x, b->n);
+		}
+	}
+	/* The cache now holds every token of the batch: each slot's length is past its last one. */
+	if (fw->kv != NULL)
+		for (int32_t t = 0; t < b->n; t++)
+			fw->kv->len[b->loc[t].slot] = b->loc[t].pos + 1;
+
+	if (!m->slice.head) {
+		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
+		return lm_backend_sync(fw->be);
+	}
+	if (b->n_out == 0) /* a prefill chunk that samples nothing: its KV rows were the point */
+		return lm_backend_sync(fw->be);
+	/* Only the requested rows go through the final norm and the vocabulary projection: the
+	 * norm gathers them into h, so the lm_head reads its weights once for n_out rows. */
+	for (int32_t i = 0; i < b->n_out; i++)
+		LM_FW_OP(be->rmsnorm(ctx, fw->h + (size_t)i * hp->n_embd,
+				     fw->x + (size_t)b->out_rows[i] * hp->n_embd,
+				     m->output_norm.data, hp->n_embd, 1, hp->rms_eps),
+			 "output_norm");
+	LM_FW_OP(be->matmul(ctx, fw->logits, &m->output, fw->h, b->n_out), "output");
+	LM_FW_OP(be->download(ctx, logits, fw->logits,
+			      (size_t)b->n_out * (size_t)hp->n_vocab * sizeof(float)),
+		 "download");
+	if (hidden_out != NULL)
+		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
+	return lm_backend_sync(fw->be);
+}

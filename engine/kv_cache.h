@@ -1,0 +1,73 @@
+/* kv_cache.h — the KV cache of one worker's layers, and only those.
+ *
+ * A worker that runs layers [base_layer, base_layer + num_layers) allocates K and V rows for those
+ * layers alone: the sum over its own layers of
+ *     2 (K and V) x slots x ctx(l) x n_kv_heads(l) x head_dim(l) x sizeof(type)
+ * where ctx(l) is max_seq for global layers and the window for sliding-window layers. Allocating
+ * for the whole model on every worker is the failure this module exists to make impossible.
+ *
+ * Layers are addressed by their absolute index in the model. kv_cache_layer() translates it to
+ * the local index and checks the range in every build type, returning LM_ERANGE: a release build
+ * that silently reads another layer's rows produces plausible garbage, which is worse than a crash.
+ *
+ * A slot holds one sequence. Each slot remembers its length (positions written); truncating a
+ * slot rolls the sequence back. Rows of one sequence can be exported and imported (migration
+ * between worker processes during a redeploy).
+ */
+#ifndef LM_KV_CACHE_H
+#define LM_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/base/dtype.h"
+#include "common/base/err.h"
+#include "common/model/kv_geom.h"
+#include "kernels/backend.h"
+
+struct kv_cache_cfg {
+	int32_t base_layer;           /* first absolute layer owned */
+	int32_t num_layers;           /* layers owned */
+	const struct kv_geom *geom;   /* [num_layers], indexed locally */
+	int32_t max_seq;              /* positions per sequence */
+	int32_t slots;                /* concurrent sequences */
+	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0 */
+};
+
+struct kv_cache {
+	int32_t base_layer, num_layers, max_seq, slots;
+	enum lm_dtype k_type, v_type;
+	struct lm_backend *backend;
+	struct lm_kv_layer *layers; /* [num_layers] */
+	int32_t *len;               /* [slots]: positions written per slot */
+	uint64_t bytes;             /* total K and V bytes allocated */
+};
+
+/* Allocates the cache in the backend's memory. On failure nothing is left allocated. */
+int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct kv_cache_cfg *cfg,
+		  lm_diag *d);
+/* Frees; harmless on a zeroed or already finished cache. */
+void kv_cache_fini(struct kv_cache *kv);
+
+/* The view of absolute layer `layer`; LM_ERANGE (and a message naming the owned range) when the
+ * layer is not this cache's. */
+int kv_cache_layer(const struct kv_cache *kv, int32_t layer, const struct lm_kv_layer **out,
+		   lm_diag *d);
+
+/* Checks that positions [pos, pos + n) fit slot `slot` (LM_ERANGE otherwise). */
+int kv_cache_check(const struct kv_cache *kv, int32_t slot, int32_t pos, int32_t n, lm_diag *d);
+/* Records that slot `slot` now holds `len` positions (after a forward wrote them). */
+int kv_cache_set_len(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
+/* Rolls slot `slot` back to `len` positions (len <= its current length). */
+int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
+
+/* Bytes of one slot's rows across all owned layers for its current length (export size). */
+uint64_t kv_cache_export_bytes(const struct kv_cache *kv, int32_t slot);
+/* Copies slot `slot`'s rows (all owned layers, positions [0, len)) into buf, host memory. */
+int kv_cache_export(const struct kv_cache *kv, int32_t slot, void *buf, uint64_t cap, lm_diag *d);
+/* The inverse into slot `slot`, setting its length to `len`; `bytes` must match. */
+int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, const void *buf, uint64_t bytes,
+		    lm_diag *d);
+
+#endif

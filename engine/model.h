@@ -1,0 +1,99 @@
+/* model.h — a model slice's weights, bound on a backend.
+ *
+ * Weights are bound by their GGUF names, shapes checked against the hyperparameters. The
+ * tensors of a layer are the architecture's (its table in engine/arch_<name>.c says which it
+ * uses and their shapes); the stage tensors are every architecture's:
+ *     token_embd.weight          (n_embd, n_vocab)            first stage
+ *     output_norm.weight         (n_embd)                      last stage, f32
+ *     output.weight              (n_embd, n_vocab)             last stage; absent = tied to
+ *                                                              token_embd.weight
+ * (shapes as GGUF writes them: ne0 first, so (in, out) for matrices)
+ *
+ * A model is loaded for a slice: layers [begin, end) plus the embedding and/or the head. Only the
+ * slice's tensors are mapped (gguf_map), so a worker's resident memory is its slice's bytes.
+ */
+#ifndef LM_MODEL_H
+#define LM_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/base/err.h"
+#include "common/format/gguf.h"
+#include "common/model/hparams.h"
+#include "kernels/backend.h"
+
+struct lm_slice {
+	int32_t begin, end; /* layers [begin, end) */
+	bool embedding;     /* this stage owns token_embd (the first stage) */
+	bool head;          /* this stage owns output_norm and the lm_head (the last stage) */
+};
+
+/* Every tensor a layer of any architecture may have: its field and its name under "blk.N.".
+ * The struct and the unbinding come from this one list; which tensors an architecture binds,
+ * and in which shapes, is its own table (engine/arch.h). */
+#define LM_LAYER_TENSORS(X)                                                   \
+	X(attn_norm, "attn_norm.weight") /* (n_embd) f32 */                   \
+	X(wq, "attn_q.weight")           /* (n_embd, n_head * head_dim) */    \
+	X(wk, "attn_k.weight")           /* (n_embd, n_head_kv * head_dim) */ \
+	X(wv, "attn_v.weight")           /* (n_embd, n_head_kv * head_dim) */ \
+	X(wo, "attn_output.weight")      /* (n_head * head_dim, n_embd) */    \
+	X(ffn_norm, "ffn_norm.weight")   /* (n_embd) f32 */                   \
+	X(w_gate, "ffn_gate.weight")     /* (n_embd, n_ff) */                 \
+	X(w_up, "ffn_up.weight")         /* (n_embd, n_ff) */                 \
+	X(w_down, "ffn_down.weight")     /* (n_ff, n_embd) */
+
+struct lm_layer_weights {
+#define LM_LAYER_FIELD_(field, name) struct lm_weight field;
+	LM_LAYER_TENSORS(LM_LAYER_FIELD_)
+#undef LM_LAYER_FIELD_
+};
+
+enum lm_layer_tensor {
+#define LM_LAYER_ENUM_(field, name) LM_T_##field,
+	LM_LAYER_TENSORS(LM_LAYER_ENUM_)
+#undef LM_LAYER_ENUM_
+		LM_T_COUNT
+};
+
+/* "attn_q.weight" for LM_T_wq. */
+const char *lm_layer_tensor_name(enum lm_layer_tensor t);
+/* The field of l that tensor t binds. */
+struct lm_weight *lm_layer_tensor(struct lm_layer_weights *l, enum lm_layer_tensor t);
+
+struct lm_arch;
+
+struct lm_model {
+	struct lm_hparams hp;
+	const struct lm_arch *arch; /* the architecture's tensors and layer function */
+	gguf_file *file;            /* owned */
+	struct lm_backend *backend; /* borrowed */
+	struct lm_slice slice;
+	struct lm_weight tok_embd;       /* (n_embd, n_vocab); bound when slice.embedding */
+	struct lm_weight output_norm;    /* (n_embd) f32; bound when slice.head */
+	struct lm_weight output;         /* (n_embd, n_vocab); bound when slice.head */
+	struct lm_layer_weights *layers; /* [slice.end - slice.begin] */
+	uint64_t weight_bytes;           /* bytes of the bound tensors (each counted once) */
+	uint64_t mapped_bytes;           /* bytes mapped, page rounding included */
+	uint64_t fingerprint;            /* gguf_fingerprint() of the file */
+};
+
+/* Opens `path`, reads the hyperparameters, maps and binds the slice's weights on `backend`.
+ * slice == NULL loads the whole model (every layer, embedding and head). `populate` makes the
+ * weights resident now, in huge pages where the system has them (gguf_map). On failure nothing
+ * is left open. */
+int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *slice,
+		  struct lm_backend *backend, bool populate, lm_diag *d);
+/* Unbinds and closes; harmless on a zeroed model. */
+void lm_model_close(struct lm_model *m);
+
+/* The layer's weights for absolute layer il; NULL when il is outside the slice. */
+const struct lm_layer_weights *lm_model_layer(const struct lm_model *m, int32_t il);
+
+/* Binds tensor `name` of m's file to w, checking its shape (ne0, ne1), that its type is one the
+ * kernels take and, for vectors, that it is f32. LM_ENOTFOUND (with a message) when the file
+ * lacks it. For the architectures' bind functions. */
+int lm_model_bind(struct lm_model *m, struct lm_weight *w, const char *name, int64_t ne0,
+		  int64_t ne1, lm_diag *d);
+
+#endif

@@ -1,0 +1,156 @@
+/* sampler.c — greedy and filtered temperature sampling. See sampler.h. */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int lm_sampler_init(struct lm_sampler *s, int32_t n_vocab)
+{
+	s->n_vocab = n_vocab;
+	s->cand = malloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof *s->cand);
+	return s->cand != NULL ? 0 : LM_ENOMEM;
+}
+
+void lm_sampler_fini(struct lm_sampler *s)
+{
+	if (s == NULL)
+		return;
+	free(s->cand);
+	s->cand = NULL;
+}
+
+static uint64_t sample_mix(uint64_t x)
+{
+	/* splitmix64's finaliser: a bijective mix with good avalanche. */
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+double lm_sample_uniform(uint64_t seed, uint64_t step)
+{
+	uint64_t x = sample_mix(sample_mix(seed) ^ (step * 0xd1b54a32d192ed03ull + 1));
+	return (double)(x >> 11) * 0x1p-53;
+}
+
+static float sample_clean(float x)
+{
+	return isnan(x) ? -INFINITY : x;
+}
+
+static int32_t sample_argmax(const float *logits, int32_t n)
+{
+	int32_t best = 0;
+	float bv = sample_clean(logits[0]);
+	for (int32_t i = 1; i < n; i++) {
+		float v = sample_clean(logits[i]);
+		if (v > bv) {
+			bv = v;
+			best = i;
+		}
+	}
+	return best;
+}
+
+/* Descending by logit, ascending id on ties: a total order, so results never depend on qsort. */
+static int sample_cmp(const void *a, const void *b)
+{
+	const struct lm_cand *x = a, *y = b;
+	if (x->logit != y->logit)
+		return x->logit > y->logit ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Moves the k best candidates to the front (unordered), in expected linear time. */
+static void sample_select(struct lm_cand *c, int32_t n, int32_t k)
+{
+	int32_t lo = 0, hi = n - 1;
+	while (lo < hi) {
+		struct lm_cand pivot = c[lo + (hi - lo) / 2];
+		int32_t i = lo, j = hi;
+		while (i <= j) {
+			while (sample_cmp(&c[i], &pivot) < 0)
+				i++;
+			while (sample_cmp(&c[j], &pivot) > 0)
+				j--;
+			if (i <= j) {
+				struct lm_cand t = c[i];
+				c[i] = c[j];
+				c[j] = t;
+				i++;
+				j--;
+			}
+		}
+		if (k - 1 <= j)
+			hi = j;
+		else if (k - 1 >= i)
+			lo = i;
+		else
+			return;
+	}
+}
+
+int32_t lm_sample(struct lm_sampler *s, const float *logits, const struct lm_sampling *p,
+		  uint64_t step)
+{
+	int32_t n = s->n_vocab;
+	if (!(p->temperature > 0))
+		return sample_argmax(logits, n);
+
+	struct lm_cand *c = s->cand;
+	for (int32_t i = 0; i < n; i++)
+		c[i] = (struct lm_cand){sample_clean(logits[i]), i};
+	if (p->top_k > 0 && p->top_k < n) {
+		sample_select(c, n, p->top_k);
+		n = p->top_k;
+	}
+	qsort(c, (size_t)n, sizeof *c, sample_cmp);
+	if (c[0].logit == -INFINITY)
+		return c[0].id;
+
+	/* Probabilities of the survivors (before temperature), for top-p and min-p. */
+	double max = c[0].logit, sum = 0;
+	for (int32_t i = 0; i < n; i++)
+		sum += exp((double)c[i].logit - max);
+	if (p->top_p < 1) {
+		double cum = 0;
+		for (int32_t i = 0; i < n; i++) {
+			cum += exp((double)c[i].logit - max) / sum;
+			if (cum >= p->top_p) {
+				n = i + 1;
+				break;
+			}
+		}
+	}
+	if (p->min_p > 0) {
+		/* p_i >= min_p * p_max  <=>  logit_i >= max + log(min_p) */
+		double floor = max + log((double)p->min_p);
+		int32_t keep = 1;
+		while (keep < n && (double)c[keep].logit >= floor)
+			keep++;
+		n = keep;
+	}
+
+	double total = 0;
+	for (int32_t i = 0; i < n; i++)
+		total += exp(((double)c[i].logit - max) / p->temperature);
+	double u = lm_sample_uniform(p->seed, step) * total, acc = 0;
+	for (int32_t i = 0; i < n; i++) {
+		acc += exp(((double)c[i].logit - max) / p->temperature);
+		if (u < acc)
+			return c[i].id;
+	}
+	return c[n - 1].id;
+}
+
+float lm_logprob(const float *logits, int32_t n_vocab, int32_t id)
+{
+	double max = -INFINITY, sum = 0;
+	for (int32_t i = 0; i < n_vocab; i++)
+		if (sample_clean(logits[i]) > max)
+			max = sample_clean(logits[i]);
+	for (int32_t i = 0; i < n_vocab; i++)
+		sum += exp((double)sample_clean(logits[i]) - max);
+	return (float)((double)sample_clean(logits[id]) - max - log(sum));
+}
