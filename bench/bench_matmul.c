@@ -22,26 +22,13 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "common/format/quant.h"
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 #define MAX_PASSES 256
-
-static double cpu_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -207,27 +194,29 @@ int main(int argc, char **argv)
 		double rd[MAX_PASSES], mm[MAX_PASSES], mc[MAX_PASSES];
 		int passes = 0, rc = 0;
 		uint64_t sink = 0;
-		const double start = now_s();
-		while (rc == 0 && passes < MAX_PASSES && (passes < 5 || now_s() - start < secs)) {
-			double bytes = 0, t0 = now_s();
-			while (now_s() - t0 < 0.002 || bytes == 0) {
+		const double start = lm_now_s();
+		while (rc == 0 && passes < MAX_PASSES &&
+		       (passes < 5 || lm_now_s() - start < secs)) {
+			double bytes = 0, t0 = lm_now_s();
+			while (lm_now_s() - t0 < 0.002 || bytes == 0) {
 				sink ^= read_plain(buf, mat * copies);
 				bytes += (double)(mat * copies);
 			}
-			rd[passes] = bytes / (now_s() - t0) / 1e9;
+			rd[passes] = bytes / (lm_now_s() - t0) / 1e9;
 			bytes = 0;
-			t0 = now_s();
-			const double c0 = cpu_s();
-			while (rc == 0 && (now_s() - t0 < 0.002 || bytes == 0)) {
+			t0 = lm_now_s();
+			const double c0 = lm_cpu_s();
+			while (rc == 0 && (lm_now_s() - t0 < 0.002 || bytes == 0)) {
 				for (size_t c = 0; c < copies && rc == 0; c++) {
 					w.data = buf + c * mat;
 					rc = b.iface->matmul(b.ctx, y, &w, x, tokens);
 				}
 				bytes += (double)(mat * copies);
 			}
-			mm[passes] = bytes / (now_s() - t0) / 1e9;
+			mm[passes] = bytes / (lm_now_s() - t0) / 1e9;
 			/* Per second of CPU time the threads actually got. */
-			mc[passes++] = bytes / ((cpu_s() - c0) / lm_backend_cpu_threads(&b)) / 1e9;
+			mc[passes++] =
+				bytes / ((lm_cpu_s() - c0) / lm_backend_cpu_threads(&b)) / 1e9;
 		}
 		if (rc < 0) {
 			printf("%-5s unsupported (%d)\n", types[ti], rc);

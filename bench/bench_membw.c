@@ -35,6 +35,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "common/base/clock.h"
+
 #define MEMBW_MAX_THREADS 64
 
 /* 64 bytes as one value; the compiler splits it into what the target's registers hold. */
@@ -54,13 +56,6 @@ struct membw_thread {
 	pthread_barrier_t *start;
 	uint64_t sum; /* keeps the loads from being optimized away */
 };
-
-static double membw_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int membw_cmp(const void *a, const void *b)
 {
@@ -121,11 +116,11 @@ static int membw_pass(const membw_v8 *buf, size_t n_vec, int n_threads, double *
 		return -1; /* the started threads wait on the barrier until the process ends */
 	/* The clock starts before the caller enters the barrier, which is the moment the last
 	 * thread arrives: a thread's start cost is counted, never hidden. */
-	double t0 = membw_now();
+	double t0 = lm_now_s();
 	membw_main(&t[0]);
 	for (int i = 1; i < n_threads; i++)
 		pthread_join(t[i].thread, NULL);
-	*secs = membw_now() - t0;
+	*secs = lm_now_s() - t0;
 	for (int i = 0; i < n_threads; i++)
 		*sink += t[i].sum;
 	pthread_barrier_destroy(&start);

@@ -43,6 +43,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/err.h"
 #include "common/tok/tokenizer.h"
 #include "engine/engine.h"
@@ -163,22 +164,6 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	return 0;
 }
 
-static double bench_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* CPU seconds of every thread of the process: with one thread, the time the work took without
- * the waits a loaded machine adds. */
-static double bench_cpu(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Index of the largest logit; the lowest index wins ties, like lm_oracle's strict '>' scan. */
 static int32_t bench_argmax(const float *logits, int32_t n_vocab)
 {
@@ -243,23 +228,23 @@ static int bench_loop(struct bench_ctx *b, const struct bench_opts *o, lm_diag *
 	for (long rep = 0; rep < o->reps; rep++) {
 		if (o->wait && fgets(line, sizeof line, stdin) == NULL)
 			break;
-		double t0 = bench_now(), c0 = bench_cpu();
+		double t0 = lm_now_s(), c0 = lm_cpu_s();
 		if ((rc = bench_prefill(b, d)) != 0)
 			return rc;
-		double t1 = bench_now(), c1 = bench_cpu();
+		double t1 = lm_now_s(), c1 = lm_cpu_s();
 		printf("prefill rep=%ld tokens=%d ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep, b->n,
 		       (t1 - t0) * 1e3, b->n / (t1 - t0), (c1 - c0) * 1e3);
 		fflush(stdout);
 		if (o->decode == 0)
 			continue;
 		tok = bench_argmax(b->logits, b->n_vocab);
-		t0 = bench_now();
-		c0 = bench_cpu();
+		t0 = lm_now_s();
+		c0 = lm_cpu_s();
 		for (long k = 0; k < o->decode; k++)
 			if ((rc = bench_step(b, &tok, b->n + (int32_t)k, d)) != 0)
 				return rc;
-		t1 = bench_now();
-		c1 = bench_cpu();
+		t1 = lm_now_s();
+		c1 = lm_cpu_s();
 		printf("decode rep=%ld tokens=%ld ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep, o->decode,
 		       (t1 - t0) * 1e3, (double)o->decode / (t1 - t0), (c1 - c0) * 1e3);
 		fflush(stdout);

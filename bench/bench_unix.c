@@ -29,15 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
+
 #define UNIX_WARMUP   200
 #define UNIX_MAX_RING 16
-
-static double unix_now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
 
 static int unix_cmp(const void *a, const void *b)
 {
@@ -126,11 +121,11 @@ static int unix_ring(int k, size_t size, long iters, double *t)
 	}
 	int out = sv[0][0], in = sv[k - 1][1];
 	for (long it = -UNIX_WARMUP; it < iters; it++) {
-		double t0 = unix_now_us();
+		double t0 = ((double)lm_now_ns() * 1e-3);
 		if (!unix_write_all(out, buf, size) || !unix_read_all(in, buf, size))
 			goto out;
 		if (it >= 0)
-			t[it] = unix_now_us() - t0;
+			t[it] = ((double)lm_now_ns() * 1e-3) - t0;
 	}
 	rc = 0;
 out:

@@ -18,16 +18,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/wire/wire.h"
 
 #define BATCH 100 /* messages per timed batch */
-
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -143,7 +137,7 @@ int main(int argc, char **argv)
 	msgpack_unpacked_init(&u);
 	for (long r = 0; r < batches; r++) {
 		for (int c = 0; c < N_CASES; c++) {
-			double t0 = now_ns();
+			double t0 = (double)lm_now_ns();
 			for (long i = 0; i < BATCH; i++) {
 				switch (c) {
 				case ENC_FWD:
@@ -186,7 +180,7 @@ int main(int argc, char **argv)
 				}
 				}
 			}
-			t[c][r] = (now_ns() - t0) / BATCH;
+			t[c][r] = ((double)lm_now_ns() - t0) / BATCH;
 		}
 	}
 	printf("FORWARD header %zu bytes, TOKENS %zu, RELEASE %zu; %ld batches of %d\n", header_len,

@@ -17,6 +17,8 @@
 
 #include "common/base/log.h"
 #include "coordinator/api_request.h"
+#include "common/base/buf.h"
+#include "common/base/clock.h"
 
 #define API_MAX_BODY (4u << 20)
 
@@ -26,30 +28,6 @@ struct api {
 	_Atomic uint64_t next_id;
 };
 
-/* A growable byte buffer. */
-struct api_buf {
-	char *p;
-	size_t len, cap;
-};
-
-static int api_buf_add(struct api_buf *b, const void *src, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (p == NULL)
-			return LM_ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, src, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
 struct api_call {
 	struct api *api;
 	char id[48];
@@ -58,40 +36,40 @@ struct api_call {
 	struct api_request req; /* the parsed request: prompt, sampling, stops, options */
 	/* Generation state: the scheduler thread's alone once submitted. */
 	struct tok_stream ts;
-	char *piece;            /* [tok_stream_cap(vocab)] one token's decoded text */
-	struct api_buf text;    /* everything emitted (plain requests) */
-	struct api_buf pending; /* detokenized text held back for stop-string matching */
+	char *piece;           /* [tok_stream_cap(vocab)] one token's decoded text */
+	struct lm_buf text;    /* everything emitted (plain requests) */
+	struct lm_buf pending; /* detokenized text held back for stop-string matching */
 	bool stop_hit;
 	int32_t *gen, n_gen, cap_gen;
 	cJSON *lp_tokens, *lp_values, *lp_top, *lp_offsets; /* plain requests with logprobs */
 	size_t text_offset;
-	struct timespec t_submit, t_first, t_done;
+	uint64_t t_submit, t_first, t_done; /* lm_now_ns */
 	/* Plain requests: the handler's aio, finished in on_done. */
 	nng_aio *aio;
 	/* Streams, under mu: queued bytes, the write in flight, and who still holds the call. */
 	pthread_mutex_t mu;
 	nng_http_conn *conn;
 	nng_aio *wr;
-	struct api_buf out, writing;
+	struct lm_buf out, writing;
 	bool write_busy, write_failed, sched_done, writer_released;
 	int refs;
 };
 
 /* ------------------------------------------------------------------ utilities */
 
-static double api_ms(const struct timespec *a, const struct timespec *b)
+static double api_ms(uint64_t a_ns, uint64_t b_ns)
 {
-	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+	return (double)(b_ns - a_ns) / 1e6;
 }
 
 static void api_call_free(struct api_call *c)
 {
 	api_request_fini(&c->req);
 	free(c->piece);
-	free(c->text.p);
-	free(c->pending.p);
-	free(c->out.p);
-	free(c->writing.p);
+	lm_buf_fini(&c->text);
+	lm_buf_fini(&c->pending);
+	lm_buf_fini(&c->out);
+	lm_buf_fini(&c->writing);
 	free(c->gen);
 	cJSON_Delete(c->lp_tokens);
 	cJSON_Delete(c->lp_values);
@@ -158,7 +136,7 @@ static bool api_write_next_locked(struct api_call *c)
 	if (c->write_busy || c->conn == NULL)
 		return false;
 	if (!c->write_failed && c->out.len > 0) {
-		struct api_buf t = c->writing;
+		struct lm_buf t = c->writing;
 		c->writing = c->out;
 		c->out = t;
 		c->out.len = 0;
@@ -211,9 +189,9 @@ static void api_stream_event(struct api_call *c, const char *data)
 {
 	pthread_mutex_lock(&c->mu);
 	if (!c->write_failed) {
-		api_buf_add(&c->out, "data: ", 6);
-		api_buf_add(&c->out, data, strlen(data));
-		api_buf_add(&c->out, "\n\n", 2);
+		lm_buf_add(&c->out, "data: ", 6);
+		lm_buf_add(&c->out, data, strlen(data));
+		lm_buf_add(&c->out, "\n\n", 2);
 	}
 	pthread_mutex_unlock(&c->mu);
 	api_write_next(c);
@@ -246,7 +224,7 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 		     const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
 	if (!c->req.stream) {
-		api_buf_add(&c->text, text, len);
+		lm_buf_add(&c->text, text, len);
 		return;
 	}
 	char *piece = malloc(len + 1);
@@ -309,7 +287,7 @@ static void api_on_token(void *arg, int32_t token, float logprob, const int32_t 
 {
 	struct api_call *c = arg;
 	if (c->n_gen == 0)
-		clock_gettime(CLOCK_MONOTONIC, &c->t_first);
+		c->t_first = lm_now_ns();
 	if (c->n_gen == c->cap_gen) {
 		int32_t cap = c->cap_gen ? c->cap_gen * 2 : 64;
 		int32_t *g = realloc(c->gen, (size_t)cap * sizeof *g);
@@ -324,7 +302,7 @@ static void api_on_token(void *arg, int32_t token, float logprob, const int32_t 
 	size_t n = 0;
 	if (tok_stream_push(c->api->cfg.vocab, &c->ts, token, c->piece,
 			    tok_stream_cap(c->api->cfg.vocab), &n) == 0)
-		api_buf_add(&c->pending, c->piece, n);
+		lm_buf_add(&c->pending, c->piece, n);
 	if (!c->req.stream && c->req.n_logprobs > 0) {
 		cJSON_AddItemToArray(c->lp_tokens, api_token_string(c->api, token));
 		cJSON_AddItemToArray(c->lp_values, cJSON_CreateNumber(logprob));
@@ -353,8 +331,8 @@ static void api_add_usage(struct api_call *c, cJSON *o)
 	cJSON_AddNumberToObject(u, "total_tokens", c->req.n_prompt + c->n_gen);
 	/* Timings in the manner of llama.cpp's server: prefill is submit to first token. */
 	cJSON *t = cJSON_AddObjectToObject(o, "timings");
-	double prefill = c->n_gen > 0 ? api_ms(&c->t_submit, &c->t_first) : 0;
-	double decode = c->n_gen > 1 ? api_ms(&c->t_first, &c->t_done) : 0;
+	double prefill = c->n_gen > 0 ? api_ms(c->t_submit, c->t_first) : 0;
+	double decode = c->n_gen > 1 ? api_ms(c->t_first, c->t_done) : 0;
 	cJSON_AddNumberToObject(t, "prompt_n", c->req.n_prompt);
 	cJSON_AddNumberToObject(t, "prompt_ms", prefill);
 	cJSON_AddNumberToObject(t, "predicted_n", c->n_gen);
@@ -369,11 +347,11 @@ static void api_add_usage(struct api_call *c, cJSON *o)
 static void api_on_done(void *arg, enum sched_finish why, int code, const char *msg)
 {
 	struct api_call *c = arg;
-	clock_gettime(CLOCK_MONOTONIC, &c->t_done);
+	c->t_done = lm_now_ns();
 	if (!c->stop_hit && why != SCHED_FINISH_ERROR) {
 		char tail[8];
 		size_t n = tok_stream_flush(&c->ts, tail, sizeof tail);
-		api_buf_add(&c->pending, tail, n);
+		lm_buf_add(&c->pending, tail, n);
 		if (api_release_text(c, true, -1, 0, NULL, NULL, 0))
 			c->stop_hit = true;
 	}
@@ -495,7 +473,7 @@ static void api_completions(nng_aio *aio)
 			      .arg = c};
 
 	lm_diag d = {{0}};
-	clock_gettime(CLOCK_MONOTONIC, &c->t_submit);
+	c->t_submit = lm_now_ns();
 	if (!c->req.stream) {
 		c->aio = aio;
 		int rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
@@ -535,12 +513,12 @@ static void api_completions(nng_aio *aio)
 	nng_http_hijack(conn);
 	nng_http_req_free(lm_httpd_req(aio));
 	pthread_mutex_lock(&c->mu);
-	struct api_buf queued = c->out;
-	c->out = (struct api_buf){0};
-	api_buf_add(&c->out, head, sizeof head - 1);
+	struct lm_buf queued = c->out;
+	c->out = (struct lm_buf){0};
+	lm_buf_add(&c->out, head, sizeof head - 1);
 	if (queued.len > 0)
-		api_buf_add(&c->out, queued.p, queued.len);
-	free(queued.p);
+		lm_buf_add(&c->out, queued.p, queued.len);
+	lm_buf_fini(&queued);
 	pthread_mutex_unlock(&c->mu);
 	nng_aio_finish(aio, 0);
 	/* This thread is the writer until the first write starts. While conn is NULL nobody can

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/err.h"
 #include "common/base/log.h"
 #include "engine/sampler.h"
@@ -45,13 +46,6 @@ static const char run_usage[] =
 	"                     the generated ids, space-separated\n"
 	"  --logits FILE      write the logits after the last prompt token, one per line\n"
 	"  -h, --help         this text\n";
-
-static double run_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int run_write_logits(const char *path, const float *logits, int32_t n, lm_diag *d)
 {
@@ -192,7 +186,7 @@ int cmd_run(int argc, char **argv)
 		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
 		goto out;
 	}
-	double t0 = run_now();
+	double t0 = lm_now_s();
 	for (size_t at = 0; at < n_prompt; at += (size_t)batch) {
 		int32_t n =
 			(int32_t)(n_prompt - at < (size_t)batch ? n_prompt - at : (size_t)batch);
@@ -204,7 +198,7 @@ int cmd_run(int argc, char **argv)
 		if ((rc = lm_forward_run(&eng.fw, &b, NULL, NULL, logits, &d)) != 0)
 			break;
 	}
-	double t1 = run_now();
+	double t1 = lm_now_s();
 	if (rc == 0 && logits_path != NULL)
 		rc = run_write_logits(logits_path, logits, model->hp.n_vocab, &d);
 
@@ -231,7 +225,7 @@ int cmd_run(int argc, char **argv)
 		rc = lm_forward_run(&eng.fw, &b, NULL, NULL, logits, &d);
 		n_decoded++;
 	}
-	double t2 = run_now();
+	double t2 = lm_now_s();
 	if (text == NULL && rc == 0)
 		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
 	if (rc == 0) {

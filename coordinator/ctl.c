@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/wire/transport.h"
 #include "lm_config.h"
@@ -14,13 +15,6 @@
 /* Control messages other than KV rows and traces are small; these bound the waits. */
 #define CTL_SHORT_MS 5000
 #define CTL_DATA_MS  30000
-
-static int64_t ctl_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 {
@@ -143,7 +137,7 @@ int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello
 int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello,
 		   int timeout_ms, bool (*alive)(void *arg), void *arg, lm_diag *d)
 {
-	int64_t deadline = ctl_now_ms() + timeout_ms;
+	int64_t deadline = lm_now_ms() + timeout_ms;
 	for (;;) {
 		if (alive != NULL && !alive(arg))
 			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited during start-up",
@@ -152,7 +146,7 @@ int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *
 		/* An answer that is wrong will not get better: only silence is retried. */
 		if (rc != LM_ETIMEOUT && rc != LM_EIO)
 			return rc;
-		if (ctl_now_ms() >= deadline)
+		if (lm_now_ms() >= deadline)
 			return lm_fail(d, LM_ETIMEOUT,
 				       "worker %s did not answer at %s within %d s%s", c->name,
 				       c->addr, timeout_ms / 1000,
@@ -194,14 +188,14 @@ int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerp
 	wire_buf_fini(&b);
 	/* Loading a large slice takes a while: wait in slices of a second, watching the process. */
 	nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO, 1000);
-	int64_t deadline = ctl_now_ms() + timeout_ms;
+	int64_t deadline = lm_now_ms() + timeout_ms;
 	while ((rv = nng_recvmsg(c->s, &r, 0)) == NNG_ETIMEDOUT) {
 		if (alive != NULL && !alive(arg)) {
 			ctl_open(c, c->name, c->addr, NULL);
 			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited while loading",
 				       c->name);
 		}
-		if (ctl_now_ms() >= deadline) {
+		if (lm_now_ms() >= deadline) {
 			ctl_open(c, c->name, c->addr, NULL);
 			return lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s",
 				       c->name, timeout_ms / 1000);

@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/base/buf.h"
+
 void lm_http_resp_fini(struct lm_http_resp *r)
 {
 	if (r != NULL) {
@@ -117,29 +119,6 @@ static ssize_t http_read(int fd, char *buf, size_t cap, int timeout_ms, lm_diag 
 	return n;
 }
 
-struct http_buf {
-	char *p;
-	size_t len, cap;
-};
-
-static int http_buf_add(struct http_buf *b, const char *src, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 4096;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (p == NULL)
-			return LM_ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, src, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
 static int http_exchange(const char *url, const char *method, const char *path, const char *token,
 			 const char *body, size_t len, int timeout_ms,
 			 void (*on_line)(void *, const char *), void *arg,
@@ -158,7 +137,7 @@ static int http_exchange(const char *url, const char *method, const char *path, 
 	int rc = http_send_all(fd, head, (size_t)n, d);
 	if (rc == 0 && len > 0)
 		rc = http_send_all(fd, body, len, d);
-	struct http_buf in = {0};
+	struct lm_buf in = {0};
 	size_t header_end = 0, content_length = SIZE_MAX, consumed = 0;
 	bool chunked = false;
 	char buf[16384];
@@ -170,7 +149,7 @@ static int http_exchange(const char *url, const char *method, const char *path, 
 		}
 		if (r == 0)
 			break;
-		if (http_buf_add(&in, buf, (size_t)r) != 0) {
+		if (lm_buf_add(&in, buf, (size_t)r) != 0) {
 			rc = lm_fail(d, LM_ENOMEM, "out of memory");
 			break;
 		}
@@ -224,7 +203,7 @@ static int http_exchange(const char *url, const char *method, const char *path, 
 			resp->len = blen;
 		}
 	}
-	free(in.p);
+	lm_buf_fini(&in);
 	return rc;
 }
 

@@ -21,31 +21,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "coordinator/mesh_impl.h"
 #include "lm_config.h"
 
-static int64_t keeper_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits on the mesh's condition variable for at most ms; under mu. */
-static void keeper_wait(struct mesh *m, int64_t ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-}
-
 static bool keeper_stopping(struct mesh *m)
 {
 	return atomic_load(&m->stopping);
@@ -175,13 +156,13 @@ static void keeper_watch(struct mesh_proc *p)
 			/* Until the serving process ends; a redeploy may replace it meanwhile. */
 			pthread_mutex_lock(&m->mu);
 			while (p->child != NULL && p->child->running && !keeper_stopping(m))
-				keeper_wait(m, 1000);
+				lm_cond_wait_ms(&m->cv, &m->mu, 1000);
 			pthread_mutex_unlock(&m->mu);
 			return; /* the exit callback wrote why */
 		}
 		/* A worker started elsewhere: heartbeats. */
 		pthread_mutex_lock(&m->mu);
-		keeper_wait(m, KEEPER_HEARTBEAT_MS);
+		lm_cond_wait_ms(&m->cv, &m->mu, KEEPER_HEARTBEAT_MS);
 		pthread_mutex_unlock(&m->mu);
 		if (keeper_stopping(m))
 			return;
@@ -215,9 +196,9 @@ static void keeper_kill(struct mesh_proc *p)
 	struct mesh_child *c = m->o->spawn ? p->child : NULL;
 	if (c != NULL && c->running) {
 		mesh_kill_child(m, c, SIGKILL);
-		int64_t until = keeper_now_ms() + 5000;
-		while (c->running && keeper_now_ms() < until)
-			keeper_wait(m, 100);
+		int64_t until = lm_now_ms() + 5000;
+		while (c->running && lm_now_ms() < until)
+			lm_cond_wait_ms(&m->cv, &m->mu, 100);
 	}
 	pthread_mutex_unlock(&m->mu);
 }
@@ -249,12 +230,12 @@ static void *keeper_main(void *arg)
 		if (keeper_stopping(m))
 			break;
 		if (rc == 0) {
-			int64_t since = keeper_now_ms();
+			int64_t since = lm_now_ms();
 			keeper_set_state(p, PROC_READY, "");
 			keeper_watch(p);
 			if (keeper_stopping(m))
 				break;
-			if (keeper_now_ms() - since >= KEEPER_STABLE_MS)
+			if (lm_now_ms() - since >= KEEPER_STABLE_MS)
 				attempt = 0;
 			pthread_mutex_lock(&m->mu);
 			lm_error("worker %s is down: %s", p->cfg->name, p->why);
@@ -291,9 +272,9 @@ static void *keeper_main(void *arg)
 		lm_info("%s: starting again in %lld ms (attempt %d of %d)", p->cfg->name,
 			(long long)backoff, attempt, KEEPER_RESTART_BUDGET);
 		pthread_mutex_lock(&m->mu);
-		int64_t until = keeper_now_ms() + backoff;
-		while (!keeper_stopping(m) && keeper_now_ms() < until)
-			keeper_wait(m, until - keeper_now_ms());
+		int64_t until = lm_now_ms() + backoff;
+		while (!keeper_stopping(m) && lm_now_ms() < until)
+			lm_cond_wait_ms(&m->cv, &m->mu, until - lm_now_ms());
 		pthread_mutex_unlock(&m->mu);
 	}
 	return NULL;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/wire/transport.h"
 #include "coordinator/mesh_impl.h"
@@ -429,10 +430,7 @@ int mesh_spawn_child(struct mesh *m, struct mesh_proc *p, const char *bin, const
 	m->spawns = &r;
 	uv_async_send(&m->spawn_async);
 	while (!r.done && !atomic_load(&m->stopping)) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		lm_cond_wait_ms(&m->cv, &m->mu, 1000);
 	}
 	if (!r.done) { /* stopping: take the request back if the loop has not seen it */
 		for (struct mesh_spawn **q = &m->spawns; *q != NULL; q = &(*q)->next)
@@ -549,7 +547,7 @@ int mesh_up(const struct mesh_opts *o)
 	m->o = o;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_init(&m->stop_mu, NULL);
-	pthread_cond_init(&m->cv, NULL);
+	lm_cond_init(&m->cv);
 	if ((rc = mesh_config_load(&m->cfg, o->config, &d)) != 0)
 		goto early;
 	lm_log_init("layermesh", NULL, m->cfg.log_level);

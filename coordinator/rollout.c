@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "common/base/log.h"
 #include "common/wire/transport.h"
@@ -74,13 +75,6 @@ struct ro_cand {
 	struct ctl_conn ctl;
 	struct wire_ready ready;
 };
-
-static int64_t ro_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ------------------------------------------------------------------ addresses */
 
@@ -286,7 +280,8 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 				       d);
 		free(data);
 	}
-	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	lm_cond_init(&w.cv);
 	if (rc == 0) {
 		uint64_t id;
 		struct sched_req q = {.prompt = pr->ids,
@@ -302,18 +297,11 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 			/* The scheduler ends the probe one way or another (its batch timeout
 			 * included); a coordinator stopping meanwhile cancels it. */
 			bool cancelled = false, late = false;
-			int64_t deadline = ro_now_ms() + ROLLOUT_SMOKE_MS;
+			int64_t deadline = lm_now_ms() + ROLLOUT_SMOKE_MS;
 			pthread_mutex_lock(&w.mu);
 			while (!w.done) {
-				struct timespec ts;
-				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += 100 * 1000000L;
-				if (ts.tv_nsec >= 1000000000L) {
-					ts.tv_sec++;
-					ts.tv_nsec -= 1000000000L;
-				}
-				pthread_cond_timedwait(&w.cv, &w.mu, &ts);
-				late = late || ro_now_ms() > deadline;
+				lm_cond_wait_ms(&w.cv, &w.mu, 100);
+				late = late || lm_now_ms() > deadline;
 				if (!w.done && !cancelled && (atomic_load(&m->stopping) || late)) {
 					pthread_mutex_unlock(&w.mu);
 					sched_cancel(m->sched, id);
@@ -331,6 +319,7 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 			pr->token = w.token;
 		}
 	}
+	pthread_cond_destroy(&w.cv);
 	for (int32_t j = 0; rc == 0 && j < W; j++) {
 		const struct fence_stage *st = &m->plan.stages[j];
 		int32_t rows = 0;
@@ -536,7 +525,7 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		rc = lm_fail(d, LM_ENOMEM, "out of memory");
 		goto out;
 	}
-	int64_t t0 = ro_now_ms();
+	int64_t t0 = lm_now_ms();
 	if ((rc = sched_quiesce(m->sched, ROLLOUT_QUIESCE_MS, live, cap, &n_live, d)) != 0)
 		goto out;
 	/* Every live sequence's rows move from the old process to the new one. */
@@ -639,7 +628,7 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 	}
 	pthread_mutex_unlock(&m->mu);
 	sched_resume(m->sched, false);
-	*pause_ms = (double)(ro_now_ms() - t0);
+	*pause_ms = (double)(lm_now_ms() - t0);
 	for (int32_t i = 0; i < n_retired; i++) {
 		pthread_mutex_lock(&m->mu);
 		mesh_kill_child(m, retired[i], SIGTERM);
@@ -749,7 +738,7 @@ out:
 	free(pr.h);
 	pthread_mutex_lock(&m->mu);
 	r->running = false;
-	r->finished_ms = ro_now_ms();
+	r->finished_ms = lm_now_ms();
 	pthread_mutex_unlock(&m->mu);
 	return NULL;
 }
@@ -961,7 +950,7 @@ cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status
 	}
 	snprintf(r->state, sizeof r->state, "running");
 	r->running = true;
-	r->started_ms = ro_now_ms();
+	r->started_ms = lm_now_ms();
 	snprintf(r->dir, sizeof r->dir, "/tmp/layermesh-redeploy.XXXXXX");
 	if (mkdtemp(r->dir) == NULL) {
 		pthread_mutex_unlock(&m->mu);
@@ -1018,7 +1007,7 @@ cJSON *rollout_status(struct mesh *m)
 	cJSON_AddStringToObject(o, "binary", r->bin);
 	cJSON_AddItemToObject(o, "plan", ro_plan_json(m, r));
 	cJSON_AddNumberToObject(o, "max_pause_ms", r->max_pause_ms);
-	int64_t end = r->running ? ro_now_ms() : r->finished_ms;
+	int64_t end = r->running ? lm_now_ms() : r->finished_ms;
 	cJSON_AddNumberToObject(o, "elapsed_ms", (double)(end - r->started_ms));
 	if (r->error[0]) {
 		cJSON_AddStringToObject(o, "failed_step", r->failed_step);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/log.h"
 
 #define SCHED_MAX_INFLIGHT 16
@@ -82,13 +83,6 @@ struct sched {
 	uint64_t pauses_seen;   /* the thread's copy of `pauses` */
 	struct sched_stats stats;
 };
-
-static int64_t sched_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sched_free_seq(struct sched_seq *q)
 {
@@ -419,11 +413,11 @@ static void sched_dispatch(struct sched *s)
 			 * main loop gives up after batch_timeout_ms of this. */
 			lm_debug("FORWARD not sent: %s", lm_strerror(rc));
 			if (s->send_failing_ms == 0)
-				s->send_failing_ms = sched_now_ms();
+				s->send_failing_ms = lm_now_ms();
 			return;
 		}
 		s->send_failing_ms = 0;
-		b->sent_ms = sched_now_ms();
+		b->sent_ms = lm_now_ms();
 		for (int32_t k = 0; k < b->n; k++)
 			b->seqs[k]->inflight = true;
 		s->n_inflight++;
@@ -615,7 +609,7 @@ static void *sched_main(void *arg)
 			sched_admit(s);
 			s->send_failing_ms = 0; /* a pause is not the ring failing */
 		} else if (up) {
-			int64_t now = sched_now_ms();
+			int64_t now = lm_now_ms();
 			for (int32_t i = 0; i < s->n_inflight;) {
 				if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
 					char msg[160];
@@ -662,14 +656,7 @@ static void *sched_main(void *arg)
 
 		pthread_mutex_lock(&s->mu);
 		if (s->inbox == NULL && s->n_cancels == 0 && s->n_rx == 0 && !s->stopping) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += SCHED_IDLE_WAIT_MS * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+			lm_cond_wait_ms(&s->cv, &s->mu, SCHED_IDLE_WAIT_MS);
 		}
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -726,8 +713,8 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	}
 	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	pthread_cond_init(&s->qcv, NULL);
+	lm_cond_init(&s->cv);
+	lm_cond_init(&s->qcv);
 	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
@@ -909,21 +896,13 @@ void sched_pause(struct sched *s, const char *why)
 int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, int32_t cap,
 		  int32_t *n, lm_diag *d)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	int64_t until = lm_now_ms() + timeout_ms;
 	pthread_mutex_lock(&s->mu);
 	s->quiesce = true;
 	s->quiesced = false;
 	pthread_cond_signal(&s->cv);
-	int rv = 0;
-	while (!s->quiesced && rv == 0)
-		rv = pthread_cond_timedwait(&s->qcv, &s->mu, &ts);
+	while (!s->quiesced && lm_cond_wait_until(&s->qcv, &s->mu, until))
+		;
 	if (!s->quiesced) {
 		s->quiesce = false;
 		pthread_cond_signal(&s->cv);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
 #include "common/base/metrics.h"
 
 static void recvq_cb(void *arg)
@@ -40,11 +41,7 @@ int recvq_init(struct recvq *q, nng_socket s)
 	int rv = nng_aio_alloc(&q->aio, recvq_cb, q);
 	if (rv != 0)
 		return rv;
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&q->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	lm_cond_init(&q->cv);
 	pthread_mutex_init(&q->mu, NULL);
 	q->inited = true;
 	q->posted = true;
@@ -54,14 +51,7 @@ int recvq_init(struct recvq *q, nng_socket s)
 
 int recvq_pop(struct recvq *q, nng_msg **m, uint64_t *arrived_ns, int timeout_ms)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	struct timespec until = lm_deadline(timeout_ms);
 	int rc = 0;
 	bool repost = false;
 	pthread_mutex_lock(&q->mu);

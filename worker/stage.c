@@ -8,14 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
 #include "common/base/dtype.h"
-
-static uint64_t stage_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t stage_rss_bytes(void)
 {
@@ -321,13 +315,13 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 
 	/* A last-stage batch that samples nothing (prefill chunks) still runs for its KV rows and
 	 * answers with an empty TOKENS message, so the coordinator knows the batch is done. */
-	uint64_t t0 = stage_now_ns();
+	uint64_t t0 = lm_now_ns();
 	if (last) {
 		rc = lm_forward_run(&st->eng.fw, &b, hin, NULL, st->logits, d);
 	} else {
 		rc = lm_forward_run(&st->eng.fw, &b, hin, st->hout, NULL, d);
 	}
-	atomic_fetch_add(&st->stats.compute_ns, stage_now_ns() - t0);
+	atomic_fetch_add(&st->stats.compute_ns, lm_now_ns() - t0);
 	st->eng.fw.hook = NULL;
 	if (rc != 0)
 		return rc;

@@ -20,13 +20,6 @@ const uint64_t LM_HIST_BOUNDS_NS[LM_HIST_NBOUNDS] = {
 	100000000000ull,                                 /* 100 s */
 };
 
-uint64_t lm_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------ histograms */
 
 int lm_hist_bucket_of(uint64_t ns)
@@ -115,31 +108,10 @@ static void mtext_printf(struct lm_mtext *t, const char *fmt, ...)
 {
 	if (t->oom)
 		return;
-	for (;;) {
-		size_t room = t->cap - t->len;
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(t->p ? t->p + t->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			t->oom = true;
-			return;
-		}
-		if ((size_t)n < room) {
-			t->len += (size_t)n;
-			return;
-		}
-		size_t cap = t->cap ? t->cap : 4096;
-		while (cap - t->len <= (size_t)n)
-			cap *= 2;
-		char *p = realloc(t->p, cap);
-		if (p == NULL) {
-			t->oom = true;
-			return;
-		}
-		t->p = p;
-		t->cap = cap;
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	t->oom = lm_buf_vprintf(&t->b, fmt, ap) != 0;
+	va_end(ap);
 }
 
 /* A number as Prometheus reads it: integers without a fraction, others with 15 significant
@@ -266,11 +238,11 @@ bool lm_mtext_label(char *dst, size_t cap, const char *key, const char *value)
 
 char *lm_mtext_take(struct lm_mtext *t)
 {
-	char *p = t->oom ? NULL : t->p;
+	char *p = t->oom ? NULL : t->b.p;
 	if (p == NULL && !t->oom)
 		p = calloc(1, 1); /* an empty page */
 	if (t->oom)
-		free(t->p);
+		lm_buf_fini(&t->b);
 	memset(t, 0, sizeof *t);
 	return p;
 }
@@ -279,6 +251,6 @@ void lm_mtext_fini(struct lm_mtext *t)
 {
 	if (t == NULL)
 		return;
-	free(t->p);
+	lm_buf_fini(&t->b);
 	memset(t, 0, sizeof *t);
 }

@@ -33,6 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/buf.h"
+#include "common/base/clock.h" /* lm_now_ns: the clock of every duration here */
+
 #define LM_HIST_NBOUNDS  25                    /* finite bucket bounds */
 #define LM_HIST_NBUCKETS (LM_HIST_NBOUNDS + 1) /* and the +Inf bucket */
 
@@ -61,16 +64,12 @@ void lm_hist_snapshot(const struct lm_hist *h, struct lm_hist_snap *s);
 /* The q-quantile (0 <= q <= 1) in nanoseconds, estimated as described above; 0 when empty. */
 double lm_hist_quantile(const struct lm_hist_snap *s, double q);
 
-/* CLOCK_MONOTONIC in nanoseconds: the clock every duration here is measured on. */
-uint64_t lm_now_ns(void);
-
 /* ------------------------------------------------------------------ exposition text */
 
 /* A growing text buffer for one /metrics page. Appending never fails visibly: an allocation
  * failure is remembered and lm_mtext_take returns NULL. A zeroed struct is empty. */
 struct lm_mtext {
-	char *p;
-	size_t len, cap;
+	struct lm_buf b;
 	bool oom;
 };
 

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/buf.h"
+
 #define GGUF_WRITER_VERSION 3u
 
 /* ---------------------------------------------------------------- encoding */
@@ -44,15 +46,11 @@ static int gguf_writer_reserve(gguf_writer *w, size_t more, lm_diag *d)
 		return 0;
 	if (more > SIZE_MAX / 2 - w->kv_len)
 		return lm_fail(d, LM_EOVERFLOW, "gguf writer: metadata larger than memory");
-	size_t cap = w->kv_cap != 0 ? w->kv_cap : 4096;
-	while (cap - w->kv_len < more)
-		cap *= 2;
-	uint8_t *p = realloc(w->kv, cap);
+	uint8_t *p = lm_grow(w->kv, &w->kv_cap, w->kv_len + more, 1, 4096);
 	if (p == NULL)
 		return lm_fail(d, LM_ENOMEM, "gguf writer: out of memory for %zu bytes of metadata",
-			       cap);
+			       w->kv_len + more);
 	w->kv = p;
-	w->kv_cap = cap;
 	return 0;
 }
 

@@ -17,6 +17,7 @@
  * is a static value that headers may not extend.
  */
 #include "common/format/toml.h"
+#include "common/base/buf.h"
 #include "common/format/toml_impl.h"
 
 #include <errno.h>
@@ -31,49 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
+
 #define TP_PATH_CAP 256
 /* How much of an offending token a message quotes. */
 #define TP_QUOTE_MAX 40
-
-/* ---- growable byte buffer ---------------------------------------------------------------- */
-
-struct tbuf {
-	char *p;
-	size_t n, cap;
-};
-
-static int tbuf_reserve(struct tbuf *b, size_t extra)
-{
-	if (b->cap - b->n > extra)
-		return 0;
-	size_t cap = b->cap ? b->cap : 64;
-	while (cap - b->n <= extra) {
-		if (cap > SIZE_MAX / 2)
-			return LM_ENOMEM;
-		cap *= 2;
-	}
-	char *p = realloc(b->p, cap);
-	if (p == NULL)
-		return LM_ENOMEM;
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-static int tbuf_put(struct tbuf *b, const char *s, size_t n)
-{
-	if (tbuf_reserve(b, n) != 0)
-		return LM_ENOMEM;
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = '\0';
-	return 0;
-}
-
-static int tbuf_putc(struct tbuf *b, char c)
-{
-	return tbuf_put(b, &c, 1);
-}
 
 /* ---- the parser's state, positions and messages ------------------------------------------ */
 
@@ -88,7 +51,7 @@ struct tp {
 	uint32_t section, n_sections;
 	char path[TP_PATH_CAP];
 	struct tomli_fix pf;
-	struct tbuf sb; /* scratch: strings, keys, number text */
+	struct lm_buf sb; /* scratch: strings, keys, number text */
 };
 
 /* The position of `at`, which must lie on the current line. Columns are counted incrementally
@@ -342,7 +305,7 @@ static int tp_new_container(struct tp *t, enum toml_type type, struct tomli_pos 
 
 /* ---- strings ------------------------------------------------------------------------------ */
 
-static void utf8_put(struct tbuf *b, uint32_t cp, int *rc)
+static void utf8_put(struct lm_buf *b, uint32_t cp, int *rc)
 {
 	char u[4];
 	size_t n;
@@ -365,7 +328,7 @@ static void utf8_put(struct tbuf *b, uint32_t cp, int *rc)
 		u[3] = (char)(0x80 | (cp & 0x3F));
 		n = 4;
 	}
-	if (tbuf_put(b, u, n) != 0)
+	if (lm_buf_add(b, u, n) != 0)
 		*rc = LM_ENOMEM;
 }
 
@@ -381,7 +344,7 @@ static int hexval(char c)
 }
 
 /* An escape sequence; t->p is at the backslash. */
-static int tp_escape(struct tp *t, struct tbuf *b)
+static int tp_escape(struct tp *t, struct lm_buf *b)
 {
 	const char *at = t->p++;
 	if (tp_eof(t))
@@ -435,11 +398,11 @@ static int tp_escape(struct tp *t, struct tbuf *b)
 		return TP_ERR(t, at, "invalid escape sequence (a backslash followed by %s)",
 			      TP_DESC(t, t->p - 1));
 	}
-	return tbuf_putc(b, out) == 0 ? 0 : tp_nomem(t);
+	return lm_buf_addc(b, out) == 0 ? 0 : tp_nomem(t);
 }
 
 /* "..." or '...' on one line; t->p is at the opening quote. */
-static int tp_string_line(struct tp *t, struct tbuf *b, char q)
+static int tp_string_line(struct tp *t, struct lm_buf *b, char q)
 {
 	const char *open = t->p++;
 	for (;;) {
@@ -447,7 +410,7 @@ static int tp_string_line(struct tp *t, struct tbuf *b, char q)
 		while (t->p < t->end && *t->p != q && *t->p != '\n' && *t->p != '\r' &&
 		       !(q == '"' && *t->p == '\\'))
 			t->p++;
-		if (t->p > run && tbuf_put(b, run, (size_t)(t->p - run)) != 0)
+		if (t->p > run && lm_buf_add(b, run, (size_t)(t->p - run)) != 0)
 			return tp_nomem(t);
 		if (tp_eof(t) || tp_at_newline(t))
 			return TP_ERR(t, open,
@@ -465,7 +428,7 @@ static int tp_string_line(struct tp *t, struct tbuf *b, char q)
 }
 
 /* """...""" or '''...'''; t->p is at the opening delimiter. */
-static int tp_string_multi(struct tp *t, struct tbuf *b, char q)
+static int tp_string_multi(struct tp *t, struct lm_buf *b, char q)
 {
 	int32_t open_line = t->line;
 	t->p += 3;
@@ -476,14 +439,14 @@ static int tp_string_multi(struct tp *t, struct tbuf *b, char q)
 		while (t->p < t->end && *t->p != q && *t->p != '\n' && *t->p != '\r' &&
 		       !(q == '"' && *t->p == '\\'))
 			t->p++;
-		if (t->p > run && tbuf_put(b, run, (size_t)(t->p - run)) != 0)
+		if (t->p > run && lm_buf_add(b, run, (size_t)(t->p - run)) != 0)
 			return tp_nomem(t);
 		if (tp_eof(t))
 			return TP_ERR(t, t->p, "unterminated multi-line string (opened on line %d)",
 				      (int)open_line);
 		if (tp_at_newline(t)) {
 			tp_eat_newline(t);
-			if (tbuf_putc(b, '\n') != 0)
+			if (lm_buf_addc(b, '\n') != 0)
 				return tp_nomem(t);
 			continue;
 		}
@@ -495,7 +458,7 @@ static int tp_string_multi(struct tp *t, struct tbuf *b, char q)
 				n++;
 			}
 			if (n < 3) {
-				if (tbuf_put(b, at, n) != 0)
+				if (lm_buf_add(b, at, n) != 0)
 					return tp_nomem(t);
 				continue;
 			}
@@ -505,7 +468,7 @@ static int tp_string_multi(struct tp *t, struct tbuf *b, char q)
 					"%zu quotes in a row: a multi-line string may hold at "
 					"most two before its closing delimiter",
 					n);
-			if (n > 3 && tbuf_put(b, at, n - 3) != 0)
+			if (n > 3 && lm_buf_add(b, at, n - 3) != 0)
 				return tp_nomem(t);
 			return 0;
 		}
@@ -536,8 +499,8 @@ static int tp_string_multi(struct tp *t, struct tbuf *b, char q)
 /* Any string at t->p into the scratch buffer; keys refuse the multi-line forms. */
 static int tp_string(struct tp *t, bool key)
 {
-	t->sb.n = 0;
-	if (tbuf_reserve(&t->sb, 1) != 0)
+	t->sb.len = 0;
+	if (lm_buf_reserve(&t->sb, 1) != 0)
 		return tp_nomem(t);
 	t->sb.p[0] = '\0';
 	char q = *t->p;
@@ -590,7 +553,7 @@ static int tp_key(struct tp *t, struct tkeys *ks)
 				return rc;
 			}
 			s = t->sb.p;
-			n = t->sb.n;
+			n = t->sb.len;
 		} else {
 			s = t->p;
 			while (t->p < t->end && tomli_is_bare(*t->p))
@@ -749,16 +712,16 @@ static int tp_float(struct tp *t, struct tomli_pos pos, const char *s, size_t n,
 	if (bad)
 		return tp_bad_number(t, pos, s, n, "float",
 				     "an underscore must sit between two digits");
-	t->sb.n = 0;
+	t->sb.len = 0;
 	for (size_t j = 0; j < n; j++)
-		if (s[j] != '_' && tbuf_putc(&t->sb, s[j]) != 0)
+		if (s[j] != '_' && lm_buf_addc(&t->sb, s[j]) != 0)
 			return tp_nomem(t);
 	/* The text is plain C syntax by now; the process never changes LC_NUMERIC, so strtod
 	 * reads '.' as the decimal point. */
 	errno = 0;
 	char *endp = NULL;
 	double v = strtod(t->sb.p, &endp);
-	if (endp != t->sb.p + t->sb.n)
+	if (endp != t->sb.p + t->sb.len)
 		return tp_bad_number(t, pos, s, n, "float", "not a number");
 	if (isinf(v)) {
 		int q = n > TP_QUOTE_MAX ? TP_QUOTE_MAX : (int)n;
@@ -942,11 +905,11 @@ static int tp_value(struct tp *t, int32_t depth, struct toml_value **out)
 	struct toml_value *v = tp_new(t, TOML_STRING, pos, depth);
 	if (v == NULL)
 		return tp_nomem(t);
-	v->u.str.s = malloc(t->sb.n + 1);
+	v->u.str.s = malloc(t->sb.len + 1);
 	if (v->u.str.s == NULL)
 		return tp_nomem(t);
-	memcpy(v->u.str.s, t->sb.p, t->sb.n + 1);
-	v->u.str.len = t->sb.n;
+	memcpy(v->u.str.s, t->sb.p, t->sb.len + 1);
+	v->u.str.len = t->sb.len;
 	*out = v;
 	return 0;
 }
@@ -1212,9 +1175,7 @@ static uint64_t toml_seed(const void *salt)
 {
 	uint64_t s = 0;
 	if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		s = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)salt;
+		s = lm_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)salt;
 	}
 	return s;
 }
@@ -1248,7 +1209,7 @@ int toml_parse(struct toml_doc *doc, const char *name, const char *text, size_t 
 		doc->root = tp_new(&t, TOML_TABLE, (struct tomli_pos){1, 1}, 0);
 		rc = doc->root != NULL ? tp_document(&t) : tp_nomem(&t);
 	}
-	free(t.sb.p);
+	lm_buf_fini(&t.sb);
 	if (rc != 0)
 		toml_doc_fini(doc);
 	return rc;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/tok/tok_internal.h"
+#include "common/base/buf.h"
 #include "common/tok/tok_unicode.h"
 
 /* Texts longer than this are refused: symbol indices are 32-bit and SPM's escaping triples
@@ -80,14 +81,12 @@ static int tok_buf_put(struct tok_work *w, const void *p, size_t n)
 	if (n == 0) /* the buffer may not exist yet: no memcpy to NULL + 0 */
 		return 0;
 	if (w->cap_buf - w->n_buf < n) {
-		size_t cap = w->cap_buf ? w->cap_buf : 256;
-		while (cap - w->n_buf < n)
-			cap *= 2;
-		uint8_t *b = realloc(w->buf, cap);
+		if (n > SIZE_MAX - w->n_buf)
+			return LM_ENOMEM;
+		uint8_t *b = lm_grow(w->buf, &w->cap_buf, w->n_buf + n, 1, 256);
 		if (b == NULL)
 			return LM_ENOMEM;
 		w->buf = b;
-		w->cap_buf = cap;
 	}
 	memcpy(w->buf + w->n_buf, p, n);
 	w->n_buf += n;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/base/clock.h"
+
 /* Certificates and keys are a few KiB; anything past this is not one. */
 #define TRANSPORT_PEM_MAX (1 << 20)
 
@@ -175,21 +177,14 @@ int lm_close_bounded(nng_socket s, int timeout_ms)
 	}
 	c->s = s;
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
+	lm_cond_init(&c->cv);
 	if (pthread_create(&t, NULL, lm_closer_main, c) != 0) {
 		lm_closer_free(c);
 		nng_close(s);
 		return 0;
 	}
 	pthread_detach(t);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	struct timespec ts = lm_deadline(timeout_ms);
 	int rv = 0;
 	pthread_mutex_lock(&c->mu);
 	while (!c->done && rv == 0)

@@ -15,22 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/buf.h"
+
 /* ---------------------------------------------------------------- the buffer */
 
 static int wire_buf_reserve(struct wire_buf *b, size_t extra)
 {
 	if (b->cap - b->len >= extra)
 		return 0;
-	if (extra > SIZE_MAX / 4 - b->len)
+	if (extra > SIZE_MAX - b->len)
 		return LM_ENOMEM;
-	size_t cap = b->cap != 0 ? b->cap : 256;
-	while (cap - b->len < extra)
-		cap *= 2;
-	uint8_t *p = realloc(b->data, cap);
+	uint8_t *p = lm_grow(b->data, &b->cap, b->len + extra, 1, 256);
 	if (p == NULL)
 		return LM_ENOMEM;
 	b->data = p;
-	b->cap = cap;
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
 #include "common/base/err.h"
 
 /* How long a worker spins for the next job before sleeping, and how many polls between clock
@@ -21,13 +22,6 @@ static inline void pool_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
 #endif
-}
-
-static uint64_t pool_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void pool_futex_wait(_Atomic uint32_t *addr, uint32_t expected)
@@ -53,7 +47,7 @@ static uint32_t pool_wait_job(struct cpu_pool *p, uint32_t seen)
 		pool_relax();
 		if (polls % POOL_SPIN_POLLS != 0)
 			continue;
-		uint64_t now = pool_now_ns();
+		uint64_t now = lm_now_ns();
 		if (start == 0) {
 			start = now;
 			continue;

@@ -15,6 +15,7 @@
 #include "common/tok/tok_internal.h"
 #include "common/tok/tok_unicode.h"
 #include "common/tok/tokenizer.h"
+#include "common/base/clock.h"
 
 static char *shared_path(const char *rel)
 {
@@ -925,13 +926,6 @@ Test(tokenizer, unicode_categories_and_gpt2_bytes)
 
 /* ------------------------------------------------------------ cost */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* 100 KB inputs, including one-word and all-space texts that make single huge merge runs, stay
  * far from quadratic. */
 Test(tokenizer, long_inputs_are_not_quadratic, .timeout = 60)
@@ -954,9 +948,9 @@ Test(tokenizer, long_inputs_are_not_quadratic, .timeout = 60)
 			int32_t *ids;
 			size_t n;
 			lm_diag d = {{0}};
-			double t0 = now_s();
+			double t0 = lm_now_s();
 			cr_assert_eq(tok_encode_alloc(v, texts[t], len, false, &ids, &n, &d), 0);
-			double dt = now_s() - t0;
+			double dt = lm_now_s() - t0;
 			cr_log_info("%s text %d: %zu ids in %.3f s", vocabs[k], t, n, dt);
 			cr_expect_lt(dt, 5.0, "%s text %d took %.2f s", vocabs[k], t, dt);
 			cr_expect_gt(n, 0);
