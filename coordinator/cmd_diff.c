@@ -16,7 +16,6 @@
 #include <nng/nng.h>
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -33,6 +32,8 @@
 #include "coordinator/cmds.h"
 #include "coordinator/planner.h"
 #include "engine/engine.h"
+#include "coordinator/ctl.h"
+#include "coordinator/worker_cmd.h"
 
 extern char **environ;
 
@@ -56,8 +57,7 @@ static const char diff_usage[] =
 
 struct diff_worker {
 	pid_t pid;
-	nng_socket ctl;
-	bool ctl_open;
+	struct ctl_conn ctl;
 	char ctl_addr[300], data_addr[300];
 	int32_t begin, end;
 };
@@ -130,134 +130,65 @@ out:
 
 /* ------------------------------------------------------------------ the private mesh */
 
+/* Starts the workers as `layermesh up` starts them (worker_cmd.h): they listen and wait for
+ * their ASSIGN. */
 static int diff_spawn(struct diff_ctx *c, const char *bin, lm_diag *d)
 {
-	const char *wdt = c->cfg.wire_dtype == LM_F16    ? "f16"
-			  : c->cfg.wire_dtype == LM_BF16 ? "bf16"
-							 : "f32";
-	char parent[16], layers[32], maxseq[16], batch[16];
-	snprintf(parent, sizeof parent, "%d", (int)getpid());
-	snprintf(maxseq, sizeof maxseq, "%d", c->n + 1);
-	snprintf(batch, sizeof batch, "%d", c->n);
 	for (int32_t j = 0; j < c->n_workers; j++) {
 		struct diff_worker *w = &c->w[j];
-		char name[16], next[300];
+		char name[16];
 		snprintf(name, sizeof name, "diff%d", j);
 		snprintf(w->ctl_addr, sizeof w->ctl_addr, "ipc://%s/w%d.ctl", c->dir, j);
 		snprintf(w->data_addr, sizeof w->data_addr, "ipc://%s/w%d.data", c->dir, j);
-		snprintf(next, sizeof next, "ipc://%s/%s", c->dir,
-			 j + 1 < c->n_workers ? "" : "coord.data");
-		if (j + 1 < c->n_workers)
-			snprintf(next, sizeof next, "ipc://%s/w%d.data", c->dir, j + 1);
 		w->begin = c->plan.cuts[j];
 		w->end = c->plan.cuts[j + 1];
-		snprintf(layers, sizeof layers, "%d:%d", w->begin, w->end);
-		char *argv[32];
-		int k = 0;
-		argv[k++] = (char *)bin;
-		argv[k++] = "--name";
-		argv[k++] = name;
-		argv[k++] = "--control";
-		argv[k++] = w->ctl_addr;
-		argv[k++] = "--data";
-		argv[k++] = w->data_addr;
-		argv[k++] = "--model";
-		argv[k++] = c->cfg.model_path;
-		argv[k++] = "--layers";
-		argv[k++] = layers;
-		if (j == 0)
-			argv[k++] = "--embedding";
-		if (j == c->n_workers - 1)
-			argv[k++] = "--head";
-		argv[k++] = "--next";
-		argv[k++] = next;
-		argv[k++] = "--max-seq";
-		argv[k++] = maxseq;
-		argv[k++] = "--slots";
-		argv[k++] = "1";
-		argv[k++] = "--kv-type";
-		argv[k++] = (char *)lm_dtype_name(c->cfg.kv_type_k);
-		argv[k++] = "--wire-dtype";
-		argv[k++] = (char *)wdt;
-		argv[k++] = "--max-batch";
-		argv[k++] = batch;
-		argv[k++] = "--parent-pid";
-		argv[k++] = parent;
-		argv[k++] = "--log-level";
-		argv[k++] = "warn";
-		argv[k] = NULL;
-		int rv = posix_spawn(&w->pid, bin, NULL, NULL, argv, environ);
+		struct worker_cmd wc = {.bin = bin,
+					.name = name,
+					.control = w->ctl_addr,
+					.data = w->data_addr,
+					.threads = 1,
+					.parent_pid = (int)getpid(),
+					.log_level = "warn"};
+		struct worker_argv args;
+		worker_cmd_argv(&wc, &args);
+		int rv = posix_spawn(&w->pid, bin, NULL, NULL, args.argv, environ);
 		if (rv != 0)
 			return lm_fail(d, LM_EOS, "cannot start %s: %s", bin, strerror(rv));
 	}
 	return 0;
 }
 
-static int diff_request(struct diff_worker *w, const struct wire_buf *req, nng_msg **reply,
-			int timeout_ms)
+/* Whether a diff worker's process still runs (for ctl's waits). */
+static bool diff_alive(void *arg)
 {
-	nng_msg *m;
-	nng_socket_set_ms(w->ctl, NNG_OPT_SENDTIMEO, timeout_ms);
-	nng_socket_set_ms(w->ctl, NNG_OPT_RECVTIMEO, timeout_ms);
-	if (nng_msg_alloc(&m, 0) != 0 || nng_msg_append(m, req->data, req->len) != 0)
-		return LM_ENOMEM;
-	if (nng_sendmsg(w->ctl, m, 0) != 0) {
-		nng_msg_free(m);
-		return LM_ETIMEOUT;
-	}
-	return nng_recvmsg(w->ctl, reply, 0) == 0 ? 0 : LM_ETIMEOUT;
-}
-
-static int diff_ctl_open(struct diff_worker *w)
-{
-	if (w->ctl_open)
-		nng_close(w->ctl);
-	w->ctl_open = false;
-	if (nng_req0_open(&w->ctl) != 0)
-		return LM_EIO;
-	w->ctl_open = true;
-	nng_socket_set_ms(w->ctl, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_ms(w->ctl, NNG_OPT_RECONNMINT, 10);
-	nng_socket_set_ms(w->ctl, NNG_OPT_RECONNMAXT, 100);
-	return nng_dial(w->ctl, w->ctl_addr, NULL, NNG_FLAG_NONBLOCK) == 0 ? 0 : LM_EIO;
+	struct diff_worker *w = arg;
+	int status;
+	if (w->pid > 0 && waitpid(w->pid, &status, WNOHANG) == w->pid)
+		w->pid = 0;
+	return w->pid > 0;
 }
 
 /* TRACE slot 0: arms it (the first time) or fetches what it recorded. */
 static int diff_trace(struct diff_ctx *c, struct diff_worker *w, bool fetch, lm_diag *d)
 {
-	struct wire_buf b = {0};
-	struct wire_kv k = {.id = 1, .fingerprint = c->eng.model.fingerprint, .slot = 0};
-	nng_msg *r = NULL;
-	int rc = wire_encode_kv(&b, WIRE_TRACE, &k);
-	if (rc == 0)
-		rc = diff_request(w, &b, &r, 10000);
-	wire_buf_fini(&b);
-	if (rc != 0)
-		return lm_fail(d, rc, "worker [%d, %d) did not answer TRACE", w->begin, w->end);
 	struct wire_limits lim = {
 		.fingerprint = c->eng.model.fingerprint, .slots = 1, .max_seq = c->n + 1};
-	struct wire_head h;
-	rc = wire_peek(nng_msg_body(r), nng_msg_len(r), &h, d);
-	if (rc == 0 && h.type == WIRE_ERROR) {
-		struct wire_error e;
-		wire_decode_error(nng_msg_body(r), nng_msg_len(r), &e, d);
-		rc = lm_fail(d, LM_EPROTO, "worker [%d, %d): %s", w->begin, w->end, e.msg);
-	} else if (rc == 0) {
-		rc = wire_decode_kv(nng_msg_body(r), nng_msg_len(r), &lim, &k, d);
-	}
+	int32_t rows = 0;
+	void *data = NULL;
+	size_t bytes = 0;
+	int rc = ctl_trace(&w->ctl, c->eng.model.fingerprint, &lim, 0, &rows, &data, &bytes, d);
 	if (rc == 0 && fetch) {
 		size_t per_layer = (size_t)c->n * (size_t)c->dim;
 		size_t want = (size_t)(w->end - w->begin) * per_layer * sizeof(float);
-		if (k.len != c->n || k.payload_len != want) {
+		if (rows != c->n || bytes != want)
 			rc = lm_fail(
 				d, LM_EPROTO,
 				"worker [%d, %d) recorded %d rows (%zu bytes); expected %d (%zu)",
-				w->begin, w->end, k.len, k.payload_len, c->n, want);
-		} else {
-			memcpy(c->mesh + (size_t)w->begin * per_layer, k.payload, want);
-		}
+				w->begin, w->end, rows, bytes, c->n, want);
+		else
+			memcpy(c->mesh + (size_t)w->begin * per_layer, data, want);
 	}
-	nng_msg_free(r);
+	free(data);
 	return rc;
 }
 
@@ -271,37 +202,21 @@ static int diff_mesh(struct diff_ctx *c, const char *bin, lm_diag *d)
 		return lm_fail(d, LM_EIO, "cannot listen at %s", addr);
 	if ((rc = diff_spawn(c, bin, d)) != 0)
 		return rc;
-	/* HELLO each worker until it answers (it loads its slice from flags before listening). */
+	/* Each worker, as the mesh's keepers do it: HELLO until it answers, ASSIGN its slice of
+	 * mesh.toml's plan for one sequence of the prompt, READY; then arm its trace. */
 	for (int32_t j = 0; j < c->n_workers; j++) {
 		struct diff_worker *w = &c->w[j];
-		struct wire_buf b = {0};
-		struct wire_hello me = {.version = WIRE_VERSION, .id = 1};
-		wire_encode_hello(&b, &me, false);
-		time_t deadline = time(NULL) + 60;
-		nng_msg *r = NULL;
-		while ((rc = diff_ctl_open(w)) == 0 && diff_request(w, &b, &r, 250) != 0) {
-			int status;
-			if (waitpid(w->pid, &status, WNOHANG) == w->pid) {
-				w->pid = 0;
-				wire_buf_fini(&b);
-				return lm_fail(d, LM_EUNAVAILABLE,
-					       "the worker for layers [%d, %d) exited", w->begin,
-					       w->end);
-			}
-			if (time(NULL) > deadline) {
-				wire_buf_fini(&b);
-				return lm_fail(d, LM_ETIMEOUT,
-					       "the worker for layers [%d, %d) did not "
-					       "answer",
-					       w->begin, w->end);
-			}
-		}
-		wire_buf_fini(&b);
-		if (r != NULL)
-			nng_msg_free(r);
-		if (rc != 0)
-			return lm_fail(d, rc, "control socket");
-		if ((rc = diff_trace(c, w, false, d)) != 0)
+		struct wire_hello hello;
+		struct wire_assign a;
+		struct wire_ready ready;
+		planner_assignment(&c->cfg, &c->plan, j, c->n + 1, 1,
+				   j + 1 < c->n_workers ? c->w[j + 1].data_addr : addr, &a);
+		a.max_batch = c->n;
+		if ((rc = ctl_open(&w->ctl, c->plan.stages[j].name, w->ctl_addr, d)) != 0 ||
+		    (rc = ctl_hello_wait(&w->ctl, 0, &hello, 60000, diff_alive, w, d)) != 0 ||
+		    (rc = ctl_assign(&w->ctl, &a, c->eng.model.fingerprint, &ready, 60000,
+				     diff_alive, w, d)) != 0 ||
+		    (rc = diff_trace(c, w, false, d)) != 0)
 			return rc;
 	}
 	/* The prompt as one FORWARD into the first worker; the TOKENS come back here. */
@@ -365,8 +280,7 @@ static int diff_mesh(struct diff_ctx *c, const char *bin, lm_diag *d)
 static void diff_stop_mesh(struct diff_ctx *c)
 {
 	for (int32_t j = 0; c->w != NULL && j < c->n_workers; j++) {
-		if (c->w[j].ctl_open)
-			nng_close(c->w[j].ctl);
+		ctl_close(&c->w[j].ctl);
 		if (c->w[j].pid > 0)
 			kill(c->w[j].pid, SIGTERM);
 	}

@@ -25,6 +25,7 @@
 #include "common/base/log.h"
 #include "coordinator/mesh_impl.h"
 #include "lm_config.h"
+#include "coordinator/planner.h"
 
 /* Waits on the mesh's condition variable for at most ms; under mu. */
 static bool keeper_stopping(struct mesh *m)
@@ -60,23 +61,8 @@ static int keeper_exit_reason(struct mesh_proc *p, int rc, lm_diag *d)
 /* The ASSIGN a worker of this mesh gets: its planned slice, its successor's address. */
 void mesh_assignment(struct mesh *m, int32_t j, struct wire_assign *a)
 {
-	const struct fence_stage *st = &m->plan.stages[j];
-	*a = (struct wire_assign){.id = 2,
-				  .begin = st->start,
-				  .end = st->end,
-				  .embedding = j == 0,
-				  .head = j == m->n_procs - 1,
-				  .max_seq = m->max_seq,
-				  .slots = m->cfg.slots + MESH_PROBE_SLOTS,
-				  .k_type = m->cfg.kv_type_k,
-				  .v_type = m->cfg.kv_type_v,
-				  .wire_dtype = m->cfg.wire_dtype == LM_F16    ? WIRE_DT_F16
-						: m->cfg.wire_dtype == LM_BF16 ? WIRE_DT_BF16
-									       : WIRE_DT_F32,
-				  .max_batch = m->cfg.max_batch};
-	snprintf(a->model, sizeof a->model, "%s", m->cfg.model_path);
-	snprintf(a->next, sizeof a->next, "%s",
-		 j + 1 < m->n_procs ? m->procs[j + 1].data : m->cfg.data_in);
+	planner_assignment(&m->cfg, &m->plan, j, m->max_seq, m->cfg.slots + MESH_PROBE_SLOTS,
+			   j + 1 < m->n_procs ? m->procs[j + 1].data : m->cfg.data_in, a);
 }
 
 /* HELLO until the worker answers, then ASSIGN and READY. */

@@ -19,6 +19,7 @@
 #include "coordinator/rollout.h"
 #include "coordinator/probe.h"
 #include "lm_config.h"
+#include "coordinator/worker_cmd.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -329,52 +330,25 @@ static void mesh_free_closed_child(uv_handle_t *h)
 static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 {
 	struct mesh_proc *p = r->p;
-	char threads[16], parent[16];
-	snprintf(threads, sizeof threads, "%d", p->cfg->threads);
-	snprintf(parent, sizeof parent, "%d", (int)getpid());
-	const char *level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info";
-	char *args[] = {(char *)r->bin,
-			"--name",
-			p->cfg->name,
-			"--control",
-			(char *)r->control,
-			"--data",
-			(char *)r->data,
-			"--http",
-			(char *)r->http,
-			"--backend",
-			p->cfg->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
-			"--threads",
-			threads,
-			"--kernels",
-			(char *)mesh_kernels_name(p->cfg->kernels),
-			"--parent-pid",
-			parent,
-			"--log-level",
-			(char *)level,
-			NULL,
-			NULL,
-			NULL,
-			NULL,
-			NULL,
-			NULL,
-			NULL};
-	_Static_assert(sizeof args / sizeof args[0] == 26, "19 arguments, 6 for TLS, NULL");
-	if (m->tls.ca_file != NULL) {
-		int k = 19;
-		args[k++] = "--tls-ca";
-		args[k++] = (char *)m->tls.ca_file;
-		args[k++] = "--tls-cert";
-		args[k++] = (char *)m->tls.cert_file;
-		args[k++] = "--tls-key";
-		args[k++] = (char *)m->tls.key_file;
-	}
+	struct worker_cmd wc = {.bin = r->bin,
+				.name = p->cfg->name,
+				.control = r->control,
+				.data = r->data,
+				.http = r->http,
+				.backend = p->cfg->backend,
+				.threads = p->cfg->threads,
+				.kernels = p->cfg->kernels,
+				.parent_pid = (int)getpid(),
+				.log_level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info",
+				.tls = &m->tls};
+	struct worker_argv args;
+	worker_cmd_argv(&wc, &args);
 	uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2}};
 	uv_process_options_t po = {.exit_cb = mesh_on_exit,
 				   .file = r->bin,
-				   .args = args,
+				   .args = args.argv,
 				   .stdio_count = 3,
 				   .stdio = stdio};
 	if (access(r->bin, X_OK) != 0)

@@ -7,6 +7,7 @@
 
 #include "common/format/gguf.h"
 #include "common/model/kv_geom.h"
+#include "common/wire/wire.h"
 
 int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *hp)
 {
@@ -39,6 +40,25 @@ uint64_t planner_scratch_bytes(const struct lm_hparams *hp, int32_t max_batch,
 		floats += (uint64_t)hp->n_vocab;
 	uint64_t wire = (uint64_t)lm_dtype_info(wire_dtype)->size;
 	return b * (floats * sizeof(float) + 2 * e * wire);
+}
+
+void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *plan, int32_t j,
+			int32_t max_seq, int32_t slots, const char *next, struct wire_assign *a)
+{
+	const struct fence_stage *st = &plan->stages[j];
+	*a = (struct wire_assign){.id = 2,
+				  .begin = st->start,
+				  .end = st->end,
+				  .embedding = j == 0,
+				  .head = j == plan->n_workers - 1,
+				  .max_seq = max_seq,
+				  .slots = slots,
+				  .k_type = cfg->kv_type_k,
+				  .v_type = cfg->kv_type_v,
+				  .wire_dtype = wire_dtype_of(cfg->wire_dtype),
+				  .max_batch = cfg->max_batch};
+	snprintf(a->model, sizeof a->model, "%s", cfg->model_path);
+	snprintf(a->next, sizeof a->next, "%s", next);
 }
 
 int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,

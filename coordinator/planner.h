@@ -19,6 +19,7 @@
 #include "common/plan/fence.h"
 #include "common/format/mesh_config.h"
 #include "common/model/hparams.h"
+#include "common/wire/wire.h"
 
 /* What a plan was made from, for its header and its JSON. */
 struct planner_info {
@@ -48,6 +49,12 @@ uint64_t planner_scratch_bytes(const struct lm_hparams *hp, int32_t max_batch,
  * model that cannot be read) the plan holds nothing. info may be NULL. */
 int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,
 		 lm_diag *d);
+
+/* The ASSIGN of worker j of a plan: its slice, cfg's cache, wire and batch settings for `slots`
+ * sequences of max_seq positions, and `next`, its successor's data address (the coordinator's
+ * for the last worker). `layermesh up` and `layermesh diff` assign their workers with it. */
+void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *plan, int32_t j,
+			int32_t max_seq, int32_t slots, const char *next, struct wire_assign *a);
 
 /* `layermesh plan`: loads mesh_path, plans, and writes the table (or JSON) to out; messages go
  * to err. Returns the exit status: 0 planned, 1 failed. */

@@ -395,7 +395,7 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 			memcpy(payload, pr->ids, f.payload_len);
 	} else {
 		const float *in = pr->h + (size_t)(st->start - 1) * per;
-		f.dtype = wdt == LM_F16 ? WIRE_DT_F16 : wdt == LM_BF16 ? WIRE_DT_BF16 : WIRE_DT_F32;
+		f.dtype = wire_dtype_of(wdt);
 		f.dim = dim;
 		f.payload_len = per * wire_dtype_size(f.dtype);
 		payload = malloc(f.payload_len);

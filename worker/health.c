@@ -121,11 +121,6 @@ static cJSON *health_latency(const struct lm_hist *hist)
 	return o;
 }
 
-static const char *health_wire_dtype(enum wire_dtype t)
-{
-	return t == WIRE_DT_F16 ? "f16" : t == WIRE_DT_BF16 ? "bf16" : "f32";
-}
-
 static char *health_render_status(struct health *h, const struct health_snapshot *s)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -163,7 +158,7 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "max_batch", a->max_batch);
 		cJSON_AddStringToObject(o, "kv_type_k", lm_dtype_name(a->k_type));
 		cJSON_AddStringToObject(o, "kv_type_v", lm_dtype_name(a->v_type));
-		cJSON_AddStringToObject(o, "wire_dtype", health_wire_dtype(a->wire_dtype));
+		cJSON_AddStringToObject(o, "wire_dtype", wire_dtype_name(a->wire_dtype));
 		cJSON_AddNumberToObject(o, "kv_base", s->kv_base);
 		cJSON_AddNumberToObject(o, "kv_num_layers", s->kv_num_layers);
 		cJSON_AddNumberToObject(o, "kv_bytes", (double)s->kv_bytes);

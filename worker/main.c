@@ -14,6 +14,7 @@
 #include "common/base/log.h"
 #include "common/format/mesh_config.h"
 #include "worker/worker.h"
+#include "common/model/kv_geom.h"
 
 static const char worker_usage[] =
 	"usage: layermesh-worker --name NAME --control ADDR --data ADDR [options]\n"
@@ -284,19 +285,15 @@ int main(int argc, char **argv)
 			break;
 		case 'k':
 			t = lm_dtype_parse(optarg);
-			if (t != LM_F32 && t != LM_F16 && t != LM_Q8_0)
+			if (t < 0 || !kv_type_supported((enum lm_dtype)t))
 				return worker_bad("--kv-type expects f32, f16 or q8_0, got",
 						  optarg);
 			a->k_type = a->v_type = (uint32_t)t;
 			break;
 		case 'w':
-			if (strcmp(optarg, "f32") == 0)
-				a->wire_dtype = WIRE_DT_F32;
-			else if (strcmp(optarg, "f16") == 0)
-				a->wire_dtype = WIRE_DT_F16;
-			else if (strcmp(optarg, "bf16") == 0)
-				a->wire_dtype = WIRE_DT_BF16;
-			else
+			t = lm_dtype_parse(optarg);
+			a->wire_dtype = t < 0 ? WIRE_DT_NONE : wire_dtype_of((enum lm_dtype)t);
+			if (a->wire_dtype == WIRE_DT_NONE)
 				return worker_bad("--wire-dtype expects f32, f16 or bf16, got",
 						  optarg);
 			break;

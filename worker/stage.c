@@ -281,7 +281,7 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 
 	if (first && f.dtype != WIRE_DT_I32)
 		return lm_fail(d, LM_EPROTO, "the first stage takes token ids, got %s rows",
-			       f.dtype == WIRE_DT_F16 ? "f16" : "hidden");
+			       wire_dtype_name(f.dtype));
 	if (!first && (f.dtype == WIRE_DT_I32 || f.dtype == WIRE_DT_NONE || f.dim != st->dim))
 		return lm_fail(d, LM_EPROTO, "stage [%d, %d) takes hidden rows of width %d",
 			       a->begin, a->end, st->dim);

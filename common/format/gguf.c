@@ -219,8 +219,7 @@ const char *gguf_type_name(uint32_t type)
 	return type < GGUF_TYPE_COUNT ? gguf_type_names[type] : "?";
 }
 
-/* Size of a fixed-size element type; 0 for STRING, ARRAY and unknown types. */
-static uint64_t gguf_type_size(uint32_t type)
+size_t gguf_value_size(uint32_t type)
 {
 	switch (type) {
 	case GGUF_TYPE_UINT8:
@@ -335,7 +334,7 @@ static int gguf_read_arr(struct gguf_cur *c, struct gguf_arr *a, int depth, cons
 	a->type = type;
 	a->n = n;
 	uint64_t left = c->len - c->off;
-	uint64_t esize = gguf_type_size(type);
+	uint64_t esize = gguf_value_size(type);
 	if (esize != 0) {
 		if (n > left / esize)
 			return lm_fail(
@@ -961,7 +960,7 @@ static uint64_t gguf_f64_to_u64(double v)
 
 int64_t gguf_arr_i64(const struct gguf_arr *a, uint64_t i)
 {
-	const uint8_t *p = a->data + i * gguf_type_size(a->type);
+	const uint8_t *p = a->data + i * gguf_value_size(a->type);
 	switch (a->type) {
 	case GGUF_TYPE_INT8:
 		return (int8_t)p[0];
@@ -990,7 +989,7 @@ int64_t gguf_arr_i64(const struct gguf_arr *a, uint64_t i)
 
 uint64_t gguf_arr_u64(const struct gguf_arr *a, uint64_t i)
 {
-	const uint8_t *p = a->data + i * gguf_type_size(a->type);
+	const uint8_t *p = a->data + i * gguf_value_size(a->type);
 	switch (a->type) {
 	case GGUF_TYPE_UINT8:
 	case GGUF_TYPE_BOOL:
@@ -1025,7 +1024,7 @@ uint64_t gguf_arr_u64(const struct gguf_arr *a, uint64_t i)
 
 double gguf_arr_f64(const struct gguf_arr *a, uint64_t i)
 {
-	const uint8_t *p = a->data + i * gguf_type_size(a->type);
+	const uint8_t *p = a->data + i * gguf_value_size(a->type);
 	if (a->type == GGUF_TYPE_FLOAT32) {
 		float v;
 		memcpy(&v, p, 4);

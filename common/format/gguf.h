@@ -62,6 +62,8 @@ enum gguf_type {
 
 /* "uint32", "string", "array", ...; "?" for an unknown type. */
 const char *gguf_type_name(uint32_t type);
+/* Bytes of one value of a fixed-size type; 0 for STRING, ARRAY and unknown types. */
+size_t gguf_value_size(uint32_t type);
 
 typedef struct gguf_file gguf_file;
 

@@ -16,30 +16,6 @@
 
 /* ---------------------------------------------------------------- encoding */
 
-/* Bytes of one fixed-size value; 0 for STRING, ARRAY and unknown types. */
-static size_t gguf_writer_type_size(enum gguf_type t)
-{
-	switch (t) {
-	case GGUF_TYPE_UINT8:
-	case GGUF_TYPE_INT8:
-	case GGUF_TYPE_BOOL:
-		return 1;
-	case GGUF_TYPE_UINT16:
-	case GGUF_TYPE_INT16:
-		return 2;
-	case GGUF_TYPE_UINT32:
-	case GGUF_TYPE_INT32:
-	case GGUF_TYPE_FLOAT32:
-		return 4;
-	case GGUF_TYPE_UINT64:
-	case GGUF_TYPE_INT64:
-	case GGUF_TYPE_FLOAT64:
-		return 8;
-	default:
-		return 0;
-	}
-}
-
 static int gguf_writer_reserve(gguf_writer *w, size_t more, lm_diag *d)
 {
 	if (w->kv_cap - w->kv_len >= more)
@@ -89,7 +65,7 @@ static int gguf_writer_put_str(gguf_writer *w, const char *s, uint64_t len, lm_d
 static int gguf_writer_put_value(gguf_writer *w, enum gguf_type t, const void *p, lm_diag *d)
 {
 	uint64_t u = 0;
-	switch (gguf_writer_type_size(t)) {
+	switch (gguf_value_size(t)) {
 	case 1: {
 		uint8_t v;
 		memcpy(&v, p, 1);
@@ -381,7 +357,7 @@ int gguf_writer_arr_elems(gguf_writer *w, const void *values, uint64_t n, lm_dia
 	if (w->depth == 0)
 		return lm_fail(d, LM_EINVAL, "gguf writer: array elements outside any array");
 	enum gguf_type t = w->stack[w->depth - 1].elem;
-	size_t size = gguf_writer_type_size(t);
+	size_t size = gguf_value_size(t);
 	if (size == 0)
 		return lm_fail(d, LM_EINVAL,
 			       "gguf writer: key '%s': fixed-size elements for an array of %s",
@@ -431,7 +407,7 @@ int gguf_writer_arr_end(gguf_writer *w, lm_diag *d)
 int gguf_writer_kv_arr(gguf_writer *w, const char *key, enum gguf_type elem, const void *values,
 		       uint64_t n, lm_diag *d)
 {
-	if (gguf_writer_type_size(elem) == 0)
+	if (gguf_value_size(elem) == 0)
 		return lm_fail(d, LM_EINVAL, "gguf writer: key '%s': %s is not a fixed-size type",
 			       key != NULL ? key : "(null)", gguf_type_name(elem));
 	if (key == NULL)
@@ -490,7 +466,7 @@ static int gguf_writer_copy_elems(gguf_writer *w, const struct gguf_arr *a, lm_d
 		}
 	} else {
 		/* The reader leaves fixed-size elements as the file's little-endian bytes. */
-		size_t size = gguf_writer_type_size(a->type);
+		size_t size = gguf_value_size(a->type);
 		if ((rc = gguf_writer_take(w, a->type, a->n, d)) != 0)
 			return rc;
 		if (a->n > SIZE_MAX / size)

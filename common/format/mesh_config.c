@@ -321,6 +321,23 @@ static int mc_choice(struct mc *m, const struct toml_value *tab, const char *key
 	return MC_FAIL(m, v, "must be %s, not \"%.40s\"", list, v->u.str.s);
 }
 
+/* A type named as lm_dtype_name names it, one of `allowed`; *out is left alone when absent. */
+static int mc_dtype(struct mc *m, const struct toml_value *tab, const char *key,
+		    const enum lm_dtype *allowed, int n, enum lm_dtype *out)
+{
+	const char *names[LM_DTYPE_COUNT + 1];
+	int k = -1;
+	for (int i = 0; i < n; i++)
+		names[i] = lm_dtype_name(allowed[i]);
+	names[n] = NULL;
+	int rc = mc_choice(m, tab, key, names, &k);
+	if (rc == 0 && k >= 0)
+		*out = allowed[k];
+	return rc;
+}
+#define MC_DTYPE(m, tab, key, allowed, out) \
+	mc_dtype(m, tab, key, allowed, (int)(sizeof allowed / sizeof allowed[0]), out)
+
 static int mc_size(struct mc *m, const struct toml_value *tab, const char *key, uint64_t *out,
 		   bool *given)
 {
@@ -405,10 +422,9 @@ static int mc_table(struct mc *m, const char *key, const struct toml_value **out
 
 /* ---- sections ----------------------------------------------------------------------------- */
 
-static const char *const kv_types[] = {"f32", "f16", "q8_0", NULL};
-static const enum lm_dtype kv_type_ids[] = {LM_F32, LM_F16, LM_Q8_0};
-static const char *const wire_types[] = {"f32", "f16", "bf16", NULL};
-static const enum lm_dtype wire_type_ids[] = {LM_F32, LM_F16, LM_BF16};
+/* The types a cache row may be stored in, and a hidden state may travel in. */
+static const enum lm_dtype kv_types[] = {LM_F32, LM_F16, LM_Q8_0};
+static const enum lm_dtype wire_types[] = {LM_F32, LM_F16, LM_BF16};
 
 static int mc_model(struct mc *m)
 {
@@ -424,21 +440,17 @@ static int mc_model(struct mc *m)
 		return lm_fail(m->d, LM_ECONFIG,
 			       "%s: missing table [model] (its key 'path' names the GGUF model)",
 			       m->doc->name);
-	int k = 0, v = 0, w = 0;
 	bool given;
 	if ((rc = mc_keys(m, t, "[model]", keys)) != 0 ||
 	    (rc = mc_path(m, t, "path", "the GGUF model file", &cfg->model_path)) != 0 ||
 	    (rc = mc_int(m, t, "max_seq_len", 1, MESH_MAX_SEQ_LIMIT, &cfg->max_seq_len)) != 0 ||
 	    (rc = mc_int(m, t, "slots", 1, 4096, &cfg->slots)) != 0 ||
-	    (rc = mc_choice(m, t, "kv_type_k", kv_types, &k)) != 0 ||
-	    (rc = mc_choice(m, t, "kv_type_v", kv_types, &v)) != 0 ||
-	    (rc = mc_choice(m, t, "wire_dtype", wire_types, &w)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_k", kv_types, &cfg->kv_type_k)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_v", kv_types, &cfg->kv_type_v)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "wire_dtype", wire_types, &cfg->wire_dtype)) != 0 ||
 	    (rc = mc_int(m, t, "max_batch", 1, 65536, &cfg->max_batch)) != 0 ||
 	    (rc = mc_size(m, t, "scratch_bytes", &cfg->scratch_bytes, &given)) != 0)
 		return rc;
-	cfg->kv_type_k = kv_type_ids[k];
-	cfg->kv_type_v = kv_type_ids[v];
-	cfg->wire_dtype = wire_type_ids[w];
 	return 0;
 }
 

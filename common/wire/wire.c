@@ -51,20 +51,43 @@ WIRE_PIN(LM_EFINGERPRINT, -10);
 #error "the wire protocol's payloads are little-endian; this host is not"
 #endif
 
+/* The one table of wire dtypes: their element type and size. */
+static const struct {
+	enum lm_dtype elem;
+	size_t size;
+	const char *name;
+} wire_dtypes[] = {
+	[WIRE_DT_NONE] = {LM_DTYPE_COUNT, 0, "none"}, [WIRE_DT_I32] = {LM_I32, 4, "i32"},
+	[WIRE_DT_F32] = {LM_F32, 4, "f32"},           [WIRE_DT_F16] = {LM_F16, 2, "f16"},
+	[WIRE_DT_BF16] = {LM_BF16, 2, "bf16"},        [WIRE_DT_RAW] = {LM_DTYPE_COUNT, 0, "raw"},
+};
+
+static bool wire_dtype_known(enum wire_dtype dt)
+{
+	return (unsigned)dt < sizeof wire_dtypes / sizeof wire_dtypes[0];
+}
+
 size_t wire_dtype_size(enum wire_dtype dt)
 {
-	switch (dt) {
-	case WIRE_DT_I32:
-	case WIRE_DT_F32:
-		return 4;
-	case WIRE_DT_F16:
-	case WIRE_DT_BF16:
-		return 2;
-	case WIRE_DT_NONE:
-	case WIRE_DT_RAW:
-		return 0;
-	}
-	return 0;
+	return wire_dtype_known(dt) ? wire_dtypes[dt].size : 0;
+}
+
+const char *wire_dtype_name(enum wire_dtype dt)
+{
+	return wire_dtype_known(dt) ? wire_dtypes[dt].name : "none";
+}
+
+enum wire_dtype wire_dtype_of(enum lm_dtype t)
+{
+	return t == LM_F32    ? WIRE_DT_F32
+	       : t == LM_F16  ? WIRE_DT_F16
+	       : t == LM_BF16 ? WIRE_DT_BF16
+			      : WIRE_DT_NONE;
+}
+
+enum lm_dtype wire_dtype_elem(enum wire_dtype dt)
+{
+	return wire_dtype_known(dt) ? wire_dtypes[dt].elem : LM_DTYPE_COUNT;
 }
 
 const char *wire_type_name(uint32_t t)

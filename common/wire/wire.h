@@ -49,6 +49,7 @@
 
 #include "common/base/err.h"
 #include "common/model/sampling.h"
+#include "common/base/dtype.h"
 
 #define WIRE_VERSION_CURRENT 2
 /* A test build may claim another version (tests/integration: a redeploy of a build that speaks
@@ -90,6 +91,12 @@ enum wire_dtype {
 
 /* Bytes per element of a dtype (0 for NONE and RAW). */
 size_t wire_dtype_size(enum wire_dtype dt);
+/* "i32", "f32", "f16", "bf16", "raw" or "none". */
+const char *wire_dtype_name(enum wire_dtype dt);
+/* The wire dtype of hidden states stored as t (f32, f16, bf16); WIRE_DT_NONE for any other. */
+enum wire_dtype wire_dtype_of(enum lm_dtype t);
+/* The element type of a wire dtype (LM_I32 for token ids); LM_DTYPE_COUNT for NONE and RAW. */
+enum lm_dtype wire_dtype_elem(enum wire_dtype dt);
 const char *wire_type_name(uint32_t t);
 
 /* What the receiver can accept; decoding checks every field against it. */

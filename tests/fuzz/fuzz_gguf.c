@@ -63,25 +63,6 @@ static void check_fail(int rc, const lm_diag *d, const int *allowed, size_t n_al
 		check_fail((rc), (d), allowed_, sizeof allowed_ / sizeof allowed_[0]); \
 	} while (0)
 
-static uint64_t type_size(enum gguf_type t)
-{
-	switch (t) {
-	case GGUF_TYPE_UINT8:
-	case GGUF_TYPE_INT8:
-	case GGUF_TYPE_BOOL:
-		return 1;
-	case GGUF_TYPE_UINT16:
-	case GGUF_TYPE_INT16:
-		return 2;
-	case GGUF_TYPE_UINT32:
-	case GGUF_TYPE_INT32:
-	case GGUF_TYPE_FLOAT32:
-		return 4;
-	default:
-		return 8;
-	}
-}
-
 /* Every element of an array, nested ones included. The accessors read every fixed-size
  * element in every conversion (ASan sees a read past the input). */
 static volatile uint64_t sink;
@@ -105,7 +86,7 @@ static void walk_arr(const struct gguf_arr *a, int depth)
 		return;
 	}
 	CHECK(a->strs == NULL && a->arrs == NULL);
-	CHECK(a->n == 0 || (a->data != NULL && inside(a->data, a->n * type_size(a->type))));
+	CHECK(a->n == 0 || (a->data != NULL && inside(a->data, a->n * gguf_value_size(a->type))));
 	for (uint64_t i = 0; i < a->n; i++) {
 		int64_t s = gguf_arr_i64(a, i);
 		uint64_t u = gguf_arr_u64(a, i);

@@ -82,7 +82,7 @@ lm_wait_exit() {
 # lm_mesh_toml FILE MODEL TRANSPORT HTTP_PORT FENCE... writes a mesh.toml with one worker per
 # fence range ("0:2 2:5"), pinned, over TRANSPORT: ipc, tcp, or tls (tls+tcp://, with the
 # certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key). $LM_AUTH_TOKEN, when set, becomes
-# [coordinator] auth_token.
+# [coordinator] auth_token; $LM_KV_TYPE_K and $LM_KV_TYPE_V, [model] kv_type_k and kv_type_v.
 lm_mesh_toml() {
 	local file=$1 model=$2 transport=$3 http=$4
 	shift 4
@@ -96,6 +96,8 @@ lm_mesh_toml() {
 		echo "slots = ${LM_SLOTS:-16}"
 		echo "max_batch = ${LM_MAX_BATCH:-64}"
 		echo "wire_dtype = \"${LM_WIRE_DTYPE:-f32}\""
+		[ -z "${LM_KV_TYPE_K:-}" ] || echo "kv_type_k = \"$LM_KV_TYPE_K\""
+		[ -z "${LM_KV_TYPE_V:-}" ] || echo "kv_type_v = \"$LM_KV_TYPE_V\""
 		echo
 		echo "[coordinator]"
 		echo "http = \"127.0.0.1:$http\""
