@@ -27,10 +27,11 @@
 
 #include "common/model/sampling.h"
 #include "common/tok/tokenizer.h"
+#include "common/wire/wire.h"
 
 #define API_MAX_STOPS    4
 #define API_MAX_STOP_LEN 256
-#define API_MAX_LOGPROBS 20
+#define API_MAX_LOGPROBS WIRE_MAX_LOGPROBS
 
 struct api_limits {
 	int32_t max_seq; /* the context of one sequence: prompt plus generated tokens */

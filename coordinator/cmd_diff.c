@@ -259,7 +259,7 @@ static int diff_mesh(struct diff_ctx *c, const char *bin, lm_diag *d)
 				  .n_vocab = c->eng.model.hp.n_vocab,
 				  .max_batch = c->n,
 				  .max_seqs = 1,
-				  .max_logprobs = 20};
+				  .max_logprobs = WIRE_MAX_LOGPROBS};
 	struct wire_scratch s;
 	struct wire_tokens t;
 	wire_scratch_init(&s, 1);

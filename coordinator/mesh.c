@@ -246,7 +246,7 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .max_inflight = m->n_procs,
 			       .prefill_chunk = m->cfg.max_batch,
 			       .n_vocab = m->hp.n_vocab,
-			       .max_logprobs = 20,
+			       .max_logprobs = WIRE_MAX_LOGPROBS,
 			       .batch_timeout_ms = 30000,
 			       .push = m->push,
 			       .pull = m->pull};

@@ -27,10 +27,6 @@
 #include "coordinator/mesh.h"
 #include "coordinator/scheduler.h"
 
-/* Every worker holds one KV slot more than [model] slots: the probe slot, where smoke tests of
- * redeploys run without touching a live sequence. */
-#define MESH_PROBE_SLOTS 1
-
 /* A worker may restart this many times in a row (each start that does not stay up for
  * KEEPER_STABLE_MS counts) before the coordinator gives up on it. */
 #define KEEPER_RESTART_BUDGET 5

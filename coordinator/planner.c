@@ -8,6 +8,7 @@
 #include "common/format/gguf.h"
 #include "common/model/kv_geom.h"
 #include "common/wire/wire.h"
+#include "engine/scratch.h"
 
 int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *hp)
 {
@@ -18,28 +19,28 @@ int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *
 	return hp->n_ctx_train;
 }
 
-uint64_t planner_scratch_bytes(const struct lm_hparams *hp, int32_t max_batch,
-			       enum lm_dtype wire_dtype, bool head)
+uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hparams *hp,
+			       int32_t j, int32_t max_seq)
 {
-	uint64_t q_dim = 0, kv_dim = 0, ff_dim = 0;
-	for (int32_t il = 0; il < hp->n_layer; il++) {
-		uint64_t q = (uint64_t)hp->n_head[il] * (uint64_t)hp->head_dim;
-		uint64_t kv = (uint64_t)hp->n_head_kv[il] * (uint64_t)hp->head_dim;
-		if (q > q_dim)
-			q_dim = q;
-		if (kv > kv_dim)
-			kv_dim = kv;
-		if ((uint64_t)hp->n_ff[il] > ff_dim)
-			ff_dim = (uint64_t)hp->n_ff[il];
-	}
-	uint64_t e = (uint64_t)hp->n_embd, b = (uint64_t)max_batch;
-	/* Per token, in floats: x and h (n_embd each), q and att (q_dim), k and v (kv_dim), gate
-	 * and up (ff_dim), then the host rows in and out (n_embd each). */
-	uint64_t floats = 4 * e + 2 * q_dim + 2 * kv_dim + 2 * ff_dim;
-	if (head)
-		floats += (uint64_t)hp->n_vocab;
-	uint64_t wire = (uint64_t)lm_dtype_info(wire_dtype)->size;
-	return b * (floats * sizeof(float) + 2 * e * wire);
+	const struct mesh_worker *mw = &cfg->workers[j];
+	struct lm_scratch_cfg sc = {.begin = 0,
+				    .end = hp->n_layer,
+				    .trace_layers = 0,
+				    .embedding = j == 0,
+				    .head = j == cfg->n_workers - 1,
+				    .max_batch = cfg->max_batch,
+				    .slots = cfg->slots + MESH_PROBE_SLOTS,
+				    .max_seq = max_seq,
+				    .k_type = cfg->kv_type_k,
+				    .wire_dtype = cfg->wire_dtype,
+				    .backend = mw->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
+				    .bo = {.n_threads = mw->threads,
+					   .device = mw->device,
+					   .force_scalar = mw->kernels == MESH_KERNELS_SCALAR,
+					   .allow_amx = mw->kernels == MESH_KERNELS_AMX}};
+	struct lm_scratch s;
+	lm_scratch_estimate(hp, &sc, &s);
+	return s.total;
 }
 
 void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *plan, int32_t j,
@@ -108,10 +109,13 @@ int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct 
 	for (int32_t i = 0; i < L; i++) {
 		layers[i].weight_bytes = lc[i].weight_bytes;
 		layers[i].flops = lc[i].flops;
+		/* A scratch_bytes of mesh.toml replaces the whole estimate, the traces' too. */
+		layers[i].scratch_bytes =
+			cfg->scratch_bytes != 0 ? 0 : lm_scratch_trace_bytes(hp, max_seq);
 		geom[i] = lm_hparams_kv_geom(hp, i);
 	}
 	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
-	rc = fence_kv_costs(layers, L, geom, max_seq, cfg->slots + 1, cfg->kv_type_k,
+	rc = fence_kv_costs(layers, L, geom, max_seq, cfg->slots + MESH_PROBE_SLOTS, cfg->kv_type_k,
 			    cfg->kv_type_v, d);
 	if (rc != 0) {
 		lm_diag_prefix(d, "%s", cfg->model_path);
@@ -123,11 +127,9 @@ int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct 
 			.name = mw->name,
 			.memory_limit = mw->memory_limit,
 			.speed = mw->speed,
-			.scratch_bytes =
-				cfg->scratch_bytes != 0
-					? cfg->scratch_bytes
-					: planner_scratch_bytes(hp, cfg->max_batch, cfg->wire_dtype,
-								j == W - 1),
+			.scratch_bytes = cfg->scratch_bytes != 0
+						 ? cfg->scratch_bytes
+						 : planner_scratch_bytes(cfg, hp, j, max_seq),
 			.pin_start = mw->layer_start,
 			.pin_end = mw->layer_end,
 		};

@@ -37,13 +37,10 @@ struct planner_info {
  * MESH_MAX_SEQ_DEFAULT. */
 int32_t planner_max_seq(const struct mesh_config *cfg, const struct lm_hparams *hp);
 
-/* Activation scratch of one stage for batches of max_batch tokens: the buffers lm_forward_init
- * allocates (residual and normed rows, q, k, v, attention output, FFN gate and up, at the
- * model's widest layer; logits on the head stage) plus the worker's host rows for hidden states
- * in and out and one wire message each way. An estimate that must stay an upper bound of what
- * the worker allocates per batch. */
-uint64_t planner_scratch_bytes(const struct lm_hparams *hp, int32_t max_batch,
-			       enum lm_dtype wire_dtype, bool head);
+/* The scratch of worker j of cfg's mesh (engine/scratch.h), at the model's widest layer
+ * whatever slice it gets; its layers' probe traces are priced per layer. */
+uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hparams *hp,
+			       int32_t j, int32_t max_seq);
 
 /* Plans cfg's mesh over cfg's model. On failure (LM_EINFEASIBLE with the fence's message, or a
  * model that cannot be read) the plan holds nothing. info may be NULL. */

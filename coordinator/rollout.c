@@ -19,6 +19,7 @@
 #include "common/base/log.h"
 #include "common/wire/transport.h"
 #include "coordinator/mesh_impl.h"
+#include "engine/scratch.h"
 
 #define ROLLOUT_PROBE_TEXT "Once upon a time, there was a little"
 #define ROLLOUT_QUIESCE_MS 10000
@@ -239,7 +240,7 @@ static struct wire_limits ro_limits(const struct mesh *m)
 				    .n_vocab = m->hp.n_vocab,
 				    .max_batch = m->cfg.max_batch,
 				    .max_seqs = m->cfg.slots + MESH_PROBE_SLOTS,
-				    .max_logprobs = 20};
+				    .max_logprobs = WIRE_MAX_LOGPROBS};
 }
 
 /* probe: the fixed prompt through the live mesh, every worker tracing the probe slot. */
@@ -258,7 +259,8 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 		rc = tok_encode_alloc(m->vocab, ROLLOUT_PROBE_TEXT, strlen(ROLLOUT_PROBE_TEXT),
 				      tok_add_bos(m->vocab), &pr->ids, &n, d);
 		pr->n = (int32_t)n;
-		if (rc == 0 && (pr->n < 1 || pr->n > m->cfg.max_batch || pr->n >= m->max_seq))
+		if (rc == 0 && (pr->n < 1 || pr->n > m->cfg.max_batch || pr->n >= m->max_seq ||
+				pr->n > LM_PROBE_ROWS))
 			rc = lm_fail(d, LM_ERANGE, "the probe prompt has %d tokens", pr->n);
 		if (rc == 0 && (pr->h = malloc((size_t)m->hp.n_layer * (size_t)pr->n * (size_t)dim *
 					       sizeof(float))) == NULL)

@@ -34,15 +34,10 @@ int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_b
 	fw->be = be;
 	fw->kv = kv;
 	fw->max_batch = max_batch;
-	for (int32_t il = m->slice.begin; il < m->slice.end; il++) {
-		int32_t q = hp->n_head[il] * hp->head_dim, k = hp->n_head_kv[il] * hp->head_dim;
-		if (q > fw->q_dim)
-			fw->q_dim = q;
-		if (k > fw->kv_dim)
-			fw->kv_dim = k;
-		if (hp->n_ff[il] > fw->ff_dim)
-			fw->ff_dim = hp->n_ff[il];
-	}
+	struct lm_widths wd = lm_hparams_widths(hp, m->slice.begin, m->slice.end);
+	fw->q_dim = wd.q_dim;
+	fw->kv_dim = wd.kv_dim;
+	fw->ff_dim = wd.ff_dim;
 	int32_t e = hp->n_embd;
 	fw->x = fw_alloc(fw, max_batch, e);
 	fw->h = fw_alloc(fw, max_batch, e);

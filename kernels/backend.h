@@ -127,6 +127,20 @@ struct lm_backend_i {
 
 	/* Waits until every op issued so far has finished. Optional: NULL means ops are synchronous. */
 	int (*sync)(void *ctx);
+
+	/* Bytes of scratch the backend holds now beyond the buffers malloc returned (what its ops
+	 * grew for themselves). Optional: NULL means none. Never blocks; for tests and /status. */
+	size_t (*scratch_held)(void *ctx);
+};
+
+/* The work a backend's own scratch is sized by: the widest op of a stage. */
+struct lm_scratch_shape {
+	int32_t max_batch;    /* tokens per op */
+	int64_t widest_in;    /* the widest matmul input (ne0), elements */
+	int32_t max_ctx;      /* cached positions one attention reads */
+	int32_t max_group;    /* query heads per KV head */
+	int32_t max_head_dim; /* elements per head */
+	enum lm_dtype k_type; /* the K cache's type */
 };
 
 struct lm_backend {
@@ -197,6 +211,19 @@ static inline void lm_backend_fini(struct lm_backend *b)
 		b->iface = NULL;
 		b->ctx = NULL;
 	}
+}
+
+/* The most scratch a backend of that name, with these options, holds for work of this shape
+ * (every weight type counted at its widest); what the planner adds to a worker's bytes for it.
+ * 0 for a backend this build lacks. */
+uint64_t lm_backend_scratch_bound(const char *name, const struct lm_backend_opts *opts,
+				  const struct lm_scratch_shape *s);
+uint64_t lm_backend_cpu_scratch_bound(const struct lm_backend_opts *opts,
+				      const struct lm_scratch_shape *s);
+
+static inline size_t lm_backend_scratch_held(const struct lm_backend *b)
+{
+	return b->iface->scratch_held != NULL ? b->iface->scratch_held(b->ctx) : 0;
 }
 
 /* Backend constructors. `name` is "cpu" or "cuda". LM_EUNSUPPORTED when the backend was not

@@ -10,6 +10,7 @@
 
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
+#include "common/base/buf.h"
 
 uint64_t stage_rss_bytes(void)
 {
@@ -21,36 +22,6 @@ uint64_t stage_rss_bytes(void)
 		rss = 0;
 	fclose(fp);
 	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-uint64_t stage_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end, bool head,
-			     int32_t max_batch, int32_t slots)
-{
-	uint64_t q = 0, kv = 0, ff = 0, e = (uint64_t)hp->n_embd, b = (uint64_t)max_batch;
-	for (int32_t il = begin; il < end; il++) {
-		uint64_t lq = (uint64_t)hp->n_head[il] * (uint64_t)hp->head_dim;
-		uint64_t lk = (uint64_t)hp->n_head_kv[il] * (uint64_t)hp->head_dim;
-		q = lq > q ? lq : q;
-		kv = lk > kv ? lk : kv;
-		ff = (uint64_t)hp->n_ff[il] > ff ? (uint64_t)hp->n_ff[il] : ff;
-	}
-	/* forward: x, h, q, k, v, att, gate, up (+ logits for the head) */
-	uint64_t floats = b * (2 * e + 2 * q + 2 * kv + 2 * ff);
-	/* stage: hin, hout; ids and loc are small */
-	floats += 2 * b * e;
-	uint64_t bytes = floats * 4 + b * (4 + 8) + (uint64_t)slots * 64;
-	if (head) {
-		uint64_t v = (uint64_t)hp->n_vocab;
-		bytes += b * v * 4;               /* forward logits */
-		bytes += (uint64_t)slots * v * 4; /* stage logits */
-		bytes += v * 8;                   /* sampler candidates */
-	}
-	/* The CPU backend quantizes activations into its own scratch: at most one byte and a bit
-	 * per element of the widest input, for the batch. */
-	uint64_t widest = e > q ? e : q;
-	widest = widest > ff ? widest : ff;
-	bytes += b * widest * 2;
-	return bytes;
 }
 
 int stage_init(struct stage *st, const struct wire_assign *a, const char *backend,
@@ -85,7 +56,7 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 				       .n_vocab = st->n_vocab,
 				       .max_batch = a->max_batch,
 				       .max_seqs = a->slots,
-				       .max_logprobs = 20};
+				       .max_logprobs = WIRE_MAX_LOGPROBS};
 	size_t rows = (size_t)a->max_batch, width = (size_t)st->dim;
 	st->ids = malloc(rows * sizeof *st->ids);
 	st->loc = malloc(rows * sizeof *st->loc);
@@ -104,6 +75,14 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 		    lm_sampler_init(&st->sampler, st->n_vocab) != 0)
 			goto nomem;
 	}
+	/* What the stage holds besides the engine (for stage_scratch_held). */
+	st->host_bytes = rows * (sizeof *st->ids + sizeof *st->loc + 2 * width * sizeof(float)) +
+			 (size_t)a->slots * (sizeof *st->out_rows + sizeof *st->toks +
+					     sizeof *st->scratch.seqs + sizeof *st->scratch.toks +
+					     sizeof *st->scratch.slots);
+	if (a->head)
+		st->host_bytes += (size_t)a->slots * (size_t)st->n_vocab * sizeof(float) +
+				  st->top_cap + (size_t)st->n_vocab * sizeof *st->sampler.cand;
 	return 0;
 nomem:
 	rc = lm_fail(d, LM_ENOMEM, "out of memory for a batch of %d tokens", a->max_batch);
@@ -223,47 +202,72 @@ static size_t stage_top_logprobs(struct stage *st, const float *logits, int32_t 
 	return at + 8 * (size_t)k;
 }
 
-/* The forward's per-layer hook while a traced slot's rows are in the batch. */
+/* The forward's per-layer hook while a traced slot's rows are in the batch. The trace holds
+ * [rows][layers][dim]: a row's layers side by side, so that it grows by rows as they come. */
 static void stage_trace_hook(void *arg, int32_t layer, const float *x, int32_t n)
 {
 	struct stage *st = arg;
 	size_t dim = (size_t)st->dim, l = (size_t)(layer - st->assign.begin);
+	size_t layers = (size_t)(st->assign.end - st->assign.begin);
 	(void)n;
 	for (int32_t k = 0; k < st->trace_batch; k++) {
-		float *dst =
-			st->trace + (l * (size_t)st->trace_cap + (size_t)(st->trace_n + k)) * dim;
+		float *dst = st->trace + (((size_t)(st->trace_n + k)) * layers + l) * dim;
 		st->eng.be.iface->download(st->eng.be.ctx, dst, x + (size_t)st->trace_rows[k] * dim,
 					   dim * sizeof(float));
 	}
+}
+
+/* Picks the traced slot's rows of a batch of n and makes room for them (at most LM_TRACE_ROWS
+ * in all); false when out of memory (the batch is then not traced). */
+static bool stage_trace_batch(struct stage *st, int32_t n)
+{
+	st->trace_batch = 0;
+	if (st->trace_slot < 0)
+		return true;
+	for (int32_t r = 0; r < n && st->trace_n + st->trace_batch < LM_TRACE_ROWS; r++)
+		if (st->eng.fw.max_batch > 0 && st->loc[r].slot == st->trace_slot)
+			st->trace_rows[st->trace_batch++] = r;
+	size_t row = (size_t)(st->assign.end - st->assign.begin) * (size_t)st->dim;
+	size_t cap = (size_t)st->trace_cap;
+	float *t = lm_grow(st->trace, &cap, (size_t)(st->trace_n + st->trace_batch) * row + 1,
+			   sizeof(float), row);
+	if (t == NULL) {
+		st->trace_batch = 0;
+		return false;
+	}
+	st->trace = t;
+	st->trace_cap = (int32_t)(cap / (row > 0 ? row : 1));
+	return true;
+}
+
+uint64_t stage_scratch_held(const struct stage *st)
+{
+	size_t layers = (size_t)(st->assign.end - st->assign.begin);
+	uint64_t trace = (uint64_t)st->trace_cap * layers * (uint64_t)st->dim * sizeof(float);
+	if (st->trace_rows != NULL)
+		trace += (uint64_t)st->assign.max_batch * sizeof *st->trace_rows;
+	return st->eng.fw.scratch_bytes + lm_backend_scratch_held(&st->eng.be) + st->host_bytes +
+	       trace;
 }
 
 int stage_trace(struct stage *st, int32_t slot, int32_t *rows, void **out, size_t *bytes,
 		lm_diag *d)
 {
 	size_t layers = (size_t)(st->assign.end - st->assign.begin), dim = (size_t)st->dim;
-	if (st->trace == NULL) {
-		int32_t cap = st->assign.max_seq < STAGE_TRACE_ROWS ? st->assign.max_seq
-								    : STAGE_TRACE_ROWS;
-		st->trace = malloc(layers * (size_t)cap * dim * sizeof(float) + 1);
-		st->trace_rows = malloc((size_t)st->assign.max_batch * sizeof *st->trace_rows);
-		if (st->trace == NULL || st->trace_rows == NULL) {
-			free(st->trace);
-			free(st->trace_rows);
-			st->trace = NULL;
-			st->trace_rows = NULL;
-			return lm_fail(d, LM_ENOMEM, "out of memory for a trace");
-		}
-		st->trace_cap = cap;
-	}
+	if (st->trace_rows == NULL && (st->trace_rows = malloc((size_t)st->assign.max_batch *
+							       sizeof *st->trace_rows)) == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory for a trace");
 	size_t n = st->trace_slot >= 0 ? (size_t)st->trace_n : 0;
 	*rows = (int32_t)n;
 	*bytes = layers * n * dim * sizeof(float);
 	*out = malloc(*bytes + 1);
 	if (*out == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory for a trace");
+	/* [rows][layers][dim] as recorded, to [layers][rows][dim] as TRACE answers. */
 	for (size_t l = 0; l < layers; l++)
-		memcpy((float *)*out + l * n * dim, st->trace + l * (size_t)st->trace_cap * dim,
-		       n * dim * sizeof(float));
+		for (size_t r = 0; r < n; r++)
+			memcpy((float *)*out + (l * n + r) * dim,
+			       st->trace + (r * layers + l) * dim, dim * sizeof(float));
 	st->trace_slot = slot;
 	st->trace_n = 0;
 	return 0;
@@ -304,12 +308,9 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 		stage_unpack_rows(f.dtype, f.payload, st->hin, (size_t)n * (size_t)st->dim);
 		hin = st->hin;
 	}
-	/* Rows of the traced slot, if any, are copied after each layer by stage_trace_hook. */
-	st->trace_batch = 0;
-	if (st->trace_slot >= 0)
-		for (int32_t r = 0; r < n && st->trace_n + st->trace_batch < st->trace_cap; r++)
-			if (st->loc[r].slot == st->trace_slot)
-				st->trace_rows[st->trace_batch++] = r;
+	/* Rows of the traced slot, if any, are copied after each layer by stage_trace_hook (a
+	 * trace that cannot grow records what it has). */
+	stage_trace_batch(st, n);
 	st->eng.fw.hook = st->trace_batch > 0 ? stage_trace_hook : NULL;
 	st->eng.fw.hook_arg = st;
 

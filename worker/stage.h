@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/scratch.h"
 #include "engine/sampler.h"
 #include "common/wire/wire.h"
 #include "kernels/backend.h"
@@ -48,18 +49,16 @@ struct stage {
 	uint8_t *top;            /* top-logprob payload, last stage */
 	size_t top_cap;
 	struct stage_stats stats;
+	size_t host_bytes; /* what stage_init allocated besides the engine */
 	/* Tracing for `layermesh diff` (TRACE): the hidden state after each of this stage's layers
 	 * for the rows of one armed slot, as they pass. */
 	int32_t trace_slot;  /* -1: off */
 	int32_t trace_n;     /* rows recorded */
-	int32_t trace_cap;   /* rows that fit */
-	float *trace;        /* [layers][trace_cap][dim] */
+	int32_t trace_cap;   /* rows that fit (grown as they come, at most LM_TRACE_ROWS) */
+	float *trace;        /* [trace_cap][layers][dim] */
 	int32_t *trace_rows; /* [max_batch] rows of the current batch that are recorded */
 	int32_t trace_batch; /* how many of them */
 };
-
-/* Rows a trace records at most (the prompt of a diff). */
-#define STAGE_TRACE_ROWS 512
 
 /* Loads the slice of the assignment on a backend and allocates its cache and scratch.
  * On failure nothing is left allocated and d says why (naming file, layer or bytes). */
@@ -83,11 +82,10 @@ int stage_trace(struct stage *st, int32_t slot, int32_t *rows, void **out, size_
 int stage_error_msg(struct wire_buf *scratch, uint64_t id, uint32_t about, int code,
 		    const char *msg, nng_msg **out);
 
-/* Bytes a stage allocates besides weights and KV for its batches: the forward's activation
- * scratch, the host staging rows, logits and sampler for the head. The planner counts this
- * against each worker's memory limit, so it must not under-count what stage_init allocates. */
-uint64_t stage_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end, bool head,
-			     int32_t max_batch, int32_t slots);
+/* The scratch a stage holds now besides its weights and KV cache: the engine's activations,
+ * the backend's own scratch, the stage's host buffers and its trace. What engine/scratch.h's
+ * estimate (the planner's) must bound; the data-ring messages in flight are not counted. */
+uint64_t stage_scratch_held(const struct stage *st);
 
 /* The worker's resident memory in bytes (from /proc/self/statm), 0 if unknown. */
 uint64_t stage_rss_bytes(void);

@@ -84,7 +84,10 @@
 #define MESH_MAX_WORKERS FENCE_MAX_WORKERS
 /* The default max_seq_len is the model's context length, but no more than this. */
 #define MESH_MAX_SEQ_DEFAULT 4096
-#define MESH_MAX_SEQ_LIMIT   (1 << 20)
+/* Every worker holds one KV slot more than [model] slots: the probe slot, where smoke tests of
+ * redeploys run without touching a live sequence. */
+#define MESH_PROBE_SLOTS   1
+#define MESH_MAX_SEQ_LIMIT (1 << 20)
 
 enum mesh_backend {
 	MESH_BACKEND_CPU = 0,

@@ -202,6 +202,21 @@ struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il)
 		.n_kv_heads = hp->n_head_kv[il], .head_dim = hp->head_dim, .window = 0};
 }
 
+struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, int32_t end)
+{
+	struct lm_widths w = {0};
+	for (int32_t il = begin; il < end; il++) {
+		int32_t q = hp->n_head[il] * hp->head_dim, k = hp->n_head_kv[il] * hp->head_dim;
+		int32_t g = hp->n_head[il] / hp->n_head_kv[il];
+		w.q_dim = q > w.q_dim ? q : w.q_dim;
+		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
+		w.ff_dim = hp->n_ff[il] > w.ff_dim ? hp->n_ff[il] : w.ff_dim;
+		w.head_dim = hp->head_dim > w.head_dim ? hp->head_dim : w.head_dim;
+		w.group = g > w.group ? g : w.group;
+	}
+	return w;
+}
+
 /* ------------------------------------------------------------------ costs */
 
 static uint64_t model_elems(const struct gguf_tensor *t)

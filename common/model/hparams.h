@@ -46,6 +46,16 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d);
 /* The KV geometry of layer il (llama has no sliding-window layers). */
 struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il);
 
+/* The widest of layers [begin, end): what a stage's activation buffers are sized by. */
+struct lm_widths {
+	int32_t q_dim;    /* n_head x head_dim */
+	int32_t kv_dim;   /* n_head_kv x head_dim */
+	int32_t ff_dim;   /* n_ff */
+	int32_t head_dim; /* per head */
+	int32_t group;    /* query heads per KV head */
+};
+struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, int32_t end);
+
 /* Per-layer costs for the planner. */
 struct lm_layer_cost {
 	uint64_t weight_bytes; /* bytes of the layer's tensors in the file */

@@ -94,6 +94,7 @@ struct fence_ctx {
 	const struct fence_input *in;
 	int32_t L, W;
 	uint64_t *pw, *pk, *pf; /* [L + 1] prefix sums of weight bytes, KV bytes and flops */
+	uint64_t *ps;           /* [L + 1] prefix sums of the layers' scratch */
 };
 
 static uint64_t stage_extra_bytes(const struct fence_ctx *c, int32_t j)
@@ -101,11 +102,17 @@ static uint64_t stage_extra_bytes(const struct fence_ctx *c, int32_t j)
 	return sat_add(j == 0 ? c->in->first_bytes : 0, j == c->W - 1 ? c->in->last_bytes : 0);
 }
 
+/* Scratch of worker j running layers [a, b): its own and its layers'. */
+static uint64_t stage_scratch(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
+{
+	return sat_add(c->in->workers[j].scratch_bytes, c->ps[b] - c->ps[a]);
+}
+
 /* Bytes of worker j running layers [a, b). */
 static uint64_t stage_bytes(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
 {
 	uint64_t layers = sat_add(c->pw[b] - c->pw[a], c->pk[b] - c->pk[a]);
-	return sat_add(sat_add(layers, c->in->workers[j].scratch_bytes), stage_extra_bytes(c, j));
+	return sat_add(sat_add(layers, stage_scratch(c, j, a, b)), stage_extra_bytes(c, j));
 }
 
 static uint64_t stage_flops(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
@@ -162,8 +169,7 @@ static int fail_stage(const struct fence_ctx *c, lm_diag *d, int32_t j, int32_t 
 		"scratch %s%s) against its memory_limit of %s = %llu bytes",
 		lead, WNAME(c, j), (int)a, (int)b, FMT_B(total), (unsigned long long)total,
 		FMT_B(c->pw[b] - c->pw[a]), FMT_B(c->pk[b] - c->pk[a]),
-		FMT_B(c->in->workers[j].scratch_bytes), extra,
-		FMT_B(c->in->workers[j].memory_limit),
+		FMT_B(stage_scratch(c, j, a, b)), extra, FMT_B(c->in->workers[j].memory_limit),
 		(unsigned long long)c->in->workers[j].memory_limit);
 }
 
@@ -253,7 +259,7 @@ static int explain_balanced(const struct fence_ctx *c, lm_diag *d)
 					  "no fence fits: the smallest single-layer slice of ");
 	}
 	/* The limits together are smaller than the model. */
-	uint64_t need = sat_add(c->pw[c->L], c->pk[c->L]), have = 0;
+	uint64_t need = sat_add(sat_add(c->pw[c->L], c->pk[c->L]), c->ps[c->L]), have = 0;
 	need = sat_add(need, sat_add(c->in->first_bytes, c->in->last_bytes));
 	for (int32_t j = 0; j < c->W; j++) {
 		need = sat_add(need, c->in->workers[j].scratch_bytes);
@@ -418,11 +424,12 @@ static int check_input(const struct fence_input *in, lm_diag *d)
 /* Prefix sums; LM_EOVERFLOW when a model-wide total does not fit in 64 bits. */
 static int prefix_sums(struct fence_ctx *c, lm_diag *d)
 {
-	c->pw[0] = c->pk[0] = c->pf[0] = 0;
+	c->pw[0] = c->pk[0] = c->pf[0] = c->ps[0] = 0;
 	for (int32_t i = 0; i < c->L; i++) {
 		const struct fence_layer *l = &c->in->layers[i];
 		if (c->pw[i] > UINT64_MAX - l->weight_bytes ||
-		    c->pk[i] > UINT64_MAX - l->kv_bytes || c->pf[i] > UINT64_MAX - l->flops)
+		    c->pk[i] > UINT64_MAX - l->kv_bytes || c->pf[i] > UINT64_MAX - l->flops ||
+		    c->ps[i] > UINT64_MAX - l->scratch_bytes)
 			return lm_fail(
 				d, LM_EOVERFLOW,
 				"layer %d: the model's bytes or flops up to it do not fit in "
@@ -431,6 +438,7 @@ static int prefix_sums(struct fence_ctx *c, lm_diag *d)
 		c->pw[i + 1] = c->pw[i] + l->weight_bytes;
 		c->pk[i + 1] = c->pk[i] + l->kv_bytes;
 		c->pf[i + 1] = c->pf[i] + l->flops;
+		c->ps[i + 1] = c->ps[i] + l->scratch_bytes;
 	}
 	return 0;
 }
@@ -443,7 +451,7 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 		return rc;
 	struct fence_ctx c = {.in = in, .L = in->n_layers, .W = in->n_workers};
 	size_t n = (size_t)c.L + 1;
-	c.pw = malloc(3 * n * sizeof *c.pw);
+	c.pw = malloc(4 * n * sizeof *c.pw);
 	plan->cuts = calloc((size_t)c.W + 1, sizeof *plan->cuts);
 	plan->stages = calloc((size_t)c.W, sizeof *plan->stages);
 	if (c.pw == NULL || plan->cuts == NULL || plan->stages == NULL) {
@@ -453,6 +461,7 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 	plan->n_workers = c.W; /* so that fini frees the names on any failure below */
 	c.pk = c.pw + n;
 	c.pf = c.pk + n;
+	c.ps = c.pf + n;
 	rc = prefix_sums(&c, d);
 	if (rc != 0)
 		goto fail;
@@ -486,7 +495,7 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 		s->end = b;
 		s->weight_bytes = c.pw[b] - c.pw[a];
 		s->kv_bytes = c.pk[b] - c.pk[a];
-		s->scratch_bytes = in->workers[j].scratch_bytes;
+		s->scratch_bytes = stage_scratch(&c, j, a, b);
 		s->extra_bytes = stage_extra_bytes(&c, j);
 		s->total_bytes = stage_bytes(&c, j, a, b);
 		s->memory_limit = in->workers[j].memory_limit;

@@ -2,7 +2,7 @@
  *
  * A plan is a fence [0 = c0 < c1 < ... < cW = L]: worker j runs layers [c_j, c_{j+1}), every
  * worker at least one. Each worker must hold, within its memory_limit,
- *     bytes_j = sum over its layers of (weight bytes + KV bytes)
+ *     bytes_j = sum over its layers of (weight bytes + KV bytes + layer scratch)
  *             + scratch_j                         (activation scratch, per worker)
  *             + first_bytes   if j == 0           (the token embedding)
  *             + last_bytes    if j == W - 1       (output norm and lm_head; a tied embedding
@@ -49,9 +49,10 @@ enum fence_strategy {
 
 /* The cost of one layer. */
 struct fence_layer {
-	uint64_t weight_bytes; /* its tensors */
-	uint64_t kv_bytes;     /* its K and V for the mesh's slots and positions */
-	uint64_t flops;        /* per token */
+	uint64_t weight_bytes;  /* its tensors */
+	uint64_t kv_bytes;      /* its K and V for the mesh's slots and positions */
+	uint64_t scratch_bytes; /* what a worker allocates per layer it runs besides (a trace) */
+	uint64_t flops;         /* per token */
 };
 
 /* One worker as the planner sees it. */
@@ -59,7 +60,7 @@ struct fence_worker {
 	const char *name;       /* for messages and the table; may be NULL ("w<j>") */
 	uint64_t memory_limit;  /* bytes: everything the worker allocates must fit */
 	double speed;           /* relative throughput, positive and finite */
-	uint64_t scratch_bytes; /* activation scratch */
+	uint64_t scratch_bytes; /* activation scratch, whatever its layers */
 	int32_t pin_start;      /* FENCE_PINNED: layers [pin_start, pin_end) */
 	int32_t pin_end;
 };
@@ -78,13 +79,13 @@ struct fence_input {
 
 /* One worker's share of a plan. */
 struct fence_stage {
-	char *name;            /* owned by the plan */
-	int32_t start, end;    /* layers [start, end) */
-	uint64_t weight_bytes; /* of its layers */
-	uint64_t kv_bytes;     /* of its layers */
-	uint64_t scratch_bytes;
-	uint64_t extra_bytes; /* embedding and/or head */
-	uint64_t total_bytes; /* the four above */
+	char *name;             /* owned by the plan */
+	int32_t start, end;     /* layers [start, end) */
+	uint64_t weight_bytes;  /* of its layers */
+	uint64_t kv_bytes;      /* of its layers */
+	uint64_t scratch_bytes; /* the worker's and its layers' */
+	uint64_t extra_bytes;   /* embedding and/or head */
+	uint64_t total_bytes;   /* the four above */
 	uint64_t memory_limit;
 	uint64_t flops; /* per token, first_flops/last_flops included */
 	double speed;

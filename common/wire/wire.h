@@ -89,6 +89,9 @@ enum wire_dtype {
 	WIRE_DT_RAW = 5, /* opaque bytes (KV rows) */
 };
 
+/* The most top-logprob alternatives a TOKENS message carries per token. */
+#define WIRE_MAX_LOGPROBS 20
+
 /* Bytes per element of a dtype (0 for NONE and RAW). */
 size_t wire_dtype_size(enum wire_dtype dt);
 /* "i32", "f32", "f16", "bf16", "raw" or "none". */

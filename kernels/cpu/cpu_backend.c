@@ -89,6 +89,12 @@ static void cpu_fini(void *vctx)
 	free(c);
 }
 
+static size_t cpu_scratch_held(void *vctx)
+{
+	const struct cpu_ctx *c = vctx;
+	return c->act_cap + c->attn_cap + c->gemm_cap;
+}
+
 static void *cpu_malloc(void *vctx, size_t bytes)
 {
 	(void)vctx;
@@ -429,6 +435,7 @@ static const struct lm_backend_i cpu_iface = {
 	.name = "cpu",
 	.fini = cpu_fini,
 	.malloc = cpu_malloc,
+	.scratch_held = cpu_scratch_held,
 	.mfree = cpu_mfree,
 	.upload = cpu_copy,
 	.download = cpu_copy,
@@ -522,21 +529,86 @@ static void cpu_fill_kernels(struct cpu_kernels *k, enum cpu_level level)
 	(void)level;
 }
 
+/* The kernel set the options choose on this CPU (before a --kernels name); LM_EUNSUPPORTED for
+ * AMX where there is none. */
+static int cpu_opts_level(const struct lm_backend_opts *opts, enum cpu_level best,
+			  enum cpu_level *level)
+{
+	/* The default stops below AMX: its GEMMs break batch invariance (see allow_amx). */
+	*level = best < CPU_AVX512 ? best : CPU_AVX512;
+	if (opts != NULL && opts->allow_amx) {
+		if (best < CPU_AMX)
+			return LM_EUNSUPPORTED;
+		*level = CPU_AMX;
+	}
+	if (opts != NULL && opts->force_scalar)
+		*level = CPU_GENERIC;
+	return 0;
+}
+
+static int cpu_opts_threads(const struct lm_backend_opts *opts)
+{
+	int n_threads = opts != NULL ? opts->n_threads : 0;
+	if (n_threads <= 0) {
+		long online = sysconf(_SC_NPROCESSORS_ONLN);
+		n_threads = online > 0 ? (int)online : 1;
+	}
+	return n_threads;
+}
+
+/* What cpu_grow allocates for a request of `bytes`. */
+static uint64_t cpu_grown(uint64_t bytes)
+{
+	return bytes == 0 ? 0 : cpu_round(bytes + bytes / 4);
+}
+
+uint64_t lm_backend_cpu_scratch_bound(const struct lm_backend_opts *opts,
+				      const struct lm_scratch_shape *s)
+{
+	enum cpu_level level;
+	if (cpu_opts_level(opts, cpu_best_level(), &level) != 0)
+		return 0;
+	struct cpu_kernels k;
+	cpu_fill_kernels(&k, level);
+	const uint64_t nth = (uint64_t)cpu_opts_threads(opts), n = (uint64_t)s->max_batch;
+	uint64_t act = 0, gemm = 0;
+	/* Matmul: the activations of the widest input in any weight type's layout, one-token and
+	 * batched paths, and the GEMM's per-thread weight panels. */
+	for (int t = 0; t < LM_DTYPE_COUNT; t++) {
+		const struct cpu_type_ops *ops = &k.type[t];
+		if (ops->act_bytes != NULL && ops->to_act != NULL) {
+			uint64_t b = n * cpu_round(ops->act_bytes(s->widest_in));
+			act = b > act ? b : act;
+		}
+		const struct cpu_gemm_ops *g = &k.gemm[t];
+		if (g->gemm != NULL) {
+			uint64_t b = g->act_bytes(s->widest_in, s->max_batch);
+			act = b > act ? b : act;
+			uint64_t p = cpu_round(g->scratch_bytes(s->widest_in)) * nth;
+			gemm = p > gemm ? p : gemm;
+		}
+	}
+	/* Attention: scores over the longest context and q in K's layout, per thread. */
+	uint64_t attn = 0;
+	if (s->max_ctx > 0 && s->max_group > 0 && k.type[s->k_type].act_bytes != NULL) {
+		struct lm_kv_layer kv = {.k_type = s->k_type,
+					 .n_kv_heads = 1,
+					 .head_dim = s->max_head_dim,
+					 .ctx = s->max_ctx};
+		attn = cpu_round(cpu_attn_scratch_bytes(&k, &kv, s->max_group)) * nth;
+	}
+	return cpu_grown(act) + cpu_grown(attn) + cpu_grown(gemm);
+}
+
 int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_opts *opts,
 				const char *kernels)
 {
 	b->iface = NULL;
 	b->ctx = NULL;
 	const enum cpu_level best = cpu_best_level();
-	/* The default stops below AMX: its GEMMs break batch invariance (see allow_amx). */
-	enum cpu_level level = best < CPU_AVX512 ? best : CPU_AVX512;
-	if (opts != NULL && opts->allow_amx) {
-		if (best < CPU_AMX)
-			return LM_EUNSUPPORTED;
-		level = CPU_AMX;
-	}
-	if (opts != NULL && opts->force_scalar)
-		level = CPU_GENERIC;
+	enum cpu_level level;
+	if (cpu_opts_level(opts, best, &level) != 0)
+		return LM_EUNSUPPORTED;
 	else if (kernels != NULL && strcmp(kernels, "best") != 0) {
 		if (strcmp(kernels, "generic") == 0 || strcmp(kernels, "scalar") == 0)
 			level = CPU_GENERIC;
@@ -554,11 +626,7 @@ int lm_backend_cpu_init_kernels(struct lm_backend *b, const struct lm_backend_op
 	struct cpu_ctx *c = calloc(1, sizeof *c);
 	if (c == NULL)
 		return LM_ENOMEM;
-	int n_threads = opts != NULL ? opts->n_threads : 0;
-	if (n_threads <= 0) {
-		long online = sysconf(_SC_NPROCESSORS_ONLN);
-		n_threads = online > 0 ? (int)online : 1;
-	}
+	int n_threads = cpu_opts_threads(opts);
 	cpu_fill_kernels(&c->k, level);
 	int rc = cpu_pool_init(&c->pool, n_threads);
 	if (rc < 0) {

@@ -8,9 +8,9 @@
  *     KV       2 x 4 KV heads x head_dim 8 x 512 positions x 16 slots x 4 bytes = 2,097,152
  * token_embd 64x512: 131,072 bytes; head: output_norm 256 + output 131,072 = 131,328 bytes and
  * 2 x 32,768 = 65,536 flops.
- * Scratch for max_batch 64, f32 on the wire: per token 4 x 64 + 2 x 64 + 2 x 32 + 2 x 172 = 792
- * floats (3,168 bytes) and 2 x 64 x 4 = 512 wire bytes: 64 x 3,680 = 235,520; the head stage
- * adds 512 logits a token: 64 x (3,680 + 2,048) = 366,592. */
+ * Scratch is the engine's estimate (engine/scratch.h, which tests/unit/test_stage.c holds to
+ * what a real stage allocates): per worker for max_batch 64 at the model's widest layer, and per
+ * layer the probe's trace, 2 x 64 rows x 64 x 4 = 32,768 bytes. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -19,15 +19,40 @@
 #include <unistd.h>
 
 #include "coordinator/planner.h"
+#include "engine/scratch.h"
 
-#define LAYER_W   181760ull
-#define LAYER_F   90624ull
-#define LAYER_KV  2228224ull /* 2 x 4 heads x 8 x 512 positions x 17 slots x 4 bytes */
-#define EMBD      131072ull
-#define HEAD      131328ull
-#define HEAD_F    65536ull
-#define SCRATCH   235520ull
-#define SCRATCH_H 366592ull
+#define LAYER_W  181760ull
+#define LAYER_F  90624ull
+#define LAYER_KV 2228224ull /* 2 x 4 heads x 8 x 512 positions x 17 slots x 4 bytes */
+#define EMBD     131072ull
+#define HEAD     131328ull
+#define HEAD_F   65536ull
+#define TRACE    32768ull
+
+/* The engine's estimate of worker j's scratch in a mesh of n workers of cfg. */
+static uint64_t scratch(const struct mesh_config *cfg, int32_t j)
+{
+	lm_diag d = {{0}};
+	gguf_file *f = NULL;
+	struct lm_hparams hp;
+	cr_assert_eq(gguf_open(cfg->model_path, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	gguf_close(f);
+	struct lm_scratch_cfg sc = {.end = hp.n_layer,
+				    .embedding = j == 0,
+				    .head = j == cfg->n_workers - 1,
+				    .max_batch = cfg->max_batch,
+				    .slots = cfg->slots + MESH_PROBE_SLOTS,
+				    .max_seq = planner_max_seq(cfg, &hp),
+				    .k_type = cfg->kv_type_k,
+				    .wire_dtype = cfg->wire_dtype,
+				    .bo = {.n_threads = cfg->workers[j].threads}};
+	struct lm_scratch s;
+	lm_scratch_estimate(&hp, &sc, &s);
+	cr_assert_gt(s.forward, 0);
+	cr_assert_eq(s.trace, 0);
+	return s.total;
+}
 
 static char mesh_path[64];
 
@@ -89,10 +114,13 @@ Test(planner, stories260k_balanced_over_three_workers)
 	cr_expect_eq(p.cuts[2], 4);
 	cr_expect_eq(p.stages[0].weight_bytes, 2 * LAYER_W);
 	cr_expect_eq(p.stages[0].kv_bytes, 2 * LAYER_KV);
-	cr_expect_eq(p.stages[0].scratch_bytes, SCRATCH);
-	cr_expect_eq(p.stages[0].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + SCRATCH + EMBD);
-	cr_expect_eq(p.stages[1].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + SCRATCH);
-	cr_expect_eq(p.stages[2].total_bytes, LAYER_W + LAYER_KV + SCRATCH_H + HEAD);
+	uint64_t s0 = scratch(&cfg, 0), s1 = scratch(&cfg, 1), s2 = scratch(&cfg, 2);
+	cr_expect_eq(s0, s1, "the first worker's embedding rows take no scratch of their own");
+	cr_expect_gt(s2, s1 + 64 * 512 * 4, "the head stage adds a batch of logits and more");
+	cr_expect_eq(p.stages[0].scratch_bytes, s0 + 2 * TRACE);
+	cr_expect_eq(p.stages[0].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + s0 + 2 * TRACE + EMBD);
+	cr_expect_eq(p.stages[1].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + s1 + 2 * TRACE);
+	cr_expect_eq(p.stages[2].total_bytes, LAYER_W + LAYER_KV + s2 + TRACE + HEAD);
 	cr_expect_eq(p.stages[0].flops, 2 * LAYER_F);
 	cr_expect_eq(p.stages[2].flops, LAYER_F + HEAD_F);
 	cr_expect_eq(p.stages[2].memory_limit, 8ull << 20);
@@ -103,23 +131,26 @@ Test(planner, stories260k_balanced_over_three_workers)
 
 Test(planner, memory_limits_decide)
 {
-	/* At 3 MiB a worker holds one layer at most (two need 4.6 MiB of f32 cache and weights):
-	 * three workers cannot hold five layers, and the model needs 13,149,952 bytes in all
-	 * (5 layers, embedding, head, two scratch buffers and one head scratch). */
-	write_mesh(3, "3MiB", "", "", NULL);
+	/* At 3.5 MiB a worker holds one layer at most (two need 4.9 MiB of f32 cache and weights):
+	 * three workers cannot hold five layers, and the model needs its 5 layers, embedding,
+	 * head and every worker's scratch in all. */
+	write_mesh(3, "3.5MiB", "", "", NULL);
 	struct mesh_config cfg;
 	load(&cfg);
 	struct fence_plan p;
 	lm_diag d = {{0}};
 	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINFEASIBLE);
-	cr_expect(strstr(d.msg, "the model needs 12.54 MiB = 13149952 bytes in all") != NULL, "%s",
-		  d.msg);
-	cr_expect(strstr(d.msg, "memory_limits add up to 9.00 MiB = 9437184 bytes") != NULL, "%s",
+	uint64_t need = 5 * (LAYER_W + LAYER_KV + TRACE) + EMBD + HEAD + scratch(&cfg, 0) +
+			scratch(&cfg, 1) + scratch(&cfg, 2);
+	char want[96];
+	snprintf(want, sizeof want, "= %llu bytes in all", (unsigned long long)need);
+	cr_expect(strstr(d.msg, want) != NULL, "%s (want %s)", d.msg, want);
+	cr_expect(strstr(d.msg, "memory_limits add up to 10.50 MiB = 11010048 bytes") != NULL, "%s",
 		  d.msg);
 	mesh_config_fini(&cfg);
 
-	/* An f16 cache halves the KV bytes: two layers fit in 3 MiB, and the plan goes through. */
-	write_mesh(3, "3MiB", "kv_type_k = \"f16\"\nkv_type_v = \"f16\"", "", NULL);
+	/* An f16 cache halves the KV bytes: two layers fit in 3.5 MiB, and the plan goes through. */
+	write_mesh(3, "3.5MiB", "kv_type_k = \"f16\"\nkv_type_v = \"f16\"", "", NULL);
 	load(&cfg);
 	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "%s", d.msg);
 	cr_expect_eq(p.stages[0].kv_bytes, 2 * LAYER_KV / 2);
@@ -131,8 +162,8 @@ Test(planner, memory_limits_decide)
 
 Test(planner, settings_reach_the_costs)
 {
-	/* max_seq_len and slots size the cache; scratch_bytes replaces the estimate; uniform cuts
-	 * 5 layers 3 + 2. */
+	/* max_seq_len and slots size the cache; scratch_bytes replaces the estimate (the per-layer
+	 * traces' too); uniform cuts 5 layers 3 + 2. */
 	write_mesh(2, "64MiB", "max_seq_len = 128\nslots = 2\nscratch_bytes = \"1MiB\"",
 		   "strategy = \"uniform\"", NULL);
 	struct mesh_config cfg;

@@ -1,0 +1,62 @@
+/* scratch.h — what a stage of the mesh allocates besides its weights and its KV cache.
+ *
+ * One estimate, used by the planner to price every worker (coordinator/planner.c) and held by
+ * tests/unit/test_stage.c to what a real stage allocates. It is the sum of
+ *     forward   the engine's activation buffers (engine/forward.c) for max_batch tokens
+ *     backend   the backend's own scratch at most (lm_backend_scratch_bound: converted
+ *               activations, GEMM panels, attention scores over the longest context)
+ *     stage     the worker's host rows in and out, its batch index arrays, and on the last
+ *               stage the logits of every slot, the sampler and the top-logprob payload
+ *     trace     per layer, the hidden states of a redeploy's probe (at most LM_PROBE_ROWS
+ *               rows), recorded while a smoke test runs; the planner prices it per layer
+ *     messages  LM_STAGE_MSGS_HELD data-ring messages of a full batch at once (the receive
+ *               queue, the message being computed and the one being sent)
+ * An estimate that must stay an upper bound: a plan that under-counts puts a worker past its
+ * memory limit.
+ */
+#ifndef LM_SCRATCH_H
+#define LM_SCRATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/base/dtype.h"
+#include "common/model/hparams.h"
+#include "kernels/backend.h"
+
+/* Rows a stage's trace records at most (the prompt of a probe or of a diff). */
+#define LM_TRACE_ROWS 512
+/* Tokens a redeploy's probe prompt may have: what the plan counts a trace for. (A diff traces
+ * up to LM_TRACE_ROWS on a private mesh, which no memory limit binds.) */
+#define LM_PROBE_ROWS 64
+/* Data-ring messages a worker holds at once, at most: its receive queue (worker/recvq.h), the
+ * one it computes and the one it sends. */
+#define LM_STAGE_MSGS_HELD 10
+
+struct lm_scratch_cfg {
+	int32_t begin, end;   /* the layers whose widths count */
+	int32_t trace_layers; /* layers whose probe trace is counted here (the planner: 0) */
+	bool embedding, head;
+	int32_t max_batch, slots, max_seq;
+	enum lm_dtype k_type;      /* the K cache's type (attention's scratch) */
+	enum lm_dtype wire_dtype;  /* hidden states on the wire */
+	const char *backend;       /* NULL: "cpu" */
+	struct lm_backend_opts bo; /* threads and kernels, as the worker runs */
+};
+
+struct lm_scratch {
+	uint64_t forward, backend, stage, trace, messages;
+	uint64_t total;
+};
+
+void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cfg *c,
+			 struct lm_scratch *out);
+
+/* The probe trace of one layer. */
+uint64_t lm_scratch_trace_bytes(const struct lm_hparams *hp, int32_t max_seq);
+
+/* The engine's activation buffers alone (what lm_forward_init allocates). */
+uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
+				  bool head, int32_t max_batch);
+
+#endif
