@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 #include "common/tok/tokenizer.h"
 #include "common/wire/wire.h"
 #include "coordinator/cli.h"
@@ -361,6 +361,49 @@ static float *diff_read_external(const char *dir, int32_t n_layer, int32_t dim, 
 	return ext;
 }
 
+/* The table: each layer's error against the single process (and the external dump), the
+ * first layer past the tolerance, the next tokens. Returns the exit status. */
+static int diff_report(const struct diff_ctx *c, const float *ext, int32_t ext_rows, float tol)
+{
+	printf("prompt: %d tokens; fence", c->n);
+	for (int32_t j = 0; j <= c->plan.n_workers; j++)
+		printf("%s%d", j ? ", " : " [", c->plan.cuts[j]);
+	printf("]; tolerance %g\n\n", (double)tol);
+	printf("layer  worker  mesh max-abs   mesh rel%s\n",
+	       ext != NULL ? "       external max-abs  external rel" : "");
+	int32_t first_bad = -1;
+	size_t per = (size_t)c->n * (size_t)c->dim;
+	for (int32_t l = 0; l < c->n_layer; l++) {
+		int32_t j = 0;
+		while (l >= c->plan.cuts[j + 1])
+			j++;
+		double ma, rel;
+		diff_err(c->mesh + l * per, c->ref + l * per, per, &ma, &rel);
+		bool bad = !(ma <= tol);
+		printf("%5d  %-6s  %12.3g  %9.3g", l, c->plan.stages[j].name, ma, rel);
+		if (ext != NULL) {
+			/* The external dump has every row, or the last prompt token's. */
+			size_t rows = (size_t)ext_rows,
+			       off = (size_t)(c->n - ext_rows) * (size_t)c->dim;
+			double ema, erel;
+			diff_err(c->ref + l * per + off, ext + (size_t)l * rows * (size_t)c->dim,
+				 rows * (size_t)c->dim, &ema, &erel);
+			printf("  %19.3g  %12.3g", ema, erel);
+			bad |= !(ema <= tol);
+		}
+		printf("%s\n", bad ? "  <- past tolerance" : "");
+		if (bad && first_bad < 0)
+			first_bad = l;
+	}
+	printf("\nnext token: single process %d, mesh %d%s\n", c->ref_token, c->mesh_token,
+	       c->ref_token == c->mesh_token ? "" : "  <- differ");
+	if (first_bad >= 0)
+		printf("first layer past tolerance: %d\n", first_bad);
+	else
+		printf("every layer within tolerance\n");
+	return first_bad < 0 && c->ref_token == c->mesh_token ? 0 : 1;
+}
+
 int cmd_diff(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -467,43 +510,7 @@ int cmd_diff(int argc, char **argv)
 		goto out;
 	}
 
-	printf("prompt: %d tokens; fence", c.n);
-	for (int32_t j = 0; j <= c.plan.n_workers; j++)
-		printf("%s%d", j ? ", " : " [", c.plan.cuts[j]);
-	printf("]; tolerance %g\n\n", (double)tol);
-	printf("layer  worker  mesh max-abs   mesh rel%s\n",
-	       external ? "       external max-abs  external rel" : "");
-	int32_t first_bad = -1;
-	size_t per = (size_t)c.n * (size_t)c.dim;
-	for (int32_t l = 0; l < c.n_layer; l++) {
-		int32_t j = 0;
-		while (l >= c.plan.cuts[j + 1])
-			j++;
-		double ma, rel;
-		diff_err(c.mesh + l * per, c.ref + l * per, per, &ma, &rel);
-		bool bad = !(ma <= tol);
-		printf("%5d  %-6s  %12.3g  %9.3g", l, c.plan.stages[j].name, ma, rel);
-		if (ext != NULL) {
-			/* The external dump has every row, or the last prompt token's. */
-			size_t rows = (size_t)ext_rows,
-			       off = (size_t)(c.n - ext_rows) * (size_t)c.dim;
-			double ema, erel;
-			diff_err(c.ref + l * per + off, ext + (size_t)l * rows * (size_t)c.dim,
-				 rows * (size_t)c.dim, &ema, &erel);
-			printf("  %19.3g  %12.3g", ema, erel);
-			bad |= !(ema <= tol);
-		}
-		printf("%s\n", bad ? "  <- past tolerance" : "");
-		if (bad && first_bad < 0)
-			first_bad = l;
-	}
-	printf("\nnext token: single process %d, mesh %d%s\n", c.ref_token, c.mesh_token,
-	       c.ref_token == c.mesh_token ? "" : "  <- differ");
-	if (first_bad >= 0)
-		printf("first layer past tolerance: %d\n", first_bad);
-	else
-		printf("every layer within tolerance\n");
-	status = first_bad < 0 && c.ref_token == c.mesh_token ? 0 : 1;
+	status = diff_report(&c, ext, ext_rows, tol);
 out:
 	if (rc != 0)
 		fprintf(stderr, "layermesh diff: %s\n", lm_diag_str(&d, rc));

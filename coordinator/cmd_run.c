@@ -59,7 +59,24 @@ static int run_write_logits(const char *path, const float *logits, int32_t n, lm
 	return 0;
 }
 
-int cmd_run(int argc, char **argv)
+/* What `run` was asked for, and the state of one generation. */
+struct run_ctx {
+	struct lm_gen_args g;
+	const char *model_path, *backend_name, *logits_path;
+	int32_t batch;
+	struct lm_backend_opts kern; /* --kernels */
+	struct lm_engine eng;
+	tok_vocab *vocab;
+	struct lm_sampler sampler;
+	int32_t *ids; /* the prompt, then the generated tokens */
+	size_t n_prompt;
+	int32_t n_gen_max, n_gen, n_decoded;
+	float *logits;
+	double t_prefill, t_decode; /* seconds */
+};
+
+/* -1 to go on, or the exit status. */
+static int run_parse(struct run_ctx *r, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"model", required_argument, NULL, 'm'},
@@ -81,35 +98,31 @@ int cmd_run(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct lm_gen_args g;
-	const char *model_path = NULL, *backend_name = "cpu", *logits_path = NULL;
-	int32_t batch = 256;
-	struct lm_backend_opts kern = {0}; /* --kernels */
-	lm_diag d = {{0}};
 	int c, rc;
-
-	lm_gen_args_default(&g, "run");
+	lm_gen_args_default(&r->g, "run");
+	r->backend_name = "cpu";
+	r->batch = 256;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
-			model_path = optarg;
+			r->model_path = optarg;
 			break;
 		case 'B':
-			backend_name = optarg;
+			r->backend_name = optarg;
 			break;
 		case 'G':
-			if (!lm_backend_opts_kernels(&kern, optarg))
+			if (!lm_backend_opts_kernels(&r->kern, optarg))
 				return lm_cli_usage_error("run",
 							  "--kernels must be auto, scalar or amx");
 			break;
 		case 'b':
-			if (lm_cli_int(optarg, 1, 65536, &batch) != 0)
+			if (lm_cli_int(optarg, 1, 65536, &r->batch) != 0)
 				return lm_cli_usage_error(
 					"run", "--batch expects an integer in [1, 65536]");
 			break;
 		case 'L':
-			logits_path = optarg;
+			r->logits_path = optarg;
 			break;
 		case 'h':
 			fputs(run_usage, stdout);
@@ -118,142 +131,154 @@ int cmd_run(int argc, char **argv)
 			fputs(run_usage, stderr);
 			return 2;
 		default:
-			if ((rc = lm_gen_args_parse(&g, c, optarg)) != 0)
+			if ((rc = lm_gen_args_parse(&r->g, c, optarg)) != 0)
 				return rc;
 		}
 	}
 	if (optind < argc)
 		return lm_cli_usage_error("run", "unexpected argument '%s'", argv[optind]);
-	if (model_path == NULL || g.prompt == NULL)
+	if (r->model_path == NULL || r->g.prompt == NULL)
 		return lm_cli_usage_error("run", "--model and --prompt are required");
+	return -1;
+}
 
-	static struct lm_engine eng;
-	tok_vocab *vocab = NULL;
-	struct lm_sampler sampler = {0};
-	int32_t *ids = NULL;
-	float *logits = NULL;
-	size_t n_prompt = 0;
-
-	struct lm_engine_cfg ec = {.model = model_path,
-				   .backend = backend_name,
-				   .bo = {.n_threads = g.threads,
-					  .force_scalar = kern.force_scalar,
-					  .allow_amx = kern.allow_amx},
+/* The engine, the vocabulary and the prompt's ids, checked against the context. */
+static int run_open(struct run_ctx *r, lm_diag *d)
+{
+	struct lm_engine_cfg ec = {.model = r->model_path,
+				   .backend = r->backend_name,
+				   .bo = {.n_threads = r->g.threads,
+					  .force_scalar = r->kern.force_scalar,
+					  .allow_amx = r->kern.allow_amx},
 				   .populate = true,
-				   .max_seq = g.ctx,
+				   .max_seq = r->g.ctx,
 				   .slots = 1,
-				   .max_batch = batch,
-				   .k_type = g.kv_type,
-				   .v_type = g.kv_type};
-	if ((rc = lm_engine_open(&eng, &ec, &d)) != 0)
-		goto out;
-	const struct lm_model *model = &eng.model;
-	if ((rc = tok_load(model->file, &vocab, &d)) != 0) {
-		lm_diag_prefix(&d, "%s", model_path);
-		goto out;
+				   .max_batch = r->batch,
+				   .k_type = r->g.kv_type,
+				   .v_type = r->g.kv_type};
+	int rc;
+	if ((rc = lm_engine_open(&r->eng, &ec, d)) != 0)
+		return rc;
+	const struct lm_model *model = &r->eng.model;
+	if ((rc = tok_load(model->file, &r->vocab, d)) != 0) {
+		lm_diag_prefix(d, "%s", r->model_path);
+		return rc;
 	}
-	int32_t n_ctx = eng.kv.max_seq;
-	if ((rc = tok_encode_alloc(vocab, g.prompt, strlen(g.prompt), tok_add_bos(vocab), &ids,
-				   &n_prompt, &d)) != 0)
-		goto out;
-	if (n_prompt == 0) {
-		rc = lm_fail(&d, LM_EINVAL, "the prompt is empty and the vocabulary adds no BOS");
-		goto out;
-	}
-	if (n_prompt >= (size_t)n_ctx) {
-		rc = lm_fail(&d, LM_ERANGE, "the prompt has %zu tokens; the context holds %d",
-			     n_prompt, n_ctx);
-		goto out;
-	}
-	int32_t n_gen_max = g.n_predict;
-	if ((size_t)n_gen_max > (size_t)n_ctx - n_prompt)
-		n_gen_max = (int32_t)((size_t)n_ctx - n_prompt);
-	int32_t *all = realloc(ids, (n_prompt + (size_t)n_gen_max + 1) * sizeof *ids);
-	if (all == NULL) {
-		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
-		goto out;
-	}
-	ids = all;
-	if ((rc = lm_sampler_init(&sampler, model->hp.n_vocab)) != 0 ||
-	    (logits = malloc((size_t)model->hp.n_vocab * sizeof *logits)) == NULL) {
-		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
-		goto out;
-	}
+	int32_t n_ctx = r->eng.kv.max_seq;
+	if ((rc = tok_encode_alloc(r->vocab, r->g.prompt, strlen(r->g.prompt),
+				   tok_add_bos(r->vocab), &r->ids, &r->n_prompt, d)) != 0)
+		return rc;
+	if (r->n_prompt == 0)
+		return lm_fail(d, LM_EINVAL, "the prompt is empty and the vocabulary adds no BOS");
+	if (r->n_prompt >= (size_t)n_ctx)
+		return lm_fail(d, LM_ERANGE, "the prompt has %zu tokens; the context holds %d",
+			       r->n_prompt, n_ctx);
+	r->n_gen_max = r->g.n_predict;
+	if ((size_t)r->n_gen_max > (size_t)n_ctx - r->n_prompt)
+		r->n_gen_max = (int32_t)((size_t)n_ctx - r->n_prompt);
+	int32_t *all = realloc(r->ids, (r->n_prompt + (size_t)r->n_gen_max + 1) * sizeof *all);
+	if (all == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	r->ids = all;
+	if (lm_sampler_init(&r->sampler, model->hp.n_vocab) != 0 ||
+	    (r->logits = malloc((size_t)model->hp.n_vocab * sizeof *r->logits)) == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	return 0;
+}
 
-	/* Prefill in chunks of `batch`; only the last chunk asks for logits. */
-	struct lm_tok_loc *loc = malloc((size_t)batch * sizeof *loc);
-	if (loc == NULL) {
-		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
-		goto out;
-	}
+/* The prompt in chunks of `batch`; only the last chunk asks for logits. */
+static int run_prefill(struct run_ctx *r, lm_diag *d)
+{
+	struct lm_tok_loc *loc = malloc((size_t)r->batch * sizeof *loc);
+	if (loc == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	int rc = 0;
 	double t0 = lm_now_s();
-	for (size_t at = 0; at < n_prompt; at += (size_t)batch) {
-		int32_t n =
-			(int32_t)(n_prompt - at < (size_t)batch ? n_prompt - at : (size_t)batch);
+	for (size_t at = 0; rc == 0 && at < r->n_prompt; at += (size_t)r->batch) {
+		size_t left = r->n_prompt - at;
+		int32_t n = (int32_t)(left < (size_t)r->batch ? left : (size_t)r->batch);
 		for (int32_t i = 0; i < n; i++)
 			loc[i] = (struct lm_tok_loc){0, (int32_t)at + i};
 		int32_t last = n - 1;
 		struct lm_batch b = {
-			.n = n, .ids = ids + at, .loc = loc, .n_out = 1, .out_rows = &last};
-		if ((rc = lm_forward_run(&eng.fw, &b, NULL, NULL, logits, &d)) != 0)
-			break;
+			.n = n, .ids = r->ids + at, .loc = loc, .n_out = 1, .out_rows = &last};
+		rc = lm_forward_run(&r->eng.fw, &b, NULL, NULL, r->logits, d);
 	}
-	double t1 = lm_now_s();
-	if (rc == 0 && logits_path != NULL)
-		rc = run_write_logits(logits_path, logits, model->hp.n_vocab, &d);
+	r->t_prefill = lm_now_s() - t0;
+	free(loc);
+	if (rc == 0 && r->logits_path != NULL)
+		rc = run_write_logits(r->logits_path, r->logits, r->eng.model.hp.n_vocab, d);
+	return rc;
+}
 
-	/* Decode: sample, print, feed back. */
+/* Sample, print, feed back; the text (or, with --ids, every id) on stdout. */
+static int run_decode(struct run_ctx *r, lm_diag *d)
+{
 	struct tok_stream ts;
-	size_t cap = tok_stream_cap(vocab), n_text;
+	size_t cap = tok_stream_cap(r->vocab), n_text;
 	char *text = malloc(cap);
-	int32_t n_gen = 0, n_decoded = 0;
+	if (text == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	int rc = 0;
+	double t0 = lm_now_s();
 	tok_stream_init(&ts);
-	while (rc == 0 && text != NULL && n_gen < n_gen_max) {
-		int32_t next = lm_sample(&sampler, logits, &g.sampling, (uint64_t)n_gen);
-		if (tok_is_eog(vocab, next) || next == tok_bos(vocab))
+	while (rc == 0 && r->n_gen < r->n_gen_max) {
+		int32_t next =
+			lm_sample(&r->sampler, r->logits, &r->g.sampling, (uint64_t)r->n_gen);
+		if (tok_is_eog(r->vocab, next) || next == tok_bos(r->vocab))
 			break;
-		ids[n_prompt + (size_t)n_gen++] = next;
-		if (!g.print_ids && tok_stream_push(vocab, &ts, next, text, cap, &n_text) == 0) {
+		r->ids[r->n_prompt + (size_t)r->n_gen++] = next;
+		if (!r->g.print_ids &&
+		    tok_stream_push(r->vocab, &ts, next, text, cap, &n_text) == 0) {
 			fwrite(text, 1, n_text, stdout);
 			fflush(stdout);
 		}
-		if (n_gen == n_gen_max)
+		if (r->n_gen == r->n_gen_max)
 			break;
-		struct lm_tok_loc l = {0, (int32_t)(n_prompt + (size_t)n_gen - 1)};
+		struct lm_tok_loc l = {0, (int32_t)(r->n_prompt + (size_t)r->n_gen - 1)};
 		int32_t row = 0;
 		struct lm_batch b = {.n = 1, .ids = &next, .loc = &l, .n_out = 1, .out_rows = &row};
-		rc = lm_forward_run(&eng.fw, &b, NULL, NULL, logits, &d);
-		n_decoded++;
+		rc = lm_forward_run(&r->eng.fw, &b, NULL, NULL, r->logits, d);
+		r->n_decoded++;
 	}
-	double t2 = lm_now_s();
-	if (text == NULL && rc == 0)
-		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
+	r->t_decode = lm_now_s() - t0;
 	if (rc == 0) {
-		if (g.print_ids) {
-			for (size_t i = 0; i < n_prompt + (size_t)n_gen; i++)
-				printf(i ? " %d" : "%d", ids[i]);
-			printf("\n");
+		if (r->g.print_ids) {
+			for (size_t i = 0; i < r->n_prompt + (size_t)r->n_gen; i++)
+				printf(i ? " %d" : "%d", r->ids[i]);
 		} else {
 			n_text = tok_stream_flush(&ts, text, cap);
 			fwrite(text, 1, n_text, stdout);
-			printf("\n");
 		}
+		printf("\n");
 		fflush(stdout);
+	}
+	free(text);
+	return rc;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	static struct run_ctx r;
+	lm_diag d = {{0}};
+	memset(&r, 0, sizeof r);
+	int rc = run_parse(&r, argc, argv);
+	if (rc >= 0)
+		return rc;
+	if ((rc = run_open(&r, &d)) == 0 && (rc = run_prefill(&r, &d)) == 0 &&
+	    (rc = run_decode(&r, &d)) == 0)
 		fprintf(stderr,
 			"prompt tokens %zu, generated tokens %d, prefill %.1f tok/s, decode %.1f "
 			"tok/s\n",
-			n_prompt, n_gen, (double)n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9),
-			(double)n_decoded / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
-	}
-	free(text);
-	free(loc);
-out:
+			r.n_prompt, r.n_gen,
+			(double)r.n_prompt / (r.t_prefill > 0 ? r.t_prefill : 1e-9),
+			(double)r.n_decoded / (r.t_decode > 0 ? r.t_decode : 1e-9));
 	if (rc != 0)
 		fprintf(stderr, "layermesh run: %s\n", lm_diag_str(&d, rc));
-	free(logits);
-	free(ids);
-	lm_sampler_fini(&sampler);
-	tok_free(vocab);
-	lm_engine_close(&eng);
+	free(r.logits);
+	free(r.ids);
+	lm_sampler_fini(&r.sampler);
+	tok_free(r.vocab);
+	lm_engine_close(&r.eng);
 	return rc == 0 ? 0 : 1;
 }

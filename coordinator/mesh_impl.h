@@ -18,7 +18,7 @@
 
 #include "common/plan/fence.h"
 #include "common/format/gguf.h"
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 #include "common/model/hparams.h"
 #include "common/tok/tokenizer.h"
 #include "common/wire/wire.h"

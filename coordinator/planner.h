@@ -17,7 +17,7 @@
 #include "common/base/dtype.h"
 #include "common/base/err.h"
 #include "common/plan/fence.h"
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 #include "common/model/hparams.h"
 #include "common/wire/wire.h"
 

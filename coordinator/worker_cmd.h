@@ -8,7 +8,7 @@
 #ifndef LM_WORKER_CMD_H
 #define LM_WORKER_CMD_H
 
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 #include "common/wire/transport.h"
 
 #define WORKER_CMD_MAX_ARGS 32

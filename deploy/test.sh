@@ -2,7 +2,8 @@
 # deploy/test.sh — every test of layermesh, in the order that fails fastest. Run it through
 # `deploy/setup.sh test`, which installs what it needs and builds build/ first.
 #
-#   1. formatting of the C sources (clang-format-14, the checked-in .clang-format)
+#   1. formatting of the C sources (clang-format-14, the checked-in .clang-format), the include
+#      layers and the length of functions
 #   2. the whole suite on the normal build (unit, oracle comparisons, integration)
 #   3. the whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer
 #   4. every libFuzzer target for LM_FUZZ_SECONDS each (default 45; deploy/fuzz.sh), in a
@@ -17,6 +18,15 @@ log "clang-format check"
 files=$(git ls-files '*.c' '*.h' | grep -v '_data\.c$' || true)
 if [ -n "$files" ]; then
 	clang-format-14 --dry-run --Werror $files
+fi
+
+log "include layers (tools/check_layers.py) and function lengths (tools/long_functions.py)"
+python3 tools/check_layers.py
+long=$(python3 tools/long_functions.py 150)
+if [ -n "$long" ]; then
+	printf 'functions past 150 lines (split them, or say above them why they are past the ~150-line guide):\n%s\n' \
+		"$long" >&2
+	exit 1
 fi
 
 log "meson test (build/)"

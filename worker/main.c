@@ -12,7 +12,7 @@
 #include "common/base/crash.h"
 #include "common/base/dtype.h"
 #include "common/base/log.h"
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 #include "worker/worker.h"
 #include "common/model/kv_geom.h"
 
@@ -140,175 +140,188 @@ static int worker_listen_at(const char **addr, bool http, bool any, char *buf, s
 	return 0;
 }
 
-int main(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{"name", required_argument, NULL, 'N'},
-		{"control", required_argument, NULL, 'C'},
-		{"data", required_argument, NULL, 'D'},
-		{"http", required_argument, NULL, 'H'},
-		{"backend", required_argument, NULL, 'B'},
-		{"threads", required_argument, NULL, 'T'},
-		{"kernels", required_argument, NULL, 'G'},
-		{"parent-pid", required_argument, NULL, 'P'},
-		{"log-level", required_argument, NULL, 'l'},
-		{"model", required_argument, NULL, 'm'},
-		{"layers", required_argument, NULL, 'L'},
-		{"embedding", no_argument, NULL, 'e'},
-		{"head", no_argument, NULL, 'o'},
-		{"next", required_argument, NULL, 'x'},
-		{"max-seq", required_argument, NULL, 's'},
-		{"slots", required_argument, NULL, 'S'},
-		{"kv-type", required_argument, NULL, 'k'},
-		{"wire-dtype", required_argument, NULL, 'w'},
-		{"max-batch", required_argument, NULL, 'b'},
-		{"tls-ca", required_argument, NULL, 1001},
-		{"tls-cert", required_argument, NULL, 1002},
-		{"tls-key", required_argument, NULL, 1003},
-		{"config", required_argument, NULL, 'c'},
-		{"worker", required_argument, NULL, 'W'},
-		{"index", required_argument, NULL, 'i'},
-		{"listen-any", no_argument, NULL, 'a'},
-		{"show-config", no_argument, NULL, 'z'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
-	struct worker_opts o = {.backend = "cpu", .backend_opts = {.n_threads = 1}};
-	struct wire_assign *a = &o.assign;
-	int level = LM_LOG_INFO, c, t, rc;
-	bool any_slice_flag = false, threads_given = false, backend_given = false;
-	bool kernels_given = false;
-	bool listen_any = false, show = false;
-	const char *config = NULL, *pick_name = NULL;
-	int32_t pick_index = -1;
-	struct mesh_config cfg = {0};
-	const struct mesh_worker *picked = NULL;
-	static char listen_addr[3][512];
+/* What the command line says, before --config fills the rest. */
+struct worker_args {
+	struct worker_opts o;
+	int level;
+	bool any_slice_flag, threads_given, backend_given, kernels_given;
+	bool listen_any, show;
+	const char *config, *pick_name;
+	int32_t pick_index;
+};
 
-	a->max_seq = 512;
-	a->slots = 16;
-	a->k_type = a->v_type = LM_F32;
-	a->wire_dtype = WIRE_DT_F32;
-	a->max_batch = 256;
-	a->begin = a->end = -1;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+static const struct option worker_flags[] = {
+	{"name", required_argument, NULL, 'N'},
+	{"control", required_argument, NULL, 'C'},
+	{"data", required_argument, NULL, 'D'},
+	{"http", required_argument, NULL, 'H'},
+	{"backend", required_argument, NULL, 'B'},
+	{"threads", required_argument, NULL, 'T'},
+	{"kernels", required_argument, NULL, 'G'},
+	{"parent-pid", required_argument, NULL, 'P'},
+	{"log-level", required_argument, NULL, 'l'},
+	{"model", required_argument, NULL, 'm'},
+	{"layers", required_argument, NULL, 'L'},
+	{"embedding", no_argument, NULL, 'e'},
+	{"head", no_argument, NULL, 'o'},
+	{"next", required_argument, NULL, 'x'},
+	{"max-seq", required_argument, NULL, 's'},
+	{"slots", required_argument, NULL, 'S'},
+	{"kv-type", required_argument, NULL, 'k'},
+	{"wire-dtype", required_argument, NULL, 'w'},
+	{"max-batch", required_argument, NULL, 'b'},
+	{"tls-ca", required_argument, NULL, 1001},
+	{"tls-cert", required_argument, NULL, 1002},
+	{"tls-key", required_argument, NULL, 1003},
+	{"config", required_argument, NULL, 'c'},
+	{"worker", required_argument, NULL, 'W'},
+	{"index", required_argument, NULL, 'i'},
+	{"listen-any", no_argument, NULL, 'a'},
+	{"show-config", no_argument, NULL, 'z'},
+	{"help", no_argument, NULL, 'h'},
+	{0},
+};
+
+/* One flag of the slice (for systemd and Kubernetes): 0, or the exit status of a bad value. */
+static int worker_slice_flag(struct worker_args *w, int c)
+{
+	struct wire_assign *a = &w->o.assign;
+	int t;
+	w->any_slice_flag |= c == 'm' || c == 'L';
+	switch (c) {
+	case 'm':
+		snprintf(a->model, sizeof a->model, "%s", optarg);
+		return 0;
+	case 'L': {
+		char *colon = strchr(optarg, ':');
+		if (colon == NULL)
+			return worker_bad("--layers expects A:B, got", optarg);
+		*colon = '\0';
+		bool ok = worker_int(optarg, 0, 1 << 20, &a->begin) == 0 &&
+			  worker_int(colon + 1, 1, 1 << 20, &a->end) == 0 && a->begin < a->end;
+		*colon = ':';
+		return ok ? 0 : worker_bad("--layers expects A:B with A < B, got", optarg);
+	}
+	case 'e':
+		a->embedding = true;
+		return 0;
+	case 'o':
+		a->head = true;
+		return 0;
+	case 'x':
+		snprintf(a->next, sizeof a->next, "%s", optarg);
+		return 0;
+	case 's':
+		return worker_int(optarg, 1, 1 << 24, &a->max_seq) == 0
+			       ? 0
+			       : worker_bad("--max-seq expects a positive integer, got", optarg);
+	case 'S':
+		return worker_int(optarg, 1, 4096, &a->slots) == 0
+			       ? 0
+			       : worker_bad("--slots expects 1..4096, got", optarg);
+	case 'k':
+		t = lm_dtype_parse(optarg);
+		if (t < 0 || !kv_type_supported((enum lm_dtype)t))
+			return worker_bad("--kv-type expects f32, f16 or q8_0, got", optarg);
+		a->k_type = a->v_type = (uint32_t)t;
+		return 0;
+	case 'w':
+		t = lm_dtype_parse(optarg);
+		a->wire_dtype = t < 0 ? WIRE_DT_NONE : wire_dtype_of((enum lm_dtype)t);
+		return a->wire_dtype != WIRE_DT_NONE
+			       ? 0
+			       : worker_bad("--wire-dtype expects f32, f16 or bf16, got", optarg);
+	default: /* 'b' */
+		return worker_int(optarg, 1, 65536, &a->max_batch) == 0
+			       ? 0
+			       : worker_bad("--max-batch expects 1..65536, got", optarg);
+	}
+}
+
+/* Parses the command line into w: -1 to go on, or the exit status (0 for --help). */
+static int worker_parse(int argc, char **argv, struct worker_args *w)
+{
+	struct worker_opts *o = &w->o;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", worker_flags, NULL)) != -1) {
 		switch (c) {
 		case 'N':
-			o.name = optarg;
+			o->name = optarg;
 			break;
 		case 'C':
-			o.control = optarg;
+			o->control = optarg;
 			break;
 		case 'D':
-			o.data = optarg;
+			o->data = optarg;
 			break;
 		case 'H':
-			o.http = optarg;
+			o->http = optarg;
 			break;
 		case 'B':
-			o.backend = optarg;
-			backend_given = true;
+			o->backend = optarg;
+			w->backend_given = true;
 			break;
 		case 'T':
-			if (worker_int(optarg, 1, 1024, &o.backend_opts.n_threads) != 0)
+			if (worker_int(optarg, 1, 1024, &o->backend_opts.n_threads) != 0)
 				return worker_bad("--threads expects 1..1024, got", optarg);
-			threads_given = true;
+			w->threads_given = true;
 			break;
 		case 'c':
-			config = optarg;
+			w->config = optarg;
 			break;
 		case 'W':
-			pick_name = optarg;
+			w->pick_name = optarg;
 			break;
 		case 'i':
-			if (worker_int(optarg, 0, MESH_MAX_WORKERS - 1, &pick_index) != 0)
+			if (worker_int(optarg, 0, MESH_MAX_WORKERS - 1, &w->pick_index) != 0)
 				return worker_bad("--index expects a worker's position from 0, got",
 						  optarg);
 			break;
 		case 'a':
-			listen_any = true;
+			w->listen_any = true;
 			break;
 		case 'z':
-			show = true;
+			w->show = true;
 			break;
 		case 'G':
-			if (!lm_backend_opts_kernels(&o.backend_opts, optarg))
+			if (!lm_backend_opts_kernels(&o->backend_opts, optarg))
 				return worker_bad("--kernels expects auto, scalar or amx, got",
 						  optarg);
-			kernels_given = true;
+			w->kernels_given = true;
 			break;
 		case 'P':
-			if (worker_int(optarg, 1, 1 << 30, &o.parent_pid) != 0)
+			if (worker_int(optarg, 1, 1 << 30, &o->parent_pid) != 0)
 				return worker_bad("--parent-pid expects a process id, got", optarg);
 			break;
 		case 'l':
-			if ((level = lm_log_level_parse(optarg)) < 0)
+			if ((w->level = lm_log_level_parse(optarg)) < 0)
 				return worker_bad(
 					"--log-level expects error, warn, info or debug, got",
 					optarg);
 			break;
 		case 'm':
-			any_slice_flag = true;
-			snprintf(a->model, sizeof a->model, "%s", optarg);
-			break;
-		case 'L': {
-			any_slice_flag = true;
-			char *colon = strchr(optarg, ':');
-			if (colon == NULL)
-				return worker_bad("--layers expects A:B, got", optarg);
-			*colon = '\0';
-			if (worker_int(optarg, 0, 1 << 20, &a->begin) != 0 ||
-			    worker_int(colon + 1, 1, 1 << 20, &a->end) != 0 || a->begin >= a->end) {
-				*colon = ':';
-				return worker_bad("--layers expects A:B with A < B, got", optarg);
-			}
-			*colon = ':';
+		case 'L':
+		case 'e':
+		case 'o':
+		case 'x':
+		case 's':
+		case 'S':
+		case 'k':
+		case 'w':
+		case 'b': {
+			int rc = worker_slice_flag(w, c);
+			if (rc != 0)
+				return rc;
 			break;
 		}
-		case 'e':
-			a->embedding = true;
-			break;
-		case 'o':
-			a->head = true;
-			break;
-		case 'x':
-			snprintf(a->next, sizeof a->next, "%s", optarg);
-			break;
-		case 's':
-			if (worker_int(optarg, 1, 1 << 24, &a->max_seq) != 0)
-				return worker_bad("--max-seq expects a positive integer, got",
-						  optarg);
-			break;
-		case 'S':
-			if (worker_int(optarg, 1, 4096, &a->slots) != 0)
-				return worker_bad("--slots expects 1..4096, got", optarg);
-			break;
-		case 'k':
-			t = lm_dtype_parse(optarg);
-			if (t < 0 || !kv_type_supported((enum lm_dtype)t))
-				return worker_bad("--kv-type expects f32, f16 or q8_0, got",
-						  optarg);
-			a->k_type = a->v_type = (uint32_t)t;
-			break;
-		case 'w':
-			t = lm_dtype_parse(optarg);
-			a->wire_dtype = t < 0 ? WIRE_DT_NONE : wire_dtype_of((enum lm_dtype)t);
-			if (a->wire_dtype == WIRE_DT_NONE)
-				return worker_bad("--wire-dtype expects f32, f16 or bf16, got",
-						  optarg);
-			break;
-		case 'b':
-			if (worker_int(optarg, 1, 65536, &a->max_batch) != 0)
-				return worker_bad("--max-batch expects 1..65536, got", optarg);
-			break;
 		case 1001:
-			o.tls.ca_file = optarg;
+			o->tls.ca_file = optarg;
 			break;
 		case 1002:
-			o.tls.cert_file = optarg;
+			o->tls.cert_file = optarg;
 			break;
 		case 1003:
-			o.tls.key_file = optarg;
+			o->tls.key_file = optarg;
 			break;
 		case 'h':
 			fputs(worker_usage, stdout);
@@ -320,38 +333,81 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return worker_bad("unexpected argument", argv[optind]);
-	if ((pick_name != NULL || pick_index >= 0) && config == NULL) {
+	return -1;
+}
+
+/* --show-config: key=value lines for scripts (deploy/systemd/install.sh reads memory_limit):
+ * the addresses peers dial, then those this process listens on. */
+static void worker_show(const struct worker_opts *o, const char *const dial[3],
+			const struct mesh_worker *picked)
+{
+	printf("name=%s\ncontrol=%s\ndata=%s\nhttp=%s\n", o->name, dial[0], dial[1],
+	       dial[2] ? dial[2] : "");
+	printf("listen_control=%s\nlisten_data=%s\nlisten_http=%s\n", o->control, o->data,
+	       o->http ? o->http : "");
+	printf("backend=%s\ndevice=%d\nthreads=%d\nkernels=%s\n", o->backend,
+	       o->backend_opts.device, o->backend_opts.n_threads,
+	       lm_backend_opts_kernels_name(&o->backend_opts));
+	if (picked != NULL)
+		printf("memory_limit=%llu\n", (unsigned long long)picked->memory_limit);
+	if (o->tls.ca_file != NULL)
+		printf("tls_ca=%s\ntls_cert=%s\ntls_key=%s\n", o->tls.ca_file,
+		       o->tls.cert_file ? o->tls.cert_file : "",
+		       o->tls.key_file ? o->tls.key_file : "");
+}
+
+int main(int argc, char **argv)
+{
+	static struct worker_args w = {.o = {.backend = "cpu", .backend_opts = {.n_threads = 1}},
+				       .level = LM_LOG_INFO,
+				       .pick_index = -1};
+	struct worker_opts *o = &w.o;
+	struct wire_assign *a = &o->assign;
+	struct mesh_config cfg = {0};
+	const struct mesh_worker *picked = NULL;
+	static char listen_addr[3][512];
+	int rc;
+
+	a->max_seq = 512;
+	a->slots = 16;
+	a->k_type = a->v_type = LM_F32;
+	a->wire_dtype = WIRE_DT_F32;
+	a->max_batch = 256;
+	a->begin = a->end = -1;
+	if ((rc = worker_parse(argc, argv, &w)) >= 0)
+		return rc;
+	if ((w.pick_name != NULL || w.pick_index >= 0) && w.config == NULL) {
 		fprintf(stderr, "layermesh-worker: --worker and --index need --config\n");
 		return 2;
 	}
-	if (config != NULL) {
-		if ((pick_name == NULL) == (pick_index < 0)) {
+	if (w.config != NULL) {
+		if ((w.pick_name == NULL) == (w.pick_index < 0)) {
 			fprintf(stderr, "layermesh-worker: --config needs one of --worker NAME and "
 					"--index N\n");
 			return 2;
 		}
 		lm_diag d = {{0}};
-		if ((rc = mesh_config_load(&cfg, config, &d)) != 0) {
+		if ((rc = mesh_config_load(&cfg, w.config, &d)) != 0) {
 			fprintf(stderr, "layermesh-worker: %s\n", lm_diag_str(&d, rc));
 			return 2;
 		}
-		if ((rc = worker_from_config(&o, &cfg, pick_name, pick_index, threads_given,
-					     backend_given, kernels_given, &picked)) != 0)
+		if ((rc = worker_from_config(o, &cfg, w.pick_name, w.pick_index, w.threads_given,
+					     w.backend_given, w.kernels_given, &picked)) != 0)
 			goto done;
 	}
-	if (o.name == NULL || o.control == NULL || o.data == NULL) {
+	if (o->name == NULL || o->control == NULL || o->data == NULL) {
 		fprintf(stderr, "layermesh-worker: --name, --control and --data are required "
 				"(or --config with --worker or --index)\n");
 		rc = 2;
 		goto done;
 	}
-	const char *dial_ctl = o.control, *dial_data = o.data, *dial_http = o.http;
-	const char **listen[3] = {&o.control, &o.data, &o.http};
+	const char *const dial[3] = {o->control, o->data, o->http};
+	const char **listen[3] = {&o->control, &o->data, &o->http};
 	for (int i = 0; i < 3; i++)
-		if ((rc = worker_listen_at(listen[i], i == 2, listen_any, listen_addr[i],
+		if ((rc = worker_listen_at(listen[i], i == 2, w.listen_any, listen_addr[i],
 					   sizeof listen_addr[i])) != 0)
 			goto done;
-	if (any_slice_flag) {
+	if (w.any_slice_flag) {
 		if (a->model[0] == '\0' || a->begin < 0 || a->next[0] == '\0') {
 			fprintf(stderr,
 				"layermesh-worker: a slice by flags needs --model, --layers "
@@ -359,32 +415,18 @@ int main(int argc, char **argv)
 			rc = 2;
 			goto done;
 		}
-		o.preassigned = true;
+		o->preassigned = true;
 	}
-	if (show) {
-		/* key=value lines for scripts (deploy/systemd/install.sh reads memory_limit): the
-		 * addresses peers dial, then those this process listens on. */
-		printf("name=%s\ncontrol=%s\ndata=%s\nhttp=%s\n", o.name, dial_ctl, dial_data,
-		       dial_http ? dial_http : "");
-		printf("listen_control=%s\nlisten_data=%s\nlisten_http=%s\n", o.control, o.data,
-		       o.http ? o.http : "");
-		printf("backend=%s\ndevice=%d\nthreads=%d\nkernels=%s\n", o.backend,
-		       o.backend_opts.device, o.backend_opts.n_threads,
-		       lm_backend_opts_kernels_name(&o.backend_opts));
-		if (picked != NULL)
-			printf("memory_limit=%llu\n", (unsigned long long)picked->memory_limit);
-		if (o.tls.ca_file != NULL)
-			printf("tls_ca=%s\ntls_cert=%s\ntls_key=%s\n", o.tls.ca_file,
-			       o.tls.cert_file ? o.tls.cert_file : "",
-			       o.tls.key_file ? o.tls.key_file : "");
+	if (w.show) {
+		worker_show(o, dial, picked);
 		rc = 0;
 		goto done;
 	}
-	lm_log_init("layermesh-worker", o.name, (enum lm_log_level)level);
+	lm_log_init("layermesh-worker", o->name, (enum lm_log_level)w.level);
 	static char crash_name[96];
-	snprintf(crash_name, sizeof crash_name, "layermesh-worker[%s]", o.name);
+	snprintf(crash_name, sizeof crash_name, "layermesh-worker[%s]", o->name);
 	lm_crash_handler_install(crash_name);
-	rc = worker_run(&o);
+	rc = worker_run(o);
 done:
 	mesh_config_fini(&cfg);
 	return rc;

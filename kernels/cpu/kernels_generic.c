@@ -311,22 +311,64 @@ const struct cpu_kernels cpu_kernels_generic = {
 	.name = "generic",
 	.type =
 		{
-			[LM_F32] = {gen_from_f32_f32, gen_act_f32, NULL, cpu_vec_dot_f32_generic,
-				    gen_mm_f32, gen_scores_f32, gen_values_f32, NULL},
-			[LM_F16] = {gen_from_f32_f16, gen_act_16, gen_from_f32_f16,
-				    cpu_vec_dot_f16_generic, gen_mm_f16, gen_scores_f16,
-				    gen_values_f16, NULL},
-			[LM_BF16] = {gen_from_f32_bf16, gen_act_16, gen_from_f32_bf16,
-				     cpu_vec_dot_bf16_generic, gen_mm_bf16, NULL, NULL, NULL},
-			[LM_Q8_0] = {gen_from_f32_q8_0, gen_act_q8_0, gen_from_f32_q8_0,
-				     cpu_vec_dot_q8_0_generic, gen_mm_q8_0, gen_scores_q8_0,
-				     gen_values_q8_0, NULL},
-			[LM_Q4_0] = {NULL, gen_act_q8_0, gen_from_f32_q8_0,
-				     cpu_vec_dot_q4_0_generic, gen_mm_q4_0, NULL, NULL, NULL},
-			[LM_Q4_K] = {NULL, gen_act_q8_K, gen_from_f32_q8_K,
-				     cpu_vec_dot_q4_K_generic, gen_mm_q4_K, NULL, NULL, NULL},
-			[LM_Q6_K] = {NULL, gen_act_q8_K, gen_from_f32_q8_K,
-				     cpu_vec_dot_q6_K_generic, gen_mm_q6_K, NULL, NULL, NULL},
+			[LM_F32] =
+				{
+					.from_f32 = gen_from_f32_f32,
+					.act_bytes = gen_act_f32,
+					.vec_dot = cpu_vec_dot_f32_generic,
+					.mm = gen_mm_f32,
+					.scores = gen_scores_f32,
+					.values = gen_values_f32,
+				},
+			[LM_F16] =
+				{
+					.from_f32 = gen_from_f32_f16,
+					.act_bytes = gen_act_16,
+					.to_act = gen_from_f32_f16,
+					.vec_dot = cpu_vec_dot_f16_generic,
+					.mm = gen_mm_f16,
+					.scores = gen_scores_f16,
+					.values = gen_values_f16,
+				},
+			[LM_BF16] =
+				{
+					.from_f32 = gen_from_f32_bf16,
+					.act_bytes = gen_act_16,
+					.to_act = gen_from_f32_bf16,
+					.vec_dot = cpu_vec_dot_bf16_generic,
+					.mm = gen_mm_bf16,
+				},
+			[LM_Q8_0] =
+				{
+					.from_f32 = gen_from_f32_q8_0,
+					.act_bytes = gen_act_q8_0,
+					.to_act = gen_from_f32_q8_0,
+					.vec_dot = cpu_vec_dot_q8_0_generic,
+					.mm = gen_mm_q8_0,
+					.scores = gen_scores_q8_0,
+					.values = gen_values_q8_0,
+				},
+			[LM_Q4_0] =
+				{
+					.act_bytes = gen_act_q8_0,
+					.to_act = gen_from_f32_q8_0,
+					.vec_dot = cpu_vec_dot_q4_0_generic,
+					.mm = gen_mm_q4_0,
+				},
+			[LM_Q4_K] =
+				{
+					.act_bytes = gen_act_q8_K,
+					.to_act = gen_from_f32_q8_K,
+					.vec_dot = cpu_vec_dot_q4_K_generic,
+					.mm = gen_mm_q4_K,
+				},
+			[LM_Q6_K] =
+				{
+					.act_bytes = gen_act_q8_K,
+					.to_act = gen_from_f32_q8_K,
+					.vec_dot = cpu_vec_dot_q6_K_generic,
+					.mm = gen_mm_q6_K,
+				},
 		},
 	.rmsnorm = cpu_rmsnorm_generic,
 	.silu_mul = cpu_silu_mul_generic,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 #include "common/format/toml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

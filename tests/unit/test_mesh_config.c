@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 
 #define MiB (1024ull * 1024ull)
 

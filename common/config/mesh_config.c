@@ -1,7 +1,7 @@
 /* mesh_config.c — mesh.toml's schema over the TOML reader. The keys are documented in
  * mesh_config.h; every check here reports through toml_fail_at/toml_fail_key, so a message
  * always carries the file, line, column and key path. */
-#include "common/format/mesh_config.h"
+#include "common/config/mesh_config.h"
 
 #include <ctype.h>
 #include <math.h>
