@@ -115,8 +115,8 @@ int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct 
 		geom[i] = lm_hparams_kv_geom(hp, i);
 	}
 	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
-	rc = fence_kv_costs(layers, L, geom, max_seq, cfg->slots + MESH_PROBE_SLOTS, cfg->kv_type_k,
-			    cfg->kv_type_v, d);
+	rc = fence_kv_costs(layers, L, geom, max_seq, kv_ring_extra(cfg->max_batch),
+			    cfg->slots + MESH_PROBE_SLOTS, cfg->kv_type_k, cfg->kv_type_v, d);
 	if (rc != 0) {
 		lm_diag_prefix(d, "%s", cfg->model_path);
 		goto out;

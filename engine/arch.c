@@ -4,7 +4,7 @@
 #include <string.h>
 
 static const struct lm_arch *const arch_all[] = {
-	&lm_arch_llama,
+	&lm_arch_llama, &lm_arch_qwen2, &lm_arch_qwen3, &lm_arch_gemma3, &lm_arch_gemma4,
 };
 
 const struct lm_arch *lm_arch_find(const char *name)
@@ -17,5 +17,5 @@ const struct lm_arch *lm_arch_find(const char *name)
 
 const char *lm_arch_names(void)
 {
-	return "llama";
+	return lm_hparams_archs(); /* the same list: hparams_arch.c reads what arch_all runs */
 }

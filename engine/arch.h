@@ -21,9 +21,10 @@
 enum lm_dim {
 	LM_DIM_ONE = 0, /* 1: a vector */
 	LM_DIM_EMBD,    /* n_embd */
-	LM_DIM_Q,       /* n_head(il) x head_dim */
-	LM_DIM_KV,      /* n_head_kv(il) x head_dim */
+	LM_DIM_Q,       /* n_head(il) x head_dim(il) */
+	LM_DIM_KV,      /* n_head_kv(il) x head_dim(il) */
 	LM_DIM_FF,      /* n_ff(il) */
+	LM_DIM_HEAD,    /* head_dim(il) */
 };
 
 /* One tensor of a layer: which (its field and its name under "blk.N.") and its shape. */
@@ -42,24 +43,61 @@ struct lm_tensor_spec {
 		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true \
 	}
 
+/* A tensor (by a part of its name) that layermesh refuses, and why. */
+struct lm_refusal {
+	const char *part;
+	const char *why;
+};
+
 struct lm_arch {
 	const char *name; /* general.architecture */
 	const struct lm_tensor_spec *tensors;
 	size_t n_tensors;
-	/* Tensor names (substrings) the architecture would need and layermesh does not implement:
-	 * a file that has one is refused rather than computed wrongly. NULL-terminated. */
-	const char *const *refused;
+	/* Tensors with their own refusal message, ended by {NULL}; any other tensor the table
+	 * does not list is refused too (engine/model.c). */
+	const struct lm_refusal *refused;
 	/* Runs absolute layer il of the slice over batch b, reading and updating fw->x (the
 	 * residual stream, [n][n_embd]) with fw's scratch. */
 	int (*layer)(struct lm_forward *fw, int32_t il, const struct lm_batch *b, lm_diag *d);
 };
+
+/* ---- the steps of a layer (engine/layer.c), on fw's scratch for the batch's n tokens ---- */
+
+/* y = rmsnorm(x) * w over rows of n_embd (w NULL: unweighted). */
+int lm_layer_norm(struct lm_forward *fw, float *y, const float *x, const struct lm_weight *w,
+		  float eps, int32_t il, int32_t n, const char *what, lm_diag *d);
+/* y = W x, plus the bias on every row when `bias` is bound (NULL or unbound: none). */
+int lm_layer_proj(struct lm_forward *fw, float *y, const struct lm_weight *w,
+		  const struct lm_weight *bias, const float *x, int32_t il, int32_t n,
+		  const char *what, lm_diag *d);
+/* Every head of x ([n][heads][head_dim]) normed in place, times w ([head_dim]; NULL: none). */
+int lm_layer_head_norm(struct lm_forward *fw, float *x, const struct lm_weight *w, int32_t heads,
+		       int32_t il, int32_t n, const char *what, lm_diag *d);
+/* x's heads turned by layer il's rope (and the model's frequency factors where it uses them). */
+int lm_layer_rope(struct lm_forward *fw, float *x, int32_t heads, int32_t il,
+		  const struct lm_batch *b, const char *what, lm_diag *d);
+/* k and v stored at the batch's places, attention of q over the cache (scores x scale), then
+ * h = att Wo (+ bo). */
+int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b, float scale,
+		    lm_diag *d);
+/* h = (act(h Wgate) * (h Wup)) Wdown, act SiLU or (gelu) GELU. */
+int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_diag *d);
+/* x += h. */
+int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);
+/* y *= s over len floats. */
+int lm_layer_scale(struct lm_forward *fw, float *y, float s, size_t len, int32_t il,
+		   const char *what, lm_diag *d);
 
 /* The architecture called `name`; NULL when layermesh has none of that name. */
 const struct lm_arch *lm_arch_find(const char *name);
 /* The names layermesh runs, comma-separated, for messages. */
 const char *lm_arch_names(void);
 
-extern const struct lm_arch lm_arch_llama;
+/* The refusals every architecture shares: experts, fused projections. */
+extern const struct lm_refusal lm_refused_moe[];
+
+extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_gemma3,
+	lm_arch_gemma4;
 
 /* The status of a backend op inside a layer function, with the op and the layer named (il must
  * be in scope, and `d`). */

@@ -1,72 +1,65 @@
-/* arch_llama.c — the llama architecture (LLaMA 1/2, TinyStories, and what shares their graph).
+/* arch_llama.c — llama: LLaMA 1-3, TinyStories, Mistral.
  *
  *   per layer, per token (x is the residual stream, width n_embd):
  *     h = rmsnorm(x) * attn_norm
- *     q, k, v = h Wq, h Wk, h Wv;  rope(q), rope(k);  store k, v at (slot, pos)
- *     x += attention(q, K, V) Wo                 (scale 1 / sqrt(head_dim))
+ *     q, k, v = h Wq, h Wk, h Wv (+ biases, where the file has them)
+ *     rope(q), rope(k)                                 (adjacent pairs; Llama 3: rope_freqs)
+ *     x += attention(q, K, V) Wo                       (scale 1/sqrt(head_dim); Mistral: the
+ *                                                       file's sliding window, every layer)
  *     h = rmsnorm(x) * ffn_norm
  *     x += (silu(h Wgate) * (h Wup)) Wdown
  */
-#include <math.h>
-
 #include "engine/arch.h"
-#include "engine/kv_cache.h"
 
 static const struct lm_tensor_spec llama_tensors[] = {
-	LM_TENSOR(attn_norm, EMBD, ONE), /* (n_embd) f32 */
-	LM_TENSOR(wq, EMBD, Q),          /* (n_embd, n_head * head_dim) */
-	LM_TENSOR(wk, EMBD, KV),         /* (n_embd, n_head_kv * head_dim) */
-	LM_TENSOR(wv, EMBD, KV),         /* (n_embd, n_head_kv * head_dim) */
-	LM_TENSOR(wo, Q, EMBD),          /* (n_head * head_dim, n_embd) */
-	LM_TENSOR(ffn_norm, EMBD, ONE),  /* (n_embd) f32 */
-	LM_TENSOR(w_gate, EMBD, FF),     /* (n_embd, n_ff) */
-	LM_TENSOR(w_up, EMBD, FF),       /* (n_embd, n_ff) */
-	LM_TENSOR(w_down, FF, EMBD),     /* (n_ff, n_embd) */
+	LM_TENSOR(attn_norm, EMBD, ONE), /* (n_embd) */
+	LM_TENSOR(wq, EMBD, Q),          /* (n_embd, n_head x head_dim) */
+	LM_TENSOR_OPT(bq, Q, ONE),       /* optional attention biases, as llama.cpp allows */
+	LM_TENSOR(wk, EMBD, KV),         /* (n_embd, n_head_kv x head_dim) */
+	LM_TENSOR_OPT(bk, KV, ONE),
+	LM_TENSOR(wv, EMBD, KV), /* (n_embd, n_head_kv x head_dim) */
+	LM_TENSOR_OPT(bv, KV, ONE),
+	LM_TENSOR(wo, Q, EMBD), /* (n_head x head_dim, n_embd) */
+	LM_TENSOR_OPT(bo, EMBD, ONE),
+	LM_TENSOR(ffn_norm, EMBD, ONE), /* (n_embd) */
+	LM_TENSOR(w_gate, EMBD, FF),    /* (n_embd, n_ff) */
+	LM_TENSOR(w_up, EMBD, FF),      /* (n_embd, n_ff) */
+	LM_TENSOR(w_down, FF, EMBD),    /* (n_ff, n_embd) */
 };
 
-/* What a llama file may carry that this graph does not compute. */
-static const char *const llama_refused[] = {".bias", "rope_freqs", "ffn_gate_inp", "_exps", NULL};
+const struct lm_refusal lm_refused_moe[] = {
+	{"_exps", "mixture-of-experts layers are not supported"},
+	{"ffn_gate_inp", "mixture-of-experts layers are not supported"},
+	{"attn_qkv", "fused QKV projections are not supported (convert with separate Q, K, V)"},
+	{NULL, NULL},
+};
 
 static int llama_layer(struct lm_forward *fw, int32_t il, const struct lm_batch *b, lm_diag *d)
 {
 	const struct lm_hparams *hp = &fw->model->hp;
-	const struct lm_backend_i *be = fw->be->iface;
-	void *ctx = fw->be->ctx;
+	const struct lm_layer_hparams *l = &hp->layer[il];
 	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
-	const struct lm_kv_layer *kvl = NULL;
-	int32_t n = b->n, e = hp->n_embd, ff = hp->n_ff[il];
-	int rc;
-
-	if ((rc = kv_cache_layer(fw->kv, il, &kvl, d)) != 0)
-		return rc;
-	/* Attention block. */
+	int32_t n = b->n;
 	float eps = hp->rms_eps;
 #ifdef LM_TEST_PERTURB
 	/* A test build whose numerics are subtly wrong (tests/integration: a redeploy's smoke test
 	 * must catch it): the attention norm's epsilon is a hundred times too large. */
 	eps *= 100;
 #endif
-	LM_FW_OP(be->rmsnorm(ctx, fw->h, fw->x, w->attn_norm.data, e, n, eps), "attn_norm");
-	LM_FW_OP(be->matmul(ctx, fw->q, &w->wq, fw->h, n), "attn_q");
-	LM_FW_OP(be->matmul(ctx, fw->k, &w->wk, fw->h, n), "attn_k");
-	LM_FW_OP(be->matmul(ctx, fw->v, &w->wv, fw->h, n), "attn_v");
-	LM_FW_OP(be->rope(ctx, fw->q, hp->n_head[il], hp->head_dim, b->loc, n, &hp->rope),
-		 "rope q");
-	LM_FW_OP(be->rope(ctx, fw->k, hp->n_head_kv[il], hp->head_dim, b->loc, n, &hp->rope),
-		 "rope k");
-	LM_FW_OP(be->kv_store(ctx, kvl, fw->k, fw->v, b->loc, n), "kv_store");
-	float scale = 1.0f / sqrtf((float)hp->head_dim);
-	LM_FW_OP(be->attention(ctx, fw->att, fw->q, kvl, b->loc, n, hp->n_head[il], scale),
-		 "attention");
-	LM_FW_OP(be->matmul(ctx, fw->h, &w->wo, fw->att, n), "attn_output");
-	LM_FW_OP(be->add(ctx, fw->x, fw->h, (size_t)n * (size_t)e), "residual");
-	/* Feed-forward block. */
-	LM_FW_OP(be->rmsnorm(ctx, fw->h, fw->x, w->ffn_norm.data, e, n, hp->rms_eps), "ffn_norm");
-	LM_FW_OP(be->matmul(ctx, fw->gate, &w->w_gate, fw->h, n), "ffn_gate");
-	LM_FW_OP(be->matmul(ctx, fw->up, &w->w_up, fw->h, n), "ffn_up");
-	LM_FW_OP(be->silu_mul(ctx, fw->gate, fw->gate, fw->up, (size_t)n * (size_t)ff), "silu_mul");
-	LM_FW_OP(be->matmul(ctx, fw->h, &w->w_down, fw->gate, n), "ffn_down");
-	LM_FW_OP(be->add(ctx, fw->x, fw->h, (size_t)n * (size_t)e), "residual");
+	int rc;
+	if ((rc = lm_layer_norm(fw, fw->h, fw->x, &w->attn_norm, eps, il, n, "attn_norm", d)) ||
+	    (rc = lm_layer_proj(fw, fw->q, &w->wq, &w->bq, fw->h, il, n, "attn_q", d)) ||
+	    (rc = lm_layer_proj(fw, fw->k, &w->wk, &w->bk, fw->h, il, n, "attn_k", d)) ||
+	    (rc = lm_layer_proj(fw, fw->v, &w->wv, &w->bv, fw->h, il, n, "attn_v", d)) ||
+	    (rc = lm_layer_rope(fw, fw->q, l->n_head, il, b, "rope q", d)) ||
+	    (rc = lm_layer_rope(fw, fw->k, l->n_head_kv, il, b, "rope k", d)) ||
+	    (rc = lm_layer_attend(fw, il, b, hp->attn_scale, d)) ||
+	    (rc = lm_layer_residual(fw, il, n, d)))
+		return rc;
+	if ((rc = lm_layer_norm(fw, fw->h, fw->x, &w->ffn_norm, hp->rms_eps, il, n, "ffn_norm",
+				d)) ||
+	    (rc = lm_layer_ffn(fw, il, n, false, d)) || (rc = lm_layer_residual(fw, il, n, d)))
+		return rc;
 	return 0;
 }
 
@@ -74,6 +67,6 @@ const struct lm_arch lm_arch_llama = {
 	.name = "llama",
 	.tensors = llama_tensors,
 	.n_tensors = sizeof llama_tensors / sizeof llama_tensors[0],
-	.refused = llama_refused,
+	.refused = lm_refused_moe,
 	.layer = llama_layer,
 };

@@ -109,6 +109,13 @@ static int fw_check(const struct lm_forward *fw, const struct lm_batch *b, lm_di
 				       prev >= 0 ? "the batch's previous position"
 						 : "the sequence's length",
 				       prev >= 0 ? b->loc[prev].pos : fw->kv->len[l->slot]);
+		/* A slot's first position below its length rolls it back: every ring must still
+		 * hold what the rolled-back sequence reads. */
+		if (prev < 0 && l->pos < fw->kv->len[l->slot] &&
+		    (rc = kv_cache_can_truncate(fw->kv, l->slot, l->pos, d)) != 0) {
+			lm_diag_prefix(d, "token %d", t);
+			return rc;
+		}
 	}
 	if (m->slice.head) {
 		if (b->n_out < 0 || b->n_out > b->n)
@@ -121,6 +128,15 @@ static int fw_check(const struct lm_forward *fw, const struct lm_batch *b, lm_di
 					       b->out_rows[i], b->n);
 	}
 	return 0;
+}
+
+/* logits = cap x tanh(logits / cap), in the order GGUF's reference graph scales (x times 1/cap,
+ * tanh, times cap), on the host copy: a vocabulary's worth per row, beside a whole lm_head. */
+static void fw_softcap(float *logits, size_t n, float cap)
+{
+	const float inv = 1.0f / cap;
+	for (size_t i = 0; i < n; i++)
+		logits[i] = tanhf(logits[i] * inv) * cap;
 }
 
 int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
@@ -136,9 +152,13 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 
 	if ((rc = fw_check(fw, b, d)) != 0)
 		return rc;
-	if (m->slice.embedding)
+	if (m->slice.embedding) {
 		LM_FW_OP(be->get_rows(ctx, fw->x, &m->tok_embd, b->ids, b->n), "token_embd");
-	else
+		if (hp->embd_scale != 1.0f)
+			LM_FW_OP(be->scale(ctx, fw->x, hp->embd_scale,
+					   (size_t)b->n * (size_t)hp->n_embd),
+				 "embedding scale");
+	} else
 		LM_FW_OP(be->upload(ctx, fw->x, hidden_in, (size_t)b->n * row), "upload");
 
 	for (il = m->slice.begin; il < m->slice.end; il++) {
@@ -173,5 +193,9 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 		 "download");
 	if (hidden_out != NULL)
 		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
-	return lm_backend_sync(fw->be);
+	if ((rc = lm_backend_sync(fw->be)) != 0)
+		return lm_fail(d, rc, "sync failed: %s", lm_strerror(rc));
+	if (hp->final_softcap > 0)
+		fw_softcap(logits, (size_t)b->n_out * (size_t)hp->n_vocab, hp->final_softcap);
+	return 0;
 }

@@ -71,7 +71,7 @@ int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct 
 		l->v_type = cfg->v_type;
 		l->n_kv_heads = g->n_kv_heads;
 		l->head_dim = g->head_dim;
-		l->ctx = kv_layer_ctx(g, cfg->max_seq);
+		l->ctx = kv_layer_ctx(g, cfg->max_seq, cfg->ring_extra);
 		l->window = g->window;
 		l->slots = cfg->slots;
 		l->k_row_bytes = (size_t)kr;
@@ -139,28 +139,37 @@ int kv_cache_set_len(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
 	return 0;
 }
 
-int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
+int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
 {
 	int rc = kv_cache_check(kv, slot, 0, 0, d);
 	if (rc != 0)
 		return rc;
-	if (len < 0 || len > kv->len[slot])
+	const int32_t held = kv->len[slot];
+	if (len < 0 || len > held)
 		return lm_fail(d, LM_ERANGE, "cannot truncate slot %d of length %d to %d", slot,
-			       kv->len[slot], len);
-	/* A sliding-window layer of ctx rows that has seen L > ctx positions has overwritten
-	 * positions [0, L - ctx). The next token at position len needs positions
-	 * [len - ctx + 1, len), so any rollback to 1 <= len <= L - 2 needs a lost row: the sequence
-	 * must be re-prefilled instead. Global layers keep every row, so truncation is exact. */
+			       held, len);
+	/* A sliding layer's ring of ctx rows (its window w and the rows a batch writes ahead)
+	 * that has seen L > ctx positions keeps only [L - ctx, L). The next token, at position
+	 * len, reads [len - w + 1, len): a rollback needs len - w + 1 >= L - ctx, or len == 0 (a
+	 * fresh start). Global layers keep every row, so their truncation is always exact. */
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		const struct lm_kv_layer *l = &kv->layers[i];
-		if (l->window > 0 && kv->len[slot] > l->ctx && len >= 1 && len <= kv->len[slot] - 2)
+		if (l->window > 0 && held > l->ctx && len > 0 &&
+		    (int64_t)len - l->window + 1 < (int64_t)held - l->ctx)
 			return lm_fail(d, LM_ERANGE,
-				       "layer %d slides over %d positions: slot %d of length %d "
-				       "cannot roll back to %d (re-prefill instead)",
-				       kv->base_layer + i, l->ctx, slot, kv->len[slot], len);
+				       "layer %d keeps %d positions of its window of %d: slot %d "
+				       "of length %d cannot roll back to %d (re-prefill instead)",
+				       kv->base_layer + i, l->ctx, l->window, slot, held, len);
 	}
-	kv->len[slot] = len;
 	return 0;
+}
+
+int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
+{
+	int rc = kv_cache_can_truncate(kv, slot, len, d);
+	if (rc == 0)
+		kv->len[slot] = len;
+	return rc;
 }
 
 /* Rows of a slot that hold data for its current length, per layer. */

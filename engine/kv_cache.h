@@ -31,6 +31,7 @@ struct kv_cache_cfg {
 	int32_t num_layers;           /* layers owned */
 	const struct kv_geom *geom;   /* [num_layers], indexed locally */
 	int32_t max_seq;              /* positions per sequence */
+	int32_t ring_extra;           /* rows a sliding ring keeps beyond its window (kv_geom.h) */
 	int32_t slots;                /* concurrent sequences */
 	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0 */
 };
@@ -59,7 +60,10 @@ int kv_cache_layer(const struct kv_cache *kv, int32_t layer, const struct lm_kv_
 int kv_cache_check(const struct kv_cache *kv, int32_t slot, int32_t pos, int32_t n, lm_diag *d);
 /* Records that slot `slot` now holds `len` positions (after a forward wrote them). */
 int kv_cache_set_len(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
-/* Rolls slot `slot` back to `len` positions (len <= its current length). */
+/* Whether slot `slot` can roll back to `len` positions (len <= its length, and every sliding
+ * ring still holds the rows the next token reads): 0 or LM_ERANGE saying which layer. */
+int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
+/* Rolls slot `slot` back to `len` positions (as kv_cache_can_truncate allows). */
 int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
 
 /* Bytes of one slot's rows across all owned layers for its current length (export size). */

@@ -1,6 +1,7 @@
 /* model.c — weight binding for a slice. See model.h. */
 #include "engine/model.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +72,17 @@ static void model_unbind(struct lm_model *m, struct lm_weight *w)
 		lm_backend_weight_fini(m->backend, w);
 }
 
+/* Whether a layer of the slice applies the rope frequency factors (rope_freqs.weight). */
+static bool model_uses_rope_freqs(const struct lm_model *m)
+{
+	for (int32_t il = m->slice.begin; il < m->slice.end; il++)
+		if (m->hp.layer[il].rope_factors)
+			return true;
+	return false;
+}
+
 /* Tensors this slice needs: its layers, the embedding on the first stage, the head (and the
- * embedding again when tied) on the last. */
+ * embedding again when tied) on the last, the rope factors where its layers use them. */
 static bool model_want(const struct gguf_tensor *t, void *arg)
 {
 	const struct lm_model *m = arg;
@@ -82,22 +92,44 @@ static bool model_want(const struct gguf_tensor *t, void *arg)
 		return m->slice.embedding || (m->slice.head && m->hp.tied);
 	if (strcmp(t->name, "output_norm.weight") == 0 || strcmp(t->name, "output.weight") == 0)
 		return m->slice.head;
+	if (strcmp(t->name, "rope_freqs.weight") == 0)
+		return model_uses_rope_freqs(m);
 	return false;
 }
 
-/* Tensors the architecture's graph would use that layermesh does not implement: refuse rather
- * than silently compute something else. */
+/* Whether `suffix` (after "blk.N.") is a tensor of the architecture's layers. */
+static bool model_arch_has(const struct lm_arch *a, const char *suffix)
+{
+	for (size_t i = 0; i < a->n_tensors; i++)
+		if (strcmp(lm_layer_tensor_name(a->tensors[i].t), suffix) == 0)
+			return true;
+	return false;
+}
+
+/* Every tensor of the file must be one the architecture's graph computes with: a tensor
+ * layermesh does not implement (experts, biases llama has no use for, fused projections) is
+ * refused with its name rather than silently left out of the computation. */
 static int model_check_unsupported(const struct lm_model *m, lm_diag *d)
 {
 	for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) {
-		const char *name = gguf_tensor_at(m->file, i)->name;
-		for (const char *const *r = m->arch->refused; r != NULL && *r != NULL; r++)
-			if (strstr(name, *r) != NULL)
-				return lm_fail(d, LM_EUNSUPPORTED,
-					       "tensor '%s': layermesh's %s does not implement "
-					       "it (biases, rope frequency factors and "
-					       "mixture-of-experts are not supported)",
-					       name, m->arch->name);
+		const struct gguf_tensor *t = gguf_tensor_at(m->file, i);
+		for (const struct lm_refusal *r = m->arch->refused; r != NULL && r->part != NULL;
+		     r++)
+			if (strstr(t->name, r->part) != NULL)
+				return lm_fail(d, LM_EUNSUPPORTED, "tensor '%s': %s", t->name,
+					       r->why);
+		const char *dot = t->layer >= 0 ? strchr(t->name + 4, '.') : NULL;
+		bool known = dot != NULL ? model_arch_has(m->arch, dot + 1)
+					 : strcmp(t->name, "token_embd.weight") == 0 ||
+						   strcmp(t->name, "output_norm.weight") == 0 ||
+						   strcmp(t->name, "output.weight") == 0 ||
+						   (strcmp(t->name, "rope_freqs.weight") == 0 &&
+						    m->hp.has_rope_freqs);
+		if (!known)
+			return lm_fail(d, LM_EUNSUPPORTED,
+				       "tensor '%s' is not one layermesh's %s computes with: "
+				       "refusing the file rather than leaving it out",
+				       t->name, m->arch->name);
 	}
 	return 0;
 }
@@ -109,11 +141,13 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 	case LM_DIM_EMBD:
 		return hp->n_embd;
 	case LM_DIM_Q:
-		return (int64_t)hp->n_head[il] * hp->head_dim;
+		return (int64_t)hp->layer[il].n_head * hp->layer[il].head_dim;
 	case LM_DIM_KV:
-		return (int64_t)hp->n_head_kv[il] * hp->head_dim;
+		return (int64_t)hp->layer[il].n_head_kv * hp->layer[il].head_dim;
 	case LM_DIM_FF:
-		return hp->n_ff[il];
+		return hp->layer[il].n_ff;
+	case LM_DIM_HEAD:
+		return hp->layer[il].head_dim;
 	case LM_DIM_ONE:
 		break;
 	}
@@ -136,7 +170,36 @@ static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 		if (rc != 0)
 			return rc == LM_ENOTFOUND ? LM_EFORMAT : rc;
 	}
+	/* The output scale is one number: read from the file (host memory) now. */
+	l->out_scale_value = 1.0f;
+	if (l->out_scale.data != NULL) {
+		snprintf(name, sizeof name, "blk.%d.%s", il, lm_layer_tensor_name(LM_T_out_scale));
+		const struct gguf_tensor *t = gguf_find_tensor(m->file, name);
+		memcpy(&l->out_scale_value, t->data, sizeof(float));
+		if (!isfinite(l->out_scale_value))
+			return lm_fail(d, LM_EFORMAT, "tensor '%s' is not finite", name);
+	}
 	return 0;
+}
+
+/* rope_freqs.weight, shared by every layer that applies it: they must rotate alike. */
+static int model_bind_rope_freqs(struct lm_model *m, lm_diag *d)
+{
+	int32_t n_rot = 0;
+	for (int32_t il = m->slice.begin; il < m->slice.end; il++) {
+		const struct lm_layer_hparams *l = &m->hp.layer[il];
+		if (!l->rope_factors)
+			continue;
+		if (n_rot != 0 && l->rope.n_rot != n_rot)
+			return lm_fail(
+				d, LM_EFORMAT,
+				"layers rotating %d and %d dimensions share rope_freqs.weight",
+				n_rot, l->rope.n_rot);
+		n_rot = l->rope.n_rot;
+	}
+	if (n_rot == 0)
+		return 0;
+	return lm_model_bind(m, &m->rope_freqs, "rope_freqs.weight", n_rot / 2, 1, d);
 }
 
 int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *slice,
@@ -175,6 +238,8 @@ int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *s
 	for (int32_t il = m->slice.begin; il < m->slice.end; il++)
 		if ((rc = model_bind_layer(m, il, d)) != 0)
 			goto fail;
+	if ((rc = model_bind_rope_freqs(m, d)) != 0)
+		goto fail;
 	int64_t e = m->hp.n_embd, v = m->hp.n_vocab;
 	if (m->slice.embedding &&
 	    (rc = lm_model_bind(m, &m->tok_embd, "token_embd.weight", e, v, d)) != 0)
@@ -212,6 +277,7 @@ void lm_model_close(struct lm_model *m)
 	model_unbind(m, &m->tok_embd);
 	model_unbind(m, &m->output_norm);
 	model_unbind(m, &m->output);
+	model_unbind(m, &m->rope_freqs);
 	free(m->layers);
 	gguf_close(m->file);
 	memset(m, 0, sizeof *m);

@@ -32,21 +32,31 @@ struct lm_slice {
 /* Every tensor a layer of any architecture may have: its field and its name under "blk.N.".
  * The struct and the unbinding come from this one list; which tensors an architecture binds,
  * and in which shapes, is its own table (engine/arch.h). */
-#define LM_LAYER_TENSORS(X)                                                   \
-	X(attn_norm, "attn_norm.weight") /* (n_embd) f32 */                   \
-	X(wq, "attn_q.weight")           /* (n_embd, n_head * head_dim) */    \
-	X(wk, "attn_k.weight")           /* (n_embd, n_head_kv * head_dim) */ \
-	X(wv, "attn_v.weight")           /* (n_embd, n_head_kv * head_dim) */ \
-	X(wo, "attn_output.weight")      /* (n_head * head_dim, n_embd) */    \
-	X(ffn_norm, "ffn_norm.weight")   /* (n_embd) f32 */                   \
-	X(w_gate, "ffn_gate.weight")     /* (n_embd, n_ff) */                 \
-	X(w_up, "ffn_up.weight")         /* (n_embd, n_ff) */                 \
-	X(w_down, "ffn_down.weight")     /* (n_ff, n_embd) */
+#define LM_LAYER_TENSORS(X)                                                                  \
+	X(attn_norm, "attn_norm.weight")                /* (n_embd) */                       \
+	X(wq, "attn_q.weight")                          /* (n_embd, n_head x head_dim) */    \
+	X(bq, "attn_q.bias")                            /* (n_head x head_dim) */            \
+	X(wk, "attn_k.weight")                          /* (n_embd, n_head_kv x head_dim) */ \
+	X(bk, "attn_k.bias")                            /* (n_head_kv x head_dim) */         \
+	X(wv, "attn_v.weight")                          /* (n_embd, n_head_kv x head_dim) */ \
+	X(bv, "attn_v.bias")                            /* (n_head_kv x head_dim) */         \
+	X(q_norm, "attn_q_norm.weight")                 /* (head_dim): every query head */   \
+	X(k_norm, "attn_k_norm.weight")                 /* (head_dim): every key head */     \
+	X(wo, "attn_output.weight")                     /* (n_head x head_dim, n_embd) */    \
+	X(bo, "attn_output.bias")                       /* (n_embd) */                       \
+	X(attn_post_norm, "post_attention_norm.weight") /* (n_embd) */                       \
+	X(ffn_norm, "ffn_norm.weight")                  /* (n_embd) */                       \
+	X(w_gate, "ffn_gate.weight")                    /* (n_embd, n_ff) */                 \
+	X(w_up, "ffn_up.weight")                        /* (n_embd, n_ff) */                 \
+	X(w_down, "ffn_down.weight")                    /* (n_ff, n_embd) */                 \
+	X(ffn_post_norm, "post_ffw_norm.weight")        /* (n_embd) */                       \
+	X(out_scale, "layer_output_scale.weight")       /* (1): the layer's output is scaled */
 
 struct lm_layer_weights {
 #define LM_LAYER_FIELD_(field, name) struct lm_weight field;
 	LM_LAYER_TENSORS(LM_LAYER_FIELD_)
 #undef LM_LAYER_FIELD_
+	float out_scale_value; /* out_scale's one value, read at binding (1 without it) */
 };
 
 enum lm_layer_tensor {
@@ -72,6 +82,8 @@ struct lm_model {
 	struct lm_weight tok_embd;       /* (n_embd, n_vocab); bound when slice.embedding */
 	struct lm_weight output_norm;    /* (n_embd) f32; bound when slice.head */
 	struct lm_weight output;         /* (n_embd, n_vocab); bound when slice.head */
+	struct lm_weight rope_freqs;     /* (n_rot / 2) f32 frequency factors; bound when a layer
+					  * of the slice applies them (hp.layer[].rope_factors) */
 	struct lm_layer_weights *layers; /* [slice.end - slice.begin] */
 	uint64_t weight_bytes;           /* bytes of the bound tensors (each counted once) */
 	uint64_t mapped_bytes;           /* bytes mapped, page rounding included */

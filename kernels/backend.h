@@ -30,7 +30,7 @@
 #include "common/base/dtype.h"
 #include "common/model/rope.h"
 
-#define LM_BACKEND_VERSION 1
+#define LM_BACKEND_VERSION 2
 
 /* A weight matrix (or vector when ne1 == 1) in GGUF layout: ne1 rows of ne0 elements, each row
  * `row_bytes` bytes of `type` blocks, rows contiguous. y = W x means y[r] = dot(W[r], x). */
@@ -94,10 +94,14 @@ struct lm_backend_i {
 	 * Q8_0 for Q8_0 and Q4_0, to Q8_K for Q4_K and Q6_K. LM_EUNSUPPORTED for a weight type
 	 * the backend lacks. Required. */
 	int (*matmul)(void *ctx, float *y, const struct lm_weight *w, const float *x, int n);
-	/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of `dim`. y may equal x. Required. */
+	/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of `dim`; w NULL: no weight (every
+	 * w[i] 1). y may equal x. A per-head norm is `dim` = head_dim over n x heads rows.
+	 * Required. */
 	int (*rmsnorm)(void *ctx, float *y, const float *x, const float *w, int dim, int n,
 		       float eps);
-	/* Rotates x in place: x is [n][n_heads * head_dim]; token t at position loc[t].pos. Required. */
+	/* Rotates x in place: x is [n][n_heads * head_dim]; token t at position loc[t].pos; the
+	 * first rp->n_rot dimensions of every head turn, by rp's mode, base, scale and frequency
+	 * factors (backend memory, or NULL). Required. */
 	int (*rope)(void *ctx, float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
 		    int n, const struct lm_rope_params *rp);
 	/* Writes token t's K and V rows ([n][n_kv_heads * head_dim] f32) into the cache at
@@ -122,8 +126,19 @@ struct lm_backend_i {
 			 const struct lm_tok_loc *loc, int n, int n_heads, float scale);
 	/* y[i] = silu(gate[i]) * up[i] for i < len. y may equal gate. Required. */
 	int (*silu_mul)(void *ctx, float *y, const float *gate, const float *up, size_t len);
+	/* y[i] = gelu(gate[i]) * up[i] for i < len, GELU's tanh form computed as GGUF's reference
+	 * CPU implementation does (gate rounded to f16, the GELU of that read from an f16 table;
+	 * gate <= -10 gives 0, gate >= 10 gives gate * up). y may equal gate. Required. */
+	int (*gelu_mul)(void *ctx, float *y, const float *gate, const float *up, size_t len);
 	/* y[i] += a[i] for i < len. Required. */
 	int (*add)(void *ctx, float *y, const float *a, size_t len);
+	/* y[t][i] += b[i] for t < n, i < width: a bias on every row. b is backend memory (a bound
+	 * weight's data). Required. */
+	int (*add_rows)(void *ctx, float *y, const float *b, int width, int n);
+	/* y[i] *= s for i < len. Required. */
+	int (*scale)(void *ctx, float *y, float s, size_t len);
+	/* y[i] = x[i] for i < len; y does not overlap x. Required. */
+	int (*copy)(void *ctx, float *y, const float *x, size_t len);
 
 	/* Waits until every op issued so far has finished. Optional: NULL means ops are synchronous. */
 	int (*sync)(void *ctx);

@@ -2,13 +2,16 @@
 #include "common/model/hparams.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads "<arch>.<suffix>" as a positive int32; LM_ENOTFOUND passes through for defaults. */
-static int model_get_i32(const gguf_file *f, const char *arch, const char *suffix, int32_t *out,
-			 lm_diag *d)
+#include "common/model/hparams_impl.h"
+
+/* ------------------------------------------------------------------ keys */
+
+int hp_get_i32(const gguf_file *f, const char *arch, const char *suffix, int32_t *out, lm_diag *d)
 {
 	char key[128];
 	uint32_t v;
@@ -22,8 +25,15 @@ static int model_get_i32(const gguf_file *f, const char *arch, const char *suffi
 	return 0;
 }
 
-static int model_get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out,
-			 lm_diag *d)
+int hp_get_u32_zero(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
+		    lm_diag *d)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	return gguf_get_u32(f, key, out, d);
+}
+
+int hp_get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, lm_diag *d)
 {
 	char key[128];
 	snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -33,13 +43,15 @@ static int model_get_f32(const gguf_file *f, const char *arch, const char *suffi
 	return rc;
 }
 
-/* A per-layer value: a scalar applied to every layer, or an array of n_layer values. */
-static int model_get_per_layer(const gguf_file *f, const char *arch, const char *suffix,
-			       int32_t n_layer, int32_t *out, bool required, lm_diag *d)
+/* A per-layer value: a scalar applied to every layer, or an array of n_layer values. The
+ * values land in field `off` of every hp->layer[]. */
+int hp_get_per_layer(const gguf_file *f, const char *arch, const char *suffix,
+		     struct lm_hparams *hp, size_t off, bool required, lm_diag *d)
 {
 	char key[128];
 	snprintf(key, sizeof key, "%s.%s", arch, suffix);
 	const struct gguf_kv *kv = gguf_find(f, key);
+#define HP_FIELD(i) (*(int32_t *)((char *)&hp->layer[i] + off))
 	if (kv == NULL) {
 		if (required)
 			return lm_fail(d, LM_EFORMAT, "metadata '%s' is missing", key);
@@ -51,35 +63,157 @@ static int model_get_per_layer(const gguf_file *f, const char *arch, const char 
 		    a->type == GGUF_TYPE_FLOAT64 || a->type == GGUF_TYPE_BOOL)
 			return lm_fail(d, LM_EFORMAT, "metadata '%s' must be an integer array",
 				       key);
-		if (a->n != (uint64_t)n_layer)
+		if (a->n != (uint64_t)hp->n_layer)
 			return lm_fail(d, LM_EFORMAT,
 				       "metadata '%s' has %llu entries for %d layers", key,
-				       (unsigned long long)a->n, n_layer);
-		for (int32_t i = 0; i < n_layer; i++) {
+				       (unsigned long long)a->n, hp->n_layer);
+		for (int32_t i = 0; i < hp->n_layer; i++) {
 			int64_t v = gguf_arr_i64(a, (uint64_t)i);
 			if (v <= 0 || v > INT32_MAX)
 				return lm_fail(d, LM_EFORMAT,
 					       "metadata '%s'[%d] = %lld is out of range", key, i,
 					       (long long)v);
-			out[i] = (int32_t)v;
+			HP_FIELD(i) = (int32_t)v;
 		}
 		return 0;
 	}
 	int32_t v;
-	int rc = model_get_i32(f, arch, suffix, &v, d);
+	int rc = hp_get_i32(f, arch, suffix, &v, d);
 	if (rc != 0)
 		return rc;
-	for (int32_t i = 0; i < n_layer; i++)
-		out[i] = v;
+	for (int32_t i = 0; i < hp->n_layer; i++)
+		HP_FIELD(i) = v;
 	return 0;
+#undef HP_FIELD
 }
 
-#define MODEL_TRY(expr)                              \
+#define HP_TRY(expr)                                 \
 	do {                                         \
 		int rc_ = (expr);                    \
 		if (rc_ != 0 && rc_ != LM_ENOTFOUND) \
 			return rc_;                  \
 	} while (0)
+
+/* ------------------------------------------------------------------ loading */
+
+/* The keys every architecture reads the same way, into hp and r. */
+static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparams *hp,
+			  struct hp_read *r, lm_diag *d)
+{
+	int rc;
+	if ((rc = hp_get_i32(f, arch, "block_count", &hp->n_layer, d)) != 0 ||
+	    (rc = hp_get_i32(f, arch, "embedding_length", &hp->n_embd, d)) != 0)
+		return rc == LM_ENOTFOUND ? lm_fail(d, LM_EFORMAT,
+						    "metadata '%s.block_count' or "
+						    "'%s.embedding_length' is missing",
+						    arch, arch)
+					  : rc;
+	if (hp->n_layer > LM_MAX_LAYERS)
+		return lm_fail(d, LM_EUNSUPPORTED, "%d layers exceed the supported %d", hp->n_layer,
+			       LM_MAX_LAYERS);
+	const size_t o_head = offsetof(struct lm_layer_hparams, n_head);
+	const size_t o_kv = offsetof(struct lm_layer_hparams, n_head_kv);
+	if ((rc = hp_get_per_layer(f, arch, "attention.head_count", hp, o_head, true, d)) != 0 ||
+	    (rc = hp_get_per_layer(f, arch, "feed_forward_length", hp,
+				   offsetof(struct lm_layer_hparams, n_ff), true, d)) != 0)
+		return rc;
+	rc = hp_get_per_layer(f, arch, "attention.head_count_kv", hp, o_kv, false, d);
+	if (rc == LM_ENOTFOUND)
+		for (int32_t i = 0; i < hp->n_layer; i++)
+			hp->layer[i].n_head_kv = hp->layer[i].n_head;
+	else if (rc != 0)
+		return rc;
+
+	hp->n_ctx_train = 2048;
+	HP_TRY(hp_get_i32(f, arch, "context_length", &hp->n_ctx_train, d));
+
+	/* The head dimension comes from layer 0's head count; llama.cpp does the same. */
+	if (hp->n_embd % hp->layer[0].n_head != 0)
+		return lm_fail(d, LM_EFORMAT, "embedding length %d is not a multiple of %d heads",
+			       hp->n_embd, hp->layer[0].n_head);
+	int32_t kl = hp->n_embd / hp->layer[0].n_head, vl = kl;
+	HP_TRY(hp_get_i32(f, arch, "attention.key_length", &kl, d));
+	HP_TRY(hp_get_i32(f, arch, "attention.value_length", &vl, d));
+	if (kl != vl)
+		return lm_fail(d, LM_EUNSUPPORTED, "key length %d differs from value length %d", kl,
+			       vl);
+	r->head_dim = r->head_dim_swa = kl;
+	int32_t kls = kl, vls = vl;
+	HP_TRY(hp_get_i32(f, arch, "attention.key_length_swa", &kls, d));
+	HP_TRY(hp_get_i32(f, arch, "attention.value_length_swa", &vls, d));
+	if (kls != vls)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "sliding layers' key length %d differs from their value length %d",
+			       kls, vls);
+	r->head_dim_swa = kls;
+
+	hp->rms_eps = 1e-5f;
+	HP_TRY(hp_get_f32(f, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, d));
+	if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
+		return lm_fail(d, LM_EFORMAT, "rms epsilon %g is out of range",
+			       (double)hp->rms_eps);
+
+	r->base = 10000.0f;
+	r->base_swa = 10000.0f; /* llama.cpp's default for sliding layers, whatever the global */
+	r->n_rot = r->head_dim;
+	HP_TRY(hp_get_f32(f, arch, "rope.freq_base", &r->base, d));
+	HP_TRY(hp_get_f32(f, arch, "rope.freq_base_swa", &r->base_swa, d));
+	HP_TRY(hp_get_i32(f, arch, "rope.dimension_count", &r->n_rot, d));
+	r->n_rot_swa = r->n_rot;
+	HP_TRY(hp_get_i32(f, arch, "rope.dimension_count_swa", &r->n_rot_swa, d));
+	if (!(r->base > 0) || !(r->base_swa > 0))
+		return lm_fail(d, LM_EFORMAT, "rope freq base %g is out of range",
+			       (double)(r->base > 0 ? r->base_swa : r->base));
+	float factor = 0;
+	rc = hp_get_f32(f, arch, "rope.scaling.factor", &factor, d);
+	if (rc == LM_ENOTFOUND)
+		rc = hp_get_f32(f, arch, "rope.scale_linear", &factor, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	char key[128];
+	const char *scaling = NULL;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+	if (gguf_get_str(f, key, &scaling, d) == 0 && strcmp(scaling, "linear") != 0 &&
+	    strcmp(scaling, "none") != 0)
+		return lm_fail(d, LM_EUNSUPPORTED, "rope scaling '%s' is not supported", scaling);
+	/* A tiny positive factor (a float denormal) would make freq_scale = 1/factor infinite. */
+	if (factor < 0 || !isfinite(factor) || (factor > 0 && !isfinite(1.0f / factor)))
+		return lm_fail(d, LM_EFORMAT, "rope scaling factor %g is out of range",
+			       (double)factor);
+	r->scale = factor == 0 ? 1.0f : 1.0f / factor;
+
+	/* Mixture-of-experts layers route each token through experts: not implemented. */
+	uint32_t experts = 0;
+	if (hp_get_u32_zero(f, arch, "expert_count", &experts, NULL) == 0 && experts > 0)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
+			       "supported",
+			       arch, arch, experts);
+	return 0;
+}
+
+/* Every layer, once the architecture has set it: geometry in range, rope within the head. */
+static int hp_check_layers(const struct lm_hparams *hp, lm_diag *d)
+{
+	for (int32_t i = 0; i < hp->n_layer; i++) {
+		const struct lm_layer_hparams *l = &hp->layer[i];
+		if (l->n_head_kv > l->n_head || l->n_head % l->n_head_kv != 0)
+			return lm_fail(d, LM_EFORMAT,
+				       "layer %d: %d heads are not a multiple of %d KV heads", i,
+				       l->n_head, l->n_head_kv);
+		if (l->head_dim <= 0 || (int64_t)l->n_head * l->head_dim > (int64_t)1 << 24 ||
+		    l->n_ff > (1 << 24))
+			return lm_fail(d, LM_EFORMAT,
+				       "layer %d: attention or FFN width out of range", i);
+		if (l->rope.n_rot <= 0 || l->rope.n_rot > l->head_dim || l->rope.n_rot % 2 != 0)
+			return lm_fail(d, LM_EFORMAT,
+				       "layer %d: rope dimension count %d does not fit head dim %d",
+				       i, l->rope.n_rot, l->head_dim);
+		if (l->window < 0)
+			return lm_fail(d, LM_EFORMAT, "layer %d: sliding window %d", i, l->window);
+	}
+	return 0;
+}
 
 int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 {
@@ -91,93 +225,32 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 		return rc == LM_ENOTFOUND ? lm_fail(d, LM_EFORMAT,
 						    "metadata 'general.architecture' is missing")
 					  : rc;
-	if (strcmp(arch, "llama") != 0)
+	const struct hp_arch *ha = hp_arch_find(arch);
+	if (ha == NULL)
 		return lm_fail(d, LM_EUNSUPPORTED,
-			       "architecture '%s' is not supported (layermesh runs 'llama')", arch);
+			       "architecture '%s' is not supported (layermesh runs %s)", arch,
+			       lm_hparams_archs());
 	snprintf(hp->arch, sizeof hp->arch, "%s", arch);
 
-	if ((rc = model_get_i32(f, arch, "block_count", &hp->n_layer, d)) != 0 ||
-	    (rc = model_get_i32(f, arch, "embedding_length", &hp->n_embd, d)) != 0)
-		return rc == LM_ENOTFOUND ? lm_fail(d, LM_EFORMAT,
-						    "metadata '%s.block_count' or "
-						    "'%s.embedding_length' is missing",
-						    arch, arch)
-					  : rc;
-	if (hp->n_layer > LM_MAX_LAYERS)
-		return lm_fail(d, LM_EUNSUPPORTED, "%d layers exceed the supported %d", hp->n_layer,
-			       LM_MAX_LAYERS);
-	if ((rc = model_get_per_layer(f, arch, "attention.head_count", hp->n_layer, hp->n_head,
-				      true, d)) != 0 ||
-	    (rc = model_get_per_layer(f, arch, "feed_forward_length", hp->n_layer, hp->n_ff, true,
-				      d)) != 0)
+	struct hp_read r = {0};
+	if ((rc = hp_load_common(f, arch, hp, &r, d)) != 0)
 		return rc;
-	rc = model_get_per_layer(f, arch, "attention.head_count_kv", hp->n_layer, hp->n_head_kv,
-				 false, d);
-	if (rc == LM_ENOTFOUND)
-		memcpy(hp->n_head_kv, hp->n_head, sizeof hp->n_head_kv);
-	else if (rc != 0)
-		return rc;
-
-	hp->n_ctx_train = 2048;
-	MODEL_TRY(model_get_i32(f, arch, "context_length", &hp->n_ctx_train, d));
-
-	/* The head dimension comes from layer 0's head count; llama.cpp does the same. */
-	if (hp->n_embd % hp->n_head[0] != 0)
-		return lm_fail(d, LM_EFORMAT, "embedding length %d is not a multiple of %d heads",
-			       hp->n_embd, hp->n_head[0]);
-	hp->head_dim = hp->n_embd / hp->n_head[0];
-	int32_t kl = hp->head_dim, vl = hp->head_dim;
-	MODEL_TRY(model_get_i32(f, arch, "attention.key_length", &kl, d));
-	MODEL_TRY(model_get_i32(f, arch, "attention.value_length", &vl, d));
-	if (kl != vl)
-		return lm_fail(d, LM_EUNSUPPORTED, "key length %d differs from value length %d", kl,
-			       vl);
-	hp->head_dim = kl;
+	/* The defaults of a global layer; the architecture adjusts its sliding ones. */
 	for (int32_t i = 0; i < hp->n_layer; i++) {
-		if (hp->n_head_kv[i] > hp->n_head[i] || hp->n_head[i] % hp->n_head_kv[i] != 0)
-			return lm_fail(d, LM_EFORMAT,
-				       "layer %d: %d heads are not a multiple of %d KV heads", i,
-				       hp->n_head[i], hp->n_head_kv[i]);
-		if ((int64_t)hp->n_head[i] * hp->head_dim > (int64_t)1 << 24 ||
-		    hp->n_ff[i] > (1 << 24))
-			return lm_fail(d, LM_EFORMAT,
-				       "layer %d: attention or FFN width out of range", i);
+		struct lm_layer_hparams *l = &hp->layer[i];
+		l->head_dim = r.head_dim;
+		l->rope = (struct lm_rope_params){.mode = ha->rope,
+						  .n_rot = r.n_rot,
+						  .freq_base = r.base,
+						  .freq_scale = r.scale};
 	}
-
-	hp->rms_eps = 1e-5f;
-	MODEL_TRY(model_get_f32(f, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, d));
-	if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
-		return lm_fail(d, LM_EFORMAT, "rms epsilon %g is out of range",
-			       (double)hp->rms_eps);
-
-	hp->rope.mode =
-		LM_ROPE_NORM; /* llama: adjacent pairs, as llama.cpp's LLAMA_ROPE_TYPE_NORM */
-	hp->rope.freq_base = 10000.0f;
-	hp->rope.freq_scale = 1.0f;
-	hp->rope.n_rot = hp->head_dim;
-	MODEL_TRY(model_get_f32(f, arch, "rope.freq_base", &hp->rope.freq_base, d));
-	MODEL_TRY(model_get_i32(f, arch, "rope.dimension_count", &hp->rope.n_rot, d));
-	if (hp->rope.n_rot != hp->head_dim)
-		return lm_fail(d, LM_EFORMAT, "rope dimension count %d differs from head dim %d",
-			       hp->rope.n_rot, hp->head_dim);
-	if (!(hp->rope.freq_base > 0))
-		return lm_fail(d, LM_EFORMAT, "rope freq base %g is out of range",
-			       (double)hp->rope.freq_base);
-	float factor = 0;
-	rc = model_get_f32(f, arch, "rope.scaling.factor", &factor, d);
-	if (rc == LM_ENOTFOUND)
-		rc = model_get_f32(f, arch, "rope.scale_linear", &factor, d);
-	if (rc != 0 && rc != LM_ENOTFOUND)
+	hp->embd_scale = 1.0f;
+	hp->attn_scale = 1.0f / sqrtf((float)r.head_dim);
+	hp->has_rope_freqs = gguf_find_tensor(f, "rope_freqs.weight") != NULL;
+	if ((rc = ha->load(f, hp, &r, d)) != 0)
 		return rc;
-	const char *scaling = NULL;
-	if (gguf_get_str(f, "llama.rope.scaling.type", &scaling, d) == 0 &&
-	    strcmp(scaling, "linear") != 0 && strcmp(scaling, "none") != 0)
-		return lm_fail(d, LM_EUNSUPPORTED, "rope scaling '%s' is not supported", scaling);
-	/* A tiny positive factor (a float denormal) would make freq_scale = 1/factor infinite. */
-	if (factor < 0 || !isfinite(factor) || (factor > 0 && !isfinite(1.0f / factor)))
-		return lm_fail(d, LM_EFORMAT, "rope scaling factor %g is out of range",
-			       (double)factor);
-	hp->rope.freq_scale = factor == 0 ? 1.0f : 1.0f / factor;
+	if ((rc = hp_check_layers(hp, d)) != 0)
+		return rc;
 
 	const struct gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
 	if (embd == NULL)
@@ -198,20 +271,22 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 
 struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il)
 {
+	const struct lm_layer_hparams *l = &hp->layer[il];
 	return (struct kv_geom){
-		.n_kv_heads = hp->n_head_kv[il], .head_dim = hp->head_dim, .window = 0};
+		.n_kv_heads = l->n_head_kv, .head_dim = l->head_dim, .window = l->window};
 }
 
 struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, int32_t end)
 {
 	struct lm_widths w = {0};
 	for (int32_t il = begin; il < end; il++) {
-		int32_t q = hp->n_head[il] * hp->head_dim, k = hp->n_head_kv[il] * hp->head_dim;
-		int32_t g = hp->n_head[il] / hp->n_head_kv[il];
+		const struct lm_layer_hparams *l = &hp->layer[il];
+		int32_t q = l->n_head * l->head_dim, k = l->n_head_kv * l->head_dim;
+		int32_t g = l->n_head / l->n_head_kv;
 		w.q_dim = q > w.q_dim ? q : w.q_dim;
 		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
-		w.ff_dim = hp->n_ff[il] > w.ff_dim ? hp->n_ff[il] : w.ff_dim;
-		w.head_dim = hp->head_dim > w.head_dim ? hp->head_dim : w.head_dim;
+		w.ff_dim = l->n_ff > w.ff_dim ? l->n_ff : w.ff_dim;
+		w.head_dim = l->head_dim > w.head_dim ? l->head_dim : w.head_dim;
 		w.group = g > w.group ? g : w.group;
 	}
 	return w;

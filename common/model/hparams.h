@@ -1,14 +1,22 @@
 /* hparams.h — a model's hyperparameters and per-layer costs, read from GGUF metadata.
  *
- * Hyperparameters come from the GGUF metadata under the architecture's prefix ("llama."), with
- * llama.cpp's defaults where a key is absent:
- *     attention.head_count_kv       -> head_count (no grouped-query attention)
- *     rope.freq_base                -> 10000
- *     rope.dimension_count          -> the head dimension
- *     attention.layer_norm_rms_epsilon -> 1e-5 (llama.cpp requires this key; 1e-5 is the value
- *                                     LLaMA and llama2.c models use)
- *     rope.scaling.factor           -> none (freq_scale 1)
+ * Hyperparameters come from the GGUF metadata under the architecture's prefix ("llama.",
+ * "gemma4." ...), with llama.cpp's (release v0.4.0) defaults where a key is absent:
+ *     attention.head_count_kv          -> head_count (no grouped-query attention)
+ *     attention.key_length             -> n_embd / head_count of layer 0 (= value_length)
+ *     attention.key_length_swa         -> key_length (sliding layers' heads; Gemma 4)
+ *     rope.freq_base                   -> 10000
+ *     rope.freq_base_swa               -> 10000 (Gemma's sliding layers)
+ *     rope.dimension_count[_swa]       -> the head dimension
+ *     attention.layer_norm_rms_epsilon -> 1e-5
+ *     rope.scaling.factor              -> none (freq_scale 1)
  * head_count, head_count_kv and feed_forward_length may be per-layer arrays, as in GGUF.
+ *
+ * Every layer has its own geometry (struct lm_layer_hparams): a model may mix sliding-window
+ * layers and global ones of other head counts and head sizes (Gemma 4's 50 sliding layers of 16
+ * KV heads x 256 and 10 global layers of 4 x 512). What each architecture reads, and what it
+ * refuses (mixture-of-experts, Gemma 4's per-layer embeddings and shared-KV layers), is its
+ * entry in hparams_arch.c; its tensors and its layer are in engine/arch_<name>.c.
  *
  * Nothing here maps a tensor or knows a device: the planner sizes a mesh from these before any
  * worker starts, and the engine (engine/model.h) binds the weights they describe.
@@ -26,25 +34,39 @@
 
 #define LM_MAX_LAYERS 1024
 
+/* One layer's geometry. */
+struct lm_layer_hparams {
+	int32_t n_head;    /* query heads */
+	int32_t n_head_kv; /* KV heads */
+	int32_t head_dim;  /* elements per head, K, V and Q alike */
+	int32_t n_ff;      /* feed-forward width */
+	int32_t window;    /* a sliding layer attends to its last `window` positions; 0: global */
+	bool rope_factors; /* its rope applies rope_freqs.weight's frequency factors */
+	struct lm_rope_params rope; /* mode, rotated dimensions, base and scale */
+};
+
 struct lm_hparams {
-	char arch[32]; /* "llama" */
+	char arch[32]; /* general.architecture: "llama", "qwen2", "qwen3", "gemma3", "gemma4" */
 	int32_t n_layer;
 	int32_t n_embd;
 	int32_t n_vocab;
 	int32_t n_ctx_train; /* context length the model was trained for */
-	int32_t head_dim;    /* per attention head; n_embd / n_head unless key_length says */
 	float rms_eps;
-	struct lm_rope_params rope;
-	int32_t n_head[LM_MAX_LAYERS];    /* per layer */
-	int32_t n_head_kv[LM_MAX_LAYERS]; /* per layer */
-	int32_t n_ff[LM_MAX_LAYERS];      /* per layer */
-	bool tied;                        /* no output.weight: the head reuses token_embd.weight */
+	float embd_scale;    /* the token embedding is multiplied by this (Gemma: sqrt(n_embd)) */
+	float attn_scale;    /* attention scores are q.k x this */
+	float final_softcap; /* logits become cap x tanh(logits / cap); 0: no cap */
+	bool tied;           /* no output.weight: the head reuses token_embd.weight */
+	bool has_rope_freqs; /* the file has rope_freqs.weight (some layer applies it) */
+	struct lm_layer_hparams layer[LM_MAX_LAYERS];
 };
 
-/* Reads and validates the hyperparameters; nothing is mapped. */
+/* Reads and validates the hyperparameters; nothing is mapped. LM_EUNSUPPORTED, naming the
+ * architecture or the feature, for what layermesh does not run. */
 int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d);
-/* The KV geometry of layer il (llama has no sliding-window layers). */
+/* The KV geometry of layer il. */
 struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il);
+/* The architectures lm_hparams_load reads, comma-separated, for messages. */
+const char *lm_hparams_archs(void);
 
 /* The widest of layers [begin, end): what a stage's activation buffers are sized by. */
 struct lm_widths {

@@ -3,10 +3,10 @@
 
 #include "common/base/err.h"
 
-int32_t kv_layer_ctx(const struct kv_geom *g, int32_t max_seq)
+int32_t kv_layer_ctx(const struct kv_geom *g, int32_t max_seq, int32_t extra)
 {
-	if (g->window > 0 && g->window < max_seq)
-		return g->window;
+	if (g->window > 0 && extra >= 0 && (int64_t)g->window + extra < max_seq)
+		return g->window + extra;
 	return max_seq;
 }
 
@@ -23,8 +23,8 @@ int kv_geom_row_bytes(const struct kv_geom *g, enum lm_dtype t, uint64_t *out)
 	return lm_dtype_row_bytes(t, n, out);
 }
 
-int kv_layer_bytes(const struct kv_geom *g, int32_t max_seq, int32_t slots, enum lm_dtype k_type,
-		   enum lm_dtype v_type, uint64_t *bytes)
+int kv_layer_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
+		   enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *bytes)
 {
 	uint64_t kr, vr;
 	if (!kv_type_supported(k_type) || !kv_type_supported(v_type) || max_seq <= 0 ||
@@ -35,7 +35,7 @@ int kv_layer_bytes(const struct kv_geom *g, int32_t max_seq, int32_t slots, enum
 		rc = kv_geom_row_bytes(g, v_type, &vr);
 	if (rc != 0)
 		return rc;
-	uint64_t rows = (uint64_t)kv_layer_ctx(g, max_seq) * (uint64_t)slots;
+	uint64_t rows = (uint64_t)kv_layer_ctx(g, max_seq, extra) * (uint64_t)slots;
 	if (kr + vr < kr || ((kr + vr) != 0 && rows > UINT64_MAX / (kr + vr)))
 		return LM_EOVERFLOW;
 	*bytes = rows * (kr + vr);

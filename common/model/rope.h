@@ -18,6 +18,11 @@ struct lm_rope_params {
 	int32_t n_rot;    /* rotated dimensions per head (<= head_dim, even) */
 	float freq_base;  /* theta, 10000 for llama */
 	float freq_scale; /* 1.0: positions are multiplied by this (linear scaling) */
+	/* Frequency factors, [n_rot / 2] f32 in backend memory, or NULL: pair i turns by
+	 * pos x freq_scale x base^(-2i / n_rot) / factor[i] (Llama 3's long-context scaling, and
+	 * Gemma 4's partial rotation: a huge factor leaves a pair unturned). Filled by the engine
+	 * from the model's rope_freqs.weight; always NULL in hparams. */
+	const float *freq_factors;
 };
 
 #endif

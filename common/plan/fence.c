@@ -57,12 +57,12 @@ const char *fence_fmt_bytes(uint64_t bytes, char *buf, size_t cap)
 #define FMT_B(x) fence_fmt_bytes((x), (char[32]){0}, 32)
 
 int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv_geom *geom,
-		   int32_t max_seq, int32_t slots, enum lm_dtype k_type, enum lm_dtype v_type,
-		   lm_diag *d)
+		   int32_t max_seq, int32_t extra, int32_t slots, enum lm_dtype k_type,
+		   enum lm_dtype v_type, lm_diag *d)
 {
 	for (int32_t i = 0; i < n_layers; i++) {
 		uint64_t b = 0;
-		int rc = kv_layer_bytes(&geom[i], max_seq, slots, k_type, v_type, &b);
+		int rc = kv_layer_bytes(&geom[i], max_seq, extra, slots, k_type, v_type, &b);
 		if (rc == LM_EOVERFLOW)
 			return lm_fail(
 				d, rc,

@@ -107,10 +107,10 @@ const char *fence_strategy_name(enum fence_strategy s);
 int fence_strategy_parse(const char *s);
 
 /* Sets layers[i].kv_bytes, i in [0, n_layers), to kv_layer_bytes() of geom[i] for `slots`
- * sequences of `max_seq` positions. Errors name the layer. */
+ * sequences of `max_seq` positions (sliding rings `extra` rows beyond their window). Errors name the layer. */
 int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv_geom *geom,
-		   int32_t max_seq, int32_t slots, enum lm_dtype k_type, enum lm_dtype v_type,
-		   lm_diag *d);
+		   int32_t max_seq, int32_t extra, int32_t slots, enum lm_dtype k_type,
+		   enum lm_dtype v_type, lm_diag *d);
 
 /* Makes the plan. On failure the plan holds nothing (fini is harmless all the same). */
 int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_diag *d);

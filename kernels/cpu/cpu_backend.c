@@ -50,6 +50,8 @@ struct cpu_ctx {
 	size_t attn_cap;
 	uint8_t *gemm; /* GEMM weight panels: [n_threads][stride] */
 	size_t gemm_cap;
+	float *ones; /* [ones_n] 1.0f: the weight of an unweighted rmsnorm */
+	size_t ones_n;
 };
 
 static const struct lm_backend_i cpu_iface;
@@ -86,13 +88,14 @@ static void cpu_fini(void *vctx)
 	free(c->act);
 	free(c->attn);
 	free(c->gemm);
+	free(c->ones);
 	free(c);
 }
 
 static size_t cpu_scratch_held(void *vctx)
 {
 	const struct cpu_ctx *c = vctx;
-	return c->act_cap + c->attn_cap + c->gemm_cap;
+	return c->act_cap + c->attn_cap + c->gemm_cap + c->ones_n * sizeof(float);
 }
 
 static void *cpu_malloc(void *vctx, size_t bytes)
@@ -390,6 +393,18 @@ static int cpu_op_rmsnorm(void *vctx, float *y, const float *x, const float *w, 
 			  float eps)
 {
 	struct cpu_ctx *c = vctx;
+	if (w == NULL) { /* no weight: multiplying by 1 leaves x * scale exactly */
+		if ((size_t)dim > c->ones_n) {
+			float *o = realloc(c->ones, (size_t)dim * sizeof *o);
+			if (o == NULL)
+				return LM_ENOMEM;
+			for (size_t i = 0; i < (size_t)dim; i++)
+				o[i] = 1.0f;
+			c->ones = o;
+			c->ones_n = (size_t)dim;
+		}
+		w = c->ones;
+	}
 	for (int t = 0; t < n; t++)
 		c->k.rmsnorm(y + (size_t)t * (size_t)dim, x + (size_t)t * (size_t)dim, w, dim, eps);
 	return 0;
@@ -420,10 +435,40 @@ static int cpu_op_silu_mul(void *vctx, float *y, const float *gate, const float 
 	return 0;
 }
 
+static int cpu_op_gelu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
+{
+	struct cpu_ctx *c = vctx;
+	c->k.gelu_mul(y, gate, up, len);
+	return 0;
+}
+
 static int cpu_op_add(void *vctx, float *y, const float *a, size_t len)
 {
 	struct cpu_ctx *c = vctx;
 	c->k.add(y, a, len);
+	return 0;
+}
+
+static int cpu_op_add_rows(void *vctx, float *y, const float *b, int width, int n)
+{
+	struct cpu_ctx *c = vctx;
+	for (int t = 0; t < n; t++)
+		c->k.add(y + (size_t)t * (size_t)width, b, (size_t)width);
+	return 0;
+}
+
+static int cpu_op_scale(void *vctx, float *y, float s, size_t len)
+{
+	(void)vctx;
+	for (size_t i = 0; i < len; i++)
+		y[i] *= s;
+	return 0;
+}
+
+static int cpu_op_copy(void *vctx, float *y, const float *x, size_t len)
+{
+	(void)vctx;
+	memcpy(y, x, len * sizeof(float));
 	return 0;
 }
 
@@ -448,7 +493,11 @@ static const struct lm_backend_i cpu_iface = {
 	.kv_store = cpu_op_kv_store,
 	.attention = cpu_attention,
 	.silu_mul = cpu_op_silu_mul,
+	.gelu_mul = cpu_op_gelu_mul,
 	.add = cpu_op_add,
+	.add_rows = cpu_op_add_rows,
+	.scale = cpu_op_scale,
+	.copy = cpu_op_copy,
 	.sync = NULL,
 };
 

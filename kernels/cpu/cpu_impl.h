@@ -113,6 +113,8 @@ struct cpu_kernels {
 	/* y = x / sqrt(mean(x^2) + eps) * w over one row of dim. y may equal x. */
 	void (*rmsnorm)(float *y, const float *x, const float *w, int dim, float eps);
 	void (*silu_mul)(float *y, const float *g, const float *u, size_t len);
+	/* y = gelu(g) * u as GGUF's reference evaluates it (f16 table, see kernels_generic.c). */
+	void (*gelu_mul)(float *y, const float *g, const float *u, size_t len);
 	/* s[j] = exp(s[j] - max) for j < n; returns their sum (the softmax denominator). */
 	double (*softmax_exp)(float *s, int n, float max);
 	void (*add)(float *y, const float *a, size_t len);
@@ -131,6 +133,9 @@ float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x);
 void cpu_rmsnorm_generic(float *y, const float *x, const float *w, int dim, float eps);
 void cpu_silu_mul_generic(float *y, const float *g, const float *u, size_t len);
+void cpu_gelu_mul_generic(float *y, const float *g, const float *u, size_t len);
+/* GELU of every f16 value, as f16: the table GGUF's reference CPU implementation reads. */
+const uint16_t *cpu_gelu_table(void);
 double cpu_softmax_exp_generic(float *s, int n, float max);
 void cpu_add_generic(float *y, const float *a, size_t len);
 

@@ -5,6 +5,7 @@
  * double; quantized blocks sum integer products and scale each block's sum by d_w * d_x in f32.
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_impl.h"
@@ -278,6 +279,40 @@ void cpu_silu_mul_generic(float *y, const float *g, const float *u, size_t len)
 		y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* GELU's tanh form as GGUF's reference CPU implementation evaluates it: on the f16 value of the
+ * input, the result rounded to f16 (a table of all 65536 halves, built once). */
+static uint16_t gen_gelu_table[1 << 16];
+static pthread_once_t gen_gelu_once = PTHREAD_ONCE_INIT;
+
+static void gen_gelu_build(void)
+{
+	const float a = 0.044715f, sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+	for (uint32_t h = 0; h < (1u << 16); h++) {
+		const float x = lm_f16_to_f32((uint16_t)h);
+		const float g = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + a * x * x)));
+		gen_gelu_table[h] = lm_f32_to_f16(g);
+	}
+}
+
+const uint16_t *cpu_gelu_table(void)
+{
+	pthread_once(&gen_gelu_once, gen_gelu_build);
+	return gen_gelu_table;
+}
+
+void cpu_gelu_mul_generic(float *y, const float *g, const float *u, size_t len)
+{
+	const uint16_t *table = cpu_gelu_table();
+	for (size_t i = 0; i < len; i++) {
+		if (g[i] <= -10.0f)
+			y[i] = 0.0f;
+		else if (g[i] >= 10.0f)
+			y[i] = g[i] * u[i];
+		else
+			y[i] = lm_f16_to_f32(table[lm_f32_to_f16(g[i])]) * u[i];
+	}
+}
+
 void cpu_add_generic(float *y, const float *a, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
@@ -372,6 +407,7 @@ const struct cpu_kernels cpu_kernels_generic = {
 		},
 	.rmsnorm = cpu_rmsnorm_generic,
 	.silu_mul = cpu_silu_mul_generic,
+	.gelu_mul = cpu_gelu_mul_generic,
 	.softmax_exp = cpu_softmax_exp_generic,
 	.add = cpu_add_generic,
 };

@@ -22,8 +22,9 @@ int cpu_get_rows(float *y, const struct lm_weight *table, const int32_t *ids, in
 }
 
 /* As GGUF's reference rope: theta_i = pos * base^(-2i/n_rot) built by repeated multiplication
- * in f32 (so the rounding matches), then scaled by freq_scale; cos and sin in f32. One (cos,
- * sin) pair serves every head of the token. */
+ * in f32 (so the rounding matches), divided by the pair's frequency factor when there are
+ * factors, then scaled by freq_scale; cos and sin in f32. One (cos, sin) pair serves every head
+ * of the token; dimensions past n_rot are left as they are. */
 void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc, int n,
 	      const struct lm_rope_params *rp)
 {
@@ -34,7 +35,8 @@ void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
 		float *row = x + (size_t)t * (size_t)n_heads * (size_t)head_dim;
 		float theta = (float)loc[t].pos;
 		for (int i = 0; i < half; i++, theta *= theta_scale) {
-			const float angle = rp->freq_scale * theta;
+			const float ff = rp->freq_factors != NULL ? rp->freq_factors[i] : 1.0f;
+			const float angle = rp->freq_scale * (theta / ff);
 			const float c = cosf(angle), s = sinf(angle);
 			const int i0 = neox ? i : 2 * i;
 			const int i1 = neox ? i + half : 2 * i + 1;

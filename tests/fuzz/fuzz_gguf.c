@@ -233,20 +233,23 @@ static void walk_tensors(gguf_file *f, const uint8_t *data, size_t size)
 
 static void check_hparams(const struct lm_hparams *hp, const gguf_file *f)
 {
-	CHECK(strcmp(hp->arch, "llama") == 0);
+	CHECK(hp->arch[0] != '\0');
 	CHECK(hp->n_layer >= 1 && hp->n_layer <= LM_MAX_LAYERS);
 	CHECK(hp->n_embd >= 1 && hp->n_vocab >= 1 && hp->n_ctx_train >= 1);
-	CHECK(hp->head_dim >= 1);
 	CHECK(hp->rms_eps > 0 && hp->rms_eps < 1);
-	CHECK(isfinite(hp->rope.freq_base) && hp->rope.freq_base > 0);
-	CHECK(isfinite(hp->rope.freq_scale) && hp->rope.freq_scale > 0);
-	CHECK(hp->rope.n_rot == hp->head_dim);
+	CHECK(isfinite(hp->embd_scale) && isfinite(hp->attn_scale) && hp->final_softcap >= 0);
 	for (int32_t i = 0; i < hp->n_layer; i++) {
-		CHECK(hp->n_head[i] >= 1 && hp->n_head_kv[i] >= 1 && hp->n_ff[i] >= 1);
-		CHECK(hp->n_head[i] % hp->n_head_kv[i] == 0);
-		CHECK((int64_t)hp->n_head[i] * hp->head_dim <= (int64_t)1 << 24);
+		const struct lm_layer_hparams *l = &hp->layer[i];
+		CHECK(l->n_head >= 1 && l->n_head_kv >= 1 && l->n_ff >= 1 && l->head_dim >= 1);
+		CHECK(l->n_head % l->n_head_kv == 0);
+		CHECK((int64_t)l->n_head * l->head_dim <= (int64_t)1 << 24);
+		CHECK(l->rope.n_rot >= 2 && l->rope.n_rot <= l->head_dim && l->rope.n_rot % 2 == 0);
+		CHECK(isfinite(l->rope.freq_base) && l->rope.freq_base > 0);
+		CHECK(isfinite(l->rope.freq_scale) && l->rope.freq_scale > 0);
+		CHECK(l->window >= 0);
 		struct kv_geom g = lm_hparams_kv_geom(hp, i);
-		CHECK(g.n_kv_heads == hp->n_head_kv[i] && g.head_dim == hp->head_dim);
+		CHECK(g.n_kv_heads == l->n_head_kv && g.head_dim == l->head_dim &&
+		      g.window == l->window);
 	}
 	CHECK(hp->tied == (gguf_find_tensor(f, "output.weight") == NULL));
 	const struct gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
@@ -314,11 +317,12 @@ static void check_model_open(const uint8_t *data, size_t size, uint64_t fingerpr
 		for (int32_t il = m.slice.begin; il < m.slice.end; il++) {
 			const struct lm_layer_weights *l = lm_model_layer(&m, il);
 			CHECK(l != NULL);
-			int64_t q = (int64_t)m.hp.n_head[il] * m.hp.head_dim;
-			int64_t kv = (int64_t)m.hp.n_head_kv[il] * m.hp.head_dim;
+			const struct lm_layer_hparams *lh = &m.hp.layer[il];
+			int64_t q = (int64_t)lh->n_head * lh->head_dim;
+			int64_t kv = (int64_t)lh->n_head_kv * lh->head_dim;
 			CHECK(l->attn_norm.ne0 == e && l->wq.ne0 == e && l->wq.ne1 == q &&
 			      l->wk.ne1 == kv && l->wv.ne1 == kv && l->wo.ne0 == q &&
-			      l->w_gate.ne1 == m.hp.n_ff[il] && l->w_down.ne0 == m.hp.n_ff[il] &&
+			      l->w_gate.ne1 == lh->n_ff && l->w_down.ne0 == lh->n_ff &&
 			      l->w_down.ne1 == e);
 			const uint8_t *p = l->w_down.data;
 			sink += p[0] + p[(size_t)l->w_down.ne1 * l->w_down.row_bytes - 1];

@@ -47,10 +47,20 @@ Test(attention, rope_matches_the_formula)
 	struct lm_tok_loc loc[6];
 	for (int t = 0; t < n; t++)
 		loc[t] = (struct lm_tok_loc){.slot = 0, .pos = positions[t]};
+	/* Frequency factors as Llama 3 writes them (1 to 8) and as Gemma 4's partial rope does
+	 * (1e30: a pair that does not turn). */
+	static float factors[32];
+	for (int i = 0; i < 32; i++)
+		factors[i] = i < 8 ? 1.0f : i < 24 ? 1.0f + (float)i / 3.0f : 1e30f;
 	const struct lm_rope_params cases[] = {
-		{LM_ROPE_NORM, 64, 10000.0f, 1.0f},   {LM_ROPE_NEOX, 64, 10000.0f, 1.0f},
-		{LM_ROPE_NORM, 32, 1000000.0f, 1.0f}, {LM_ROPE_NEOX, 32, 1000000.0f, 0.25f},
-		{LM_ROPE_NEOX, 16, 10000.0f, 1.0f},   {LM_ROPE_NORM, 0, 10000.0f, 1.0f},
+		{LM_ROPE_NORM, 64, 10000.0f, 1.0f, NULL},
+		{LM_ROPE_NEOX, 64, 10000.0f, 1.0f, NULL},
+		{LM_ROPE_NORM, 32, 1000000.0f, 1.0f, NULL},
+		{LM_ROPE_NEOX, 32, 1000000.0f, 0.25f, NULL},
+		{LM_ROPE_NEOX, 16, 10000.0f, 1.0f, NULL},
+		{LM_ROPE_NORM, 0, 10000.0f, 1.0f, NULL},
+		{LM_ROPE_NORM, 64, 500000.0f, 1.0f, factors},
+		{LM_ROPE_NEOX, 64, 10000.0f, 1.0f, factors},
 	};
 	float x[6 * 3 * 64], y[6 * 3 * 64];
 	for (int k = 0; k < TEST_N_KSETS; k++) {
@@ -69,9 +79,13 @@ Test(attention, rope_matches_the_formula)
 					const float *xi = x + (t * n_heads + h) * head_dim;
 					const float *yi = y + (t * n_heads + h) * head_dim;
 					for (int i = 0; i < half; i++) {
+						const double ff = rp->freq_factors != NULL
+									  ? rp->freq_factors[i]
+									  : 1.0;
 						const double theta =
 							positions[t] * (double)rp->freq_scale *
-							pow(rp->freq_base, -2.0 * i / rp->n_rot);
+							pow(rp->freq_base, -2.0 * i / rp->n_rot) /
+							ff;
 						const int i0 = rp->mode == LM_ROPE_NEOX ? i : 2 * i;
 						const int i1 = rp->mode == LM_ROPE_NEOX ? i + half
 											: 2 * i + 1;
@@ -106,9 +120,9 @@ Test(attention, rope_matches_the_formula)
 		cr_log_info("rope %s: worst error / (|x0| + |x1|): %.3g for pos <= 100, %.3g "
 			    "for pos 1000-4000",
 			    test_ksets[k], worst_near, worst_far);
-		struct lm_rope_params bad = {LM_ROPE_NORM, 65, 10000.0f, 1.0f};
+		struct lm_rope_params bad = {LM_ROPE_NORM, 65, 10000.0f, 1.0f, NULL};
 		cr_expect_eq(b.iface->rope(b.ctx, y, n_heads, head_dim, loc, n, &bad), LM_EINVAL);
-		bad = (struct lm_rope_params){(enum lm_rope_mode)1, 64, 10000.0f, 1.0f};
+		bad = (struct lm_rope_params){(enum lm_rope_mode)1, 64, 10000.0f, 1.0f, NULL};
 		cr_expect_eq(b.iface->rope(b.ctx, y, n_heads, head_dim, loc, n, &bad), LM_EINVAL);
 		lm_backend_fini(&b);
 	}
@@ -124,7 +138,7 @@ Test(attention, rope_position_zero_is_identity)
 	test_fill_gauss(&r, x, 128, 1.0f);
 	memcpy(y, x, sizeof x);
 	struct lm_tok_loc loc = {0, 0};
-	struct lm_rope_params rp = {LM_ROPE_NEOX, 128, 10000.0f, 1.0f};
+	struct lm_rope_params rp = {LM_ROPE_NEOX, 128, 10000.0f, 1.0f, NULL};
 	cr_assert_eq(b.iface->rope(b.ctx, y, 1, 128, &loc, 1, &rp), 0);
 	cr_expect_eq(memcmp(x, y, sizeof x), 0);
 	lm_backend_fini(&b);

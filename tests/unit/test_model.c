@@ -1,5 +1,6 @@
 /* Hyperparameters and slice binding against the real stories260K file. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,17 +28,23 @@ Test(model, stories260k_hparams)
 	cr_expect_eq(hp.n_embd, 64);
 	cr_expect_eq(hp.n_vocab, 512);
 	cr_expect_eq(hp.n_ctx_train, 512);
-	cr_expect_eq(hp.head_dim, 8);
 	for (int i = 0; i < 5; i++) {
-		cr_expect_eq(hp.n_head[i], 8);
-		cr_expect_eq(hp.n_head_kv[i], 4);
-		cr_expect_eq(hp.n_ff[i], 172);
+		const struct lm_layer_hparams *l = &hp.layer[i];
+		cr_expect_eq(l->head_dim, 8);
+		cr_expect_eq(l->n_head, 8);
+		cr_expect_eq(l->n_head_kv, 4);
+		cr_expect_eq(l->n_ff, 172);
+		cr_expect_eq(l->window, 0);
+		cr_expect_eq(l->rope.mode, LM_ROPE_NORM);
+		cr_expect_eq(l->rope.n_rot, 8);
+		cr_expect_float_eq(l->rope.freq_base, 10000.0f, 1e-3);
+		cr_expect_float_eq(l->rope.freq_scale, 1.0f, 1e-9);
+		cr_expect_not(l->rope_factors);
 	}
 	cr_expect_float_eq(hp.rms_eps, 1e-5f, 1e-12);
-	cr_expect_eq(hp.rope.mode, LM_ROPE_NORM);
-	cr_expect_eq(hp.rope.n_rot, 8);
-	cr_expect_float_eq(hp.rope.freq_base, 10000.0f, 1e-3);
-	cr_expect_float_eq(hp.rope.freq_scale, 1.0f, 1e-9);
+	cr_expect_eq(hp.embd_scale, 1.0f);
+	cr_expect_float_eq(hp.attn_scale, 1.0f / sqrtf(8.0f), 1e-9);
+	cr_expect_eq(hp.final_softcap, 0.0f);
 	cr_expect_not(hp.tied, "stories260K carries its own output.weight");
 	struct kv_geom g = lm_hparams_kv_geom(&hp, 2);
 	cr_expect_eq(g.n_kv_heads, 4);
@@ -145,12 +152,13 @@ Test(model, per_layer_heads_scaling_and_tied_head)
 	static struct lm_hparams hp;
 	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
 	cr_expect_eq(hp.n_layer, 2);
-	cr_expect_eq(hp.n_head[0], 2);
-	cr_expect_eq(hp.n_head[1], 2);
-	cr_expect_eq(hp.n_head_kv[0], 1);
-	cr_expect_eq(hp.n_head_kv[1], 2);
-	cr_expect_eq(hp.head_dim, 16);
-	cr_expect_eq(hp.rope.freq_scale, 0.5f, "factor 2 halves the frequencies");
+	cr_expect_eq(hp.layer[0].n_head, 2);
+	cr_expect_eq(hp.layer[1].n_head, 2);
+	cr_expect_eq(hp.layer[0].n_head_kv, 1);
+	cr_expect_eq(hp.layer[1].n_head_kv, 2);
+	cr_expect_eq(hp.layer[0].head_dim, 16);
+	cr_expect_eq(hp.layer[1].head_dim, 16);
+	cr_expect_eq(hp.layer[1].rope.freq_scale, 0.5f, "factor 2 halves the frequencies");
 	cr_expect(hp.tied);
 	cr_expect_eq(hp.n_vocab, GS_SPM_N);
 	gguf_close(f);

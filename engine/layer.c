@@ -1,0 +1,100 @@
+/* layer.c — the steps the architectures' layers are made of. See arch.h.
+ *
+ * Each step runs on the batch in fw's scratch: x is the residual stream, h the normed input or a
+ * block's output, q/k/v the projections, att the attention output, gate/up the FFN's. A step
+ * names its layer and op when the backend refuses it.
+ */
+#include <math.h>
+
+#include "engine/arch.h"
+#include "engine/kv_cache.h"
+
+int lm_layer_norm(struct lm_forward *fw, float *y, const float *x, const struct lm_weight *w,
+		  float eps, int32_t il, int32_t n, const char *what, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	LM_FW_OP(be->iface->rmsnorm(be->ctx, y, x, w != NULL ? w->data : NULL, fw->model->hp.n_embd,
+				    n, eps),
+		 what);
+	return 0;
+}
+
+int lm_layer_proj(struct lm_forward *fw, float *y, const struct lm_weight *w,
+		  const struct lm_weight *bias, const float *x, int32_t il, int32_t n,
+		  const char *what, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	LM_FW_OP(be->iface->matmul(be->ctx, y, w, x, n), what);
+	if (bias != NULL && bias->data != NULL)
+		LM_FW_OP(be->iface->add_rows(be->ctx, y, bias->data, (int)w->ne1, n), what);
+	return 0;
+}
+
+int lm_layer_head_norm(struct lm_forward *fw, float *x, const struct lm_weight *w, int32_t heads,
+		       int32_t il, int32_t n, const char *what, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	const struct lm_layer_hparams *l = &fw->model->hp.layer[il];
+	LM_FW_OP(be->iface->rmsnorm(be->ctx, x, x, w != NULL ? w->data : NULL, l->head_dim,
+				    n * heads, fw->model->hp.rms_eps),
+		 what);
+	return 0;
+}
+
+int lm_layer_rope(struct lm_forward *fw, float *x, int32_t heads, int32_t il,
+		  const struct lm_batch *b, const char *what, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	const struct lm_layer_hparams *l = &fw->model->hp.layer[il];
+	struct lm_rope_params rp = l->rope;
+	rp.freq_factors = l->rope_factors ? fw->model->rope_freqs.data : NULL;
+	LM_FW_OP(be->iface->rope(be->ctx, x, heads, l->head_dim, b->loc, b->n, &rp), what);
+	return 0;
+}
+
+int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b, float scale,
+		    lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
+	const struct lm_kv_layer *kvl = NULL;
+	int rc;
+	if ((rc = kv_cache_layer(fw->kv, il, &kvl, d)) != 0)
+		return rc;
+	LM_FW_OP(be->iface->kv_store(be->ctx, kvl, fw->k, fw->v, b->loc, b->n), "kv_store");
+	LM_FW_OP(be->iface->attention(be->ctx, fw->att, fw->q, kvl, b->loc, b->n,
+				      fw->model->hp.layer[il].n_head, scale),
+		 "attention");
+	return lm_layer_proj(fw, fw->h, &w->wo, &w->bo, fw->att, il, b->n, "attn_output", d);
+}
+
+int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
+	size_t len = (size_t)n * (size_t)fw->model->hp.layer[il].n_ff;
+	LM_FW_OP(be->iface->matmul(be->ctx, fw->gate, &w->w_gate, fw->h, n), "ffn_gate");
+	LM_FW_OP(be->iface->matmul(be->ctx, fw->up, &w->w_up, fw->h, n), "ffn_up");
+	if (gelu)
+		LM_FW_OP(be->iface->gelu_mul(be->ctx, fw->gate, fw->gate, fw->up, len), "gelu_mul");
+	else
+		LM_FW_OP(be->iface->silu_mul(be->ctx, fw->gate, fw->gate, fw->up, len), "silu_mul");
+	LM_FW_OP(be->iface->matmul(be->ctx, fw->h, &w->w_down, fw->gate, n), "ffn_down");
+	return 0;
+}
+
+int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	LM_FW_OP(be->iface->add(be->ctx, fw->x, fw->h, (size_t)n * (size_t)fw->model->hp.n_embd),
+		 "residual");
+	return 0;
+}
+
+int lm_layer_scale(struct lm_forward *fw, float *y, float s, size_t len, int32_t il,
+		   const char *what, lm_diag *d)
+{
+	const struct lm_backend *be = fw->be;
+	LM_FW_OP(be->iface->scale(be->ctx, y, s, len), what);
+	return 0;
+}
