@@ -59,8 +59,10 @@ struct tok_work {
 	size_t n_sym, cap_sym;
 	struct tok_bigram *heap;
 	size_t n_heap, cap_heap;
-	uint8_t *buf;
+	uint8_t *buf; /* the symbols' bytes: an SPM fragment or a BPE word */
 	size_t n_buf, cap_buf;
+	uint8_t *esc; /* gemma4: the fragment with its spaces escaped */
+	size_t n_esc, cap_esc;
 	struct tok_u32v cps, ends, scratch;
 	struct tok_i32v out;
 };
@@ -70,26 +72,53 @@ static void tok_work_fini(struct tok_work *w)
 	free(w->sym);
 	free(w->heap);
 	free(w->buf);
+	free(w->esc);
 	tok_u32v_fini(&w->cps);
 	tok_u32v_fini(&w->ends);
 	tok_u32v_fini(&w->scratch);
 	free(w->out.p);
 }
 
-static int tok_buf_put(struct tok_work *w, const void *p, size_t n)
+/* Appends p[0..n) to the byte buffer (*buf, *len, *cap). */
+static int tok_put(uint8_t **buf, size_t *len, size_t *cap, const void *p, size_t n)
 {
 	if (n == 0) /* the buffer may not exist yet: no memcpy to NULL + 0 */
 		return 0;
-	if (w->cap_buf - w->n_buf < n) {
-		if (n > SIZE_MAX - w->n_buf)
+	if (*cap - *len < n) {
+		if (n > SIZE_MAX - *len)
 			return LM_ENOMEM;
-		uint8_t *b = lm_grow(w->buf, &w->cap_buf, w->n_buf + n, 1, 256);
+		uint8_t *b = lm_grow(*buf, cap, *len + n, 1, 256);
 		if (b == NULL)
 			return LM_ENOMEM;
-		w->buf = b;
+		*buf = b;
 	}
-	memcpy(w->buf + w->n_buf, p, n);
-	w->n_buf += n;
+	memcpy(*buf + *len, p, n);
+	*len += n;
+	return 0;
+}
+
+static int tok_buf_put(struct tok_work *w, const void *p, size_t n)
+{
+	return tok_put(&w->buf, &w->n_buf, &w->cap_buf, p, n);
+}
+
+/* Appends text[0..len) with every space as U+2581 (llama_escape_whitespace). */
+static int tok_put_escaped(uint8_t **buf, size_t *n, size_t *cap, const char *text, size_t len)
+{
+	static const char escaped_space[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */
+	int rc;
+	for (size_t i = 0; i < len;) {
+		const char *sp = memchr(text + i, ' ', len - i);
+		size_t run = sp ? (size_t)(sp - (text + i)) : len - i;
+		if ((rc = tok_put(buf, n, cap, text + i, run)) != 0)
+			return rc;
+		i += run;
+		if (sp != NULL) {
+			if ((rc = tok_put(buf, n, cap, escaped_space, 3)) != 0)
+				return rc;
+			i++;
+		}
+	}
 	return 0;
 }
 
@@ -221,23 +250,12 @@ static int tok_merge_all(const tok_vocab *v, struct tok_work *w)
 static int tok_spm_fragment(const tok_vocab *v, struct tok_work *w, const char *text, size_t len,
 			    bool prefix_space, lm_diag *d)
 {
-	static const char escaped_space[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */
 	int rc;
 	w->n_buf = 0;
-	if (prefix_space && (rc = tok_buf_put(w, escaped_space, 3)) != 0)
+	if (prefix_space && (rc = tok_put_escaped(&w->buf, &w->n_buf, &w->cap_buf, " ", 1)) != 0)
 		return rc;
-	for (size_t i = 0; i < len;) {
-		const char *sp = memchr(text + i, ' ', len - i);
-		size_t run = sp ? (size_t)(sp - (text + i)) : len - i;
-		if ((rc = tok_buf_put(w, text + i, run)) != 0)
-			return rc;
-		i += run;
-		if (sp != NULL) {
-			if ((rc = tok_buf_put(w, escaped_space, 3)) != 0)
-				return rc;
-			i++;
-		}
-	}
+	if ((rc = tok_put_escaped(&w->buf, &w->n_buf, &w->cap_buf, text, len)) != 0)
+		return rc;
 	if ((rc = tok_make_symbols(w)) != 0 || (rc = tok_merge_all(v, w)) != 0)
 		return rc;
 	for (int32_t i = w->n_sym ? 0 : -1; i != -1; i = w->sym[i].next) {
@@ -265,11 +283,62 @@ static int tok_spm_fragment(const tok_vocab *v, struct tok_work *w, const char *
 	return 0;
 }
 
-/* --- byte-level BPE --- */
+/* --- byte-level BPE, and gemma4's BPE over escaped UTF-8 --- */
+
+/* Whether the word buf[0..n) is newlines only. */
+static bool tok_all_newlines(const uint8_t *buf, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != '\n')
+			return false;
+	return true;
+}
+
+/* Tokenizes one word in w->buf, as llm_tokenizer_bpe_session does. */
+static int tok_bpe_word(const tok_vocab *v, struct tok_work *w)
+{
+	int rc;
+	int32_t id;
+	/* Whole words that skip the merges: any token for ignore_merges vocabularies (llama-bpe);
+	 * newline runs for gemma4, whose merges would split them otherwise. */
+	if ((v->ignore_merges ||
+	     (v->pre == TOK_PRE_NEWLINES && tok_all_newlines(w->buf, w->n_buf))) &&
+	    (id = tok_find_text(v, (const char *)w->buf, w->n_buf)) >= 0)
+		return tok_i32v_push(&w->out, id);
+	if ((rc = tok_make_symbols(w)) != 0 || (rc = tok_merge_all(v, w)) != 0)
+		return rc;
+	for (size_t i = 0; i < w->n_sym; i++) {
+		const struct tok_sym *s = &w->sym[i];
+		if (s->n == 0)
+			continue;
+		const char *st = (const char *)w->buf + s->off;
+		if ((id = tok_find_text(v, st, s->n)) >= 0) {
+			if ((rc = tok_i32v_push(&w->out, id)) != 0)
+				return rc;
+			continue;
+		}
+		/* As llama.cpp: each byte alone, skipped if absent. Byte-level BPE looks the byte up
+		 * as a one-character text (of the spelled word), gemma4 as its <0xNN> token. */
+		for (uint32_t j = 0; j < s->n; j++) {
+			id = v->byte_encode ? tok_find_text(v, st + j, 1)
+					    : v->byte_tok[(uint8_t)st[j]];
+			if (id >= 0 && (rc = tok_i32v_push(&w->out, id)) != 0)
+				return rc;
+		}
+	}
+	return 0;
+}
 
 static int tok_bpe_fragment(const tok_vocab *v, struct tok_work *w, const char *text, size_t len)
 {
 	int rc;
+	if (v->escape_spaces) { /* before decoding, as llama.cpp does */
+		w->n_esc = 0;
+		if ((rc = tok_put_escaped(&w->esc, &w->n_esc, &w->cap_esc, text, len)) != 0)
+			return rc;
+		text = (const char *)w->esc;
+		len = w->n_esc;
+	}
 	/* Code points as llama.cpp reads them: a malformed byte becomes U+FFFD. */
 	w->cps.n = 0;
 	for (size_t off = 0; off < len;) {
@@ -285,11 +354,16 @@ static int tok_bpe_fragment(const tok_vocab *v, struct tok_work *w, const char *
 	size_t b = 0;
 	for (size_t k = 0; k < w->ends.n; k++) {
 		size_t e = w->ends.p[k];
-		/* The word's UTF-8, each byte spelled as its GPT-2 character. */
+		/* The word's UTF-8, for byte-level BPE each byte spelled as its GPT-2 character. */
 		w->n_buf = 0;
 		for (size_t i = b; i < e; i++) {
 			uint8_t u[4], m[4];
 			size_t nu = tok_utf8_encode(w->cps.p[i], u);
+			if (!v->byte_encode) {
+				if ((rc = tok_buf_put(w, u, nu)) != 0)
+					return rc;
+				continue;
+			}
 			for (size_t j = 0; j < nu; j++) {
 				size_t nm = tok_utf8_encode(tok_gpt2_byte_to_cp(u[j]), m);
 				if ((rc = tok_buf_put(w, m, nm)) != 0)
@@ -297,31 +371,13 @@ static int tok_bpe_fragment(const tok_vocab *v, struct tok_work *w, const char *
 			}
 		}
 		b = e;
-		if ((rc = tok_make_symbols(w)) != 0 || (rc = tok_merge_all(v, w)) != 0)
+		if ((rc = tok_bpe_word(v, w)) != 0)
 			return rc;
-		for (size_t i = 0; i < w->n_sym; i++) {
-			const struct tok_sym *s = &w->sym[i];
-			if (s->n == 0)
-				continue;
-			const char *st = (const char *)w->buf + s->off;
-			int32_t id = tok_find_text(v, st, s->n);
-			if (id >= 0) {
-				if ((rc = tok_i32v_push(&w->out, id)) != 0)
-					return rc;
-				continue;
-			}
-			/* As llama.cpp: each byte of the spelled text alone, skipped if absent. */
-			for (uint32_t j = 0; j < s->n; j++) {
-				id = tok_find_text(v, st + j, 1);
-				if (id >= 0 && (rc = tok_i32v_push(&w->out, id)) != 0)
-					return rc;
-			}
-		}
 	}
 	return 0;
 }
 
-/* --- user-defined tokens in the text --- */
+/* --- special tokens in the text --- */
 
 /* A run of text (id < 0) or a token matched in the text. */
 struct tok_frag {
@@ -353,10 +409,11 @@ static bool tok_c_space(char c)
 	return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
-/* Splits the text fragments around every occurrence of each user-defined token, longest tokens
- * first, as llama.cpp's tokenizer_st_partition does. */
-static int tok_partition(const tok_vocab *v, const char *text, size_t len, struct tok_frags *cur,
-			 struct tok_frags *next)
+/* Splits the text fragments around every occurrence of each special token, longest tokens first,
+ * as llama.cpp's tokenizer_st_partition does: user-defined tokens always, control and unknown
+ * ones only when parse_special. */
+static int tok_partition(const tok_vocab *v, const char *text, size_t len, bool parse_special,
+			 struct tok_frags *cur, struct tok_frags *next)
 {
 	int rc;
 	cur->n = 0;
@@ -364,9 +421,11 @@ static int tok_partition(const tok_vocab *v, const char *text, size_t len, struc
 		return 0;
 	if ((rc = tok_frag_push(cur, -1, 0, len)) != 0)
 		return rc;
-	for (size_t u = 0; u < v->n_user_defined; u++) {
-		int32_t id = v->user_defined[u];
+	for (size_t u = 0; u < v->n_special; u++) {
+		int32_t id = v->special[u];
 		const struct tok_token *t = &v->tok[id];
+		if (!parse_special && (t->attr & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)))
+			continue;
 		const char *tt = v->text + t->text_off;
 		next->n = 0;
 		for (size_t k = 0; k < cur->n; k++) {
@@ -421,7 +480,7 @@ static int tok_encode_into(const tok_vocab *v, const char *text, size_t len, boo
 		if ((rc = tok_i32v_push(&w->out, v->bos)) != 0)
 			goto out;
 	}
-	if ((rc = tok_partition(v, text, len, &frags, &spare)) != 0)
+	if ((rc = tok_partition(v, text, len, false, &frags, &spare)) != 0)
 		goto out;
 	bool prev_special = true; /* SPM: the dummy space goes before text that starts a run */
 	for (size_t k = 0; k < frags.n; k++) {

@@ -363,7 +363,8 @@ static void check_vocab(const tok_vocab *v)
 {
 	int32_t n = tok_n_vocab(v);
 	CHECK(n >= 1);
-	CHECK(tok_model(v) == TOK_MODEL_SPM || tok_model(v) == TOK_MODEL_BPE);
+	CHECK(tok_model(v) == TOK_MODEL_SPM || tok_model(v) == TOK_MODEL_BPE ||
+	      tok_model(v) == TOK_MODEL_GEMMA4);
 	int32_t specials[4] = {tok_bos(v), tok_eos(v), tok_eot(v), tok_unk(v)};
 	for (int i = 0; i < 4; i++)
 		CHECK(specials[i] >= -1 && specials[i] < n);

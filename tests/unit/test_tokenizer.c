@@ -57,9 +57,11 @@ static tok_vocab *load_path(const char *path, gguf_file **fout)
 
 #define N_TEXTS 46
 
-/* Reads X.inp and X.out: texts separated by "\n__ggml_vocab_test__\n" (one after the last), and
- * one line of ids per text. Returns the number of texts that tokenize exactly as llama.cpp did,
- * and checks that decoding the expected ids gives the text back. */
+/* Reads X.inp and X.out: texts separated by "\n__ggml_vocab_test__\n" (llama.cpp's
+ * test-tokenizer-0 reads text after the last separator as one more text: gemma-4's .inp has no
+ * separator after its last one), and one line of ids per text. Returns the number of texts that
+ * tokenize exactly as llama.cpp did, and checks that decoding the expected ids gives the text
+ * back and that there are N_TEXTS. */
 static int run_vectors(const char *vocab_rel, const char *vec_rel)
 {
 	static const char sep[] = "\n__ggml_vocab_test__\n";
@@ -75,8 +77,10 @@ static int run_vectors(const char *vocab_rel, const char *vec_rel)
 	char *out = slurp(shared_path(path), &out_len);
 
 	int passed = 0, n_texts = 0;
-	char *text = inp, *line = out;
-	for (char *end; (end = strstr(text, sep)) != NULL; text = end + strlen(sep), n_texts++) {
+	char *text = inp, *line = out, *end;
+	for (; text < inp + inp_len; text = end + (*end != '\0' ? strlen(sep) : 0), n_texts++) {
+		if ((end = strstr(text, sep)) == NULL)
+			end = inp + inp_len;
 		size_t len = (size_t)(end - text);
 		char *eol = strchr(line, '\n');
 		cr_assert_not_null(eol, "%s: fewer id lines than texts", vec_rel);
@@ -168,6 +172,24 @@ Test(tokenizer, vectors_refact)
 Test(tokenizer, vectors_deepseek_coder)
 {
 	const char *x = "tokenizer/ggml-vocab-deepseek-coder.gguf";
+	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+Test(tokenizer, vectors_llama_bpe)
+{
+	const char *x = "tokenizer/ggml-vocab-llama-bpe.gguf";
+	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+Test(tokenizer, vectors_qwen2)
+{
+	const char *x = "tokenizer/ggml-vocab-qwen2.gguf";
+	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+Test(tokenizer, vectors_gemma_4)
+{
+	const char *x = "tokenizer/ggml-vocab-gemma-4.gguf";
 	cr_expect_eq(run_vectors(x, x), N_TEXTS);
 }
 
