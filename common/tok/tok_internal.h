@@ -61,7 +61,7 @@ struct tok_vocab {
 	 * the user-defined ones that are neither control nor unknown take part. (n_special) */
 	int32_t *special;
 	size_t n_special;
-	int32_t *eog; /* end-of-generation ids; (n_eog) */
+	int32_t *eog; /* end-of-generation ids, ascending; (n_eog) */
 	size_t n_eog;
 	/* Byte fallback. SPM: <0xNN>, else the one-byte token, else -1. gemma4: <0xNN> or -1. */
 	int32_t byte_tok[256];

@@ -574,6 +574,12 @@ static bool tok_eog_has(const tok_vocab *v, const char *name)
 	return false;
 }
 
+static int tok_cmp_id(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static int tok_fix_by_name(const gguf_file *f, tok_vocab *v, lm_diag *d)
 {
 	static const char *const eot_names[] = {
@@ -710,6 +716,8 @@ static int tok_fix_by_name(const gguf_file *f, tok_vocab *v, lm_diag *d)
 		tok_eog_remove(v, id);
 		v->tok[id].attr = TOK_ATTR_NORMAL;
 	}
+	if (v->n_eog > 1)
+		qsort(v->eog, v->n_eog, sizeof *v->eog, tok_cmp_id);
 	return 0;
 }
 

@@ -465,22 +465,27 @@ static int tok_partition(const tok_vocab *v, const char *text, size_t len, bool 
 
 /* --- encoding --- */
 
-static int tok_encode_into(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+static int tok_encode_into(const tok_vocab *v, const char *text, size_t len, unsigned flags,
 			   struct tok_work *w, lm_diag *d)
 {
 	struct tok_frags frags = {0}, spare = {0};
 	int rc;
+	if ((flags & ~(unsigned)(TOK_ENC_ADD_BOS | TOK_ENC_PARSE_SPECIAL)) != 0)
+		return lm_fail(d, LM_EINVAL, "tok_encode_ex: unknown flags 0x%x", flags);
+	if (text == NULL && len > 0)
+		return lm_fail(d, LM_EINVAL, "tok_encode_ex: no text but a length of %zu", len);
 	if (len > TOK_MAX_INPUT)
 		return lm_fail(d, LM_ERANGE,
 			       "text of %zu bytes is too long to tokenize (at most %u)", len,
 			       TOK_MAX_INPUT);
-	if (add_bos) {
+	if (flags & TOK_ENC_ADD_BOS) {
 		if (v->bos < 0)
 			return lm_fail(d, LM_EINVAL, "the vocabulary has no BOS token");
 		if ((rc = tok_i32v_push(&w->out, v->bos)) != 0)
 			goto out;
 	}
-	if ((rc = tok_partition(v, text, len, false, &frags, &spare)) != 0)
+	if ((rc = tok_partition(v, text, len, (flags & TOK_ENC_PARSE_SPECIAL) != 0, &frags,
+				&spare)) != 0)
 		goto out;
 	bool prev_special = true; /* SPM: the dummy space goes before text that starts a run */
 	for (size_t k = 0; k < frags.n; k++) {
@@ -506,11 +511,11 @@ out:
 	return rc;
 }
 
-int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t *ids,
-	       size_t cap, size_t *n, lm_diag *d)
+int tok_encode_ex(const tok_vocab *v, const char *text, size_t len, unsigned flags, int32_t *ids,
+		  size_t cap, size_t *n, lm_diag *d)
 {
 	struct tok_work w = {0};
-	int rc = tok_encode_into(v, text, len, add_bos, &w, d);
+	int rc = tok_encode_into(v, text, len, flags, &w, d);
 	*n = 0;
 	if (rc == 0) {
 		*n = w.out.n;
@@ -524,11 +529,11 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, i
 	return rc;
 }
 
-int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t **ids,
-		     size_t *n, lm_diag *d)
+int tok_encode_alloc_ex(const tok_vocab *v, const char *text, size_t len, unsigned flags,
+			int32_t **ids, size_t *n, lm_diag *d)
 {
 	struct tok_work w = {0};
-	int rc = tok_encode_into(v, text, len, add_bos, &w, d);
+	int rc = tok_encode_into(v, text, len, flags, &w, d);
 	*ids = NULL;
 	*n = 0;
 	if (rc == 0 && w.out.n > 0) {
@@ -538,6 +543,18 @@ int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_
 	}
 	tok_work_fini(&w);
 	return rc;
+}
+
+int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t *ids,
+	       size_t cap, size_t *n, lm_diag *d)
+{
+	return tok_encode_ex(v, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, ids, cap, n, d);
+}
+
+int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t **ids,
+		     size_t *n, lm_diag *d)
+{
+	return tok_encode_alloc_ex(v, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, ids, n, d);
 }
 
 /* --- accessors --- */
@@ -579,10 +596,30 @@ bool tok_add_bos(const tok_vocab *v)
 
 bool tok_is_eog(const tok_vocab *v, int32_t id)
 {
-	for (size_t i = 0; id >= 0 && i < v->n_eog; i++)
-		if (v->eog[i] == id)
+	size_t lo = 0, hi = v->n_eog; /* ascending */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v->eog[mid] == id)
 			return true;
+		if (v->eog[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return false;
+}
+
+const int32_t *tok_eog_ids(const tok_vocab *v, size_t *n)
+{
+	*n = v->n_eog;
+	return v->eog;
+}
+
+int32_t tok_find(const tok_vocab *v, const char *text, size_t len)
+{
+	if (text == NULL)
+		return -1;
+	return tok_find_text(v, text, len);
 }
 
 unsigned tok_attr(const tok_vocab *v, int32_t id)

@@ -26,9 +26,14 @@
  *        a symbol that is not a token falls back to one <0xNN> token per byte. BOS is always
  *        added (llama.cpp overrides tokenizer.ggml.add_bos_token for it).
  *
- * Special text is never parsed: "<s>" in the input is three characters, as llama.cpp's
- * parse_special = false. As in llama.cpp, user-defined tokens (token_type 4) are still matched in
- * the text before the tokenizer runs.
+ * Special tokens. Before the tokenizer runs, the text is cut around every occurrence of a special
+ * token's text, longest first (llama.cpp's tokenizer_st_partition): user-defined tokens
+ * (token_type 4) always, control and unknown tokens (<s>, <|im_start|>, <|eot_id|>, <|turn>,
+ * ...) only with TOK_ENC_PARSE_SPECIAL (llama.cpp's parse_special = true). Without it, as
+ * tok_encode always does, "<s>" in the text is three characters. tok_find looks a token up by its
+ * text, for chat templates. End of generation: tok_is_eog, the set llama.cpp's vocab load builds
+ * (EOS, EOT, EOM, FIM pad/rep/sep and the names <|eot_id|>, <|im_end|>, <end_of_turn>, <turn|>,
+ * <|endoftext|>, ..., minus its exceptions).
  *
  * Text is (pointer, length) throughout: a NUL byte is a character like any other (SPM: <0x00>).
  *
@@ -104,6 +109,10 @@ int32_t tok_unk(const tok_vocab *v);
 bool tok_add_bos(const tok_vocab *v);
 /* Whether id ends generation (EOS, EOT, EOM and llama.cpp's end-of-generation names). */
 bool tok_is_eog(const tok_vocab *v, int32_t id);
+/* Every end-of-generation id, ascending; *n receives the count. Owned by the vocabulary. */
+const int32_t *tok_eog_ids(const tok_vocab *v, size_t *n);
+/* The id whose vocabulary text is exactly text[0..len), or -1. */
+int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
 /* enum tok_attr bits of id; 0 for an id out of range. */
 unsigned tok_attr(const tok_vocab *v, int32_t id);
 
@@ -118,6 +127,18 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, i
 /* The same into a malloc'd array the caller frees (*ids is NULL when *n is 0). */
 int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t **ids,
 		     size_t *n, lm_diag *d);
+
+/* Options of tok_encode_ex. */
+enum tok_encode_flags {
+	TOK_ENC_ADD_BOS = 1u << 0,       /* start with the BOS id, as tok_encode's add_bos */
+	TOK_ENC_PARSE_SPECIAL = 1u << 1, /* control and unknown tokens' texts become their ids */
+};
+/* tok_encode with flags (enum tok_encode_flags; LM_EINVAL for unknown bits). tok_encode(v, ...,
+ * add_bos, ...) is tok_encode_ex(v, ..., add_bos ? TOK_ENC_ADD_BOS : 0, ...). */
+int tok_encode_ex(const tok_vocab *v, const char *text, size_t len, unsigned flags, int32_t *ids,
+		  size_t cap, size_t *n, lm_diag *d);
+int tok_encode_alloc_ex(const tok_vocab *v, const char *text, size_t len, unsigned flags,
+			int32_t **ids, size_t *n, lm_diag *d);
 
 /* The vocabulary text of id (NUL-terminated; *len may be NULL), or NULL for an id out of range. */
 const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);

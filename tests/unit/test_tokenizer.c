@@ -193,6 +193,205 @@ Test(tokenizer, vectors_gemma_4)
 	cr_expect_eq(run_vectors(x, x), N_TEXTS);
 }
 
+/* ------------------------------------------------------------ special tokens, NUL, EOG */
+
+/* Encodes text[0..len) with flags and compares with llama.cpp's ids. */
+static void expect_ids_ex(const tok_vocab *v, const char *what, const char *text, size_t len,
+			  unsigned flags, const int32_t *want, size_t n_want)
+{
+	int32_t *got;
+	size_t n;
+	lm_diag d = {{0}};
+	cr_assert_eq(tok_encode_alloc_ex(v, text, len, flags, &got, &n, &d), 0, "%s: %s", what,
+		     d.msg);
+	char buf[512] = "";
+	for (size_t i = 0; i < n; i++)
+		snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " %d", got[i]);
+	cr_expect(n == n_want && (n == 0 || memcmp(got, want, n * sizeof *got) == 0),
+		  "%s (flags %u) gave [%s ]", what, flags, buf);
+	free(got);
+}
+
+#define TEXT(s) s, sizeof(s) - 1 /* a literal with its length, NULs included */
+
+/* Special-token text becomes the token only with TOK_ENC_PARSE_SPECIAL; user-defined tokens are
+ * matched either way. Expected ids: lm_oracle --tokenize [--special] --no-bos --file, i.e.
+ * llama_tokenize(add_special = false, parse_special = false/true) of llama.cpp v0.4.0. */
+Test(tokenizer, special_text_is_parsed_only_when_asked)
+{
+	static const struct {
+		const char *vocab, *text;
+		int32_t plain[40], special[16];
+		size_t n_plain, n_special;
+	} cases[] = {
+		{"tokenizer/ggml-vocab-qwen2.gguf",
+		 "<|im_start|>user\nhi<|im_end|>",
+		 {27, 91, 318, 4906, 91, 29, 872, 198, 6023, 27, 91, 318, 6213, 91, 29},
+		 {151644, 872, 198, 6023, 151645},
+		 15,
+		 5},
+		{"tokenizer/ggml-vocab-llama-bpe.gguf",
+		 "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
+		 {27, 91,  7413, 3659, 4424, 91,   1822, 91, 2527, 8932, 851, 91,  29, 882, 27,
+		  91, 408, 8932, 851,  91,   1363, 6151, 27, 91,   68,   354, 851, 91, 29},
+		 {128000, 128006, 882, 128007, 271, 6151, 128009},
+		 29,
+		 7},
+		{"tokenizer/ggml-vocab-gemma-4.gguf",
+		 "<|turn>user\nhi<turn|>",
+		 {236820, 236909, 887, 236813, 2364, 107, 2202, 236820, 887, 111038},
+		 {105, 2364, 107, 2202, 106},
+		 10,
+		 5},
+		/* <|tool_call> and <|"|> are user-defined: single ids in both modes. */
+		{"tokenizer/ggml-vocab-gemma-4.gguf",
+		 "<|tool_call>x<|\"|>",
+		 {48, 236781, 52},
+		 {48, 236781, 52},
+		 3,
+		 3},
+		/* SPM: the text after a special token gets the dummy space again. */
+		{"tokenizer/ggml-vocab-llama-spm.gguf",
+		 "<s>[INST] hi [/INST]</s>",
+		 {529, 29879, 24566, 25580, 29962, 7251, 518, 29914, 25580, 29962, 829, 29879,
+		  29958},
+		 {1, 518, 25580, 29962, 7251, 518, 29914, 25580, 29962, 2},
+		 13,
+		 10},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gguf_file *f;
+		tok_vocab *v = load_path(shared_path(cases[c].vocab), &f);
+		const char *t = cases[c].text;
+		expect_ids_ex(v, cases[c].vocab, t, strlen(t), 0, cases[c].plain, cases[c].n_plain);
+		expect_ids_ex(v, cases[c].vocab, t, strlen(t), TOK_ENC_PARSE_SPECIAL,
+			      cases[c].special, cases[c].n_special);
+		/* tok_encode is the plain form. */
+		int32_t ids[64];
+		size_t n;
+		lm_diag d = {{0}};
+		cr_assert_eq(tok_encode(v, t, strlen(t), false, ids, 64, &n, &d), 0, "%s", d.msg);
+		cr_expect(n == cases[c].n_plain && memcmp(ids, cases[c].plain, n * 4) == 0);
+		/* BOS and parsing together: BOS, then the same ids. */
+		if (tok_bos(v) >= 0) {
+			cr_assert_eq(tok_encode_ex(v, t, strlen(t),
+						   TOK_ENC_ADD_BOS | TOK_ENC_PARSE_SPECIAL, ids, 64,
+						   &n, &d),
+				     0);
+			cr_expect(n == cases[c].n_special + 1 && ids[0] == tok_bos(v) &&
+				  memcmp(ids + 1, cases[c].special, (n - 1) * 4) == 0);
+		}
+		tok_free(v);
+		gguf_close(f);
+	}
+
+	gguf_file *f;
+	tok_vocab *v = load_path(shared_path("tokenizer/ggml-vocab-qwen2.gguf"), &f);
+	int32_t ids[4];
+	size_t n;
+	lm_diag d = {{0}};
+	cr_expect_eq(tok_encode_ex(v, "x", 1, 1u << 7, ids, 4, &n, &d), LM_EINVAL);
+	cr_expect_not_null(strstr(d.msg, "flags"));
+	cr_expect_eq(tok_encode_ex(v, NULL, 3, 0, ids, 4, &n, &d), LM_EINVAL);
+	cr_expect_eq(tok_encode_ex(v, NULL, 0, TOK_ENC_PARSE_SPECIAL, ids, 4, &n, &d), 0);
+	cr_expect_eq(n, 0);
+	tok_free(v);
+	gguf_close(f);
+}
+
+/* A NUL is a character: the text is not cut there. Expected ids from llama.cpp as above. */
+Test(tokenizer, nul_bytes_are_text)
+{
+	static const struct {
+		const char *vocab;
+		int32_t a_nul_b[3], nuls[6];
+		size_t n_nuls;
+	} cases[] = {
+		{"tokenizer/ggml-vocab-llama-spm.gguf",
+		 {263, 3, 29890},
+		 {259, 3, 29871, 3, 3, 29916},
+		 6},
+		{"tokenizer/ggml-vocab-llama-bpe.gguf",
+		 {64, 188, 65},
+		 {220, 188, 220, 188, 188, 87},
+		 6},
+		{"tokenizer/ggml-vocab-qwen2.gguf",
+		 {64, 188, 65},
+		 {220, 188, 220, 188, 188, 87},
+		 6},
+		{"tokenizer/ggml-vocab-gpt-2.gguf",
+		 {64, 188, 65},
+		 {220, 188, 220, 188, 188, 87},
+		 6},
+		{"tokenizer/ggml-vocab-gemma-4.gguf",
+		 {236746, 238, 236763},
+		 {236743, 238, 236743, 238, 238, 236781},
+		 6},
+		{"models/stories260K.gguf", {261, 3, 430}, {0}, 0},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gguf_file *f;
+		tok_vocab *v = load_path(shared_path(cases[c].vocab), &f);
+		expect_ids_ex(v, cases[c].vocab, TEXT("a\0b"), 0, cases[c].a_nul_b, 3);
+		if (cases[c].n_nuls > 0)
+			expect_ids_ex(v, cases[c].vocab, TEXT(" \0 \0\0x"), 0, cases[c].nuls,
+				      cases[c].n_nuls);
+		tok_free(v);
+		gguf_close(f);
+	}
+}
+
+/* End of generation and ids by text, as llama.cpp's vocabulary load decides them (lm_oracle
+ * --vocab-info: llama_vocab_eot, llama_vocab_is_eog over every id). */
+Test(tokenizer, eog_ids_and_lookup_match_llama_cpp)
+{
+	static const struct {
+		const char *vocab;
+		int32_t eot, eog[4];
+		size_t n_eog;
+		const char *name;
+		int32_t id;
+	} cases[] = {
+		{"tokenizer/ggml-vocab-gemma-4.gguf", -1, {1, 50, 106}, 3, "<turn|>", 106},
+		{"tokenizer/ggml-vocab-llama-bpe.gguf",
+		 128009,
+		 {128001, 128009},
+		 2,
+		 "<|start_header_id|>",
+		 128006},
+		{"tokenizer/ggml-vocab-qwen2.gguf",
+		 151645,
+		 {128247, 151643, 151645},
+		 3,
+		 "<|im_start|>",
+		 151644},
+		{"tokenizer/ggml-vocab-llama-spm.gguf", -1, {2}, 1, "</s>", 2},
+		{"tokenizer/ggml-vocab-phi-3.gguf", 32007, {2, 32000, 32007}, 3, "<|end|>", 32007},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gguf_file *f;
+		tok_vocab *v = load_path(shared_path(cases[c].vocab), &f);
+		const char *x = cases[c].vocab;
+		cr_expect_eq(tok_eot(v), cases[c].eot, "%s", x);
+		size_t n;
+		const int32_t *eog = tok_eog_ids(v, &n);
+		cr_expect(n == cases[c].n_eog && memcmp(eog, cases[c].eog, n * 4) == 0, "%s: %zu",
+			  x, n);
+		int32_t count = 0;
+		for (int32_t id = -1; id <= tok_n_vocab(v); id++)
+			count += tok_is_eog(v, id);
+		cr_expect_eq(count, (int32_t)cases[c].n_eog, "%s", x);
+		for (size_t i = 0; i < cases[c].n_eog; i++)
+			cr_expect(tok_is_eog(v, cases[c].eog[i]), "%s: %d", x, cases[c].eog[i]);
+		cr_expect_eq(tok_find(v, cases[c].name, strlen(cases[c].name)), cases[c].id, "%s",
+			     x);
+		cr_expect_eq(tok_find(v, cases[c].name, strlen(cases[c].name) - 1), -1, "%s", x);
+		cr_expect_eq(tok_find(v, NULL, 0), -1);
+		tok_free(v);
+		gguf_close(f);
+	}
+}
+
 /* ------------------------------------------------------------ stories260K prompts with BOS */
 
 static const char *const prompts[] = {"once_upon_a_time", "the_cat", "lily_wanted", "empty",
@@ -302,6 +501,7 @@ Test(tokenizer, cli_prints_llama_cpp_prompt_ids)
 	char *help[] = {exe, "tokenize", "--help", NULL};
 	cr_expect_eq(run_cli(help, out, sizeof out), 0);
 	cr_expect_not_null(strstr(out, "--no-bos"));
+
 }
 
 /* ------------------------------------------------------------ hand-built vocabularies */
