@@ -502,6 +502,28 @@ Test(tokenizer, cli_prints_llama_cpp_prompt_ids)
 	cr_expect_eq(run_cli(help, out, sizeof out), 0);
 	cr_expect_not_null(strstr(out, "--no-bos"));
 
+	/* --file: one line per text, NULs kept, no separator needed after the last text; with
+	 * --special. Ids from llama.cpp (lm_oracle --tokenize --file). */
+	char path[] = "/tmp/test_tokenizer_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	static const char texts[] = "a\0b\n__ggml_vocab_test__\n<s>x</s>";
+	cr_assert_eq(write(fd, texts, sizeof texts - 1), (ssize_t)(sizeof texts - 1));
+	close(fd);
+	char *file[] = {exe, "tokenize", "--model", model, "--file", path, NULL};
+	cr_expect_eq(run_cli(file, out, sizeof out), 0);
+	cr_expect_str_eq(out, "1 261 3 430\n1 410 504 419 505 444 504 492 419 505\n");
+	char *special[] = {exe,         "tokenize", "--model", model, "--no-bos",
+			   "--special", "--file",   path,      NULL};
+	cr_expect_eq(run_cli(special, out, sizeof out), 0);
+	cr_expect_str_eq(out, "261 3 430\n1 410 444 2\n");
+	unlink(path);
+	char *info[] = {exe, "tokenize", "--model", model, "--vocab-info", NULL};
+	cr_expect_eq(run_cli(info, out, sizeof out), 0);
+	cr_expect_str_eq(out,
+			 "n_vocab 512\nbos 1\neos 2\neot -1\nadd_bos 1\neog 2\nspecial 0 1 2\n");
+	char *two[] = {exe, "tokenize", "--model", model, "--file", path, "text", NULL};
+	cr_expect_eq(run_cli(two, out, sizeof out), 2);
 }
 
 /* ------------------------------------------------------------ hand-built vocabularies */
