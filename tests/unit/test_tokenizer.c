@@ -214,6 +214,24 @@ static void expect_ids_ex(const tok_vocab *v, const char *what, const char *text
 
 #define TEXT(s) s, sizeof(s) - 1 /* a literal with its length, NULs included */
 
+/* llama-bpe's ignore_merges: a word that is a token is that token, though its merges would not
+ * reach it (588 of the vocabulary's words, none in llama.cpp's vectors). Ids from llama.cpp
+ * v0.4.0 (lm_oracle --tokenize --no-bos); merging them gives 3355 26298 66 for " việc". */
+Test(tokenizer, llama_bpe_keeps_token_words_whole)
+{
+	static const int32_t vi[] = {127806, 100724, 100769, 100788, 101798, 31074, 100937, 100631};
+	static const int32_t mixed[] = {103084, 101503, 124717, 101081};
+	gguf_file *f;
+	tok_vocab *v = load_path(shared_path("tokenizer/ggml-vocab-llama-bpe.gguf"), &f);
+	expect_ids_ex(v, "vi",
+		      TEXT("T\xc3\xb4i l\xc3\xa0m vi\xe1\xbb\x87"
+			   "c \xe1\xbb\x9f Vi\xe1\xbb\x87t Nam nhi\xe1\xbb\x81u n\xc4\x83m"),
+		      0, vi, 8);
+	expect_ids_ex(v, "mixed", TEXT("lardan jeho mektedir"), 0, mixed, 4);
+	tok_free(v);
+	gguf_close(f);
+}
+
 /* Special-token text becomes the token only with TOK_ENC_PARSE_SPECIAL; user-defined tokens are
  * matched either way. Expected ids: lm_oracle --tokenize [--special] --no-bos --file, i.e.
  * llama_tokenize(add_special = false, parse_special = false/true) of llama.cpp v0.4.0. */
