@@ -45,8 +45,8 @@
  *
  * Where this code differs from llama.cpp, it is on input llama.cpp cannot handle: a character an
  * SPM vocabulary has neither a token nor a byte token for becomes the unknown token (llama.cpp
- * throws), and a 4-byte lead F5..F7 (a value past U+10FFFF) becomes U+FFFD per byte for BPE
- * (llama.cpp throws). Two orders llama.cpp leaves to its C++ library are fixed here: special
+ * throws), and a 4-byte sequence whose value is past U+10FFFF (lead F4 with 90..BF, or F5..F7)
+ * becomes U+FFFD per byte for BPE and gemma4 (llama.cpp throws). Two orders llama.cpp leaves to its C++ library are fixed here: special
  * tokens of equal length are tried in id order (std::sort is not stable), and where a vocabulary
  * has several EOT candidates by name (<|eot_id|> and <|end_of_text|>), tok_eot is the first of
  * llama.cpp's list rather than the first in its hash map; both are end-of-generation either way.
