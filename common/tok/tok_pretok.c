@@ -1,11 +1,13 @@
-/* tok_pretok.c — the pre-tokenizers of byte-level BPE: llama.cpp's regex lists, by hand.
+/* tok_pretok.c — the pre-tokenizers of BPE: llama.cpp's regex lists, by hand.
  *
  * llama.cpp splits text with a list of regexes applied in turn: each regex cuts every current
- * piece into its matches and the gaps between them (both kept as pieces). The GPT-2 regex it runs
- * as hand-written code (unicode_regex_split_custom_gpt2); the others through std::regex over a
- * "collapsed" text where every non-ASCII code point is replaced by one byte standing for its class,
- * so \p{L} means "an ASCII letter or a non-ASCII code point of category L that is not white
- * space". Each stage below reproduces one regex's matches under those rules.
+ * piece into its matches and the gaps between them (both kept as pieces). Some regexes it runs as
+ * hand-written code: GPT-2's, Llama 3's and its qwen2/qwen35 variants, gemma4's newline split
+ * (unicode_regex_split_custom_*), and those are followed here step by step, quirks included. The
+ * others it runs through std::regex over a "collapsed" text where every non-ASCII code point is
+ * replaced by one byte standing for its class, so \p{L} means "an ASCII letter or a non-ASCII
+ * code point of category L that is not white space". Each stage below reproduces one regex's
+ * matches under those rules.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,8 @@
-/* tokenizer.c — encoding (SentencePiece BPE and byte-level BPE), pieces and the streaming decoder.
+/* tokenizer.c — encoding (SentencePiece BPE, byte-level BPE and gemma4's BPE), pieces and the
+ * streaming decoder.
  *
- * Both encoders follow llama.cpp's llm_tokenizer_spm_session / llm_tokenizer_bpe_session: the
+ * The encoders follow llama.cpp's llm_tokenizer_spm_session / llm_tokenizer_bpe_session (gemma4
+ * is the BPE session without GPT-2's byte mapping, over text whose spaces became U+2581): the
  * text is cut into symbols (UTF-8 characters), every adjacent pair that could merge goes into a
  * priority queue, and the best pair is merged repeatedly; a queued pair whose symbols have since
  * changed is skipped when it comes out. SPM ranks a pair by the score of the token its text
