@@ -250,10 +250,21 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .batch_timeout_ms = 30000,
 			       .push = m->push,
 			       .pull = m->pull};
-	int32_t stops[3] = {tok_eos(m->vocab), tok_eot(m->vocab), tok_bos(m->vocab)};
-	for (int i = 0; i < 3; i++)
-		if (stops[i] >= 0)
-			sc.stop_ids[sc.n_stop_ids++] = stops[i];
+	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,
+	 * <|im_end|>, <turn|>, ...: the set llama.cpp's vocabulary load builds) or at BOS. */
+	size_t n_eog;
+	const int32_t *eog = tok_eog_ids(m->vocab, &n_eog);
+	const size_t max_stops = sizeof sc.stop_ids / sizeof sc.stop_ids[0];
+	if (n_eog + 1 > max_stops)
+		return lm_fail(
+			d, LM_EUNSUPPORTED,
+			"the vocabulary has %zu end-of-generation tokens; the scheduler takes "
+			"at most %zu",
+			n_eog, max_stops - 1);
+	for (size_t i = 0; i < n_eog; i++)
+		sc.stop_ids[sc.n_stop_ids++] = eog[i];
+	if (tok_bos(m->vocab) >= 0 && !tok_is_eog(m->vocab, tok_bos(m->vocab)))
+		sc.stop_ids[sc.n_stop_ids++] = tok_bos(m->vocab);
 	if ((rc = sched_start(&m->sched, &sc, d)) != 0)
 		return rc;
 	struct api_cfg ac = {.http = m->cfg.http,

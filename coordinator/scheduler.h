@@ -59,8 +59,8 @@ struct sched_cfg {
 	int32_t prefill_chunk; /* prompt tokens of one sequence per batch */
 	int32_t n_vocab;
 	int32_t max_logprobs;
-	/* Token ids that end a sequence (EOS, EOT, BOS ...), at most 8. */
-	int32_t stop_ids[8];
+	/* Token ids that end a sequence (every end-of-generation id, and BOS), at most 32. */
+	int32_t stop_ids[32];
 	int32_t n_stop_ids;
 	int64_t batch_timeout_ms; /* a batch not back by then fails its sequences */
 	nng_socket push;          /* to the first worker; opened and dialled by the caller */

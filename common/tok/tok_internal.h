@@ -16,6 +16,11 @@ enum tok_pre {
 	TOK_PRE_GPT2,           /* gpt-2, mpt, olmo, ...: the GPT-2 regex */
 	TOK_PRE_STARCODER,      /* starcoder, refact, ...: single digits, then the GPT-2 regex */
 	TOK_PRE_DEEPSEEK_CODER, /* deepseek-coder */
+	TOK_PRE_FALCON,   /* falcon: the default list with ` as punctuation, no \p{N}+ stage */
+	TOK_PRE_LLAMA3,   /* llama-bpe, dbrx, glm4, ...: Llama 3's regex (digits in 1-3s) */
+	TOK_PRE_QWEN2,    /* qwen2, stablelm2, ...: Llama 3's regex with single digits */
+	TOK_PRE_QWEN35,   /* qwen35: qwen2's with combining marks inside letter runs */
+	TOK_PRE_NEWLINES, /* gemma4: runs of newlines and runs of everything else */
 };
 
 /* One vocabulary entry. Texts and pieces live in the vocabulary's arenas. */
@@ -51,13 +56,20 @@ struct tok_vocab {
 	uint32_t n_merges;
 	uint32_t *merge_hash; /* rank + 1, 0 = empty; (merge_hash_mask + 1) */
 	uint32_t merge_hash_mask;
-	int32_t *user_defined; /* user-defined token ids, longest text first; (n_user_defined) */
-	size_t n_user_defined;
-	int32_t *eog; /* end-of-generation ids; (n_eog) */
+	/* Tokens matched in the text before the tokenizer runs (llama.cpp's special tokens cache):
+	 * control, user-defined and unknown ones, longest text first. Without parse_special only
+	 * the user-defined ones that are neither control nor unknown take part. (n_special) */
+	int32_t *special;
+	size_t n_special;
+	int32_t *eog; /* end-of-generation ids, ascending; (n_eog) */
 	size_t n_eog;
-	int32_t byte_tok[256]; /* SPM byte fallback: <0xNN>, else the one-byte token, else -1 */
+	/* Byte fallback. SPM: <0xNN>, else the one-byte token, else -1. gemma4: <0xNN> or -1. */
+	int32_t byte_tok[256];
 	int32_t bos, eos, eot, eom, unk, pad, sep; /* -1: none */
 	bool add_bos, add_eos, add_space_prefix;
+	bool byte_encode;   /* BPE: words are spelled in GPT-2's byte characters (not gemma4) */
+	bool escape_spaces; /* BPE: ' ' becomes U+2581 before splitting (gemma4) */
+	bool ignore_merges; /* BPE: a word that is a token is that token, unmerged (llama-bpe) */
 };
 
 /* A growable array of uint32 (code points, offsets). */

@@ -179,6 +179,86 @@ static int tok_opt_id(const gguf_file *f, const char *key, int32_t n, int32_t *i
 
 /* --- loading steps --- */
 
+/* llama.cpp's names for the pre-tokenizers of byte-level BPE (src/llama-vocab.cpp, load()), with
+ * what else each name sets there that changes tokenization. Names whose regexes this code does not
+ * have (deepseek-llm, gpt-4o, tekken, ...) are refused. */
+#define TOK_PRE_F_IGNORE_MERGES 1u /* ignore_merges: a word that is a token stays whole */
+#define TOK_PRE_F_ADD_BOS       2u /* add_bos defaults to true */
+#define TOK_PRE_F_NO_BOS        4u /* no default BOS id */
+
+static const struct tok_pre_name {
+	const char *name;
+	enum tok_pre pre;
+	unsigned flags;
+} tok_pre_names[] = {
+	{"default", TOK_PRE_DEFAULT, 0},
+	{"gpt-2", TOK_PRE_GPT2, 0},
+	{"phi-2", TOK_PRE_GPT2, 0},
+	{"jina-es", TOK_PRE_GPT2, 0},
+	{"jina-de", TOK_PRE_GPT2, 0},
+	{"gigachat", TOK_PRE_GPT2, 0},
+	{"jina-v2-es", TOK_PRE_GPT2, 0},
+	{"jina-v2-de", TOK_PRE_GPT2, 0},
+	{"a.x-4.0", TOK_PRE_GPT2, 0},
+	{"mellum", TOK_PRE_GPT2, 0},
+	{"modern-bert", TOK_PRE_GPT2, 0},
+	{"jina-v1-en", TOK_PRE_GPT2, 0},
+	{"jina-v2-code", TOK_PRE_GPT2, 0},
+	{"roberta-bpe", TOK_PRE_GPT2, 0},
+	{"mpt", TOK_PRE_GPT2, 0},
+	{"olmo", TOK_PRE_GPT2, 0},
+	{"jais", TOK_PRE_GPT2, 0},
+	{"trillion", TOK_PRE_GPT2, 0},
+	{"granite-docling", TOK_PRE_GPT2, 0},
+	{"exaone4", TOK_PRE_GPT2, 0},
+	{"starcoder", TOK_PRE_STARCODER, 0},
+	{"refact", TOK_PRE_STARCODER, 0},
+	{"command-r", TOK_PRE_STARCODER, 0},
+	{"smollm", TOK_PRE_STARCODER, 0},
+	{"codeshell", TOK_PRE_STARCODER, 0},
+	{"exaone", TOK_PRE_STARCODER, 0},
+	{"minerva-7b", TOK_PRE_STARCODER, 0},
+	{"mellum2", TOK_PRE_STARCODER, 0},
+	{"deepseek-coder", TOK_PRE_DEEPSEEK_CODER, 0},
+	{"falcon", TOK_PRE_FALCON, 0},
+	{"llama3", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"llama-v3", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"llama-bpe", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"falcon3", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"falcon-h1", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"pixtral", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"midm-2.0", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"lfm2", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"jina-v5-nano", TOK_PRE_LLAMA3, TOK_PRE_F_IGNORE_MERGES | TOK_PRE_F_ADD_BOS},
+	{"dbrx", TOK_PRE_LLAMA3, 0},
+	{"smaug-bpe", TOK_PRE_LLAMA3, 0},
+	{"glm4", TOK_PRE_LLAMA3, TOK_PRE_F_NO_BOS},
+	{"chatglm-bpe", TOK_PRE_LLAMA3, TOK_PRE_F_NO_BOS},
+	{"qwen2", TOK_PRE_QWEN2, 0},
+	{"deepseek-r1-qwen", TOK_PRE_QWEN2, 0},
+	{"kormo", TOK_PRE_QWEN2, 0},
+	{"f2llmv2", TOK_PRE_QWEN2, 0},
+	{"megrez", TOK_PRE_QWEN2, 0},
+	{"stablelm2", TOK_PRE_QWEN2, 0},
+	{"hunyuan", TOK_PRE_QWEN2, 0},
+	{"solar-open", TOK_PRE_QWEN2, 0},
+	{"grok-2", TOK_PRE_QWEN2, 0},
+	{"qwen35", TOK_PRE_QWEN35, 0},
+	/* Gemma 4's shape under a "gpt2" model: spaces escaped, raw UTF-8, <0xNN> fallback. */
+	{"gemma4", TOK_PRE_NEWLINES, TOK_PRE_F_ADD_BOS},
+	{"granite-embed-multi-311m", TOK_PRE_NEWLINES, TOK_PRE_F_ADD_BOS},
+};
+
+/* Sets the SPM-like BPE of Gemma 4: llama.cpp forces add_bos for it whatever the file says. */
+static void tok_set_gemma4(tok_vocab *v)
+{
+	v->model = TOK_MODEL_GEMMA4;
+	v->pre = TOK_PRE_NEWLINES;
+	v->byte_encode = false;
+	v->escape_spaces = true;
+	v->add_bos = true;
+}
+
 static int tok_read_model(const gguf_file *f, tok_vocab *v, lm_diag *d)
 {
 	const char *model = NULL, *pre = NULL;
@@ -188,62 +268,55 @@ static int tok_read_model(const gguf_file *f, tok_vocab *v, lm_diag *d)
 			       gguf_path(f), KEY_MODEL);
 	if (rc != 0)
 		return lm_fail(d, LM_EFORMAT, "%s: %s must be a string", gguf_path(f), KEY_MODEL);
+	v->eot = v->eom = v->pad = v->sep = -1;
 	if (strcmp(model, "llama") == 0) {
 		v->model = TOK_MODEL_SPM;
 		v->pre = TOK_PRE_NONE;
 		v->add_space_prefix = true;
 		v->add_bos = true;
 		v->bos = 1, v->eos = 2, v->unk = 0;
-	} else if (strcmp(model, "gpt2") == 0) {
-		v->model = TOK_MODEL_BPE;
-		v->add_space_prefix = false;
-		v->add_bos = false;
-		v->bos = 11, v->eos = 11, v->unk = -1;
-	} else {
-		return lm_fail(d, LM_EUNSUPPORTED,
-			       "%s: %s = '%s' is not supported (supported: llama, gpt2)",
-			       gguf_path(f), KEY_MODEL, model);
-	}
-	v->eot = v->eom = v->pad = v->sep = -1;
-	if (v->model != TOK_MODEL_BPE)
 		return 0;
+	}
+	if (strcmp(model, "gemma4") == 0) {
+		/* Its pre-tokenizer is implied; tokenizer.ggml.pre is not read. */
+		tok_set_gemma4(v);
+		v->bos = v->eos = v->unk = -1;
+		return 0;
+	}
+	if (strcmp(model, "gpt2") != 0)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "%s: %s = '%s' is not supported (supported: llama, gpt2, gemma4)",
+			       gguf_path(f), KEY_MODEL, model);
+	v->model = TOK_MODEL_BPE;
+	v->byte_encode = true;
+	v->bos = 11, v->eos = 11, v->unk = -1;
 
 	rc = gguf_get_str(f, KEY_PRE, &pre, d);
-	if (rc == LM_ENOTFOUND || (rc == 0 && strcmp(pre, "default") == 0)) {
+	if (rc == LM_ENOTFOUND) {
 		v->pre = TOK_PRE_DEFAULT;
 		return 0;
 	}
 	if (rc != 0)
 		return lm_fail(d, LM_EFORMAT, "%s: %s must be a string", gguf_path(f), KEY_PRE);
-	/* llama.cpp's names for each regex list (src/llama-vocab.cpp, load()). */
-	static const char *const gpt2_names[] = {
-		"gpt-2",      "phi-2",        "jina-es",         "jina-de", "gigachat",
-		"jina-v2-es", "jina-v2-de",   "a.x-4.0",         "mellum",  "modern-bert",
-		"jina-v1-en", "jina-v2-code", "roberta-bpe",     "mpt",     "olmo",
-		"jais",       "trillion",     "granite-docling", "exaone4",
-	};
-	static const char *const starcoder_names[] = {
-		"starcoder", "refact", "command-r",  "smollm",
-		"codeshell", "exaone", "minerva-7b", "mellum2",
-	};
-	for (size_t i = 0; i < sizeof gpt2_names / sizeof gpt2_names[0]; i++)
-		if (strcmp(pre, gpt2_names[i]) == 0) {
-			v->pre = TOK_PRE_GPT2;
-			return 0;
-		}
-	for (size_t i = 0; i < sizeof starcoder_names / sizeof starcoder_names[0]; i++)
-		if (strcmp(pre, starcoder_names[i]) == 0) {
-			v->pre = TOK_PRE_STARCODER;
-			return 0;
-		}
-	if (strcmp(pre, "deepseek-coder") == 0) {
-		v->pre = TOK_PRE_DEEPSEEK_CODER;
+	for (size_t i = 0; i < sizeof tok_pre_names / sizeof tok_pre_names[0]; i++) {
+		const struct tok_pre_name *p = &tok_pre_names[i];
+		if (strcmp(pre, p->name) != 0)
+			continue;
+		v->pre = p->pre;
+		if (p->pre == TOK_PRE_NEWLINES)
+			tok_set_gemma4(v);
+		v->ignore_merges = (p->flags & TOK_PRE_F_IGNORE_MERGES) != 0;
+		if (p->flags & TOK_PRE_F_ADD_BOS)
+			v->add_bos = true;
+		if (p->flags & TOK_PRE_F_NO_BOS)
+			v->bos = -1;
 		return 0;
 	}
 	return lm_fail(
 		d, LM_EUNSUPPORTED,
-		"%s: %s = '%s' is not a supported pre-tokenizer (gpt-2, mpt, starcoder, refact, "
-		"deepseek-coder, default and their aliases)",
+		"%s: %s = '%s' is not a supported pre-tokenizer (supported: gpt-2, mpt, "
+		"starcoder, refact, deepseek-coder, falcon, llama-bpe, qwen2, qwen35, gemma4, "
+		"default and their aliases)",
 		gguf_path(f), KEY_PRE, pre);
 }
 
@@ -363,8 +436,9 @@ static int tok_read_merges(const gguf_file *f, tok_vocab *v, lm_diag *d)
 	const struct gguf_arr *m;
 	int rc = tok_get_arr(f, KEY_MERGES, GGUF_TYPE_STRING, &m, d);
 	if (rc == LM_ENOTFOUND)
-		return lm_fail(d, LM_EFORMAT, "%s: %s is missing (a gpt2 vocabulary needs it)",
-			       gguf_path(f), KEY_MERGES);
+		return lm_fail(d, LM_EFORMAT, "%s: %s is missing (a %s vocabulary needs it)",
+			       gguf_path(f), KEY_MERGES,
+			       v->model == TOK_MODEL_GEMMA4 ? "gemma4" : "gpt2");
 	if (rc != 0)
 		return rc;
 	if (m->n > TOK_MAX_MERGES)
@@ -444,6 +518,8 @@ static int tok_read_special(const gguf_file *f, tok_vocab *v, lm_diag *d)
 	    (rc = tok_opt_bool(f, "tokenizer.ggml.add_bos_token", &v->add_bos, d)) != 0 ||
 	    (rc = tok_opt_bool(f, "tokenizer.ggml.add_eos_token", &v->add_eos, d)) != 0)
 		return rc;
+	if (v->model == TOK_MODEL_GEMMA4)
+		v->add_bos = true; /* llama.cpp overrides the file for Gemma 4 */
 	return 0;
 }
 
@@ -496,6 +572,12 @@ static bool tok_eog_has(const tok_vocab *v, const char *name)
 		if (v->eog[i] == id)
 			return true;
 	return false;
+}
+
+static int tok_cmp_id(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return x < y ? -1 : x > y;
 }
 
 static int tok_fix_by_name(const gguf_file *f, tok_vocab *v, lm_diag *d)
@@ -634,6 +716,8 @@ static int tok_fix_by_name(const gguf_file *f, tok_vocab *v, lm_diag *d)
 		tok_eog_remove(v, id);
 		v->tok[id].attr = TOK_ATTR_NORMAL;
 	}
+	if (v->n_eog > 1)
+		qsort(v->eog, v->n_eog, sizeof *v->eog, tok_cmp_id);
 	return 0;
 }
 
@@ -647,9 +731,9 @@ static int tok_cmp_len_desc(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
-/* The tokens matched in raw text (parse_special = false: user-defined ones only), longest first,
- * and the phi-3 rule that strips white space after special tokens. */
-static int tok_user_defined(const gguf_file *f, tok_vocab *v)
+/* The tokens matched in the text before the tokenizer runs (llama.cpp's cache_special_tokens),
+ * longest first, and the phi-3 rule that strips white space after special tokens. */
+static int tok_specials(const gguf_file *f, tok_vocab *v)
 {
 	const unsigned special = TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN;
 	const char *name = NULL;
@@ -666,11 +750,11 @@ static int tok_user_defined(const gguf_file *f, tok_vocab *v)
 	size_t count = 0;
 	for (int32_t i = 0; i < v->n; i++) {
 		struct tok_token *t = &v->tok[i];
-		if (phi3 && (t->attr & special))
+		if (!(t->attr & special))
+			continue;
+		if (phi3)
 			t->strip |= TOK_STRIP_RIGHT;
-		if ((t->attr & TOK_ATTR_USER_DEFINED) &&
-		    !(t->attr & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)))
-			count++;
+		count++;
 	}
 	if (phi3) {
 		int32_t id = tok_find_str(v, "</s>");
@@ -683,15 +767,15 @@ static int tok_user_defined(const gguf_file *f, tok_vocab *v)
 	}
 	if (count == 0)
 		return 0;
-	v->user_defined = malloc(count * sizeof *v->user_defined);
-	if (v->user_defined == NULL)
+	v->special = malloc(count * sizeof *v->special);
+	if (v->special == NULL)
 		return LM_ENOMEM;
-	for (int32_t i = 0; i < v->n; i++) {
-		unsigned a = v->tok[i].attr;
-		if ((a & TOK_ATTR_USER_DEFINED) && !(a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)))
-			v->user_defined[v->n_user_defined++] = i;
-	}
-	qsort_r(v->user_defined, count, sizeof *v->user_defined, tok_cmp_len_desc, v);
+	for (int32_t i = 0; i < v->n; i++)
+		if (v->tok[i].attr & special)
+			v->special[v->n_special++] = i;
+	/* llama.cpp's std::sort leaves the order of equally long texts unspecified; here it is by
+	 * id. It matters only where two such texts overlap in the input. */
+	qsort_r(v->special, count, sizeof *v->special, tok_cmp_len_desc, v);
 	return 0;
 }
 
@@ -737,7 +821,7 @@ static size_t tok_make_piece(const tok_vocab *v, int32_t id, char *out)
 		for (size_t i = 0; i < len; i++)
 			PUT(s[i]);
 	} else if (t->attr & TOK_ATTR_NORMAL) {
-		if (v->model == TOK_MODEL_SPM) {
+		if (v->model != TOK_MODEL_BPE) { /* SPM and gemma4: U+2581 is a space */
 			for (size_t i = 0; i < len;) {
 				if (len - i >= 3 && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
 					PUT(' ');
@@ -826,16 +910,16 @@ int tok_load(const gguf_file *f, tok_vocab **out, lm_diag *d)
 	int rc;
 	if ((rc = tok_read_model(f, v, d)) != 0 || (rc = tok_read_tokens(f, v, d)) != 0)
 		goto fail;
-	if (v->model == TOK_MODEL_BPE && (rc = tok_read_merges(f, v, d)) != 0)
+	if (v->model != TOK_MODEL_SPM && (rc = tok_read_merges(f, v, d)) != 0)
 		goto fail;
 	if ((rc = tok_read_special(f, v, d)) != 0 || (rc = tok_fix_by_name(f, v, d)) != 0 ||
-	    (rc = tok_user_defined(f, v)) != 0 || (rc = tok_build_pieces(f, v, d)) != 0)
+	    (rc = tok_specials(f, v)) != 0 || (rc = tok_build_pieces(f, v, d)) != 0)
 		goto fail;
 	for (int b = 0; b < 256; b++) {
 		char hex[7], raw = (char)b;
 		snprintf(hex, sizeof hex, "<0x%02X>", b);
 		v->byte_tok[b] = tok_find_text(v, hex, 6);
-		if (v->byte_tok[b] < 0)
+		if (v->byte_tok[b] < 0 && v->model == TOK_MODEL_SPM)
 			v->byte_tok[b] = tok_find_text(v, &raw, 1);
 	}
 	*out = v;
@@ -858,7 +942,7 @@ void tok_free(tok_vocab *v)
 	free(v->merges);
 	free(v->merge_text);
 	free(v->merge_hash);
-	free(v->user_defined);
+	free(v->special);
 	free(v->eog);
 	free(v);
 }

@@ -1,11 +1,13 @@
-/* tok_pretok.c — the pre-tokenizers of byte-level BPE: llama.cpp's regex lists, by hand.
+/* tok_pretok.c — the pre-tokenizers of BPE: llama.cpp's regex lists, by hand.
  *
  * llama.cpp splits text with a list of regexes applied in turn: each regex cuts every current
- * piece into its matches and the gaps between them (both kept as pieces). The GPT-2 regex it runs
- * as hand-written code (unicode_regex_split_custom_gpt2); the others through std::regex over a
- * "collapsed" text where every non-ASCII code point is replaced by one byte standing for its class,
- * so \p{L} means "an ASCII letter or a non-ASCII code point of category L that is not white
- * space". Each stage below reproduces one regex's matches under those rules.
+ * piece into its matches and the gaps between them (both kept as pieces). Some regexes it runs as
+ * hand-written code: GPT-2's, Llama 3's and its qwen2/qwen35 variants, gemma4's newline split
+ * (unicode_regex_split_custom_*), and those are followed here step by step, quirks included. The
+ * others it runs through std::regex over a "collapsed" text where every non-ASCII code point is
+ * replaced by one byte standing for its class, so \p{L} means "an ASCII letter or a non-ASCII
+ * code point of category L that is not white space". Each stage below reproduces one regex's
+ * matches under those rules.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,7 @@ enum pt_class {
 	PT_N,             /* \p{N} */
 	PT_P,             /* \p{P} */
 	PT_DEFAULT_PUNCT, /* [\p{P}\$\+<=>\^~\|] */
+	PT_FALCON_PUNCT,  /* [\p{P}\$\+<=>\^~\|`] */
 	PT_CJK, /* [一-龥ࠀ-一가-퟿]: U+4E00..U+9FA5, U+0800..U+4E00, U+AC00..U+D7FF */
 	PT_ASCII_DIGIT, /* [0-9] */
 	PT_CRLF,        /* [\r\n] */
@@ -66,8 +69,10 @@ static bool pt_in(enum pt_class k, uint32_t cp, uint8_t c)
 	case PT_P:
 		return cls_is(c, TOK_UCAT_PUNCT);
 	case PT_DEFAULT_PUNCT:
+	case PT_FALCON_PUNCT:
 		return cls_is(c, TOK_UCAT_PUNCT) || cp == '$' || cp == '+' || cp == '<' ||
-		       cp == '=' || cp == '>' || cp == '^' || cp == '~' || cp == '|';
+		       cp == '=' || cp == '>' || cp == '^' || cp == '~' || cp == '|' ||
+		       (k == PT_FALCON_PUNCT && cp == '`');
 	case PT_CJK:
 		/* This regex has no \p{..}, so llama.cpp matches it on the code points themselves,
 		 * after replacing non-ASCII white space by U+000B. */
@@ -89,11 +94,15 @@ enum pt_shape {
 	PT_SP_RUN, /* \s?X+ */
 	PT_THREE,  /* XXX */
 	PT_GPT2,   /* the GPT-2 regex, hand-written */
+	PT_LLAMA3, /* Llama 3's regex and its relatives, hand-written */
+	PT_LINES,  /* [^\n]+|[\n]+ */
 };
 
 struct pt_stage {
 	enum pt_shape shape;
-	enum pt_class cls;
+	enum pt_class cls;  /* PT_LLAMA3: cls unused */
+	uint8_t max_digits; /* PT_LLAMA3: the longest run of \p{N} in one word (3 or 1) */
+	bool marks;         /* PT_LLAMA3: \p{M} joins letters in words ([\p{L}\p{M}]+) */
 };
 
 struct pt_text {
@@ -134,6 +143,8 @@ static bool pt_match_at(const struct pt_stage *st, const struct pt_text *t, size
 		*end = q;
 		return true;
 	case PT_GPT2:
+	case PT_LLAMA3:
+	case PT_LINES:
 		break;
 	}
 	return false;
@@ -231,17 +242,139 @@ static int pt_split_gpt2(const struct pt_text *t, size_t b, size_t e, struct tok
 	return 0;
 }
 
+static uint32_t pt_ascii_lower(uint32_t cp)
+{
+	return cp >= 'A' && cp <= 'Z' ? cp + ('a' - 'A') : cp;
+}
+
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+ * \s*[\r\n]+|\s+(?!\S)|\s+ over [b, e): Llama 3's regex as llama.cpp runs it
+ * (unicode_regex_split_custom_llama3), qwen2's with \p{N} instead of \p{N}{1,3}, and qwen35's with
+ * [\p{L}\p{M}] for \p{L} (and \p{M} out of the third branch). As in llama.cpp, what follows the
+ * piece does not count for the look-ahead, and only ASCII letters fold case. */
+static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, size_t b, size_t e,
+			   struct tok_u32v *out)
+{
+	const uint32_t *cp = t->cp;
+	const uint8_t *c = t->c;
+#define IN(i)    ((i) < e)
+#define IS_N(i)  (IN(i) && cls_is(c[i], TOK_UCAT_NUMBER))
+#define IS_WS(i) (IN(i) && (c[i] & CLS_WS))
+#define IS_W(i) \
+	(IN(i) && (cls_is(c[i], TOK_UCAT_LETTER) || (st->marks && cls_is(c[i], TOK_UCAT_MARK))))
+#define IS_O(i) (IN(i) && !(c[i] & CLS_WS) && !IS_W(i) && !cls_is(c[i], TOK_UCAT_NUMBER))
+	size_t pos = b;
+	int rc;
+	while (pos < e) {
+		size_t end;
+		uint32_t x = cp[pos];
+		if (x == '\'' && pos + 1 < e) {
+			uint32_t n1 = pt_ascii_lower(cp[pos + 1]);
+			uint32_t n2 = pos + 2 < e ? pt_ascii_lower(cp[pos + 2]) : 0;
+			if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
+				end = pos + 2;
+				goto emit;
+			}
+			if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') ||
+			    (n1 == 'l' && n2 == 'l')) {
+				end = pos + 3;
+				goto emit;
+			}
+		}
+		/* One character that is not \r, \n or a number may lead a run of letters. */
+		if (x != '\r' && x != '\n' && !IS_N(pos) && (IS_W(pos) || IS_W(pos + 1))) {
+			end = pos + 1;
+			while (IS_W(end))
+				end++;
+			goto emit;
+		}
+		if (IS_N(pos)) {
+			end = pos + 1;
+			while (IS_N(end) && end - pos < st->max_digits)
+				end++;
+			goto emit;
+		}
+		/* " ?" then the others: also a space that ends the piece. */
+		if (x == ' ' ? !IN(pos + 1) || IS_O(pos + 1) : IS_O(pos)) {
+			end = x == ' ' ? pos + 1 : pos;
+			while (IS_O(end))
+				end++;
+			while (IN(end) && (cp[end] == '\r' || cp[end] == '\n'))
+				end++;
+			goto emit;
+		}
+		size_t nws = 0, last_nl = 0;
+		while (IS_WS(pos + nws)) {
+			if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n')
+				last_nl = pos + nws + 1;
+			nws++;
+		}
+		if (last_nl > 0) /* \s*[\r\n]+ */
+			end = last_nl;
+		else if (nws > 1 && IN(pos + nws)) /* \s+(?!\S) */
+			end = pos + nws - 1;
+		else if (nws > 0) /* \s+ */
+			end = pos + nws;
+		else /* nothing matches: the character alone */
+			end = pos + 1;
+	emit:
+		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)
+			return rc;
+		pos = end;
+	}
+#undef IN
+#undef IS_N
+#undef IS_WS
+#undef IS_W
+#undef IS_O
+	return 0;
+}
+
+/* [^\n]+|[\n]+ over [b, e): runs of newlines and runs of everything else. */
+static int pt_split_lines(const struct pt_text *t, size_t b, size_t e, struct tok_u32v *out)
+{
+	int rc;
+	for (size_t pos = b; pos < e;) {
+		bool nl = t->cp[pos] == '\n';
+		while (pos < e && (t->cp[pos] == '\n') == nl)
+			pos++;
+		if ((rc = tok_u32v_push(out, (uint32_t)pos)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* A regex stage X, and a Llama 3 stage with its options. */
+#define ST(shape, cls)               \
+	{                            \
+		shape, cls, 0, false \
+	}
+#define ST_LLAMA3(digits, marks)               \
+	{                                      \
+		PT_LLAMA3, PT_L, digits, marks \
+	}
+
 static const struct pt_stage pt_default[] = {
-	{PT_RUN, PT_DEFAULT_PUNCT},
-	{PT_GPT2, PT_L},
-	{PT_RUN, PT_N},
-	{PT_THREE, PT_ASCII_DIGIT},
+	ST(PT_RUN, PT_DEFAULT_PUNCT),
+	ST(PT_GPT2, PT_L),
+	ST(PT_RUN, PT_N),
+	ST(PT_THREE, PT_ASCII_DIGIT),
 };
-static const struct pt_stage pt_gpt2[] = {{PT_GPT2, PT_L}};
-static const struct pt_stage pt_starcoder[] = {{PT_ONE, PT_N}, {PT_GPT2, PT_L}};
+static const struct pt_stage pt_gpt2[] = {ST(PT_GPT2, PT_L)};
+static const struct pt_stage pt_starcoder[] = {ST(PT_ONE, PT_N), ST(PT_GPT2, PT_L)};
 static const struct pt_stage pt_deepseek_coder[] = {
-	{PT_ONE, PT_CRLF}, {PT_SP_RUN, PT_L}, {PT_SP_RUN, PT_P}, {PT_RUN, PT_CJK}, {PT_ONE, PT_N},
+	ST(PT_ONE, PT_CRLF), ST(PT_SP_RUN, PT_L), ST(PT_SP_RUN, PT_P),
+	ST(PT_RUN, PT_CJK),  ST(PT_ONE, PT_N),
 };
+static const struct pt_stage pt_falcon[] = {
+	ST(PT_RUN, PT_FALCON_PUNCT),
+	ST(PT_GPT2, PT_L),
+	ST(PT_THREE, PT_ASCII_DIGIT),
+};
+static const struct pt_stage pt_llama3[] = {ST_LLAMA3(3, false)};
+static const struct pt_stage pt_qwen2[] = {ST_LLAMA3(1, false)};
+static const struct pt_stage pt_qwen35[] = {ST_LLAMA3(1, true)};
+static const struct pt_stage pt_lines[] = {ST(PT_LINES, PT_L)};
 
 int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok_u32v *ends,
 		     struct tok_u32v *scratch)
@@ -272,6 +405,26 @@ int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok
 		stages = pt_deepseek_coder;
 		n_stages = sizeof pt_deepseek_coder / sizeof pt_deepseek_coder[0];
 		break;
+	case TOK_PRE_FALCON:
+		stages = pt_falcon;
+		n_stages = sizeof pt_falcon / sizeof pt_falcon[0];
+		break;
+	case TOK_PRE_LLAMA3:
+		stages = pt_llama3;
+		n_stages = 1;
+		break;
+	case TOK_PRE_QWEN2:
+		stages = pt_qwen2;
+		n_stages = 1;
+		break;
+	case TOK_PRE_QWEN35:
+		stages = pt_qwen35;
+		n_stages = 1;
+		break;
+	case TOK_PRE_NEWLINES:
+		stages = pt_lines;
+		n_stages = 1;
+		break;
 	default:
 		return tok_u32v_push(ends, (uint32_t)n);
 	}
@@ -290,9 +443,20 @@ int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok
 		size_t b = 0;
 		for (size_t k = 0; k < ends->n; k++) {
 			size_t e = ends->p[k];
-			rc = stages[s].shape == PT_GPT2
-				     ? pt_split_gpt2(&t, b, e, scratch)
-				     : pt_split_regex(&stages[s], &t, b, e, scratch);
+			switch (stages[s].shape) {
+			case PT_GPT2:
+				rc = pt_split_gpt2(&t, b, e, scratch);
+				break;
+			case PT_LLAMA3:
+				rc = pt_split_llama3(&stages[s], &t, b, e, scratch);
+				break;
+			case PT_LINES:
+				rc = pt_split_lines(&t, b, e, scratch);
+				break;
+			default:
+				rc = pt_split_regex(&stages[s], &t, b, e, scratch);
+				break;
+			}
 			if (rc != 0)
 				goto out;
 			b = e;

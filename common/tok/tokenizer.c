@@ -1,6 +1,8 @@
-/* tokenizer.c — encoding (SentencePiece BPE and byte-level BPE), pieces and the streaming decoder.
+/* tokenizer.c — encoding (SentencePiece BPE, byte-level BPE and gemma4's BPE), pieces and the
+ * streaming decoder.
  *
- * Both encoders follow llama.cpp's llm_tokenizer_spm_session / llm_tokenizer_bpe_session: the
+ * The encoders follow llama.cpp's llm_tokenizer_spm_session / llm_tokenizer_bpe_session (gemma4
+ * is the BPE session without GPT-2's byte mapping, over text whose spaces became U+2581): the
  * text is cut into symbols (UTF-8 characters), every adjacent pair that could merge goes into a
  * priority queue, and the best pair is merged repeatedly; a queued pair whose symbols have since
  * changed is skipped when it comes out. SPM ranks a pair by the score of the token its text
@@ -59,8 +61,10 @@ struct tok_work {
 	size_t n_sym, cap_sym;
 	struct tok_bigram *heap;
 	size_t n_heap, cap_heap;
-	uint8_t *buf;
+	uint8_t *buf; /* the symbols' bytes: an SPM fragment or a BPE word */
 	size_t n_buf, cap_buf;
+	uint8_t *esc; /* gemma4: the fragment with its spaces escaped */
+	size_t n_esc, cap_esc;
 	struct tok_u32v cps, ends, scratch;
 	struct tok_i32v out;
 };
@@ -70,26 +74,53 @@ static void tok_work_fini(struct tok_work *w)
 	free(w->sym);
 	free(w->heap);
 	free(w->buf);
+	free(w->esc);
 	tok_u32v_fini(&w->cps);
 	tok_u32v_fini(&w->ends);
 	tok_u32v_fini(&w->scratch);
 	free(w->out.p);
 }
 
-static int tok_buf_put(struct tok_work *w, const void *p, size_t n)
+/* Appends p[0..n) to the byte buffer (*buf, *len, *cap). */
+static int tok_put(uint8_t **buf, size_t *len, size_t *cap, const void *p, size_t n)
 {
 	if (n == 0) /* the buffer may not exist yet: no memcpy to NULL + 0 */
 		return 0;
-	if (w->cap_buf - w->n_buf < n) {
-		if (n > SIZE_MAX - w->n_buf)
+	if (*cap - *len < n) {
+		if (n > SIZE_MAX - *len)
 			return LM_ENOMEM;
-		uint8_t *b = lm_grow(w->buf, &w->cap_buf, w->n_buf + n, 1, 256);
+		uint8_t *b = lm_grow(*buf, cap, *len + n, 1, 256);
 		if (b == NULL)
 			return LM_ENOMEM;
-		w->buf = b;
+		*buf = b;
 	}
-	memcpy(w->buf + w->n_buf, p, n);
-	w->n_buf += n;
+	memcpy(*buf + *len, p, n);
+	*len += n;
+	return 0;
+}
+
+static int tok_buf_put(struct tok_work *w, const void *p, size_t n)
+{
+	return tok_put(&w->buf, &w->n_buf, &w->cap_buf, p, n);
+}
+
+/* Appends text[0..len) with every space as U+2581 (llama_escape_whitespace). */
+static int tok_put_escaped(uint8_t **buf, size_t *n, size_t *cap, const char *text, size_t len)
+{
+	static const char escaped_space[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */
+	int rc;
+	for (size_t i = 0; i < len;) {
+		const char *sp = memchr(text + i, ' ', len - i);
+		size_t run = sp ? (size_t)(sp - (text + i)) : len - i;
+		if ((rc = tok_put(buf, n, cap, text + i, run)) != 0)
+			return rc;
+		i += run;
+		if (sp != NULL) {
+			if ((rc = tok_put(buf, n, cap, escaped_space, 3)) != 0)
+				return rc;
+			i++;
+		}
+	}
 	return 0;
 }
 
@@ -221,23 +252,12 @@ static int tok_merge_all(const tok_vocab *v, struct tok_work *w)
 static int tok_spm_fragment(const tok_vocab *v, struct tok_work *w, const char *text, size_t len,
 			    bool prefix_space, lm_diag *d)
 {
-	static const char escaped_space[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */
 	int rc;
 	w->n_buf = 0;
-	if (prefix_space && (rc = tok_buf_put(w, escaped_space, 3)) != 0)
+	if (prefix_space && (rc = tok_put_escaped(&w->buf, &w->n_buf, &w->cap_buf, " ", 1)) != 0)
 		return rc;
-	for (size_t i = 0; i < len;) {
-		const char *sp = memchr(text + i, ' ', len - i);
-		size_t run = sp ? (size_t)(sp - (text + i)) : len - i;
-		if ((rc = tok_buf_put(w, text + i, run)) != 0)
-			return rc;
-		i += run;
-		if (sp != NULL) {
-			if ((rc = tok_buf_put(w, escaped_space, 3)) != 0)
-				return rc;
-			i++;
-		}
-	}
+	if ((rc = tok_put_escaped(&w->buf, &w->n_buf, &w->cap_buf, text, len)) != 0)
+		return rc;
 	if ((rc = tok_make_symbols(w)) != 0 || (rc = tok_merge_all(v, w)) != 0)
 		return rc;
 	for (int32_t i = w->n_sym ? 0 : -1; i != -1; i = w->sym[i].next) {
@@ -265,11 +285,62 @@ static int tok_spm_fragment(const tok_vocab *v, struct tok_work *w, const char *
 	return 0;
 }
 
-/* --- byte-level BPE --- */
+/* --- byte-level BPE, and gemma4's BPE over escaped UTF-8 --- */
+
+/* Whether the word buf[0..n) is newlines only. */
+static bool tok_all_newlines(const uint8_t *buf, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != '\n')
+			return false;
+	return true;
+}
+
+/* Tokenizes one word in w->buf, as llm_tokenizer_bpe_session does. */
+static int tok_bpe_word(const tok_vocab *v, struct tok_work *w)
+{
+	int rc;
+	int32_t id;
+	/* Whole words that skip the merges: any token for ignore_merges vocabularies (llama-bpe);
+	 * newline runs for gemma4, whose merges would split them otherwise. */
+	if ((v->ignore_merges ||
+	     (v->pre == TOK_PRE_NEWLINES && tok_all_newlines(w->buf, w->n_buf))) &&
+	    (id = tok_find_text(v, (const char *)w->buf, w->n_buf)) >= 0)
+		return tok_i32v_push(&w->out, id);
+	if ((rc = tok_make_symbols(w)) != 0 || (rc = tok_merge_all(v, w)) != 0)
+		return rc;
+	for (size_t i = 0; i < w->n_sym; i++) {
+		const struct tok_sym *s = &w->sym[i];
+		if (s->n == 0)
+			continue;
+		const char *st = (const char *)w->buf + s->off;
+		if ((id = tok_find_text(v, st, s->n)) >= 0) {
+			if ((rc = tok_i32v_push(&w->out, id)) != 0)
+				return rc;
+			continue;
+		}
+		/* As llama.cpp: each byte alone, skipped if absent. Byte-level BPE looks the byte up
+		 * as a one-character text (of the spelled word), gemma4 as its <0xNN> token. */
+		for (uint32_t j = 0; j < s->n; j++) {
+			id = v->byte_encode ? tok_find_text(v, st + j, 1)
+					    : v->byte_tok[(uint8_t)st[j]];
+			if (id >= 0 && (rc = tok_i32v_push(&w->out, id)) != 0)
+				return rc;
+		}
+	}
+	return 0;
+}
 
 static int tok_bpe_fragment(const tok_vocab *v, struct tok_work *w, const char *text, size_t len)
 {
 	int rc;
+	if (v->escape_spaces) { /* before decoding, as llama.cpp does */
+		w->n_esc = 0;
+		if ((rc = tok_put_escaped(&w->esc, &w->n_esc, &w->cap_esc, text, len)) != 0)
+			return rc;
+		text = (const char *)w->esc;
+		len = w->n_esc;
+	}
 	/* Code points as llama.cpp reads them: a malformed byte becomes U+FFFD. */
 	w->cps.n = 0;
 	for (size_t off = 0; off < len;) {
@@ -285,11 +356,16 @@ static int tok_bpe_fragment(const tok_vocab *v, struct tok_work *w, const char *
 	size_t b = 0;
 	for (size_t k = 0; k < w->ends.n; k++) {
 		size_t e = w->ends.p[k];
-		/* The word's UTF-8, each byte spelled as its GPT-2 character. */
+		/* The word's UTF-8, for byte-level BPE each byte spelled as its GPT-2 character. */
 		w->n_buf = 0;
 		for (size_t i = b; i < e; i++) {
 			uint8_t u[4], m[4];
 			size_t nu = tok_utf8_encode(w->cps.p[i], u);
+			if (!v->byte_encode) {
+				if ((rc = tok_buf_put(w, u, nu)) != 0)
+					return rc;
+				continue;
+			}
 			for (size_t j = 0; j < nu; j++) {
 				size_t nm = tok_utf8_encode(tok_gpt2_byte_to_cp(u[j]), m);
 				if ((rc = tok_buf_put(w, m, nm)) != 0)
@@ -297,31 +373,13 @@ static int tok_bpe_fragment(const tok_vocab *v, struct tok_work *w, const char *
 			}
 		}
 		b = e;
-		if ((rc = tok_make_symbols(w)) != 0 || (rc = tok_merge_all(v, w)) != 0)
+		if ((rc = tok_bpe_word(v, w)) != 0)
 			return rc;
-		for (size_t i = 0; i < w->n_sym; i++) {
-			const struct tok_sym *s = &w->sym[i];
-			if (s->n == 0)
-				continue;
-			const char *st = (const char *)w->buf + s->off;
-			int32_t id = tok_find_text(v, st, s->n);
-			if (id >= 0) {
-				if ((rc = tok_i32v_push(&w->out, id)) != 0)
-					return rc;
-				continue;
-			}
-			/* As llama.cpp: each byte of the spelled text alone, skipped if absent. */
-			for (uint32_t j = 0; j < s->n; j++) {
-				id = tok_find_text(v, st + j, 1);
-				if (id >= 0 && (rc = tok_i32v_push(&w->out, id)) != 0)
-					return rc;
-			}
-		}
 	}
 	return 0;
 }
 
-/* --- user-defined tokens in the text --- */
+/* --- special tokens in the text --- */
 
 /* A run of text (id < 0) or a token matched in the text. */
 struct tok_frag {
@@ -353,10 +411,11 @@ static bool tok_c_space(char c)
 	return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
-/* Splits the text fragments around every occurrence of each user-defined token, longest tokens
- * first, as llama.cpp's tokenizer_st_partition does. */
-static int tok_partition(const tok_vocab *v, const char *text, size_t len, struct tok_frags *cur,
-			 struct tok_frags *next)
+/* Splits the text fragments around every occurrence of each special token, longest tokens first,
+ * as llama.cpp's tokenizer_st_partition does: user-defined tokens always, control and unknown
+ * ones only when parse_special. */
+static int tok_partition(const tok_vocab *v, const char *text, size_t len, bool parse_special,
+			 struct tok_frags *cur, struct tok_frags *next)
 {
 	int rc;
 	cur->n = 0;
@@ -364,9 +423,11 @@ static int tok_partition(const tok_vocab *v, const char *text, size_t len, struc
 		return 0;
 	if ((rc = tok_frag_push(cur, -1, 0, len)) != 0)
 		return rc;
-	for (size_t u = 0; u < v->n_user_defined; u++) {
-		int32_t id = v->user_defined[u];
+	for (size_t u = 0; u < v->n_special; u++) {
+		int32_t id = v->special[u];
 		const struct tok_token *t = &v->tok[id];
+		if (!parse_special && (t->attr & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)))
+			continue;
 		const char *tt = v->text + t->text_off;
 		next->n = 0;
 		for (size_t k = 0; k < cur->n; k++) {
@@ -406,22 +467,27 @@ static int tok_partition(const tok_vocab *v, const char *text, size_t len, struc
 
 /* --- encoding --- */
 
-static int tok_encode_into(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+static int tok_encode_into(const tok_vocab *v, const char *text, size_t len, unsigned flags,
 			   struct tok_work *w, lm_diag *d)
 {
 	struct tok_frags frags = {0}, spare = {0};
 	int rc;
+	if ((flags & ~(unsigned)(TOK_ENC_ADD_BOS | TOK_ENC_PARSE_SPECIAL)) != 0)
+		return lm_fail(d, LM_EINVAL, "tok_encode_ex: unknown flags 0x%x", flags);
+	if (text == NULL && len > 0)
+		return lm_fail(d, LM_EINVAL, "tok_encode_ex: no text but a length of %zu", len);
 	if (len > TOK_MAX_INPUT)
 		return lm_fail(d, LM_ERANGE,
 			       "text of %zu bytes is too long to tokenize (at most %u)", len,
 			       TOK_MAX_INPUT);
-	if (add_bos) {
+	if (flags & TOK_ENC_ADD_BOS) {
 		if (v->bos < 0)
 			return lm_fail(d, LM_EINVAL, "the vocabulary has no BOS token");
 		if ((rc = tok_i32v_push(&w->out, v->bos)) != 0)
 			goto out;
 	}
-	if ((rc = tok_partition(v, text, len, &frags, &spare)) != 0)
+	if ((rc = tok_partition(v, text, len, (flags & TOK_ENC_PARSE_SPECIAL) != 0, &frags,
+				&spare)) != 0)
 		goto out;
 	bool prev_special = true; /* SPM: the dummy space goes before text that starts a run */
 	for (size_t k = 0; k < frags.n; k++) {
@@ -447,11 +513,11 @@ out:
 	return rc;
 }
 
-int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t *ids,
-	       size_t cap, size_t *n, lm_diag *d)
+int tok_encode_ex(const tok_vocab *v, const char *text, size_t len, unsigned flags, int32_t *ids,
+		  size_t cap, size_t *n, lm_diag *d)
 {
 	struct tok_work w = {0};
-	int rc = tok_encode_into(v, text, len, add_bos, &w, d);
+	int rc = tok_encode_into(v, text, len, flags, &w, d);
 	*n = 0;
 	if (rc == 0) {
 		*n = w.out.n;
@@ -465,11 +531,11 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, i
 	return rc;
 }
 
-int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t **ids,
-		     size_t *n, lm_diag *d)
+int tok_encode_alloc_ex(const tok_vocab *v, const char *text, size_t len, unsigned flags,
+			int32_t **ids, size_t *n, lm_diag *d)
 {
 	struct tok_work w = {0};
-	int rc = tok_encode_into(v, text, len, add_bos, &w, d);
+	int rc = tok_encode_into(v, text, len, flags, &w, d);
 	*ids = NULL;
 	*n = 0;
 	if (rc == 0 && w.out.n > 0) {
@@ -479,6 +545,18 @@ int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_
 	}
 	tok_work_fini(&w);
 	return rc;
+}
+
+int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t *ids,
+	       size_t cap, size_t *n, lm_diag *d)
+{
+	return tok_encode_ex(v, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, ids, cap, n, d);
+}
+
+int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, int32_t **ids,
+		     size_t *n, lm_diag *d)
+{
+	return tok_encode_alloc_ex(v, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, ids, n, d);
 }
 
 /* --- accessors --- */
@@ -520,10 +598,30 @@ bool tok_add_bos(const tok_vocab *v)
 
 bool tok_is_eog(const tok_vocab *v, int32_t id)
 {
-	for (size_t i = 0; id >= 0 && i < v->n_eog; i++)
-		if (v->eog[i] == id)
+	size_t lo = 0, hi = v->n_eog; /* ascending */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v->eog[mid] == id)
 			return true;
+		if (v->eog[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return false;
+}
+
+const int32_t *tok_eog_ids(const tok_vocab *v, size_t *n)
+{
+	*n = v->n_eog;
+	return v->eog;
+}
+
+int32_t tok_find(const tok_vocab *v, const char *text, size_t len)
+{
+	if (text == NULL)
+		return -1;
+	return tok_find_text(v, text, len);
 }
 
 unsigned tok_attr(const tok_vocab *v, int32_t id)

@@ -348,7 +348,8 @@ static void check_vocab(const tok_vocab *v)
 {
 	int32_t n = tok_n_vocab(v);
 	CHECK(n >= 1);
-	CHECK(tok_model(v) == TOK_MODEL_SPM || tok_model(v) == TOK_MODEL_BPE);
+	CHECK(tok_model(v) == TOK_MODEL_SPM || tok_model(v) == TOK_MODEL_BPE ||
+	      tok_model(v) == TOK_MODEL_GEMMA4);
 	int32_t specials[4] = {tok_bos(v), tok_eos(v), tok_eot(v), tok_unk(v)};
 	for (int i = 0; i < 4; i++)
 		CHECK(specials[i] >= -1 && specials[i] < n);
@@ -356,11 +357,17 @@ static void check_vocab(const tok_vocab *v)
 	CHECK(tok_text(v, -1, NULL) == NULL && tok_text(v, n, NULL) == NULL);
 	CHECK(tok_piece(v, -1, NULL) == NULL && tok_piece(v, n, NULL) == NULL);
 	CHECK(!tok_is_eog(v, -1) && tok_attr(v, n) == 0);
+	size_t n_eog = 0;
+	const int32_t *eog = tok_eog_ids(v, &n_eog);
+	for (size_t i = 0; i < n_eog; i++)
+		CHECK(eog[i] >= 0 && eog[i] < n && (i == 0 || eog[i - 1] < eog[i]) &&
+		      tok_is_eog(v, eog[i]));
 	size_t max_piece = tok_max_piece(v);
 	for (int32_t i = 0; i < n && i < 4096; i++) {
 		size_t len = 0;
 		const char *s = tok_text(v, i, &len);
 		CHECK(s != NULL && s[len] == '\0' && len > 0);
+		CHECK(tok_find(v, s, len) == i);
 		const char *p = tok_piece(v, i, &len);
 		CHECK(p != NULL && len <= max_piece);
 		sink += len > 0 ? (uint8_t)p[len - 1] : 0;
@@ -372,12 +379,16 @@ static void check_vocab(const tok_vocab *v)
 	for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
 		const char *t = texts[k];
 		size_t len = strlen(t);
-		for (int bos = 0; bos < 2; bos++) {
+		for (int mode = 0; mode < 4; mode++) {
+			bool bos = mode & 1, special = mode & 2;
 			int32_t *ids = NULL;
 			size_t n_ids = 0;
 			lm_diag d;
 			d.msg[0] = '\0';
-			int rc = tok_encode_alloc(v, t, len, bos, &ids, &n_ids, &d);
+			int rc = tok_encode_alloc_ex(v, t, len,
+						     (bos ? TOK_ENC_ADD_BOS : 0) |
+							     (special ? TOK_ENC_PARSE_SPECIAL : 0),
+						     &ids, &n_ids, &d);
 			if (rc != 0) {
 				/* Only BOS that the vocabulary lacks is refused. */
 				CHECK(bos && tok_bos(v) < 0);
@@ -392,7 +403,10 @@ static void check_vocab(const tok_vocab *v)
 			/* The capped form agrees, and says how many it needed. */
 			int32_t few[4];
 			size_t need = 0;
-			rc = tok_encode(v, t, len, bos, few, 4, &need, NULL);
+			rc = tok_encode_ex(v, t, len,
+					   (bos ? TOK_ENC_ADD_BOS : 0) |
+						   (special ? TOK_ENC_PARSE_SPECIAL : 0),
+					   few, 4, &need, NULL);
 			CHECK(need == n_ids && (rc == 0) == (n_ids <= 4));
 			CHECK(rc == 0 || rc == LM_ERANGE);
 			CHECK(n_ids == 0 ||

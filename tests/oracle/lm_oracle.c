@@ -6,12 +6,23 @@
  * within ~1e-5 (an F16 cache costs 1e-3..1e-2), so layermesh can be held to a tight bound.
  *
  *   lm_oracle --model M.gguf (--prompt TEXT | --ids "1 2 3") [options]
+ *   lm_oracle --model M.gguf --tokenize --file FILE [--no-bos] [--special]
+ *   lm_oracle --model M.gguf --vocab-info
  *
- *   --prompt TEXT      tokenized by llama.cpp (parse_special false), BOS added when the vocabulary
- *                      asks for it (tokenizer.ggml.add_bos_token) unless --no-bos
+ *   --prompt TEXT      tokenized by llama.cpp (llama_tokenize with parse_special false unless
+ *                      --special), BOS added when the vocabulary asks for it
+ *                      (tokenizer.ggml.add_bos_token) unless --no-bos
  *   --ids "1 2 3"      the prompt as token ids, used verbatim (no BOS added)
- *   --no-bos           do not add BOS to --prompt
+ *   --no-bos           do not add BOS to --prompt or --file's texts
+ *   --special          parse special-token text ("<|im_start|>") as the token (parse_special)
  *   --tokenize         print the prompt's ids on one line and exit (loads the vocabulary only)
+ *   --file FILE        with --tokenize: every text of FILE, one line of ids per text. FILE holds
+ *                      texts as llama.cpp's test vectors do (models/ggml-vocab-*.gguf.inp): any
+ *                      bytes, texts separated by "\n__ggml_vocab_test__\n", which may also
+ *                      follow the last one (read as tests/test-tokenizer-0.cpp reads them)
+ *   --vocab-info       print n_vocab, bos, eos, eot, add_bos, the end-of-generation ids (eog:
+ *                      llama_vocab_is_eog) and the ids --special matches (special: control,
+ *                      user-defined or unknown attributes), one "name values" line each
  *   -n N               greedy-generate N tokens (argmax of the raw logits, lowest id on ties);
  *                      prints one line: the prompt ids then the generated ids, space separated
  *   --stop-eog         stop early after an end-of-generation token (EOS, EOT, ...)
@@ -89,7 +100,10 @@ struct oracle_opts {
 	const char *prompt;
 	const char *ids;
 	bool no_bos;
+	bool special;
 	bool tokenize;
+	const char *file;
+	bool vocab_info;
 	long n_gen;
 	bool stop_eog;
 	int threads;
@@ -162,14 +176,20 @@ static int oracle_usage_fail(const char *fmt, ...)
 static void oracle_usage(FILE *out)
 {
 	fputs("usage: lm_oracle --model M.gguf (--prompt TEXT | --ids \"1 2 3\") [options]\n"
+	      "       lm_oracle --model M.gguf --tokenize --file FILE [--no-bos] [--special]\n"
+	      "       lm_oracle --model M.gguf --vocab-info\n"
 	      "       lm_oracle --model M.gguf --bench-prefill N --bench-decode M --reps R "
 	      "[options]\n"
 	      "\n"
 	      "  --prompt TEXT       prompt text (BOS added when the vocabulary asks, unless "
 	      "--no-bos)\n"
 	      "  --ids \"1 2 3\"       prompt token ids, used verbatim\n"
-	      "  --no-bos            do not add BOS to --prompt\n"
+	      "  --no-bos            do not add BOS to --prompt or --file's texts\n"
+	      "  --special           parse special-token text in the prompt (parse_special)\n"
 	      "  --tokenize          print the prompt ids and exit\n"
+	      "  --file FILE         with --tokenize: one line of ids per text of FILE (texts\n"
+	      "                      separated by \"\\n__ggml_vocab_test__\\n\")\n"
+	      "  --vocab-info        print the vocabulary's special and end-of-generation ids\n"
 	      "  -n N                greedy-generate N tokens; prints prompt ids then generated "
 	      "ids\n"
 	      "  --stop-eog          stop after an end-of-generation token\n"
@@ -215,6 +235,9 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		OPT_IDS,
 		OPT_NO_BOS,
 		OPT_TOKENIZE,
+		OPT_SPECIAL,
+		OPT_FILE,
+		OPT_VOCAB_INFO,
 		OPT_STOP_EOG,
 		OPT_THREADS,
 		OPT_KV,
@@ -240,6 +263,9 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		{"ids", required_argument, NULL, OPT_IDS},
 		{"no-bos", no_argument, NULL, OPT_NO_BOS},
 		{"tokenize", no_argument, NULL, OPT_TOKENIZE},
+		{"special", no_argument, NULL, OPT_SPECIAL},
+		{"file", required_argument, NULL, OPT_FILE},
+		{"vocab-info", no_argument, NULL, OPT_VOCAB_INFO},
 		{"stop-eog", no_argument, NULL, OPT_STOP_EOG},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kv", required_argument, NULL, OPT_KV},
@@ -281,6 +307,15 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 			break;
 		case OPT_TOKENIZE:
 			o->tokenize = true;
+			break;
+		case OPT_SPECIAL:
+			o->special = true;
+			break;
+		case OPT_FILE:
+			o->file = optarg;
+			break;
+		case OPT_VOCAB_INFO:
+			o->vocab_info = true;
 			break;
 		case 'n':
 			if (!oracle_parse_long(optarg, 0, 1L << 24, &o->n_gen))
@@ -388,11 +423,22 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 				"--bench-* takes no prompt, -n, logits or dump options");
 		return 0;
 	}
+	if (o->vocab_info) {
+		if (o->prompt != NULL || o->ids != NULL || o->tokenize || o->file != NULL)
+			return oracle_usage_fail("--vocab-info takes no prompt and no --tokenize");
+		return 0;
+	}
+	if (o->file != NULL) {
+		if (!o->tokenize || o->prompt != NULL || o->ids != NULL)
+			return oracle_usage_fail(
+				"--file needs --tokenize and no --prompt or --ids");
+		return 0;
+	}
 	if ((o->prompt != NULL) == (o->ids != NULL))
 		return oracle_usage_fail("give exactly one of --prompt and --ids");
-	if (o->no_bos && o->prompt == NULL)
+	if ((o->no_bos || o->special) && o->prompt == NULL)
 		return oracle_usage_fail(
-			"--no-bos applies to --prompt only (--ids are used verbatim)");
+			"--no-bos and --special apply to --prompt only (--ids are used verbatim)");
 	if (o->dump_all && o->dump_dir == NULL)
 		return oracle_usage_fail("--dump-all needs --dump-layers DIR");
 	return 0;
@@ -432,17 +478,17 @@ static int oracle_parse_ids(const char *s, int32_t n_vocab, llama_token **out, i
 	return 0;
 }
 
-static int oracle_tokenize(const struct llama_vocab *vocab, const char *text, bool add_bos,
-			   llama_token **out, int *n_out)
+/* text[0..len) through llama_tokenize (a NUL is a character like any other). */
+static int oracle_tokenize(const struct llama_vocab *vocab, const char *text, size_t len,
+			   bool add_bos, bool special, llama_token **out, int *n_out)
 {
-	size_t len = strlen(text);
 	if (len > INT32_MAX / 2)
-		return oracle_fail("--prompt: text too long (%zu bytes)", len);
+		return oracle_fail("text too long to tokenize (%zu bytes)", len);
 	int32_t cap = (int32_t)len + 8;
 	llama_token *ids = malloc((size_t)cap * sizeof *ids);
 	if (ids == NULL)
 		return oracle_fail("out of memory");
-	int32_t n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_bos, false);
+	int32_t n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_bos, special);
 	if (n < 0) {
 		cap = -n;
 		llama_token *grown = realloc(ids, (size_t)cap * sizeof *ids);
@@ -451,7 +497,7 @@ static int oracle_tokenize(const struct llama_vocab *vocab, const char *text, bo
 			return oracle_fail("out of memory");
 		}
 		ids = grown;
-		n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_bos, false);
+		n = llama_tokenize(vocab, text, (int32_t)len, ids, cap, add_bos, special);
 	}
 	if (n < 0) {
 		free(ids);
@@ -468,6 +514,68 @@ static void oracle_print_ids(FILE *out, const llama_token *ids, int n, bool newl
 		fprintf(out, i == 0 ? "%d" : " %d", ids[i]);
 	if (newline)
 		fputc('\n', out);
+}
+
+/* --tokenize --file: each text of the file on its own line of ids. */
+static int oracle_tokenize_file(const struct llama_vocab *vocab, const struct oracle_opts *o)
+{
+	static const char sep[] = "\n__ggml_vocab_test__\n";
+	FILE *f = fopen(o->file, "rb");
+	if (f == NULL)
+		return oracle_fail("%s: cannot open: %s", o->file, strerror(errno));
+	size_t len = 0, cap = 1 << 16;
+	char *buf = malloc(cap);
+	size_t got;
+	while (buf != NULL && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+		len += got;
+		if (len == cap) {
+			char *grown = cap < (1u << 30) ? realloc(buf, cap *= 2) : NULL;
+			if (grown == NULL)
+				free(buf);
+			buf = grown;
+		}
+	}
+	bool bad = ferror(f) != 0;
+	fclose(f);
+	if (buf == NULL)
+		return oracle_fail("%s: out of memory (or over 1 GiB)", o->file);
+	if (bad) {
+		free(buf);
+		return oracle_fail("%s: read failed", o->file);
+	}
+	int rc = 0;
+	for (size_t off = 0; rc == 0 && off < len;) {
+		const char *end = memmem(buf + off, len - off, sep, sizeof sep - 1);
+		llama_token *ids = NULL;
+		int n = 0;
+		size_t n_text = end != NULL ? (size_t)(end - (buf + off)) : len - off;
+		rc = oracle_tokenize(vocab, buf + off, n_text, !o->no_bos, o->special, &ids, &n);
+		if (rc == 0)
+			oracle_print_ids(stdout, ids, n, true);
+		free(ids);
+		off += n_text + (end != NULL ? sizeof sep - 1 : 0);
+	}
+	free(buf);
+	return rc;
+}
+
+/* --vocab-info: what llama.cpp's vocabulary load decided. */
+static void oracle_vocab_info(const struct llama_vocab *vocab)
+{
+	int32_t n = llama_vocab_n_tokens(vocab);
+	printf("n_vocab %d\nbos %d\neos %d\neot %d\nadd_bos %d\neog", n, llama_vocab_bos(vocab),
+	       llama_vocab_eos(vocab), llama_vocab_eot(vocab),
+	       llama_vocab_get_add_bos(vocab) && llama_vocab_bos(vocab) >= 0 ? 1 : 0);
+	for (llama_token id = 0; id < n; id++)
+		if (llama_vocab_is_eog(vocab, id))
+			printf(" %d", id);
+	printf("\nspecial");
+	const int special =
+		LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_USER_DEFINED | LLAMA_TOKEN_ATTR_UNKNOWN;
+	for (llama_token id = 0; id < n; id++)
+		if (llama_vocab_get_attr(vocab, id) & special)
+			printf(" %d", id);
+	printf("\n");
 }
 
 /* Index of the largest logit; the lowest index wins ties, like a strict '>' scan. */
@@ -829,7 +937,7 @@ int main(int argc, char **argv)
 
 	struct llama_model_params mp = llama_model_default_params();
 	mp.n_gpu_layers = 0;
-	mp.vocab_only = o.tokenize;
+	mp.vocab_only = o.tokenize || o.vocab_info;
 	mp.use_extra_bufts = !o.no_repack;
 	model = llama_model_load_from_file(o.model, mp);
 	if (model == NULL) {
@@ -841,8 +949,17 @@ int main(int argc, char **argv)
 	const struct llama_vocab *vocab = llama_model_get_vocab(model);
 	int32_t n_vocab = llama_vocab_n_tokens(vocab);
 
+	if (o.vocab_info) {
+		oracle_vocab_info(vocab);
+		goto out;
+	}
+	if (o.file != NULL) {
+		rc = oracle_tokenize_file(vocab, &o);
+		goto out;
+	}
 	if (o.prompt != NULL)
-		rc = oracle_tokenize(vocab, o.prompt, !o.no_bos, &ids, &n_prompt);
+		rc = oracle_tokenize(vocab, o.prompt, strlen(o.prompt), !o.no_bos, o.special, &ids,
+				     &n_prompt);
 	else if (o.ids != NULL)
 		rc = oracle_parse_ids(o.ids, n_vocab, &ids, &n_prompt);
 	if (rc != 0)

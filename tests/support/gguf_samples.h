@@ -11,6 +11,10 @@
  *                head is tied to the embedding), general.alignment 64, GGUF version 2
  *   gpt2_vocab   a vocabulary-only file (no tensors): byte-level BPE with merges, the gpt-2
  *                pre-tokenizer, a control token and explicit special ids
+ *   llama_bpe_vocab  the same pieces under the llama-bpe pre-tokenizer (ignore_merges, BOS by
+ *                default), with Llama 3's <|begin_of_text|> and <|eot_id|>
+ *   gemma4_vocab a gemma4 vocabulary: merges over U+2581-escaped text, 256 <0xNN> byte tokens,
+ *                control and user-defined turn and tool tokens, newline-run tokens
  *   every_type   one key of every metadata type, a string holding NUL bytes, arrays of every
  *                element type (an empty one too), arrays nested three deep, and a tensor of
  *                every type GGUF defines, some with 3 and 4 dimensions
@@ -34,6 +38,8 @@ enum gs_kind {
 	GS_LLAMA,
 	GS_LLAMA_TIED,
 	GS_GPT2_VOCAB,
+	GS_LLAMA_BPE_VOCAB,
+	GS_GEMMA4_VOCAB,
 	GS_EVERY_TYPE,
 	/* Damaged copies. */
 	GS_CUT_HEADER,
@@ -48,12 +54,20 @@ enum gs_kind {
 };
 
 static const char *const gs_names[GS_COUNT] = {
-	[GS_LLAMA] = "llama",           [GS_LLAMA_TIED] = "llama_tied",
-	[GS_GPT2_VOCAB] = "gpt2_vocab", [GS_EVERY_TYPE] = "every_type",
-	[GS_CUT_HEADER] = "cut_header", [GS_CUT_METADATA] = "cut_metadata",
-	[GS_CUT_INDEX] = "cut_index",   [GS_CUT_DATA] = "cut_data",
-	[GS_BAD_MAGIC] = "bad_magic",   [GS_VERSION_1] = "version_1",
-	[GS_BAD_BOOL] = "bad_bool",     [GS_MISALIGNED] = "misaligned",
+	[GS_LLAMA] = "llama",
+	[GS_LLAMA_TIED] = "llama_tied",
+	[GS_GPT2_VOCAB] = "gpt2_vocab",
+	[GS_LLAMA_BPE_VOCAB] = "llama_bpe_vocab",
+	[GS_GEMMA4_VOCAB] = "gemma4_vocab",
+	[GS_EVERY_TYPE] = "every_type",
+	[GS_CUT_HEADER] = "cut_header",
+	[GS_CUT_METADATA] = "cut_metadata",
+	[GS_CUT_INDEX] = "cut_index",
+	[GS_CUT_DATA] = "cut_data",
+	[GS_BAD_MAGIC] = "bad_magic",
+	[GS_VERSION_1] = "version_1",
+	[GS_BAD_BOOL] = "bad_bool",
+	[GS_MISALIGNED] = "misaligned",
 };
 
 /* Whether gguf_open_mem must accept sample k. */
@@ -329,22 +343,35 @@ gs_fail_:
 }
 
 /* A byte-level BPE vocabulary: GPT-2's printable bytes stand for themselves, 'Ġ' (U+0120) is
- * the space and 'Ċ' (U+010A) the new line. */
-static inline int gs_gpt2(gguf_writer *w, lm_diag *d)
+ * the space and 'Ċ' (U+010A) the new line. llama3: the llama-bpe pre-tokenizer and two more
+ * control tokens. */
+static inline int gs_gpt2(gguf_writer *w, bool llama3, lm_diag *d)
 {
 	static const char *const extra[] = {
-		GS_G,       "\xc4\x8a" /* Ċ */, GS_G "t", "he", GS_G "the",
-		"in",       GS_G "a",           "er",     "at", GS_G "c",
-		GS_G "cat", "<|endoftext|>",
+		GS_G,
+		"\xc4\x8a" /* Ċ */,
+		GS_G "t",
+		"he",
+		GS_G "the",
+		"in",
+		GS_G "a",
+		"er",
+		"at",
+		GS_G "c",
+		GS_G "cat",
+		"<|endoftext|>",
+		"<|begin_of_text|>",
+		"<|eot_id|>",
 	};
 	static const char *const merges[] = {
 		GS_G " t", "h e", GS_G "t he", "i n",       GS_G " a",
 		"e r",     "a t", GS_G " c",   GS_G "c at", "no-space",
 	};
-	enum { N_ASCII = 126 - 33 + 1, N_EXTRA = sizeof extra / sizeof extra[0] };
+	enum { N_ASCII = 126 - 33 + 1 };
+	const int n_extra = (int)(sizeof extra / sizeof extra[0]) - (llama3 ? 0 : 2);
 	char ascii[N_ASCII][2];
-	const char *toks[N_ASCII + N_EXTRA];
-	int32_t types[N_ASCII + N_EXTRA];
+	const char *toks[N_ASCII + sizeof extra / sizeof extra[0]];
+	int32_t types[N_ASCII + sizeof extra / sizeof extra[0]];
 	int rc = 0;
 	for (int i = 0; i < N_ASCII; i++) {
 		ascii[i][0] = (char)(33 + i);
@@ -352,24 +379,77 @@ static inline int gs_gpt2(gguf_writer *w, lm_diag *d)
 		toks[i] = ascii[i];
 		types[i] = 1;
 	}
-	for (int i = 0; i < N_EXTRA; i++) {
+	for (int i = 0; i < n_extra; i++) {
 		toks[N_ASCII + i] = extra[i];
 		types[N_ASCII + i] = extra[i][0] == '<' ? 3 : 1;
 	}
-	const uint32_t eot = N_ASCII + N_EXTRA - 1;
-	GS_TRY(gguf_writer_kv_str(w, "general.name", "tiny-gpt2-vocab", d));
+	const uint32_t eot = N_ASCII + 11; /* <|endoftext|> */
+	GS_TRY(gguf_writer_kv_str(w, "general.name",
+				  llama3 ? "tiny-llama-bpe-vocab" : "tiny-gpt2-vocab", d));
 	GS_TRY(gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2", d));
-	GS_TRY(gguf_writer_kv_str(w, "tokenizer.ggml.pre", "gpt-2", d));
-	GS_TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, N_ASCII + N_EXTRA,
+	GS_TRY(gguf_writer_kv_str(w, "tokenizer.ggml.pre", llama3 ? "llama-bpe" : "gpt-2", d));
+	GS_TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, N_ASCII + n_extra,
 				      d));
 	GS_TRY(gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types,
-				  N_ASCII + N_EXTRA, d));
+				  N_ASCII + n_extra, d));
 	GS_TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, NULL,
 				      sizeof merges / sizeof merges[0], d));
+	if (llama3) {
+		GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", eot + 1, d));
+		GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", eot + 2, d));
+		return 0;
+	}
 	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", eot, d));
 	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", eot, d));
 	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.padding_token_id", eot, d));
 	GS_TRY(gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", false, d));
+gs_fail_:
+	return rc;
+}
+
+/* A gemma4 vocabulary: control ids 0..5, a user-defined tool token, byte tokens <0x00>..<0xFF>,
+ * then pieces over U+2581-escaped text and newline runs, merged by rank. */
+static inline int gs_gemma4(gguf_writer *w, lm_diag *d)
+{
+	static const char *const head[] = {
+		"<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "<|tool_call>",
+	};
+	static const char *const tail[] = {
+		GS_SP, "a", "b", "c", GS_SP "a", "ab", GS_SP "ab", "\n", "\n\n", "\t",
+	};
+	static const char *const merges[] = {
+		"a b", GS_SP " a", GS_SP "a b", "\n \n", GS_SP "a c",
+	};
+	enum { N_HEAD = sizeof head / sizeof head[0], N_TAIL = sizeof tail / sizeof tail[0] };
+	enum { N = N_HEAD + 256 + N_TAIL };
+	char bytes[256][7];
+	const char *toks[N];
+	int32_t types[N];
+	int rc = 0;
+	for (int i = 0; i < N_HEAD; i++) {
+		toks[i] = head[i];
+		types[i] = i == N_HEAD - 1 ? 4 : 3;
+	}
+	for (int b = 0; b < 256; b++) {
+		snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+		toks[N_HEAD + b] = bytes[b];
+		types[N_HEAD + b] = 6;
+	}
+	for (int i = 0; i < N_TAIL; i++) {
+		toks[N_HEAD + 256 + i] = tail[i];
+		types[N_HEAD + 256 + i] = 1;
+	}
+	GS_TRY(gguf_writer_kv_str(w, "general.name", "tiny-gemma4-vocab", d));
+	GS_TRY(gguf_writer_kv_str(w, "tokenizer.ggml.model", "gemma4", d));
+	GS_TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, N, d));
+	GS_TRY(gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N, d));
+	GS_TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", merges, NULL,
+				      sizeof merges / sizeof merges[0], d));
+	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 2, d));
+	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 1, d));
+	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 3, d));
+	GS_TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.padding_token_id", 0, d));
+	GS_TRY(gguf_writer_kv_bool(w, "tokenizer.ggml.add_space_prefix", false, d));
 gs_fail_:
 	return rc;
 }
@@ -531,7 +611,11 @@ static inline int gs_make(int k, uint8_t **buf, size_t *len, lm_diag *d)
 		rc = gs_llama(&w, base == GS_LLAMA_TIED, d);
 		break;
 	case GS_GPT2_VOCAB:
-		rc = gs_gpt2(&w, d);
+	case GS_LLAMA_BPE_VOCAB:
+		rc = gs_gpt2(&w, base == GS_LLAMA_BPE_VOCAB, d);
+		break;
+	case GS_GEMMA4_VOCAB:
+		rc = gs_gemma4(&w, d);
 		break;
 	default:
 		rc = gs_every_type(&w, d);

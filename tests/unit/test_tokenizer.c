@@ -57,9 +57,11 @@ static tok_vocab *load_path(const char *path, gguf_file **fout)
 
 #define N_TEXTS 46
 
-/* Reads X.inp and X.out: texts separated by "\n__ggml_vocab_test__\n" (one after the last), and
- * one line of ids per text. Returns the number of texts that tokenize exactly as llama.cpp did,
- * and checks that decoding the expected ids gives the text back. */
+/* Reads X.inp and X.out: texts separated by "\n__ggml_vocab_test__\n" (llama.cpp's
+ * test-tokenizer-0 reads text after the last separator as one more text: gemma-4's .inp has no
+ * separator after its last one), and one line of ids per text. Returns the number of texts that
+ * tokenize exactly as llama.cpp did, and checks that decoding the expected ids gives the text
+ * back and that there are N_TEXTS. */
 static int run_vectors(const char *vocab_rel, const char *vec_rel)
 {
 	static const char sep[] = "\n__ggml_vocab_test__\n";
@@ -75,8 +77,10 @@ static int run_vectors(const char *vocab_rel, const char *vec_rel)
 	char *out = slurp(shared_path(path), &out_len);
 
 	int passed = 0, n_texts = 0;
-	char *text = inp, *line = out;
-	for (char *end; (end = strstr(text, sep)) != NULL; text = end + strlen(sep), n_texts++) {
+	char *text = inp, *line = out, *end;
+	for (; text < inp + inp_len; text = end + (*end != '\0' ? strlen(sep) : 0), n_texts++) {
+		if ((end = strstr(text, sep)) == NULL)
+			end = inp + inp_len;
 		size_t len = (size_t)(end - text);
 		char *eol = strchr(line, '\n');
 		cr_assert_not_null(eol, "%s: fewer id lines than texts", vec_rel);
@@ -169,6 +173,241 @@ Test(tokenizer, vectors_deepseek_coder)
 {
 	const char *x = "tokenizer/ggml-vocab-deepseek-coder.gguf";
 	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+Test(tokenizer, vectors_llama_bpe)
+{
+	const char *x = "tokenizer/ggml-vocab-llama-bpe.gguf";
+	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+Test(tokenizer, vectors_qwen2)
+{
+	const char *x = "tokenizer/ggml-vocab-qwen2.gguf";
+	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+Test(tokenizer, vectors_gemma_4)
+{
+	const char *x = "tokenizer/ggml-vocab-gemma-4.gguf";
+	cr_expect_eq(run_vectors(x, x), N_TEXTS);
+}
+
+/* ------------------------------------------------------------ special tokens, NUL, EOG */
+
+/* Encodes text[0..len) with flags and compares with llama.cpp's ids. */
+static void expect_ids_ex(const tok_vocab *v, const char *what, const char *text, size_t len,
+			  unsigned flags, const int32_t *want, size_t n_want)
+{
+	int32_t *got;
+	size_t n;
+	lm_diag d = {{0}};
+	cr_assert_eq(tok_encode_alloc_ex(v, text, len, flags, &got, &n, &d), 0, "%s: %s", what,
+		     d.msg);
+	char buf[512] = "";
+	for (size_t i = 0; i < n; i++)
+		snprintf(buf + strlen(buf), sizeof buf - strlen(buf), " %d", got[i]);
+	cr_expect(n == n_want && (n == 0 || memcmp(got, want, n * sizeof *got) == 0),
+		  "%s (flags %u) gave [%s ]", what, flags, buf);
+	free(got);
+}
+
+#define TEXT(s) s, sizeof(s) - 1 /* a literal with its length, NULs included */
+
+/* llama-bpe's ignore_merges: a word that is a token is that token, though its merges would not
+ * reach it (588 of the vocabulary's words, none in llama.cpp's vectors). Ids from llama.cpp
+ * v0.4.0 (lm_oracle --tokenize --no-bos); merging them gives 3355 26298 66 for " việc". */
+Test(tokenizer, llama_bpe_keeps_token_words_whole)
+{
+	static const int32_t vi[] = {127806, 100724, 100769, 100788, 101798, 31074, 100937, 100631};
+	static const int32_t mixed[] = {103084, 101503, 124717, 101081};
+	gguf_file *f;
+	tok_vocab *v = load_path(shared_path("tokenizer/ggml-vocab-llama-bpe.gguf"), &f);
+	expect_ids_ex(v, "vi",
+		      TEXT("T\xc3\xb4i l\xc3\xa0m vi\xe1\xbb\x87"
+			   "c \xe1\xbb\x9f Vi\xe1\xbb\x87t Nam nhi\xe1\xbb\x81u n\xc4\x83m"),
+		      0, vi, 8);
+	expect_ids_ex(v, "mixed", TEXT("lardan jeho mektedir"), 0, mixed, 4);
+	tok_free(v);
+	gguf_close(f);
+}
+
+/* Special-token text becomes the token only with TOK_ENC_PARSE_SPECIAL; user-defined tokens are
+ * matched either way. Expected ids: lm_oracle --tokenize [--special] --no-bos --file, i.e.
+ * llama_tokenize(add_special = false, parse_special = false/true) of llama.cpp v0.4.0. */
+Test(tokenizer, special_text_is_parsed_only_when_asked)
+{
+	static const struct {
+		const char *vocab, *text;
+		int32_t plain[40], special[16];
+		size_t n_plain, n_special;
+	} cases[] = {
+		{"tokenizer/ggml-vocab-qwen2.gguf",
+		 "<|im_start|>user\nhi<|im_end|>",
+		 {27, 91, 318, 4906, 91, 29, 872, 198, 6023, 27, 91, 318, 6213, 91, 29},
+		 {151644, 872, 198, 6023, 151645},
+		 15,
+		 5},
+		{"tokenizer/ggml-vocab-llama-bpe.gguf",
+		 "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
+		 {27, 91,  7413, 3659, 4424, 91,   1822, 91, 2527, 8932, 851, 91,  29, 882, 27,
+		  91, 408, 8932, 851,  91,   1363, 6151, 27, 91,   68,   354, 851, 91, 29},
+		 {128000, 128006, 882, 128007, 271, 6151, 128009},
+		 29,
+		 7},
+		{"tokenizer/ggml-vocab-gemma-4.gguf",
+		 "<|turn>user\nhi<turn|>",
+		 {236820, 236909, 887, 236813, 2364, 107, 2202, 236820, 887, 111038},
+		 {105, 2364, 107, 2202, 106},
+		 10,
+		 5},
+		/* <|tool_call> and <|"|> are user-defined: single ids in both modes. */
+		{"tokenizer/ggml-vocab-gemma-4.gguf",
+		 "<|tool_call>x<|\"|>",
+		 {48, 236781, 52},
+		 {48, 236781, 52},
+		 3,
+		 3},
+		/* SPM: the text after a special token gets the dummy space again. */
+		{"tokenizer/ggml-vocab-llama-spm.gguf",
+		 "<s>[INST] hi [/INST]</s>",
+		 {529, 29879, 24566, 25580, 29962, 7251, 518, 29914, 25580, 29962, 829, 29879,
+		  29958},
+		 {1, 518, 25580, 29962, 7251, 518, 29914, 25580, 29962, 2},
+		 13,
+		 10},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gguf_file *f;
+		tok_vocab *v = load_path(shared_path(cases[c].vocab), &f);
+		const char *t = cases[c].text;
+		expect_ids_ex(v, cases[c].vocab, t, strlen(t), 0, cases[c].plain, cases[c].n_plain);
+		expect_ids_ex(v, cases[c].vocab, t, strlen(t), TOK_ENC_PARSE_SPECIAL,
+			      cases[c].special, cases[c].n_special);
+		/* tok_encode is the plain form. */
+		int32_t ids[64];
+		size_t n;
+		lm_diag d = {{0}};
+		cr_assert_eq(tok_encode(v, t, strlen(t), false, ids, 64, &n, &d), 0, "%s", d.msg);
+		cr_expect(n == cases[c].n_plain && memcmp(ids, cases[c].plain, n * 4) == 0);
+		/* BOS and parsing together: BOS, then the same ids. */
+		if (tok_bos(v) >= 0) {
+			cr_assert_eq(tok_encode_ex(v, t, strlen(t),
+						   TOK_ENC_ADD_BOS | TOK_ENC_PARSE_SPECIAL, ids, 64,
+						   &n, &d),
+				     0);
+			cr_expect(n == cases[c].n_special + 1 && ids[0] == tok_bos(v) &&
+				  memcmp(ids + 1, cases[c].special, (n - 1) * 4) == 0);
+		}
+		tok_free(v);
+		gguf_close(f);
+	}
+
+	gguf_file *f;
+	tok_vocab *v = load_path(shared_path("tokenizer/ggml-vocab-qwen2.gguf"), &f);
+	int32_t ids[4];
+	size_t n;
+	lm_diag d = {{0}};
+	cr_expect_eq(tok_encode_ex(v, "x", 1, 1u << 7, ids, 4, &n, &d), LM_EINVAL);
+	cr_expect_not_null(strstr(d.msg, "flags"));
+	cr_expect_eq(tok_encode_ex(v, NULL, 3, 0, ids, 4, &n, &d), LM_EINVAL);
+	cr_expect_eq(tok_encode_ex(v, NULL, 0, TOK_ENC_PARSE_SPECIAL, ids, 4, &n, &d), 0);
+	cr_expect_eq(n, 0);
+	tok_free(v);
+	gguf_close(f);
+}
+
+/* A NUL is a character: the text is not cut there. Expected ids from llama.cpp as above. */
+Test(tokenizer, nul_bytes_are_text)
+{
+	static const struct {
+		const char *vocab;
+		int32_t a_nul_b[3], nuls[6];
+		size_t n_nuls;
+	} cases[] = {
+		{"tokenizer/ggml-vocab-llama-spm.gguf",
+		 {263, 3, 29890},
+		 {259, 3, 29871, 3, 3, 29916},
+		 6},
+		{"tokenizer/ggml-vocab-llama-bpe.gguf",
+		 {64, 188, 65},
+		 {220, 188, 220, 188, 188, 87},
+		 6},
+		{"tokenizer/ggml-vocab-qwen2.gguf",
+		 {64, 188, 65},
+		 {220, 188, 220, 188, 188, 87},
+		 6},
+		{"tokenizer/ggml-vocab-gpt-2.gguf",
+		 {64, 188, 65},
+		 {220, 188, 220, 188, 188, 87},
+		 6},
+		{"tokenizer/ggml-vocab-gemma-4.gguf",
+		 {236746, 238, 236763},
+		 {236743, 238, 236743, 238, 238, 236781},
+		 6},
+		{"models/stories260K.gguf", {261, 3, 430}, {0}, 0},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gguf_file *f;
+		tok_vocab *v = load_path(shared_path(cases[c].vocab), &f);
+		expect_ids_ex(v, cases[c].vocab, TEXT("a\0b"), 0, cases[c].a_nul_b, 3);
+		if (cases[c].n_nuls > 0)
+			expect_ids_ex(v, cases[c].vocab, TEXT(" \0 \0\0x"), 0, cases[c].nuls,
+				      cases[c].n_nuls);
+		tok_free(v);
+		gguf_close(f);
+	}
+}
+
+/* End of generation and ids by text, as llama.cpp's vocabulary load decides them (lm_oracle
+ * --vocab-info: llama_vocab_eot, llama_vocab_is_eog over every id). */
+Test(tokenizer, eog_ids_and_lookup_match_llama_cpp)
+{
+	static const struct {
+		const char *vocab;
+		int32_t eot, eog[4];
+		size_t n_eog;
+		const char *name;
+		int32_t id;
+	} cases[] = {
+		{"tokenizer/ggml-vocab-gemma-4.gguf", -1, {1, 50, 106}, 3, "<turn|>", 106},
+		{"tokenizer/ggml-vocab-llama-bpe.gguf",
+		 128009,
+		 {128001, 128009},
+		 2,
+		 "<|start_header_id|>",
+		 128006},
+		{"tokenizer/ggml-vocab-qwen2.gguf",
+		 151645,
+		 {128247, 151643, 151645},
+		 3,
+		 "<|im_start|>",
+		 151644},
+		{"tokenizer/ggml-vocab-llama-spm.gguf", -1, {2}, 1, "</s>", 2},
+		{"tokenizer/ggml-vocab-phi-3.gguf", 32007, {2, 32000, 32007}, 3, "<|end|>", 32007},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		gguf_file *f;
+		tok_vocab *v = load_path(shared_path(cases[c].vocab), &f);
+		const char *x = cases[c].vocab;
+		cr_expect_eq(tok_eot(v), cases[c].eot, "%s", x);
+		size_t n;
+		const int32_t *eog = tok_eog_ids(v, &n);
+		cr_expect(n == cases[c].n_eog && memcmp(eog, cases[c].eog, n * 4) == 0, "%s: %zu",
+			  x, n);
+		int32_t count = 0;
+		for (int32_t id = -1; id <= tok_n_vocab(v); id++)
+			count += tok_is_eog(v, id);
+		cr_expect_eq(count, (int32_t)cases[c].n_eog, "%s", x);
+		for (size_t i = 0; i < cases[c].n_eog; i++)
+			cr_expect(tok_is_eog(v, cases[c].eog[i]), "%s: %d", x, cases[c].eog[i]);
+		cr_expect_eq(tok_find(v, cases[c].name, strlen(cases[c].name)), cases[c].id, "%s",
+			     x);
+		cr_expect_eq(tok_find(v, cases[c].name, strlen(cases[c].name) - 1), -1, "%s", x);
+		cr_expect_eq(tok_find(v, NULL, 0), -1);
+		tok_free(v);
+		gguf_close(f);
+	}
 }
 
 /* ------------------------------------------------------------ stories260K prompts with BOS */
@@ -280,6 +519,29 @@ Test(tokenizer, cli_prints_llama_cpp_prompt_ids)
 	char *help[] = {exe, "tokenize", "--help", NULL};
 	cr_expect_eq(run_cli(help, out, sizeof out), 0);
 	cr_expect_not_null(strstr(out, "--no-bos"));
+
+	/* --file: one line per text, NULs kept, no separator needed after the last text; with
+	 * --special. Ids from llama.cpp (lm_oracle --tokenize --file). */
+	char path[] = "/tmp/test_tokenizer_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	static const char texts[] = "a\0b\n__ggml_vocab_test__\n<s>x</s>";
+	cr_assert_eq(write(fd, texts, sizeof texts - 1), (ssize_t)(sizeof texts - 1));
+	close(fd);
+	char *file[] = {exe, "tokenize", "--model", model, "--file", path, NULL};
+	cr_expect_eq(run_cli(file, out, sizeof out), 0);
+	cr_expect_str_eq(out, "1 261 3 430\n1 410 504 419 505 444 504 492 419 505\n");
+	char *special[] = {exe,         "tokenize", "--model", model, "--no-bos",
+			   "--special", "--file",   path,      NULL};
+	cr_expect_eq(run_cli(special, out, sizeof out), 0);
+	cr_expect_str_eq(out, "261 3 430\n1 410 444 2\n");
+	unlink(path);
+	char *info[] = {exe, "tokenize", "--model", model, "--vocab-info", NULL};
+	cr_expect_eq(run_cli(info, out, sizeof out), 0);
+	cr_expect_str_eq(out,
+			 "n_vocab 512\nbos 1\neos 2\neot -1\nadd_bos 1\neog 2\nspecial 0 1 2\n");
+	char *two[] = {exe, "tokenize", "--model", model, "--file", path, "text", NULL};
+	cr_expect_eq(run_cli(two, out, sizeof out), 2);
 }
 
 /* ------------------------------------------------------------ hand-built vocabularies */
