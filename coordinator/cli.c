@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/buf.h"
+
 void lm_gen_args_default(struct lm_gen_args *g, const char *cmd)
 {
 	memset(g, 0, sizeof *g);
@@ -123,5 +125,28 @@ int lm_gen_args_parse(struct lm_gen_args *g, int opt, const char *arg)
 		return 0;
 	default:
 		return lm_cli_usage_error(g->cmd, "unhandled option");
+	}
+}
+
+int lm_cli_ids(const char *s, int32_t n_vocab, int32_t **ids, size_t *n, lm_diag *d)
+{
+	size_t cap = 0;
+	*n = 0;
+	*ids = NULL;
+	for (const char *p = s;;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (*p == '\0')
+			return 0;
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 0 || v >= n_vocab)
+			return lm_fail(d, LM_EINVAL, "'%.20s' is not an id in [0, %d)", p, n_vocab);
+		int32_t *grown = lm_grow(*ids, &cap, *n + 1, sizeof **ids, 64);
+		if (grown == NULL)
+			return lm_fail(d, LM_ENOMEM, "out of memory");
+		*ids = grown;
+		(*ids)[(*n)++] = (int32_t)v;
+		p = end;
 	}
 }

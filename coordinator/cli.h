@@ -4,10 +4,12 @@
 #define LM_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/base/dtype.h"
 #include "common/model/sampling.h"
+#include "common/base/err.h"
 
 struct lm_gen_args {
 	const char *cmd; /* "run", "generate": for messages */
@@ -30,6 +32,8 @@ int lm_gen_args_parse(struct lm_gen_args *g, int opt, const char *arg);
 int lm_cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out);
 int lm_cli_u64(const char *s, uint64_t *out);
 int lm_cli_float(const char *s, double lo, double hi, float *out);
+/* Token ids as "1 2 3" (spaces or commas), each in [0, n_vocab): a malloc'd array. */
+int lm_cli_ids(const char *s, int32_t n_vocab, int32_t **ids, size_t *n, lm_diag *d);
 /* Prints "layermesh CMD: MESSAGE" and a hint to use --help on stderr; returns 2. */
 int lm_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

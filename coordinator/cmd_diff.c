@@ -46,6 +46,7 @@ static const char diff_usage[] =
 	"against the single process's, and the first layer past the tolerance.\n"
 	"\n"
 	"  --prompt TEXT      the prompt\n"
+	"  --prompt-ids IDS   the prompt as token ids (\"1 2 3\", used as given)\n"
 	"  --tolerance T      max-abs error allowed per layer (default 1e-4)\n"
 	"  --external DIR     also compare with DIR/layer_N.f32 (raw f32 [rows][n_embd]) and\n"
 	"                     DIR/meta.txt, e.g. from tests/oracle/lm_oracle --dump-layers DIR;\n"
@@ -408,13 +409,15 @@ int cmd_diff(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"prompt", required_argument, NULL, 'p'},
+		{"prompt-ids", required_argument, NULL, 'I'},
 		{"tolerance", required_argument, NULL, 't'},
 		{"external", required_argument, NULL, 'e'},
 		{"worker-bin", required_argument, NULL, 'w'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	const char *config = "mesh.toml", *prompt = NULL, *external = NULL, *bin = NULL;
+	const char *config = "mesh.toml", *prompt = NULL, *prompt_ids = NULL, *external = NULL,
+		   *bin = NULL;
 	float tol = 1e-4f;
 	int ch;
 	optind = 1;
@@ -422,6 +425,9 @@ int cmd_diff(int argc, char **argv)
 		switch (ch) {
 		case 'p':
 			prompt = optarg;
+			break;
+		case 'I':
+			prompt_ids = optarg;
 			break;
 		case 't':
 			if (lm_cli_float(optarg, 0, 1e9, &tol) != 0)
@@ -445,8 +451,8 @@ int cmd_diff(int argc, char **argv)
 		config = argv[optind++];
 	if (optind < argc)
 		return lm_cli_usage_error("diff", "unexpected argument '%s'", argv[optind]);
-	if (prompt == NULL)
-		return lm_cli_usage_error("diff", "--prompt is required");
+	if ((prompt == NULL) == (prompt_ids == NULL))
+		return lm_cli_usage_error("diff", "one of --prompt and --prompt-ids is required");
 
 	static struct diff_ctx c;
 	lm_diag d = {{0}};
@@ -475,7 +481,9 @@ int cmd_diff(int argc, char **argv)
 		if ((rc = gguf_open(c.cfg.model_path, &f, &d)) != 0)
 			goto out;
 		rc = tok_load(f, &vocab, &d);
-		if (rc == 0)
+		if (rc == 0 && prompt_ids != NULL)
+			rc = lm_cli_ids(prompt_ids, tok_n_vocab(vocab), &c.ids, &n, &d);
+		else if (rc == 0)
 			rc = tok_encode_alloc(vocab, prompt, strlen(prompt), tok_add_bos(vocab),
 					      &c.ids, &n, &d);
 		gguf_close(f);

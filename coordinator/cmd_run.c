@@ -17,6 +17,7 @@
 #include "coordinator/cli.h"
 #include "coordinator/cmds.h"
 #include "engine/engine.h"
+#include "common/base/buf.h"
 
 static const char run_usage[] =
 	"usage: layermesh run --model M.gguf --prompt TEXT [options]\n"
@@ -45,6 +46,9 @@ static const char run_usage[] =
 	"  --ids              print instead one line: the prompt's ids (with BOS) followed by\n"
 	"                     the generated ids, space-separated\n"
 	"  --logits FILE      write the logits after the last prompt token, one per line\n"
+	"  --logits-all FILE  write the logits after every prompt token, one line each\n"
+	"  --prompt-ids IDS   the prompt as token ids (\"1 2 3\", used as given, BOS\n"
+	"                     included or not) instead of --prompt's text\n"
 	"  -h, --help         this text\n";
 
 static int run_write_logits(const char *path, const float *logits, int32_t n, lm_diag *d)
@@ -62,7 +66,7 @@ static int run_write_logits(const char *path, const float *logits, int32_t n, lm
 /* What `run` was asked for, and the state of one generation. */
 struct run_ctx {
 	struct lm_gen_args g;
-	const char *model_path, *backend_name, *logits_path;
+	const char *model_path, *backend_name, *logits_path, *prompt_ids, *logits_all;
 	int32_t batch;
 	struct lm_backend_opts kern; /* --kernels */
 	struct lm_engine eng;
@@ -95,6 +99,8 @@ static int run_parse(struct run_ctx *r, int argc, char **argv)
 		{"kernels", required_argument, NULL, 'G'},
 		{"ids", no_argument, NULL, 'i'},
 		{"logits", required_argument, NULL, 'L'},
+		{"prompt-ids", required_argument, NULL, 'I'},
+		{"logits-all", required_argument, NULL, 'A'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -124,6 +130,12 @@ static int run_parse(struct run_ctx *r, int argc, char **argv)
 		case 'L':
 			r->logits_path = optarg;
 			break;
+		case 'I':
+			r->prompt_ids = optarg;
+			break;
+		case 'A':
+			r->logits_all = optarg;
+			break;
 		case 'h':
 			fputs(run_usage, stdout);
 			return 0;
@@ -137,8 +149,9 @@ static int run_parse(struct run_ctx *r, int argc, char **argv)
 	}
 	if (optind < argc)
 		return lm_cli_usage_error("run", "unexpected argument '%s'", argv[optind]);
-	if (r->model_path == NULL || r->g.prompt == NULL)
-		return lm_cli_usage_error("run", "--model and --prompt are required");
+	if (r->model_path == NULL || (r->g.prompt == NULL) == (r->prompt_ids == NULL))
+		return lm_cli_usage_error("run", "--model and one of --prompt and --prompt-ids are "
+						 "required");
 	return -1;
 }
 
@@ -165,8 +178,12 @@ static int run_open(struct run_ctx *r, lm_diag *d)
 		return rc;
 	}
 	int32_t n_ctx = r->eng.kv.max_seq;
-	if ((rc = tok_encode_alloc(r->vocab, r->g.prompt, strlen(r->g.prompt),
-				   tok_add_bos(r->vocab), &r->ids, &r->n_prompt, d)) != 0)
+	if (r->prompt_ids != NULL)
+		rc = lm_cli_ids(r->prompt_ids, model->hp.n_vocab, &r->ids, &r->n_prompt, d);
+	else
+		rc = tok_encode_alloc(r->vocab, r->g.prompt, strlen(r->g.prompt),
+				      tok_add_bos(r->vocab), &r->ids, &r->n_prompt, d);
+	if (rc != 0)
 		return rc;
 	if (r->n_prompt == 0)
 		return lm_fail(d, LM_EINVAL, "the prompt is empty and the vocabulary adds no BOS");
@@ -186,28 +203,52 @@ static int run_open(struct run_ctx *r, lm_diag *d)
 	return 0;
 }
 
-/* The prompt in chunks of `batch`; only the last chunk asks for logits. */
+/* The prompt in chunks of `batch`; only the last chunk asks for logits, unless --logits-all
+ * wants every position's (written one line each as the chunks come). */
 static int run_prefill(struct run_ctx *r, lm_diag *d)
 {
+	const int32_t v = r->eng.model.hp.n_vocab;
 	struct lm_tok_loc *loc = malloc((size_t)r->batch * sizeof *loc);
-	if (loc == NULL)
-		return lm_fail(d, LM_ENOMEM, "out of memory");
+	int32_t *rows = malloc((size_t)r->batch * sizeof *rows);
+	float *all =
+		r->logits_all != NULL ? malloc((size_t)r->batch * (size_t)v * sizeof *all) : NULL;
+	FILE *fa = r->logits_all != NULL ? fopen(r->logits_all, "w") : NULL;
 	int rc = 0;
+	if (loc == NULL || rows == NULL || (r->logits_all != NULL && all == NULL))
+		rc = lm_fail(d, LM_ENOMEM, "out of memory");
+	else if (r->logits_all != NULL && fa == NULL)
+		rc = lm_fail(d, LM_EIO, "--logits-all: cannot write %s", r->logits_all);
 	double t0 = lm_now_s();
 	for (size_t at = 0; rc == 0 && at < r->n_prompt; at += (size_t)r->batch) {
 		size_t left = r->n_prompt - at;
 		int32_t n = (int32_t)(left < (size_t)r->batch ? left : (size_t)r->batch);
-		for (int32_t i = 0; i < n; i++)
+		for (int32_t i = 0; i < n; i++) {
 			loc[i] = (struct lm_tok_loc){0, (int32_t)at + i};
+			rows[i] = i;
+		}
 		int32_t last = n - 1;
-		struct lm_batch b = {
-			.n = n, .ids = r->ids + at, .loc = loc, .n_out = 1, .out_rows = &last};
-		rc = lm_forward_run(&r->eng.fw, &b, NULL, NULL, r->logits, d);
+		struct lm_batch b = {.n = n,
+				     .ids = r->ids + at,
+				     .loc = loc,
+				     .n_out = all != NULL ? n : 1,
+				     .out_rows = all != NULL ? rows : &last};
+		rc = lm_forward_run(&r->eng.fw, &b, NULL, NULL, all != NULL ? all : r->logits, d);
+		for (int32_t i = 0; rc == 0 && all != NULL && i < n; i++)
+			for (int32_t j = 0; j < v; j++)
+				fprintf(fa, j + 1 < v ? "%.9g " : "%.9g\n",
+					(double)all[(size_t)i * (size_t)v + (size_t)j]);
+		if (rc == 0 && all != NULL) /* the last row samples the first token */
+			memcpy(r->logits, all + (size_t)last * (size_t)v,
+			       (size_t)v * sizeof(float));
 	}
 	r->t_prefill = lm_now_s() - t0;
+	if (fa != NULL && fclose(fa) != 0 && rc == 0)
+		rc = lm_fail(d, LM_EIO, "--logits-all: error writing %s", r->logits_all);
+	free(all);
+	free(rows);
 	free(loc);
 	if (rc == 0 && r->logits_path != NULL)
-		rc = run_write_logits(r->logits_path, r->logits, r->eng.model.hp.n_vocab, d);
+		rc = run_write_logits(r->logits_path, r->logits, v, d);
 	return rc;
 }
 

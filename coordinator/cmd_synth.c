@@ -1,4 +1,5 @@
-/* cmd_synth.c — `layermesh synth`: write a random-weight llama GGUF of any shape (synth.h). */
+/* cmd_synth.c — `layermesh synth`: write a random-weight GGUF of any shape and architecture
+ * (synth.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -14,13 +15,29 @@ static void synth_usage(FILE *out)
 	fputs("usage: layermesh synth --out FILE --dim D --layers L --heads H --ffn F --vocab V\n"
 	      "                       [options]\n"
 	      "\n"
-	      "Writes a llama-architecture GGUF with deterministic random weights: the same\n"
-	      "options give the same bytes. llama.cpp loads it like any llama model.\n"
+	      "Writes a GGUF with deterministic random weights: the same options give the same\n"
+	      "bytes. llama.cpp (release v0.4.0) loads it like any model of its architecture.\n"
 	      "\n"
 	      "  --out FILE        the GGUF to write (replaced atomically)\n"
-	      "  --dim D           embedding length (llama.embedding_length), up to 65536\n"
-	      "  --layers L        transformer blocks (llama.block_count), up to 512\n"
+	      "  --arch A          llama (default), qwen2 (Q/K/V biases), qwen3 (Q/K norms),\n"
+	      "                    gemma3 or gemma4 (sliding and global layers, post-norms,\n"
+	      "                    GELU FFN; gemma4: no V on global layers, output scales)\n"
+	      "  --dim D           embedding length (<arch>.embedding_length), up to 65536\n"
+	      "  --layers L        transformer blocks (<arch>.block_count), up to 512\n"
 	      "  --heads H         attention heads; D must be a multiple of H, and D/H even\n"
+	      "                    (unless --head-dim sets the head size)\n"
+	      "  --head-dim N      gemma: elements per head (gemma4: of the global layers)\n"
+	      "  --window W        the sliding layers' window (gemma: each --swa-period-th\n"
+	      "                    layer is global; llama: Mistral's window on every layer)\n"
+	      "  --swa-period P    gemma: every P-th layer is global (default 6)\n"
+	      "  --head-dim-swa N  gemma4: the sliding layers' head size (default --head-dim)\n"
+	      "  --kv-heads-swa K  gemma4: the sliding layers' KV heads (default --kv-heads)\n"
+	      "  --rope-base-swa B gemma: the sliding layers' rope base (default: not written,\n"
+	      "                    which llama.cpp reads as 10000)\n"
+	      "  --softcap C       gemma: final logit softcapping (default none)\n"
+	      "  --rope-llama3     llama: Llama 3.1's long-context rope (rope_freqs.weight)\n"
+	      "  --sparse          the metadata and tensor index with no data: a file with holes\n"
+	      "                    of the full size, for planning real geometries\n"
 	      "  --kv-heads KH     key/value heads (grouped-query attention); divides H\n"
 	      "                    (default: H)\n"
 	      "  --ffn F           feed-forward length (llama.feed_forward_length), up to\n"
@@ -110,6 +127,16 @@ int cmd_synth(int argc, char **argv)
 		OPT_RMS_EPS,
 		OPT_TIED,
 		OPT_VOCAB_FROM,
+		OPT_ARCH,
+		OPT_HEAD_DIM,
+		OPT_WINDOW,
+		OPT_SWA_PERIOD,
+		OPT_HEAD_DIM_SWA,
+		OPT_KV_HEADS_SWA,
+		OPT_ROPE_BASE_SWA,
+		OPT_SOFTCAP,
+		OPT_ROPE_LLAMA3,
+		OPT_SPARSE,
 		OPT_HELP,
 	};
 	static const struct option longopts[] = {
@@ -127,6 +154,16 @@ int cmd_synth(int argc, char **argv)
 		{"rms-eps", required_argument, NULL, OPT_RMS_EPS},
 		{"tied", no_argument, NULL, OPT_TIED},
 		{"vocab-from", required_argument, NULL, OPT_VOCAB_FROM},
+		{"arch", required_argument, NULL, OPT_ARCH},
+		{"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+		{"window", required_argument, NULL, OPT_WINDOW},
+		{"swa-period", required_argument, NULL, OPT_SWA_PERIOD},
+		{"head-dim-swa", required_argument, NULL, OPT_HEAD_DIM_SWA},
+		{"kv-heads-swa", required_argument, NULL, OPT_KV_HEADS_SWA},
+		{"rope-base-swa", required_argument, NULL, OPT_ROPE_BASE_SWA},
+		{"softcap", required_argument, NULL, OPT_SOFTCAP},
+		{"rope-llama3", no_argument, NULL, OPT_ROPE_LLAMA3},
+		{"sparse", no_argument, NULL, OPT_SPARSE},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
 	};
@@ -191,6 +228,39 @@ int cmd_synth(int argc, char **argv)
 		case OPT_VOCAB_FROM:
 			o.vocab_from = optarg;
 			break;
+		case OPT_ARCH:
+			o.arch = optarg;
+			break;
+		case OPT_HEAD_DIM:
+			u32 = &o.head_dim;
+			break;
+		case OPT_WINDOW:
+			u32 = &o.window;
+			break;
+		case OPT_SWA_PERIOD:
+			u32 = &o.swa_period;
+			break;
+		case OPT_HEAD_DIM_SWA:
+			u32 = &o.head_dim_swa;
+			break;
+		case OPT_KV_HEADS_SWA:
+			u32 = &o.kv_heads_swa;
+			break;
+		case OPT_ROPE_BASE_SWA:
+			if (!synth_parse_pos_float(optarg, &o.rope_base_swa))
+				return synth_bad("--rope-base-swa", optarg,
+						 "not a positive number");
+			break;
+		case OPT_SOFTCAP:
+			if (!synth_parse_pos_float(optarg, &o.softcap))
+				return synth_bad("--softcap", optarg, "not a positive number");
+			break;
+		case OPT_ROPE_LLAMA3:
+			o.rope_llama3 = true;
+			break;
+		case OPT_SPARSE:
+			o.sparse = true;
+			break;
 		case 'h':
 		case OPT_HELP:
 			synth_usage(stdout);
@@ -233,11 +303,12 @@ int cmd_synth(int argc, char **argv)
 		fprintf(stderr, "layermesh synth: %s\n", lm_diag_str(&d, rc));
 		return rc == LM_EINVAL || rc == LM_ERANGE || rc == LM_EUNSUPPORTED ? 2 : 1;
 	}
-	printf("%s: llama, %s, dim %u, %u layers, %u/%u heads, ffn %u, vocab %u%s: %llu tensors, "
-	       "%llu parameters, %llu bytes\n",
-	       o.out, lm_dtype_name((uint32_t)o.type), o.dim, o.layers, o.heads,
-	       o.kv_heads != 0 ? o.kv_heads : o.heads, o.ffn, st.vocab, o.tied ? ", tied" : "",
-	       (unsigned long long)st.n_tensors, (unsigned long long)st.n_params,
-	       (unsigned long long)st.file_bytes);
+	printf("%s: %s, %s, dim %u, %u layers, %u/%u heads, ffn %u, vocab %u%s: %llu tensors, "
+	       "%llu parameters, %llu bytes%s\n",
+	       o.out, o.arch != NULL ? o.arch : "llama", lm_dtype_name((uint32_t)o.type), o.dim,
+	       o.layers, o.heads, o.kv_heads != 0 ? o.kv_heads : o.heads, o.ffn, st.vocab,
+	       o.tied ? ", tied" : "", (unsigned long long)st.n_tensors,
+	       (unsigned long long)st.n_params, (unsigned long long)st.file_bytes,
+	       o.sparse ? " (sparse: no data)" : "");
 	return 0;
 }

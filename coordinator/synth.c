@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,14 +61,145 @@ static uint64_t synth_stream(uint64_t seed, const char *name)
 
 /* ---------------------------------------------------------------- the tensor list */
 
-enum synth_kind { SYNTH_MATRIX, SYNTH_NORM };
+enum synth_kind {
+	SYNTH_MATRIX, /* noise / sqrt(ne0), in the file's type */
+	SYNTH_NORM,   /* 1 + 0.1 noise, f32 */
+	SYNTH_BIAS,   /* 0.1 noise, f32 */
+	SYNTH_SCALE,  /* 0.75 + 0.05 noise, f32: a layer's output scale */
+	SYNTH_FREQS,  /* rope frequency factors, f32, computed (not noise) */
+};
 
 struct synth_tensor {
 	char name[GGUF_WRITER_MAX_TENSOR_NAME + 1];
 	enum synth_kind kind;
-	int64_t ne0, ne1; /* ne1 = 1 for norm vectors */
-	const char *rule; /* what ne0 is, for messages: "dim", "ffn" */
+	int64_t ne0, ne1; /* ne1 = 1 for vectors */
 };
+
+enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA4 };
+
+static const char *const synth_arch_names[] = {"llama", "qwen2", "qwen3", "gemma3", "gemma4"};
+
+static int synth_arch_of(const struct synth_opts *o)
+{
+	if (o->arch == NULL)
+		return SYNTH_LLAMA;
+	for (int i = 0; i < 5; i++)
+		if (strcmp(o->arch, synth_arch_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static bool synth_gemma(const struct synth_opts *o)
+{
+	int a = synth_arch_of(o);
+	return a == SYNTH_GEMMA3 || a == SYNTH_GEMMA4;
+}
+
+/* Whether layer il slides: gemma's pattern (each swa_period-th global), Mistral's window on
+ * every llama layer. */
+static bool synth_swa(const struct synth_opts *o, uint32_t il)
+{
+	if (o->window == 0)
+		return false;
+	if (!synth_gemma(o))
+		return true;
+	uint32_t p = o->swa_period != 0 ? o->swa_period : 6;
+	return il % p < p - 1;
+}
+
+/* Layer il's geometry. */
+static void synth_layer_geom(const struct synth_opts *o, uint32_t il, int64_t *head_dim,
+			     int64_t *kv_heads)
+{
+	*head_dim = o->head_dim != 0 ? o->head_dim : o->dim / o->heads;
+	*kv_heads = o->kv_heads;
+	if (synth_arch_of(o) == SYNTH_GEMMA4 && synth_swa(o, il)) {
+		if (o->head_dim_swa != 0)
+			*head_dim = o->head_dim_swa;
+		if (o->kv_heads_swa != 0)
+			*kv_heads = o->kv_heads_swa;
+	}
+}
+
+static void synth_add(struct synth_tensor *t, size_t *n, enum synth_kind kind, int64_t ne0,
+		      int64_t ne1, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void synth_add(struct synth_tensor *t, size_t *n, enum synth_kind kind, int64_t ne0,
+		      int64_t ne1, const char *fmt, ...)
+{
+	struct synth_tensor *x = &t[(*n)++];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->name, sizeof x->name, fmt, ap);
+	va_end(ap);
+	x->kind = kind;
+	x->ne0 = ne0;
+	x->ne1 = ne1;
+}
+
+/* Room for the tensors synth_tensors lists. */
+static size_t synth_tensors_cap(const struct synth_opts *o)
+{
+	return 4 + 16 * (size_t)o->layers;
+}
+
+/* Fills `out` in file order (the order llama.cpp's converters write); returns the count. */
+static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out)
+{
+	const int arch = synth_arch_of(o);
+	const int64_t dim = o->dim, ffn = o->ffn;
+	size_t n = 0;
+
+	synth_add(out, &n, SYNTH_MATRIX, dim, o->vocab, "token_embd.weight");
+	for (uint32_t l = 0; l < o->layers; l++) {
+		int64_t hd, kvh;
+		synth_layer_geom(o, l, &hd, &kvh);
+		const int64_t q = (int64_t)o->heads * hd, kv = kvh * hd;
+		synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.attn_norm.weight", l);
+		synth_add(out, &n, SYNTH_MATRIX, dim, q, "blk.%u.attn_q.weight", l);
+		if (arch == SYNTH_QWEN2)
+			synth_add(out, &n, SYNTH_BIAS, q, 1, "blk.%u.attn_q.bias", l);
+		synth_add(out, &n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_k.weight", l);
+		if (arch == SYNTH_QWEN2)
+			synth_add(out, &n, SYNTH_BIAS, kv, 1, "blk.%u.attn_k.bias", l);
+		/* Gemma 4's global layers have no V projection: V is K. */
+		if (arch != SYNTH_GEMMA4 || synth_swa(o, l))
+			synth_add(out, &n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_v.weight", l);
+		if (arch == SYNTH_QWEN2)
+			synth_add(out, &n, SYNTH_BIAS, kv, 1, "blk.%u.attn_v.bias", l);
+		if (arch == SYNTH_QWEN3 || synth_gemma(o)) {
+			synth_add(out, &n, SYNTH_NORM, hd, 1, "blk.%u.attn_q_norm.weight", l);
+			synth_add(out, &n, SYNTH_NORM, hd, 1, "blk.%u.attn_k_norm.weight", l);
+		}
+		synth_add(out, &n, SYNTH_MATRIX, q, dim, "blk.%u.attn_output.weight", l);
+		if (synth_gemma(o))
+			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.post_attention_norm.weight",
+				  l);
+		synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.ffn_norm.weight", l);
+		synth_add(out, &n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
+		synth_add(out, &n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
+		synth_add(out, &n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
+		if (synth_gemma(o))
+			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm.weight", l);
+		if (arch == SYNTH_GEMMA4)
+			synth_add(out, &n, SYNTH_SCALE, 1, 1, "blk.%u.layer_output_scale.weight",
+				  l);
+	}
+	synth_add(out, &n, SYNTH_NORM, dim, 1, "output_norm.weight");
+	if (!o->tied)
+		synth_add(out, &n, SYNTH_MATRIX, dim, o->vocab, "output.weight");
+	if ((arch == SYNTH_LLAMA && o->rope_llama3) || arch == SYNTH_GEMMA4) {
+		int64_t hd = o->head_dim != 0 ? o->head_dim : o->dim / o->heads;
+		synth_add(out, &n, SYNTH_FREQS, hd / 2, 1, "rope_freqs.weight");
+	}
+	return n;
+}
+
+/* A tensor's type: matrices in the file's, vectors f32. */
+static enum lm_dtype synth_type(const struct synth_opts *o, const struct synth_tensor *t)
+{
+	return t->kind == SYNTH_MATRIX ? o->type : LM_F32;
+}
 
 static bool synth_type_ok(enum lm_dtype t)
 {
@@ -85,47 +217,43 @@ static bool synth_type_ok(enum lm_dtype t)
 	}
 }
 
-/* Fills `out` (room for 3 + 9 * layers tensors) in file order; returns the count. */
-static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out)
+/* The architecture's own rules on the options. */
+static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 {
-	static const struct {
-		const char *suffix;
-		enum synth_kind kind;
-		int rows; /* 0 dim, 1 kv_dim, 2 ffn */
-		bool ffn_cols;
-	} per_layer[] = {
-		{"attn_norm", SYNTH_NORM, 0, false},     {"attn_q", SYNTH_MATRIX, 0, false},
-		{"attn_k", SYNTH_MATRIX, 1, false},      {"attn_v", SYNTH_MATRIX, 1, false},
-		{"attn_output", SYNTH_MATRIX, 0, false}, {"ffn_norm", SYNTH_NORM, 0, false},
-		{"ffn_gate", SYNTH_MATRIX, 2, false},    {"ffn_down", SYNTH_MATRIX, 0, true},
-		{"ffn_up", SYNTH_MATRIX, 2, false},
-	};
-	int64_t kv_dim = (int64_t)o->kv_heads * (o->dim / o->heads);
-	size_t n = 0;
-
-	out[n++] =
-		(struct synth_tensor){"token_embd.weight", SYNTH_MATRIX, o->dim, o->vocab, "dim"};
-	for (uint32_t l = 0; l < o->layers; l++) {
-		for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
-			struct synth_tensor *t = &out[n++];
-			snprintf(t->name, sizeof t->name, "blk.%u.%s.weight", l,
-				 per_layer[i].suffix);
-			t->kind = per_layer[i].kind;
-			t->ne0 = per_layer[i].ffn_cols ? o->ffn : o->dim;
-			t->rule = per_layer[i].ffn_cols ? "ffn" : "dim";
-			if (t->kind == SYNTH_NORM)
-				t->ne1 = 1;
-			else
-				t->ne1 = per_layer[i].rows == 1   ? kv_dim
-					 : per_layer[i].rows == 2 ? (int64_t)o->ffn
-								  : (int64_t)o->dim;
-		}
-	}
-	out[n++] = (struct synth_tensor){"output_norm.weight", SYNTH_NORM, o->dim, 1, "dim"};
-	if (!o->tied)
-		out[n++] = (struct synth_tensor){"output.weight", SYNTH_MATRIX, o->dim, o->vocab,
-						 "dim"};
-	return n;
+	const int arch = synth_arch_of(o);
+	if (arch < 0)
+		return lm_fail(d, LM_EINVAL,
+			       "arch '%s': synth writes llama, qwen2, qwen3, gemma3 or gemma4",
+			       o->arch);
+	if (arch == SYNTH_GEMMA4 && o->window == 0)
+		return lm_fail(d, LM_EINVAL, "gemma4 needs --window (its sliding layers)");
+	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3) && o->window != 0)
+		return lm_fail(d, LM_EINVAL, "%s has no sliding window in llama.cpp", o->arch);
+	if (arch != SYNTH_GEMMA4 && (o->head_dim_swa != 0 || o->kv_heads_swa != 0))
+		return lm_fail(d, LM_EINVAL,
+			       "--head-dim-swa and --kv-heads-swa are gemma4's (sliding layers "
+			       "of their own geometry)");
+	if (o->rope_llama3 && arch != SYNTH_LLAMA)
+		return lm_fail(d, LM_EINVAL, "--rope-llama3 is llama's");
+	if (o->head_dim != 0 && !synth_gemma(o))
+		return lm_fail(d, LM_EINVAL, "--head-dim is gemma's (others use dim / heads)");
+	if (o->kv_heads_swa != 0 && o->heads % o->kv_heads_swa != 0)
+		return lm_fail(d, LM_EINVAL, "kv-heads-swa %u does not divide heads %u",
+			       o->kv_heads_swa, o->heads);
+	uint32_t hd = o->head_dim != 0 ? o->head_dim : o->dim / o->heads;
+	if (hd % 2 != 0 || (o->head_dim_swa % 2) != 0)
+		return lm_fail(d, LM_EINVAL, "head size %u is odd; RoPE rotates pairs of elements",
+			       hd % 2 != 0 ? hd : o->head_dim_swa);
+	if (arch == SYNTH_GEMMA4 && hd % 8 != 0)
+		return lm_fail(
+			d, LM_EINVAL,
+			"gemma4's global head size %u: its proportional rope turns a quarter "
+			"of the pairs, so it must be a multiple of 8",
+			hd);
+	if (!(o->softcap >= 0.0f) || !isfinite(o->softcap) || !(o->rope_base_swa >= 0.0f) ||
+	    !isfinite(o->rope_base_swa))
+		return lm_fail(d, LM_ERANGE, "softcap and rope-base-swa must be non-negative");
+	return 0;
 }
 
 int synth_check(const struct synth_opts *o, lm_diag *d)
@@ -138,9 +266,9 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 	if (o->layers < 1 || o->layers > 512)
 		return lm_fail(d, LM_ERANGE, "layers %u is not in [1, 512], what llama.cpp loads",
 			       o->layers);
-	if (o->heads < 1 || o->dim % o->heads != 0)
+	if (o->heads < 1 || (o->head_dim == 0 && o->dim % o->heads != 0))
 		return lm_fail(d, LM_EINVAL, "heads %u does not divide dim %u", o->heads, o->dim);
-	if ((o->dim / o->heads) % 2 != 0)
+	if (o->head_dim == 0 && (o->dim / o->heads) % 2 != 0)
 		return lm_fail(d, LM_EINVAL,
 			       "head size dim / heads = %u is odd; RoPE rotates pairs of elements",
 			       o->dim / o->heads);
@@ -165,6 +293,9 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 	if (!(o->rms_eps > 0.0f) || !isfinite(o->rms_eps))
 		return lm_fail(d, LM_ERANGE, "rms-eps %g is not a positive number",
 			       (double)o->rms_eps);
+	int rc = synth_check_arch(o, d);
+	if (rc != 0)
+		return rc;
 	const struct lm_dtype_info *info = lm_dtype_info((uint32_t)o->type);
 	if (info == NULL || !synth_type_ok(o->type))
 		return lm_fail(d, LM_EUNSUPPORTED,
@@ -172,16 +303,37 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 			       lm_dtype_name((uint32_t)o->type));
 	/* The row-length rule, checked on the matrices in file order so the message names the
 	 * first tensor that breaks it. */
-	const char *what[] = {"token_embd.weight", "dim", "blk.0.ffn_down.weight", "ffn"};
-	const uint32_t len[] = {o->dim, o->ffn};
-	for (int i = 0; i < 2; i++)
-		if (len[i] % info->blck != 0)
-			return lm_fail(d, LM_EINVAL,
-				       "%s: a %s row holds a multiple of %u elements, and its rows "
-				       "have %s = %u elements",
-				       what[2 * i], info->name, info->blck, what[2 * i + 1],
-				       len[i]);
-	return 0;
+	struct synth_tensor *t = calloc(synth_tensors_cap(o), sizeof *t);
+	if (t == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	size_t n = synth_tensors(o, t);
+	for (size_t i = 0; i < n && rc == 0; i++)
+		if (t[i].kind == SYNTH_MATRIX && t[i].ne0 % info->blck != 0)
+			rc = lm_fail(d, LM_EINVAL,
+				     "%s: a %s row holds a multiple of %u elements, and its rows "
+				     "have %s = %lld elements",
+				     t[i].name, info->name, info->blck,
+				     t[i].ne0 == o->dim   ? "dim"
+				     : t[i].ne0 == o->ffn ? "ffn"
+							  : "heads x head_dim",
+				     (long long)t[i].ne0);
+	free(t);
+	return rc;
+}
+
+/* Llama 3.1's long-context rope as its converter computes the factors: pairs of wavelength
+ * above 8192 / 1 positions turn 8 times slower, below 8192 / 4 as before, between smoothly. */
+static float synth_llama3_factor(const struct synth_opts *o, int64_t i, int64_t head_dim)
+{
+	const double factor = 8.0, low = 1.0, high = 4.0, old_ctx = 8192.0;
+	double freq = 1.0 / pow((double)o->rope_base, (double)(2 * i) / (double)head_dim);
+	double wavelen = 2.0 * M_PI / freq;
+	if (wavelen < old_ctx / high)
+		return 1.0f;
+	if (wavelen > old_ctx / low)
+		return (float)factor;
+	double smooth = (old_ctx / wavelen - low) / (high - low);
+	return (float)(1.0 / ((1.0 - smooth) / factor + smooth));
 }
 
 /* ---------------------------------------------------------------- rows */
@@ -202,23 +354,40 @@ static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 			      const struct synth_tensor *t, float *row, uint8_t *enc, lm_diag *d)
 {
 	uint64_t state = synth_stream(o->seed, t->name);
-	enum lm_dtype type = t->kind == SYNTH_NORM ? LM_F32 : o->type;
+	enum lm_dtype type = synth_type(o, t);
 	uint64_t row_bytes;
 	int rc = lm_dtype_row_bytes((uint32_t)type, (uint64_t)t->ne0, &row_bytes);
 	if (rc != 0)
 		return lm_fail(d, rc, "%s: row of %lld elements", t->name, (long long)t->ne0);
 	/* Float arithmetic on exact integers and one rounded scale: the same bits everywhere. */
 	float scale, offset;
-	if (t->kind == SYNTH_NORM) {
+	switch (t->kind) {
+	case SYNTH_NORM:
 		scale = (float)(0.1 / SYNTH_NOISE_STD);
 		offset = 1.0f;
-	} else {
+		break;
+	case SYNTH_BIAS:
+		scale = (float)(0.1 / SYNTH_NOISE_STD);
+		offset = 0.0f;
+		break;
+	case SYNTH_SCALE:
+		scale = (float)(0.05 / SYNTH_NOISE_STD);
+		offset = 0.75f;
+		break;
+	default:
 		scale = (float)(1.0 / sqrt((double)t->ne0) / SYNTH_NOISE_STD);
 		offset = 0.0f;
 	}
 	for (int64_t r = 0; r < t->ne1; r++) {
 		for (int64_t i = 0; i < t->ne0; i++)
 			row[i] = offset + (float)synth_noise(&state) * scale;
+		if (t->kind ==
+		    SYNTH_FREQS) /* Llama 3.1's factors, or Gemma 4's proportional rope */
+			for (int64_t i = 0; i < t->ne0; i++)
+				row[i] = synth_arch_of(o) == SYNTH_LLAMA
+						 ? synth_llama3_factor(o, i, 2 * t->ne0)
+					 : i < t->ne0 / 4 ? 1.0f
+							  : 1e30f;
 		if ((rc = synth_encode_row(type, row, enc, t->ne0, d)) != 0)
 			return rc;
 		if ((rc = gguf_writer_write_data(w, enc, (size_t)row_bytes, d)) != 0)
@@ -420,29 +589,123 @@ static uint32_t synth_file_type(enum lm_dtype t)
 	}
 }
 
+/* "<arch>.<suffix>", for the architecture's keys. */
+static const char *synth_key(const struct synth_opts *o, const char *suffix, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s.%s", synth_arch_names[synth_arch_of(o)], suffix);
+	return buf;
+}
+
+/* Gemma's keys: the window and its pattern, head sizes, rope of both kinds, softcapping. */
+static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
+{
+	char k[96];
+	int rc = 0;
+	const bool g4 = synth_arch_of(o) == SYNTH_GEMMA4;
+	uint32_t hd = o->head_dim != 0 ? o->head_dim : o->dim / o->heads;
+	uint32_t hds = g4 && o->head_dim_swa != 0 ? o->head_dim_swa : hd;
+	if (o->window != 0) {
+		rc = gguf_writer_kv_u32(w, synth_key(o, "attention.sliding_window", k, sizeof k),
+					o->window, d);
+		if (rc == 0 && g4) {
+			bool *swa = calloc(o->layers, sizeof *swa);
+			if (swa == NULL)
+				return lm_fail(d, LM_ENOMEM, "out of memory");
+			for (uint32_t il = 0; il < o->layers; il++)
+				swa[il] = synth_swa(o, il);
+			rc = gguf_writer_kv_arr(
+				w, synth_key(o, "attention.sliding_window_pattern", k, sizeof k),
+				GGUF_TYPE_BOOL, swa, o->layers, d);
+			free(swa);
+		} else if (rc == 0 && o->swa_period != 0) {
+			rc = gguf_writer_kv_u32(
+				w, synth_key(o, "attention.sliding_window_pattern", k, sizeof k),
+				o->swa_period, d);
+		}
+	}
+	if (rc == 0)
+		rc = gguf_writer_kv_u32(w, synth_key(o, "attention.key_length", k, sizeof k), hd,
+					d);
+	if (rc == 0)
+		rc = gguf_writer_kv_u32(w, synth_key(o, "attention.value_length", k, sizeof k), hd,
+					d);
+	if (rc == 0 && o->rope_base_swa > 0)
+		rc = gguf_writer_kv_f32(w, synth_key(o, "rope.freq_base_swa", k, sizeof k),
+					o->rope_base_swa, d);
+	if (rc == 0 && o->softcap > 0)
+		rc = gguf_writer_kv_f32(w, synth_key(o, "final_logit_softcapping", k, sizeof k),
+					o->softcap, d);
+	if (rc != 0 || !g4)
+		return rc;
+	/* Gemma 4: the sliding layers' heads, the per-layer embeddings and shared-KV layers it
+	 * does not have (llama.cpp requires the keys), the KV heads of each layer. */
+	int32_t *kv = calloc(o->layers, sizeof *kv);
+	if (kv == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	for (uint32_t il = 0; il < o->layers; il++) {
+		int64_t h, n;
+		synth_layer_geom(o, il, &h, &n);
+		kv[il] = (int32_t)n;
+	}
+	if ((rc = gguf_writer_kv_u32(w, synth_key(o, "attention.key_length_swa", k, sizeof k), hds,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.value_length_swa", k, sizeof k),
+				     hds, d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "rope.dimension_count_swa", k, sizeof k), hds,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w,
+				     synth_key(o, "embedding_length_per_layer_input", k, sizeof k),
+				     0, d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.shared_kv_layers", k, sizeof k), 0,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_arr(w, synth_key(o, "attention.head_count_kv", k, sizeof k),
+				     GGUF_TYPE_INT32, kv, o->layers, d)) != 0) {
+		free(kv);
+		return rc;
+	}
+	free(kv);
+	return 0;
+}
+
 static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t vocab, lm_diag *d)
 {
 	bool quant = o->type != LM_F32 && o->type != LM_F16 && o->type != LM_BF16;
+	const int arch = synth_arch_of(o);
 	int rc;
-	char name[128];
-	snprintf(name, sizeof name, "layermesh synth %s d%u l%u h%u/%u f%u v%u seed %llu",
+	char name[160], k[96];
+	snprintf(name, sizeof name, "layermesh synth %s%s%s d%u l%u h%u/%u f%u v%u seed %llu",
+		 arch == SYNTH_LLAMA ? "" : synth_arch_names[arch], arch == SYNTH_LLAMA ? "" : " ",
 		 lm_dtype_name((uint32_t)o->type), o->dim, o->layers, o->heads, o->kv_heads, o->ffn,
 		 vocab, (unsigned long long)o->seed);
-	if ((rc = gguf_writer_kv_str(w, "general.architecture", "llama", d)) != 0 ||
+	uint32_t hd = o->head_dim != 0 ? o->head_dim : o->dim / o->heads;
+	if ((rc = gguf_writer_kv_str(w, "general.architecture", synth_arch_names[arch], d)) != 0 ||
 	    (rc = gguf_writer_kv_str(w, "general.name", name, d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, "general.file_type", synth_file_type(o->type), d)) != 0 ||
 	    (quant && (rc = gguf_writer_kv_u32(w, "general.quantization_version", 2, d)) != 0) ||
-	    (rc = gguf_writer_kv_u32(w, "llama.vocab_size", vocab, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.context_length", o->ctx, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.embedding_length", o->dim, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.block_count", o->layers, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.feed_forward_length", o->ffn, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.rope.dimension_count", o->dim / o->heads, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.attention.head_count", o->heads, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "llama.attention.head_count_kv", o->kv_heads, d)) != 0 ||
-	    (rc = gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon", o->rms_eps, d)) !=
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "vocab_size", k, sizeof k), vocab, d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "context_length", k, sizeof k), o->ctx, d)) !=
 		    0 ||
-	    (rc = gguf_writer_kv_f32(w, "llama.rope.freq_base", o->rope_base, d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "embedding_length", k, sizeof k), o->dim,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "block_count", k, sizeof k), o->layers, d)) !=
+		    0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "feed_forward_length", k, sizeof k), o->ffn,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "rope.dimension_count", k, sizeof k), hd,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.head_count", k, sizeof k), o->heads,
+				     d)) != 0 ||
+	    (arch != SYNTH_GEMMA4 &&
+	     (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.head_count_kv", k, sizeof k),
+				      o->kv_heads, d)) != 0) ||
+	    (rc = gguf_writer_kv_f32(w,
+				     synth_key(o, "attention.layer_norm_rms_epsilon", k, sizeof k),
+				     o->rms_eps, d)) != 0 ||
+	    (rc = gguf_writer_kv_f32(w, synth_key(o, "rope.freq_base", k, sizeof k), o->rope_base,
+				     d)) != 0 ||
+	    (arch == SYNTH_LLAMA && o->window != 0 &&
+	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
+	    (synth_gemma(o) && (rc = synth_put_gemma(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)
 		return rc;
@@ -479,13 +742,15 @@ int synth_write(const struct synth_opts *o_in, struct synth_stats *st, lm_diag *
 	if (rc != 0)
 		goto out;
 
-	size_t cap = 3 + 9 * (size_t)o.layers, n;
+	size_t cap = synth_tensors_cap(&o), n;
 	if ((tensors = calloc(cap, sizeof *tensors)) == NULL) {
 		rc = lm_fail(d, LM_ENOMEM, "out of memory");
 		goto out;
 	}
 	n = synth_tensors(&o, tensors);
-	int64_t max_ne0 = o.dim > o.ffn ? o.dim : o.ffn;
+	int64_t max_ne0 = 1;
+	for (size_t i = 0; i < n; i++)
+		max_ne0 = tensors[i].ne0 > max_ne0 ? tensors[i].ne0 : max_ne0;
 	row = malloc((size_t)max_ne0 * sizeof *row);
 	enc = malloc((size_t)max_ne0 * sizeof(float));
 	if (row == NULL || enc == NULL) {
@@ -495,9 +760,8 @@ int synth_write(const struct synth_opts *o_in, struct synth_stats *st, lm_diag *
 	uint64_t params = 0;
 	for (size_t i = 0; i < n; i++) {
 		const int64_t ne[2] = {tensors[i].ne0, tensors[i].ne1};
-		enum lm_dtype type = tensors[i].kind == SYNTH_NORM ? LM_F32 : o.type;
-		if ((rc = gguf_writer_add_tensor(&w, tensors[i].name, type,
-						 tensors[i].kind == SYNTH_NORM ? 1 : 2, ne, NULL,
+		if ((rc = gguf_writer_add_tensor(&w, tensors[i].name, synth_type(&o, &tensors[i]),
+						 tensors[i].kind == SYNTH_MATRIX ? 2 : 1, ne, NULL,
 						 d)) != 0)
 			goto out;
 		params += (uint64_t)ne[0] * (uint64_t)ne[1];
@@ -528,11 +792,21 @@ int synth_write(const struct synth_opts *o_in, struct synth_stats *st, lm_diag *
 	setvbuf(fp, NULL, _IOFBF, 1 << 20);
 	if ((rc = gguf_writer_write_header(&w, fp, d)) != 0)
 		goto out;
-	for (size_t i = 0; i < n; i++)
-		if ((rc = synth_write_tensor(&w, &o, &tensors[i], row, enc, d)) != 0)
+	if (o.sparse) {
+		/* The index and no data: the file is extended with a hole to its full size, so
+		 * the planner can price a real geometry without writing its bytes. */
+		if (fflush(fp) != 0 ||
+		    ftruncate(fileno(fp), (off_t)gguf_writer_file_size(&w)) != 0) {
+			rc = lm_fail(d, LM_EIO, "%s: %s", tmp, strerror(errno));
 			goto out;
-	if ((rc = gguf_writer_finish(&w, d)) != 0)
-		goto out;
+		}
+	} else {
+		for (size_t i = 0; i < n; i++)
+			if ((rc = synth_write_tensor(&w, &o, &tensors[i], row, enc, d)) != 0)
+				goto out;
+		if ((rc = gguf_writer_finish(&w, d)) != 0)
+			goto out;
+	}
 	FILE *done = fp;
 	fp = NULL;
 	if (fclose(done) != 0) {

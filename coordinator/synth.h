@@ -1,8 +1,8 @@
-/* synth.h — deterministic random-weight llama models of any shape, as GGUF files.
+/* synth.h — deterministic random-weight models of any shape, as GGUF files.
  *
- * The files follow llama.cpp's "llama" architecture exactly (tensor names, shapes ne0-first,
- * metadata keys), so llama.cpp loads them and layermesh can be compared with it on shapes no real
- * model has, in every weight type:
+ * The files follow llama.cpp's (release v0.4.0) architectures exactly (tensor names, shapes
+ * ne0-first, metadata keys), so llama.cpp loads them and layermesh can be compared with it on
+ * shapes no real model has, in every weight type. The llama layout:
  *
  *     token_embd.weight          [dim, vocab]        --type
  *     blk.N.attn_norm.weight     [dim]               f32
@@ -16,6 +16,18 @@
  *     blk.N.ffn_up.weight        [dim, ffn]          --type
  *     output_norm.weight         [dim]               f32
  *     output.weight              [dim, vocab]        --type   (absent with tied embeddings)
+ *     rope_freqs.weight          [head_dim / 2]      f32      (--rope-llama3: Llama 3.1's
+ *                                                              long-context factors)
+ * The other architectures add or change, per layer (f32 vectors unless said):
+ *     qwen2    attn_q.bias [q_dim], attn_k.bias and attn_v.bias [kv_dim]
+ *     qwen3    attn_q_norm.weight and attn_k_norm.weight [head_dim]
+ *     gemma3   attn_q_norm, attn_k_norm [head_dim], post_attention_norm, post_ffw_norm [dim];
+ *              every layer but each --swa-period-th slides over --window positions
+ *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
+ *              --kv-heads-swa), no attn_v on the global layers (V = K), layer_output_scale
+ *              [1], and rope_freqs.weight [head_dim / 2] whose last three quarters are 1e30:
+ *              the global layers' partial ("proportional") rope
+ * and an architecture's keys under its own prefix ("gemma4.attention.sliding_window", ...).
  *
  * Weights. Every tensor has its own PRNG stream (splitmix64 seeded from the seed and the tensor's
  * name), so a tensor's values depend only on the seed, its name and its shape. Values are
@@ -57,10 +69,20 @@ struct synth_opts {
 	uint32_t ctx;       /* llama.context_length */
 	enum lm_dtype type; /* every matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
 	uint64_t seed;
-	float rope_base;        /* llama.rope.freq_base */
-	float rms_eps;          /* llama.attention.layer_norm_rms_epsilon */
+	float rope_base;        /* <arch>.rope.freq_base */
+	float rms_eps;          /* <arch>.attention.layer_norm_rms_epsilon */
 	bool tied;              /* no output.weight: llama.cpp uses token_embd for the head */
 	const char *vocab_from; /* GGUF whose tokenizer.* keys are copied, or NULL */
+	const char *arch;       /* "llama" (NULL), "qwen2", "qwen3", "gemma3", "gemma4" */
+	uint32_t head_dim;      /* elements per head (gemma4: the global layers'); 0: dim/heads */
+	uint32_t window;        /* sliding window; 0: none (llama: Mistral's, every layer) */
+	uint32_t swa_period;    /* gemma: every swa_period-th layer is global; 0: 6 */
+	uint32_t head_dim_swa;  /* gemma4's sliding layers; 0: head_dim */
+	uint32_t kv_heads_swa;  /* gemma4's sliding layers; 0: kv_heads */
+	float rope_base_swa;    /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
+	float softcap;          /* <arch>.final_logit_softcapping; 0: none */
+	bool rope_llama3;       /* llama: rope_freqs.weight with Llama 3.1's scaling */
+	bool sparse;            /* the tensor index and no data: a file with holes */
 };
 
 struct synth_stats {
@@ -70,8 +92,8 @@ struct synth_stats {
 	uint32_t vocab; /* the vocabulary size written */
 };
 
-/* The options' defaults: ctx 2048, type F32, seed 0, rope_base 10000, rms_eps 1e-5, kv_heads 0
- * (meaning: equal to heads). Shape fields are 0 and must be set. */
+/* The options' defaults: arch llama, ctx 2048, type F32, seed 0, rope_base 10000, rms_eps 1e-5,
+ * kv_heads 0 (meaning: equal to heads). Shape fields are 0 and must be set. */
 void synth_opts_default(struct synth_opts *o);
 
 /* Checks a shape and a type without writing anything: every size in range, the head geometry,

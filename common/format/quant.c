@@ -69,6 +69,13 @@ void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n)
 	}
 }
 
+/* Weights, activations and Q8_0 cache rows alike. This is the arithmetic of llama.cpp's generic
+ * x64 CPU build too (its quantize_row_q8_0 falls back on the reference without AVX); its AVX
+ * builds take 127 / amax for 1 / d and round half to even, which differs on the rare value
+ * within an ulp of a rounding boundary, and such a flip moves a dot product by a whole quantum
+ * (and, through the cache, every later token): the "exact or about 1e-2 off" logits seen
+ * against those builds. layermesh follows the reference everywhere, so its scalar kernels give
+ * the x64 build's logits bit for bit. */
 void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
@@ -80,27 +87,6 @@ void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
 		y[i].d = lm_f32_to_f16(d);
 		for (int j = 0; j < QK8_0; j++)
 			y[i].qs[j] = (int8_t)roundf(x[j] * id);
-	}
-}
-
-/* Activations (and Q8_0 cache rows) quantize as GGUF's reference implementation does on x86,
- * which is not its reference quantizer: the scale's inverse is 127 / amax rather than 1 / d, and
- * values round to nearest even rather than away from zero. The two differ only on the rare value
- * that sits within an ulp of a rounding boundary, but such a flip changes a dot product by a
- * whole quantum, and through the KV cache every later token; matching the arithmetic keeps
- * layermesh's logits on q8_0 and q4_0 models within 1e-6 of llama.cpp's. Weights written to
- * files keep the reference quantizer (lm_quantize_q8_0_ref), bit for bit. */
-void lm_quantize_q8_0_act(const float *x, block_q8_0 *y, int64_t n)
-{
-	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-		float amax = 0.0f;
-		for (int j = 0; j < QK8_0; j++)
-			amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
-		const float d = amax / 127;
-		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-		y[i].d = lm_f32_to_f16(d);
-		for (int j = 0; j < QK8_0; j++)
-			y[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
 	}
 }
 

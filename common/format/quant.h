@@ -71,9 +71,9 @@ int lm_dequantize_row(enum lm_dtype type, const void *src, float *dst, int64_t n
 
 /* The reference quantizers of single types, which the kernels reuse. */
 void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
+/* Q8_0 as GGUF's reference: d = amax / 127, q = roundf(x / d) with 1 / d (half away from zero).
+ * Also the activations' and the Q8_0 cache's quantizer (see quant.c for why). */
 void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
-/* The activation quantizer: GGUF's reference implementation's x86 arithmetic (see quant.c). */
-void lm_quantize_q8_0_act(const float *x, block_q8_0 *y, int64_t n);
 void lm_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
 void lm_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);

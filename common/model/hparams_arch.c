@@ -82,8 +82,11 @@ static int hp_no_rope_freqs(const struct lm_hparams *hp, lm_diag *d)
 	return 0;
 }
 
-static int hp_final_softcap(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
+/* <arch>.final_logit_softcapping over a default (llama.cpp's: 30 for gemma4, none for
+ * gemma3, which clears it before reading). */
+static int hp_final_softcap(const gguf_file *f, struct lm_hparams *hp, float def, lm_diag *d)
 {
+	hp->final_softcap = def;
 	int rc = hp_get_f32(f, hp->arch, "final_logit_softcapping", &hp->final_softcap, d);
 	if (rc != 0 && rc != LM_ENOTFOUND)
 		return rc;
@@ -130,7 +133,7 @@ static int hp_gemma3(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 {
 	int rc = hp_no_rope_freqs(hp, d);
 	if (rc == 0)
-		rc = hp_final_softcap(f, hp, d);
+		rc = hp_final_softcap(f, hp, 0.0f, d);
 	if (rc != 0)
 		return rc;
 	hp->embd_scale = sqrtf((float)hp->n_embd);
@@ -172,7 +175,7 @@ static int hp_gemma4(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 			       "gemma4: per-layer embeddings "
 			       "(gemma4.embedding_length_per_layer_input = %u) are not supported",
 			       v);
-	if ((rc = hp_final_softcap(f, hp, d)) != 0)
+	if ((rc = hp_final_softcap(f, hp, 30.0f, d)) != 0)
 		return rc;
 	hp->embd_scale = sqrtf((float)hp->n_embd);
 	hp->attn_scale = 1.0f;

@@ -34,7 +34,7 @@ static void gen_from_f32_bf16(const float *x, void *dst, int64_t n)
 
 static void gen_from_f32_q8_0(const float *x, void *dst, int64_t n)
 {
-	lm_quantize_q8_0_act(x, dst, n);
+	lm_quantize_q8_0_ref(x, dst, n);
 }
 
 static void gen_from_f32_q8_K(const float *x, void *dst, int64_t n)
@@ -105,41 +105,50 @@ float cpu_vec_dot_q4_0_generic(int64_t n, const void *w, const void *x)
 /* Q4_K . Q8_K: x = d * sc * q - dmin * m per sub-block of 32, so a block contributes
  *     d * dx * sum_j sc_j * (q_j . x_j)  -  dmin * dx * sum_j m_j * sum(x_j)
  * and sum(x_j) comes from the activation block's bsums (two per sub-block). */
+/* The K-quant dot products sum in eight float lanes, lane l taking the integer products of
+ * elements l, l + 8, l + 16, ... of each super-block, and add the lanes last: the order GGUF's
+ * reference CPU implementation uses (its generic kernels, which llama.cpp's x64 build runs), so
+ * these give its logits bit for bit. */
 float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x)
 {
 	const block_q4_K *a = w;
 	const block_q8_K *b = x;
-	float sum = 0;
+	float lanes[8] = {0}, sum = 0;
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const uint8_t *q4 = a[i].qs;
 		const int8_t *q8 = b[i].qs;
-		int sumi = 0, summ = 0;
+		int32_t acc[8] = {0};
+		int summ = 0;
 		for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
 			uint8_t sc0, m0, sc1, m1;
 			lm_q4_K_scale_min(2 * j, a[i].scales, &sc0, &m0);
 			lm_q4_K_scale_min(2 * j + 1, a[i].scales, &sc1, &m1);
-			int dot0 = 0, dot1 = 0;
-			for (int l = 0; l < 32; l++) {
-				dot0 += (q4[l] & 0xf) * q8[l];
-				dot1 += (q4[l] >> 4) * q8[l + 32];
-			}
-			sumi += sc0 * dot0 + sc1 * dot1;
+			/* Sub-block 2j: the low nibbles of these 32 bytes; 2j + 1: the high ones. */
+			for (int k = 0; k < 32; k += 8)
+				for (int l = 0; l < 8; l++) {
+					acc[l] += sc0 * ((q4[k + l] & 0xf) * q8[k + l]);
+					acc[l] += sc1 * ((q4[k + l] >> 4) * q8[32 + k + l]);
+				}
 			summ += m0 * (b[i].bsums[4 * j] + b[i].bsums[4 * j + 1]) +
 				m1 * (b[i].bsums[4 * j + 2] + b[i].bsums[4 * j + 3]);
 		}
 		const float d = lm_f16_to_f32(a[i].d) * b[i].d;
+		for (int l = 0; l < 8; l++)
+			lanes[l] += d * (float)acc[l];
 		const float dmin = lm_f16_to_f32(a[i].dmin) * b[i].d;
-		sum += d * sumi - dmin * summ;
+		sum -= dmin * (float)summ;
 	}
+	for (int l = 0; l < 8; l++)
+		sum += lanes[l];
 	return sum;
 }
 
-/* Q6_K . Q8_K: 16 sub-blocks of 16, x = d * sc * (q - 32). */
+/* Q6_K . Q8_K: 16 sub-blocks of 16, x = d * sc * (q - 32); lanes as above. */
 float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x)
 {
 	const block_q6_K *a = w;
 	const block_q8_K *b = x;
-	float sum = 0;
+	float lanes[8] = {0}, sum = 0;
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		int8_t q[QK_K];
 		const uint8_t *ql = a[i].ql;
@@ -157,15 +166,15 @@ float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x)
 						 32);
 			}
 		}
-		int sumi = 0;
-		for (int s = 0; s < QK_K / 16; s++) {
-			int dot = 0;
-			for (int l = 0; l < 16; l++)
-				dot += q[16 * s + l] * b[i].qs[16 * s + l];
-			sumi += a[i].scales[s] * dot;
-		}
-		sum += lm_f16_to_f32(a[i].d) * b[i].d * sumi;
+		int32_t acc[8] = {0};
+		for (int e = 0; e < QK_K; e++)
+			acc[e % 8] += a[i].scales[e / 16] * (q[e] * b[i].qs[e]);
+		const float d = lm_f16_to_f32(a[i].d) * b[i].d;
+		for (int l = 0; l < 8; l++)
+			lanes[l] += d * (float)acc[l];
 	}
+	for (int l = 0; l < 8; l++)
+		sum += lanes[l];
 	return sum;
 }
 

@@ -128,6 +128,18 @@ SIMD_INLINE __m256i pack_i32_i8(__m256i a, __m256i b, __m256i c, __m256i d)
 	return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* roundf of every lane: half away from zero. The truncation's remainder is exact for the
+ * |x| < 2^23 a quantizer sees, so |frac| >= 0.5 decides alone. */
+SIMD_INLINE __m256 round_away_ps(__m256 x)
+{
+	const __m256 t = _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	const __m256 frac = abs_ps(_mm256_sub_ps(x, t));
+	const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+	const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f),
+					_mm256_and_ps(x, _mm256_set1_ps(-0.0f))); /* +-1 */
+	return _mm256_add_ps(t, _mm256_and_ps(up, one));
+}
+
 /* One block of 32 as quantize_row_q8_0_ref: d = amax / 127, q = roundf(x / d) with 1/d. */
 SIMD_INLINE __m256i q8_0_block(const float *x, float *d_out, uint16_t *d16_out, int32_t *sum_out)
 {
@@ -139,7 +151,7 @@ SIMD_INLINE __m256i q8_0_block(const float *x, float *d_out, uint16_t *d16_out, 
 	}
 	const float am = hmax_ps(amax);
 	const float d = am / 127;
-	const float id = am != 0.0f ? 127.0f / am : 0.0f; /* see lm_quantize_q8_0_act */
+	const float id = d != 0.0f ? 1.0f / d : 0.0f; /* lm_quantize_q8_0_ref, bit for bit */
 	const uint16_t d16 = lm_f32_to_f16(d);
 	if (d_out != NULL)
 		*d_out = lm_f16_to_f32(d16);
@@ -148,8 +160,7 @@ SIMD_INLINE __m256i q8_0_block(const float *x, float *d_out, uint16_t *d16_out, 
 	const __m256 vid = _mm256_set1_ps(id);
 	__m256i q[4];
 	for (int k = 0; k < 4; k++)
-		q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
-			_mm256_mul_ps(v[k], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+		q[k] = _mm256_cvtps_epi32(round_away_ps(_mm256_mul_ps(v[k], vid)));
 	if (sum_out != NULL)
 		*sum_out = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
 						       _mm256_add_epi32(q[2], q[3])));

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/model.h"
 #include "engine/forward.h"
+#include "coordinator/synth.h"
 
 static const char *shared(const char *rel)
 {
@@ -69,6 +71,7 @@ static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, 
 				  .num_layers = r->m.slice.end - r->m.slice.begin,
 				  .geom = g,
 				  .max_seq = 128,
+				  .ring_extra = kv_ring_extra(max_batch),
 				  .slots = slots,
 				  .k_type = LM_F32,
 				  .v_type = LM_F32};
@@ -255,6 +258,78 @@ Test(forward, stages_compose_to_the_whole_model)
 	rig_close(&s0);
 	rig_close(&s1);
 	rig_close(&s2);
+}
+
+/* A model of sliding and global layers of their own geometry (gemma4: window 4, layers 2 and 5
+ * global, with another head size and KV head count) cut into two stages at every layer: the
+ * stages' logits equal the whole model's bit for bit over 20 positions (5x the window), a
+ * 12-token prefill then one token at a time, so every ring wraps and every slice starts and
+ * ends on every kind of layer. */
+Test(forward, sliding_and_global_slices_at_every_cut, .timeout = 60)
+{
+	char path[] = "/tmp/lm_test_forward_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "gemma4";
+	o.dim = 128;
+	o.layers = 7;
+	o.heads = 4;
+	o.kv_heads = 1;
+	o.kv_heads_swa = 2;
+	o.head_dim = 64;
+	o.head_dim_swa = 32;
+	o.ffn = 192;
+	o.vocab = 300;
+	o.window = 4;
+	o.swa_period = 3;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	enum { N = 20, P = 12, V = 300 };
+	int32_t ids[N];
+	for (int i = 0; i < N; i++)
+		ids[i] = (int32_t)((i * 37 + 5) % V);
+	static float want[N][V], got[N][V];
+	struct rig whole;
+	rig_open(&whole, path, NULL, 1, 16, false);
+	cr_expect_eq(whole.kv.layers[0].ctx, 4 + 15, "a sliding ring: window + batch - 1");
+	cr_expect_eq(whole.kv.layers[2].ctx, 128, "a global layer: every position");
+	cr_expect_eq(whole.kv.layers[2].head_dim, 64);
+	cr_expect_eq(whole.kv.layers[1].n_kv_heads, 2);
+	run_rows(&whole, 0, 0, ids, P, &want[0][0]);
+	for (int i = P; i < N; i++)
+		run_rows(&whole, 0, i, ids + i, 1, want[i]);
+	for (int32_t cut = 1; cut < 7; cut++) {
+		struct rig a, b;
+		struct lm_slice sa = {0, cut, true, false}, sb = {cut, 7, false, true};
+		rig_open(&a, path, &sa, 1, 16, false);
+		rig_open(&b, path, &sb, 1, 16, false);
+		static float h[N * 128];
+		struct lm_tok_loc loc[N];
+		int32_t rows[N];
+		for (int at = 0; at < N; at = at < P ? P : at + 1) {
+			int n = at < P ? P : 1;
+			for (int i = 0; i < n; i++) {
+				loc[i] = (struct lm_tok_loc){0, at + i};
+				rows[i] = i;
+			}
+			struct lm_batch bt = {
+				.n = n, .ids = ids + at, .loc = loc, .n_out = n, .out_rows = rows};
+			cr_assert_eq(lm_forward_run(&a.fw, &bt, NULL, h, NULL, &d), 0, "%s", d.msg);
+			bt.ids = NULL;
+			cr_assert_eq(lm_forward_run(&b.fw, &bt, h, NULL, got[at], &d), 0, "%s",
+				     d.msg);
+		}
+		cr_expect_eq(memcmp(got, want, sizeof want), 0, "cut at layer %d differs", cut);
+		cr_expect_eq(a.kv.bytes + b.kv.bytes, whole.kv.bytes, "cut at layer %d", cut);
+		rig_close(&a);
+		rig_close(&b);
+	}
+	rig_close(&whole);
+	unlink(path);
 }
 
 Test(forward, bad_batches_are_refused)

@@ -124,6 +124,33 @@ Test(kv_cache, sliding_truncation_refuses_lost_rows)
 	kv_cache_fini(&kv);
 }
 
+/* A ring with rows beyond its window (window 4 + 3 rows a batch writes ahead: 7) that has seen
+ * 10 positions keeps [3, 10): the next token at len reads [len - 3, len), so a rollback to len
+ * holds for len >= 6 and for 0, and is refused for 1 to 5, naming the layer. */
+Test(kv_cache, ring_rows_beyond_the_window_allow_short_rollbacks)
+{
+	struct kv_geom g[1] = {{.n_kv_heads = 1, .head_dim = 4, .window = 4}};
+	struct kv_cache kv;
+	struct kv_cache_cfg cfg = {.base_layer = 3,
+				   .num_layers = 1,
+				   .geom = g,
+				   .max_seq = 32,
+				   .ring_extra = 3,
+				   .slots = 1,
+				   .k_type = LM_F32,
+				   .v_type = LM_F32};
+	lm_diag d = {{0}};
+	cr_assert_eq(kv_cache_init(&kv, NULL, &cfg, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv.layers[0].ctx, 7);
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 10, &d), 0);
+	for (int32_t len = 0; len <= 10; len++) {
+		int rc = kv_cache_can_truncate(&kv, 0, len, &d);
+		cr_expect_eq(rc, len == 0 || len >= 6 ? 0 : LM_ERANGE, "len %d: %s", len, d.msg);
+	}
+	cr_expect(strstr(d.msg, "layer 3") != NULL, "%s", d.msg);
+	kv_cache_fini(&kv);
+}
+
 Test(kv_cache, export_import_round_trip)
 {
 	struct kv_geom g[2] = {{.n_kv_heads = 2, .head_dim = 32},

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "coordinator/planner.h"
+#include "coordinator/synth.h"
 #include "engine/scratch.h"
 
 #define LAYER_W  181760ull
@@ -267,4 +268,132 @@ Test(planner, plan_command)
 			 "layermesh plan: /nonexistent/mesh.toml: No such file or directory\n");
 	free(text);
 	free(errs);
+}
+
+/* The mission's model: Gemma 4's 60 layers, 50 sliding (window 1024, 16 KV heads x 256) and 10
+ * global (4 x 512, each sixth), n_embd 5376, vocabulary 262144, written sparse (the tensor index
+ * of a full-size q4_K file, no data), planned for 128 positions of f32 cache. */
+static void gemma4_sparse(const char *path)
+{
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "gemma4";
+	o.layers = 60;
+	o.dim = 5376;
+	o.heads = 32;
+	o.kv_heads = 4;
+	o.kv_heads_swa = 16;
+	o.head_dim = 512;
+	o.head_dim_swa = 256;
+	o.ffn = 21504;
+	o.vocab = 262144;
+	o.ctx = 131072;
+	o.window = 1024;
+	o.swa_period = 6;
+	o.type = LM_Q4_K;
+	o.tied = true;
+	o.sparse = true;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+}
+
+/* Writes a mesh of n workers of `per` pinned layers each over model. */
+static void write_pinned(const char *model, int n, int per, const char *limit)
+{
+	snprintf(mesh_path, sizeof mesh_path, "/tmp/lm_test_planner_XXXXXX");
+	int fd = mkstemp(mesh_path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fprintf(f, "[model]\npath = \"%s\"\nmax_seq_len = 128\nslots = 1\n", model);
+	fprintf(f, "[coordinator]\ndata_in = \"ipc:///tmp/lm-test-planner-c\"\n");
+	fprintf(f, "[plan]\nstrategy = \"pinned\"\n");
+	for (int j = 0; j < n; j++)
+		fprintf(f,
+			"[[worker]]\nname = \"w%d\"\ndata = \"ipc:///tmp/lm-tp-%d.data\"\n"
+			"control = \"ipc:///tmp/lm-tp-%d.ctl\"\nhttp = \"127.0.0.1:%d\"\n"
+			"memory_limit = \"%s\"\nlayers = [%d, %d]\n",
+			j, j, j, 20000 + j, limit, j * per, (j + 1) * per);
+	fclose(f);
+}
+
+Test(planner, gemma4_mission_geometry, .timeout = 120)
+{
+	char model[] = "/tmp/lm_test_gemma4_XXXXXX";
+	int fd = mkstemp(model);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	gemma4_sparse(model);
+
+	/* The geometry, read back from the file. */
+	gguf_file *f = NULL;
+	lm_diag d = {{0}};
+	static struct lm_hparams hp;
+	cr_assert_eq(gguf_open(model, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	gguf_close(f);
+	int sliding = 0;
+	for (int i = 0; i < 60; i++) {
+		const struct lm_layer_hparams *l = &hp.layer[i];
+		bool global = i % 6 == 5;
+		sliding += !global;
+		cr_expect_eq(l->window, global ? 0 : 1024, "layer %d", i);
+		cr_expect_eq(l->n_head_kv, global ? 4 : 16, "layer %d", i);
+		cr_expect_eq(l->head_dim, global ? 512 : 256, "layer %d", i);
+	}
+	cr_expect_eq(sliding, 50);
+
+	/* One slot, 128 positions, f32: a sliding layer 2 x 16 x 256 x 128 x 4 = 4 MiB, a global
+	 * one 2 x 4 x 512 x 128 x 4 = 2 MiB; 220 MiB for the whole model. The legacy allocation,
+	 * every layer at the largest stride (16 heads x 512), was 8 MiB a layer, 503,316,480 B. */
+	struct kv_geom geom[60];
+	struct fence_layer layers[60];
+	memset(layers, 0, sizeof layers);
+	uint64_t total = 0;
+	for (int i = 0; i < 60; i++)
+		geom[i] = lm_hparams_kv_geom(&hp, i);
+	cr_assert_eq(
+		fence_kv_costs(layers, 60, geom, 128, kv_ring_extra(64), 1, LM_F32, LM_F32, &d), 0,
+		"%s", d.msg);
+	for (int i = 0; i < 60; i++) {
+		cr_expect_eq(layers[i].kv_bytes, i % 6 == 5 ? 2ull << 20 : 4ull << 20, "layer %d",
+			     i);
+		total += layers[i].kv_bytes;
+	}
+	cr_expect_eq(total, 220ull << 20);
+	struct kv_geom widest = {.n_kv_heads = 16, .head_dim = 512};
+	uint64_t legacy;
+	cr_assert_eq(kv_layer_bytes(&widest, 128, 0, 1, LM_F32, LM_F32, &legacy), 0);
+	cr_expect_eq(60 * legacy, 503316480ull);
+
+	/* The planner over 60 single-layer, 20 three-layer and one 60-layer worker: each holds its
+	 * own layers' cache at their own geometry, for [model] slots 1 and the probe slot. */
+	const int shapes[][2] = {{60, 1}, {20, 3}, {1, 60}};
+	for (int k = 0; k < 3; k++) {
+		write_pinned(model, shapes[k][0], shapes[k][1], "64GiB");
+		struct mesh_config cfg;
+		load(&cfg);
+		struct fence_plan p;
+		cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "%s", d.msg);
+		for (int j = 0; j < p.n_workers; j++) {
+			uint64_t want = 0;
+			for (int i = p.cuts[j]; i < p.cuts[j + 1]; i++)
+				want += 2 * (i % 6 == 5 ? 2ull << 20 : 4ull << 20);
+			cr_expect_eq(p.stages[j].kv_bytes, want, "%d workers: w%d", shapes[k][0],
+				     j);
+		}
+		fence_plan_fini(&p);
+		mesh_config_fini(&cfg);
+	}
+
+	/* Under a 128 MiB cap no fence fits: one q4_K layer alone is far larger, and the planner
+	 * says which worker and by how much. */
+	write_pinned(model, 60, 1, "128MiB");
+	struct mesh_config cfg;
+	load(&cfg);
+	struct fence_plan p;
+	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINFEASIBLE);
+	cr_expect(strstr(d.msg, "worker 'w0' (layers [0, 1)) needs") != NULL, "%s", d.msg);
+	mesh_config_fini(&cfg);
+	unlink(model);
 }

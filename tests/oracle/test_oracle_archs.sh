@@ -1,0 +1,96 @@
+#!/bin/bash
+# test_oracle_archs.sh LAYERMESH LM_ORACLE — every architecture against llama.cpp itself.
+#
+# For llama, qwen2, qwen3, gemma3 and gemma4, in f32, q8_0 and q4_K: a synthetic model (`layermesh
+# synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of window 8, each
+# third layer global; gemma4 with its two head sizes and KV head counts) is run on a prompt of 74
+# tokens, more than 3x the window, by llama.cpp's generic x64 CPU build (`--cpu-variant x64`) and
+# by `layermesh run` with its default kernels:
+#   - the logits after the prompt within the tolerance of the architecture and type;
+#   - llama.cpp's greedy continuation of 24 tokens, fed back to both (teacher forcing): at every
+#     position layermesh's argmax is llama.cpp's choice wherever that choice leads by more than
+#     twice the tolerance (compare_logits.py counts the near ties it leaves out).
+# q8_0 and q4_0 run with layermesh's scalar kernels too, which quantize activations with GGUF's
+# reference quantizer and sum in its order, as llama.cpp's x64 build does: measured here, their
+# prompt logits equal llama.cpp's bit for bit for every architecture but qwen3, whose first
+# difference is in layer 1. What remains is llama.cpp's SSE2 exp (a polynomial, in groups of
+# four, libm's for the rest) inside SiLU and softmax, one ulp off libm's now and then, which a
+# later Q8 rounding may turn into a quantum; the test holds them to the quantized tolerance.
+#
+# Tolerances, measured at the commit that set them (max |diff| of the prompt's logits): f32
+# 1.8e-6 (llama, qwen) and 8.5e-4 (gemma: its GELU rounds through f16, so an activation one ulp
+# apart may round to another half); quantized types up to 0.15, where one activation on a
+# quantization boundary moves a dot product by a whole quantum.
+set -eu
+
+LAYERMESH=$1
+ORACLE=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+PROMPT="Once upon a time there was a little girl named Lily who loved to play in the park with her friends every day"
+fails=0
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+
+shape() {
+	case $1 in
+	gemma4) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3" ;;
+	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
+	llama) echo "" ;;
+	*) echo "--arch $1" ;;
+	esac
+}
+
+tolerance() { # arch type
+	case $2 in
+	f32) case $1 in gemma*) echo 5e-3 ;; *) echo 1e-4 ;; esac ;;
+	*) echo 0.3 ;;
+	esac
+}
+
+for arch in llama qwen2 qwen3 gemma3 gemma4; do
+	for type in f32 q8_0 q4_K q4_0; do
+		f=$TMP/$arch-$type.gguf
+		# shellcheck disable=SC2046
+		"$LAYERMESH" synth --out "$f" $(shape $arch) --dim 256 --layers 5 --heads 8 \
+			--kv-heads 2 --ffn 512 --vocab 512 --type $type --seed 7 >/dev/null ||
+			{ fail "$arch $type: synth"; continue; }
+		"$ORACLE" --model "$f" --prompt "$PROMPT" --cpu-variant x64 \
+			--logits-last "$TMP/theirs.txt" >/dev/null 2>"$TMP/err" ||
+			{ fail "$arch $type: llama.cpp: $(tail -1 "$TMP/err")"; continue; }
+		if [ $type = q8_0 ] || [ $type = q4_0 ]; then
+			"$LAYERMESH" run --model "$f" --prompt "$PROMPT" --temp 0 -n 1 --threads 1 \
+				--kernels scalar --logits "$TMP/ours.txt" >/dev/null 2>&1 ||
+				fail "$arch $type: layermesh run --kernels scalar"
+			r=$(python3 "$HERE/compare_logits.py" last "$TMP/ours.txt" "$TMP/theirs.txt" \
+				$(tolerance $arch $type)) || fail "$arch $type scalar kernels: $r"
+			echo "ok: $arch $type, scalar kernels: $r"
+		fi
+		[ $type = q4_0 ] && continue
+		tol=$(tolerance $arch $type)
+		"$LAYERMESH" run --model "$f" --prompt "$PROMPT" --temp 0 -n 1 --threads 1 \
+			--logits "$TMP/ours.txt" >/dev/null 2>&1 || fail "$arch $type: layermesh run"
+		r=$(python3 "$HERE/compare_logits.py" last "$TMP/ours.txt" "$TMP/theirs.txt" $tol) ||
+			fail "$arch $type, prompt logits: $r"
+		echo "ok: $arch $type, prompt logits: $r"
+
+		# llama.cpp's greedy continuation, then both on the whole sequence.
+		ids=$("$ORACLE" --model "$f" --prompt "$PROMPT" --cpu-variant x64 -n 24 2>/dev/null)
+		n_prompt=$("$ORACLE" --model "$f" --prompt "$PROMPT" --tokenize 2>/dev/null | wc -w)
+		seq=$(echo "$ids" | cut -d' ' -f1-$(($(echo "$ids" | wc -w) - 1)))
+		"$ORACLE" --model "$f" --ids "$seq" --cpu-variant x64 --logits-all "$TMP/theirs.all" \
+			>/dev/null 2>&1 || fail "$arch $type: llama.cpp --logits-all"
+		"$LAYERMESH" run --model "$f" --prompt-ids "$seq" --temp 0 -n 1 --threads 1 \
+			--logits-all "$TMP/ours.all" >/dev/null 2>&1 ||
+			fail "$arch $type: layermesh run --logits-all"
+		r=$(python3 "$HERE/compare_logits.py" greedy "$TMP/ours.all" "$TMP/theirs.all" $tol \
+			"$n_prompt") || fail "$arch $type, greedy over 24 tokens: $r"
+		echo "ok: $arch $type, $r"
+	done
+done
+[ "$fails" -eq 0 ] || { echo "$fails failed"; exit 1; }
+echo "every architecture agrees with llama.cpp"
