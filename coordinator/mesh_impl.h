@@ -75,7 +75,6 @@ struct mesh_proc {
 	struct mesh_child *child; /* the serving process (spawn mode), or NULL */
 	char bin[PATH_MAX];       /* the program a (re)start runs: a redeploy changes it */
 	char data[256], control[256], http[256]; /* where the serving process listens */
-	bool alt; /* on the alternate addresses (after an odd number of redeploys) */
 	bool spawn_requested;
 	int spawn_rc;
 	int pid;

@@ -488,7 +488,6 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 struct ro_undo {
 	struct ctl_conn *conn; /* REPOINT it back to `addr`; NULL: the coordinator's push */
 	char addr[256];
-	nng_dialer new_dialer;
 };
 
 /* The address worker j's successor listens at, given the candidates of this batch. */
@@ -572,7 +571,6 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 			if ((rc = lm_dial(m->push, cs[k].data, &m->tls, &nd, d)) != 0)
 				break;
 			u->conn = NULL;
-			u->new_dialer = m->push_dialer;
 			nng_dialer_close(m->push_dialer);
 			m->push_dialer = nd;
 		} else {
@@ -623,7 +621,6 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		snprintf(p->http, sizeof p->http, "%s", cs[k].http);
 		snprintf(r->w[cs[k].j].to, sizeof r->w[cs[k].j].to, "%s", p->data);
 		snprintf(p->bin, sizeof p->bin, "%s", r->bin);
-		p->alt = !p->alt;
 		cs[k].child = NULL;
 	}
 	pthread_mutex_unlock(&m->mu);
