@@ -146,7 +146,7 @@ static cJSON *mesh_status(void *arg)
 		cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
 		cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));
 		cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
-		cJSON *ro = rollout_status(m);
+		cJSON *ro = rollout_status(&m->ro);
 		if (ro != NULL)
 			cJSON_AddItemToObject(o, "rollout", ro);
 		cJSON_AddNumberToObject(q, "batches_forgotten",
@@ -217,12 +217,14 @@ static char *mesh_metrics(void *arg)
 
 static cJSON *mesh_redeploy(void *arg, const char *body, size_t len, int *status)
 {
-	return rollout_request(arg, body, len, status);
+	struct mesh *m = arg;
+	return rollout_request(&m->ro, body, len, status);
 }
 
 static cJSON *mesh_rollout(void *arg)
 {
-	return rollout_status(arg);
+	struct mesh *m = arg;
+	return rollout_status(&m->ro);
 }
 
 /* ------------------------------------------------------------------ serving */
@@ -522,6 +524,7 @@ int mesh_up(const struct mesh_opts *o)
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_init(&m->stop_mu, NULL);
 	lm_cond_init(&m->cv);
+	rollout_init(&m->ro, m);
 	if ((rc = mesh_config_load(&m->cfg, o->config, &d)) != 0)
 		goto early;
 	lm_log_init("layermesh", NULL, m->cfg.log_level);
@@ -606,7 +609,7 @@ int mesh_up(const struct mesh_opts *o)
 	pthread_mutex_lock(&m->mu);
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
-	rollout_join(m);
+	rollout_stop(&m->ro);
 	for (int32_t i = 0; i < m->n_procs; i++)
 		keeper_join(&m->procs[i]);
 	/* The HTTP server first (its handlers wait for calls the scheduler fails), then the
@@ -646,6 +649,7 @@ early:
 	fence_plan_fini(&m->plan);
 	gguf_close(m->file);
 	mesh_config_fini(&m->cfg);
+	rollout_fini(&m->ro);
 	int status = rc == 0 && m->exit_status == 0 ? 0 : 1;
 	pthread_mutex_destroy(&m->mu);
 	pthread_mutex_destroy(&m->stop_mu);

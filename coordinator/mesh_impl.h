@@ -3,8 +3,9 @@
  *
  * Locking: `mu` guards every field marked "under mu" in struct mesh_proc and the service flags
  * of struct mesh; `cv` is broadcast on every change to them (a process exit, a spawn result,
- * stopping), so a keeper waits on it instead of polling. Lock order: mesh mu, then the
- * scheduler's own lock (sched_* calls may be made holding mu). */
+ * stopping), so a keeper waits on it instead of polling. Lock order: the rollouts' mu
+ * (rollout.h), then mesh mu, then the scheduler's own lock (sched_* calls may be made holding
+ * mu). */
 #ifndef LM_MESH_IMPL_H
 #define LM_MESH_IMPL_H
 
@@ -25,6 +26,7 @@
 #include "coordinator/api.h"
 #include "coordinator/ctl.h"
 #include "coordinator/mesh.h"
+#include "coordinator/rollout.h"
 #include "coordinator/scheduler.h"
 
 /* Every worker holds one KV slot more than [model] slots: the probe slot, where smoke tests of
@@ -113,15 +115,15 @@ struct mesh {
 	bool push_open, pull_open;
 	struct sched *sched;
 	struct api *api;
+	struct rollouts ro; /* its own lock */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	_Atomic bool stopping;
 	/* Under mu. */
-	bool serving;       /* every worker has been ready at least once */
-	bool had_fault;     /* a worker went down after serving: KV must be rebuilt */
-	bool available;     /* the scheduler accepts work (no worker given up on) */
-	struct rollout *ro; /* the current or last redeploy (under mu) */
+	bool serving;   /* every worker has been ready at least once */
+	bool had_fault; /* a worker went down after serving: KV must be rebuilt */
+	bool available; /* the scheduler accepts work (no worker given up on) */
 	/* Under stop_mu (taken alone: mesh_request_stop may be called holding mu). */
 	pthread_mutex_t stop_mu;
 	char stop_why[512];

@@ -39,14 +39,16 @@ struct ro_worker {
 
 struct rollout {
 	struct mesh *m;
+	struct rollouts *rs; /* whose mu guards the status below */
 	pthread_t thread;
-	bool running; /* under m->mu */
+	bool joined;  /* by rollout_stop (the mesh's thread alone) */
+	bool running; /* under rs->mu */
 	char bin[PATH_MAX];
 	double tolerance;
 	int32_t *order; /* worker indices, canary first */
 	int32_t n_order;
 	int32_t batch; /* workers per batch after the canary */
-	/* Status, under m->mu. */
+	/* Status, under rs->mu. */
 	char state[16]; /* "running", then "succeeded" or "failed" (shown once running is false) */
 	char failed_step[32];
 	char error[600];
@@ -72,6 +74,7 @@ struct ro_cand {
 	int32_t j;
 	struct mesh_child *child;
 	char data[256], control[256], http[256];
+	char was[256]; /* the data address of the process it replaced, once switched */
 	struct ctl_conn ctl;
 	struct wire_ready ready;
 };
@@ -105,16 +108,16 @@ static int ro_alternate(const char *primary, const char *current, char *out, siz
 
 static void ro_set_step(struct rollout *r, int32_t j, enum ro_worker_state st, const char *step)
 {
-	pthread_mutex_lock(&r->m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	r->w[j].state = st;
 	snprintf(r->w[j].step, sizeof r->w[j].step, "%s", step);
-	pthread_mutex_unlock(&r->m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	lm_info("redeploy: %s: %s", r->m->procs[j].cfg->name, step);
 }
 
 static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *msg)
 {
-	pthread_mutex_lock(&r->m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	snprintf(r->state, sizeof r->state, "failed");
 	snprintf(r->failed_step, sizeof r->failed_step, "%s", step);
 	snprintf(r->error, sizeof r->error, "%s", msg);
@@ -123,7 +126,7 @@ static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *
 		r->w[j].state = RW_FAILED;
 		snprintf(r->w[j].error, sizeof r->w[j].error, "%s", msg);
 	}
-	pthread_mutex_unlock(&r->m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	lm_error("redeploy failed at %s of %s: %s (the old build keeps serving)", step,
 		 j >= 0 ? r->m->procs[j].cfg->name : "the mesh", msg);
 }
@@ -615,11 +618,10 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		p->child = cs[k].child;
 		p->pid = cs[k].child->pid;
 		p->ready = cs[k].ready;
-		snprintf(r->w[cs[k].j].from, sizeof r->w[cs[k].j].from, "%s", p->data);
+		snprintf(cs[k].was, sizeof cs[k].was, "%s", p->data);
 		snprintf(p->data, sizeof p->data, "%s", cs[k].data);
 		snprintf(p->control, sizeof p->control, "%s", cs[k].control);
 		snprintf(p->http, sizeof p->http, "%s", cs[k].http);
-		snprintf(r->w[cs[k].j].to, sizeof r->w[cs[k].j].to, "%s", p->data);
 		snprintf(p->bin, sizeof p->bin, "%s", r->bin);
 		cs[k].child = NULL;
 	}
@@ -704,15 +706,18 @@ static void *ro_main(void *arg)
 			ro_fail(r, failed >= 0 ? failed : cs[0].j, step, lm_diag_str(&d, rc));
 			goto out;
 		}
-		pthread_mutex_lock(&m->mu);
+		pthread_mutex_lock(&r->rs->mu);
 		for (int32_t k = 0; k < nc; k++) {
-			r->w[cs[k].j].state = RW_DONE;
-			r->w[cs[k].j].pause_ms = pause;
-			snprintf(r->w[cs[k].j].step, sizeof r->w[cs[k].j].step, "done");
+			struct ro_worker *w = &r->w[cs[k].j];
+			w->state = RW_DONE;
+			w->pause_ms = pause;
+			snprintf(w->step, sizeof w->step, "done");
+			snprintf(w->from, sizeof w->from, "%s", cs[k].was);
+			snprintf(w->to, sizeof w->to, "%s", cs[k].data);
 		}
 		if (pause > r->max_pause_ms)
 			r->max_pause_ms = pause;
-		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_unlock(&r->rs->mu);
 		for (int32_t k = 0; k < nc; k++) {
 			ctl_close(&cs[k].ctl);
 			lm_info("redeploy: %s now runs %s at %s (paused %.1f ms)",
@@ -720,9 +725,9 @@ static void *ro_main(void *arg)
 		}
 		at += nc;
 	}
-	pthread_mutex_lock(&m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	snprintf(r->state, sizeof r->state, "succeeded");
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	lm_info("redeploy succeeded: %d workers, longest pause %.1f ms", r->n_order,
 		r->max_pause_ms);
 out:
@@ -733,14 +738,23 @@ out:
 	rmdir(r->dir);
 	free(pr.ids);
 	free(pr.h);
-	pthread_mutex_lock(&m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	r->running = false;
 	r->finished_ms = lm_now_ms();
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	return NULL;
 }
 
 /* ------------------------------------------------------------------ requests */
+
+static void ro_free(struct rollout *r)
+{
+	if (r == NULL)
+		return;
+	free(r->order);
+	free(r->w);
+	free(r);
+}
 
 static cJSON *ro_error(int *status, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -787,8 +801,9 @@ static cJSON *ro_plan_json(const struct mesh *m, const struct rollout *r)
 	return plan;
 }
 
-cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status)
+cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *status)
 {
+	struct mesh *m = rs->m;
 	cJSON *req = cJSON_ParseWithLength(body, len);
 	cJSON *reply = NULL;
 	struct rollout *r = NULL;
@@ -822,6 +837,7 @@ cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status
 		goto out;
 	}
 	r->m = m;
+	r->rs = rs;
 	r->failed_worker = -1;
 	const cJSON *bin = cJSON_GetObjectItemCaseSensitive(req, "binary");
 	if (bin != NULL && !cJSON_IsString(bin)) {
@@ -933,14 +949,17 @@ cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status
 		goto out;
 	}
 
-	pthread_mutex_lock(&m->mu);
-	if (m->ro != NULL && m->ro->running) {
-		pthread_mutex_unlock(&m->mu);
+	pthread_mutex_lock(&rs->mu);
+	if (rs->cur != NULL && rs->cur->running) {
+		pthread_mutex_unlock(&rs->mu);
 		reply = ro_error(status, 409, "a redeploy is already running");
 		goto out;
 	}
-	if (!m->serving || !m->available || m->had_fault) {
-		pthread_mutex_unlock(&m->mu);
+	pthread_mutex_lock(&m->mu);
+	bool ready = m->serving && m->available && !m->had_fault;
+	pthread_mutex_unlock(&m->mu);
+	if (rs->closed || !ready) {
+		pthread_mutex_unlock(&rs->mu);
 		reply = ro_error(status, 503,
 				 "the mesh is not ready: redeploy once every worker is");
 		goto out;
@@ -950,28 +969,26 @@ cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status
 	r->started_ms = lm_now_ms();
 	snprintf(r->dir, sizeof r->dir, "/tmp/layermesh-redeploy.XXXXXX");
 	if (mkdtemp(r->dir) == NULL) {
-		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_unlock(&rs->mu);
 		reply = ro_error(status, 500, "cannot make a temporary directory: %s",
 				 strerror(errno));
 		goto out;
 	}
 	snprintf(r->sink, sizeof r->sink, "ipc://%s/sink", r->dir);
-	struct rollout *prev = m->ro;
-	m->ro = r;
+	struct rollout *prev = rs->cur;
+	rs->cur = r;
 	if (pthread_create(&r->thread, NULL, ro_main, r) != 0) {
-		m->ro = prev;
+		rs->cur = prev;
 		r->running = false;
-		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_unlock(&rs->mu);
 		rmdir(r->dir);
 		reply = ro_error(status, 500, "cannot start the rollout");
 		goto out;
 	}
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&rs->mu);
 	if (prev != NULL) {
 		pthread_join(prev->thread, NULL);
-		free(prev->order);
-		free(prev->w);
-		free(prev);
+		ro_free(prev);
 	}
 	reply = cJSON_CreateObject();
 	cJSON_AddStringToObject(reply, "state", "running");
@@ -980,21 +997,18 @@ cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status
 	*status = 202;
 	r = NULL; /* the mesh owns it now */
 out:
-	if (r != NULL) {
-		free(r->order);
-		free(r->w);
-		free(r);
-	}
+	ro_free(r);
 	cJSON_Delete(req);
 	return reply;
 }
 
-cJSON *rollout_status(struct mesh *m)
+cJSON *rollout_status(struct rollouts *rs)
 {
-	pthread_mutex_lock(&m->mu);
-	struct rollout *r = m->ro;
+	struct mesh *m = rs->m;
+	pthread_mutex_lock(&rs->mu);
+	struct rollout *r = rs->cur;
 	if (r == NULL) {
-		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_unlock(&rs->mu);
 		return NULL;
 	}
 	cJSON *o = cJSON_CreateObject();
@@ -1029,20 +1043,34 @@ cJSON *rollout_status(struct mesh *m)
 			cJSON_AddStringToObject(w, "error", r->w[j].error);
 		cJSON_AddItemToArray(ws, w);
 	}
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&rs->mu);
 	return o;
 }
 
-void rollout_join(struct mesh *m)
+void rollout_init(struct rollouts *rs, struct mesh *m)
 {
-	pthread_mutex_lock(&m->mu);
-	struct rollout *r = m->ro;
-	m->ro = NULL;
-	pthread_mutex_unlock(&m->mu);
-	if (r == NULL)
+	*rs = (struct rollouts){.m = m};
+	pthread_mutex_init(&rs->mu, NULL);
+}
+
+void rollout_stop(struct rollouts *rs)
+{
+	pthread_mutex_lock(&rs->mu);
+	rs->closed = true;
+	struct rollout *r = rs->cur;
+	pthread_mutex_unlock(&rs->mu);
+	if (r != NULL && !r->joined) {
+		pthread_join(r->thread, NULL);
+		r->joined = true;
+	}
+}
+
+void rollout_fini(struct rollouts *rs)
+{
+	if (rs == NULL || rs->m == NULL)
 		return;
-	pthread_join(r->thread, NULL);
-	free(r->order);
-	free(r->w);
-	free(r);
+	rollout_stop(rs);
+	ro_free(rs->cur);
+	pthread_mutex_destroy(&rs->mu);
+	*rs = (struct rollouts){0};
 }
