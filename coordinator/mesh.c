@@ -37,8 +37,8 @@
 #include "coordinator/api.h"
 #include "coordinator/keeper.h"
 #include "coordinator/mesh_ops.h"
+#include "coordinator/mesh_status.h"
 #include "coordinator/planner.h"
-#include "coordinator/probe.h"
 #include "coordinator/rollout.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_cmd.h"
@@ -171,160 +171,7 @@ static void mesh_unlink_ipc(const char *addr)
 		unlink(addr + 6);
 }
 
-/* ------------------------------------------------------------------ mesh-level endpoints */
-
-static const char *const mesh_state_names[] = {"starting", "ready", "restarting", "failed"};
-
-static bool mesh_ready(void *arg, char *why, size_t cap)
-{
-	struct mesh *m = arg;
-	bool ready = true;
-	if (atomic_load(&m->stopping)) {
-		snprintf(why, cap, "the coordinator is stopping");
-		return false;
-	}
-	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs && ready; i++) {
-		const struct mesh_proc *p = &m->procs[i];
-		if (p->state != MESH_WORKER_READY) {
-			snprintf(why, cap, "worker %s is %s%s%s%s", p->cfg->name,
-				 mesh_state_names[p->state], p->why[0] ? " (" : "", p->why,
-				 p->why[0] ? ")" : "");
-			ready = false;
-		}
-	}
-	pthread_mutex_unlock(&m->mu);
-	return ready;
-}
-
-/* How long /v1/status waits for a worker's own /status (connect, then answer). */
-#define MESH_PROBE_TIMEOUT_MS 500
-
-static cJSON *mesh_status(void *arg)
-{
-	struct mesh *m = arg;
-	/* Every worker's own view, asked in parallel before anything is built. */
-	const char **addrs = calloc((size_t)m->n_procs + 1, sizeof *addrs);
-	struct probe_result *probes = calloc((size_t)m->n_procs + 1, sizeof *probes);
-	if (addrs == NULL || probes == NULL) {
-		free(addrs);
-		free(probes);
-		return NULL;
-	}
-	for (int32_t i = 0; i < m->n_procs; i++)
-		addrs[i] = m->procs[i].cfg->http;
-	probe_status_all(addrs, m->n_procs, MESH_PROBE_TIMEOUT_MS, probes);
-	free(addrs);
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "model", m->model_name);
-	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)m->fingerprint);
-	cJSON_AddStringToObject(o, "fingerprint", fp);
-	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(&m->plan));
-	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		struct mesh_proc *p = &m->procs[i];
-		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", p->cfg->name);
-		cJSON_AddStringToObject(w, "state", mesh_state_names[p->state]);
-		cJSON_AddNumberToObject(w, "pid", p->pid);
-		cJSON_AddNumberToObject(w, "restarts", p->restarts);
-		cJSON_AddNumberToObject(w, "start", m->plan.stages[i].start);
-		cJSON_AddNumberToObject(w, "end", m->plan.stages[i].end);
-		cJSON_AddNumberToObject(w, "kv_bytes", (double)p->ready.kv_bytes);
-		cJSON_AddNumberToObject(w, "weight_bytes", (double)p->ready.weight_bytes);
-		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)p->ready.rss_bytes);
-		if (p->why[0])
-			cJSON_AddStringToObject(w, "why", p->why);
-		cJSON_AddStringToObject(w, "http", p->cfg->http);
-		if (probes[i].status != NULL)
-			cJSON_AddItemToObject(w, "status", probes[i].status);
-		else
-			cJSON_AddStringToObject(w, "status_error", probes[i].error);
-		cJSON_AddItemToArray(ws, w);
-	}
-	pthread_mutex_unlock(&m->mu);
-	free(probes);
-	if (m->sched != NULL) {
-		const struct sched_stats *s = sched_stats(m->sched);
-		cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
-		cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
-		cJSON_AddNumberToObject(q, "active", atomic_load(&s->active));
-		cJSON_AddNumberToObject(q, "queued", atomic_load(&s->queued));
-		cJSON_AddNumberToObject(q, "tokens_generated",
-					(double)atomic_load(&s->tokens_generated));
-		cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
-		cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));
-		cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
-		cJSON *ro = rollout_status(&m->ro);
-		if (ro != NULL)
-			cJSON_AddItemToObject(o, "rollout", ro);
-		cJSON_AddNumberToObject(q, "batches_forgotten",
-					(double)atomic_load(&s->batches_forgotten));
-	}
-	return o;
-}
-
-static void mesh_metrics_hist(struct lm_mtext *t, const char *name, const char *help,
-			      const struct lm_hist *h)
-{
-	struct lm_hist_snap s;
-	lm_hist_snapshot(h, &s);
-	lm_mtext_family(t, name, "histogram", help);
-	lm_mtext_hist(t, name, NULL, &s);
-}
-
-static char *mesh_metrics(void *arg)
-{
-	struct mesh *m = arg;
-	if (m->sched == NULL)
-		return NULL;
-	const struct sched_stats *s = sched_stats(m->sched);
-	struct lm_mtext t = {0};
-	lm_mtext_counter(&t, "layermesh_requests_total", "Completion requests accepted.",
-			 atomic_load(&s->requests));
-	lm_mtext_counter(&t, "layermesh_tokens_generated_total", "Tokens sampled by the mesh.",
-			 atomic_load(&s->tokens_generated));
-	lm_mtext_counter(&t, "layermesh_prompt_tokens_total", "Prompt tokens of accepted requests.",
-			 atomic_load(&s->prompt_tokens));
-	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
-			 atomic_load(&s->batches));
-	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",
-			 atomic_load(&s->ring_errors));
-	lm_mtext_counter(&t, "layermesh_replays_total",
-			 "Sequences prefilled again after a worker fault.",
-			 atomic_load(&s->replays));
-	lm_mtext_counter(&t, "layermesh_batches_forgotten_total",
-			 "Batches in flight when a worker went down.",
-			 atomic_load(&s->batches_forgotten));
-	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
-		       atomic_load(&s->active));
-	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
-		       atomic_load(&s->queued));
-	pthread_mutex_lock(&m->mu);
-	int32_t ready = 0;
-	for (int32_t i = 0; i < m->n_procs; i++)
-		ready += m->procs[i].state == MESH_WORKER_READY;
-	lm_mtext_gauge(&t, "layermesh_workers_ready", "Workers that are ready.", ready);
-	lm_mtext_family(&t, "layermesh_worker_up", "gauge",
-			"1 while the worker is assigned and serving, 0 while it starts, restarts "
-			"or has failed.");
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", m->procs[i].cfg->name);
-		lm_mtext_sample(&t, "layermesh_worker_up", label,
-				m->procs[i].state == MESH_WORKER_READY ? 1 : 0);
-	}
-	pthread_mutex_unlock(&m->mu);
-	mesh_metrics_hist(&t, "layermesh_time_to_first_token_seconds",
-			  "From a request's arrival to its first generated token.", &s->ttft);
-	mesh_metrics_hist(&t, "layermesh_token_decode_seconds",
-			  "Between consecutive generated tokens of a request.", &s->token);
-	mesh_metrics_hist(&t, "layermesh_request_duration_seconds",
-			  "From a request's arrival to its end, for any reason.", &s->duration);
-	return lm_mtext_take(&t);
-}
+/* ------------------------------------------------------------------ the redeploy endpoints */
 
 static cJSON *mesh_redeploy(void *arg, const char *body, size_t len, int *status)
 {
@@ -378,9 +225,9 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			     .vocab = m->vocab,
 			     .sched = m->sched,
 			     .mesh = m,
-			     .ready = mesh_ready,
-			     .status = mesh_status,
-			     .metrics = mesh_metrics,
+			     .ready = mesh_status_ready,
+			     .status = mesh_status_json,
+			     .metrics = mesh_status_metrics,
 			     .redeploy = mesh_redeploy,
 			     .rollout = mesh_rollout};
 	if ((rc = api_start(&m->api, &ac, d)) != 0)
@@ -772,17 +619,26 @@ struct rollouts *mesh_rollouts(struct mesh *m)
 	return &m->ro;
 }
 
+/* Under mu. */
+static void mesh_view(const struct mesh_proc *p, struct mesh_worker_view *v)
+{
+	*v = (struct mesh_worker_view){
+		.state = p->state, .pid = p->pid, .restarts = p->restarts, .ready = p->ready};
+	snprintf(v->why, sizeof v->why, "%s", p->why);
+}
+
+void mesh_worker_view(struct mesh *m, int32_t j, struct mesh_worker_view *out)
+{
+	pthread_mutex_lock(&m->mu);
+	mesh_view(&m->procs[j], out);
+	pthread_mutex_unlock(&m->mu);
+}
+
 void mesh_workers_view(struct mesh *m, struct mesh_worker_view *out)
 {
 	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		const struct mesh_proc *p = &m->procs[i];
-		out[i] = (struct mesh_worker_view){.state = p->state,
-						   .pid = p->pid,
-						   .restarts = p->restarts,
-						   .ready = p->ready};
-		snprintf(out[i].why, sizeof out[i].why, "%s", p->why);
-	}
+	for (int32_t i = 0; i < m->n_procs; i++)
+		mesh_view(&m->procs[i], &out[i]);
 	pthread_mutex_unlock(&m->mu);
 }
 

@@ -94,7 +94,8 @@ struct mesh_worker_view {
 	struct wire_ready ready; /* its last READY */
 	char why[512];           /* why it is not ready, or how its last process ended */
 };
-/* Every worker's view at one instant: out holds mesh_n_workers(m) entries. */
+/* Worker j's view; every worker's at one instant (out holds mesh_n_workers(m) entries). */
+void mesh_worker_view(struct mesh *m, int32_t j, struct mesh_worker_view *out);
 void mesh_workers_view(struct mesh *m, struct mesh_worker_view *out);
 
 /* ------------------------------------------------------------------ one worker */
