@@ -828,99 +828,91 @@ static cJSON *ro_plan_json(const struct mesh *m, const struct rollout *r)
 	return plan;
 }
 
-cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *status)
+/* The request's fields, each one this version knows (400 for another). */
+static cJSON *ro_check_fields(const cJSON *req, int *status)
 {
-	struct mesh *m = rs->m;
-	int32_t W = mesh_n_workers(m);
-	cJSON *req = cJSON_ParseWithLength(body, len);
-	cJSON *reply = NULL;
-	struct rollout *r = NULL;
-	lm_diag d = {{0}};
-
-	if (req == NULL || !cJSON_IsObject(req)) {
-		reply = ro_error(status, 400, "the request body must be a JSON object");
-		goto out;
-	}
-	if (!mesh_spawns(m)) {
-		reply = ro_error(status, 503,
-				 "this mesh's workers were started elsewhere: redeploy them there "
-				 "(systemd, kubectl rollout)");
-		goto out;
-	}
 	static const char *const known[] = {"binary", "workers", "all",       "batch",
 					    "canary", "dry_run", "tolerance", NULL};
 	for (const cJSON *k = req->child; k != NULL; k = k->next) {
 		bool ok = false;
 		for (int i = 0; known[i] != NULL && !ok; i++)
 			ok = strcmp(k->string, known[i]) == 0;
-		if (!ok) {
-			reply = ro_error(status, 400, "unknown field '%s'", k->string);
-			goto out;
-		}
+		if (!ok)
+			return ro_error(status, 400, "unknown field '%s'", k->string);
 	}
-	r = calloc(1, sizeof *r);
+	return NULL;
+}
+
+/* A rollout of the mesh's workers with nothing chosen yet; NULL when out of memory. */
+static struct rollout *ro_new(struct rollouts *rs)
+{
+	int32_t W = mesh_n_workers(rs->m);
+	struct rollout *r = calloc(1, sizeof *r);
 	if (r == NULL || (r->order = calloc((size_t)W, sizeof *r->order)) == NULL ||
 	    (r->w = calloc((size_t)W, sizeof *r->w)) == NULL) {
-		reply = ro_error(status, 500, "out of memory");
-		goto out;
+		ro_free(r);
+		return NULL;
 	}
-	r->m = m;
+	r->m = rs->m;
 	r->rs = rs;
 	r->failed_worker = -1;
+	return r;
+}
+
+/* 'binary': the build to roll out, by default the one the first worker runs now. */
+static cJSON *ro_parse_binary(struct rollout *r, const cJSON *req, bool dry, int *status)
+{
 	const cJSON *bin = cJSON_GetObjectItemCaseSensitive(req, "binary");
-	if (bin != NULL && !cJSON_IsString(bin)) {
-		reply = ro_error(status, 400, "'binary' must be a path");
-		goto out;
-	}
+	if (bin != NULL && !cJSON_IsString(bin))
+		return ro_error(status, 400, "'binary' must be a path");
 	if (bin != NULL)
 		snprintf(r->bin, sizeof r->bin, "%s", bin->valuestring);
 	else
-		mesh_worker_bin(m, 0, r->bin, sizeof r->bin);
-	if (access(r->bin, X_OK) != 0 && !cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"))) {
+		mesh_worker_bin(r->m, 0, r->bin, sizeof r->bin);
+	if (access(r->bin, X_OK) != 0 && !dry) {
 		/* A missing build is a rollout that fails at its first step, not a bad request:
 		 * it is reported the same way as a build that exits at start. */
 		lm_warn("redeploy: %s is not an executable file", r->bin);
 	}
+	return NULL;
+}
+
+/* 'workers' (names) or 'all', and 'canary' (default: the first chosen): the order, canary
+ * first, and every worker's state, pending or untouched. */
+static cJSON *ro_parse_workers(struct rollout *r, const cJSON *req, int *status)
+{
+	struct mesh *m = r->m;
+	int32_t W = mesh_n_workers(m), canary = -1;
 	const cJSON *workers = cJSON_GetObjectItemCaseSensitive(req, "workers");
 	const cJSON *all = cJSON_GetObjectItemCaseSensitive(req, "all");
+	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(req, "canary");
+	cJSON *reply = NULL;
 	bool *chosen = calloc((size_t)W, sizeof *chosen);
-	if (chosen == NULL) {
-		reply = ro_error(status, 500, "out of memory");
-		goto out;
-	}
+
+	if (chosen == NULL)
+		return ro_error(status, 500, "out of memory");
 	if (cJSON_IsTrue(all) == (workers != NULL)) {
-		free(chosen);
 		reply = ro_error(status, 400, "give either 'workers' (names) or 'all': true");
 		goto out;
 	}
-	if (workers != NULL) {
-		if (!cJSON_IsArray(workers) || cJSON_GetArraySize(workers) == 0) {
-			free(chosen);
-			reply = ro_error(status, 400,
-					 "'workers' must be a non-empty array of names");
+	if (workers != NULL && (!cJSON_IsArray(workers) || cJSON_GetArraySize(workers) == 0)) {
+		reply = ro_error(status, 400, "'workers' must be a non-empty array of names");
+		goto out;
+	}
+	for (const cJSON *e = workers != NULL ? workers->child : NULL; e != NULL; e = e->next) {
+		int32_t j = cJSON_IsString(e) ? ro_worker_index(m, e->valuestring) : -1;
+		if (j < 0) {
+			reply = ro_error(status, 400, "'workers': no worker is called %s",
+					 cJSON_IsString(e) ? e->valuestring : "(not a string)");
 			goto out;
 		}
-		for (const cJSON *e = workers->child; e != NULL; e = e->next) {
-			int32_t j = cJSON_IsString(e) ? ro_worker_index(m, e->valuestring) : -1;
-			if (j < 0) {
-				free(chosen);
-				reply = ro_error(status, 400, "'workers': no worker is called %s",
-						 cJSON_IsString(e) ? e->valuestring
-								   : "(not a string)");
-				goto out;
-			}
-			chosen[j] = true;
-		}
-	} else {
-		for (int32_t j = 0; j < W; j++)
-			chosen[j] = true;
+		chosen[j] = true;
 	}
-	int32_t canary = -1;
-	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(req, "canary");
+	for (int32_t j = 0; workers == NULL && j < W; j++)
+		chosen[j] = true;
 	if (cn != NULL) {
 		canary = cJSON_IsString(cn) ? ro_worker_index(m, cn->valuestring) : -1;
 		if (canary < 0 || !chosen[canary]) {
-			free(chosen);
 			reply = ro_error(status, 400,
 					 "'canary' must name one of the workers to redeploy");
 			goto out;
@@ -935,93 +927,150 @@ cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *s
 		if (chosen[j] && j != canary)
 			r->order[r->n_order++] = j;
 	}
+out:
 	free(chosen);
+	return reply;
+}
+
+/* 'batch' (default 1) and 'tolerance' (default 1e-4). */
+static cJSON *ro_parse_limits(struct rollout *r, const cJSON *req, int *status)
+{
 	const cJSON *batch = cJSON_GetObjectItemCaseSensitive(req, "batch");
 	r->batch = 1;
 	if (batch != NULL) {
 		if (!cJSON_IsNumber(batch) || batch->valuedouble < 1 || batch->valuedouble > 64 ||
-		    batch->valuedouble != floor(batch->valuedouble)) {
-			reply = ro_error(status, 400, "'batch' must be an integer in [1, 64]");
-			goto out;
-		}
+		    batch->valuedouble != floor(batch->valuedouble))
+			return ro_error(status, 400, "'batch' must be an integer in [1, 64]");
 		r->batch = (int32_t)batch->valuedouble;
 	}
 	const cJSON *tol = cJSON_GetObjectItemCaseSensitive(req, "tolerance");
 	r->tolerance = 1e-4;
 	if (tol != NULL) {
-		if (!cJSON_IsNumber(tol) || !(tol->valuedouble >= 0) ||
-		    !isfinite(tol->valuedouble)) {
-			reply = ro_error(status, 400, "'tolerance' must be a non-negative number");
-			goto out;
-		}
+		if (!cJSON_IsNumber(tol) || !(tol->valuedouble >= 0) || !isfinite(tol->valuedouble))
+			return ro_error(status, 400, "'tolerance' must be a non-negative number");
 		r->tolerance = tol->valuedouble;
 	}
-	if (cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"))) {
-		reply = cJSON_CreateObject();
-		cJSON_AddStringToObject(reply, "binary", r->bin);
-		cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
-		cJSON_AddStringToObject(reply, "canary", ro_name(m, r->order[0]));
-		cJSON *moves = cJSON_AddArrayToObject(reply, "moves");
-		for (int32_t k = 0; k < r->n_order; k++) {
-			int32_t j = r->order[k];
-			struct mesh_addrs cur;
-			mesh_worker_addrs(m, j, &cur);
-			char to[256] = "";
-			ro_alternate(mesh_worker_cfg(m, j)->data, cur.data, to, sizeof to, &d);
-			cJSON *mv = cJSON_CreateObject();
-			cJSON_AddStringToObject(mv, "worker", ro_name(m, j));
-			cJSON_AddStringToObject(mv, "from", cur.data);
-			cJSON_AddStringToObject(mv, "to", to[0] ? to : d.msg);
-			cJSON_AddItemToArray(moves, mv);
-		}
-		*status = 200;
-		goto out;
+	return NULL;
+}
+
+/* A dry run's answer: the build, the batches, the canary and every chosen worker's move. */
+static cJSON *ro_dry_run(const struct rollout *r)
+{
+	struct mesh *m = r->m;
+	lm_diag d = {{0}};
+	cJSON *reply = cJSON_CreateObject();
+	cJSON_AddStringToObject(reply, "binary", r->bin);
+	cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
+	cJSON_AddStringToObject(reply, "canary", ro_name(m, r->order[0]));
+	cJSON *moves = cJSON_AddArrayToObject(reply, "moves");
+	for (int32_t k = 0; k < r->n_order; k++) {
+		int32_t j = r->order[k];
+		struct mesh_addrs cur;
+		mesh_worker_addrs(m, j, &cur);
+		char to[256] = "";
+		ro_alternate(mesh_worker_cfg(m, j)->data, cur.data, to, sizeof to, &d);
+		cJSON *mv = cJSON_CreateObject();
+		cJSON_AddStringToObject(mv, "worker", ro_name(m, j));
+		cJSON_AddStringToObject(mv, "from", cur.data);
+		cJSON_AddStringToObject(mv, "to", to[0] ? to : d.msg);
+		cJSON_AddItemToArray(moves, mv);
 	}
+	return reply;
+}
+
+/* Starts *rp's thread unless another rollout runs (409) or the mesh cannot be redeployed
+ * (503). On success (202) the rollouts own it and *rp is NULL; the previous one is joined
+ * and freed. */
+static cJSON *ro_launch(struct rollouts *rs, struct rollout **rp, int *status)
+{
+	struct rollout *r = *rp, *prev;
+	cJSON *reply;
 
 	pthread_mutex_lock(&rs->mu);
 	if (rs->cur != NULL && rs->cur->running) {
-		pthread_mutex_unlock(&rs->mu);
 		reply = ro_error(status, 409, "a redeploy is already running");
-		goto out;
+		goto unlock;
 	}
-	if (rs->closed || !mesh_redeployable(m)) {
-		pthread_mutex_unlock(&rs->mu);
+	if (rs->closed || !mesh_redeployable(rs->m)) {
 		reply = ro_error(status, 503,
 				 "the mesh is not ready: redeploy once every worker is");
-		goto out;
+		goto unlock;
 	}
 	snprintf(r->state, sizeof r->state, "running");
 	r->running = true;
 	r->started_ms = lm_now_ms();
 	snprintf(r->dir, sizeof r->dir, "/tmp/layermesh-redeploy.XXXXXX");
 	if (mkdtemp(r->dir) == NULL) {
-		pthread_mutex_unlock(&rs->mu);
 		reply = ro_error(status, 500, "cannot make a temporary directory: %s",
 				 strerror(errno));
-		goto out;
+		goto unlock;
 	}
 	snprintf(r->sink, sizeof r->sink, "ipc://%s/sink", r->dir);
-	struct rollout *prev = rs->cur;
+	prev = rs->cur;
 	rs->cur = r;
 	if (pthread_create(&r->thread, NULL, ro_main, r) != 0) {
-		rs->cur = prev;
-		r->running = false;
-		pthread_mutex_unlock(&rs->mu);
-		rmdir(r->dir);
 		reply = ro_error(status, 500, "cannot start the rollout");
-		goto out;
+		goto uncur;
 	}
+	/* Built before the lock is let go: from then on a later request may free r once its
+	 * thread is done. */
+	reply = cJSON_CreateObject();
+	cJSON_AddStringToObject(reply, "state", "running");
+	cJSON_AddStringToObject(reply, "binary", r->bin);
+	cJSON_AddItemToObject(reply, "plan", ro_plan_json(rs->m, r));
+	*status = 202;
+	*rp = NULL;
 	pthread_mutex_unlock(&rs->mu);
 	if (prev != NULL) {
 		pthread_join(prev->thread, NULL);
 		ro_free(prev);
 	}
-	reply = cJSON_CreateObject();
-	cJSON_AddStringToObject(reply, "state", "running");
-	cJSON_AddStringToObject(reply, "binary", r->bin);
-	cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
-	*status = 202;
-	r = NULL; /* the mesh owns it now */
+	return reply;
+
+uncur:
+	rs->cur = prev;
+	r->running = false;
+	pthread_mutex_unlock(&rs->mu);
+	rmdir(r->dir);
+	return reply;
+unlock:
+	pthread_mutex_unlock(&rs->mu);
+	return reply;
+}
+
+cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *status)
+{
+	cJSON *req = cJSON_ParseWithLength(body, len);
+	cJSON *reply = NULL;
+	struct rollout *r = NULL;
+
+	if (req == NULL || !cJSON_IsObject(req)) {
+		reply = ro_error(status, 400, "the request body must be a JSON object");
+		goto out;
+	}
+	if (!mesh_spawns(rs->m)) {
+		reply = ro_error(status, 503,
+				 "this mesh's workers were started elsewhere: redeploy them there "
+				 "(systemd, kubectl rollout)");
+		goto out;
+	}
+	if ((reply = ro_check_fields(req, status)) != NULL)
+		goto out;
+	if ((r = ro_new(rs)) == NULL) {
+		reply = ro_error(status, 500, "out of memory");
+		goto out;
+	}
+	bool dry = cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"));
+	if ((reply = ro_parse_binary(r, req, dry, status)) != NULL ||
+	    (reply = ro_parse_workers(r, req, status)) != NULL ||
+	    (reply = ro_parse_limits(r, req, status)) != NULL)
+		goto out;
+	if (dry) {
+		reply = ro_dry_run(r);
+		*status = 200;
+		goto out;
+	}
+	reply = ro_launch(rs, &r, status);
 out:
 	ro_free(r);
 	cJSON_Delete(req);
