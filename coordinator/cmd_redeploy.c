@@ -45,7 +45,18 @@ static const char *redeploy_str(const cJSON *o, const char *k)
 	return s != NULL ? s : "";
 }
 
-int cmd_redeploy(int argc, char **argv)
+/* redeploy_parse and redeploy_start return it to mean "go on"; anything else is the exit
+ * status. */
+#define REDEPLOY_GO_ON (-1)
+
+struct redeploy_args {
+	const char *url, *token, *binary, *workers, *canary;
+	bool all, dry, wait;
+	int32_t batch;
+	float tol; /* < 0: the coordinator's default */
+};
+
+static int redeploy_parse(int argc, char **argv, struct redeploy_args *a)
 {
 	static const struct option opts[] = {
 		{"url", required_argument, NULL, 'u'},
@@ -61,47 +72,44 @@ int cmd_redeploy(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	const char *url = "http://127.0.0.1:8080", *token = NULL, *workers = NULL, *canary = NULL;
-	const char *binary = NULL;
-	bool all = false, dry = false, wait = true;
-	int32_t batch = 1;
-	float tol = -1;
+	*a = (struct redeploy_args){
+		.url = "http://127.0.0.1:8080", .wait = true, .batch = 1, .tol = -1};
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'u':
-			url = optarg;
+			a->url = optarg;
 			break;
 		case 'a':
-			token = optarg;
+			a->token = optarg;
 			break;
 		case 'b':
-			binary = optarg;
+			a->binary = optarg;
 			break;
 		case 'w':
-			workers = optarg;
+			a->workers = optarg;
 			break;
 		case 'A':
-			all = true;
+			a->all = true;
 			break;
 		case 'n':
-			if (lm_cli_int(optarg, 1, 64, &batch) != 0)
+			if (lm_cli_int(optarg, 1, 64, &a->batch) != 0)
 				return lm_cli_usage_error("redeploy", "--batch expects 1..64");
 			break;
 		case 'c':
-			canary = optarg;
+			a->canary = optarg;
 			break;
 		case 't':
-			if (lm_cli_float(optarg, 0, 1e9, &tol) != 0)
+			if (lm_cli_float(optarg, 0, 1e9, &a->tol) != 0)
 				return lm_cli_usage_error("redeploy",
 							  "--tolerance expects a number");
 			break;
 		case 'd':
-			dry = true;
+			a->dry = true;
 			break;
 		case 'W':
-			wait = false;
+			a->wait = false;
 			break;
 		case 'h':
 			fputs(redeploy_usage, stdout);
@@ -113,40 +121,52 @@ int cmd_redeploy(int argc, char **argv)
 	}
 	if (optind < argc)
 		return lm_cli_usage_error("redeploy", "unexpected argument '%s'", argv[optind]);
-	if (all == (workers != NULL))
+	if (a->all == (a->workers != NULL))
 		return lm_cli_usage_error("redeploy", "give --workers LIST or --all");
+	return REDEPLOY_GO_ON;
+}
 
+/* The POST /v1/admin/redeploy body (malloc'd). */
+static char *redeploy_body(const struct redeploy_args *a)
+{
 	cJSON *req = cJSON_CreateObject();
 	char abs[PATH_MAX];
-	if (binary != NULL) {
+	if (a->binary != NULL) {
 		/* The coordinator resolves paths from its own directory: send an absolute one. */
-		if (realpath(binary, abs) == NULL)
-			snprintf(abs, sizeof abs, "%s", binary);
+		if (realpath(a->binary, abs) == NULL)
+			snprintf(abs, sizeof abs, "%s", a->binary);
 		cJSON_AddStringToObject(req, "binary", abs);
 	}
-	if (all) {
+	if (a->all) {
 		cJSON_AddBoolToObject(req, "all", true);
 	} else {
 		cJSON *list = cJSON_AddArrayToObject(req, "workers");
-		char *copy = strdup(workers), *save = NULL;
+		char *copy = strdup(a->workers), *save = NULL;
 		for (char *t = strtok_r(copy, ",", &save); t != NULL;
 		     t = strtok_r(NULL, ",", &save))
 			cJSON_AddItemToArray(list, cJSON_CreateString(t));
 		free(copy);
 	}
-	cJSON_AddNumberToObject(req, "batch", batch);
-	if (canary != NULL)
-		cJSON_AddStringToObject(req, "canary", canary);
-	if (tol >= 0)
-		cJSON_AddNumberToObject(req, "tolerance", tol);
-	if (dry)
+	cJSON_AddNumberToObject(req, "batch", a->batch);
+	if (a->canary != NULL)
+		cJSON_AddStringToObject(req, "canary", a->canary);
+	if (a->tol >= 0)
+		cJSON_AddNumberToObject(req, "tolerance", a->tol);
+	if (a->dry)
 		cJSON_AddBoolToObject(req, "dry_run", true);
 	char *body = cJSON_PrintUnformatted(req);
 	cJSON_Delete(req);
+	return body;
+}
 
+/* Asks the coordinator to start (or plan) the rollout and prints its plan, and a dry run's
+ * moves. */
+static int redeploy_start(const struct redeploy_args *a)
+{
+	char *body = redeploy_body(a);
 	struct lm_http_resp resp;
 	lm_diag d = {{0}};
-	int rc = lm_http_request(url, "POST", "/v1/admin/redeploy", token, body, strlen(body),
+	int rc = lm_http_request(a->url, "POST", "/v1/admin/redeploy", a->token, body, strlen(body),
 				 30000, &resp, &d);
 	free(body);
 	if (rc != 0) {
@@ -164,10 +184,10 @@ int cmd_redeploy(int argc, char **argv)
 	}
 	lm_http_resp_fini(&resp);
 	char *plan = cJSON_PrintUnformatted(cJSON_GetObjectItem(o, "plan"));
-	printf("%s %s: batches %s\n", dry ? "plan for" : "redeploying", redeploy_str(o, "binary"),
-	       plan != NULL ? plan : "?");
+	printf("%s %s: batches %s\n", a->dry ? "plan for" : "redeploying",
+	       redeploy_str(o, "binary"), plan != NULL ? plan : "?");
 	free(plan);
-	if (dry) {
+	if (a->dry) {
 		for (const cJSON *mv = cJSON_GetObjectItem(o, "moves")->child; mv; mv = mv->next)
 			printf("  %s: %s -> %s\n", redeploy_str(mv, "worker"),
 			       redeploy_str(mv, "from"), redeploy_str(mv, "to"));
@@ -175,45 +195,55 @@ int cmd_redeploy(int argc, char **argv)
 		return 0;
 	}
 	cJSON_Delete(o);
-	if (!wait)
-		return 0;
+	return REDEPLOY_GO_ON;
+}
 
-	/* Follow it: one line per worker step as it changes. */
+/* Prints a line for every worker of a progress document whose status or step is not the one
+ * in last[k] (and remembers it there). */
+static void redeploy_print_steps(const cJSON *o, char last[64][64])
+{
+	const cJSON *ws = cJSON_GetObjectItem(o, "workers");
+	int k = 0;
+	for (const cJSON *w = ws != NULL ? ws->child : NULL; w != NULL && k < 64;
+	     w = w->next, k++) {
+		char now[64];
+		snprintf(now, sizeof now, "%s/%s", redeploy_str(w, "status"),
+			 redeploy_str(w, "step"));
+		if (strcmp(now, last[k]) == 0 ||
+		    strcmp(redeploy_str(w, "status"), "untouched") == 0)
+			continue;
+		printf("  %s: %s%s%s", redeploy_str(w, "name"), redeploy_str(w, "status"),
+		       redeploy_str(w, "step")[0] ? ", " : "", redeploy_str(w, "step"));
+		const cJSON *pause = cJSON_GetObjectItem(w, "pause_ms");
+		if (pause != NULL)
+			printf(" (paused %.1f ms, now at %s)", pause->valuedouble,
+			       redeploy_str(w, "to"));
+		printf("\n");
+		fflush(stdout);
+		snprintf(last[k], sizeof last[k], "%s", now);
+	}
+}
+
+/* Follows the rollout until it ends: one line per worker step as it changes, then the
+ * outcome. */
+static int redeploy_follow(const char *url, const char *token)
+{
 	char last[64][64];
 	memset(last, 0, sizeof last);
 	for (;;) {
 		struct timespec ts = {0, 200 * 1000000L};
 		nanosleep(&ts, NULL);
-		rc = lm_http_request(url, "GET", "/v1/admin/redeploy", token, NULL, 0, 30000, &resp,
-				     &d);
+		struct lm_http_resp resp;
+		lm_diag d = {{0}};
+		int rc = lm_http_request(url, "GET", "/v1/admin/redeploy", token, NULL, 0, 30000,
+					 &resp, &d);
 		if (rc != 0) {
 			fprintf(stderr, "layermesh redeploy: %s\n", lm_diag_str(&d, rc));
 			return 1;
 		}
-		o = cJSON_Parse(resp.body);
+		cJSON *o = cJSON_Parse(resp.body);
 		lm_http_resp_fini(&resp);
-		const cJSON *ws = cJSON_GetObjectItem(o, "workers");
-		int k = 0;
-		for (const cJSON *w = ws != NULL ? ws->child : NULL; w != NULL && k < 64;
-		     w = w->next, k++) {
-			char now[64];
-			snprintf(now, sizeof now, "%s/%s", redeploy_str(w, "status"),
-				 redeploy_str(w, "step"));
-			if (strcmp(now, last[k]) != 0 &&
-			    strcmp(redeploy_str(w, "status"), "untouched")) {
-				printf("  %s: %s%s%s", redeploy_str(w, "name"),
-				       redeploy_str(w, "status"),
-				       redeploy_str(w, "step")[0] ? ", " : "",
-				       redeploy_str(w, "step"));
-				const cJSON *pause = cJSON_GetObjectItem(w, "pause_ms");
-				if (pause != NULL)
-					printf(" (paused %.1f ms, now at %s)", pause->valuedouble,
-					       redeploy_str(w, "to"));
-				printf("\n");
-				fflush(stdout);
-				snprintf(last[k], sizeof last[k], "%s", now);
-			}
-		}
+		redeploy_print_steps(o, last);
 		const char *state = redeploy_str(o, "state");
 		if (strcmp(state, "running") != 0) {
 			int status = strcmp(state, "succeeded") == 0 ? 0 : 1;
@@ -224,8 +254,7 @@ int cmd_redeploy(int argc, char **argv)
 			else
 				fprintf(stderr,
 					"layermesh redeploy: failed at %s of %s: %s (the old build "
-					"keeps "
-					"serving)\n",
+					"keeps serving)\n",
 					redeploy_str(o, "failed_step"),
 					redeploy_str(o, "failed_worker"), redeploy_str(o, "error"));
 			cJSON_Delete(o);
@@ -233,4 +262,15 @@ int cmd_redeploy(int argc, char **argv)
 		}
 		cJSON_Delete(o);
 	}
+}
+
+int cmd_redeploy(int argc, char **argv)
+{
+	struct redeploy_args a;
+	int rc = redeploy_parse(argc, argv, &a);
+	if (rc == REDEPLOY_GO_ON)
+		rc = redeploy_start(&a);
+	if (rc != REDEPLOY_GO_ON)
+		return rc;
+	return a.wait ? redeploy_follow(a.url, a.token) : 0;
 }

@@ -1,25 +1,136 @@
-/* mesh.c — `layermesh up`. See mesh.h for the sequence of events. */
+/* mesh.c — `layermesh up`. See mesh.h for the sequence of events.
+ *
+ * The mesh's state is this file's alone: the keepers (keeper.c), the rollouts (rollout.c) and
+ * the endpoints reach it through the calls of mesh_ops.h, which take `mu` themselves.
+ *
+ * Locking: `mu` guards every field marked "under mu" in struct mesh_proc, struct mesh_child and
+ * struct mesh; `cv` is broadcast on every change a waiter may be waiting for (a process exit, a
+ * spawn result, stopping), so a keeper waits on it instead of polling. Lock order: a rollouts'
+ * mu (rollout.h), then mu, then the scheduler's own lock (sched_* calls are made holding mu).
+ */
+#include "coordinator/mesh.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <nng/nng.h>
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/format/gguf.h"
+#include "common/config/mesh_config.h"
+#include "common/model/hparams.h"
+#include "common/plan/fence.h"
+#include "common/tok/tokenizer.h"
 #include "common/wire/transport.h"
-#include "coordinator/mesh_impl.h"
+#include "coordinator/api.h"
+#include "coordinator/keeper.h"
+#include "coordinator/mesh_ops.h"
+#include "coordinator/mesh_status.h"
 #include "coordinator/planner.h"
 #include "coordinator/rollout.h"
-#include "coordinator/probe.h"
-#include "lm_config.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/worker_cmd.h"
+#include "lm_config.h"
+
+struct mesh_proc;
+
+/* One process of a worker: the serving one, or a replacement a rollout is starting beside it.
+ * Children are never freed before the mesh is: threads may still look at one after it exited. */
+struct mesh_child {
+	struct mesh_proc *p; /* the worker it serves or is meant to serve */
+	uv_process_t proc;
+	/* Under mu. */
+	bool running;  /* not yet reaped */
+	bool retiring; /* its exit is expected (replaced, or a rolled-back candidate) */
+	int pid;
+	char why[256];           /* how it ended */
+	struct mesh_child *next; /* every child of the mesh */
+};
+
+struct mesh_proc {
+	struct mesh *mesh;
+	const struct mesh_worker *cfg;
+	struct keeper keeper;
+	/* Under mu. */
+	struct mesh_child *child; /* the serving process (spawn mode), or NULL */
+	char bin[PATH_MAX];       /* the program a (re)start runs: a redeploy changes it */
+	struct mesh_addrs at;     /* where the serving process listens */
+	int pid;
+	enum mesh_worker_state state;
+	int restarts;
+	char why[512];
+	struct wire_ready ready;
+};
+
+struct mesh {
+	const struct mesh_opts *o;
+	struct mesh_config cfg;
+	struct lm_tls tls; /* the [tls] files, for every tls+tcp:// address */
+	gguf_file *file;   /* the model's metadata: tokenizer and fingerprint */
+	struct lm_hparams hp;
+	uint64_t fingerprint;
+	int32_t max_seq;
+	char model_name[128];
+	struct fence_plan plan;
+	tok_vocab *vocab;
+	char worker_bin[PATH_MAX];
+
+	uv_loop_t loop;
+	uv_signal_t sig_int, sig_term;
+	uv_async_t spawn_async; /* keepers and rollouts asking the loop thread to spawn */
+	uv_async_t stop_async;  /* anyone asking the loop to stop the mesh */
+	uv_timer_t stop_timer;
+	struct mesh_child *children; /* under mu */
+	/* Spawn requests from other threads, under mu: the loop thread answers them. */
+	struct mesh_spawn *spawns;
+
+	struct mesh_proc *procs;
+	int32_t n_procs;
+	nng_socket push, pull;
+	nng_dialer push_dialer; /* to the first worker, under mu; a redeploy of it re-points it */
+	bool push_open, pull_open;
+	struct sched *sched; /* under mu: set once, when the mesh starts serving */
+	struct api *api;
+	struct rollouts ro; /* its own lock */
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	_Atomic bool stopping;
+	/* Under mu. */
+	bool serving;   /* every worker has been ready at least once */
+	bool had_fault; /* a worker went down after serving: KV must be rebuilt */
+	bool available; /* the scheduler accepts work (no worker given up on) */
+	/* Under stop_mu (taken alone: mesh_request_stop may be called holding mu). */
+	pthread_mutex_t stop_mu;
+	char stop_why[512];
+	int exit_status;
+};
+
+/* A request to start a process, answered by the loop thread. */
+struct mesh_spawn {
+	struct mesh_proc *p;
+	const char *bin;
+	const struct mesh_addrs *at;
+	bool done;
+	int rc;
+	char why[512];
+	struct mesh_child *child;
+	struct mesh_spawn *next;
+};
+
+static void mesh_request_stop(struct mesh *m, const char *why, int exit_status);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -60,174 +171,25 @@ static void mesh_unlink_ipc(const char *addr)
 		unlink(addr + 6);
 }
 
-/* ------------------------------------------------------------------ mesh-level endpoints */
-
-static const char *const mesh_state_names[] = {"starting", "ready", "restarting", "failed"};
-
-static bool mesh_ready(void *arg, char *why, size_t cap)
-{
-	struct mesh *m = arg;
-	bool ready = true;
-	if (atomic_load(&m->stopping)) {
-		snprintf(why, cap, "the coordinator is stopping");
-		return false;
-	}
-	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs && ready; i++) {
-		const struct mesh_proc *p = &m->procs[i];
-		if (p->state != PROC_READY) {
-			snprintf(why, cap, "worker %s is %s%s%s%s", p->cfg->name,
-				 mesh_state_names[p->state], p->why[0] ? " (" : "", p->why,
-				 p->why[0] ? ")" : "");
-			ready = false;
-		}
-	}
-	pthread_mutex_unlock(&m->mu);
-	return ready;
-}
-
-/* How long /v1/status waits for a worker's own /status (connect, then answer). */
-#define MESH_PROBE_TIMEOUT_MS 500
-
-static cJSON *mesh_status(void *arg)
-{
-	struct mesh *m = arg;
-	/* Every worker's own view, asked in parallel before anything is built. */
-	const char **addrs = calloc((size_t)m->n_procs + 1, sizeof *addrs);
-	struct probe_result *probes = calloc((size_t)m->n_procs + 1, sizeof *probes);
-	if (addrs == NULL || probes == NULL) {
-		free(addrs);
-		free(probes);
-		return NULL;
-	}
-	for (int32_t i = 0; i < m->n_procs; i++)
-		addrs[i] = m->procs[i].cfg->http;
-	probe_status_all(addrs, m->n_procs, MESH_PROBE_TIMEOUT_MS, probes);
-	free(addrs);
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "model", m->model_name);
-	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)m->fingerprint);
-	cJSON_AddStringToObject(o, "fingerprint", fp);
-	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(&m->plan));
-	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	pthread_mutex_lock(&m->mu);
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		struct mesh_proc *p = &m->procs[i];
-		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", p->cfg->name);
-		cJSON_AddStringToObject(w, "state", mesh_state_names[p->state]);
-		cJSON_AddNumberToObject(w, "pid", p->pid);
-		cJSON_AddNumberToObject(w, "restarts", p->restarts);
-		cJSON_AddNumberToObject(w, "start", m->plan.stages[i].start);
-		cJSON_AddNumberToObject(w, "end", m->plan.stages[i].end);
-		cJSON_AddNumberToObject(w, "kv_bytes", (double)p->ready.kv_bytes);
-		cJSON_AddNumberToObject(w, "weight_bytes", (double)p->ready.weight_bytes);
-		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)p->ready.rss_bytes);
-		if (p->why[0])
-			cJSON_AddStringToObject(w, "why", p->why);
-		cJSON_AddStringToObject(w, "http", p->cfg->http);
-		if (probes[i].status != NULL)
-			cJSON_AddItemToObject(w, "status", probes[i].status);
-		else
-			cJSON_AddStringToObject(w, "status_error", probes[i].error);
-		cJSON_AddItemToArray(ws, w);
-	}
-	pthread_mutex_unlock(&m->mu);
-	free(probes);
-	if (m->sched != NULL) {
-		const struct sched_stats *s = sched_stats(m->sched);
-		cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
-		cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
-		cJSON_AddNumberToObject(q, "active", atomic_load(&s->active));
-		cJSON_AddNumberToObject(q, "queued", atomic_load(&s->queued));
-		cJSON_AddNumberToObject(q, "tokens_generated",
-					(double)atomic_load(&s->tokens_generated));
-		cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
-		cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));
-		cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
-		cJSON *ro = rollout_status(m);
-		if (ro != NULL)
-			cJSON_AddItemToObject(o, "rollout", ro);
-		cJSON_AddNumberToObject(q, "batches_forgotten",
-					(double)atomic_load(&s->batches_forgotten));
-	}
-	return o;
-}
-
-static void mesh_metrics_hist(struct lm_mtext *t, const char *name, const char *help,
-			      const struct lm_hist *h)
-{
-	struct lm_hist_snap s;
-	lm_hist_snapshot(h, &s);
-	lm_mtext_family(t, name, "histogram", help);
-	lm_mtext_hist(t, name, NULL, &s);
-}
-
-static char *mesh_metrics(void *arg)
-{
-	struct mesh *m = arg;
-	if (m->sched == NULL)
-		return NULL;
-	const struct sched_stats *s = sched_stats(m->sched);
-	struct lm_mtext t = {0};
-	lm_mtext_counter(&t, "layermesh_requests_total", "Completion requests accepted.",
-			 atomic_load(&s->requests));
-	lm_mtext_counter(&t, "layermesh_tokens_generated_total", "Tokens sampled by the mesh.",
-			 atomic_load(&s->tokens_generated));
-	lm_mtext_counter(&t, "layermesh_prompt_tokens_total", "Prompt tokens of accepted requests.",
-			 atomic_load(&s->prompt_tokens));
-	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
-			 atomic_load(&s->batches));
-	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",
-			 atomic_load(&s->ring_errors));
-	lm_mtext_counter(&t, "layermesh_replays_total",
-			 "Sequences prefilled again after a worker fault.",
-			 atomic_load(&s->replays));
-	lm_mtext_counter(&t, "layermesh_batches_forgotten_total",
-			 "Batches in flight when a worker went down.",
-			 atomic_load(&s->batches_forgotten));
-	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
-		       atomic_load(&s->active));
-	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
-		       atomic_load(&s->queued));
-	pthread_mutex_lock(&m->mu);
-	int32_t ready = 0;
-	for (int32_t i = 0; i < m->n_procs; i++)
-		ready += m->procs[i].state == PROC_READY;
-	lm_mtext_gauge(&t, "layermesh_workers_ready", "Workers that are ready.", ready);
-	lm_mtext_family(&t, "layermesh_worker_up", "gauge",
-			"1 while the worker is assigned and serving, 0 while it starts, restarts "
-			"or has failed.");
-	for (int32_t i = 0; i < m->n_procs; i++) {
-		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", m->procs[i].cfg->name);
-		lm_mtext_sample(&t, "layermesh_worker_up", label,
-				m->procs[i].state == PROC_READY ? 1 : 0);
-	}
-	pthread_mutex_unlock(&m->mu);
-	mesh_metrics_hist(&t, "layermesh_time_to_first_token_seconds",
-			  "From a request's arrival to its first generated token.", &s->ttft);
-	mesh_metrics_hist(&t, "layermesh_token_decode_seconds",
-			  "Between consecutive generated tokens of a request.", &s->token);
-	mesh_metrics_hist(&t, "layermesh_request_duration_seconds",
-			  "From a request's arrival to its end, for any reason.", &s->duration);
-	return lm_mtext_take(&t);
-}
+/* ------------------------------------------------------------------ the redeploy endpoints */
 
 static cJSON *mesh_redeploy(void *arg, const char *body, size_t len, int *status)
 {
-	return rollout_request(arg, body, len, status);
+	struct mesh *m = arg;
+	return rollout_request(&m->ro, body, len, status);
 }
 
 static cJSON *mesh_rollout(void *arg)
 {
-	return rollout_status(arg);
+	struct mesh *m = arg;
+	return rollout_status(&m->ro);
 }
 
 /* ------------------------------------------------------------------ serving */
 
-int mesh_start_serving(struct mesh *m, lm_diag *d)
+/* Starts the data plane, the scheduler and the API when every worker is first ready (from
+ * mesh_update_service, under mu, once). */
+static int mesh_start_serving(struct mesh *m, lm_diag *d)
 {
 	int rv, rc;
 	if ((rv = nng_push0_open(&m->push)) != 0)
@@ -236,7 +198,7 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 200);
-	if ((rc = lm_dial(m->push, m->procs[0].data, &m->tls, &m->push_dialer, d)) != 0)
+	if ((rc = lm_dial(m->push, m->procs[0].at.data, &m->tls, &m->push_dialer, d)) != 0)
 		return rc;
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
 			       .slots = m->cfg.slots + MESH_PROBE_SLOTS,
@@ -274,9 +236,9 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 			     .vocab = m->vocab,
 			     .sched = m->sched,
 			     .mesh = m,
-			     .ready = mesh_ready,
-			     .status = mesh_status,
-			     .metrics = mesh_metrics,
+			     .ready = mesh_status_ready,
+			     .status = mesh_status_json,
+			     .metrics = mesh_status_metrics,
 			     .redeploy = mesh_redeploy,
 			     .rollout = mesh_rollout};
 	if ((rc = api_start(&m->api, &ac, d)) != 0)
@@ -291,6 +253,59 @@ int mesh_start_serving(struct mesh *m, lm_diag *d)
 	lm_info("ready: serving %s on http://%s with %d workers, fence [%s]", m->model_name,
 		m->cfg.http, m->n_procs, fence);
 	return 0;
+}
+
+/* Recomputes what the scheduler and /readyz should see from every worker's state; under mu. */
+static void mesh_update_service(struct mesh *m)
+{
+	const struct mesh_proc *failed = NULL, *away = NULL;
+	if (atomic_load(&m->stopping))
+		return; /* mesh_begin_stop made the service unavailable for good */
+	for (int32_t i = 0; i < m->n_procs; i++) {
+		const struct mesh_proc *p = &m->procs[i];
+		if (p->state == MESH_WORKER_FAILED && failed == NULL)
+			failed = p;
+		else if (p->state != MESH_WORKER_READY && away == NULL)
+			away = p;
+	}
+	if (!m->serving) {
+		/* Bring-up: a worker given up on ends `layermesh up`; the last one ready starts
+		 * the service. */
+		if (failed != NULL) {
+			mesh_request_stop(m, failed->why, 1);
+		} else if (away == NULL) {
+			lm_diag d = {{0}};
+			int rc = mesh_start_serving(m, &d);
+			if (rc != 0)
+				mesh_request_stop(m, lm_diag_str(&d, rc), 1);
+		}
+		return;
+	}
+	char why[700];
+	if (failed != NULL) {
+		snprintf(why, sizeof why, "%s", failed->why);
+		if (m->available)
+			sched_set_available(m->sched, false, why);
+		m->available = false;
+		m->had_fault = true;
+		return;
+	}
+	if (away != NULL) {
+		snprintf(why, sizeof why, "worker %s is restarting (%s)", away->cfg->name,
+			 away->why[0] ? away->why : "starting");
+		sched_pause(m->sched, why);
+		m->had_fault = true;
+		return;
+	}
+	/* Every worker ready. */
+	if (!m->available) {
+		sched_set_available(m->sched, true, NULL);
+		m->available = true;
+	}
+	if (m->had_fault)
+		lm_info("every worker is back: rebuilding the caches of live sequences");
+	sched_resume(m->sched, m->had_fault);
+	m->had_fault = false;
 }
 
 /* ------------------------------------------------------------------ the loop */
@@ -317,10 +332,10 @@ static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 	c->running = false;
 	if (c == p->child && !c->retiring) {
 		snprintf(p->why, sizeof p->why, "%s", c->why);
-		if (p->state == PROC_READY && !atomic_load(&m->stopping)) {
+		if (p->state == MESH_WORKER_READY && !atomic_load(&m->stopping)) {
 			/* Noticed now, not at the next heartbeat: stop dispatching at once. */
 			lm_error("worker %s (pid %d) %s", p->cfg->name, c->pid, c->why);
-			p->state = PROC_DOWN;
+			p->state = MESH_WORKER_DOWN;
 			mesh_update_service(m);
 		}
 	}
@@ -343,9 +358,9 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 	struct mesh_proc *p = r->p;
 	struct worker_cmd wc = {.bin = r->bin,
 				.name = p->cfg->name,
-				.control = r->control,
-				.data = r->data,
-				.http = r->http,
+				.control = r->at->control,
+				.data = r->at->data,
+				.http = r->at->http,
 				.backend = p->cfg->backend,
 				.threads = p->cfg->threads,
 				.kernels = p->cfg->kernels,
@@ -371,8 +386,8 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 	c->p = p;
 	c->proc.data = c;
 	/* Stale ipc socket files from a crashed process would make the worker's listen fail. */
-	mesh_unlink_ipc(r->control);
-	mesh_unlink_ipc(r->data);
+	mesh_unlink_ipc(r->at->control);
+	mesh_unlink_ipc(r->at->data);
 	int rv = uv_spawn(&m->loop, &c->proc, &po);
 	if (rv != 0) {
 		/* The handle joined the loop even so: it must be closed before it is freed. */
@@ -406,10 +421,11 @@ static void mesh_on_spawn_async(uv_async_t *a)
 	pthread_mutex_unlock(&m->mu);
 }
 
-int mesh_spawn_child(struct mesh *m, struct mesh_proc *p, const char *bin, const char *data,
-		     const char *control, const char *http, struct mesh_child **child, lm_diag *d)
+/* Asks the loop thread for a process for p and waits for its answer (any other thread). */
+static int mesh_request_spawn(struct mesh *m, struct mesh_proc *p, const char *bin,
+			      const struct mesh_addrs *at, struct mesh_child **child, lm_diag *d)
 {
-	struct mesh_spawn r = {.p = p, .bin = bin, .data = data, .control = control, .http = http};
+	struct mesh_spawn r = {.p = p, .bin = bin, .at = at};
 	pthread_mutex_lock(&m->mu);
 	r.next = m->spawns;
 	m->spawns = &r;
@@ -433,21 +449,21 @@ int mesh_spawn_child(struct mesh *m, struct mesh_proc *p, const char *bin, const
 	return 0;
 }
 
-void mesh_kill_child(struct mesh *m, struct mesh_child *c, int sig)
+/* Sends sig to a child that has not been reaped; under mu. kill(2) on the pid: uv_process_kill
+ * is for the loop thread. The child is reaped only by the loop, under mu, so while `running`
+ * is true the pid is still ours. */
+static void mesh_signal_child(struct mesh_child *c, int sig)
 {
-	(void)m;
-	/* kill(2) on the pid: uv_process_kill is for the loop thread. The child is reaped only
-	 * by the loop, under mu, so while `running` is true the pid is still ours. */
 	if (c != NULL && c->running && c->pid > 0)
 		kill(c->pid, sig);
 }
 
-bool mesh_child_running(struct mesh *m, struct mesh_child *c)
+/* Whether c has been reaped, and how it ended; under mu. */
+static bool mesh_child_ended_locked(const struct mesh_child *c, char *why, size_t cap)
 {
-	pthread_mutex_lock(&m->mu);
-	bool r = c != NULL && c->running;
-	pthread_mutex_unlock(&m->mu);
-	return r;
+	bool ended = c != NULL && !c->running;
+	snprintf(why, cap, "%s", ended ? c->why : "");
+	return ended;
 }
 
 static void mesh_on_stop_timer(uv_timer_t *t)
@@ -486,7 +502,8 @@ static void mesh_begin_stop(struct mesh *m, const char *why)
 		uv_stop(&m->loop);
 }
 
-void mesh_request_stop(struct mesh *m, const char *why, int exit_status)
+/* Asks the loop thread to stop the mesh (from any thread, holding mu or not). */
+static void mesh_request_stop(struct mesh *m, const char *why, int exit_status)
 {
 	pthread_mutex_lock(&m->stop_mu);
 	if (m->stop_why[0] == '\0') {
@@ -514,6 +531,327 @@ static void mesh_on_signal(uv_signal_t *s, int signum)
 	mesh_begin_stop(s->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
+/* ------------------------------------------------------------------ mesh_ops.h: fixed state */
+
+const struct mesh_config *mesh_cfg(const struct mesh *m)
+{
+	return &m->cfg;
+}
+
+const struct mesh_worker *mesh_worker_cfg(const struct mesh *m, int32_t j)
+{
+	return m->procs[j].cfg;
+}
+
+int32_t mesh_n_workers(const struct mesh *m)
+{
+	return m->n_procs;
+}
+
+const struct fence_plan *mesh_plan(const struct mesh *m)
+{
+	return &m->plan;
+}
+
+const struct lm_hparams *mesh_hparams(const struct mesh *m)
+{
+	return &m->hp;
+}
+
+const tok_vocab *mesh_vocab(const struct mesh *m)
+{
+	return m->vocab;
+}
+
+const char *mesh_model_name(const struct mesh *m)
+{
+	return m->model_name;
+}
+
+uint64_t mesh_fingerprint(const struct mesh *m)
+{
+	return m->fingerprint;
+}
+
+int32_t mesh_max_seq(const struct mesh *m)
+{
+	return m->max_seq;
+}
+
+const struct lm_tls *mesh_tls(const struct mesh *m)
+{
+	return &m->tls;
+}
+
+bool mesh_spawns(const struct mesh *m)
+{
+	return m->o->spawn;
+}
+
+int mesh_handshake_ms(const struct mesh *m)
+{
+	return m->o->handshake_timeout_s * 1000;
+}
+
+/* ------------------------------------------------------------------ mesh_ops.h: the mesh */
+
+bool mesh_stopping(struct mesh *m)
+{
+	return atomic_load(&m->stopping);
+}
+
+void mesh_sleep(struct mesh *m, int64_t ms)
+{
+	pthread_mutex_lock(&m->mu);
+	int64_t until = lm_now_ms() + ms;
+	while (!atomic_load(&m->stopping) && lm_now_ms() < until)
+		lm_cond_wait_ms(&m->cv, &m->mu, until - lm_now_ms());
+	pthread_mutex_unlock(&m->mu);
+}
+
+struct sched *mesh_sched(struct mesh *m)
+{
+	pthread_mutex_lock(&m->mu);
+	struct sched *s = m->sched;
+	pthread_mutex_unlock(&m->mu);
+	return s;
+}
+
+bool mesh_redeployable(struct mesh *m)
+{
+	pthread_mutex_lock(&m->mu);
+	bool ok = m->serving && m->available && !m->had_fault;
+	pthread_mutex_unlock(&m->mu);
+	return ok;
+}
+
+struct rollouts *mesh_rollouts(struct mesh *m)
+{
+	return &m->ro;
+}
+
+/* Under mu. */
+static void mesh_view(const struct mesh_proc *p, struct mesh_worker_view *v)
+{
+	*v = (struct mesh_worker_view){
+		.state = p->state, .pid = p->pid, .restarts = p->restarts, .ready = p->ready};
+	snprintf(v->why, sizeof v->why, "%s", p->why);
+}
+
+void mesh_worker_view(struct mesh *m, int32_t j, struct mesh_worker_view *out)
+{
+	pthread_mutex_lock(&m->mu);
+	mesh_view(&m->procs[j], out);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_workers_view(struct mesh *m, struct mesh_worker_view *out)
+{
+	pthread_mutex_lock(&m->mu);
+	for (int32_t i = 0; i < m->n_procs; i++)
+		mesh_view(&m->procs[i], &out[i]);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* ------------------------------------------------------------------ mesh_ops.h: one worker */
+
+void mesh_worker_addrs(struct mesh *m, int32_t j, struct mesh_addrs *out)
+{
+	pthread_mutex_lock(&m->mu);
+	*out = m->procs[j].at;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_bin(struct mesh *m, int32_t j, char *out, size_t cap)
+{
+	pthread_mutex_lock(&m->mu);
+	snprintf(out, cap, "%s", m->procs[j].bin);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_assignment(struct mesh *m, int32_t j, struct wire_assign *a)
+{
+	pthread_mutex_lock(&m->mu);
+	planner_assignment(&m->cfg, &m->plan, j, m->max_seq, m->cfg.slots + MESH_PROBE_SLOTS,
+			   j + 1 < m->n_procs ? m->procs[j + 1].at.data : m->cfg.data_in, a);
+	pthread_mutex_unlock(&m->mu);
+}
+
+int mesh_worker_spawn(struct mesh *m, int32_t j, lm_diag *d)
+{
+	struct mesh_proc *p = &m->procs[j];
+	char bin[PATH_MAX];
+	struct mesh_addrs at;
+	pthread_mutex_lock(&m->mu);
+	snprintf(bin, sizeof bin, "%s", p->bin);
+	at = p->at;
+	pthread_mutex_unlock(&m->mu);
+	struct mesh_child *c = NULL;
+	int rc = mesh_request_spawn(m, p, bin, &at, &c, d);
+	if (rc == 0) {
+		pthread_mutex_lock(&m->mu);
+		p->child = c;
+		p->pid = c->pid;
+		pthread_mutex_unlock(&m->mu);
+	}
+	return rc;
+}
+
+bool mesh_worker_running(struct mesh *m, int32_t j)
+{
+	pthread_mutex_lock(&m->mu);
+	const struct mesh_child *c = m->procs[j].child;
+	bool r = c != NULL && c->running;
+	pthread_mutex_unlock(&m->mu);
+	return r;
+}
+
+bool mesh_worker_ended(struct mesh *m, int32_t j, char *why, size_t cap)
+{
+	pthread_mutex_lock(&m->mu);
+	bool ended = mesh_child_ended_locked(m->procs[j].child, why, cap);
+	pthread_mutex_unlock(&m->mu);
+	return ended;
+}
+
+void mesh_worker_wait_exit(struct mesh *m, int32_t j)
+{
+	struct mesh_proc *p = &m->procs[j];
+	pthread_mutex_lock(&m->mu);
+	while (p->child != NULL && p->child->running && !atomic_load(&m->stopping))
+		lm_cond_wait_ms(&m->cv, &m->mu, 1000);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_kill(struct mesh *m, int32_t j)
+{
+	pthread_mutex_lock(&m->mu);
+	struct mesh_child *c = m->o->spawn ? m->procs[j].child : NULL;
+	if (c != NULL && c->running) {
+		mesh_signal_child(c, SIGKILL);
+		int64_t until = lm_now_ms() + 5000;
+		while (c->running && lm_now_ms() < until)
+			lm_cond_wait_ms(&m->cv, &m->mu, 100);
+	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_set_state(struct mesh *m, int32_t j, enum mesh_worker_state state, const char *why)
+{
+	struct mesh_proc *p = &m->procs[j];
+	pthread_mutex_lock(&m->mu);
+	p->state = state;
+	if (why != NULL)
+		snprintf(p->why, sizeof p->why, "%.*s", (int)sizeof p->why - 1, why);
+	mesh_update_service(m);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_set_why(struct mesh *m, int32_t j, const char *why)
+{
+	struct mesh_proc *p = &m->procs[j];
+	pthread_mutex_lock(&m->mu);
+	snprintf(p->why, sizeof p->why, "%s", why);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_why(struct mesh *m, int32_t j, char *out, size_t cap)
+{
+	pthread_mutex_lock(&m->mu);
+	snprintf(out, cap, "%s", m->procs[j].why);
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_set_restarts(struct mesh *m, int32_t j, int restarts)
+{
+	pthread_mutex_lock(&m->mu);
+	m->procs[j].restarts = restarts;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_set_pid(struct mesh *m, int32_t j, int pid)
+{
+	pthread_mutex_lock(&m->mu);
+	m->procs[j].pid = pid;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_set_ready(struct mesh *m, int32_t j, const struct wire_ready *ready)
+{
+	pthread_mutex_lock(&m->mu);
+	m->procs[j].ready = *ready;
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* ------------------------------------------------------------------ mesh_ops.h: replacements */
+
+int mesh_child_spawn(struct mesh *m, int32_t j, const char *bin, const struct mesh_addrs *at,
+		     struct mesh_child **child, lm_diag *d)
+{
+	return mesh_request_spawn(m, &m->procs[j], bin, at, child, d);
+}
+
+bool mesh_child_running(struct mesh *m, const struct mesh_child *c)
+{
+	pthread_mutex_lock(&m->mu);
+	bool r = c != NULL && c->running;
+	pthread_mutex_unlock(&m->mu);
+	return r;
+}
+
+bool mesh_child_ended(struct mesh *m, const struct mesh_child *c, char *why, size_t cap)
+{
+	pthread_mutex_lock(&m->mu);
+	bool ended = mesh_child_ended_locked(c, why, cap);
+	pthread_mutex_unlock(&m->mu);
+	return ended;
+}
+
+void mesh_child_retire(struct mesh *m, struct mesh_child *c, int sig)
+{
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&m->mu);
+	c->retiring = true;
+	mesh_signal_child(c, sig);
+	pthread_mutex_unlock(&m->mu);
+}
+
+struct mesh_child *mesh_commit(struct mesh *m, int32_t j, struct mesh_child *c,
+			       const struct mesh_addrs *at, const char *bin,
+			       const struct wire_ready *ready, struct mesh_addrs *was)
+{
+	struct mesh_proc *p = &m->procs[j];
+	pthread_mutex_lock(&m->mu);
+	struct mesh_child *old = p->child;
+	if (old != NULL)
+		old->retiring = true;
+	p->child = c;
+	p->pid = c->pid;
+	p->ready = *ready;
+	*was = p->at;
+	p->at = *at;
+	snprintf(p->bin, sizeof p->bin, "%s", bin);
+	pthread_mutex_unlock(&m->mu);
+	return old;
+}
+
+int mesh_repoint_head(struct mesh *m, const char *addr, lm_diag *d)
+{
+	nng_dialer nd;
+	int rc = lm_dial(m->push, addr, &m->tls, &nd, d);
+	if (rc != 0)
+		return rc;
+	pthread_mutex_lock(&m->mu);
+	nng_dialer old = m->push_dialer;
+	m->push_dialer = nd;
+	pthread_mutex_unlock(&m->mu);
+	nng_dialer_close(old);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ up */
+
 static void mesh_close_walk(uv_handle_t *h, void *arg)
 {
 	(void)arg;
@@ -533,6 +871,7 @@ int mesh_up(const struct mesh_opts *o)
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_mutex_init(&m->stop_mu, NULL);
 	lm_cond_init(&m->cv);
+	rollout_init(&m->ro, m);
 	if ((rc = mesh_config_load(&m->cfg, o->config, &d)) != 0)
 		goto early;
 	lm_log_init("layermesh", NULL, m->cfg.log_level);
@@ -597,16 +936,15 @@ int mesh_up(const struct mesh_opts *o)
 		struct mesh_proc *p = &m->procs[i];
 		p->mesh = m;
 		p->cfg = &m->cfg.workers[i];
-		p->index = i;
-		p->state = PROC_STARTING;
+		p->state = MESH_WORKER_STARTING;
 		snprintf(p->bin, sizeof p->bin, "%s", m->worker_bin);
-		snprintf(p->data, sizeof p->data, "%s", p->cfg->data);
-		snprintf(p->control, sizeof p->control, "%s", p->cfg->control);
-		snprintf(p->http, sizeof p->http, "%s", p->cfg->http);
+		snprintf(p->at.data, sizeof p->at.data, "%s", p->cfg->data);
+		snprintf(p->at.control, sizeof p->at.control, "%s", p->cfg->control);
+		snprintf(p->at.http, sizeof p->at.http, "%s", p->cfg->http);
 	}
 	lm_info("starting %d workers", m->n_procs);
 	for (int32_t i = 0; i < m->n_procs; i++)
-		if (keeper_start(m, &m->procs[i]) != 0) {
+		if (keeper_start(&m->procs[i].keeper, m, i) != 0) {
 			mesh_request_stop(m, "cannot start a keeper thread", 1);
 			break;
 		}
@@ -617,9 +955,11 @@ int mesh_up(const struct mesh_opts *o)
 	pthread_mutex_lock(&m->mu);
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
-	rollout_join(m);
-	for (int32_t i = 0; i < m->n_procs; i++)
-		keeper_join(&m->procs[i]);
+	rollout_stop(&m->ro);
+	for (int32_t i = 0; i < m->n_procs; i++) {
+		keeper_stop(&m->procs[i].keeper);
+		keeper_fini(&m->procs[i].keeper);
+	}
 	/* The HTTP server first (its handlers wait for calls the scheduler fails), then the
 	 * scheduler (every call's on_done, which may still use the API), then the API's memory. */
 	api_stop(m->api);
@@ -642,8 +982,8 @@ early:
 		if (o->spawn && m->procs[i].cfg != NULL) {
 			mesh_unlink_ipc(m->procs[i].cfg->control);
 			mesh_unlink_ipc(m->procs[i].cfg->data);
-			mesh_unlink_ipc(m->procs[i].control);
-			mesh_unlink_ipc(m->procs[i].data);
+			mesh_unlink_ipc(m->procs[i].at.control);
+			mesh_unlink_ipc(m->procs[i].at.data);
 		}
 	}
 	while (m->children != NULL) {
@@ -657,6 +997,7 @@ early:
 	fence_plan_fini(&m->plan);
 	gguf_close(m->file);
 	mesh_config_fini(&m->cfg);
+	rollout_fini(&m->ro);
 	int status = rc == 0 && m->exit_status == 0 ? 0 : 1;
 	pthread_mutex_destroy(&m->mu);
 	pthread_mutex_destroy(&m->stop_mu);

@@ -1,7 +1,11 @@
-/* rollout.c — rolling redeploys. See rollout.h for the steps. */
+/* rollout.c — rolling redeploys. See rollout.h for the steps.
+ *
+ * The rollout sees the mesh through mesh_ops.h: it starts, commits and retires processes, and
+ * re-points the head of the ring, with the mesh's calls, which lock the mesh themselves. */
 #include "coordinator/rollout.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <nng/nng.h>
 #include <nng/protocol/pipeline0/pull.h>
@@ -17,8 +21,15 @@
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "common/base/log.h"
+#include "common/config/mesh_config.h"
+#include "common/model/hparams.h"
+#include "common/plan/fence.h"
+#include "common/tok/tokenizer.h"
 #include "common/wire/transport.h"
-#include "coordinator/mesh_impl.h"
+#include "common/wire/wire.h"
+#include "coordinator/ctl.h"
+#include "coordinator/mesh_ops.h"
+#include "coordinator/scheduler.h"
 #include "engine/scratch.h"
 
 #define ROLLOUT_PROBE_TEXT "Once upon a time, there was a little"
@@ -40,21 +51,23 @@ struct ro_worker {
 
 struct rollout {
 	struct mesh *m;
+	struct rollouts *rs; /* whose mu guards the status below */
 	pthread_t thread;
-	bool running; /* under m->mu */
+	bool joined;  /* by rollout_stop (the mesh's thread alone) */
+	bool running; /* under rs->mu */
 	char bin[PATH_MAX];
 	double tolerance;
 	int32_t *order; /* worker indices, canary first */
 	int32_t n_order;
 	int32_t batch; /* workers per batch after the canary */
-	/* Status, under m->mu. */
+	/* Status, under rs->mu. */
 	char state[16]; /* "running", then "succeeded" or "failed" (shown once running is false) */
 	char failed_step[32];
 	char error[600];
 	int32_t failed_worker;
 	double max_pause_ms;
 	int64_t started_ms, finished_ms;
-	struct ro_worker *w; /* [n_procs] */
+	struct ro_worker *w; /* [mesh_n_workers] */
 	char sink[200];      /* where candidates send during their smoke test */
 	char dir[128];
 };
@@ -70,12 +83,19 @@ struct ro_probe {
 
 /* A replacement being brought up. */
 struct ro_cand {
+	struct mesh *m;
 	int32_t j;
 	struct mesh_child *child;
-	char data[256], control[256], http[256];
+	struct mesh_addrs at;  /* where it listens: the worker's alternate addresses */
+	struct mesh_addrs was; /* where the process it replaced listened, once switched */
 	struct ctl_conn ctl;
 	struct wire_ready ready;
 };
+
+static const char *ro_name(const struct mesh *m, int32_t j)
+{
+	return mesh_worker_cfg(m, j)->name;
+}
 
 /* ------------------------------------------------------------------ addresses */
 
@@ -106,16 +126,16 @@ static int ro_alternate(const char *primary, const char *current, char *out, siz
 
 static void ro_set_step(struct rollout *r, int32_t j, enum ro_worker_state st, const char *step)
 {
-	pthread_mutex_lock(&r->m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	r->w[j].state = st;
 	snprintf(r->w[j].step, sizeof r->w[j].step, "%s", step);
-	pthread_mutex_unlock(&r->m->mu);
-	lm_info("redeploy: %s: %s", r->m->procs[j].cfg->name, step);
+	pthread_mutex_unlock(&r->rs->mu);
+	lm_info("redeploy: %s: %s", ro_name(r->m, j), step);
 }
 
 static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *msg)
 {
-	pthread_mutex_lock(&r->m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	snprintf(r->state, sizeof r->state, "failed");
 	snprintf(r->failed_step, sizeof r->failed_step, "%s", step);
 	snprintf(r->error, sizeof r->error, "%s", msg);
@@ -124,9 +144,9 @@ static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *
 		r->w[j].state = RW_FAILED;
 		snprintf(r->w[j].error, sizeof r->w[j].error, "%s", msg);
 	}
-	pthread_mutex_unlock(&r->m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	lm_error("redeploy failed at %s of %s: %s (the old build keeps serving)", step,
-		 j >= 0 ? r->m->procs[j].cfg->name : "the mesh", msg);
+		 j >= 0 ? ro_name(r->m, j) : "the mesh", msg);
 }
 
 /* ------------------------------------------------------------------ candidates */
@@ -134,19 +154,14 @@ static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *
 static bool ro_cand_alive(void *arg)
 {
 	struct ro_cand *c = arg;
-	return mesh_child_running(c->child->p->mesh, c->child);
+	return mesh_child_running(c->m, c->child);
 }
 
 /* Stops a candidate that will not serve (its exit is expected). */
 static void ro_cand_drop(struct mesh *m, struct ro_cand *c)
 {
 	ctl_close(&c->ctl);
-	if (c->child == NULL)
-		return;
-	pthread_mutex_lock(&m->mu);
-	c->child->retiring = true;
-	mesh_kill_child(m, c->child, SIGKILL);
-	pthread_mutex_unlock(&m->mu);
+	mesh_child_retire(m, c->child, SIGKILL);
 	c->child = NULL;
 }
 
@@ -154,40 +169,36 @@ static void ro_cand_drop(struct mesh *m, struct ro_cand *c)
 static int ro_prepare(struct rollout *r, struct ro_cand *c, lm_diag *d)
 {
 	struct mesh *m = r->m;
-	struct mesh_proc *p = &m->procs[c->j];
+	const struct mesh_worker *wc = mesh_worker_cfg(m, c->j);
+	uint64_t fingerprint = mesh_fingerprint(m);
+	struct mesh_addrs cur;
 	struct wire_assign a;
 	struct wire_hello hello;
 	int rc;
 
-	pthread_mutex_lock(&m->mu);
-	rc = ro_alternate(p->cfg->data, p->data, c->data, sizeof c->data, d);
+	mesh_worker_addrs(m, c->j, &cur);
+	rc = ro_alternate(wc->data, cur.data, c->at.data, sizeof c->at.data, d);
 	if (rc == 0)
-		rc = ro_alternate(p->cfg->control, p->control, c->control, sizeof c->control, d);
+		rc = ro_alternate(wc->control, cur.control, c->at.control, sizeof c->at.control, d);
 	if (rc == 0)
-		rc = ro_alternate(p->cfg->http, p->http, c->http, sizeof c->http, d);
-	mesh_assignment(m, c->j, &a);
-	pthread_mutex_unlock(&m->mu);
+		rc = ro_alternate(wc->http, cur.http, c->at.http, sizeof c->at.http, d);
 	if (rc != 0)
 		return rc;
+	mesh_worker_assignment(m, c->j, &a);
 	snprintf(a.next, sizeof a.next, "%s",
 		 r->sink); /* nothing enters the ring before the switch */
-	if ((rc = mesh_spawn_child(m, p, r->bin, c->data, c->control, c->http, &c->child, d)) != 0)
+	if ((rc = mesh_child_spawn(m, c->j, r->bin, &c->at, &c->child, d)) != 0)
 		return rc;
-	c->ctl.tls = &m->tls;
-	if ((rc = ctl_open(&c->ctl, p->cfg->name, c->control, d)) != 0)
+	c->ctl.tls = mesh_tls(m);
+	if ((rc = ctl_open(&c->ctl, wc->name, c->at.control, d)) != 0)
 		return rc;
-	int timeout = m->o->handshake_timeout_s * 1000;
-	rc = ctl_hello_wait(&c->ctl, m->fingerprint, &hello, timeout, ro_cand_alive, c, d);
+	int timeout = mesh_handshake_ms(m);
+	rc = ctl_hello_wait(&c->ctl, fingerprint, &hello, timeout, ro_cand_alive, c, d);
 	if (rc == 0)
-		rc = ctl_assign(&c->ctl, &a, m->fingerprint, &c->ready, timeout, ro_cand_alive, c,
-				d);
-	if (rc == LM_EUNAVAILABLE) {
-		pthread_mutex_lock(&m->mu);
-		if (!c->child->running && c->child->why[0])
-			lm_fail(d, rc, "the new build of %s %s before it was ready", p->cfg->name,
-				c->child->why);
-		pthread_mutex_unlock(&m->mu);
-	}
+		rc = ctl_assign(&c->ctl, &a, fingerprint, &c->ready, timeout, ro_cand_alive, c, d);
+	char why[256];
+	if (rc == LM_EUNAVAILABLE && mesh_child_ended(m, c->child, why, sizeof why) && why[0])
+		lm_fail(d, rc, "the new build of %s %s before it was ready", wc->name, why);
 	return rc;
 }
 
@@ -233,13 +244,15 @@ static void ro_probe_done(void *arg, enum sched_finish why, int code, const char
 
 static struct wire_limits ro_limits(const struct mesh *m)
 {
-	return (struct wire_limits){.fingerprint = m->fingerprint,
-				    .slots = m->cfg.slots + MESH_PROBE_SLOTS,
-				    .max_seq = m->max_seq,
-				    .dim = m->hp.n_embd,
-				    .n_vocab = m->hp.n_vocab,
-				    .max_batch = m->cfg.max_batch,
-				    .max_seqs = m->cfg.slots + MESH_PROBE_SLOTS,
+	const struct mesh_config *cfg = mesh_cfg(m);
+	const struct lm_hparams *hp = mesh_hparams(m);
+	return (struct wire_limits){.fingerprint = mesh_fingerprint(m),
+				    .slots = cfg->slots + MESH_PROBE_SLOTS,
+				    .max_seq = mesh_max_seq(m),
+				    .dim = hp->n_embd,
+				    .n_vocab = hp->n_vocab,
+				    .max_batch = cfg->max_batch,
+				    .max_seqs = cfg->slots + MESH_PROBE_SLOTS,
 				    .max_logprobs = WIRE_MAX_LOGPROBS};
 }
 
@@ -247,8 +260,13 @@ static struct wire_limits ro_limits(const struct mesh *m)
 static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 {
 	struct mesh *m = r->m;
+	const struct mesh_config *cfg = mesh_cfg(m);
+	const struct lm_hparams *hp = mesh_hparams(m);
+	const tok_vocab *vocab = mesh_vocab(m);
+	struct sched *sched = mesh_sched(m);
+	uint64_t fingerprint = mesh_fingerprint(m);
 	struct wire_limits lim = ro_limits(m);
-	int32_t slot = m->cfg.slots, W = m->n_procs, dim = m->hp.n_embd;
+	int32_t slot = cfg->slots, W = mesh_n_workers(m), dim = hp->n_embd;
 	struct ctl_conn *live = calloc((size_t)W, sizeof *live);
 	size_t n = 0;
 	int rc = 0;
@@ -256,30 +274,27 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 	if (live == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	if (pr->ids == NULL) {
-		rc = tok_encode_alloc(m->vocab, ROLLOUT_PROBE_TEXT, strlen(ROLLOUT_PROBE_TEXT),
-				      tok_add_bos(m->vocab), &pr->ids, &n, d);
+		rc = tok_encode_alloc(vocab, ROLLOUT_PROBE_TEXT, strlen(ROLLOUT_PROBE_TEXT),
+				      tok_add_bos(vocab), &pr->ids, &n, d);
 		pr->n = (int32_t)n;
-		if (rc == 0 && (pr->n < 1 || pr->n > m->cfg.max_batch || pr->n >= m->max_seq ||
+		if (rc == 0 && (pr->n < 1 || pr->n > cfg->max_batch || pr->n >= mesh_max_seq(m) ||
 				pr->n > LM_PROBE_ROWS))
 			rc = lm_fail(d, LM_ERANGE, "the probe prompt has %d tokens", pr->n);
-		if (rc == 0 && (pr->h = malloc((size_t)m->hp.n_layer * (size_t)pr->n * (size_t)dim *
+		if (rc == 0 && (pr->h = malloc((size_t)hp->n_layer * (size_t)pr->n * (size_t)dim *
 					       sizeof(float))) == NULL)
 			rc = lm_fail(d, LM_ENOMEM, "out of memory");
 	}
 	for (int32_t j = 0; rc == 0 && j < W; j++) {
-		pthread_mutex_lock(&m->mu);
-		char control[256];
-		snprintf(control, sizeof control, "%s", m->procs[j].control);
-		pthread_mutex_unlock(&m->mu);
+		struct mesh_addrs at;
+		mesh_worker_addrs(m, j, &at);
 		int32_t rows;
 		void *data = NULL;
 		size_t bytes;
-		live[j].tls = &m->tls;
-		rc = ctl_connect(&live[j], m->procs[j].cfg->name, control, m->fingerprint,
+		live[j].tls = mesh_tls(m);
+		rc = ctl_connect(&live[j], ro_name(m, j), at.control, fingerprint,
 				 ROLLOUT_CONNECT_MS, d);
 		if (rc == 0) /* arm; what it recorded before does not matter */
-			rc = ctl_trace(&live[j], m->fingerprint, &lim, slot, &rows, &data, &bytes,
-				       d);
+			rc = ctl_trace(&live[j], fingerprint, &lim, slot, &rows, &data, &bytes, d);
 		free(data);
 	}
 	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -294,7 +309,7 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 				      .on_token = ro_probe_token,
 				      .on_done = ro_probe_done,
 				      .arg = &w};
-		rc = sched_submit(m->sched, &q, &id, d);
+		rc = sched_submit(sched, &q, &id, d);
 		if (rc == 0) {
 			/* The scheduler ends the probe one way or another (its batch timeout
 			 * included); a coordinator stopping meanwhile cancels it. */
@@ -304,9 +319,9 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 			while (!w.done) {
 				lm_cond_wait_ms(&w.cv, &w.mu, 100);
 				late = late || lm_now_ms() > deadline;
-				if (!w.done && !cancelled && (atomic_load(&m->stopping) || late)) {
+				if (!w.done && !cancelled && (mesh_stopping(m) || late)) {
 					pthread_mutex_unlock(&w.mu);
-					sched_cancel(m->sched, id);
+					sched_cancel(sched, id);
 					cancelled = true;
 					pthread_mutex_lock(&w.mu);
 				}
@@ -323,16 +338,16 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 	}
 	pthread_cond_destroy(&w.cv);
 	for (int32_t j = 0; rc == 0 && j < W; j++) {
-		const struct fence_stage *st = &m->plan.stages[j];
+		const struct fence_stage *st = &mesh_plan(m)->stages[j];
 		int32_t rows = 0;
 		void *data = NULL;
 		size_t bytes = 0;
 		size_t per = (size_t)pr->n * (size_t)dim;
-		rc = ctl_trace(&live[j], m->fingerprint, &lim, slot, &rows, &data, &bytes, d);
+		rc = ctl_trace(&live[j], fingerprint, &lim, slot, &rows, &data, &bytes, d);
 		if (rc == 0 &&
 		    (rows != pr->n || bytes != (size_t)(st->end - st->start) * per * sizeof(float)))
 			rc = lm_fail(d, LM_EPROTO, "worker %s recorded %d rows of the probe's %d",
-				     m->procs[j].cfg->name, rows, pr->n);
+				     ro_name(m, j), rows, pr->n);
 		if (rc == 0)
 			memcpy(pr->h + (size_t)st->start * per, data, bytes);
 		free(data);
@@ -349,9 +364,11 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 		    nng_socket sink, lm_diag *d)
 {
 	struct mesh *m = r->m;
-	const struct fence_stage *st = &m->plan.stages[c->j];
+	const struct mesh_config *cfg = mesh_cfg(m);
+	const struct fence_stage *st = &mesh_plan(m)->stages[c->j];
+	uint64_t fingerprint = mesh_fingerprint(m);
 	struct wire_limits lim = ro_limits(m);
-	int32_t slot = m->cfg.slots, dim = m->hp.n_embd, n = pr->n;
+	int32_t slot = cfg->slots, dim = mesh_hparams(m)->n_embd, n = pr->n;
 	size_t per = (size_t)n * (size_t)dim;
 	nng_socket push;
 	nng_msg *msg = NULL;
@@ -362,7 +379,7 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 	int32_t rows = 0;
 	int rc, rv;
 
-	if ((rc = ctl_trace(&c->ctl, m->fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
+	if ((rc = ctl_trace(&c->ctl, fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
 		return rc;
 	free(data);
 	data = NULL;
@@ -370,7 +387,7 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
 	nng_socket_set_ms(push, NNG_OPT_SENDTIMEO, 5000);
 	nng_socket_set_ms(push, NNG_OPT_RECONNMINT, 10);
-	if ((rc = lm_dial(push, c->data, &m->tls, NULL, d)) != 0) {
+	if ((rc = lm_dial(push, c->at.data, mesh_tls(m), NULL, d)) != 0) {
 		lm_close_bounded(push, LM_CLOSE_MS);
 		return rc;
 	}
@@ -383,11 +400,11 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 			       .sample = true,
 			       .sampling = {.temperature = 0, .top_p = 1}};
 	struct wire_forward f = {.batch_id = 1,
-				 .fingerprint = m->fingerprint,
+				 .fingerprint = fingerprint,
 				 .n_seqs = 1,
 				 .seqs = &seq,
 				 .n_tokens = n};
-	enum lm_dtype wdt = m->cfg.wire_dtype;
+	enum lm_dtype wdt = cfg->wire_dtype;
 	if (c->j == 0) {
 		f.dtype = WIRE_DT_I32;
 		f.dim = 1;
@@ -420,20 +437,20 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 			nng_sendmsg(push, msg, 0) != 0)) {
 		if (msg != NULL)
 			nng_msg_free(msg);
-		rc = lm_fail(d, LM_EIO, "cannot send the recorded input to %s", c->data);
+		rc = lm_fail(d, LM_EIO, "cannot send the recorded input to %s", c->at.data);
 	}
 	msg = NULL;
 	wire_buf_fini(&b);
 	free(payload);
 	/* Bounded: the candidate may be dying with the message half taken (see transport.h). */
 	if (lm_close_bounded(push, LM_CLOSE_MS) != 0)
-		lm_warn("redeploy: closing the smoke socket to %s took over %d ms", c->data,
+		lm_warn("redeploy: closing the smoke socket to %s took over %d ms", c->at.data,
 			LM_CLOSE_MS);
 	/* Its output arrives at the sink: hidden rows, or the last stage's token. */
 	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
 		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
 			     nng_strerror(rv));
-	if (rc == 0 && c->j == m->n_procs - 1) {
+	if (rc == 0 && c->j == mesh_n_workers(m) - 1) {
 		struct wire_scratch s;
 		struct wire_tokens t;
 		wire_scratch_init(&s, lim.max_seqs);
@@ -458,7 +475,7 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 	if (rc != 0)
 		return rc;
 	/* Every layer of the stage against the old build's record. */
-	if ((rc = ctl_trace(&c->ctl, m->fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
+	if ((rc = ctl_trace(&c->ctl, fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
 		return rc;
 	size_t want = (size_t)(st->end - st->start) * per * sizeof(float);
 	if (rows != n || bytes != want) {
@@ -490,16 +507,24 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 struct ro_undo {
 	struct ctl_conn *conn; /* REPOINT it back to `addr`; NULL: the coordinator's push */
 	char addr[256];
-	nng_dialer new_dialer;
 };
 
 /* The address worker j's successor listens at, given the candidates of this batch. */
-static const char *ro_successor(struct mesh *m, struct ro_cand *cs, int32_t nc, int32_t j)
+static void ro_successor(struct mesh *m, const struct ro_cand *cs, int32_t nc, int32_t j, char *out,
+			 size_t cap)
 {
 	for (int32_t k = 0; k < nc; k++)
-		if (cs[k].j == j + 1)
-			return cs[k].data;
-	return j + 1 < m->n_procs ? m->procs[j + 1].data : m->cfg.data_in;
+		if (cs[k].j == j + 1) {
+			snprintf(out, cap, "%s", cs[k].at.data);
+			return;
+		}
+	if (j + 1 < mesh_n_workers(m)) {
+		struct mesh_addrs next;
+		mesh_worker_addrs(m, j + 1, &next);
+		snprintf(out, cap, "%s", next.data);
+	} else {
+		snprintf(out, cap, "%s", mesh_cfg(m)->data_in);
+	}
 }
 
 static bool ro_in_batch(const struct ro_cand *cs, int32_t nc, int32_t j)
@@ -510,12 +535,91 @@ static bool ro_in_batch(const struct ro_cand *cs, int32_t nc, int32_t j)
 	return false;
 }
 
+/* Every live sequence's rows move from the old processes to the new ones (the ring is
+ * quiesced). old[k] is the connection to candidate k's serving process. */
+static int ro_move_kv(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl_conn *old,
+		      const struct sched_slot *live, int32_t n_live, lm_diag *d)
+{
+	uint64_t fingerprint = mesh_fingerprint(m);
+	struct wire_limits lim = ro_limits(m);
+	int rc = 0;
+	for (int32_t k = 0; rc == 0 && k < nc; k++) {
+		struct mesh_addrs at;
+		mesh_worker_addrs(m, cs[k].j, &at);
+		old[k].tls = mesh_tls(m);
+		rc = ctl_connect(&old[k], ro_name(m, cs[k].j), at.control, fingerprint,
+				 ROLLOUT_CONNECT_MS, d);
+		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
+			if (live[i].len <= 0)
+				continue;
+			int32_t len = 0;
+			void *rows = NULL;
+			size_t bytes = 0;
+			rc = ctl_kv_export(&old[k], fingerprint, &lim, live[i].slot, &len, &rows,
+					   &bytes, d);
+			if (rc == 0)
+				rc = ctl_kv_import(&cs[k].ctl, fingerprint, live[i].slot, len, rows,
+						   bytes, d);
+			free(rows);
+		}
+	}
+	return rc;
+}
+
+/* The predecessors of the batch (those outside it) send to the candidates: the worker before
+ * by REPOINT over pred[k], the coordinator by re-pointing the head of the ring. Each change is
+ * recorded in undo (*n_undo of them) for ro_unpoint. */
+static int ro_repoint(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl_conn *pred,
+		      struct ro_undo *undo, int32_t *n_undo, lm_diag *d)
+{
+	uint64_t fingerprint = mesh_fingerprint(m);
+	int rc = 0;
+	for (int32_t k = 0; k < nc; k++) {
+		int32_t j = cs[k].j;
+		if (ro_in_batch(cs, nc, j - 1))
+			continue;
+		struct ro_undo *u = &undo[*n_undo];
+		struct mesh_addrs self, before;
+		mesh_worker_addrs(m, j, &self);
+		snprintf(u->addr, sizeof u->addr, "%s", self.data);
+		if (j == 0) {
+			if ((rc = mesh_repoint_head(m, cs[k].at.data, d)) != 0)
+				break;
+			u->conn = NULL;
+		} else {
+			mesh_worker_addrs(m, j - 1, &before);
+			pred[k].tls = mesh_tls(m);
+			rc = ctl_connect(&pred[k], ro_name(m, j - 1), before.control, fingerprint,
+					 ROLLOUT_CONNECT_MS, d);
+			if (rc == 0)
+				rc = ctl_repoint(&pred[k], fingerprint, cs[k].at.data, d);
+			if (rc != 0)
+				break;
+			u->conn = &pred[k];
+		}
+		(*n_undo)++;
+	}
+	return rc;
+}
+
+/* Puts the predecessors back, last change first; the candidates go away with their sockets. */
+static void ro_unpoint(struct mesh *m, const struct ro_undo *undo, int32_t n_undo)
+{
+	for (int32_t i = n_undo - 1; i >= 0; i--) {
+		lm_diag ignore = {{0}};
+		if (undo[i].conn != NULL)
+			ctl_repoint(undo[i].conn, mesh_fingerprint(m), undo[i].addr, &ignore);
+		else
+			mesh_repoint_head(m, undo[i].addr, &ignore);
+	}
+}
+
 static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *pause_ms,
 		     lm_diag *d)
 {
 	struct mesh *m = r->m;
-	struct wire_limits lim = ro_limits(m);
-	int32_t cap = m->cfg.slots + MESH_PROBE_SLOTS, n_live = 0;
+	struct sched *sched = mesh_sched(m);
+	int32_t cap = mesh_cfg(m)->slots + MESH_PROBE_SLOTS, n_live = 0;
 	struct sched_slot *live = calloc((size_t)cap, sizeof *live);
 	struct ctl_conn *old = calloc((size_t)nc, sizeof *old);
 	struct ctl_conn *pred = calloc((size_t)nc, sizeof *pred);
@@ -528,114 +632,37 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 		goto out;
 	}
 	int64_t t0 = lm_now_ms();
-	if ((rc = sched_quiesce(m->sched, ROLLOUT_QUIESCE_MS, live, cap, &n_live, d)) != 0)
+	if ((rc = sched_quiesce(sched, ROLLOUT_QUIESCE_MS, live, cap, &n_live, d)) != 0)
 		goto out;
-	/* Every live sequence's rows move from the old process to the new one. */
-	for (int32_t k = 0; rc == 0 && k < nc; k++) {
-		struct mesh_proc *p = &m->procs[cs[k].j];
-		pthread_mutex_lock(&m->mu);
-		char control[256];
-		snprintf(control, sizeof control, "%s", p->control);
-		pthread_mutex_unlock(&m->mu);
-		old[k].tls = &m->tls;
-		rc = ctl_connect(&old[k], p->cfg->name, control, m->fingerprint, ROLLOUT_CONNECT_MS,
-				 d);
-		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
-			if (live[i].len <= 0)
-				continue;
-			int32_t len = 0;
-			void *rows = NULL;
-			size_t bytes = 0;
-			rc = ctl_kv_export(&old[k], m->fingerprint, &lim, live[i].slot, &len, &rows,
-					   &bytes, d);
-			if (rc == 0)
-				rc = ctl_kv_import(&cs[k].ctl, m->fingerprint, live[i].slot, len,
-						   rows, bytes, d);
-			free(rows);
-		}
-	}
+	rc = ro_move_kv(m, cs, nc, old, live, n_live, d);
 	/* The new processes send where the old ones did (or to each other within the batch). */
-	for (int32_t k = 0; rc == 0 && k < nc; k++)
-		rc = ctl_repoint(&cs[k].ctl, m->fingerprint, ro_successor(m, cs, nc, cs[k].j), d);
-	/* Their predecessors send to them. */
 	for (int32_t k = 0; rc == 0 && k < nc; k++) {
-		int32_t j = cs[k].j;
-		if (ro_in_batch(cs, nc, j - 1))
-			continue;
-		struct ro_undo *u = &undo[n_undo];
-		pthread_mutex_lock(&m->mu);
-		snprintf(u->addr, sizeof u->addr, "%s", m->procs[j].data);
-		char control[256];
-		if (j > 0)
-			snprintf(control, sizeof control, "%s", m->procs[j - 1].control);
-		pthread_mutex_unlock(&m->mu);
-		if (j == 0) {
-			nng_dialer nd;
-			if ((rc = lm_dial(m->push, cs[k].data, &m->tls, &nd, d)) != 0)
-				break;
-			u->conn = NULL;
-			u->new_dialer = m->push_dialer;
-			nng_dialer_close(m->push_dialer);
-			m->push_dialer = nd;
-		} else {
-			pred[k].tls = &m->tls;
-			rc = ctl_connect(&pred[k], m->procs[j - 1].cfg->name, control,
-					 m->fingerprint, ROLLOUT_CONNECT_MS, d);
-			if (rc == 0)
-				rc = ctl_repoint(&pred[k], m->fingerprint, cs[k].data, d);
-			if (rc != 0)
-				break;
-			u->conn = &pred[k];
-		}
-		n_undo++;
+		char next[256];
+		ro_successor(m, cs, nc, cs[k].j, next, sizeof next);
+		rc = ctl_repoint(&cs[k].ctl, mesh_fingerprint(m), next, d);
 	}
+	/* Their predecessors send to them. */
+	if (rc == 0)
+		rc = ro_repoint(m, cs, nc, pred, undo, &n_undo, d);
 	if (rc != 0) {
-		/* Put the predecessors back; the candidates go away with their sockets. */
-		for (int32_t i = n_undo - 1; i >= 0; i--) {
-			lm_diag ignore = {{0}};
-			if (undo[i].conn != NULL) {
-				ctl_repoint(undo[i].conn, m->fingerprint, undo[i].addr, &ignore);
-			} else {
-				nng_dialer nd;
-				if (lm_dial(m->push, undo[i].addr, &m->tls, &nd, &ignore) == 0) {
-					nng_dialer_close(m->push_dialer);
-					m->push_dialer = nd;
-				}
-			}
-		}
-		sched_resume(m->sched, false);
+		ro_unpoint(m, undo, n_undo);
+		sched_resume(sched, false);
 		goto out;
 	}
 	/* Commit: the new processes are the workers now; the old ones retire. */
 	struct mesh_child *retired[64];
 	int32_t n_retired = 0;
-	pthread_mutex_lock(&m->mu);
 	for (int32_t k = 0; k < nc; k++) {
-		struct mesh_proc *p = &m->procs[cs[k].j];
-		if (p->child != NULL && n_retired < 64) {
-			p->child->retiring = true;
-			retired[n_retired++] = p->child;
-		}
-		p->child = cs[k].child;
-		p->pid = cs[k].child->pid;
-		p->ready = cs[k].ready;
-		snprintf(r->w[cs[k].j].from, sizeof r->w[cs[k].j].from, "%s", p->data);
-		snprintf(p->data, sizeof p->data, "%s", cs[k].data);
-		snprintf(p->control, sizeof p->control, "%s", cs[k].control);
-		snprintf(p->http, sizeof p->http, "%s", cs[k].http);
-		snprintf(r->w[cs[k].j].to, sizeof r->w[cs[k].j].to, "%s", p->data);
-		snprintf(p->bin, sizeof p->bin, "%s", r->bin);
-		p->alt = !p->alt;
+		struct mesh_child *was = mesh_commit(m, cs[k].j, cs[k].child, &cs[k].at, r->bin,
+						     &cs[k].ready, &cs[k].was);
+		if (was != NULL && n_retired < 64)
+			retired[n_retired++] = was;
 		cs[k].child = NULL;
 	}
-	pthread_mutex_unlock(&m->mu);
-	sched_resume(m->sched, false);
+	sched_resume(sched, false);
 	*pause_ms = (double)(lm_now_ms() - t0);
-	for (int32_t i = 0; i < n_retired; i++) {
-		pthread_mutex_lock(&m->mu);
-		mesh_kill_child(m, retired[i], SIGTERM);
-		pthread_mutex_unlock(&m->mu);
-	}
+	for (int32_t i = 0; i < n_retired; i++)
+		mesh_child_retire(m, retired[i], SIGTERM);
 out:
 	for (int32_t k = 0; k < nc && old != NULL; k++) {
 		ctl_close(&old[k]);
@@ -678,7 +705,7 @@ static void *ro_main(void *arg)
 		int32_t failed = -1;
 		rc = 0;
 		for (int32_t k = 0; k < nc; k++)
-			cs[k].j = r->order[at + k];
+			cs[k] = (struct ro_cand){.m = m, .j = r->order[at + k]};
 		for (int32_t k = 0; rc == 0 && k < nc; k++) {
 			ro_set_step(r, cs[k].j, RW_WORKING,
 				    at == 0 ? "canary: prepare" : "prepare");
@@ -709,25 +736,28 @@ static void *ro_main(void *arg)
 			ro_fail(r, failed >= 0 ? failed : cs[0].j, step, lm_diag_str(&d, rc));
 			goto out;
 		}
-		pthread_mutex_lock(&m->mu);
+		pthread_mutex_lock(&r->rs->mu);
 		for (int32_t k = 0; k < nc; k++) {
-			r->w[cs[k].j].state = RW_DONE;
-			r->w[cs[k].j].pause_ms = pause;
-			snprintf(r->w[cs[k].j].step, sizeof r->w[cs[k].j].step, "done");
+			struct ro_worker *w = &r->w[cs[k].j];
+			w->state = RW_DONE;
+			w->pause_ms = pause;
+			snprintf(w->step, sizeof w->step, "done");
+			snprintf(w->from, sizeof w->from, "%s", cs[k].was.data);
+			snprintf(w->to, sizeof w->to, "%s", cs[k].at.data);
 		}
 		if (pause > r->max_pause_ms)
 			r->max_pause_ms = pause;
-		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_unlock(&r->rs->mu);
 		for (int32_t k = 0; k < nc; k++) {
 			ctl_close(&cs[k].ctl);
 			lm_info("redeploy: %s now runs %s at %s (paused %.1f ms)",
-				m->procs[cs[k].j].cfg->name, r->bin, cs[k].data, pause);
+				ro_name(m, cs[k].j), r->bin, cs[k].at.data, pause);
 		}
 		at += nc;
 	}
-	pthread_mutex_lock(&m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	snprintf(r->state, sizeof r->state, "succeeded");
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	lm_info("redeploy succeeded: %d workers, longest pause %.1f ms", r->n_order,
 		r->max_pause_ms);
 out:
@@ -738,14 +768,23 @@ out:
 	rmdir(r->dir);
 	free(pr.ids);
 	free(pr.h);
-	pthread_mutex_lock(&m->mu);
+	pthread_mutex_lock(&r->rs->mu);
 	r->running = false;
 	r->finished_ms = lm_now_ms();
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&r->rs->mu);
 	return NULL;
 }
 
 /* ------------------------------------------------------------------ requests */
+
+static void ro_free(struct rollout *r)
+{
+	if (r == NULL)
+		return;
+	free(r->order);
+	free(r->w);
+	free(r);
+}
 
 static cJSON *ro_error(int *status, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -769,8 +808,8 @@ static cJSON *ro_error(int *status, int code, const char *fmt, ...)
 
 static int32_t ro_worker_index(const struct mesh *m, const char *name)
 {
-	for (int32_t j = 0; j < m->n_procs; j++)
-		if (strcmp(m->procs[j].cfg->name, name) == 0)
+	for (int32_t j = 0; j < mesh_n_workers(m); j++)
+		if (strcmp(ro_name(m, j), name) == 0)
 			return j;
 	return -1;
 }
@@ -784,222 +823,269 @@ static cJSON *ro_plan_json(const struct mesh *m, const struct rollout *r)
 			nc = r->n_order - at;
 		cJSON *b = cJSON_CreateArray();
 		for (int32_t k = 0; k < nc; k++)
-			cJSON_AddItemToArray(
-				b, cJSON_CreateString(m->procs[r->order[at + k]].cfg->name));
+			cJSON_AddItemToArray(b, cJSON_CreateString(ro_name(m, r->order[at + k])));
 		cJSON_AddItemToArray(plan, b);
 		at += nc;
 	}
 	return plan;
 }
 
-cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status)
+/* The request's fields, each one this version knows (400 for another). */
+static cJSON *ro_check_fields(const cJSON *req, int *status)
 {
-	cJSON *req = cJSON_ParseWithLength(body, len);
-	cJSON *reply = NULL;
-	struct rollout *r = NULL;
-	lm_diag d = {{0}};
-
-	if (req == NULL || !cJSON_IsObject(req)) {
-		reply = ro_error(status, 400, "the request body must be a JSON object");
-		goto out;
-	}
-	if (!m->o->spawn) {
-		reply = ro_error(status, 503,
-				 "this mesh's workers were started elsewhere: redeploy them there "
-				 "(systemd, kubectl rollout)");
-		goto out;
-	}
 	static const char *const known[] = {"binary", "workers", "all",       "batch",
 					    "canary", "dry_run", "tolerance", NULL};
 	for (const cJSON *k = req->child; k != NULL; k = k->next) {
 		bool ok = false;
 		for (int i = 0; known[i] != NULL && !ok; i++)
 			ok = strcmp(k->string, known[i]) == 0;
-		if (!ok) {
-			reply = ro_error(status, 400, "unknown field '%s'", k->string);
-			goto out;
-		}
+		if (!ok)
+			return ro_error(status, 400, "unknown field '%s'", k->string);
 	}
-	r = calloc(1, sizeof *r);
-	if (r == NULL || (r->order = calloc((size_t)m->n_procs, sizeof *r->order)) == NULL ||
-	    (r->w = calloc((size_t)m->n_procs, sizeof *r->w)) == NULL) {
-		reply = ro_error(status, 500, "out of memory");
-		goto out;
+	return NULL;
+}
+
+/* A rollout of the mesh's workers with nothing chosen yet; NULL when out of memory. */
+static struct rollout *ro_new(struct rollouts *rs)
+{
+	int32_t W = mesh_n_workers(rs->m);
+	struct rollout *r = calloc(1, sizeof *r);
+	if (r == NULL || (r->order = calloc((size_t)W, sizeof *r->order)) == NULL ||
+	    (r->w = calloc((size_t)W, sizeof *r->w)) == NULL) {
+		ro_free(r);
+		return NULL;
 	}
-	r->m = m;
+	r->m = rs->m;
+	r->rs = rs;
 	r->failed_worker = -1;
+	return r;
+}
+
+/* 'binary': the build to roll out, by default the one the first worker runs now. */
+static cJSON *ro_parse_binary(struct rollout *r, const cJSON *req, bool dry, int *status)
+{
 	const cJSON *bin = cJSON_GetObjectItemCaseSensitive(req, "binary");
-	if (bin != NULL && !cJSON_IsString(bin)) {
-		reply = ro_error(status, 400, "'binary' must be a path");
-		goto out;
-	}
-	pthread_mutex_lock(&m->mu);
-	snprintf(r->bin, sizeof r->bin, "%s", bin != NULL ? bin->valuestring : m->procs[0].bin);
-	pthread_mutex_unlock(&m->mu);
-	if (access(r->bin, X_OK) != 0 && !cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"))) {
+	if (bin != NULL && !cJSON_IsString(bin))
+		return ro_error(status, 400, "'binary' must be a path");
+	if (bin != NULL)
+		snprintf(r->bin, sizeof r->bin, "%s", bin->valuestring);
+	else
+		mesh_worker_bin(r->m, 0, r->bin, sizeof r->bin);
+	if (access(r->bin, X_OK) != 0 && !dry) {
 		/* A missing build is a rollout that fails at its first step, not a bad request:
 		 * it is reported the same way as a build that exits at start. */
 		lm_warn("redeploy: %s is not an executable file", r->bin);
 	}
+	return NULL;
+}
+
+/* 'workers' (names) or 'all', and 'canary' (default: the first chosen): the order, canary
+ * first, and every worker's state, pending or untouched. */
+static cJSON *ro_parse_workers(struct rollout *r, const cJSON *req, int *status)
+{
+	struct mesh *m = r->m;
+	int32_t W = mesh_n_workers(m), canary = -1;
 	const cJSON *workers = cJSON_GetObjectItemCaseSensitive(req, "workers");
 	const cJSON *all = cJSON_GetObjectItemCaseSensitive(req, "all");
-	bool *chosen = calloc((size_t)m->n_procs, sizeof *chosen);
-	if (chosen == NULL) {
-		reply = ro_error(status, 500, "out of memory");
-		goto out;
-	}
+	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(req, "canary");
+	cJSON *reply = NULL;
+	bool *chosen = calloc((size_t)W, sizeof *chosen);
+
+	if (chosen == NULL)
+		return ro_error(status, 500, "out of memory");
 	if (cJSON_IsTrue(all) == (workers != NULL)) {
-		free(chosen);
 		reply = ro_error(status, 400, "give either 'workers' (names) or 'all': true");
 		goto out;
 	}
-	if (workers != NULL) {
-		if (!cJSON_IsArray(workers) || cJSON_GetArraySize(workers) == 0) {
-			free(chosen);
-			reply = ro_error(status, 400,
-					 "'workers' must be a non-empty array of names");
+	if (workers != NULL && (!cJSON_IsArray(workers) || cJSON_GetArraySize(workers) == 0)) {
+		reply = ro_error(status, 400, "'workers' must be a non-empty array of names");
+		goto out;
+	}
+	for (const cJSON *e = workers != NULL ? workers->child : NULL; e != NULL; e = e->next) {
+		int32_t j = cJSON_IsString(e) ? ro_worker_index(m, e->valuestring) : -1;
+		if (j < 0) {
+			reply = ro_error(status, 400, "'workers': no worker is called %s",
+					 cJSON_IsString(e) ? e->valuestring : "(not a string)");
 			goto out;
 		}
-		for (const cJSON *e = workers->child; e != NULL; e = e->next) {
-			int32_t j = cJSON_IsString(e) ? ro_worker_index(m, e->valuestring) : -1;
-			if (j < 0) {
-				free(chosen);
-				reply = ro_error(status, 400, "'workers': no worker is called %s",
-						 cJSON_IsString(e) ? e->valuestring
-								   : "(not a string)");
-				goto out;
-			}
-			chosen[j] = true;
-		}
-	} else {
-		for (int32_t j = 0; j < m->n_procs; j++)
-			chosen[j] = true;
+		chosen[j] = true;
 	}
-	int32_t canary = -1;
-	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(req, "canary");
+	for (int32_t j = 0; workers == NULL && j < W; j++)
+		chosen[j] = true;
 	if (cn != NULL) {
 		canary = cJSON_IsString(cn) ? ro_worker_index(m, cn->valuestring) : -1;
 		if (canary < 0 || !chosen[canary]) {
-			free(chosen);
 			reply = ro_error(status, 400,
 					 "'canary' must name one of the workers to redeploy");
 			goto out;
 		}
 	}
-	for (int32_t j = 0; j < m->n_procs; j++)
+	for (int32_t j = 0; j < W; j++)
 		if (chosen[j] && canary < 0)
 			canary = j;
 	r->order[r->n_order++] = canary;
-	for (int32_t j = 0; j < m->n_procs; j++) {
+	for (int32_t j = 0; j < W; j++) {
 		r->w[j].state = chosen[j] ? RW_PENDING : RW_UNTOUCHED;
 		if (chosen[j] && j != canary)
 			r->order[r->n_order++] = j;
 	}
+out:
 	free(chosen);
+	return reply;
+}
+
+/* 'batch' (default 1) and 'tolerance' (default 1e-4). */
+static cJSON *ro_parse_limits(struct rollout *r, const cJSON *req, int *status)
+{
 	const cJSON *batch = cJSON_GetObjectItemCaseSensitive(req, "batch");
 	r->batch = 1;
 	if (batch != NULL) {
 		if (!cJSON_IsNumber(batch) || batch->valuedouble < 1 || batch->valuedouble > 64 ||
-		    batch->valuedouble != floor(batch->valuedouble)) {
-			reply = ro_error(status, 400, "'batch' must be an integer in [1, 64]");
-			goto out;
-		}
+		    batch->valuedouble != floor(batch->valuedouble))
+			return ro_error(status, 400, "'batch' must be an integer in [1, 64]");
 		r->batch = (int32_t)batch->valuedouble;
 	}
 	const cJSON *tol = cJSON_GetObjectItemCaseSensitive(req, "tolerance");
 	r->tolerance = 1e-4;
 	if (tol != NULL) {
-		if (!cJSON_IsNumber(tol) || !(tol->valuedouble >= 0) ||
-		    !isfinite(tol->valuedouble)) {
-			reply = ro_error(status, 400, "'tolerance' must be a non-negative number");
-			goto out;
-		}
+		if (!cJSON_IsNumber(tol) || !(tol->valuedouble >= 0) || !isfinite(tol->valuedouble))
+			return ro_error(status, 400, "'tolerance' must be a non-negative number");
 		r->tolerance = tol->valuedouble;
 	}
-	if (cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"))) {
-		reply = cJSON_CreateObject();
-		cJSON_AddStringToObject(reply, "binary", r->bin);
-		cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
-		cJSON_AddStringToObject(reply, "canary", m->procs[r->order[0]].cfg->name);
-		cJSON *moves = cJSON_AddArrayToObject(reply, "moves");
-		pthread_mutex_lock(&m->mu);
-		for (int32_t k = 0; k < r->n_order; k++) {
-			struct mesh_proc *p = &m->procs[r->order[k]];
-			char to[256] = "";
-			ro_alternate(p->cfg->data, p->data, to, sizeof to, &d);
-			cJSON *mv = cJSON_CreateObject();
-			cJSON_AddStringToObject(mv, "worker", p->cfg->name);
-			cJSON_AddStringToObject(mv, "from", p->data);
-			cJSON_AddStringToObject(mv, "to", to[0] ? to : d.msg);
-			cJSON_AddItemToArray(moves, mv);
-		}
-		pthread_mutex_unlock(&m->mu);
-		*status = 200;
-		goto out;
-	}
+	return NULL;
+}
 
-	pthread_mutex_lock(&m->mu);
-	if (m->ro != NULL && m->ro->running) {
-		pthread_mutex_unlock(&m->mu);
-		reply = ro_error(status, 409, "a redeploy is already running");
-		goto out;
+/* A dry run's answer: the build, the batches, the canary and every chosen worker's move. */
+static cJSON *ro_dry_run(const struct rollout *r)
+{
+	struct mesh *m = r->m;
+	lm_diag d = {{0}};
+	cJSON *reply = cJSON_CreateObject();
+	cJSON_AddStringToObject(reply, "binary", r->bin);
+	cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
+	cJSON_AddStringToObject(reply, "canary", ro_name(m, r->order[0]));
+	cJSON *moves = cJSON_AddArrayToObject(reply, "moves");
+	for (int32_t k = 0; k < r->n_order; k++) {
+		int32_t j = r->order[k];
+		struct mesh_addrs cur;
+		mesh_worker_addrs(m, j, &cur);
+		char to[256] = "";
+		ro_alternate(mesh_worker_cfg(m, j)->data, cur.data, to, sizeof to, &d);
+		cJSON *mv = cJSON_CreateObject();
+		cJSON_AddStringToObject(mv, "worker", ro_name(m, j));
+		cJSON_AddStringToObject(mv, "from", cur.data);
+		cJSON_AddStringToObject(mv, "to", to[0] ? to : d.msg);
+		cJSON_AddItemToArray(moves, mv);
 	}
-	if (!m->serving || !m->available || m->had_fault) {
-		pthread_mutex_unlock(&m->mu);
+	return reply;
+}
+
+/* Starts *rp's thread unless another rollout runs (409) or the mesh cannot be redeployed
+ * (503). On success (202) the rollouts own it and *rp is NULL; the previous one is joined
+ * and freed. */
+static cJSON *ro_launch(struct rollouts *rs, struct rollout **rp, int *status)
+{
+	struct rollout *r = *rp, *prev;
+	cJSON *reply;
+
+	pthread_mutex_lock(&rs->mu);
+	if (rs->cur != NULL && rs->cur->running) {
+		reply = ro_error(status, 409, "a redeploy is already running");
+		goto unlock;
+	}
+	if (rs->closed || !mesh_redeployable(rs->m)) {
 		reply = ro_error(status, 503,
 				 "the mesh is not ready: redeploy once every worker is");
-		goto out;
+		goto unlock;
 	}
 	snprintf(r->state, sizeof r->state, "running");
 	r->running = true;
 	r->started_ms = lm_now_ms();
 	snprintf(r->dir, sizeof r->dir, "/tmp/layermesh-redeploy.XXXXXX");
 	if (mkdtemp(r->dir) == NULL) {
-		pthread_mutex_unlock(&m->mu);
 		reply = ro_error(status, 500, "cannot make a temporary directory: %s",
 				 strerror(errno));
-		goto out;
+		goto unlock;
 	}
 	snprintf(r->sink, sizeof r->sink, "ipc://%s/sink", r->dir);
-	struct rollout *prev = m->ro;
-	m->ro = r;
+	prev = rs->cur;
+	rs->cur = r;
 	if (pthread_create(&r->thread, NULL, ro_main, r) != 0) {
-		m->ro = prev;
-		r->running = false;
-		pthread_mutex_unlock(&m->mu);
-		rmdir(r->dir);
 		reply = ro_error(status, 500, "cannot start the rollout");
-		goto out;
+		goto uncur;
 	}
-	pthread_mutex_unlock(&m->mu);
-	if (prev != NULL) {
-		pthread_join(prev->thread, NULL);
-		free(prev->order);
-		free(prev->w);
-		free(prev);
-	}
+	/* Built before the lock is let go: from then on a later request may free r once its
+	 * thread is done. */
 	reply = cJSON_CreateObject();
 	cJSON_AddStringToObject(reply, "state", "running");
 	cJSON_AddStringToObject(reply, "binary", r->bin);
-	cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
+	cJSON_AddItemToObject(reply, "plan", ro_plan_json(rs->m, r));
 	*status = 202;
-	r = NULL; /* the mesh owns it now */
-out:
-	if (r != NULL) {
-		free(r->order);
-		free(r->w);
-		free(r);
+	*rp = NULL;
+	pthread_mutex_unlock(&rs->mu);
+	if (prev != NULL) {
+		pthread_join(prev->thread, NULL);
+		ro_free(prev);
 	}
+	return reply;
+
+uncur:
+	rs->cur = prev;
+	r->running = false;
+	pthread_mutex_unlock(&rs->mu);
+	rmdir(r->dir);
+	return reply;
+unlock:
+	pthread_mutex_unlock(&rs->mu);
+	return reply;
+}
+
+cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *status)
+{
+	cJSON *req = cJSON_ParseWithLength(body, len);
+	cJSON *reply = NULL;
+	struct rollout *r = NULL;
+
+	if (req == NULL || !cJSON_IsObject(req)) {
+		reply = ro_error(status, 400, "the request body must be a JSON object");
+		goto out;
+	}
+	if (!mesh_spawns(rs->m)) {
+		reply = ro_error(status, 503,
+				 "this mesh's workers were started elsewhere: redeploy them there "
+				 "(systemd, kubectl rollout)");
+		goto out;
+	}
+	if ((reply = ro_check_fields(req, status)) != NULL)
+		goto out;
+	if ((r = ro_new(rs)) == NULL) {
+		reply = ro_error(status, 500, "out of memory");
+		goto out;
+	}
+	bool dry = cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"));
+	if ((reply = ro_parse_binary(r, req, dry, status)) != NULL ||
+	    (reply = ro_parse_workers(r, req, status)) != NULL ||
+	    (reply = ro_parse_limits(r, req, status)) != NULL)
+		goto out;
+	if (dry) {
+		reply = ro_dry_run(r);
+		*status = 200;
+		goto out;
+	}
+	reply = ro_launch(rs, &r, status);
+out:
+	ro_free(r);
 	cJSON_Delete(req);
 	return reply;
 }
 
-cJSON *rollout_status(struct mesh *m)
+cJSON *rollout_status(struct rollouts *rs)
 {
-	pthread_mutex_lock(&m->mu);
-	struct rollout *r = m->ro;
+	struct mesh *m = rs->m;
+	pthread_mutex_lock(&rs->mu);
+	struct rollout *r = rs->cur;
 	if (r == NULL) {
-		pthread_mutex_unlock(&m->mu);
+		pthread_mutex_unlock(&rs->mu);
 		return NULL;
 	}
 	cJSON *o = cJSON_CreateObject();
@@ -1014,14 +1100,13 @@ cJSON *rollout_status(struct mesh *m)
 	if (r->error[0]) {
 		cJSON_AddStringToObject(o, "failed_step", r->failed_step);
 		if (r->failed_worker >= 0)
-			cJSON_AddStringToObject(o, "failed_worker",
-						m->procs[r->failed_worker].cfg->name);
+			cJSON_AddStringToObject(o, "failed_worker", ro_name(m, r->failed_worker));
 		cJSON_AddStringToObject(o, "error", r->error);
 	}
 	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	for (int32_t j = 0; j < m->n_procs; j++) {
+	for (int32_t j = 0; j < mesh_n_workers(m); j++) {
 		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", m->procs[j].cfg->name);
+		cJSON_AddStringToObject(w, "name", ro_name(m, j));
 		cJSON_AddStringToObject(w, "status", ro_state_names[r->w[j].state]);
 		if (r->w[j].step[0])
 			cJSON_AddStringToObject(w, "step", r->w[j].step);
@@ -1034,20 +1119,34 @@ cJSON *rollout_status(struct mesh *m)
 			cJSON_AddStringToObject(w, "error", r->w[j].error);
 		cJSON_AddItemToArray(ws, w);
 	}
-	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&rs->mu);
 	return o;
 }
 
-void rollout_join(struct mesh *m)
+void rollout_init(struct rollouts *rs, struct mesh *m)
 {
-	pthread_mutex_lock(&m->mu);
-	struct rollout *r = m->ro;
-	m->ro = NULL;
-	pthread_mutex_unlock(&m->mu);
-	if (r == NULL)
+	*rs = (struct rollouts){.m = m};
+	pthread_mutex_init(&rs->mu, NULL);
+}
+
+void rollout_stop(struct rollouts *rs)
+{
+	pthread_mutex_lock(&rs->mu);
+	rs->closed = true;
+	struct rollout *r = rs->cur;
+	pthread_mutex_unlock(&rs->mu);
+	if (r != NULL && !r->joined) {
+		pthread_join(r->thread, NULL);
+		r->joined = true;
+	}
+}
+
+void rollout_fini(struct rollouts *rs)
+{
+	if (rs == NULL || rs->m == NULL)
 		return;
-	pthread_join(r->thread, NULL);
-	free(r->order);
-	free(r->w);
-	free(r);
+	rollout_stop(rs);
+	ro_free(rs->cur);
+	pthread_mutex_destroy(&rs->mu);
+	*rs = (struct rollouts){0};
 }

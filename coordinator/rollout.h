@@ -27,17 +27,38 @@
 #define LM_ROLLOUT_H
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 struct mesh;
+struct rollout;
 
+/* A mesh's redeploys: the one running, or the last one, whose status stays on show.
+ *
+ * Locking: `mu` guards `cur`, `closed` and every rollout's status. Lock order: a rollouts' mu,
+ * then the mesh's (taken inside the mesh's calls), then the scheduler's. The mesh never calls
+ * in here holding its own. */
+struct rollouts {
+	struct mesh *m;
+	pthread_mutex_t mu;
+	struct rollout *cur; /* the current or last redeploy, or NULL */
+	bool closed;         /* rollout_stop ran: no redeploy starts any more */
+};
+
+/* On caller-owned memory; m is the mesh whose workers it redeploys. */
+void rollout_init(struct rollouts *rs, struct mesh *m);
 /* POST /v1/admin/redeploy: {"binary": path, "workers": [names] | "all": true, "batch": n,
  * "canary": name, "dry_run": bool, "tolerance": x}. Starts a rollout (202, its plan) or
  * answers a dry run with the plan (200); 400 for a bad request, 409 while another runs, 503
  * when the mesh cannot be redeployed. Sets *status; the caller frees the document. */
-cJSON *rollout_request(struct mesh *m, const char *body, size_t len, int *status);
+cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *status);
 /* The current or last rollout, for GET /v1/admin/redeploy and /v1/status (NULL: none). */
-cJSON *rollout_status(struct mesh *m);
-/* Waits for a running rollout to end (the mesh is stopping: its steps fail fast). */
-void rollout_join(struct mesh *m);
+cJSON *rollout_status(struct rollouts *rs);
+/* Refuses new redeploys and waits for a running one to end (the mesh is stopping: its steps
+ * fail fast). The last one's status stays readable until rollout_fini. */
+void rollout_stop(struct rollouts *rs);
+/* Stops (if rollout_stop did not) and frees. Harmless on NULL or a zeroed struct. */
+void rollout_fini(struct rollouts *rs);
 
 #endif
