@@ -45,6 +45,8 @@ struct sched_batch {
 struct sched {
 	struct sched_cfg cfg;
 	pthread_t thread;
+	bool locks_ready; /* mu, cv and qcv are initialised (sched_fini destroys them) */
+	bool running;     /* the thread and the receive run (sched_stop ends them) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	/* Shared with other threads, under mu. */
@@ -669,6 +671,7 @@ static void *sched_main(void *arg)
 
 int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 {
+	int rc;
 	struct sched *s = calloc(1, sizeof *s);
 	*out = NULL;
 	if (s == NULL)
@@ -708,51 +711,65 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 		b->sample = calloc((size_t)slots, sizeof *b->sample);
 		ok = b->seqs && b->chunk && b->sample;
 	}
-	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0) {
-		sched_stop(s);
-		return lm_fail(d, LM_ENOMEM, "out of memory");
-	}
+	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0)
+		goto nomem;
 	pthread_mutex_init(&s->mu, NULL);
 	lm_cond_init(&s->cv);
 	lm_cond_init(&s->qcv);
+	s->locks_ready = true;
 	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
-		pthread_mutex_destroy(&s->mu);
-		pthread_cond_destroy(&s->cv);
-		nng_aio_free(s->rx_aio);
-		s->rx_aio = NULL;
-		sched_stop(s);
-		return lm_fail(d, LM_EOS, "cannot start the scheduler thread");
+		rc = lm_fail(d, LM_EOS, "cannot start the scheduler thread");
+		goto fail;
 	}
+	s->running = true;
 	nng_recv_aio(cfg->pull, s->rx_aio);
 	*out = s;
 	return 0;
+nomem:
+	rc = lm_fail(d, LM_ENOMEM, "out of memory");
+fail:
+	sched_fini(s); /* not running: frees only what was allocated */
+	return rc;
 }
 
 void sched_stop(struct sched *s)
 {
+	if (s == NULL || !s->running)
+		return;
+	s->running = false;
+	/* No receive callback runs after this, so nothing more reaches s->rx. */
+	nng_aio_stop(s->rx_aio);
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true; /* sched_submit refuses from now on */
+	pthread_cond_signal(&s->cv);
+	struct sched_seq *in = s->inbox;
+	s->inbox = s->inbox_tail = NULL;
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->thread, NULL);
+	/* Everything still live ends now, on this thread, with its callbacks called. (The inbox
+	 * was taken after `stopping` was set, so no request can join it later; the thread, which
+	 * takes the inbox only while not stopping, had left it alone.) */
+	while (in != NULL) {
+		struct sched_seq *q = in;
+		in = q->next;
+		q->next = NULL;
+		q->slot = -1;
+		q->on_done(q->arg, SCHED_FINISH_ERROR, LM_ECANCELED, "the coordinator is stopping");
+		sched_free_seq(q);
+	}
+	sched_fail_all(s, LM_ECANCELED, "the coordinator is stopping");
+}
+
+void sched_fini(struct sched *s)
+{
 	if (s == NULL)
 		return;
-	if (s->rx_aio != NULL) {
-		nng_aio_stop(s->rx_aio);
-		pthread_mutex_lock(&s->mu);
-		s->stopping = true;
-		pthread_cond_signal(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->thread, NULL);
-		/* Everything still live ends now, on this thread, with its callbacks called. */
-		while (s->inbox != NULL) {
-			struct sched_seq *q = s->inbox;
-			s->inbox = q->next;
-			q->next = NULL;
-			q->slot = -1;
-			q->on_done(q->arg, SCHED_FINISH_ERROR, LM_ECANCELED,
-				   "the coordinator is stopping");
-			sched_free_seq(q);
-		}
-		sched_fail_all(s, LM_ECANCELED, "the coordinator is stopping");
+	sched_stop(s);
+	if (s->rx_aio != NULL)
 		nng_aio_free(s->rx_aio);
-		for (int32_t i = 0; i < s->n_rx; i++)
-			nng_msg_free(s->rx[i]);
+	for (int32_t i = 0; i < s->n_rx; i++)
+		nng_msg_free(s->rx[i]);
+	if (s->locks_ready) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
 		pthread_cond_destroy(&s->qcv);
