@@ -407,6 +407,36 @@ struct req {
 static const struct sched_stats *watched;
 static _Atomic int32_t max_active;
 
+/* Holds a hop from the scheduler's thread the moment every listed request has `at` tokens, so
+ * that none gets further while the test, which may be descheduled for any time, looks. */
+static struct {
+	struct hop *hop;
+	struct req *reqs[2];
+	int n;
+	int32_t at;
+} hold_rule;
+
+static void hold_when(struct hop *h, int32_t at, struct req *a, struct req *b)
+{
+	hold_rule.hop = h;
+	hold_rule.reqs[0] = a;
+	hold_rule.reqs[1] = b;
+	hold_rule.n = b != NULL ? 2 : 1;
+	hold_rule.at = at;
+}
+
+/* On the scheduler's thread, the only writer of every request's tokens. */
+static void hold_check(void)
+{
+	if (hold_rule.hop == NULL)
+		return;
+	for (int i = 0; i < hold_rule.n; i++)
+		if (hold_rule.reqs[i]->n < hold_rule.at)
+			return;
+	atomic_store(&hold_rule.hop->fault, HOP_HOLD);
+	hold_rule.hop = NULL;
+}
+
 static void req_on_token(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top)
 {
@@ -421,6 +451,7 @@ static void req_on_token(void *arg, int32_t token, float logprob, const int32_t 
 		q->lp[q->n] = logprob;
 		q->tok[q->n++] = token;
 	}
+	hold_check(); /* before the test can see the token */
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 }
@@ -676,11 +707,13 @@ Test(scheduler, cancel_ends_running_and_queued_requests, .timeout = 30)
 	ring_up(&r, &cfg);
 	struct req run, other[T_SLOTS - 1], queued;
 	req_init(&run, 30, 4, 50);
+	/* Held at the first worker from its second token, the request cannot run to its end
+	 * before the cancel is seen: its batch is in flight then, and it ends when that batch
+	 * comes back. */
+	hold_when(&r.hop[0], 2, &run, NULL);
 	req_start(&r, &run);
 	cr_assert(req_wait_tokens(&run, 2, T_WAIT_MS));
-	/* Held at the first worker, the request cannot run to its end before the cancel is seen:
-	 * its batch is in flight then, and it ends when that batch comes back. */
-	atomic_store(&r.hop[0].fault, HOP_HOLD);
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
 	sched_cancel(r.s, run.id);
 	usleep(20000);
 	atomic_store(&r.hop[0].fault, HOP_PASS);
@@ -798,14 +831,15 @@ Test(scheduler, a_pause_and_a_replay_after_a_lost_batch_give_the_same_tokens, .t
 	struct req a, b;
 	req_init(&a, 60, 7, 20);
 	req_init(&b, 61, 13, 16);
+	/* Held once both have 3 tokens (neither can end now), then the worker is gone: what it
+	 * held is lost, and so is what comes after. Once a batch of each sequence is lost (one
+	 * sequence per batch: two active, two in flight), nothing moves on the ring. */
+	hold_when(&r.hop[0], 3, &a, &b);
 	req_start(&r, &a);
 	req_start(&r, &b);
-	cr_assert(req_wait_tokens(&a, 4, T_WAIT_MS));
-	/* Held first (neither can end now), then the worker is gone: what it held is lost, and so
-	 * is what comes after. Once a batch of each sequence is lost (one sequence per batch: two
-	 * active, two in flight), nothing moves on the ring. */
-	atomic_store(&r.hop[0].fault, HOP_HOLD);
-	cr_assert(req_wait_tokens(&b, 1, T_WAIT_MS));
+	cr_assert(req_wait_tokens(&a, 3, T_WAIT_MS));
+	cr_assert(req_wait_tokens(&b, 3, T_WAIT_MS));
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
 	atomic_store(&r.hop[0].fault, HOP_DROP);
 	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 2));
 	sched_pause(r.s, "test: worker 1 restarting");
@@ -840,13 +874,14 @@ Test(scheduler, quiesce_returns_the_live_slots_and_their_lengths, .timeout = 30)
 	struct req q[2];
 	req_init(&q[0], 70, 5, 40);
 	req_init(&q[1], 71, 12, 40);
+	/* Held once both have 2 tokens, while the quiesce is asked (so neither can end first),
+	 * and let go while it waits. */
+	hold_when(&r.hop[0], 2, &q[0], &q[1]);
 	req_start(&r, &q[0]);
 	req_start(&r, &q[1]);
 	cr_assert(req_wait_tokens(&q[0], 2, T_WAIT_MS));
 	cr_assert(req_wait_tokens(&q[1], 2, T_WAIT_MS));
-
-	/* Held while the quiesce is asked (so neither can end first), let go while it waits. */
-	atomic_store(&r.hop[0].fault, HOP_HOLD);
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
 	struct hop_later go;
 	hop_later(&go, &r.hop[0], HOP_PASS, 50);
 	struct sched_slot out[T_SLOTS];
@@ -855,7 +890,8 @@ Test(scheduler, quiesce_returns_the_live_slots_and_their_lengths, .timeout = 30)
 	int rc = sched_quiesce(r.s, 3000, out, T_SLOTS, &n, &d);
 	pthread_join(go.thread, NULL);
 	cr_assert_eq(rc, 0, "%s", lm_diag_str(&d, rc));
-	cr_assert_eq(n, 2);
+	cr_assert_eq(n, 2, "%d live slots, and requests at %d and %d tokens", n, req_count(&q[0]),
+		     req_count(&q[1]));
 	cr_expect_neq(out[0].slot, out[1].slot);
 	/* A decoding sequence's workers hold its prompt and every generated token but the last. */
 	int32_t want[2] = {q[0].n_prompt + req_count(&q[0]) - 1,
@@ -890,7 +926,7 @@ Test(scheduler, a_dropped_batch_fails_after_the_batch_timeout, .timeout = 30)
 {
 	struct ring r;
 	struct sched_cfg cfg = default_cfg();
-	cfg.batch_timeout_ms = 400;
+	cfg.batch_timeout_ms = 800;
 	ring_up(&r, &cfg);
 	atomic_store(&r.hop[0].fault, HOP_DROP);
 	struct req lost, next;
@@ -907,7 +943,7 @@ Test(scheduler, a_dropped_batch_fails_after_the_batch_timeout, .timeout = 30)
 
 	expect_failed(&lost, LM_ETIMEOUT, "did not return batch");
 	int64_t took = lm_now_ms() - t0;
-	cr_expect_geq(took, 400, "failed after %lld ms", (long long)took);
+	cr_expect_geq(took, 800, "failed after %lld ms", (long long)took);
 	cr_expect_lt(took, 5000, "failed after %lld ms", (long long)took);
 
 	atomic_store(&r.hop[0].fault, HOP_PASS);
