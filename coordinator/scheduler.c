@@ -532,6 +532,7 @@ static void sched_replay(struct sched *s)
  *   timeouts    batches not back in time fail, and so does a ring that takes nothing
  *   admit       queued requests take free slots
  *   dispatch    RELEASE for ended sequences, then new FORWARD batches up to max_inflight
+ *               (while paused only `admit` of these three runs; while quiescing, no FORWARD)
  *   quiesce     once nothing is in flight, the live slots are published to sched_quiesce
  *   wait        under mu: until something arrives, at most SCHED_IDLE_WAIT_MS
  */
