@@ -28,7 +28,10 @@ struct ctl_conn {
 /* (Re)opens the connection to addr; the dial retries in the background until the worker
  * listens. */
 int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d);
-/* Closes; harmless on a zeroed or closed connection. */
+/* Closes; harmless on a zeroed or closed connection. It blocks: it waits up to LM_CLOSE_MS
+ * (common/wire/transport.h) for NNG to finish the close, which then goes on in the background
+ * with a warning logged. ctl_open and every failed exchange (which reopen through it) may
+ * wait as long. */
 void ctl_close(struct ctl_conn *c);
 
 /* Sends req and waits for the reply of type `want` (an ERROR reply becomes a failure with the

@@ -964,6 +964,7 @@ int mesh_up(const struct mesh_opts *o)
 	 * scheduler (every call's on_done, which may still use the API), then the API's memory. */
 	api_stop(m->api);
 	sched_stop(m->sched);
+	sched_fini(m->sched);
 	api_free(m->api);
 	uv_walk(&m->loop, mesh_close_walk, NULL);
 	uv_run(&m->loop, UV_RUN_DEFAULT);

@@ -45,6 +45,8 @@ struct sched_batch {
 struct sched {
 	struct sched_cfg cfg;
 	pthread_t thread;
+	bool locks_ready; /* mu, cv and qcv are initialised (sched_fini destroys them) */
+	bool running;     /* the thread and the receive run (sched_stop ends them) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	/* Shared with other threads, under mu. */
@@ -518,150 +520,229 @@ static void sched_replay(struct sched *s)
 	}
 }
 
+/* One turn of the thread, step by step. Each step is a function below, in the order the turn
+ * takes them:
+ *
+ *   take        under mu: what other threads handed over (requests, cancels, ring messages)
+ *               and the mesh's state, so the rest of the turn runs without the lock
+ *   enqueue     new requests join the wait queue (a probe goes straight to its slot)
+ *   receive     ring messages: TOKENS and ERROR answers end the batches they name
+ *   cancel      requested cancels
+ *   mesh state  down: everything fails; a pause forgets what was in flight; a resume replays
+ *   timeouts    batches not back in time fail, and so does a ring that takes nothing
+ *   admit       queued requests take free slots
+ *   dispatch    RELEASE for ended sequences, then new FORWARD batches up to max_inflight
+ *               (while paused only `admit` of these three runs; while quiescing, no FORWARD)
+ *   quiesce     once nothing is in flight, the live slots are published to sched_quiesce
+ *   wait        under mu: until something arrives, at most SCHED_IDLE_WAIT_MS
+ */
+
+/* What one turn took from the other threads, and its buffers (kept across turns). */
+struct sched_turn {
+	struct sched_seq *in; /* new requests, in submit order */
+	uint64_t *cancels;    /* [cap_c] */
+	int32_t n_cancels, cap_c;
+	nng_msg **rx; /* [cap_r] ring messages, in arrival order */
+	int32_t n_rx, cap_r;
+	bool up, paused, replay, quiesce, quiesced;
+	uint64_t pauses;
+	char why[256];
+};
+
+/* A turn buffer of `size`-byte items grown to hold `want` (at *cap); on failure the old one,
+ * and the turn takes fewer items (the rest wait for the next turn). */
+static void *sched_turn_grow(void *buf, int32_t *cap, int32_t want, size_t size)
+{
+	if (want <= *cap)
+		return buf;
+	void *p = realloc(buf, (size_t)want * size);
+	if (p == NULL)
+		return buf;
+	*cap = want;
+	return p;
+}
+
+/* Under mu: moves what other threads handed over into t, and copies the mesh's state. */
+static void sched_take(struct sched *s, struct sched_turn *t)
+{
+	t->in = s->inbox;
+	s->inbox = s->inbox_tail = NULL;
+	t->cancels = sched_turn_grow(t->cancels, &t->cap_c, s->n_cancels, sizeof *t->cancels);
+	t->rx = sched_turn_grow(t->rx, &t->cap_r, s->n_rx, sizeof *t->rx);
+	int32_t nc = s->n_cancels < t->cap_c ? s->n_cancels : t->cap_c;
+	int32_t nr = s->n_rx < t->cap_r ? s->n_rx : t->cap_r;
+	/* (Empty copies are skipped: the buffers may still be NULL, and memcpy's pointers must be
+	 * valid even for zero bytes.) */
+	if (nc > 0) {
+		memcpy(t->cancels, s->cancels, (size_t)nc * sizeof *t->cancels);
+		memmove(s->cancels, s->cancels + nc,
+			(size_t)(s->n_cancels - nc) * sizeof *s->cancels);
+		s->n_cancels -= nc;
+	}
+	if (nr > 0) {
+		memcpy(t->rx, s->rx, (size_t)nr * sizeof *t->rx);
+		memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *s->rx);
+		s->n_rx -= nr;
+	}
+	t->n_cancels = nc;
+	t->n_rx = nr;
+	t->up = s->available;
+	t->paused = s->paused;
+	t->replay = s->replay_pending;
+	t->quiesce = s->quiesce;
+	t->quiesced = s->quiesced;
+	t->pauses = s->pauses;
+	s->replay_pending = false;
+	memcpy(t->why, s->why, sizeof t->why);
+}
+
+/* New requests wait for a slot in submit order; a probe takes its reserved slot at once, or
+ * fails when another probe holds it. */
+static void sched_enqueue(struct sched *s, struct sched_seq *in)
+{
+	while (in != NULL) {
+		struct sched_seq *q = in;
+		in = in->next;
+		q->next = NULL;
+		if (q->slot >= 0) { /* a probe with its own reserved slot */
+			if (s->slot_seq[q->slot] != NULL) {
+				sched_finish(s, q, SCHED_FINISH_ERROR, LM_EBUSY,
+					     "the probe slot is in use");
+				continue;
+			}
+			s->slot_seq[q->slot] = q;
+			atomic_fetch_sub(&s->stats.queued, 1);
+			atomic_fetch_add(&s->stats.active, 1);
+			continue;
+		}
+		if (s->wait_tail != NULL)
+			s->wait_tail->next = q;
+		else
+			s->wait_head = q;
+		s->wait_tail = q;
+	}
+}
+
+/* Ring messages, in arrival order (each is freed). */
+static void sched_receive(struct sched *s, const struct sched_turn *t)
+{
+	for (int32_t i = 0; i < t->n_rx; i++)
+		sched_on_msg(s, t->rx[i]);
+}
+
+static void sched_apply_cancels(struct sched *s, const struct sched_turn *t)
+{
+	for (int32_t i = 0; i < t->n_cancels; i++)
+		sched_apply_cancel(s, t->cancels[i]);
+}
+
+/* The mesh went down (everything live fails with the reason), or a pause or a resume with
+ * replay happened since the last turn. */
+static void sched_apply_mesh_state(struct sched *s, const struct sched_turn *t)
+{
+	if (!t->up) {
+		sched_fail_all(s, LM_EUNAVAILABLE, t->why);
+		return;
+	}
+	/* Forget what was in flight on every pause, even one already lifted: a worker restarted
+	 * meanwhile and those batches will not come back whole. */
+	if (t->pauses != s->pauses_seen) {
+		sched_forget_inflight(s);
+		s->pauses_seen = t->pauses;
+	}
+	if (t->replay && !t->paused)
+		sched_replay(s);
+}
+
+/* A batch not back within batch_timeout_ms fails its sequences; so does everything when the
+ * first worker has taken no batch for that long. */
+static void sched_check_timeouts(struct sched *s)
+{
+	int64_t now = lm_now_ms();
+	for (int32_t i = 0; i < s->n_inflight;) {
+		if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
+			char msg[160];
+			snprintf(msg, sizeof msg,
+				 "the mesh did not return batch %llu within %lld ms",
+				 (unsigned long long)s->inflight[i].id,
+				 (long long)s->cfg.batch_timeout_ms);
+			lm_warn("%s", msg);
+			sched_fail_batch(s, i, LM_ETIMEOUT, msg);
+		} else {
+			i++;
+		}
+	}
+	/* A ring that takes nothing (its first worker gone and not coming back, a transport that
+	 * never connects) must not hold requests forever. */
+	if (s->send_failing_ms != 0 && now - s->send_failing_ms > s->cfg.batch_timeout_ms) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "the first worker has taken no batch for %lld ms",
+			 (long long)(now - s->send_failing_ms));
+		lm_warn("%s", msg);
+		sched_fail_all(s, LM_ETIMEOUT, msg);
+		s->send_failing_ms = 0;
+	}
+}
+
+/* Once sched_quiesce asked and nothing is in flight: the live slots and their lengths, for
+ * sched_quiesce to return. */
+static void sched_publish_quiesced(struct sched *s)
+{
+	if (s->n_inflight > 0)
+		return;
+	int32_t k = 0;
+	for (int32_t i = 0; i < s->cfg.slots; i++)
+		if (s->slot_seq[i] != NULL)
+			s->snap[k++] = (struct sched_slot){i, s->slot_seq[i]->n_done};
+	pthread_mutex_lock(&s->mu);
+	s->n_snap = k;
+	s->quiesced = s->quiesce;
+	pthread_cond_broadcast(&s->qcv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: sleeps until another thread hands something over (or SCHED_IDLE_WAIT_MS, for the
+ * timeouts), unless something already waits. */
+static void sched_wait(struct sched *s)
+{
+	if (s->inbox == NULL && s->n_cancels == 0 && s->n_rx == 0 && !s->stopping)
+		lm_cond_wait_ms(&s->cv, &s->mu, SCHED_IDLE_WAIT_MS);
+}
+
 static void *sched_main(void *arg)
 {
 	struct sched *s = arg;
-	uint64_t *cancels = NULL;
-	nng_msg **rx = NULL;
-	int32_t cap_c = 0, cap_r = 0;
+	struct sched_turn t = {0};
 
 	pthread_mutex_lock(&s->mu);
 	while (!s->stopping) {
-		/* Take everything other threads handed over, then work without the lock. */
-		struct sched_seq *in = s->inbox;
-		s->inbox = s->inbox_tail = NULL;
-		int32_t nc = s->n_cancels, nr = s->n_rx;
-		if (nc > cap_c) {
-			uint64_t *c = realloc(cancels, (size_t)nc * sizeof *c);
-			if (c != NULL) {
-				cancels = c;
-				cap_c = nc;
-			}
-		}
-		if (nr > cap_r) {
-			nng_msg **r = realloc(rx, (size_t)nr * sizeof *r);
-			if (r != NULL) {
-				rx = r;
-				cap_r = nr;
-			}
-		}
-		nc = nc < cap_c ? nc : cap_c;
-		nr = nr < cap_r ? nr : cap_r;
-		/* (Empty copies are skipped: the buffers may still be NULL, and memcpy's pointers
-		 * must be valid even for zero bytes.) */
-		if (nc > 0) {
-			memcpy(cancels, s->cancels, (size_t)nc * sizeof *cancels);
-			memmove(s->cancels, s->cancels + nc,
-				(size_t)(s->n_cancels - nc) * sizeof *cancels);
-			s->n_cancels -= nc;
-		}
-		if (nr > 0) {
-			memcpy(rx, s->rx, (size_t)nr * sizeof *rx);
-			memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *rx);
-			s->n_rx -= nr;
-		}
-		bool up = s->available, paused = s->paused, replay = s->replay_pending;
-		bool quiesce = s->quiesce, quiesced = s->quiesced;
-		uint64_t pauses = s->pauses;
-		s->replay_pending = false;
-		char why[256];
-		memcpy(why, s->why, sizeof why);
+		sched_take(s, &t);
 		pthread_mutex_unlock(&s->mu);
 
-		while (in != NULL) {
-			struct sched_seq *q = in;
-			in = in->next;
-			q->next = NULL;
-			if (q->slot >= 0) { /* a probe with its own reserved slot */
-				if (s->slot_seq[q->slot] != NULL) {
-					sched_finish(s, q, SCHED_FINISH_ERROR, LM_EBUSY,
-						     "the probe slot is in use");
-					continue;
-				}
-				s->slot_seq[q->slot] = q;
-				atomic_fetch_sub(&s->stats.queued, 1);
-				atomic_fetch_add(&s->stats.active, 1);
-				continue;
-			}
-			if (s->wait_tail != NULL)
-				s->wait_tail->next = q;
-			else
-				s->wait_head = q;
-			s->wait_tail = q;
-		}
-		for (int32_t i = 0; i < nr; i++)
-			sched_on_msg(s, rx[i]);
-		for (int32_t i = 0; i < nc; i++)
-			sched_apply_cancel(s, cancels[i]);
-		if (!up) {
-			sched_fail_all(s, LM_EUNAVAILABLE, why);
-		} else {
-			/* Forget what was in flight on every pause, even one already lifted: a
-			 * worker restarted meanwhile and those batches will not come back whole. */
-			if (pauses != s->pauses_seen) {
-				sched_forget_inflight(s);
-				s->pauses_seen = pauses;
-			}
-			if (replay && !paused)
-				sched_replay(s);
-		}
-		if (up && paused) {
+		sched_enqueue(s, t.in);
+		sched_receive(s, &t);
+		sched_apply_cancels(s, &t);
+		sched_apply_mesh_state(s, &t);
+		if (t.up && t.paused) {
+			/* Held: requests take slots, nothing is sent. */
 			sched_admit(s);
 			s->send_failing_ms = 0; /* a pause is not the ring failing */
-		} else if (up) {
-			int64_t now = lm_now_ms();
-			for (int32_t i = 0; i < s->n_inflight;) {
-				if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
-					char msg[160];
-					snprintf(
-						msg, sizeof msg,
-						"the mesh did not return batch %llu within %lld ms",
-						(unsigned long long)s->inflight[i].id,
-						(long long)s->cfg.batch_timeout_ms);
-					lm_warn("%s", msg);
-					sched_fail_batch(s, i, LM_ETIMEOUT, msg);
-				} else {
-					i++;
-				}
-			}
-			/* A ring that takes nothing (its first worker gone and not coming back, a
-			 * transport that never connects) must not hold requests forever. */
-			if (s->send_failing_ms != 0 &&
-			    now - s->send_failing_ms > s->cfg.batch_timeout_ms) {
-				char msg[160];
-				snprintf(msg, sizeof msg,
-					 "the first worker has taken no batch for %lld ms",
-					 (long long)(now - s->send_failing_ms));
-				lm_warn("%s", msg);
-				sched_fail_all(s, LM_ETIMEOUT, msg);
-				s->send_failing_ms = 0;
-			}
+		} else if (t.up) {
+			sched_check_timeouts(s);
 			sched_admit(s);
 			sched_send_release(s);
-			if (!quiesce)
+			if (!t.quiesce)
 				sched_dispatch(s);
 		}
-		if (quiesce && s->n_inflight == 0 && !quiesced) {
-			int32_t k = 0;
-			for (int32_t i = 0; i < s->cfg.slots; i++)
-				if (s->slot_seq[i] != NULL)
-					s->snap[k++] =
-						(struct sched_slot){i, s->slot_seq[i]->n_done};
-			pthread_mutex_lock(&s->mu);
-			s->n_snap = k;
-			s->quiesced = s->quiesce;
-			pthread_cond_broadcast(&s->qcv);
-			pthread_mutex_unlock(&s->mu);
-		}
+		if (t.quiesce && !t.quiesced)
+			sched_publish_quiesced(s);
 
 		pthread_mutex_lock(&s->mu);
-		if (s->inbox == NULL && s->n_cancels == 0 && s->n_rx == 0 && !s->stopping) {
-			lm_cond_wait_ms(&s->cv, &s->mu, SCHED_IDLE_WAIT_MS);
-		}
+		sched_wait(s);
 	}
 	pthread_mutex_unlock(&s->mu);
-	free(cancels);
-	free(rx);
+	free(t.cancels);
+	free(t.rx);
 	return NULL;
 }
 
@@ -669,6 +750,7 @@ static void *sched_main(void *arg)
 
 int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 {
+	int rc;
 	struct sched *s = calloc(1, sizeof *s);
 	*out = NULL;
 	if (s == NULL)
@@ -708,51 +790,65 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 		b->sample = calloc((size_t)slots, sizeof *b->sample);
 		ok = b->seqs && b->chunk && b->sample;
 	}
-	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0) {
-		sched_stop(s);
-		return lm_fail(d, LM_ENOMEM, "out of memory");
-	}
+	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0)
+		goto nomem;
 	pthread_mutex_init(&s->mu, NULL);
 	lm_cond_init(&s->cv);
 	lm_cond_init(&s->qcv);
+	s->locks_ready = true;
 	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
-		pthread_mutex_destroy(&s->mu);
-		pthread_cond_destroy(&s->cv);
-		nng_aio_free(s->rx_aio);
-		s->rx_aio = NULL;
-		sched_stop(s);
-		return lm_fail(d, LM_EOS, "cannot start the scheduler thread");
+		rc = lm_fail(d, LM_EOS, "cannot start the scheduler thread");
+		goto fail;
 	}
+	s->running = true;
 	nng_recv_aio(cfg->pull, s->rx_aio);
 	*out = s;
 	return 0;
+nomem:
+	rc = lm_fail(d, LM_ENOMEM, "out of memory");
+fail:
+	sched_fini(s); /* not running: frees only what was allocated */
+	return rc;
 }
 
 void sched_stop(struct sched *s)
 {
+	if (s == NULL || !s->running)
+		return;
+	s->running = false;
+	/* No receive callback runs after this, so nothing more reaches s->rx. */
+	nng_aio_stop(s->rx_aio);
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true; /* sched_submit refuses from now on */
+	pthread_cond_signal(&s->cv);
+	struct sched_seq *in = s->inbox;
+	s->inbox = s->inbox_tail = NULL;
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->thread, NULL);
+	/* Everything still live ends now, on this thread, with its callbacks called. (The inbox
+	 * was taken after `stopping` was set, so no request can join it later; the thread, which
+	 * takes the inbox only while not stopping, had left it alone.) */
+	while (in != NULL) {
+		struct sched_seq *q = in;
+		in = q->next;
+		q->next = NULL;
+		q->slot = -1;
+		q->on_done(q->arg, SCHED_FINISH_ERROR, LM_ECANCELED, "the coordinator is stopping");
+		sched_free_seq(q);
+	}
+	sched_fail_all(s, LM_ECANCELED, "the coordinator is stopping");
+}
+
+void sched_fini(struct sched *s)
+{
 	if (s == NULL)
 		return;
-	if (s->rx_aio != NULL) {
-		nng_aio_stop(s->rx_aio);
-		pthread_mutex_lock(&s->mu);
-		s->stopping = true;
-		pthread_cond_signal(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->thread, NULL);
-		/* Everything still live ends now, on this thread, with its callbacks called. */
-		while (s->inbox != NULL) {
-			struct sched_seq *q = s->inbox;
-			s->inbox = q->next;
-			q->next = NULL;
-			q->slot = -1;
-			q->on_done(q->arg, SCHED_FINISH_ERROR, LM_ECANCELED,
-				   "the coordinator is stopping");
-			sched_free_seq(q);
-		}
-		sched_fail_all(s, LM_ECANCELED, "the coordinator is stopping");
+	sched_stop(s);
+	if (s->rx_aio != NULL)
 		nng_aio_free(s->rx_aio);
-		for (int32_t i = 0; i < s->n_rx; i++)
-			nng_msg_free(s->rx[i]);
+	for (int32_t i = 0; i < s->n_rx; i++)
+		nng_msg_free(s->rx[i]);
+	if (s->locks_ready) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
 		pthread_cond_destroy(&s->qcv);

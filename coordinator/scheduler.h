@@ -80,9 +80,20 @@ struct sched_stats {
 
 struct sched;
 
+/* Lifecycle (STYLE.md's verbs): start, then stop (waits), then fini (frees).
+ *
+ * sched_start allocates the scheduler, starts its thread and posts the first receive on
+ * cfg->pull; on failure nothing is left allocated. The sockets stay the caller's. */
 int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d);
-/* Fails every live request with LM_ECANCELED, stops the thread, frees. NULL is harmless. */
+/* Stops receiving, joins the thread, then fails every live request (queued, admitted or in
+ * flight) with LM_ECANCELED "the coordinator is stopping", calling their on_done on the
+ * caller's thread. Frees nothing: after it, sched_submit refuses (LM_EUNAVAILABLE) and the
+ * other calls are harmless until sched_fini. Call it from the owner's thread; a second call
+ * does nothing. NULL is harmless. */
 void sched_stop(struct sched *s);
+/* Frees the scheduler (and the ring messages it received but never handled). Stops it first
+ * if sched_stop was not called. NULL is harmless. */
+void sched_fini(struct sched *s);
 
 /* Queues a request. LM_EINVAL for a bad prompt (empty, too long for the context, ids out of
  * the vocabulary) with d saying why; LM_EUNAVAILABLE when the mesh is down. On success the

@@ -1,0 +1,1116 @@
+/* test_scheduler.c — coordinator/scheduler: the real scheduler against a real ring.
+ *
+ * The ring is two real stages (worker/stage.h) of a synthetic f32 llama (coordinator/synth.h)
+ * on inproc:// sockets: scheduler PUSH -> hop 0 [0, 2) -> hop 1 [2, 4) + head -> scheduler
+ * PULL. Each hop is a thread that pulls a message, calls stage_handle and pushes the result on,
+ * as worker/worker.c does; a message the stage refuses goes on as an ERROR about it, as there.
+ *
+ * Expected tokens come from the single-process engine (engine/engine.h, engine/sampler.h) run
+ * greedily on the same file, never from the scheduler: a request's tokens must be exactly what
+ * `layermesh run` would print, whatever else shares its batches.
+ *
+ * Faults are injected at a hop: it can drop every message (a worker gone), refuse the batches
+ * that carry one sequence (an ERROR down the ring), or cut short its output for them (a
+ * malformed TOKENS message).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <nng/nng.h>
+#include <nng/protocol/pipeline0/pull.h>
+#include <nng/protocol/pipeline0/push.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/base/clock.h"
+#include "common/wire/transport.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/synth.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "worker/stage.h"
+
+#define T_SLOTS     4
+#define T_MAX_SEQ   64
+#define T_MAX_BATCH 32
+#define T_VOCAB     300
+#define T_LAYERS    4
+#define T_HOPS      2
+#define T_WAIT_MS   10000 /* how long a test waits for what must happen well before */
+
+static char model_path[64];
+
+static void make_model(void)
+{
+	if (model_path[0] != '\0')
+		return; /* this test's process has it already */
+	snprintf(model_path, sizeof model_path, "/tmp/lm_test_sched_XXXXXX");
+	int fd = mkstemp(model_path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = model_path;
+	o.dim = 64;
+	o.layers = T_LAYERS;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.ffn = 160;
+	o.vocab = T_VOCAB;
+	o.ctx = 128;
+	o.type = LM_F32;
+	o.seed = 11;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+}
+
+/* ------------------------------------------------------------------ the reference */
+
+/* The whole model in this process, one sequence at a time: what the mesh is held to. */
+static struct lm_engine ref_eng;
+static struct lm_sampler ref_smp;
+static float ref_logits[T_VOCAB];
+
+static bool ref_is_open;
+
+static void ref_open(void)
+{
+	if (ref_is_open)
+		return;
+	ref_is_open = true;
+	struct lm_engine_cfg ec = {.model = model_path,
+				   .backend = "cpu",
+				   .bo = {.n_threads = 1},
+				   .populate = true,
+				   .max_seq = T_MAX_SEQ,
+				   .slots = 1,
+				   .max_batch = T_MAX_SEQ,
+				   .k_type = LM_F32,
+				   .v_type = LM_F32};
+	lm_diag d = {{0}};
+	cr_assert_eq(lm_engine_open(&ref_eng, &ec, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_sampler_init(&ref_smp, T_VOCAB), 0);
+}
+
+static void ref_close(void)
+{
+	lm_sampler_fini(&ref_smp);
+	lm_engine_close(&ref_eng);
+	ref_is_open = false;
+}
+
+/* Greedy generation as the scheduler defines its end: a stop id ends it unseen (STOP), else
+ * max_tokens or a full context (LENGTH). out receives the generated tokens. */
+static enum sched_finish ref_generate(const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+				      const int32_t *stop, int32_t n_stop, int32_t *out,
+				      int32_t *n_out)
+{
+	struct lm_sampling greedy = {.temperature = 0, .top_p = 1};
+	*n_out = 0;
+	if (max_tokens == 0)
+		return SCHED_FINISH_LENGTH;
+	struct lm_tok_loc loc[T_MAX_SEQ];
+	lm_diag d = {{0}};
+	for (int32_t i = 0; i < n_prompt; i++)
+		loc[i] = (struct lm_tok_loc){0, i};
+	int32_t last = n_prompt - 1, row = 0;
+	struct lm_batch b = {
+		.n = n_prompt, .ids = prompt, .loc = loc, .n_out = 1, .out_rows = &last};
+	cr_assert_eq(lm_forward_run(&ref_eng.fw, &b, NULL, NULL, ref_logits, &d), 0, "%s", d.msg);
+	int32_t n_tok = n_prompt;
+	for (;;) {
+		int32_t t = lm_sample(&ref_smp, ref_logits, &greedy, (uint64_t)*n_out);
+		for (int32_t i = 0; i < n_stop; i++)
+			if (stop[i] == t)
+				return SCHED_FINISH_STOP;
+		out[(*n_out)++] = t;
+		n_tok++;
+		if (*n_out >= max_tokens || n_tok >= T_MAX_SEQ)
+			return SCHED_FINISH_LENGTH;
+		struct lm_tok_loc l = {0, n_tok - 1};
+		struct lm_batch one = {.n = 1, .ids = &t, .loc = &l, .n_out = 1, .out_rows = &row};
+		cr_assert_eq(lm_forward_run(&ref_eng.fw, &one, NULL, NULL, ref_logits, &d), 0, "%s",
+			     d.msg);
+	}
+}
+
+/* A prompt of n ids, different for each k. */
+static void prompt_of(int32_t k, int32_t n, int32_t *p)
+{
+	for (int32_t i = 0; i < n; i++)
+		p[i] = 3 + (i * 37 + k * 101 + i * i * k) % (T_VOCAB - 3);
+}
+
+/* ------------------------------------------------------------------ the ring */
+
+enum hop_fault {
+	HOP_PASS = 0,
+	HOP_DROP = 1,   /* every message is lost here */
+	HOP_REFUSE = 2, /* a FORWARD carrying `fault_seq` is refused: ERROR down the ring */
+	HOP_GARBLE = 3, /* the answer to such a FORWARD is cut in half before it goes on */
+	HOP_HOLD = 4,   /* nothing is taken: messages wait in the socket (a busy worker) */
+};
+
+struct hop {
+	struct wire_assign assign;
+	struct stage st;
+	pthread_mutex_t mu; /* the stage, between the hop's thread and the test */
+	nng_socket pull, push;
+	pthread_t thread;
+	struct wire_buf ebuf;
+	struct wire_scratch scratch; /* to look at a FORWARD's sequences */
+	_Atomic bool stop;
+	_Atomic int fault;
+	_Atomic uint64_t fault_seq;
+	_Atomic int dropped, refused, garbled, max_seqs; /* max_seqs: most sequences in a FORWARD */
+};
+
+struct ring {
+	struct hop hop[T_HOPS];
+	nng_socket push, pull; /* the scheduler's */
+	struct sched_cfg cfg;
+	struct sched *s;
+};
+
+/* Whether a FORWARD carries sequence `seq`; notes its sequence count. */
+static bool hop_carries(struct hop *h, nng_msg *m, uint64_t seq)
+{
+	struct wire_head wh;
+	struct wire_forward f;
+	if (wire_peek(nng_msg_body(m), nng_msg_len(m), &wh, NULL) != 0 || wh.type != WIRE_FORWARD ||
+	    wire_decode_forward(nng_msg_body(m), nng_msg_len(m), &h->st.lim, &h->scratch, &f,
+				NULL) != 0)
+		return false;
+	if (f.n_seqs > atomic_load(&h->max_seqs))
+		atomic_store(&h->max_seqs, f.n_seqs);
+	for (int32_t i = 0; i < f.n_seqs; i++)
+		if (f.seqs[i].seq_id == seq)
+			return true;
+	return false;
+}
+
+static void *hop_main(void *arg)
+{
+	struct hop *h = arg;
+	while (!atomic_load(&h->stop)) {
+		nng_msg *in = NULL, *out = NULL;
+		if (atomic_load(&h->fault) == HOP_HOLD) {
+			usleep(1000);
+			continue;
+		}
+		int rv = nng_recvmsg(h->pull, &in, 0);
+		if (rv == NNG_ETIMEDOUT)
+			continue;
+		if (rv != 0)
+			break;
+		int fault = atomic_load(&h->fault);
+		if (fault == HOP_DROP) {
+			nng_msg_free(in);
+			atomic_fetch_add(&h->dropped, 1);
+			continue;
+		}
+		bool hit = hop_carries(h, in, atomic_load(&h->fault_seq)) && fault != HOP_PASS;
+		struct wire_head wh = {0};
+		wire_peek(nng_msg_body(in), nng_msg_len(in), &wh, NULL);
+		lm_diag d = {{0}};
+		int rc;
+		if (hit && fault == HOP_REFUSE) {
+			rc = lm_fail(&d, LM_EBUSY, "test: this hop refuses sequence %llu",
+				     (unsigned long long)atomic_load(&h->fault_seq));
+			atomic_fetch_add(&h->refused, 1);
+		} else {
+			pthread_mutex_lock(&h->mu);
+			rc = stage_handle(&h->st, in, &out, &d);
+			pthread_mutex_unlock(&h->mu);
+		}
+		if (rc != 0) {
+			/* As worker.c does: the refusal goes down the ring instead of the message. */
+			nng_msg_free(in);
+			if (stage_error_msg(&h->ebuf, wh.id, wh.type, rc, lm_diag_str(&d, rc),
+					    &out) != 0)
+				continue;
+		} else if (hit && fault == HOP_GARBLE) {
+			nng_msg_chop(out, nng_msg_len(out) / 2);
+			atomic_fetch_add(&h->garbled, 1);
+		}
+		if (nng_sendmsg(h->push, out, 0) != 0)
+			nng_msg_free(out);
+	}
+	return NULL;
+}
+
+static struct wire_assign hop_assign(int32_t i, const char *next)
+{
+	int32_t per = T_LAYERS / T_HOPS;
+	struct wire_assign a = {.id = 1,
+				.begin = i * per,
+				.end = (i + 1) * per,
+				.embedding = i == 0,
+				.head = i == T_HOPS - 1,
+				.max_seq = T_MAX_SEQ,
+				.slots = T_SLOTS,
+				.k_type = LM_F32,
+				.v_type = LM_F32,
+				.wire_dtype = WIRE_DT_F32,
+				.max_batch = T_MAX_BATCH};
+	snprintf(a.model, sizeof a.model, "%s", model_path);
+	snprintf(a.next, sizeof a.next, "%s", next);
+	return a;
+}
+
+static void hop_load(struct hop *h)
+{
+	struct lm_backend_opts bo = {.n_threads = 1};
+	lm_diag d = {{0}};
+	cr_assert_eq(stage_init(&h->st, &h->assign, "cpu", &bo, &d), 0, "%s", d.msg);
+}
+
+/* A worker restarted: the same slice, an empty cache. */
+static void hop_restart(struct hop *h)
+{
+	pthread_mutex_lock(&h->mu);
+	stage_fini(&h->st);
+	hop_load(h);
+	for (int32_t i = 0; i < T_SLOTS; i++)
+		cr_assert_eq(h->st.eng.kv.len[i], 0);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Sets a hop's fault after a while, from another thread (while the test waits in a call). */
+struct hop_later {
+	struct hop *h;
+	int fault, ms;
+	pthread_t thread;
+};
+
+static void *hop_later_main(void *arg)
+{
+	struct hop_later *l = arg;
+	usleep((useconds_t)l->ms * 1000);
+	atomic_store(&l->h->fault, l->fault);
+	return NULL;
+}
+
+static void hop_later(struct hop_later *l, struct hop *h, int fault, int ms)
+{
+	*l = (struct hop_later){.h = h, .fault = fault, .ms = ms};
+	cr_assert_eq(pthread_create(&l->thread, NULL, hop_later_main, l), 0);
+}
+
+static int32_t hop_kv_len(struct hop *h, int32_t slot)
+{
+	pthread_mutex_lock(&h->mu);
+	int32_t n = h->st.eng.kv.len[slot];
+	pthread_mutex_unlock(&h->mu);
+	return n;
+}
+
+/* The scheduler's defaults here: max_inflight 2 (one batch per stage), prefill in chunks of 8
+ * so that long prompts take several batches. */
+static struct sched_cfg default_cfg(void)
+{
+	return (struct sched_cfg){.slots = T_SLOTS,
+				  .max_seq = T_MAX_SEQ,
+				  .max_batch = T_MAX_BATCH,
+				  .max_inflight = 2,
+				  .prefill_chunk = 8,
+				  .n_vocab = T_VOCAB,
+				  .max_logprobs = 5,
+				  .batch_timeout_ms = 5000};
+}
+
+static const char *url_of(int32_t i)
+{
+	static const char *urls[T_HOPS + 1] = {"inproc://sched-hop0", "inproc://sched-hop1",
+					       "inproc://sched-in"};
+	return urls[i];
+}
+
+static void ring_up(struct ring *r, const struct sched_cfg *cfg)
+{
+	memset(r, 0, sizeof *r);
+	make_model();
+	ref_open();
+	cr_assert_eq(nng_pull0_open(&r->pull), 0);
+	nng_socket_set_size(r->pull, NNG_OPT_RECVMAXSZ, 0);
+	cr_assert_eq(nng_listen(r->pull, url_of(T_HOPS), NULL, 0), 0);
+	for (int32_t i = 0; i < T_HOPS; i++) {
+		struct hop *h = &r->hop[i];
+		h->assign = hop_assign(i, url_of(i + 1));
+		hop_load(h);
+		pthread_mutex_init(&h->mu, NULL);
+		cr_assert_eq(wire_scratch_init(&h->scratch, T_SLOTS), 0);
+		cr_assert_eq(nng_pull0_open(&h->pull), 0);
+		nng_socket_set_size(h->pull, NNG_OPT_RECVMAXSZ, 0);
+		nng_socket_set_ms(h->pull, NNG_OPT_RECVTIMEO, 20);
+		cr_assert_eq(nng_listen(h->pull, url_of(i), NULL, 0), 0);
+	}
+	for (int32_t i = 0; i < T_HOPS; i++) {
+		struct hop *h = &r->hop[i];
+		cr_assert_eq(nng_push0_open(&h->push), 0);
+		nng_socket_set_ms(h->push, NNG_OPT_SENDTIMEO, 1000);
+		cr_assert_eq(nng_dial(h->push, url_of(i + 1), NULL, 0), 0);
+		cr_assert_eq(pthread_create(&h->thread, NULL, hop_main, h), 0);
+	}
+	cr_assert_eq(nng_push0_open(&r->push), 0);
+	nng_socket_set_ms(r->push, NNG_OPT_SENDTIMEO, 1000);
+	cr_assert_eq(nng_dial(r->push, url_of(0), NULL, 0), 0);
+
+	r->cfg = *cfg;
+	r->cfg.fingerprint = r->hop[0].st.eng.model.fingerprint;
+	r->cfg.push = r->push;
+	r->cfg.pull = r->pull;
+	lm_diag d = {{0}};
+	cr_assert_eq(sched_start(&r->s, &r->cfg, &d), 0, "%s", d.msg);
+}
+
+static void ring_down(struct ring *r)
+{
+	sched_stop(r->s);
+	sched_fini(r->s);
+	for (int32_t i = 0; i < T_HOPS; i++) {
+		struct hop *h = &r->hop[i];
+		atomic_store(&h->stop, true);
+		pthread_join(h->thread, NULL);
+		lm_close_bounded(h->pull, 2000);
+		lm_close_bounded(h->push, 2000);
+		stage_fini(&h->st);
+		wire_scratch_fini(&h->scratch);
+		wire_buf_fini(&h->ebuf);
+		pthread_mutex_destroy(&h->mu);
+	}
+	lm_close_bounded(r->push, 2000);
+	lm_close_bounded(r->pull, 2000);
+	ref_close();
+	unlink(model_path);
+}
+
+/* ------------------------------------------------------------------ requests */
+
+struct req {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int32_t prompt[T_MAX_SEQ], n_prompt, max_tokens;
+	int32_t tok[T_MAX_SEQ], n;
+	float lp[T_MAX_SEQ];
+	int done_calls;
+	enum sched_finish why;
+	int code;
+	char msg[512];
+	uint64_t id;
+};
+
+/* The most sequences the scheduler held in slots at any token (read on its thread). */
+static const struct sched_stats *watched;
+static _Atomic int32_t max_active;
+
+/* Holds a hop from the scheduler's thread the moment every listed request has `at` tokens, so
+ * that none gets further while the test, which may be descheduled for any time, looks. */
+static struct {
+	struct hop *hop;
+	struct req *reqs[2];
+	int n;
+	int32_t at;
+} hold_rule;
+
+static void hold_when(struct hop *h, int32_t at, struct req *a, struct req *b)
+{
+	hold_rule.hop = h;
+	hold_rule.reqs[0] = a;
+	hold_rule.reqs[1] = b;
+	hold_rule.n = b != NULL ? 2 : 1;
+	hold_rule.at = at;
+}
+
+/* On the scheduler's thread, the only writer of every request's tokens. */
+static void hold_check(void)
+{
+	if (hold_rule.hop == NULL)
+		return;
+	for (int i = 0; i < hold_rule.n; i++)
+		if (hold_rule.reqs[i]->n < hold_rule.at)
+			return;
+	atomic_store(&hold_rule.hop->fault, HOP_HOLD);
+	hold_rule.hop = NULL;
+}
+
+static void req_on_token(void *arg, int32_t token, float logprob, const int32_t *top_ids,
+			 const float *top_lp, int32_t n_top)
+{
+	struct req *q = arg;
+	(void)top_ids;
+	(void)top_lp;
+	(void)n_top;
+	if (watched != NULL && atomic_load(&watched->active) > atomic_load(&max_active))
+		atomic_store(&max_active, atomic_load(&watched->active));
+	pthread_mutex_lock(&q->mu);
+	if (q->n < T_MAX_SEQ) {
+		q->lp[q->n] = logprob;
+		q->tok[q->n++] = token;
+	}
+	hold_check(); /* before the test can see the token */
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void req_on_done(void *arg, enum sched_finish why, int code, const char *msg)
+{
+	struct req *q = arg;
+	pthread_mutex_lock(&q->mu);
+	q->done_calls++;
+	q->why = why;
+	q->code = code;
+	snprintf(q->msg, sizeof q->msg, "%s", msg != NULL ? msg : "");
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void req_init(struct req *q, int32_t k, int32_t n_prompt, int32_t max_tokens)
+{
+	memset(q, 0, sizeof *q);
+	pthread_mutex_init(&q->mu, NULL);
+	lm_cond_init(&q->cv);
+	prompt_of(k, n_prompt, q->prompt);
+	q->n_prompt = n_prompt;
+	q->max_tokens = max_tokens;
+}
+
+static int req_submit(struct ring *r, struct req *q, lm_diag *d)
+{
+	struct sched_req sr = {.prompt = q->prompt,
+			       .n_prompt = q->n_prompt,
+			       .max_tokens = q->max_tokens,
+			       .sampling = {.temperature = 0, .top_p = 1},
+			       .n_logprobs = 2,
+			       .on_token = req_on_token,
+			       .on_done = req_on_done,
+			       .arg = q};
+	return sched_submit(r->s, &sr, &q->id, d);
+}
+
+static void req_start(struct ring *r, struct req *q)
+{
+	lm_diag d = {{0}};
+	int rc = req_submit(r, q, &d);
+	cr_assert_eq(rc, 0, "%s", lm_diag_str(&d, rc));
+}
+
+/* Waits until the request ended (true) or ms passed. */
+static bool req_wait(struct req *q, int64_t ms)
+{
+	int64_t until = lm_now_ms() + ms;
+	pthread_mutex_lock(&q->mu);
+	while (q->done_calls == 0 && lm_cond_wait_until(&q->cv, &q->mu, until))
+		;
+	bool done = q->done_calls > 0;
+	pthread_mutex_unlock(&q->mu);
+	return done;
+}
+
+/* Waits until the request has at least n tokens. */
+static bool req_wait_tokens(struct req *q, int32_t n, int64_t ms)
+{
+	int64_t until = lm_now_ms() + ms;
+	pthread_mutex_lock(&q->mu);
+	while (q->n < n && q->done_calls == 0 && lm_cond_wait_until(&q->cv, &q->mu, until))
+		;
+	bool ok = q->n >= n;
+	pthread_mutex_unlock(&q->mu);
+	return ok;
+}
+
+static int32_t req_count(struct req *q)
+{
+	pthread_mutex_lock(&q->mu);
+	int32_t n = q->n;
+	pthread_mutex_unlock(&q->mu);
+	return n;
+}
+
+/* The request ended exactly once, as the reference run of its prompt says, with its tokens. */
+static void expect_like_reference(struct req *q, const int32_t *stop, int32_t n_stop)
+{
+	int32_t want[T_MAX_SEQ], n_want;
+	enum sched_finish why =
+		ref_generate(q->prompt, q->n_prompt, q->max_tokens, stop, n_stop, want, &n_want);
+	cr_assert(req_wait(q, T_WAIT_MS), "request %llu did not end", (unsigned long long)q->id);
+	pthread_mutex_lock(&q->mu);
+	cr_expect_eq(q->done_calls, 1);
+	cr_expect_eq(q->code, 0, "request %llu failed: %s", (unsigned long long)q->id, q->msg);
+	cr_expect_eq(q->why, why, "request %llu ended with %d, the engine with %d",
+		     (unsigned long long)q->id, q->why, why);
+	cr_expect_eq(q->n, n_want, "request %llu: %d tokens, the engine %d",
+		     (unsigned long long)q->id, q->n, n_want);
+	for (int32_t i = 0; i < q->n && i < n_want; i++) {
+		cr_expect_eq(q->tok[i], want[i], "request %llu, token %d: %d, the engine %d",
+			     (unsigned long long)q->id, i, q->tok[i], want[i]);
+		cr_expect(isfinite(q->lp[i]) && q->lp[i] <= 0, "logprob %g", (double)q->lp[i]);
+	}
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void expect_failed(struct req *q, int code, const char *part)
+{
+	cr_assert(req_wait(q, T_WAIT_MS), "request %llu did not end", (unsigned long long)q->id);
+	pthread_mutex_lock(&q->mu);
+	cr_expect_eq(q->done_calls, 1);
+	cr_expect_eq(q->why, SCHED_FINISH_ERROR);
+	cr_expect_eq(q->code, code, "code %d (%s), want %d", q->code, q->msg, code);
+	cr_expect(strstr(q->msg, part) != NULL, "message '%s' lacks '%s'", q->msg, part);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void req_fini(struct req *q)
+{
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->cv);
+}
+
+/* Waits (bounded) until a counter reaches a value. */
+static bool wait_atomic_geq(_Atomic int *v, int want)
+{
+	for (int i = 0; i < T_WAIT_MS / 5; i++) {
+		if (atomic_load(v) >= want)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+/* Waits (bounded) until the scheduler holds `active` sequences in slots and `queued` more. */
+static bool wait_slots(struct ring *r, int32_t active, int32_t queued)
+{
+	const struct sched_stats *st = sched_stats(r->s);
+	for (int i = 0; i < T_WAIT_MS / 5; i++) {
+		if (atomic_load(&st->active) == active && atomic_load(&st->queued) == queued)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+Test(scheduler, a_request_gets_the_single_process_engines_greedy_tokens, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	struct req q;
+	req_init(&q, 1, 6, 12);
+	req_start(&r, &q);
+	expect_like_reference(&q, NULL, 0);
+	cr_expect_eq(q.why, SCHED_FINISH_LENGTH);
+	cr_expect_eq(q.n, 12);
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_eq(atomic_load(&st->requests), 1);
+	cr_expect_eq(atomic_load(&st->prompt_tokens), 6);
+	cr_expect_eq(atomic_load(&st->tokens_generated), 12);
+	cr_expect_eq(atomic_load(&st->active), 0);
+	cr_expect_eq(atomic_load(&st->ring_errors), 0);
+	ring_down(&r);
+	req_fini(&q);
+}
+
+/* Continuous batching: requests of different lengths share batches (their prompts in chunks,
+ * beside the others' decode steps) and each still gets exactly its solo run's tokens. They are
+ * submitted while dispatch is held, so the first batches are full. */
+Test(scheduler, concurrent_requests_each_equal_their_solo_run, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	const int32_t len[4] = {3, 17, 9, 25}, max[4] = {14, 5, 9, 11};
+	struct req q[4];
+	sched_pause(r.s, "test: hold until all are in");
+	for (int k = 0; k < 4; k++) {
+		req_init(&q[k], 10 + k, len[k], max[k]);
+		req_start(&r, &q[k]);
+	}
+	cr_assert(wait_slots(&r, 4, 0));
+	sched_resume(r.s, false);
+	for (int k = 0; k < 4; k++)
+		expect_like_reference(&q[k], NULL, 0);
+	cr_expect_geq(atomic_load(&r.hop[0].max_seqs), 2, "no batch carried two sequences");
+	ring_down(&r);
+	for (int k = 0; k < 4; k++)
+		req_fini(&q[k]);
+}
+
+/* max_tokens, a stop id, a full context and max_tokens 0 each end a request with its reason. */
+Test(scheduler, max_tokens_stop_ids_and_the_context_end_requests_with_their_reason, .timeout = 30)
+{
+	/* The stop id: a token the engine generates for prompt 20 for the first time at step
+	 * k >= 2, so that request ends there with k tokens, the stop id unseen. */
+	make_model();
+	ref_open();
+	int32_t p[T_MAX_SEQ], gen[T_MAX_SEQ], n_gen, k = 0;
+	prompt_of(20, 5, p);
+	ref_generate(p, 5, 12, NULL, 0, gen, &n_gen);
+	cr_assert_eq(n_gen, 12);
+	for (int32_t i = 2; i < n_gen && k == 0; i++) {
+		bool seen = false;
+		for (int32_t j = 0; j < i; j++)
+			seen |= gen[j] == gen[i];
+		k = seen ? 0 : i;
+	}
+	cr_assert_gt(k, 0, "the engine repeats itself from the start");
+	int32_t stop = gen[k];
+
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.stop_ids[0] = stop;
+	cfg.n_stop_ids = 1;
+	ring_up(&r, &cfg); /* on the model and reference already made */
+
+	struct req by_stop, by_max, by_ctx, none;
+	req_init(&by_stop, 20, 5, 12);
+	req_init(&by_max, 21, 7, 4);
+	req_init(&by_ctx, 22, T_MAX_SEQ - 3, 50);
+	req_init(&none, 23, 4, 0);
+	req_start(&r, &by_stop);
+	req_start(&r, &by_max);
+	req_start(&r, &by_ctx);
+	req_start(&r, &none);
+	expect_like_reference(&by_stop, &stop, 1);
+	expect_like_reference(&by_max, &stop, 1);
+	expect_like_reference(&by_ctx, &stop, 1);
+	expect_like_reference(&none, &stop, 1);
+	cr_expect_eq(by_stop.why, SCHED_FINISH_STOP);
+	cr_expect_eq(by_stop.n, k);
+	for (int32_t i = 0; i < by_stop.n; i++)
+		cr_expect_neq(by_stop.tok[i], stop, "a stop id was reported as a token");
+	/* The other two end by length, unless the stop id came first (then the reference agreed). */
+	if (by_max.why == SCHED_FINISH_LENGTH)
+		cr_expect_eq(by_max.n, 4);
+	if (by_ctx.why == SCHED_FINISH_LENGTH)
+		cr_expect_eq(by_ctx.n, 3, "a context of %d holds 3 tokens after %d", T_MAX_SEQ,
+			     T_MAX_SEQ - 3);
+	cr_expect_eq(none.why, SCHED_FINISH_LENGTH);
+	cr_expect_eq(none.n, 0);
+	ring_down(&r);
+	req_fini(&by_stop);
+	req_fini(&by_max);
+	req_fini(&by_ctx);
+	req_fini(&none);
+}
+
+/* sched_cancel ends a running request (its tokens so far are the engine's) and a queued one
+ * (no tokens); an unknown id changes nothing. */
+Test(scheduler, cancel_ends_running_and_queued_requests, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	struct req run, other[T_SLOTS - 1], queued;
+	req_init(&run, 30, 4, 50);
+	/* Held at the first worker from its second token, the request cannot run to its end
+	 * before the cancel is seen: its batch is in flight then, and it ends when that batch
+	 * comes back. */
+	hold_when(&r.hop[0], 2, &run, NULL);
+	req_start(&r, &run);
+	cr_assert(req_wait_tokens(&run, 2, T_WAIT_MS));
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
+	sched_cancel(r.s, run.id);
+	usleep(20000);
+	atomic_store(&r.hop[0].fault, HOP_PASS);
+	cr_assert(req_wait(&run, T_WAIT_MS));
+	cr_expect_eq(run.why, SCHED_FINISH_CANCEL);
+	cr_expect_eq(run.code, 0);
+	cr_expect_eq(run.done_calls, 1);
+	cr_expect_lt(run.n, 50);
+	int32_t want[T_MAX_SEQ], n_want;
+	ref_generate(run.prompt, run.n_prompt, 50, NULL, 0, want, &n_want);
+	for (int32_t i = 0; i < run.n; i++)
+		cr_expect_eq(run.tok[i], want[i], "token %d", i);
+
+	/* Every slot taken, one more waits: cancelling it ends it at once. */
+	sched_pause(r.s, "test: hold");
+	for (int k = 0; k < T_SLOTS - 1; k++) {
+		req_init(&other[k], 31 + k, 5, 6);
+		req_start(&r, &other[k]);
+	}
+	struct req filler;
+	req_init(&filler, 35, 5, 6);
+	req_start(&r, &filler);
+	req_init(&queued, 36, 5, 6);
+	req_start(&r, &queued);
+	cr_assert(wait_slots(&r, T_SLOTS, 1));
+	sched_cancel(r.s, queued.id);
+	sched_cancel(r.s, 987654321); /* unknown: ignored */
+	cr_assert(req_wait(&queued, T_WAIT_MS));
+	cr_expect_eq(queued.why, SCHED_FINISH_CANCEL);
+	cr_expect_eq(queued.n, 0);
+	cr_expect(wait_slots(&r, T_SLOTS, 0));
+	sched_resume(r.s, false);
+	for (int k = 0; k < T_SLOTS - 1; k++)
+		expect_like_reference(&other[k], NULL, 0);
+	expect_like_reference(&filler, NULL, 0);
+	ring_down(&r);
+	req_fini(&run);
+	req_fini(&queued);
+	req_fini(&filler);
+	for (int k = 0; k < T_SLOTS - 1; k++)
+		req_fini(&other[k]);
+}
+
+/* More requests than slots: the rest wait in order and take slots as they free up; no more
+ * than `slots` are ever active, and every one completes with its own tokens. */
+Test(scheduler, more_requests_than_slots_wait_their_turn_and_all_complete, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	enum { N = 10 };
+	struct req q[N];
+	watched = sched_stats(r.s);
+	sched_pause(r.s, "test: hold until all are in");
+	for (int k = 0; k < N; k++) {
+		req_init(&q[k], 40 + k, 2 + 3 * k % 11, 3 + k % 5);
+		req_start(&r, &q[k]);
+	}
+	cr_assert(wait_slots(&r, T_SLOTS, N - T_SLOTS), "active %d, queued %d",
+		  atomic_load(&watched->active), atomic_load(&watched->queued));
+	sched_resume(r.s, false);
+	for (int k = 0; k < N; k++)
+		expect_like_reference(&q[k], NULL, 0);
+	cr_expect_leq(atomic_load(&max_active), T_SLOTS);
+	cr_expect(wait_slots(&r, 0, 0));
+	cr_expect_eq(atomic_load(&watched->requests), N);
+	watched = NULL;
+	ring_down(&r);
+	for (int k = 0; k < N; k++)
+		req_fini(&q[k]);
+}
+
+/* A mesh marked down fails what is live and refuses new work, both with the reason; marked up,
+ * it serves again. */
+Test(scheduler, an_unavailable_mesh_refuses_work_with_the_reason, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	const char *why = "worker w1 gave up after 5 restarts";
+	struct req live, refused, later;
+	sched_pause(r.s, "test: hold");
+	req_init(&live, 50, 5, 8);
+	req_start(&r, &live);
+	cr_assert(wait_slots(&r, 1, 0));
+	sched_set_available(r.s, false, why);
+	expect_failed(&live, LM_EUNAVAILABLE, why);
+
+	req_init(&refused, 51, 5, 8);
+	lm_diag d = {{0}};
+	cr_expect_eq(req_submit(&r, &refused, &d), LM_EUNAVAILABLE);
+	cr_expect(strstr(d.msg, why) != NULL, "'%s'", d.msg);
+	usleep(50000);
+	cr_expect_eq(refused.done_calls, 0, "a refused submit must not call on_done");
+
+	sched_set_available(r.s, true, "");
+	sched_resume(r.s, false);
+	req_init(&later, 52, 5, 8);
+	req_start(&r, &later);
+	expect_like_reference(&later, NULL, 0);
+	ring_down(&r);
+	req_fini(&live);
+	req_fini(&refused);
+	req_fini(&later);
+}
+
+/* The fault path: a worker dies with a batch on its way (lost), the scheduler pauses, the
+ * worker comes back with an empty cache, and sched_resume(replay) rebuilds every live
+ * sequence from the scheduler's history: the tokens are those of a run without the fault. */
+Test(scheduler, a_pause_and_a_replay_after_a_lost_batch_give_the_same_tokens, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	struct req a, b;
+	req_init(&a, 60, 7, 20);
+	req_init(&b, 61, 13, 16);
+	/* Held once both have 3 tokens (neither can end now), then the worker is gone: what it
+	 * held is lost, and so is what comes after. Once a batch of each sequence is lost (one
+	 * sequence per batch: two active, two in flight), nothing moves on the ring. */
+	hold_when(&r.hop[0], 3, &a, &b);
+	req_start(&r, &a);
+	req_start(&r, &b);
+	cr_assert(req_wait_tokens(&a, 3, T_WAIT_MS));
+	cr_assert(req_wait_tokens(&b, 3, T_WAIT_MS));
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
+	atomic_store(&r.hop[0].fault, HOP_DROP);
+	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 2));
+	sched_pause(r.s, "test: worker 1 restarting");
+	hop_restart(&r.hop[1]);
+	atomic_store(&r.hop[0].fault, HOP_PASS);
+	int32_t at_a = req_count(&a), at_b = req_count(&b);
+	int live = (a.done_calls == 0) + (b.done_calls == 0); /* none can end while paused */
+	sched_resume(r.s, true);
+
+	expect_like_reference(&a, NULL, 0);
+	expect_like_reference(&b, NULL, 0);
+	cr_expect(at_a < a.n || at_b < b.n, "nothing was generated after the fault");
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_geq(atomic_load(&st->batches_forgotten), 1);
+	cr_expect_eq(atomic_load(&st->replays), (uint64_t)live);
+	cr_expect_geq(live, 1);
+	/* The replay rebuilt the caches before anything else reached the restarted worker: it
+	 * refused nothing (a refusal would also end in the right tokens, by the retry path). */
+	cr_expect_eq(atomic_load(&st->ring_errors), 0);
+	ring_down(&r);
+	req_fini(&a);
+	req_fini(&b);
+}
+
+/* sched_quiesce: nothing in flight, the live slots listed with the positions every worker's
+ * cache holds for them; sched_resume(false) carries on as if nothing happened. */
+Test(scheduler, quiesce_returns_the_live_slots_and_their_lengths, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	struct req q[2];
+	req_init(&q[0], 70, 5, 40);
+	req_init(&q[1], 71, 12, 40);
+	/* Held once both have 2 tokens, while the quiesce is asked (so neither can end first),
+	 * and let go while it waits. */
+	hold_when(&r.hop[0], 2, &q[0], &q[1]);
+	req_start(&r, &q[0]);
+	req_start(&r, &q[1]);
+	cr_assert(req_wait_tokens(&q[0], 2, T_WAIT_MS));
+	cr_assert(req_wait_tokens(&q[1], 2, T_WAIT_MS));
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
+	struct hop_later go;
+	hop_later(&go, &r.hop[0], HOP_PASS, 50);
+	struct sched_slot out[T_SLOTS];
+	int32_t n = -1;
+	lm_diag d = {{0}};
+	int rc = sched_quiesce(r.s, 3000, out, T_SLOTS, &n, &d);
+	pthread_join(go.thread, NULL);
+	cr_assert_eq(rc, 0, "%s", lm_diag_str(&d, rc));
+	cr_assert_eq(n, 2, "%d live slots, and requests at %d and %d tokens", n, req_count(&q[0]),
+		     req_count(&q[1]));
+	cr_expect_neq(out[0].slot, out[1].slot);
+	/* A decoding sequence's workers hold its prompt and every generated token but the last. */
+	int32_t want[2] = {q[0].n_prompt + req_count(&q[0]) - 1,
+			   q[1].n_prompt + req_count(&q[1]) - 1};
+	bool seen[2] = {false, false};
+	for (int32_t i = 0; i < n; i++) {
+		cr_expect(out[i].slot >= 0 && out[i].slot < T_SLOTS);
+		for (int k = 0; k < 2; k++)
+			seen[k] |= out[i].len == want[k];
+		for (int32_t h = 0; h < T_HOPS; h++)
+			cr_expect_eq(hop_kv_len(&r.hop[h], out[i].slot), out[i].len,
+				     "hop %d slot %d holds %d positions, quiesce says %d", h,
+				     out[i].slot, hop_kv_len(&r.hop[h], out[i].slot), out[i].len);
+	}
+	cr_expect(seen[0] && seen[1], "lengths %d, %d; want %d, %d", out[0].len, out[1].len,
+		  want[0], want[1]);
+	/* Quiet means quiet: no token arrives while quiesced. */
+	usleep(100000);
+	cr_expect_eq(q[0].n_prompt + req_count(&q[0]) - 1, want[0]);
+	sched_resume(r.s, false);
+	expect_like_reference(&q[0], NULL, 0);
+	expect_like_reference(&q[1], NULL, 0);
+	ring_down(&r);
+	req_fini(&q[0]);
+	req_fini(&q[1]);
+}
+
+/* A ring that loses a batch: quiesce times out (a batch is in flight), and after
+ * batch_timeout_ms the batch fails its request with LM_ETIMEOUT; the scheduler then serves
+ * the next request normally. */
+Test(scheduler, a_dropped_batch_fails_after_the_batch_timeout, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.batch_timeout_ms = 800;
+	ring_up(&r, &cfg);
+	atomic_store(&r.hop[0].fault, HOP_DROP);
+	struct req lost, next;
+	req_init(&lost, 80, 5, 8);
+	int64_t t0 = lm_now_ms();
+	req_start(&r, &lost);
+	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 1));
+
+	struct sched_slot out[T_SLOTS];
+	int32_t n;
+	lm_diag d = {{0}};
+	cr_expect_eq(sched_quiesce(r.s, 100, out, T_SLOTS, &n, &d), LM_ETIMEOUT);
+	cr_expect(strstr(d.msg, "in flight") != NULL, "'%s'", d.msg);
+
+	expect_failed(&lost, LM_ETIMEOUT, "did not return batch");
+	int64_t took = lm_now_ms() - t0;
+	cr_expect_geq(took, 800, "failed after %lld ms", (long long)took);
+	cr_expect_lt(took, 5000, "failed after %lld ms", (long long)took);
+
+	atomic_store(&r.hop[0].fault, HOP_PASS);
+	req_init(&next, 81, 5, 8);
+	req_start(&r, &next);
+	expect_like_reference(&next, NULL, 0);
+	ring_down(&r);
+	req_fini(&lost);
+	req_fini(&next);
+}
+
+/* A worker refuses every batch of one sequence (ERROR down the ring): that sequence is tried
+ * again from position 0 twice, then fails with the worker's code and message; the sequence
+ * batched beside it is not touched. */
+Test(scheduler, an_error_from_the_ring_fails_only_its_batch, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg(); /* 2 in flight, 2 active: one sequence per batch */
+	ring_up(&r, &cfg);
+	struct req x, y;
+	sched_pause(r.s, "test: hold");
+	req_init(&x, 90, 6, 10);
+	req_init(&y, 91, 9, 10);
+	req_start(&r, &x);
+	req_start(&r, &y);
+	cr_assert(wait_slots(&r, 2, 0));
+	atomic_store(&r.hop[0].fault_seq, x.id);
+	atomic_store(&r.hop[0].fault, HOP_REFUSE);
+	sched_resume(r.s, false);
+
+	expect_failed(&x, LM_EBUSY, "test: this hop refuses sequence");
+	cr_expect(strstr(x.msg, "a worker refused the batch") != NULL, "'%s'", x.msg);
+	cr_expect_eq(x.n, 0);
+	expect_like_reference(&y, NULL, 0);
+	cr_expect_eq(atomic_load(&r.hop[0].refused), 3, "refused %d times",
+		     atomic_load(&r.hop[0].refused));
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_eq(atomic_load(&st->ring_errors), 3);
+	cr_expect_eq(atomic_load(&st->replays), 2);
+	ring_down(&r);
+	req_fini(&x);
+	req_fini(&y);
+}
+
+/* The last worker's answer for one sequence's batch arrives malformed: the scheduler drops it
+ * (a ring error), that batch fails when its time is up, and the other sequence completes. */
+Test(scheduler, a_malformed_answer_fails_only_its_batch, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.batch_timeout_ms = 500;
+	ring_up(&r, &cfg);
+	struct req x, y;
+	sched_pause(r.s, "test: hold");
+	req_init(&x, 100, 6, 10);
+	req_init(&y, 101, 9, 10);
+	req_start(&r, &x);
+	req_start(&r, &y);
+	cr_assert(wait_slots(&r, 2, 0));
+	atomic_store(&r.hop[1].fault_seq, x.id);
+	atomic_store(&r.hop[1].fault, HOP_GARBLE);
+	sched_resume(r.s, false);
+
+	expect_failed(&x, LM_ETIMEOUT, "did not return batch");
+	expect_like_reference(&y, NULL, 0);
+	cr_expect_eq(atomic_load(&r.hop[1].garbled), 1);
+	cr_expect_eq(atomic_load(&sched_stats(r.s)->ring_errors), 1);
+	ring_down(&r);
+	req_fini(&x);
+	req_fini(&y);
+}
+
+static void send_raw(nng_socket s, const void *data, size_t len)
+{
+	nng_msg *m;
+	cr_assert_eq(nng_msg_alloc(&m, 0), 0);
+	cr_assert_eq(nng_msg_append(m, data, len), 0);
+	cr_assert_eq(nng_sendmsg(s, m, 0), 0);
+}
+
+/* Messages on the scheduler's PULL that answer no batch: garbage, a control message, an ERROR
+ * and TOKENS about a batch nobody sent, a RELEASE coming home. The first three count as ring
+ * errors, none fails anything, and requests are served as before. */
+Test(scheduler, stray_messages_on_the_ring_are_dropped, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	nng_socket stray;
+	cr_assert_eq(nng_push0_open(&stray), 0);
+	nng_socket_set_ms(stray, NNG_OPT_SENDTIMEO, 1000);
+	cr_assert_eq(nng_dial(stray, url_of(T_HOPS), NULL, 0), 0);
+
+	struct wire_buf b = {0};
+	send_raw(stray, "\xc1\xff garbage", 10);
+	struct wire_hello hello = {.id = 5};
+	cr_assert_eq(wire_encode_hello(&b, &hello, false), 0);
+	send_raw(stray, b.data, b.len);
+	struct wire_error e = {.id = 999999, .code = LM_EPROTO, .about = WIRE_FORWARD};
+	snprintf(e.msg, sizeof e.msg, "about a batch nobody sent");
+	wire_buf_reset(&b);
+	cr_assert_eq(wire_encode_error(&b, &e), 0);
+	send_raw(stray, b.data, b.len);
+	struct wire_token tk = {.seq_id = 1, .token = 7, .logprob = -1.0f};
+	struct wire_tokens t = {
+		.batch_id = 999999, .fingerprint = r.cfg.fingerprint, .n = 1, .toks = &tk};
+	wire_buf_reset(&b);
+	cr_assert_eq(wire_encode_tokens(&b, &t), 0);
+	send_raw(stray, b.data, b.len);
+	int32_t slot = 0;
+	struct wire_release rel = {
+		.id = 3, .fingerprint = r.cfg.fingerprint, .n = 1, .slots = &slot};
+	wire_buf_reset(&b);
+	cr_assert_eq(wire_encode_release(&b, &rel), 0);
+	send_raw(stray, b.data, b.len);
+	wire_buf_fini(&b);
+
+	const struct sched_stats *st = sched_stats(r.s);
+	for (int i = 0; i < 400 && atomic_load(&st->ring_errors) < 3; i++)
+		usleep(5000);
+	cr_expect_eq(atomic_load(&st->ring_errors), 3);
+	struct req q;
+	req_init(&q, 110, 6, 8);
+	req_start(&r, &q);
+	expect_like_reference(&q, NULL, 0);
+	cr_expect_eq(atomic_load(&st->ring_errors), 3);
+	lm_close_bounded(stray, 2000);
+	ring_down(&r);
+	req_fini(&q);
+}
+
+/* sched_stop fails what is live (in flight, admitted, queued) with LM_ECANCELED and frees
+ * nothing: sched_submit is refused after it, a second stop is harmless; sched_fini frees and
+ * fini(NULL) is harmless. */
+Test(scheduler, stop_fails_live_requests_then_fini_frees, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	atomic_store(&r.hop[0].fault, HOP_DROP); /* what is sent stays in flight */
+	struct req flying, held[T_SLOTS], late;
+	req_init(&flying, 120, 5, 8);
+	req_start(&r, &flying);
+	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 1));
+	for (int k = 0; k < T_SLOTS; k++) {
+		req_init(&held[k], 121 + k, 5, 8);
+		req_start(&r, &held[k]);
+	}
+	/* Two batches in flight (one with two sequences), one sequence admitted and ready, one
+	 * queued. */
+	cr_assert(wait_slots(&r, T_SLOTS, 1));
+	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 2));
+
+	sched_stop(r.s);
+	expect_failed(&flying, LM_ECANCELED, "the coordinator is stopping");
+	for (int k = 0; k < T_SLOTS; k++)
+		expect_failed(&held[k], LM_ECANCELED, "the coordinator is stopping");
+	req_init(&late, 130, 5, 8);
+	lm_diag d = {{0}};
+	cr_expect_eq(req_submit(&r, &late, &d), LM_EUNAVAILABLE);
+	cr_expect(strstr(d.msg, "stopping") != NULL, "'%s'", d.msg);
+	sched_stop(r.s);
+	cr_expect_eq(flying.done_calls, 1);
+	sched_fini(NULL);
+	ring_down(&r); /* stops again (harmless), then fini */
+	req_fini(&flying);
+	req_fini(&late);
+	for (int k = 0; k < T_SLOTS; k++)
+		req_fini(&held[k]);
+}
