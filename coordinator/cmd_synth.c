@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,162 +111,107 @@ static bool synth_parse_pos_float(const char *s, float *out)
 	return true;
 }
 
-int cmd_synth(int argc, char **argv)
-{
-	enum {
-		OPT_OUT = 256,
-		OPT_DIM,
-		OPT_LAYERS,
-		OPT_HEADS,
-		OPT_KV_HEADS,
-		OPT_FFN,
-		OPT_VOCAB,
-		OPT_CTX,
-		OPT_TYPE,
-		OPT_SEED,
-		OPT_ROPE_BASE,
-		OPT_RMS_EPS,
-		OPT_TIED,
-		OPT_VOCAB_FROM,
-		OPT_ARCH,
-		OPT_HEAD_DIM,
-		OPT_WINDOW,
-		OPT_SWA_PERIOD,
-		OPT_HEAD_DIM_SWA,
-		OPT_KV_HEADS_SWA,
-		OPT_ROPE_BASE_SWA,
-		OPT_SOFTCAP,
-		OPT_ROPE_LLAMA3,
-		OPT_SPARSE,
-		OPT_HELP,
-	};
-	static const struct option longopts[] = {
-		{"out", required_argument, NULL, OPT_OUT},
-		{"dim", required_argument, NULL, OPT_DIM},
-		{"layers", required_argument, NULL, OPT_LAYERS},
-		{"heads", required_argument, NULL, OPT_HEADS},
-		{"kv-heads", required_argument, NULL, OPT_KV_HEADS},
-		{"ffn", required_argument, NULL, OPT_FFN},
-		{"vocab", required_argument, NULL, OPT_VOCAB},
-		{"ctx", required_argument, NULL, OPT_CTX},
-		{"type", required_argument, NULL, OPT_TYPE},
-		{"seed", required_argument, NULL, OPT_SEED},
-		{"rope-base", required_argument, NULL, OPT_ROPE_BASE},
-		{"rms-eps", required_argument, NULL, OPT_RMS_EPS},
-		{"tied", no_argument, NULL, OPT_TIED},
-		{"vocab-from", required_argument, NULL, OPT_VOCAB_FROM},
-		{"arch", required_argument, NULL, OPT_ARCH},
-		{"head-dim", required_argument, NULL, OPT_HEAD_DIM},
-		{"window", required_argument, NULL, OPT_WINDOW},
-		{"swa-period", required_argument, NULL, OPT_SWA_PERIOD},
-		{"head-dim-swa", required_argument, NULL, OPT_HEAD_DIM_SWA},
-		{"kv-heads-swa", required_argument, NULL, OPT_KV_HEADS_SWA},
-		{"rope-base-swa", required_argument, NULL, OPT_ROPE_BASE_SWA},
-		{"softcap", required_argument, NULL, OPT_SOFTCAP},
-		{"rope-llama3", no_argument, NULL, OPT_ROPE_LLAMA3},
-		{"sparse", no_argument, NULL, OPT_SPARSE},
-		{"help", no_argument, NULL, OPT_HELP},
-		{NULL, 0, NULL, 0},
-	};
-	struct synth_opts o;
-	int c;
+/* One row per option: where its value goes in struct synth_opts and how it is read. */
+enum synth_kind { SK_U32, SK_U64, SK_FLOAT, SK_STR, SK_FLAG, SK_TYPE };
 
-	synth_opts_default(&o);
+struct synth_opt {
+	const char *name;
+	enum synth_kind kind;
+	size_t off;
+};
+
+#define SO(name, kind, field)                                  \
+	{                                                      \
+		name, kind, offsetof(struct synth_opts, field) \
+	}
+static const struct synth_opt synth_table[] = {
+	SO("out", SK_STR, out),
+	SO("dim", SK_U32, dim),
+	SO("layers", SK_U32, layers),
+	SO("heads", SK_U32, heads),
+	SO("kv-heads", SK_U32, kv_heads),
+	SO("ffn", SK_U32, ffn),
+	SO("vocab", SK_U32, vocab),
+	SO("ctx", SK_U32, ctx),
+	SO("type", SK_TYPE, type),
+	SO("seed", SK_U64, seed),
+	SO("rope-base", SK_FLOAT, rope_base),
+	SO("rms-eps", SK_FLOAT, rms_eps),
+	SO("tied", SK_FLAG, tied),
+	SO("vocab-from", SK_STR, vocab_from),
+	SO("arch", SK_STR, arch),
+	SO("head-dim", SK_U32, head_dim),
+	SO("window", SK_U32, window),
+	SO("swa-period", SK_U32, swa_period),
+	SO("head-dim-swa", SK_U32, head_dim_swa),
+	SO("kv-heads-swa", SK_U32, kv_heads_swa),
+	SO("rope-base-swa", SK_FLOAT, rope_base_swa),
+	SO("softcap", SK_FLOAT, softcap),
+	SO("rope-llama3", SK_FLAG, rope_llama3),
+	SO("sparse", SK_FLAG, sparse),
+};
+#undef SO
+#define SYNTH_NOPTS (sizeof synth_table / sizeof synth_table[0])
+
+/* Stores one option's value; returns 0, or 2 after saying what is wrong with it. */
+static int synth_set(struct synth_opts *o, const struct synth_opt *t, const char *val)
+{
+	char *field = (char *)o + t->off;
+	char opt[32];
+	snprintf(opt, sizeof opt, "--%s", t->name);
+	switch (t->kind) {
+	case SK_U32: {
+		uint32_t *u = (uint32_t *)(void *)field;
+		if (!synth_parse_u32(val, u) || *u == 0)
+			return synth_bad(opt, val, "not a positive 32-bit integer");
+		return 0;
+	}
+	case SK_U64:
+		if (!synth_parse_u64(val, (uint64_t *)(void *)field))
+			return synth_bad(opt, val, "not an unsigned 64-bit integer");
+		return 0;
+	case SK_FLOAT:
+		if (!synth_parse_pos_float(val, (float *)(void *)field))
+			return synth_bad(opt, val, "not a positive number");
+		return 0;
+	case SK_STR:
+		*(const char **)(void *)field = val;
+		return 0;
+	case SK_FLAG:
+		*(bool *)(void *)field = true;
+		return 0;
+	case SK_TYPE: {
+		int ty = lm_dtype_parse(val);
+		if (ty < 0)
+			return synth_bad(opt, val, "not f32, f16, bf16, q8_0, q4_0, q4_K or q6_K");
+		*(enum lm_dtype *)(void *)field = (enum lm_dtype)ty;
+		return 0;
+	}
+	}
+	return 2;
+}
+
+static int synth_parse(int argc, char **argv, struct synth_opts *o)
+{
+	struct option longopts[SYNTH_NOPTS + 2];
+	for (size_t k = 0; k < SYNTH_NOPTS; k++) {
+		longopts[k] = (struct option){synth_table[k].name,
+					      synth_table[k].kind == SK_FLAG ? no_argument
+									     : required_argument,
+					      NULL, 256 + (int)k};
+	}
+	longopts[SYNTH_NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
+	longopts[SYNTH_NOPTS + 1] = (struct option){NULL, 0, NULL, 0};
+
+	int c;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		const char *name = c >= OPT_OUT && c < OPT_HELP ? longopts[c - OPT_OUT].name : "";
-		uint32_t *u32 = NULL;
-		switch (c) {
-		case OPT_OUT:
-			o.out = optarg;
-			break;
-		case OPT_DIM:
-			u32 = &o.dim;
-			break;
-		case OPT_LAYERS:
-			u32 = &o.layers;
-			break;
-		case OPT_HEADS:
-			u32 = &o.heads;
-			break;
-		case OPT_KV_HEADS:
-			u32 = &o.kv_heads;
-			break;
-		case OPT_FFN:
-			u32 = &o.ffn;
-			break;
-		case OPT_VOCAB:
-			u32 = &o.vocab;
-			break;
-		case OPT_CTX:
-			u32 = &o.ctx;
-			break;
-		case OPT_TYPE: {
-			int t = lm_dtype_parse(optarg);
-			if (t < 0)
-				return synth_bad("--type", optarg,
-						 "not f32, f16, bf16, q8_0, q4_0, q4_K or q6_K");
-			o.type = (enum lm_dtype)t;
-			break;
-		}
-		case OPT_SEED:
-			if (!synth_parse_u64(optarg, &o.seed))
-				return synth_bad("--seed", optarg,
-						 "not an unsigned 64-bit integer");
-			break;
-		case OPT_ROPE_BASE:
-			if (!synth_parse_pos_float(optarg, &o.rope_base))
-				return synth_bad("--rope-base", optarg, "not a positive number");
-			break;
-		case OPT_RMS_EPS:
-			if (!synth_parse_pos_float(optarg, &o.rms_eps))
-				return synth_bad("--rms-eps", optarg, "not a positive number");
-			break;
-		case OPT_TIED:
-			o.tied = true;
-			break;
-		case OPT_VOCAB_FROM:
-			o.vocab_from = optarg;
-			break;
-		case OPT_ARCH:
-			o.arch = optarg;
-			break;
-		case OPT_HEAD_DIM:
-			u32 = &o.head_dim;
-			break;
-		case OPT_WINDOW:
-			u32 = &o.window;
-			break;
-		case OPT_SWA_PERIOD:
-			u32 = &o.swa_period;
-			break;
-		case OPT_HEAD_DIM_SWA:
-			u32 = &o.head_dim_swa;
-			break;
-		case OPT_KV_HEADS_SWA:
-			u32 = &o.kv_heads_swa;
-			break;
-		case OPT_ROPE_BASE_SWA:
-			if (!synth_parse_pos_float(optarg, &o.rope_base_swa))
-				return synth_bad("--rope-base-swa", optarg,
-						 "not a positive number");
-			break;
-		case OPT_SOFTCAP:
-			if (!synth_parse_pos_float(optarg, &o.softcap))
-				return synth_bad("--softcap", optarg, "not a positive number");
-			break;
-		case OPT_ROPE_LLAMA3:
-			o.rope_llama3 = true;
-			break;
-		case OPT_SPARSE:
-			o.sparse = true;
-			break;
-		case 'h':
-		case OPT_HELP:
+		if (c == 'h') {
 			synth_usage(stdout);
-			return 0;
-		default:
+			return -1;
+		}
+		if (c < 256 || c >= 256 + (int)SYNTH_NOPTS) {
 			fprintf(stderr,
 				"layermesh synth: unknown option or missing value: %s (--help "
 				"lists "
@@ -273,28 +219,37 @@ int cmd_synth(int argc, char **argv)
 				argv[optind - 1]);
 			return 2;
 		}
-		if (u32 != NULL && (!synth_parse_u32(optarg, u32) || *u32 == 0)) {
-			char opt[32];
-			snprintf(opt, sizeof opt, "--%s", name);
-			return synth_bad(opt, optarg, "not a positive 32-bit integer");
-		}
+		int rc = synth_set(o, &synth_table[c - 256], optarg);
+		if (rc != 0)
+			return rc;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "layermesh synth: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	const char *missing = o.out == NULL                          ? "--out"
-			      : o.dim == 0                           ? "--dim"
-			      : o.layers == 0                        ? "--layers"
-			      : o.heads == 0                         ? "--heads"
-			      : o.ffn == 0                           ? "--ffn"
-			      : o.vocab == 0 && o.vocab_from == NULL ? "--vocab (or --vocab-from)"
-								     : NULL;
+	const char *missing = o->out == NULL                           ? "--out"
+			      : o->dim == 0                            ? "--dim"
+			      : o->layers == 0                         ? "--layers"
+			      : o->heads == 0                          ? "--heads"
+			      : o->ffn == 0                            ? "--ffn"
+			      : o->vocab == 0 && o->vocab_from == NULL ? "--vocab (or --vocab-from)"
+								       : NULL;
 	if (missing != NULL) {
 		fprintf(stderr, "layermesh synth: %s is required (--help lists the options)\n",
 			missing);
 		return 2;
 	}
+
+	return 0;
+}
+
+int cmd_synth(int argc, char **argv)
+{
+	struct synth_opts o;
+	synth_opts_default(&o);
+	int prc = synth_parse(argc, argv, &o);
+	if (prc != 0)
+		return prc < 0 ? 0 : prc;
 
 	struct synth_stats st;
 	lm_diag d = {{0}};
