@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/base/buf.h"
+
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host"
 #endif
@@ -1086,12 +1088,11 @@ static int gguf_cmp_span(const void *a, const void *b)
 static int gguf_add_region(gguf_file *f, void *addr, size_t len)
 {
 	if (f->n_regions == f->cap_regions) {
-		size_t cap = f->cap_regions ? f->cap_regions * 2 : 8;
-		struct gguf_region *r = realloc(f->regions, cap * sizeof *r);
+		struct gguf_region *r =
+			lm_grow(f->regions, &f->cap_regions, f->n_regions + 1, sizeof *r, 8);
 		if (r == NULL)
 			return LM_ENOMEM;
 		f->regions = r;
-		f->cap_regions = cap;
 	}
 	f->regions[f->n_regions++] = (struct gguf_region){addr, len};
 	f->mapped_bytes += len;

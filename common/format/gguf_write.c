@@ -157,12 +157,10 @@ static int gguf_writer_key(gguf_writer *w, const char *key, enum gguf_type type,
 			return lm_fail(d, LM_EINVAL, "gguf writer: duplicate metadata key '%s'",
 				       key);
 	if (w->n_kv == w->keys_cap) {
-		size_t cap = w->keys_cap != 0 ? 2 * w->keys_cap : 64;
-		char **p = realloc(w->keys, cap * sizeof *p);
+		char **p = lm_grow(w->keys, &w->keys_cap, w->n_kv + 1, sizeof *p, 64);
 		if (p == NULL)
 			return lm_fail(d, LM_ENOMEM, "gguf writer: out of memory for keys");
 		w->keys = p;
-		w->keys_cap = cap;
 	}
 	char *copy = strdup(key);
 	if (copy == NULL)
@@ -600,12 +598,11 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum lm_dtype type,
 			return lm_fail(d, LM_EINVAL, "gguf writer: duplicate tensor name '%s'",
 				       name);
 	if (w->n_tensors == w->tensors_cap) {
-		size_t cap = w->tensors_cap != 0 ? 2 * w->tensors_cap : 64;
-		struct gguf_writer_tensor *p = realloc(w->tensors, cap * sizeof *p);
+		struct gguf_writer_tensor *p =
+			lm_grow(w->tensors, &w->tensors_cap, w->n_tensors + 1, sizeof *p, 64);
 		if (p == NULL)
 			return lm_fail(d, LM_ENOMEM, "gguf writer: out of memory for tensors");
 		w->tensors = p;
-		w->tensors_cap = cap;
 	}
 	struct gguf_writer_tensor *t = &w->tensors[w->n_tensors];
 	memset(t, 0, sizeof *t);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/buf.h"
+
 /* ---- fixed-size text used for key paths --------------------------------------------------- */
 
 void tomli_fix_putc(struct tomli_fix *f, char c)
@@ -136,12 +138,11 @@ int tomli_tab_add(struct toml_value *tab, const char *k, size_t n, struct tomli_
 	if (tab->u.tab.n >= UINT32_MAX - 1)
 		return LM_ENOMEM;
 	if (tab->u.tab.n == tab->u.tab.cap) {
-		size_t cap = tab->u.tab.cap ? tab->u.tab.cap * 2 : 4;
-		struct toml_kv *kv = realloc(tab->u.tab.kv, cap * sizeof *kv);
+		struct toml_kv *kv =
+			lm_grow(tab->u.tab.kv, &tab->u.tab.cap, tab->u.tab.n + 1, sizeof *kv, 4);
 		if (kv == NULL)
 			return LM_ENOMEM;
 		tab->u.tab.kv = kv;
-		tab->u.tab.cap = cap;
 	}
 	char *key = malloc(n + 1);
 	if (key == NULL)
@@ -179,12 +180,11 @@ int tomli_tab_add(struct toml_value *tab, const char *k, size_t n, struct tomli_
 int tomli_arr_push(struct toml_value *a, struct toml_value *v)
 {
 	if (a->u.arr.n == a->u.arr.cap) {
-		size_t cap = a->u.arr.cap ? a->u.arr.cap * 2 : 4;
-		struct toml_value **items = realloc(a->u.arr.items, cap * sizeof *items);
+		struct toml_value **items =
+			lm_grow(a->u.arr.items, &a->u.arr.cap, a->u.arr.n + 1, sizeof *items, 4);
 		if (items == NULL)
 			return LM_ENOMEM;
 		a->u.arr.items = items;
-		a->u.arr.cap = cap;
 	}
 	v->parent = a;
 	v->index = a->u.arr.n;

@@ -15,16 +15,15 @@
 #include "common/base/err.h"
 #include "common/tok/tok_internal.h"
 #include "common/tok/tok_unicode.h"
+#include "common/base/buf.h"
 
 int tok_u32v_push(struct tok_u32v *v, uint32_t x)
 {
 	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		uint32_t *p = realloc(v->p, cap * sizeof *p);
+		uint32_t *p = lm_grow(v->p, &v->cap, v->n + 1, sizeof *p, 64);
 		if (p == NULL)
 			return LM_ENOMEM;
 		v->p = p;
-		v->cap = cap;
 	}
 	v->p[v->n++] = x;
 	return 0;

@@ -31,12 +31,10 @@ struct tok_i32v {
 static int tok_i32v_push(struct tok_i32v *v, int32_t x)
 {
 	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		int32_t *p = realloc(v->p, cap * sizeof *p);
+		int32_t *p = lm_grow(v->p, &v->cap, v->n + 1, sizeof *p, 64);
 		if (p == NULL)
 			return LM_ENOMEM;
 		v->p = p;
-		v->cap = cap;
 	}
 	v->p[v->n++] = x;
 	return 0;
@@ -134,12 +132,11 @@ static bool tok_bg_before(const struct tok_bigram *a, const struct tok_bigram *b
 static int tok_heap_push(struct tok_work *w, struct tok_bigram bg)
 {
 	if (w->n_heap == w->cap_heap) {
-		size_t cap = w->cap_heap ? w->cap_heap * 2 : 256;
-		struct tok_bigram *p = realloc(w->heap, cap * sizeof *p);
+		struct tok_bigram *p =
+			lm_grow(w->heap, &w->cap_heap, w->n_heap + 1, sizeof *p, 256);
 		if (p == NULL)
 			return LM_ENOMEM;
 		w->heap = p;
-		w->cap_heap = cap;
 	}
 	size_t i = w->n_heap++;
 	while (i > 0) {
@@ -186,12 +183,11 @@ static int tok_make_symbols(struct tok_work *w)
 		if (len > w->n_buf - off)
 			len = w->n_buf - off;
 		if (w->n_sym == w->cap_sym) {
-			size_t cap = w->cap_sym ? w->cap_sym * 2 : 256;
-			struct tok_sym *p = realloc(w->sym, cap * sizeof *p);
+			struct tok_sym *p =
+				lm_grow(w->sym, &w->cap_sym, w->n_sym + 1, sizeof *p, 256);
 			if (p == NULL)
 				return LM_ENOMEM;
 			w->sym = p;
-			w->cap_sym = cap;
 		}
 		int32_t i = (int32_t)w->n_sym++;
 		off += len;
@@ -395,12 +391,10 @@ struct tok_frags {
 static int tok_frag_push(struct tok_frags *f, int32_t id, size_t off, size_t len)
 {
 	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 16;
-		struct tok_frag *p = realloc(f->p, cap * sizeof *p);
+		struct tok_frag *p = lm_grow(f->p, &f->cap, f->n + 1, sizeof *p, 16);
 		if (p == NULL)
 			return LM_ENOMEM;
 		f->p = p;
-		f->cap = cap;
 	}
 	f->p[f->n++] = (struct tok_frag){id, (uint32_t)off, (uint32_t)len};
 	return 0;
