@@ -93,6 +93,95 @@ static uint64_t read_plain(const uint8_t *p, size_t n)
 	return acc;
 }
 
+/* One weight type: the copies built, bound and measured. 0, or 1 when out of memory. */
+static int bench_type(struct lm_backend *b, const char *name, int NE0, int NE1, double mib,
+		      int huge, double secs, const float *x, float *y, float *row, int tokens)
+{
+	int t = lm_dtype_parse(name);
+	uint64_t rb = 0;
+	if (t < 0 || lm_dtype_row_bytes((uint32_t)t, NE0, &rb) < 0) {
+		fprintf(stderr, "unknown type %s\n", name);
+		return 0;
+	}
+	const size_t mat = (size_t)rb * NE1;
+	size_t copies = (size_t)(mib * 1048576.0 / (double)mat);
+	if (copies < 1)
+		copies = 1;
+	/* Huge pages need 2 MiB alignment. */
+	const size_t align = huge ? (size_t)2 << 20 : 64;
+	const size_t alloc = (mat * copies + align - 1) / align * align;
+	uint8_t *buf = aligned_alloc(align, alloc);
+	if (buf == NULL) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
+	if (huge && madvise(buf, alloc, MADV_HUGEPAGE) != 0)
+		fprintf(stderr, "madvise(MADV_HUGEPAGE) failed: 4 KiB pages\n");
+	for (int r = 0; r < NE1; r++) {
+		for (int i = 0; i < NE0; i++)
+			row[i] = rnd() * 0.05f;
+		lm_quantize_row((enum lm_dtype)t, row, buf + (size_t)r * rb, NE0);
+	}
+	for (size_t c = 1; c < copies; c++)
+		memcpy(buf + c * mat, buf, mat);
+
+	/* Each copy bound to the backend as the model loader binds a weight (the AVX-512
+	 * set rearranges quantized weights into its panels in place). */
+	struct lm_weight *ws = calloc(copies, sizeof *ws);
+	if (ws == NULL) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
+	int rc = 0;
+	for (size_t c = 0; c < copies && rc == 0; c++) {
+		ws[c] = (struct lm_weight){
+			.type = (enum lm_dtype)t, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
+		rc = lm_backend_weight_init(b, &ws[c], buf + c * mat);
+	}
+	/* Interleaved passes of a plain read and of the matmul over the same bytes; each
+	 * pass sweeps every copy (repeated to at least 2 ms), and the medians and bests
+	 * are reported: the machine is shared, so single timings swing. */
+	double rd[MAX_PASSES], mm[MAX_PASSES], mc[MAX_PASSES];
+	int passes = 0;
+	uint64_t sink = 0;
+	const double start = lm_now_s();
+	while (rc == 0 && passes < MAX_PASSES && (passes < 5 || lm_now_s() - start < secs)) {
+		double bytes = 0, t0 = lm_now_s();
+		while (lm_now_s() - t0 < 0.002 || bytes == 0) {
+			sink ^= read_plain(buf, mat * copies);
+			bytes += (double)(mat * copies);
+		}
+		rd[passes] = bytes / (lm_now_s() - t0) / 1e9;
+		bytes = 0;
+		t0 = lm_now_s();
+		const double c0 = lm_cpu_s();
+		while (rc == 0 && (lm_now_s() - t0 < 0.002 || bytes == 0)) {
+			for (size_t c = 0; c < copies && rc == 0; c++)
+				rc = b->iface->matmul(b->ctx, y, &ws[c], x, tokens);
+			bytes += (double)(mat * copies);
+		}
+		mm[passes] = bytes / (lm_now_s() - t0) / 1e9;
+		/* Per second of CPU time the threads actually got. */
+		mc[passes++] = bytes / ((lm_cpu_s() - c0) / lm_backend_cpu_threads(b)) / 1e9;
+	}
+	if (rc < 0) {
+		printf("%-5s unsupported (%d)\n", name, rc);
+	} else {
+		const double mm_med = median(mm, passes), rd_med = median(rd, passes);
+		printf("%-5s matmul %6.2f GB/s median, %6.2f best (%6.2f per CPU s)   "
+		       "read %6.2f median, %6.2f best   matmul/read %3.0f%% of medians, "
+		       "%3.0f%% of bests  (%d passes)%s\n",
+		       name, mm_med, best(mm, passes), median(mc, passes), rd_med, best(rd, passes),
+		       100 * mm_med / rd_med, 100 * best(mm, passes) / best(rd, passes), passes,
+		       (sink & 1) && y[0] != y[0] ? " nan" : "");
+	}
+	for (size_t c = 0; c < copies; c++)
+		lm_backend_weight_fini(b, &ws[c]);
+	free(ws);
+	free(buf);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 1, tokens = 1, scalar = 0, NE1 = 5632, NE0 = 2048, huge = 0;
@@ -157,81 +246,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < (size_t)tokens * NE0; i++)
 		x[i] = rnd();
 
-	for (int ti = 0; ti < n_types; ti++) {
-		int t = lm_dtype_parse(types[ti]);
-		uint64_t rb = 0;
-		if (t < 0 || lm_dtype_row_bytes((uint32_t)t, NE0, &rb) < 0) {
-			fprintf(stderr, "unknown type %s\n", types[ti]);
-			continue;
-		}
-		const size_t mat = (size_t)rb * NE1;
-		size_t copies = (size_t)(mib * 1048576.0 / (double)mat);
-		if (copies < 1)
-			copies = 1;
-		/* Huge pages need 2 MiB alignment. */
-		const size_t align = huge ? (size_t)2 << 20 : 64;
-		const size_t alloc = (mat * copies + align - 1) / align * align;
-		uint8_t *buf = aligned_alloc(align, alloc);
-		if (buf == NULL) {
-			fprintf(stderr, "out of memory\n");
+	for (int ti = 0; ti < n_types; ti++)
+		if (bench_type(&b, types[ti], NE0, NE1, mib, huge, secs, x, y, row, tokens) != 0)
 			return 1;
-		}
-		if (huge && madvise(buf, alloc, MADV_HUGEPAGE) != 0)
-			fprintf(stderr, "madvise(MADV_HUGEPAGE) failed: 4 KiB pages\n");
-		for (int r = 0; r < NE1; r++) {
-			for (int i = 0; i < NE0; i++)
-				row[i] = rnd() * 0.05f;
-			lm_quantize_row((enum lm_dtype)t, row, buf + (size_t)r * rb, NE0);
-		}
-		for (size_t c = 1; c < copies; c++)
-			memcpy(buf + c * mat, buf, mat);
-
-		/* Interleaved passes of a plain read and of the matmul over the same bytes; each
-		 * pass sweeps every copy (repeated to at least 2 ms), and the medians and bests
-		 * are reported: the machine is shared, so single timings swing. */
-		struct lm_weight w = {
-			.type = (enum lm_dtype)t, .ne0 = NE0, .ne1 = NE1, .row_bytes = rb};
-		double rd[MAX_PASSES], mm[MAX_PASSES], mc[MAX_PASSES];
-		int passes = 0, rc = 0;
-		uint64_t sink = 0;
-		const double start = lm_now_s();
-		while (rc == 0 && passes < MAX_PASSES &&
-		       (passes < 5 || lm_now_s() - start < secs)) {
-			double bytes = 0, t0 = lm_now_s();
-			while (lm_now_s() - t0 < 0.002 || bytes == 0) {
-				sink ^= read_plain(buf, mat * copies);
-				bytes += (double)(mat * copies);
-			}
-			rd[passes] = bytes / (lm_now_s() - t0) / 1e9;
-			bytes = 0;
-			t0 = lm_now_s();
-			const double c0 = lm_cpu_s();
-			while (rc == 0 && (lm_now_s() - t0 < 0.002 || bytes == 0)) {
-				for (size_t c = 0; c < copies && rc == 0; c++) {
-					w.data = buf + c * mat;
-					rc = b.iface->matmul(b.ctx, y, &w, x, tokens);
-				}
-				bytes += (double)(mat * copies);
-			}
-			mm[passes] = bytes / (lm_now_s() - t0) / 1e9;
-			/* Per second of CPU time the threads actually got. */
-			mc[passes++] =
-				bytes / ((lm_cpu_s() - c0) / lm_backend_cpu_threads(&b)) / 1e9;
-		}
-		if (rc < 0) {
-			printf("%-5s unsupported (%d)\n", types[ti], rc);
-		} else {
-			const double mm_med = median(mm, passes), rd_med = median(rd, passes);
-			printf("%-5s matmul %6.2f GB/s median, %6.2f best (%6.2f per CPU s)   "
-			       "read %6.2f median, %6.2f best   matmul/read %3.0f%% of medians, "
-			       "%3.0f%% of bests  (%d passes)%s\n",
-			       types[ti], mm_med, best(mm, passes), median(mc, passes), rd_med,
-			       best(rd, passes), 100 * mm_med / rd_med,
-			       100 * best(mm, passes) / best(rd, passes), passes,
-			       (sink & 1) && y[0] != y[0] ? " nan" : "");
-		}
-		free(buf);
-	}
 	free(x);
 	free(y);
 	free(row);

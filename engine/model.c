@@ -247,14 +247,19 @@ int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *s
 	if (m->slice.head) {
 		if ((rc = lm_model_bind(m, &m->output_norm, "output_norm.weight", e, 1, d)) != 0)
 			goto fail;
-		const char *out = m->hp.tied ? "token_embd.weight" : "output.weight";
-		/* A tied head on the first stage shares the embedding's bytes: count them once. */
-		uint64_t before = m->weight_bytes;
-		if ((rc = lm_model_bind(m, &m->output, out, e, v, d)) != 0)
+		/* A tied head on the first stage is the embedding's weight itself: a tensor is
+		 * bound once, since a backend may rearrange its bytes as it binds it. */
+		if (m->hp.tied && m->slice.embedding) {
+			m->output = m->tok_embd;
+			m->output_shared = true;
+		} else if ((rc = lm_model_bind(m, &m->output,
+					       m->hp.tied ? "token_embd.weight" : "output.weight",
+					       e, v, d)) != 0) {
 			goto fail;
-		if (m->hp.tied && m->slice.embedding)
-			m->weight_bytes = before;
+		}
 	}
+	if ((rc = gguf_seal(m->file, d)) != 0)
+		goto fail;
 	return 0;
 fail:
 	if (rc == LM_ENOTFOUND) /* a tensor the model needs is missing */
@@ -276,7 +281,8 @@ void lm_model_close(struct lm_model *m)
 		}
 	model_unbind(m, &m->tok_embd);
 	model_unbind(m, &m->output_norm);
-	model_unbind(m, &m->output);
+	if (!m->output_shared)
+		model_unbind(m, &m->output);
 	model_unbind(m, &m->rope_freqs);
 	free(m->layers);
 	gguf_close(m->file);

@@ -82,6 +82,7 @@ struct lm_model {
 	struct lm_weight tok_embd;       /* (n_embd, n_vocab); bound when slice.embedding */
 	struct lm_weight output_norm;    /* (n_embd) f32; bound when slice.head */
 	struct lm_weight output;         /* (n_embd, n_vocab); bound when slice.head */
+	bool output_shared;              /* output is tok_embd (a tied head on the first stage) */
 	struct lm_weight rope_freqs;     /* (n_rot / 2) f32 frequency factors; bound when a layer
 					  * of the slice applies them (hp.layer[].rope_factors) */
 	struct lm_layer_weights *layers; /* [slice.end - slice.begin] */

@@ -77,8 +77,12 @@ struct lm_backend_i {
 	/* Host to backend and back. Required. Blocking. */
 	int (*upload)(void *ctx, void *dst, const void *src, size_t n);
 	int (*download)(void *ctx, void *dst, const void *src, size_t n);
-	/* Makes a host (mmapped) weight usable by this backend: fills w->data (and w->priv).
-	 * Optional: NULL means w->data = host, zero copy (the CPU backend). Undone by weight_fini. */
+	/* Makes a host (mapped) weight usable by this backend: fills w->data (and w->priv).
+	 * `host` is writable and this weight's alone (the model binds each tensor once), and the
+	 * backend may rearrange its bytes in place into a layout of its own: the CPU backend's
+	 * AVX-512 set turns quantized matrices into panels (kernels/cpu/panel.c), keeping
+	 * w->data = host. Optional: NULL means w->data = host as it is. Undone by weight_fini
+	 * (which leaves rearranged bytes rearranged). */
 	int (*weight_init)(void *ctx, struct lm_weight *w, const void *host);
 	void (*weight_fini)(void *ctx, struct lm_weight *w);
 
@@ -168,10 +172,10 @@ struct lm_backend_opts {
 	int n_threads; /* CPU worker threads including the caller; <= 0 picks the online CPU count */
 	int device;    /* CUDA device ordinal */
 	int force_scalar; /* CPU: use the scalar reference kernels only (tests, `--kernels scalar`) */
-	/* CPU: also use the AMX GEMMs where the CPU has them (`--kernels amx`). They are faster at
-	 * batches of 2 or more tokens but round in another order than the one-token kernels, so a
-	 * token's result then depends on whether it shares its batch: off by default, so that
-	 * batching and the mesh's re-prefill after a fault reproduce a lone run exactly. */
+	/* CPU: use the AMX GEMMs where the CPU has them (`--kernels amx`) for batches of Q8_0,
+	 * Q4_0 and Q4_K weights. Every kernel set sums each output in the generic kernels' order,
+	 * so the results are those of the default set bit for bit; it stays opt-in until it is
+	 * measured against the default's AVX-512 panels on an AMX CPU. */
 	int allow_amx;
 };
 

@@ -1100,7 +1100,8 @@ static int gguf_add_region(gguf_file *f, void *addr, size_t len)
 }
 
 /* The file's bytes [begin, begin + len) (len a multiple of the page size; past the end of the
- * file, zeros as a mapping shows them) read into fresh anonymous memory, then made read-only.
+ * file, zeros as a mapping shows them) read into fresh anonymous memory (writable until
+ * gguf_seal).
  * The memory starts on a 2 MiB boundary and is advised for transparent huge pages: a decode
  * step streams every weight once, and with 4 KiB pages each page costs a TLB miss, which under
  * a hypervisor's nested paging is dear (decode measured 25% faster from huge pages on a 2-vCPU
@@ -1139,12 +1140,18 @@ static int gguf_read_span(gguf_file *f, uint64_t begin, size_t len, void **out, 
 		}
 		done += (size_t)n;
 	}
-	if (mprotect(p, len, PROT_READ) != 0) {
-		const int e = errno;
-		munmap(p, len);
-		return lm_fail(d, lm_err_from_errno(e), "%s: mprotect: %s", f->path, strerror(e));
-	}
 	*out = p;
+	return 0;
+}
+
+int gguf_seal(gguf_file *f, lm_diag *d)
+{
+	for (size_t i = 0; f->fd >= 0 && i < f->n_regions; i++)
+		if (mprotect(f->regions[i].addr, f->regions[i].len, PROT_READ) != 0) {
+			const int e = errno;
+			return lm_fail(d, lm_err_from_errno(e), "%s: mprotect: %s", f->path,
+				       strerror(e));
+		}
 	return 0;
 }
 
@@ -1201,7 +1208,7 @@ int gguf_map(gguf_file *f, bool (*want)(const struct gguf_tensor *t, void *arg),
 			if ((rc = gguf_read_span(f, spans[i].begin, len, &addr, d)) != 0)
 				break;
 		} else {
-			addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, f->fd,
+			addr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd,
 				    (off_t)spans[i].begin);
 			if (addr == MAP_FAILED) {
 				rc = lm_fail(d, lm_err_from_errno(errno),

@@ -162,6 +162,11 @@ const struct gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
  * data, page rounding included. */
 int gguf_map(gguf_file *f, bool (*want)(const struct gguf_tensor *t, void *arg), void *arg,
 	     bool populate, uint64_t *mapped_bytes, lm_diag *d);
+/* Mapped tensor bytes are private and writable (the file itself never changes), so that a
+ * backend may rearrange a tensor in place as it binds it (kernels/backend.h, weight_init);
+ * gguf_seal then makes every mapping read-only. In-memory files (gguf_open_mem) are left as
+ * they are. */
+int gguf_seal(gguf_file *f, lm_diag *d);
 
 /* Convenience selector for gguf_map(): tensors of layers [first, last) plus, by flag, the
  * embedding ("token_embd.*"), the head ("output_norm.*", "output.*") and everything else. */

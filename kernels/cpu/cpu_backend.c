@@ -1,7 +1,10 @@
 /* cpu_backend.c — the CPU backend object: the lm_backend_i table over the kernels of
  * kernels/cpu, a persistent thread pool, and per-backend scratch.
  *
- * Backend memory is host memory. Weights are used in place (the mmapped GGUF bytes). Matmul
+ * Backend memory is host memory. Weights are used in place (the GGUF bytes); where the kernel
+ * set has panel matmuls for a quantized type (the AVX-512 set), weight_init rearranges the
+ * bytes in place into panels (panel.c), and every matmul of that weight, one token or many,
+ * takes the panel kernel. Matmul
  * converts the batch's activations to the weight type's vec_dot type into scratch that grows
  * only when a larger batch than any before arrives, then splits the weight rows across the pool
  * in chunks taken from an atomic counter, so every weight row is read once per batch by one
@@ -122,6 +125,14 @@ static int cpu_copy(void *vctx, void *dst, const void *src, size_t n)
 	if (n > 0)
 		memmove(dst, src, n);
 	return 0;
+}
+
+/* Marks a weight whose bytes are panels (w->priv). */
+static const char cpu_panel_tag[] = "panels";
+
+static bool cpu_is_panel(const struct lm_weight *w)
+{
+	return w->priv == (const void *)cpu_panel_tag;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -264,8 +275,9 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 	uint64_t wbytes;
 	if (lm_dtype_row_bytes(w->type, (uint64_t)w->ne0, &wbytes) < 0 || wbytes != w->row_bytes)
 		return LM_EINVAL;
+	const bool panel = cpu_is_panel(w);
 	const struct cpu_gemm_ops *gops = &c->k.gemm[w->type];
-	if (gops->gemm != NULL && n >= gops->min_n) {
+	if (!panel && gops->gemm != NULL && n >= gops->min_n) {
 		const int64_t gwork = w->ne0 * w->ne1 * n;
 		return cpu_matmul_gemm(c, gops, y, w, x, n,
 				       gwork < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads);
@@ -283,7 +295,9 @@ static int cpu_matmul(void *vctx, float *y, const struct lm_weight *w, const flo
 				.y = y,
 				.n = n,
 			},
-		.mm = n == 1 && ops->mv != NULL ? ops->mv : ops->mm,
+		.mm = panel                       ? ops->pmm
+		      : n == 1 && ops->mv != NULL ? ops->mv
+						  : ops->mm,
 	};
 	const int64_t work = w->ne0 * w->ne1 * n;
 	const int nth = work < CPU_MM_MIN_PARALLEL ? 1 : c->pool.n_threads;
@@ -382,11 +396,47 @@ static int cpu_attention(void *vctx, float *out, const float *q, const struct lm
 /* ------------------------------------------------------------------------------------------ */
 /* The small ops                                                                              */
 
+/* Quantized matrices of at least one whole group of rows become panels where the kernel set
+ * reads them; everything else stays as it is. */
+static int cpu_weight_init(void *vctx, struct lm_weight *w, const void *host)
+{
+	struct cpu_ctx *c = vctx;
+	w->data = host;
+	w->priv = NULL;
+	if ((unsigned)w->type >= LM_DTYPE_COUNT || c->k.type[w->type].pmm == NULL ||
+	    !cpu_panel_type(w->type) || w->ne1 < CPU_PANEL_ROWS)
+		return 0;
+	int rc = cpu_panel_repack(w, (uint8_t *)(uintptr_t)host);
+	if (rc == 0)
+		w->priv = (void *)(uintptr_t)cpu_panel_tag;
+	return rc;
+}
+
+static void cpu_weight_fini(void *vctx, struct lm_weight *w)
+{
+	(void)vctx;
+	(void)w; /* the bytes are the caller's; nothing was allocated */
+}
+
 static int cpu_op_get_rows(void *vctx, float *y, const struct lm_weight *table, const int32_t *ids,
 			   int n)
 {
-	(void)vctx;
-	return cpu_get_rows(y, table, ids, n);
+	struct cpu_ctx *c = vctx;
+	if (!cpu_is_panel(table))
+		return cpu_get_rows(y, table, ids, n);
+	int rc = cpu_grow(&c->act, &c->act_cap, table->row_bytes);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < n; i++) {
+		if (ids[i] < 0 || ids[i] >= table->ne1)
+			return LM_ERANGE;
+		cpu_panel_row(table, ids[i], c->act);
+		rc = lm_dequantize_row(table->type, c->act, y + (size_t)i * (size_t)table->ne0,
+				       table->ne0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
 }
 
 static int cpu_op_rmsnorm(void *vctx, float *y, const float *x, const float *w, int dim, int n,
@@ -484,8 +534,8 @@ static const struct lm_backend_i cpu_iface = {
 	.mfree = cpu_mfree,
 	.upload = cpu_copy,
 	.download = cpu_copy,
-	.weight_init = NULL,
-	.weight_fini = NULL,
+	.weight_init = cpu_weight_init,
+	.weight_fini = cpu_weight_fini,
 	.get_rows = cpu_op_get_rows,
 	.matmul = cpu_matmul,
 	.rmsnorm = cpu_op_rmsnorm,
@@ -583,7 +633,8 @@ static void cpu_fill_kernels(struct cpu_kernels *k, enum cpu_level level)
 static int cpu_opts_level(const struct lm_backend_opts *opts, enum cpu_level best,
 			  enum cpu_level *level)
 {
-	/* The default stops below AMX: its GEMMs break batch invariance (see allow_amx). */
+	/* The default stops below AMX (see allow_amx): its GEMMs give the same bits as the avx512
+	 * set, but nobody has yet measured them against the avx512 panels on an AMX CPU. */
 	*level = best < CPU_AVX512 ? best : CPU_AVX512;
 	if (opts != NULL && opts->allow_amx) {
 		if (best < CPU_AMX)

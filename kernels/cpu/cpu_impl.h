@@ -9,9 +9,20 @@
  * Matmul numerics follow GGUF's reference CPU implementation: activations are first converted to
  * the weight type's "vec_dot type" (f32 for F32, f16 for F16, bf16 for BF16, Q8_0 for Q8_0 and
  * Q4_0, Q8_K for Q4_K and Q6_K), then each output is an integer (or f32) dot product per block
- * scaled by d_w * d_x. SIMD variants compute the same integer block sums as the generic ones and
- * differ only in the order of the float accumulation, and the SIMD activation quantizers are
- * bit-identical to the reference ones.
+ * scaled by d_w * d_x. The SIMD activation quantizers are bit-identical to the reference ones.
+ *
+ * The reference order. For the quantized types a block's integer sum is exact whatever computes
+ * it; what can differ is the float work that follows. The generic kernels (kernels_generic.c)
+ * take, per output, one accumulator and these steps block after block:
+ *     Q8_0: sum + (float)sumi * (dw * dx)          Q4_0: sum + ((float)sumi * dw) * dx
+ *     Q4_K: sum + ((dw * dx) * (float)sumi - (dmin * dx) * (float)summ)
+ *     Q6_K: sum + (dw * dx) * (float)sumi
+ * The avx512 set (its row kernels, kernels_avx512.c, and its panel matmul, panel_avx512.c) and
+ * the amx set's GEMMs take exactly these steps, so their outputs equal the generic kernels' bit
+ * for bit at every batch size: batch invariance by construction, and a token gives the same
+ * bits on a worker whatever the batch and whichever of these sets its CPU has. Their files are
+ * compiled with -ffp-contract=off. The avx2 set keeps float lanes of its own (it is batch
+ * invariant by having one kernel for every batch).
  */
 #ifndef LM_CPU_IMPL_H
 #define LM_CPU_IMPL_H
@@ -69,23 +80,23 @@ struct cpu_type_ops {
 	cpu_values_fn values;       /* NULL: not a V cache type */
 	/* Rows [r0, r1) of a one-token matmul (decode), where the weights stream from memory once
 	 * and nothing is reused across tokens: a kernel that keeps more of the weight stream in
-	 * flight. Its per-row results must equal mm's for n == 1 bit for bit (a sequence decodes
-	 * the same alone or in a batch that mm serves; a batch that takes the set's GEMM follows
-	 * the generic order instead, see struct cpu_gemm_ops). Optional: NULL means mm. */
+	 * flight. Its per-row results must equal mm's for n == 1 bit for bit. Optional: NULL
+	 * means mm. */
 	cpu_mm_fn mv;
+	/* Rows [r0, r1) (r0 a multiple of CPU_PANEL_ROWS) of a matmul, any token count, whose
+	 * weight is in the panel layout (panel.c: the backend rearranged it at weight_init): whole
+	 * groups from their panels, the rows after the last whole group from their GGUF bytes.
+	 * Results equal mm's bit for bit. NULL: the set keeps this type in the GGUF layout. */
+	cpu_mm_fn pmm;
 };
 
 /* The multi-token path of one weight type (optional): a GEMM that keeps the whole batch's
  * activations in its own layout and multiplies a strip of weight rows by every token before it
  * moves on, so each weight byte is loaded once per batch and each loaded weight tile serves many
- * tokens. The backend uses it for batches of at least `min_n` tokens; `mm` serves the others.
- *
- * Contract: every output is bit-identical to the generic kernel's (the same exact integer block
- * sums, scaled and summed in the same float order), so among batches that take the GEMM a
- * token's result does not depend on the batch it rides in. A single token takes the one-token
- * kernel (`mv`, or `mm` where the set has none); where that kernel sums in another order (the
- * avx512 matvec does), a token computed alone and the same token in a batch differ in rounding.
- * They agree bit for bit again once the one-token kernel follows the generic order too. */
+ * tokens. The backend uses it for batches of at least `min_n` tokens of a weight in the GGUF
+ * layout; `mm` serves the others. Contract: every output is bit-identical to the generic
+ * kernel's (the reference order above), as the set's mm must be too, so a token's result does
+ * not depend on the batch it rides in. The amx set has these. */
 typedef size_t (*cpu_gemm_act_bytes_fn)(int64_t ne0, int n);
 /* Converts tokens [t0, t1) of x ([n][ne0] f32) into the batch layout at dst (act_bytes(ne0, n)
  * bytes). t0 and t1 are multiples of `group` (or t1 == n); the padding tokens of the last group
@@ -143,9 +154,23 @@ void cpu_add_generic(float *y, const float *a, size_t len);
  * Built only on x86-64; the caller checks the CPU first. */
 void cpu_kernels_avx2_fill(struct cpu_kernels *k);
 void cpu_kernels_avx512_fill(struct cpu_kernels *k);
-/* The one-token (mv) kernels of the AVX-512 set (matvec_avx512.c), called by its fill; `gfni`:
- * the CPU has GFNI, which one Q4_0 kernel uses (tests pass false to cover the other). */
-void cpu_matvec_avx512_fill(struct cpu_kernels *k, bool gfni);
+/* The panel matmuls of the AVX-512 set (panel_avx512.c), called by its fill, and the set's row
+ * kernels they hand the rows after the last whole group to (kernels_avx512.c). */
+void cpu_panel_avx512_fill(struct cpu_kernels *k);
+void cpu_avx512_rows_q8_0(const struct cpu_mm *m, int64_t r0, int64_t r1);
+void cpu_avx512_rows_q4_0(const struct cpu_mm *m, int64_t r0, int64_t r1);
+void cpu_avx512_rows_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1);
+void cpu_avx512_rows_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1);
+
+/* --- panel.c: the panel layout of quantized weights (its comment says what it is) --- */
+#define CPU_PANEL_ROWS 16
+/* Q8_0, Q4_0, Q4_K and Q6_K have a panel layout. */
+bool cpu_panel_type(enum lm_dtype t);
+/* Rearranges w's whole groups of rows (bytes, w->ne1 rows of w->row_bytes) into panels, in
+ * place. 0, LM_EINVAL for a type without panels, LM_ENOMEM. */
+int cpu_panel_repack(const struct lm_weight *w, uint8_t *bytes);
+/* Row r of a weight in the panel layout, back in the GGUF layout (row_bytes at out). */
+void cpu_panel_row(const struct lm_weight *w, int64_t r, uint8_t *out);
 /* AMX (kernels_amx.c): the multi-token GEMMs on top of the avx512 set. The caller checks that
  * the CPU has AMX-INT8 and that the OS granted this process the tile state (cpu_backend.c). */
 void cpu_kernels_amx_fill(struct cpu_kernels *k);

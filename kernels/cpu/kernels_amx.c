@@ -733,6 +733,12 @@ static void amx_gemm_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1, void *
 void cpu_kernels_amx_fill(struct cpu_kernels *k)
 {
 	k->name = "amx";
+	/* Its GEMMs read the GGUF bytes (a full Q8_0 strip is a tile load with the row stride):
+	 * these types stay out of the avx512 set's panels, and its few-token kernels take the
+	 * batches below min_n (both sum in the generic order). Q6_K keeps the panels. */
+	k->type[LM_Q8_0].pmm = NULL;
+	k->type[LM_Q4_0].pmm = NULL;
+	k->type[LM_Q4_K].pmm = NULL;
 	k->gemm[LM_Q8_0] = (struct cpu_gemm_ops){
 		.act_bytes = amx8_act_bytes,
 		.act = amx8_act,

@@ -104,51 +104,46 @@ float cpu_vec_dot_q4_0_generic(int64_t n, const void *w, const void *x)
 
 /* Q4_K . Q8_K: x = d * sc * q - dmin * m per sub-block of 32, so a block contributes
  *     d * dx * sum_j sc_j * (q_j . x_j)  -  dmin * dx * sum_j m_j * sum(x_j)
- * and sum(x_j) comes from the activation block's bsums (two per sub-block). */
-/* The K-quant dot products sum in eight float lanes, lane l taking the integer products of
- * elements l, l + 8, l + 16, ... of each super-block, and add the lanes last: the order GGUF's
- * reference CPU implementation uses (its generic kernels, which llama.cpp's x64 build runs), so
- * these give its logits bit for bit. */
+ * and sum(x_j) comes from the activation block's bsums (two per sub-block). Both sums are exact
+ * integers; the float steps per block are one accumulator's, in this order (cpu_impl.h:
+ * every kernel set computes them so):
+ *     sum = sum + ((dw * dx) * (float)sumi - (dmin * dx) * (float)summ) */
 float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x)
 {
 	const block_q4_K *a = w;
 	const block_q8_K *b = x;
-	float lanes[8] = {0}, sum = 0;
+	float sum = 0;
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const uint8_t *q4 = a[i].qs;
 		const int8_t *q8 = b[i].qs;
-		int32_t acc[8] = {0};
-		int summ = 0;
+		int sumi = 0, summ = 0;
 		for (int j = 0; j < QK_K / 64; j++, q4 += 32, q8 += 64) {
 			uint8_t sc0, m0, sc1, m1;
 			lm_q4_K_scale_min(2 * j, a[i].scales, &sc0, &m0);
 			lm_q4_K_scale_min(2 * j + 1, a[i].scales, &sc1, &m1);
-			/* Sub-block 2j: the low nibbles of these 32 bytes; 2j + 1: the high ones. */
-			for (int k = 0; k < 32; k += 8)
-				for (int l = 0; l < 8; l++) {
-					acc[l] += sc0 * ((q4[k + l] & 0xf) * q8[k + l]);
-					acc[l] += sc1 * ((q4[k + l] >> 4) * q8[32 + k + l]);
-				}
+			int dot0 = 0, dot1 = 0;
+			for (int l = 0; l < 32; l++) {
+				dot0 += (q4[l] & 0xf) * q8[l];
+				dot1 += (q4[l] >> 4) * q8[l + 32];
+			}
+			sumi += sc0 * dot0 + sc1 * dot1;
 			summ += m0 * (b[i].bsums[4 * j] + b[i].bsums[4 * j + 1]) +
 				m1 * (b[i].bsums[4 * j + 2] + b[i].bsums[4 * j + 3]);
 		}
 		const float d = lm_f16_to_f32(a[i].d) * b[i].d;
-		for (int l = 0; l < 8; l++)
-			lanes[l] += d * (float)acc[l];
 		const float dmin = lm_f16_to_f32(a[i].dmin) * b[i].d;
-		sum -= dmin * (float)summ;
+		sum += d * sumi - dmin * summ;
 	}
-	for (int l = 0; l < 8; l++)
-		sum += lanes[l];
 	return sum;
 }
 
-/* Q6_K . Q8_K: 16 sub-blocks of 16, x = d * sc * (q - 32); lanes as above. */
+/* Q6_K . Q8_K: 16 sub-blocks of 16, x = d * sc * (q - 32); per block
+ *     sum = sum + (dw * dx) * (float)sumi,   sumi = sum_s sc_s * ((q_s - 32) . x_s) */
 float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x)
 {
 	const block_q6_K *a = w;
 	const block_q8_K *b = x;
-	float lanes[8] = {0}, sum = 0;
+	float sum = 0;
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		int8_t q[QK_K];
 		const uint8_t *ql = a[i].ql;
@@ -166,15 +161,15 @@ float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x)
 						 32);
 			}
 		}
-		int32_t acc[8] = {0};
-		for (int e = 0; e < QK_K; e++)
-			acc[e % 8] += a[i].scales[e / 16] * (q[e] * b[i].qs[e]);
-		const float d = lm_f16_to_f32(a[i].d) * b[i].d;
-		for (int l = 0; l < 8; l++)
-			lanes[l] += d * (float)acc[l];
+		int sumi = 0;
+		for (int s = 0; s < QK_K / 16; s++) {
+			int dot = 0;
+			for (int l = 0; l < 16; l++)
+				dot += q[16 * s + l] * b[i].qs[16 * s + l];
+			sumi += a[i].scales[s] * dot;
+		}
+		sum += lm_f16_to_f32(a[i].d) * b[i].d * sumi;
 	}
-	for (int l = 0; l < 8; l++)
-		sum += lanes[l];
 	return sum;
 }
 

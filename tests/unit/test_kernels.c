@@ -39,11 +39,40 @@ static bool kset_init(struct lm_backend *b, int threads, int k)
 	return true;
 }
 
-/* A weight of `type`, quantized from gaussian values. */
+/* A weight of `type`, quantized from gaussian values, and its copies bound to backends (bw): a
+ * backend may rearrange a weight's bytes at weight_init (the AVX-512 set's panels), so each
+ * backend gets its own. */
 struct tw {
 	struct lm_weight w;
 	void *bytes;
+	struct {
+		void *ctx;
+		struct lm_backend *b;
+		struct lm_weight w;
+		void *bytes;
+	} bound[4];
+	int n_bound;
 };
+
+/* t bound to b (its own copy of the bytes, made at the first call for b). */
+static const struct lm_weight *bw(struct lm_backend *b, struct tw *t)
+{
+	for (int i = 0; i < t->n_bound; i++)
+		if (t->bound[i].ctx == b->ctx)
+			return &t->bound[i].w;
+	cr_assert_lt(t->n_bound, 4);
+	const size_t size = t->w.row_bytes * (size_t)t->w.ne1;
+	void *copy = malloc(size);
+	cr_assert_not_null(copy);
+	memcpy(copy, t->bytes, size);
+	struct lm_weight w = t->w;
+	cr_assert_eq(lm_backend_weight_init(b, &w, copy), 0);
+	t->bound[t->n_bound].ctx = b->ctx;
+	t->bound[t->n_bound].b = b;
+	t->bound[t->n_bound].w = w;
+	t->bound[t->n_bound].bytes = copy;
+	return &t->bound[t->n_bound++].w;
+}
 
 static void tw_init(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1, struct test_rng *r)
 {
@@ -59,10 +88,27 @@ static void tw_init(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1, 
 	free(row);
 	t->w = (struct lm_weight){
 		.type = type, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb, .data = t->bytes};
+	t->n_bound = 0;
+}
+
+/* Unbinds t from b (before b goes: a later backend may get b's address). */
+static void tw_drop(struct tw *t, struct lm_backend *b)
+{
+	for (int i = 0; i < t->n_bound; i++)
+		if (t->bound[i].ctx == b->ctx) {
+			lm_backend_weight_fini(b, &t->bound[i].w);
+			free(t->bound[i].bytes);
+			t->bound[i] = t->bound[--t->n_bound];
+			return;
+		}
 }
 
 static void tw_fini(struct tw *t)
 {
+	for (int i = 0; i < t->n_bound; i++) {
+		lm_backend_weight_fini(t->bound[i].b, &t->bound[i].w);
+		free(t->bound[i].bytes);
+	}
 	free(t->bytes);
 }
 
@@ -143,7 +189,7 @@ Test(kernels, scalar_matmul_matches_double_reference)
 		float *y = malloc((size_t)(n * ne1) * sizeof(float));
 		double *ref = malloc((size_t)(n * ne1) * sizeof(double));
 		test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-		cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
+		cr_assert_eq(b.iface->matmul(b.ctx, y, bw(&b, &w), x, n), 0);
 		ref_matmul(ref, &w.w, x, n);
 		/* Only the float accumulation differs from the reference: f32 products and a double
 		 * sum for float types, per-block f32 scaling for the quantized ones. */
@@ -175,7 +221,7 @@ Test(kernels, matmul_quantizes_activations_first)
 	tw_init(&w, LM_Q8_0, 256, 8, &r);
 	float x[256], y[8], wr[256];
 	test_fill_gauss(&r, x, 256, 1.0f);
-	cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, 1), 0);
+	cr_assert_eq(b.iface->matmul(b.ctx, y, bw(&b, &w), x, 1), 0);
 	double ref[8];
 	ref_matmul(ref, &w.w, x, 1);
 	for (int i = 0; i < 8; i++) {
@@ -219,9 +265,10 @@ Test(kernels, batched_matmul_equals_single_calls)
 				const int n = ns[ni];
 				const bool gemm = gemm_n > 0 && n >= gemm_n;
 				struct lm_backend *single = gemm ? &ref : &b;
-				cr_assert_eq(b.iface->matmul(b.ctx, y, &w.w, x, n), 0);
+				cr_assert_eq(b.iface->matmul(b.ctx, y, bw(&b, &w), x, n), 0);
 				for (int t = 0; t < n; t++) {
-					cr_assert_eq(single->iface->matmul(single->ctx, y1, &w.w,
+					cr_assert_eq(single->iface->matmul(single->ctx, y1,
+									   bw(single, &w),
 									   x + t * ne0, 1),
 						     0);
 					cr_assert_eq(memcmp(y1, y + t * ne1,
@@ -244,7 +291,7 @@ Test(kernels, batched_matmul_equals_single_calls)
 
 /* Random bytes for the quants and sub-block scales of a weight row, with finite block scales of
  * either sign: quants the reference quantizer never writes (-128 in Q8_0, every 6-bit scale and
- * min of Q4_K) are still valid GGUF and must give the generic results. */
+ * min of Q4_K, a Q6_K scale of -128) are still valid GGUF and must give the generic results. */
 static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1,
 		       struct test_rng *r)
 {
@@ -273,6 +320,12 @@ static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne
 				blk->dmin = lm_f32_to_f16(test_rng_gauss(r) * 0.001f);
 			}
 			break;
+		case LM_Q6_K: /* every 6-bit quant and int8 scale, -128 included */
+			for (int64_t b = 0; b < ne0 / 256; b++) {
+				block_q6_K *blk = (block_q6_K *)p + b;
+				blk->d = lm_f32_to_f16(test_rng_gauss(r) * 0.001f);
+			}
+			break;
 		default:
 			cr_assert_fail("no raw weight for %s", lm_dtype_name(type));
 		}
@@ -280,30 +333,31 @@ static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne
 	t->bytes = buf;
 	t->w = (struct lm_weight){
 		.type = type, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb, .data = buf};
+	t->n_bound = 0;
 }
 
-/* The multi-token GEMMs (where a kernel set has them) against the generic kernels, bit for bit,
- * for every batch from the GEMM's smallest to 20 tokens (whole and partial groups of tokens);
- * smaller batches (the one-token kernel) within the nmse of fast_matmul_matches_scalar. Row
- * counts that end in a partial strip, odd block counts, one and two threads, quantized and raw
+/* The quantized matmuls of the avx512 and amx sets against the generic kernels, bit for bit,
+ * for every batch from 1 to 20 tokens and 64: the few-token kernels and the GEMMs (whole and
+ * partial tiles) alike compute each block's exact integer sum and then the generic kernel's
+ * float steps in its order (cpu_impl.h). The avx2 set keeps an order of its own (it is batch
+ * invariant by having one kernel for every batch; default_set_is_batch_invariant). Row counts
+ * that end in a partial strip, odd block counts, one and two threads, quantized and raw
  * weights, activations of ordinary and extreme ranges. */
-Test(kernels, gemm_equals_generic_bit_for_bit)
+Test(kernels, quantized_matmul_equals_generic_bit_for_bit)
 {
-	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K};
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20, 64};
 	struct test_rng r = {17};
 	struct lm_backend ref;
 	be_init(&ref, 1, 1);
 	for (int k = 1; k < TEST_N_KSETS; k++) {
 		for (int threads = 1; threads <= 2; threads++) {
 			struct lm_backend b;
-			if (!kset_init(&b, threads, k))
+			if (strcmp(test_ksets[k], "avx2") == 0 || !kset_init(&b, threads, k))
 				continue;
 			for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 				const enum lm_dtype type = types[ti];
-				const int min_n = lm_backend_cpu_gemm_min_n(&b, type);
-				if (min_n == 0)
-					continue;
-				const bool kq = type == LM_Q4_K;
+				const bool kq = type == LM_Q4_K || type == LM_Q6_K;
 				const int64_t shapes[][2] = {
 					{kq ? 256 : 32, 19},
 					{kq ? 768 : 224, 37},
@@ -317,14 +371,14 @@ Test(kernels, gemm_equals_generic_bit_for_bit)
 						raw_weight(&w, type, ne0, ne1, &r);
 					else
 						tw_init(&w, type, ne0, ne1, &r);
-					float *x = malloc((size_t)(20 * ne0) * sizeof(float));
-					float *y0 = malloc((size_t)(20 * ne1) * sizeof(float));
-					float *y1 = malloc((size_t)(20 * ne1) * sizeof(float));
-					test_fill_gauss(&r, x, (size_t)(20 * ne0),
+					float *x = malloc((size_t)(64 * ne0) * sizeof(float));
+					float *y0 = malloc((size_t)(64 * ne1) * sizeof(float));
+					float *y1 = malloc((size_t)(64 * ne1) * sizeof(float));
+					test_fill_gauss(&r, x, (size_t)(64 * ne0),
 							sh == 2 ? 1e3f : 1.0f);
 					/* Every third token is a weight row itself: block sums near
 					 * their largest, where the order of the float steps shows. */
-					for (int t = 0; t < 20; t += 3)
+					for (int t = 0; t < 64; t += 3)
 						cr_assert_eq(lm_dequantize_row(
 								     type,
 								     (const uint8_t *)w.bytes +
@@ -334,21 +388,14 @@ Test(kernels, gemm_equals_generic_bit_for_bit)
 							     0);
 					/* A few zero blocks: scales of 0. */
 					memset(x + 4 * ne0, 0, 32 * sizeof(float));
-					for (int n = 1; n <= 20; n++) {
-						cr_assert_eq(b.iface->matmul(b.ctx, y0, &w.w, x, n),
+					for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+						const int n = ns[ni];
+						cr_assert_eq(b.iface->matmul(b.ctx, y0, bw(&b, &w),
+									     x, n),
 							     0);
-						cr_assert_eq(
-							ref.iface->matmul(ref.ctx, y1, &w.w, x, n),
-							0);
-						if (n < min_n) {
-							const double e = test_nmse(
-								y0, y1, (size_t)(n * ne1));
-							cr_expect_leq(e, 1e-10,
-								      "%s %s n=%d: nmse %g",
-								      lm_backend_cpu_kernels(&b),
-								      lm_dtype_name(type), n, e);
-							continue;
-						}
+						cr_assert_eq(ref.iface->matmul(ref.ctx, y1,
+									       bw(&ref, &w), x, n),
+							     0);
 						for (int64_t i = 0; i < n * ne1; i++)
 							cr_assert(memcmp(&y0[i], &y1[i],
 									 sizeof(float)) == 0,
@@ -437,11 +484,14 @@ Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
 					float *y2 = malloc((size_t)(2 * ne1) * sizeof(float));
 					float *y0 = malloc((size_t)ne1 * sizeof(float));
 					test_fill_gauss(&r, x, (size_t)(2 * ne0), 1.0f);
-					cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x, 1), 0);
+					cr_assert_eq(b.iface->matmul(b.ctx, y1, bw(&b, &w), x, 1),
+						     0);
+					cr_assert_eq(batch->iface->matmul(batch->ctx, y2,
+									  bw(batch, &w), x, 2),
+						     0);
 					cr_assert_eq(
-						batch->iface->matmul(batch->ctx, y2, &w.w, x, 2),
+						ref.iface->matmul(ref.ctx, y0, bw(&ref, &w), x, 1),
 						0);
-					cr_assert_eq(ref.iface->matmul(ref.ctx, y0, &w.w, x, 1), 0);
 					cr_assert_eq(memcmp(y1, y2, (size_t)ne1 * sizeof(float)), 0,
 						     "%s %s %lldx%lld: one token differs from its "
 						     "row of a%s batch",
@@ -479,54 +529,6 @@ Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
 	lm_backend_fini(&ref);
 }
 
-#ifdef LM_CPU_HAS_AVX512
-/* The AVX-512 set has two one-token Q4_0 kernels, with GFNI and without, and the backend picks
- * one by the CPU: both, whichever this CPU would get, against the batched kernel bit for bit
- * (through the kernel table itself, since the backend offers only one of them). */
-Test(kernels, avx512_one_token_q4_0_with_and_without_gfni)
-{
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-	    !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
-		cr_skip_test("no AVX-512 VNNI on this CPU");
-	struct test_rng r = {18};
-	struct cpu_kernels k = cpu_kernels_generic;
-	cpu_kernels_avx2_fill(&k);
-	cpu_kernels_avx512_fill(&k);
-	const struct cpu_type_ops *ops = &k.type[LM_Q4_0];
-	static const int64_t ne0s[] = {32, 64, 96, 288, 544, 2048};
-	const int n_modes = __builtin_cpu_supports("gfni") ? 2 : 1;
-	for (int gfni = 0; gfni < n_modes; gfni++) {
-		cpu_matvec_avx512_fill(&k, gfni);
-		for (size_t i = 0; i < sizeof ne0s / sizeof ne0s[0]; i++) {
-			const int64_t ne0 = ne0s[i], ne1 = 7;
-			struct tw w;
-			tw_init(&w, LM_Q4_0, ne0, ne1, &r);
-			float xf[2048], y0[7], y1[7];
-			test_fill_gauss(&r, xf, (size_t)ne0, 1.0f);
-			uint8_t *x = aligned_alloc(64, (ops->act_bytes(ne0) + 63) / 64 * 64);
-			cr_assert_not_null(x);
-			ops->to_act(xf, x, ne0);
-			struct cpu_mm m = {.w = w.bytes,
-					   .row_bytes = w.w.row_bytes,
-					   .ne0 = ne0,
-					   .ne1 = ne1,
-					   .x = x,
-					   .y = y0,
-					   .n = 1};
-			ops->mm(&m, 0, ne1);
-			m.y = y1;
-			ops->mv(&m, 0, ne1);
-			cr_expect_eq(memcmp(y0, y1, sizeof y0), 0,
-				     "q4_0 %lld columns, gfni %d: one-token kernel differs",
-				     (long long)ne0, gfni);
-			free(x);
-			tw_fini(&w);
-		}
-	}
-}
-#endif
-
 /* One and two threads give identical results (each output row is computed by one thread), for
  * one token (the decode kernels) and for a batch. */
 Test(kernels, thread_counts_agree_exactly)
@@ -547,8 +549,8 @@ Test(kernels, thread_counts_agree_exactly)
 				float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
 				float *y2 = malloc((size_t)(n * ne1) * sizeof(float));
 				test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-				cr_assert_eq(b1.iface->matmul(b1.ctx, y1, &w.w, x, n), 0);
-				cr_assert_eq(b2.iface->matmul(b2.ctx, y2, &w.w, x, n), 0);
+				cr_assert_eq(b1.iface->matmul(b1.ctx, y1, bw(&b1, &w), x, n), 0);
+				cr_assert_eq(b2.iface->matmul(b2.ctx, y2, bw(&b2, &w), x, n), 0);
 				cr_expect_eq(memcmp(y1, y2, (size_t)(n * ne1) * sizeof(float)), 0,
 					     "%s %s n=%d differs between 1 and 2 threads",
 					     lm_backend_cpu_kernels(&b1), lm_dtype_name(type), n);
@@ -589,9 +591,12 @@ Test(kernels, fast_matmul_matches_scalar)
 					float *y0 = malloc((size_t)(n * ne1) * sizeof(float));
 					float *y1 = malloc((size_t)(n * ne1) * sizeof(float));
 					test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-					cr_assert_eq(fast.iface->matmul(fast.ctx, y0, &w.w, x, n),
+					cr_assert_eq(fast.iface->matmul(fast.ctx, y0, bw(&fast, &w),
+									x, n),
 						     0);
-					cr_assert_eq(ref.iface->matmul(ref.ctx, y1, &w.w, x, n), 0);
+					cr_assert_eq(
+						ref.iface->matmul(ref.ctx, y1, bw(&ref, &w), x, n),
+						0);
 					const double e = test_nmse(y0, y1, (size_t)(n * ne1));
 					worst = fmax(worst, e);
 					cr_expect_leq(e, 1e-10, "%s %s %lldx%lld n=%d: nmse %g",
@@ -683,6 +688,7 @@ static void identity_weight(struct tw *t, enum lm_dtype type, int64_t n)
 	}
 	t->bytes = buf;
 	t->w = (struct lm_weight){.type = type, .ne0 = n, .ne1 = n, .row_bytes = rb, .data = buf};
+	t->n_bound = 0;
 }
 
 Test(kernels, activation_conversion_is_bit_exact_in_every_kernel_set)
@@ -709,7 +715,7 @@ Test(kernels, activation_conversion_is_bit_exact_in_every_kernel_set)
 	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
 		struct tw w;
 		identity_weight(&w, mm_types[ti], n);
-		cr_assert_eq(ref.iface->matmul(ref.ctx, y0, &w.w, x, 3), 0);
+		cr_assert_eq(ref.iface->matmul(ref.ctx, y0, bw(&ref, &w), x, 3), 0);
 		/* The generic result is what the reference conversion says: spot-check one
 		 * value by hand (token 0, element 1 is k + 0.5 with d = 1). */
 		if (mm_types[ti] == LM_Q8_0)
@@ -720,7 +726,7 @@ Test(kernels, activation_conversion_is_bit_exact_in_every_kernel_set)
 			struct lm_backend b;
 			if (!kset_init(&b, 1, k))
 				continue;
-			cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x, 3), 0);
+			cr_assert_eq(b.iface->matmul(b.ctx, y1, bw(&b, &w), x, 3), 0);
 			for (int64_t i = 0; i < 3 * n; i++) {
 				/* Q6_K's SIMD kernels take the +32 offset back through block sums
 				 * in separate int32 lanes (as GGUF's do), so their float sums
@@ -735,6 +741,7 @@ Test(kernels, activation_conversion_is_bit_exact_in_every_kernel_set)
 					  test_ksets[k], lm_dtype_name(mm_types[ti]),
 					  (long long)(i / n), (long long)(i % n), y1[i], y0[i]);
 			}
+			tw_drop(&w, &b);
 			lm_backend_fini(&b);
 		}
 		tw_fini(&w);
@@ -886,7 +893,7 @@ Test(kernels, get_rows_dequantizes_every_type)
 		tw_init(&w, type, ne0, ne1, &r);
 		const int32_t ids[] = {9, 0, 3, 3};
 		float y[4 * 256], want[256];
-		cr_assert_eq(b.iface->get_rows(b.ctx, y, &w.w, ids, 4), 0);
+		cr_assert_eq(b.iface->get_rows(b.ctx, y, bw(&b, &w), ids, 4), 0);
 		for (int i = 0; i < 4; i++) {
 			/* Hand-decoded for Q8_0, the library's dequantizer for the rest (tested
 			 * in test_quant.c and against ggml). */
@@ -928,40 +935,51 @@ Test(kernels, memory_is_zeroed_aligned_and_copies)
 	lm_backend_fini(&b); /* harmless twice */
 }
 
-/* The default kernel set (what `layermesh run`, the workers and the benchmarks get without
- * --kernels) is batch invariant: every token of a 16-token batch, the shape of a 16-sequence
- * decode step, equals that token computed alone, bit for bit, for every weight type. This is
- * what lets the mesh batch sequences and re-prefill them after a fault without changing a
- * greedy token; the AMX GEMMs, which round otherwise, are opt-in for that reason. */
-Test(kernels, default_set_is_batch_invariant)
+/* Every kernel set is batch invariant: each token of a batch of N, for N in {1, 2, 3, 7, 16,
+ * 64} (the few-token kernels and the GEMMs, whole and partial tiles), equals that token computed
+ * alone, bit for bit, for every weight type. This is what lets the mesh batch sequences and
+ * re-prefill them after a fault without changing a greedy token, whichever kernels a worker's
+ * CPU picks (the default is the best set the CPU has). */
+Test(kernels, every_set_is_batch_invariant)
 {
+	static const int ns[] = {1, 2, 3, 7, 16, 64};
 	struct test_rng r = {23};
-	struct lm_backend b;
-	be_init(&b, 1, 0);
-	const int64_t ne0 = 512, ne1 = 96, n = 16;
-	for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
-		const enum lm_dtype type = mm_types[ti];
-		cr_assert_eq(lm_backend_cpu_gemm_min_n(&b, type), 0,
-			     "the default set %s has a GEMM for %s", lm_backend_cpu_kernels(&b),
-			     lm_dtype_name(type));
-		struct tw w;
-		tw_init(&w, type, ne0, ne1, &r);
-		float *x = malloc((size_t)(n * ne0) * sizeof(float));
-		float *yb = malloc((size_t)(n * ne1) * sizeof(float));
-		float *y1 = malloc((size_t)ne1 * sizeof(float));
-		cr_assert(x && yb && y1);
-		test_fill_gauss(&r, x, (size_t)(n * ne0), 1.0f);
-		cr_assert_eq(b.iface->matmul(b.ctx, yb, &w.w, x, (int)n), 0);
-		for (int64_t t = 0; t < n; t++) {
-			cr_assert_eq(b.iface->matmul(b.ctx, y1, &w.w, x + t * ne0, 1), 0);
-			cr_assert_eq(memcmp(y1, yb + t * ne1, (size_t)ne1 * sizeof(float)), 0,
-				     "%s, kernels %s: token %lld alone differs from its row",
-				     lm_dtype_name(type), lm_backend_cpu_kernels(&b), (long long)t);
+	const int64_t ne0 = 512, ne1 = 96, nmax = 64;
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (size_t ti = 0; ti < N_MM_TYPES; ti++) {
+			const enum lm_dtype type = mm_types[ti];
+			struct tw w;
+			tw_init(&w, type, ne0, ne1, &r);
+			float *x = malloc((size_t)(nmax * ne0) * sizeof(float));
+			float *yb = malloc((size_t)(nmax * ne1) * sizeof(float));
+			float *y1 = malloc((size_t)(nmax * ne1) * sizeof(float));
+			cr_assert(x && yb && y1);
+			test_fill_gauss(&r, x, (size_t)(nmax * ne0), 1.0f);
+			for (int64_t t = 0; t < nmax; t++)
+				cr_assert_eq(b.iface->matmul(b.ctx, y1 + t * ne1, bw(&b, &w),
+							     x + t * ne0, 1),
+					     0);
+			for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+				const int n = ns[ni];
+				cr_assert_eq(b.iface->matmul(b.ctx, yb, bw(&b, &w), x, n), 0);
+				for (int64_t t = 0; t < n; t++)
+					cr_assert_eq(
+						memcmp(y1 + t * ne1, yb + t * ne1,
+						       (size_t)ne1 * sizeof(float)),
+						0,
+						"%s, kernels %s: token %lld alone differs from "
+						"its row of a batch of %d",
+						lm_dtype_name(type), test_ksets[k], (long long)t,
+						n);
+			}
+			free(x);
+			free(yb);
+			free(y1);
+			tw_fini(&w);
 		}
-		free(x);
-		free(yb);
-		free(y1);
-		tw_fini(&w);
+		lm_backend_fini(&b);
 	}
-	lm_backend_fini(&b);
 }

@@ -1,0 +1,122 @@
+/* panel.c — the panel layout of quantized weights, which the AVX-512 set's matmul reads.
+ *
+ * A panel is the bytes of 16 consecutive weight rows (a group) rearranged so that one 64-byte
+ * vector holds the same field of all 16 rows, lane r being row r: 4 quants of each row, or each
+ * row's scales. vpdpbusd of such a vector with 4 of a token's activation quants (broadcast to
+ * every lane) adds to each lane the 4-element dot product of its own row, so a block's sum for
+ * 16 rows needs no horizontal reduction, and each weight vector serves every token of a batch.
+ *
+ * Each block of the group is stored as a record of its fields, in the order below, every field
+ * for the 16 rows in turn (lane r at r x the field's size); a record is exactly the 16 rows'
+ * blocks, so a group's panel is exactly its 16 x row_bytes and a weight is rearranged in place:
+ *     Q8_0 (34 B):  d (u16) | qs as 8 dwords, each byte + 128 (vpdpbusd's unsigned operand)
+ *     Q4_0 (18 B):  d (u16) | qs as 4 dwords (a dword holds 4 low and 4 high nibbles)
+ *     Q4_K (144 B): d and dmin (one dword) | the 12 scale bytes as 3 dwords | qs as 32 dwords
+ *     Q6_K (210 B): ql as 32 dwords | qh as 16 dwords | the 16 scales as 4 dwords | d (u16)
+ * Rows past the last whole group keep the GGUF layout, at their own offsets.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/err.h"
+#include "kernels/cpu/cpu_impl.h"
+
+/* A field of a GGUF block: `count` consecutive `size`-byte values from byte `off`. */
+struct panel_field {
+	uint16_t off;
+	uint8_t size, count;
+};
+
+struct panel_type {
+	uint16_t block; /* bytes of a GGUF block */
+	uint8_t n_fields;
+	uint8_t xor_field; /* 1 + the index of the field whose bytes are stored + 128; 0: none */
+	struct panel_field f[4];
+};
+
+static const struct panel_type *panel_type_of(enum lm_dtype t)
+{
+	static const struct panel_type q8_0 = {34, 2, 2, {{0, 2, 1}, {2, 4, 8}}};
+	static const struct panel_type q4_0 = {18, 2, 0, {{0, 2, 1}, {2, 4, 4}}};
+	static const struct panel_type q4_K = {144, 3, 0, {{0, 4, 1}, {4, 4, 3}, {16, 4, 32}}};
+	static const struct panel_type q6_K = {
+		210, 4, 0, {{0, 4, 32}, {128, 4, 16}, {192, 4, 4}, {208, 2, 1}}};
+	switch (t) {
+	case LM_Q8_0:
+		return &q8_0;
+	case LM_Q4_0:
+		return &q4_0;
+	case LM_Q4_K:
+		return &q4_K;
+	case LM_Q6_K:
+		return &q6_K;
+	default:
+		return NULL;
+	}
+}
+
+bool cpu_panel_type(enum lm_dtype t)
+{
+	return panel_type_of(t) != NULL;
+}
+
+/* Copies one block between the GGUF layout of row `lane` (at `row`) and a panel record:
+ * to_panel, or back. */
+static void panel_block(const struct panel_type *pt, uint8_t *row, uint8_t *rec, int lane,
+			bool to_panel)
+{
+	for (int i = 0; i < pt->n_fields; i++) {
+		const struct panel_field *f = &pt->f[i];
+		const bool flip = pt->xor_field == i + 1;
+		for (int k = 0; k < f->count; k++) {
+			uint8_t *g = row + f->off + (size_t)k * f->size;
+			uint8_t *p = rec + ((size_t)k * CPU_PANEL_ROWS + (size_t)lane) * f->size;
+			uint8_t v[4];
+			memcpy(v, to_panel ? g : p, f->size);
+			if (flip)
+				for (int b = 0; b < f->size; b++)
+					v[b] ^= 0x80;
+			memcpy(to_panel ? p : g, v, f->size);
+		}
+		rec += (size_t)f->count * CPU_PANEL_ROWS * f->size;
+	}
+}
+
+int cpu_panel_repack(const struct lm_weight *w, uint8_t *bytes)
+{
+	const struct panel_type *pt = panel_type_of(w->type);
+	if (pt == NULL || w->row_bytes % pt->block != 0)
+		return LM_EINVAL;
+	const size_t gbytes = CPU_PANEL_ROWS * w->row_bytes;
+	const int64_t nb = (int64_t)(w->row_bytes / pt->block);
+	uint8_t *tmp = malloc(gbytes);
+	if (tmp == NULL)
+		return LM_ENOMEM;
+	for (int64_t g = 0; g < w->ne1 / CPU_PANEL_ROWS; g++) {
+		uint8_t *grp = bytes + (size_t)g * gbytes;
+		memcpy(tmp, grp, gbytes);
+		for (int64_t b = 0; b < nb; b++)
+			for (int r = 0; r < CPU_PANEL_ROWS; r++)
+				panel_block(pt,
+					    tmp + (size_t)r * w->row_bytes + (size_t)b * pt->block,
+					    grp + (size_t)b * CPU_PANEL_ROWS * pt->block, r, true);
+	}
+	free(tmp);
+	return 0;
+}
+
+void cpu_panel_row(const struct lm_weight *w, int64_t r, uint8_t *out)
+{
+	const struct panel_type *pt = panel_type_of(w->type);
+	const uint8_t *data = w->data;
+	if (r >= w->ne1 / CPU_PANEL_ROWS * CPU_PANEL_ROWS) {
+		memcpy(out, data + (size_t)r * w->row_bytes, w->row_bytes);
+		return;
+	}
+	const uint8_t *grp = data + (size_t)(r / CPU_PANEL_ROWS) * CPU_PANEL_ROWS * w->row_bytes;
+	const int64_t nb = (int64_t)(w->row_bytes / pt->block);
+	for (int64_t b = 0; b < nb; b++)
+		panel_block(pt, out + (size_t)b * pt->block,
+			    (uint8_t *)grp + (size_t)b * CPU_PANEL_ROWS * pt->block,
+			    (int)(r % CPU_PANEL_ROWS), false);
+}
