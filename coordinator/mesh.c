@@ -205,7 +205,9 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .reserved_slots = MESH_PROBE_SLOTS,
 			       .max_seq = m->max_seq,
 			       .max_batch = m->cfg.max_batch,
-			       .max_inflight = m->n_procs,
+			       .max_inflight = m->cfg.batches_in_flight > 0
+						       ? m->cfg.batches_in_flight
+						       : m->n_procs,
 			       .prefill_chunk = m->cfg.max_batch,
 			       .n_vocab = m->hp.n_vocab,
 			       .max_logprobs = WIRE_MAX_LOGPROBS,

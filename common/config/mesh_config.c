@@ -456,7 +456,8 @@ static int mc_model(struct mc *m)
 
 static int mc_coordinator(struct mc *m)
 {
-	static const char *const keys[] = {"http", "data_in", "auth_token", "log_level", NULL};
+	static const char *const keys[] = {"http",      "data_in",           "auth_token",
+					   "log_level", "batches_in_flight", NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
 	const struct toml_value *t;
@@ -476,7 +477,9 @@ static int mc_coordinator(struct mc *m)
 			     "\"ipc:///tmp/layermesh-coordinator.data\"",
 			     &cfg->data_in)) != 0 ||
 	    (rc = mc_str(m, t, "auth_token", NULL, &cfg->auth_token)) != 0 ||
-	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0)
+	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0 ||
+	    (rc = mc_int(m, t, "batches_in_flight", 1, MESH_MAX_BATCHES_IN_FLIGHT,
+			 &cfg->batches_in_flight)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {

@@ -34,6 +34,11 @@
  *   auth_token    string             bearer token the API requires; needed when http is not on
  *                                    a loopback address
  *   log_level     "error"|"warn"|"info"|"debug"; default "info"
+ *   batches_in_flight integer        FORWARD batches travelling the ring at once, 1 to 16, the
+ *                                    decoding sequences shared among them; default one per
+ *                                    worker, so every stage has a batch to work on (fewer, larger
+ *                                    batches read each weight for more sequences at once:
+ *                                    bench/RESULTS.md measures the trade)
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -86,8 +91,10 @@
 #define MESH_MAX_SEQ_DEFAULT 4096
 /* Every worker holds one KV slot more than [model] slots: the probe slot, where smoke tests of
  * redeploys run without touching a live sequence. */
-#define MESH_PROBE_SLOTS   1
-#define MESH_MAX_SEQ_LIMIT (1 << 20)
+#define MESH_PROBE_SLOTS 1
+/* The most batches the scheduler keeps travelling (scheduler.c's SCHED_MAX_INFLIGHT). */
+#define MESH_MAX_BATCHES_IN_FLIGHT 16
+#define MESH_MAX_SEQ_LIMIT         (1 << 20)
 
 enum mesh_backend {
 	MESH_BACKEND_CPU = 0,
@@ -137,6 +144,7 @@ struct mesh_config {
 	char *data_in;
 	char *auth_token; /* NULL when none */
 	enum lm_log_level log_level;
+	int32_t batches_in_flight; /* 0: one per worker */
 
 	/* [plan] */
 	enum fence_strategy strategy;

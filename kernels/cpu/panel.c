@@ -12,8 +12,11 @@
  *     Q8_0 (34 B):  d (u16) | qs as 8 dwords, each byte + 128 (vpdpbusd's unsigned operand)
  *     Q4_0 (18 B):  d (u16) | qs as 4 dwords (a dword holds 4 low and 4 high nibbles)
  *     Q4_K (144 B): d and dmin (one dword) | the 12 scale bytes as 3 dwords | qs as 32 dwords
- *     Q6_K (210 B): ql as 32 dwords | qh as 16 dwords | the 16 scales as 4 dwords | d (u16)
- * Rows past the last whole group keep the GGUF layout, at their own offsets.
+ *     Q6_K (210 B): the 16 scales as 4 dwords | for each half h and each l = 0, 4, ..., 28 the
+ *                   dwords at ql[64h + l], ql[64h + 32 + l] and qh[32h + l], the three a
+ *                   quant's bits come from, side by side | d (u16)
+ * Rows past the last whole group keep the GGUF layout, at their own offsets. The fields are in
+ * the order the kernels read them, so a block streams from memory front to back.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,16 +34,29 @@ struct panel_type {
 	uint16_t block; /* bytes of a GGUF block */
 	uint8_t n_fields;
 	uint8_t xor_field; /* 1 + the index of the field whose bytes are stored + 128; 0: none */
-	struct panel_field f[4];
+	const struct panel_field *f;
 };
+
+/* Q6_K's quant triples: ql[64h + l], ql[64h + 32 + l], qh[32h + l]. */
+#define Q6_TRIPLE(h, l)                                      \
+	{64 * (h) + (l), 4, 1}, {64 * (h) + 32 + (l), 4, 1}, \
+	{                                                    \
+		128 + 32 * (h) + (l), 4, 1                   \
+	}
+#define Q6_HALF(h)                                                                             \
+	Q6_TRIPLE(h, 0), Q6_TRIPLE(h, 4), Q6_TRIPLE(h, 8), Q6_TRIPLE(h, 12), Q6_TRIPLE(h, 16), \
+		Q6_TRIPLE(h, 20), Q6_TRIPLE(h, 24), Q6_TRIPLE(h, 28)
 
 static const struct panel_type *panel_type_of(enum lm_dtype t)
 {
-	static const struct panel_type q8_0 = {34, 2, 2, {{0, 2, 1}, {2, 4, 8}}};
-	static const struct panel_type q4_0 = {18, 2, 0, {{0, 2, 1}, {2, 4, 4}}};
-	static const struct panel_type q4_K = {144, 3, 0, {{0, 4, 1}, {4, 4, 3}, {16, 4, 32}}};
-	static const struct panel_type q6_K = {
-		210, 4, 0, {{0, 4, 32}, {128, 4, 16}, {192, 4, 4}, {208, 2, 1}}};
+	static const struct panel_field f8[] = {{0, 2, 1}, {2, 4, 8}};
+	static const struct panel_field f4[] = {{0, 2, 1}, {2, 4, 4}};
+	static const struct panel_field fk4[] = {{0, 4, 1}, {4, 4, 3}, {16, 4, 32}};
+	static const struct panel_field fk6[] = {{192, 4, 4}, Q6_HALF(0), Q6_HALF(1), {208, 2, 1}};
+	static const struct panel_type q8_0 = {34, 2, 2, f8};
+	static const struct panel_type q4_0 = {18, 2, 0, f4};
+	static const struct panel_type q4_K = {144, 3, 0, fk4};
+	static const struct panel_type q6_K = {210, sizeof fk6 / sizeof fk6[0], 0, fk6};
 	switch (t) {
 	case LM_Q8_0:
 		return &q8_0;

@@ -42,6 +42,9 @@
 #define REC_Q4_0 (16 * 18)
 #define REC_Q4_K (16 * 144)
 #define REC_Q6_K (16 * 210)
+/* Q6_K's record: the scales (4 vectors), 16 triples of quant vectors, d (panel.c). */
+#define Q6_TRIPLES 256
+#define Q6_D       (256 + 16 * 192)
 
 /* How far ahead of the weight stream the L2 prefetches run: one core has few L1 miss buffers,
  * requests into L2 keep more misses in flight (simd_x86.h, SIMD_PF_BYTES). */
@@ -268,9 +271,10 @@ static void unpack_q6_K(const uint8_t *rec, struct kblk *u)
 	 * 0-1, 2-3, 4-5, 6-7 for the quarters). The stored quants are q + 32, unsigned. */
 	for (int h = 0; h < 2; h++)
 		for (int l = 0; l < 32; l += 4) {
-			const __m512i qa = _mm512_loadu_si512(rec + 64 * (16 * h + l / 4));
-			const __m512i qb = _mm512_loadu_si512(rec + 64 * (16 * h + 8 + l / 4));
-			const __m512i qh = _mm512_loadu_si512(rec + 2048 + 64 * (8 * h + l / 4));
+			const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * h + l / 4);
+			const __m512i qa = _mm512_loadu_si512(tr);
+			const __m512i qb = _mm512_loadu_si512(tr + 64);
+			const __m512i qh = _mm512_loadu_si512(tr + 128);
 			const int k = 32 * h + l / 4;
 			u->q[k] = _mm512_or_si512(_mm512_and_si512(qa, m4),
 						  _mm512_and_si512(_mm512_slli_epi16(qh, 4), m2));
@@ -286,13 +290,13 @@ static void unpack_q6_K(const uint8_t *rec, struct kblk *u)
 		}
 	__m512i s[4];
 	for (int k = 0; k < 4; k++)
-		s[k] = _mm512_loadu_si512(rec + 3072 + 64 * k);
+		s[k] = _mm512_loadu_si512(rec + 64 * k);
 	for (int k = 0; k < 16; k++)
 		u->sc[k] = p_sbyte(s[k / 4], k % 4);
 	for (int q = 0; q < 8; q++)
 		u->mp[q] = p_pair16(p_sbyte(s[q / 2], 2 * (q % 2)),
 				    p_sbyte(s[q / 2], 2 * (q % 2) + 1));
-	u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + 3328)));
+	u->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + Q6_D)));
 }
 
 /* Block i of a tile of NT tokens (act rows x[t]) into acc[t] (in memory between blocks). */
@@ -438,7 +442,7 @@ P_INL void dtile_q6_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t *
 	{
 		__m512i s4[4];
 		for (int k = 0; k < 4; k++)
-			s4[k] = _mm512_loadu_si512(rec + 3072 + 64 * k);
+			s4[k] = _mm512_loadu_si512(rec + 64 * k);
 		for (int k = 0; k < 16; k++)
 			sc[k] = p_sbyte(s4[k / 4], k % 4);
 		for (int q = 0; q < 8; q++)
@@ -459,11 +463,10 @@ P_INL void dtile_q6_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t *
 					ia[q][t] = _mm512_setzero_si512();
 			for (int l4 = 0; l4 < 4; l4++) {
 				const int l = 16 * lg + 4 * l4;
-				const __m512i qa = _mm512_loadu_si512(rec + 64 * (16 * h + l / 4));
-				const __m512i qb =
-					_mm512_loadu_si512(rec + 64 * (16 * h + 8 + l / 4));
-				const __m512i qh =
-					_mm512_loadu_si512(rec + 2048 + 64 * (8 * h + l / 4));
+				const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * h + l / 4);
+				const __m512i qa = _mm512_loadu_si512(tr);
+				const __m512i qb = _mm512_loadu_si512(tr + 64);
+				const __m512i qh = _mm512_loadu_si512(tr + 128);
 				const __m512i v[4] = {
 					_mm512_or_si512(
 						_mm512_and_si512(qa, m4),
@@ -491,7 +494,7 @@ P_INL void dtile_q6_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t *
 						isum[t], _mm512_mullo_epi32(
 								 ia[q][t], sc[8 * h + 2 * q + lg]));
 		}
-	const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + 3328)));
+	const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + Q6_D)));
 	for (int t = 0; t < NT; t++) {
 		const int16_t *bs = act8k_bsums(x[t], nb) + 16 * i;
 		__m512i corr = _mm512_setzero_si512();
