@@ -118,8 +118,9 @@ WORKER=$BUILD/worker/layermesh-worker
 BRUN=$BUILD/bench/bench_run
 MEMBW=$BUILD/bench/bench_membw
 UNIXB=$BUILD/bench/bench_unix
+NNGB=$BUILD/bench/bench_nng
 ORACLE=$BUILD/tests/oracle/lm_oracle
-for p in "$LM" "$WORKER" "$BRUN" "$MEMBW" "$UNIXB"; do
+for p in "$LM" "$WORKER" "$BRUN" "$MEMBW" "$UNIXB" "$NNGB"; do
 	[ -x "$p" ] || die "$p is missing: build first (ninja -C $BUILD)"
 done
 if has single && [ ! -x "$ORACLE" ]; then
@@ -261,15 +262,19 @@ unix_rows() {
 			"$(field "$l" median_us)" ;;
 		ring*) row "$1" "${2:-$(field "$l" size)}" ring4 1 "$3" hop_median_us \
 			"$(field "$l" hop_median_us)" ;;
+		nng_ring*) row "$1" "${2:-$(field "$l" size)}" nng4 1 "$3" hop_median_us \
+			"$(field "$l" hop_median_us)" ;;
 		esac
 	done <<<"$4"
 }
 
 section_unix() {
-	log "raw unix sockets: round trip and 4-process ring, 256 B, 8 KiB and 16 KiB, $REPS runs"
+	log "raw unix sockets and NNG's own push/pull: round trip and 4-process rings, 256 B, 8 KiB" \
+		"and 16 KiB, $REPS runs"
 	local out r
 	for ((r = 0; r < REPS; r++)); do
 		out=$("$UNIXB" --sizes "256 8192 16384" --iters 2000 --ring 4)
+		out+=$'\n'$("$NNGB" --sizes "256 8192 16384" --iters 2000 --ring 4)
 		echo "$out" >>"$LOG"
 		unix_rows unix "" "$r" "$out"
 	done
@@ -285,6 +290,7 @@ single_pair() {
 		--reps "$REPS" --threads "$th" --kernels "$KERNELS" --bench-warmup --bench-wait
 	srv_start membw "$MEMBW" --mib 1024 --reps "$REPS" --threads "$th" --bench-wait
 	row single "$name" layermesh "$th" 0 decode_bytes "$(field "${SRV_INFO[layermesh]}" decode_bytes)"
+	echo "$(field "${SRV_INFO[layermesh]}" kernels)" >"$TMP/kernels"
 	for ((r = 0; r < REPS; r++)); do
 		a=$(srv_rep oracle)
 		b=$(srv_rep layermesh)
@@ -351,6 +357,7 @@ mesh_up() {
 		echo "http = \"127.0.0.1:$(port)\""
 		echo "data_in = \"ipc://$dir/coord.data\""
 		echo "log_level = \"warn\""
+		[ -n "${BIF:-}" ] && echo "batches_in_flight = $BIF"
 		echo "[plan]"
 		echo "strategy = \"balanced\""
 		for i in 0 1 2; do
@@ -466,8 +473,9 @@ mesh_pair() {
 		row mesh "$name" mesh 1 "$r" recv_wait_ms_per_token "$rwait"
 		row mesh "$name" mesh 1 "$r" send_ms_per_token "$snd"
 		record_rep mesh "$name" single 1 "$r" "$(grep '^decode' <<<"$a")"
-		# The raw floor, under the same load as this repetition.
+		# The raw and NNG floors, under the same load as this repetition.
 		unix_rows mesh "$name" "$r" "$("$UNIXB" --sizes "$hidden" --iters 1000 --ring 4)"
+		unix_rows mesh "$name" "$r" "$("$NNGB" --sizes "$hidden" --iters 1000 --ring 4)"
 	done
 	srv_stop layermesh
 	[ "${KEEP_MESH:-0}" = 1 ] || mesh_down
@@ -481,6 +489,7 @@ section_mesh() {
 		KEEP_MESH=1 mesh_pair 0.85B-q8_0 "$(model_085b q8_0)" "$DECODE" 8192
 		section_batch_on_mesh
 		mesh_down
+		section_batch_one_inflight
 	else
 		mesh_pair 0.85B-q8_0 "$(model_085b q8_0)" "$DECODE" 8192
 	fi
@@ -505,18 +514,33 @@ batch_round() {
 		END { printf "%.3f %.3f\n", dec / maxms * 1000, gen / (wall_ns / 1e9) }' "${files[@]}"
 }
 
+# busy_round IMPL REP K T IDS: batch_round of K sequences, with each worker's utilisation over
+# it (its compute histogram's sum grown over the wall time) as rows.
+busy_round() {
+	local impl=$1 r=$2 c0 c1 t0 t1 out j u
+	c0=$(worker_sums)
+	t0=$(date +%s%N)
+	out=$(batch_round "$3" "$4" "$5")
+	t1=$(date +%s%N)
+	c1=$(worker_sums)
+	row batch 0.85B-q8_0 "$impl" 1 "$r" agg_tok_s "${out%% *}"
+	row batch 0.85B-q8_0 "$impl" 1 "$r" wall_tok_s "${out##* }"
+	for j in 0 1 2; do
+		u=$(awk -v a="$c0" -v b="$c1" -v j="$j" -v ns=$((t1 - t0)) 'BEGIN {
+			split(a, x, " "); split(b, y, " "); printf "%.3f", (y[6 * j + 1] - x[6 * j + 1]) / (ns / 1e9) }')
+		row batch 0.85B-q8_0 "$impl" 1 "$r" "busy_w$j" "$u"
+	done
+	echo "$out"
+}
+
 section_batch_on_mesh() {
 	local ids r one sixteen
 	log "batch: 1 and 16 concurrent sequences of $BATCH_TOKENS tokens, $REPS reps"
 	ids=$("$BRUN" --model "$(model_085b q8_0)" --bench-prefill 64 --print-prompt)
 	for ((r = 0; r < REPS; r++)); do
-		one=$(batch_round 1 "$BATCH_TOKENS" "$ids")
-		sixteen=$(batch_round 16 "$BATCH_TOKENS" "$ids")
+		one=$(busy_round seq1 "$r" 1 "$BATCH_TOKENS" "$ids")
+		sixteen=$(busy_round seq16 "$r" 16 "$BATCH_TOKENS" "$ids")
 		echo "batch rep $r: 1 seq $one | 16 seqs $sixteen (timings, wall tok/s)" >>"$LOG"
-		row batch 0.85B-q8_0 seq1 1 "$r" agg_tok_s "${one%% *}"
-		row batch 0.85B-q8_0 seq1 1 "$r" wall_tok_s "${one##* }"
-		row batch 0.85B-q8_0 seq16 1 "$r" agg_tok_s "${sixteen%% *}"
-		row batch 0.85B-q8_0 seq16 1 "$r" wall_tok_s "${sixteen##* }"
 	done
 	local status j pid hwm planned
 	status=$(curl -sf "$URL/v1/status")
@@ -531,17 +555,37 @@ section_batch_on_mesh() {
 	done
 }
 
+# The same 16 sequences in one batch travelling the ring (batches_in_flight = 1), against the
+# default of one batch per worker: weight reuse against keeping every stage busy.
+section_batch_one_inflight() {
+	local ids r out
+	log "batch: 16 concurrent sequences with batches_in_flight = 1, $REPS reps"
+	ids=$("$BRUN" --model "$(model_085b q8_0)" --bench-prefill 64 --print-prompt)
+	BIF=1 mesh_up 0.85B-q8_0-bif1 "$(model_085b q8_0)"
+	for ((r = 0; r < REPS; r++)); do
+		out=$(busy_round seq16_bif1 "$r" 16 "$BATCH_TOKENS" "$ids")
+		echo "batch (1 in flight) rep $r: 16 seqs $out (timings, wall tok/s)" >>"$LOG"
+	done
+	mesh_down
+}
+
 section_batch() {
 	local f
 	f=$(model_085b q8_0)
 	mesh_up 0.85B-q8_0 "$f"
 	section_batch_on_mesh
 	mesh_down
+	section_batch_one_inflight
 }
 
 # --- run --------------------------------------------------------------------------------------
 
 CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)
+# The instruction sets the kernels choose by, as the CPU reports them.
+FLAGS=$(sed -n 's/^flags[^:]*: //p' /proc/cpuinfo | head -n 1 | tr ' ' '\n' |
+	grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx512vbmi|gfni|amx_tile|amx_int8|amx_bf16' |
+	tr '\n' ' ' | sed 's/ $//')
+CPU="$CPU [$FLAGS]"
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -561,6 +605,7 @@ log "done in $MINUTES min; load $LOAD1"
 
 LABEL=$COMMIT
 [ "$KERNELS" = auto ] || LABEL="$COMMIT, layermesh with --kernels $KERNELS"
+[ -s "$TMP/kernels" ] && LABEL="$LABEL, kernel set $(cat "$TMP/kernels")"
 SUMMARY=$("$ROOT/bench/summarize.sh" "$CSV" "$CPU" "$LABEL" "$LOAD0" "$LOAD1" "$MINUTES" \
 	"$PREFILL" "$DECODE" "$DECODE_SMALL" "$BATCH_TOKENS" "$REPS")
 echo "$SUMMARY" | tee -a "$LOG"
