@@ -142,7 +142,7 @@ static char *redeploy_body(const struct redeploy_args *a)
 	} else {
 		cJSON *list = cJSON_AddArrayToObject(req, "workers");
 		char *copy = strdup(a->workers), *save = NULL;
-		for (char *t = strtok_r(copy, ",", &save); t != NULL;
+		for (char *t = copy != NULL ? strtok_r(copy, ",", &save) : NULL; t != NULL;
 		     t = strtok_r(NULL, ",", &save))
 			cJSON_AddItemToArray(list, cJSON_CreateString(t));
 		free(copy);
@@ -188,7 +188,10 @@ static int redeploy_start(const struct redeploy_args *a)
 	       redeploy_str(o, "binary"), plan != NULL ? plan : "?");
 	free(plan);
 	if (a->dry) {
-		for (const cJSON *mv = cJSON_GetObjectItem(o, "moves")->child; mv; mv = mv->next)
+		/* The coordinator's answer is not trusted to have every field. */
+		const cJSON *moves = cJSON_GetObjectItem(o, "moves");
+		for (const cJSON *mv = cJSON_IsArray(moves) ? moves->child : NULL; mv;
+		     mv = mv->next)
 			printf("  %s: %s -> %s\n", redeploy_str(mv, "worker"),
 			       redeploy_str(mv, "from"), redeploy_str(mv, "to"));
 		cJSON_Delete(o);

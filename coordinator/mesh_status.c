@@ -64,17 +64,22 @@ cJSON *mesh_status_json(void *arg)
 	int32_t W = mesh_n_workers(m);
 	const struct fence_plan *plan = mesh_plan(m);
 	/* Every worker's own view, asked in parallel before anything is built. */
+	/* A worker a redeploy moved serves at its alternate address: ask where it is now. */
 	const char **addrs = calloc((size_t)W + 1, sizeof *addrs);
+	struct mesh_addrs *cur = calloc((size_t)W + 1, sizeof *cur);
 	struct probe_result *probes = calloc((size_t)W + 1, sizeof *probes);
 	struct mesh_worker_view *views = calloc((size_t)W + 1, sizeof *views);
-	if (addrs == NULL || probes == NULL || views == NULL) {
+	if (addrs == NULL || cur == NULL || probes == NULL || views == NULL) {
 		free(addrs);
+		free(cur);
 		free(probes);
 		free(views);
 		return NULL;
 	}
-	for (int32_t i = 0; i < W; i++)
-		addrs[i] = mesh_worker_cfg(m, i)->http;
+	for (int32_t i = 0; i < W; i++) {
+		mesh_worker_addrs(m, i, &cur[i]);
+		addrs[i] = cur[i].http;
+	}
 	probe_status_all(addrs, W, MESH_STATUS_PROBE_MS, probes);
 	free(addrs);
 	cJSON *o = cJSON_CreateObject();
@@ -99,7 +104,7 @@ cJSON *mesh_status_json(void *arg)
 		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)v->ready.rss_bytes);
 		if (v->why[0])
 			cJSON_AddStringToObject(w, "why", v->why);
-		cJSON_AddStringToObject(w, "http", mesh_worker_cfg(m, i)->http);
+		cJSON_AddStringToObject(w, "http", cur[i].http);
 		if (probes[i].status != NULL)
 			cJSON_AddItemToObject(w, "status", probes[i].status);
 		else
@@ -107,6 +112,7 @@ cJSON *mesh_status_json(void *arg)
 		cJSON_AddItemToArray(ws, w);
 	}
 	free(views);
+	free(cur);
 	free(probes);
 	struct sched *sched = mesh_sched(m);
 	if (sched != NULL)

@@ -78,6 +78,10 @@ echo "1. every worker, the same build"
 redeploy --all || fail "the redeploy failed"
 pause1=$(curl -sf "$LM_URL/v1/admin/redeploy" | jq '.max_pause_ms')
 wait_rounds 1
+# Every worker now serves at its alternate address: /v1/status asks it there.
+st=$(curl -sf "$LM_URL/v1/status")
+[ "$(jq '[.workers[] | select(.status_error != null)] | length' <<<"$st")" = 0 ] ||
+	fail "/v1/status cannot reach a moved worker: $(jq -c '[.workers[] | {name, http, status_error}]' <<<"$st")"
 
 echo "2. a build that exits at start"
 printf '#!/bin/sh\necho "this build is broken" >&2\nexit 3\n' >"$dir/broken"
