@@ -17,12 +17,14 @@
  *     Q8_0: sum + (float)sumi * (dw * dx)          Q4_0: sum + ((float)sumi * dw) * dx
  *     Q4_K: sum + ((dw * dx) * (float)sumi - (dmin * dx) * (float)summ)
  *     Q6_K: sum + (dw * dx) * (float)sumi
- * The avx512 set (its row kernels, kernels_avx512.c, and its panel matmul, panel_avx512.c) and
- * the amx set's GEMMs take exactly these steps, so their outputs equal the generic kernels' bit
- * for bit at every batch size: batch invariance by construction, and a token gives the same
- * bits on a worker whatever the batch and whichever of these sets its CPU has. Their files are
- * compiled with -ffp-contract=off. The avx2 set keeps float lanes of its own (it is batch
- * invariant by having one kernel for every batch).
+ * The avx512 set (its row kernels, kernels_avx512.c, and its panel matmul, panel_avx512.c), the
+ * avx2 set's panel matmul (panel_avx2.c, with panel.c's reference loops for the rows after the
+ * last whole group) and the amx set's GEMMs take exactly these steps, so on a bound weight their
+ * outputs equal the generic kernels' bit for bit at every batch size: batch invariance by
+ * construction, and a token gives the same bits whichever of these sets a worker's CPU has.
+ * Their files are compiled with -ffp-contract=off. The avx2 set's row kernels (kernels_avx2.c:
+ * weights never bound, fewer than 16 rows, a Q8_0 K cache) keep float lanes of their own; one
+ * kernel serves every batch there, which keeps them batch invariant too.
  */
 #ifndef LM_CPU_IMPL_H
 #define LM_CPU_IMPL_H
@@ -171,6 +173,15 @@ bool cpu_panel_type(enum lm_dtype t);
 int cpu_panel_repack(const struct lm_weight *w, uint8_t *bytes);
 /* Row r of a weight in the panel layout, back in the GGUF layout (row_bytes at out). */
 void cpu_panel_row(const struct lm_weight *w, int64_t r, uint8_t *out);
+/* Rows [r0, r1) in the reference order on the SIMD sets' activation layouts (Q8_0/Q4_0: act8,
+ * Q4_K/Q6_K: gk; simd_x86.h), plain loops: the AVX2 set's rows after a panel weight's last
+ * whole group. */
+void cpu_ref_rows_q8_0(const struct cpu_mm *m, int64_t r0, int64_t r1);
+void cpu_ref_rows_q4_0(const struct cpu_mm *m, int64_t r0, int64_t r1);
+void cpu_ref_rows_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1);
+void cpu_ref_rows_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1);
+/* The panel matmuls of the AVX2 set (panel_avx2.c), called by its fill. */
+void cpu_panel_avx2_fill(struct cpu_kernels *k);
 /* AMX (kernels_amx.c): the multi-token GEMMs on top of the avx512 set. The caller checks that
  * the CPU has AMX-INT8 and that the OS granted this process the tile state (cpu_backend.c). */
 void cpu_kernels_amx_fill(struct cpu_kernels *k);

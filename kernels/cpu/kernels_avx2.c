@@ -748,4 +748,5 @@ void cpu_kernels_avx2_fill(struct cpu_kernels *k)
 	k->silu_mul = avx2_silu_mul;
 	k->softmax_exp = avx2_softmax_exp;
 	k->add = avx2_add;
+	cpu_panel_avx2_fill(k);
 }

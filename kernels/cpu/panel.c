@@ -21,8 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/dtype.h"
 #include "common/base/err.h"
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/simd_x86.h"
 
 /* A field of a GGUF block: `count` consecutive `size`-byte values from byte `off`. */
 struct panel_field {
@@ -135,4 +137,127 @@ void cpu_panel_row(const struct lm_weight *w, int64_t r, uint8_t *out)
 		panel_block(pt, out + (size_t)b * pt->block,
 			    (uint8_t *)grp + (size_t)b * CPU_PANEL_ROWS * pt->block,
 			    (int)(r % CPU_PANEL_ROWS), false);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rows in the reference order on the SIMD sets' activation layouts (act8, gk), for the rows
+ * after a panel weight's last whole group in a set whose own row kernels sum otherwise: plain
+ * loops, the generic kernels' float steps (this file is built with -ffp-contract=off). */
+
+static void ref_rows_q8z(const struct cpu_mm *m, int64_t r0, int64_t r1, bool is_q4)
+{
+	const int64_t nb = m->ne0 / 32;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *row = m->w + (size_t)r * m->row_bytes;
+		for (int t = 0; t < m->n; t++) {
+			const int8_t *xq = (const int8_t *)(m->x + (size_t)t * m->x_stride);
+			const float *xd = act8_d(xq, nb);
+			float sum = 0;
+			for (int64_t b = 0; b < nb; b++) {
+				int sumi = 0;
+				float dw;
+				if (is_q4) {
+					const block_q4_0 *blk = (const block_q4_0 *)row + b;
+					for (int j = 0; j < 16; j++)
+						sumi += ((blk->qs[j] & 0x0f) - 8) * xq[32 * b + j] +
+							((blk->qs[j] >> 4) - 8) *
+								xq[32 * b + 16 + j];
+					dw = lm_f16_to_f32(blk->d);
+					sum = sum + ((float)sumi * dw) * xd[b];
+				} else {
+					const block_q8_0 *blk = (const block_q8_0 *)row + b;
+					for (int j = 0; j < 32; j++)
+						sumi += blk->qs[j] * xq[32 * b + j];
+					dw = lm_f16_to_f32(blk->d);
+					sum = sum + (float)sumi * (dw * xd[b]);
+				}
+			}
+			m->y[(size_t)t * (size_t)m->ne1 + (size_t)r] = sum;
+		}
+	}
+}
+
+void cpu_ref_rows_q8_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	ref_rows_q8z(m, r0, r1, false);
+}
+
+void cpu_ref_rows_q4_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	ref_rows_q8z(m, r0, r1, true);
+}
+
+/* One Q4_K block against gk activations (block i). */
+static float ref_q4_K_block(const block_q4_K *w, const uint8_t *x, int64_t i, int64_t nb)
+{
+	const int8_t *q8 = (const int8_t *)x + 256 * i;
+	const int16_t *bs32 = gk_bs32(x, nb) + 8 * i;
+	int sumi = 0, summ = 0;
+	for (int j = 0; j < 8; j++) {
+		uint8_t sc, mn;
+		lm_q4_K_scale_min(j, w->scales, &sc, &mn);
+		int dot = 0;
+		for (int l = 0; l < 32; l++) {
+			const uint8_t byte = w->qs[32 * (j / 2) + l];
+			dot += ((j % 2) ? byte >> 4 : byte & 0x0f) * q8[32 * j + l];
+		}
+		sumi += sc * dot;
+		summ += mn * bs32[j];
+	}
+	const float dx = act8k_d(x, nb)[i];
+	const float d = lm_f16_to_f32(w->d) * dx, dmin = lm_f16_to_f32(w->dmin) * dx;
+	return d * (float)sumi - dmin * (float)summ;
+}
+
+/* One Q6_K block: sumi = sum_s sc_s * ((q_s - 32) . x_s). */
+static int32_t ref_q6_K_sumi(const block_q6_K *w, const int8_t *q8)
+{
+	int sumi = 0;
+	for (int s = 0; s < 16; s++) {
+		int dot = 0;
+		for (int k = 0; k < 16; k++) {
+			const int e = 16 * s + k, h = e / 128, q = (e % 128) / 32, l = e % 32;
+			const uint8_t lo = w->ql[64 * h + 32 * (q % 2) + l];
+			const int v = ((q < 2 ? lo & 0x0f : lo >> 4) |
+				       (((w->qh[32 * h + l] >> (2 * q)) & 3) << 4)) -
+				      32;
+			dot += v * q8[e];
+		}
+		sumi += w->scales[s] * dot;
+	}
+	return sumi;
+}
+
+static void ref_rows_k(const struct cpu_mm *m, int64_t r0, int64_t r1, bool is_q6)
+{
+	const int64_t nb = m->ne0 / 256;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *row = m->w + (size_t)r * m->row_bytes;
+		for (int t = 0; t < m->n; t++) {
+			const uint8_t *x = m->x + (size_t)t * m->x_stride;
+			float sum = 0;
+			for (int64_t i = 0; i < nb; i++) {
+				if (is_q6) {
+					const block_q6_K *w = (const block_q6_K *)row + i;
+					const float d = lm_f16_to_f32(w->d) * act8k_d(x, nb)[i];
+					sum = sum + d * (float)ref_q6_K_sumi(w, (const int8_t *)x +
+											256 * i);
+				} else {
+					sum = sum +
+					      ref_q4_K_block((const block_q4_K *)row + i, x, i, nb);
+				}
+			}
+			m->y[(size_t)t * (size_t)m->ne1 + (size_t)r] = sum;
+		}
+	}
+}
+
+void cpu_ref_rows_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	ref_rows_k(m, r0, r1, false);
+}
+
+void cpu_ref_rows_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	ref_rows_k(m, r0, r1, true);
 }

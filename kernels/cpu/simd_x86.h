@@ -13,6 +13,8 @@
  *       int8_t  qs[nb][256]  the quants of quantize_row_q8_K_ref
  *       float   d[nb]
  *       int16_t bsums[nb][16]
+ *   ("gk", the panel matmuls' K-quant activations: act8k in natural order, then
+ *       int16_t bs32[nb][8]  the sums of each 32-element sub-block, which Q4_K's mins pair with)
  * A row starts on a 64-byte boundary (the backend rounds the row stride), so qs loads are
  * aligned.
  */
@@ -50,6 +52,16 @@ static inline const float *act8k_d(const void *a, int64_t nb)
 static inline const int16_t *act8k_bsums(const void *a, int64_t nb)
 {
 	return (const int16_t *)((const uint8_t *)a + nb * 260);
+}
+
+static inline size_t gk_bytes(int64_t n)
+{
+	return act8k_bytes(n) + (size_t)(n / 256) * 16;
+}
+
+static inline const int16_t *gk_bs32(const void *a, int64_t nb)
+{
+	return (const int16_t *)((const uint8_t *)a + act8k_bytes(nb * 256));
 }
 
 /* Q4_K's 12 packed bytes to 8 six-bit scales and 8 six-bit mins. Sub-blocks 0-3 keep their
@@ -219,6 +231,18 @@ SIMD_INLINE void simd_q8_K_row(const float *x, void *dst, int64_t n, const int s
 		}
 		dd[b] = 1 / iscale;
 	}
+}
+
+/* A row into the gk layout (act8k in natural order, then the 32-element sums). */
+SIMD_INLINE void simd_gk_row(const float *x, void *dst, int64_t n)
+{
+	static const int natural[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+	const int64_t nb = n / 256;
+	simd_q8_K_row(x, dst, n, natural);
+	const int16_t *bs = act8k_bsums(dst, nb);
+	int16_t *bs32 = (int16_t *)gk_bs32(dst, nb);
+	for (int64_t i = 0; i < 8 * nb; i++)
+		bs32[i] = (int16_t)(bs[2 * i] + bs[2 * i + 1]);
 }
 
 /* ------------------------------------------------------------------------------------------ */
