@@ -12,8 +12,10 @@
  */
 #include "kernels/cpu/cpu_backend.h"
 
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +54,9 @@ struct cpu_ctx {
 	size_t gemm_cap;
 	float *ones; /* [ones_n] 1.0f: the weight of an unweighted rmsnorm */
 	size_t ones_n;
+	/* Bytes of the buffers malloc returned and mfree has not taken back (their usable
+	 * sizes): what mem_info reports as used besides the scratch. */
+	_Atomic uint64_t allocated;
 };
 
 static const struct lm_backend_i cpu_iface;
@@ -100,20 +105,58 @@ static size_t cpu_scratch_held(void *vctx)
 
 static void *cpu_malloc(void *vctx, size_t bytes)
 {
-	(void)vctx;
+	struct cpu_ctx *c = vctx;
 	size_t n = cpu_round(bytes > 0 ? bytes : 1);
 	if (n < bytes)
 		return NULL;
 	void *p = aligned_alloc(CPU_ALIGN, n);
-	if (p != NULL)
+	if (p != NULL) {
 		memset(p, 0, n);
+		atomic_fetch_add(&c->allocated, malloc_usable_size(p));
+	}
 	return p;
 }
 
 static void cpu_mfree(void *vctx, void *p)
 {
-	(void)vctx;
+	struct cpu_ctx *c = vctx;
+	if (p != NULL)
+		atomic_fetch_sub(&c->allocated, malloc_usable_size(p));
 	free(p);
+}
+
+/* MemTotal and MemAvailable of /proc/meminfo, in bytes. */
+int lm_backend_cpu_query_memory(struct lm_backend_mem *m, lm_diag *d)
+{
+	memset(m, 0, sizeof *m);
+	m->kind = "host";
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (f == NULL)
+		return lm_fail(d, LM_EIO, "/proc/meminfo: cannot open it");
+	char line[256];
+	int found = 0;
+	for (int i = 0; i < 64 && fgets(line, sizeof line, f) != NULL; i++) {
+		unsigned long long kb;
+		if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+			m->total = (uint64_t)kb * 1024;
+			found |= 1;
+		} else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+			m->free = (uint64_t)kb * 1024;
+			found |= 2;
+		}
+	}
+	fclose(f);
+	if (found != 3)
+		return lm_fail(d, LM_EFORMAT, "/proc/meminfo: no MemTotal or MemAvailable");
+	return 0;
+}
+
+static int cpu_mem_info(void *vctx, struct lm_backend_mem *m)
+{
+	struct cpu_ctx *c = vctx;
+	int rc = lm_backend_cpu_query_memory(m, NULL);
+	m->used = atomic_load(&c->allocated) + cpu_scratch_held(c);
+	return rc;
 }
 
 static int cpu_copy(void *vctx, void *dst, const void *src, size_t n)
@@ -499,6 +542,8 @@ static const struct lm_backend_i cpu_iface = {
 	.scale = cpu_op_scale,
 	.copy = cpu_op_copy,
 	.sync = NULL,
+	.mem_info = cpu_mem_info,
+	.last_error = NULL,
 };
 
 enum cpu_level {
