@@ -176,7 +176,7 @@ struct lm_scratch_shape {
 	int32_t max_group;    /* query heads per KV head */
 	int32_t max_head_dim; /* elements per head */
 	int32_t max_heads;    /* query heads of the widest layer */
-	int64_t max_rows; /* the most rows of any matmul (the lm_head's vocabulary on the head) */
+	int32_t max_tensors;  /* weight tensors a stage may bind (a device's allocation rounding) */
 	enum lm_dtype k_type; /* the K cache's type */
 };
 
