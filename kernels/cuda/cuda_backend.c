@@ -44,9 +44,10 @@
 /* The most bytes of attention probabilities one launch holds: a batch is cut into chunks of
  * tokens below it (one token at least). */
 #define CUDA_ATTN_SCRATCH_CAP ((size_t)64 << 20)
-/* What cudaMalloc may round one allocation up to (its large-page granularity): the planner
- * counts it per weight tensor. */
-#define CUDA_ALLOC_ROUNDING ((uint64_t)2 << 20)
+/* What this backend rounds one allocation up to, counted per weight tensor. (The driver's own
+ * page granularity under cudaMalloc is not counted: tests/gpu/run_gpu_checks.sh prints a CUDA
+ * worker's device memory in use beside its plan, to measure it.) */
+#define CUDA_ALLOC_ROUNDING ((uint64_t)CUDA_ALIGN)
 /* How long the planner's memory query may take (a child process starting a CUDA context). */
 #define CUDA_QUERY_TIMEOUT_MS 60000
 
