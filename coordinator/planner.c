@@ -72,8 +72,7 @@ static int planner_default_mem(void *arg, const struct mesh_worker *w, struct lm
 {
 	(void)arg;
 	struct lm_backend_opts bo = {.device = w->device};
-	return lm_backend_query_memory(w->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu", &bo, m,
-				       d);
+	return lm_backend_query_memory(w->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu", &bo, m, d);
 }
 
 int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,

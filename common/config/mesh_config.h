@@ -108,9 +108,9 @@ const char *mesh_kernels_name(enum mesh_kernels k);
 
 struct mesh_worker {
 	char *name;
-	char *data;    /* data-plane PULL address */
-	char *control; /* control-plane REP address */
-	char *http;    /* health server, host:port */
+	char *data;            /* data-plane PULL address */
+	char *control;         /* control-plane REP address */
+	char *http;            /* health server, host:port */
 	uint64_t memory_limit; /* 0: a CUDA worker's device free memory (the planner asks) */
 	double speed;
 	bool pinned;                    /* layers given (pinned strategy) */

@@ -107,19 +107,18 @@ __attribute__((format(printf, 3, 4))) static int cuda_refuse(struct cuda_ctx *c,
 	return rc;
 }
 
-#define CUDA_TRY(c, call, ...)                                 \
-	do {                                                   \
-		cudaError_t e_ = (call);                       \
-		if (e_ != cudaSuccess)                         \
+#define CUDA_TRY(c, call, ...)                                  \
+	do {                                                    \
+		cudaError_t e_ = (call);                        \
+		if (e_ != cudaSuccess)                          \
 			return cuda_fail((c), e_, __VA_ARGS__); \
 	} while (0)
 
 /* Every entry point: the backend's device current on this thread, the last message cleared. */
-#define CUDA_ENTER(c)                                                     \
-	do {                                                              \
-		(c)->err[0] = '\0';                                       \
-		CUDA_TRY((c), cudaSetDevice((c)->device), "cudaSetDevice %d", \
-			 (c)->device);                                    \
+#define CUDA_ENTER(c)                                                                       \
+	do {                                                                                \
+		(c)->err[0] = '\0';                                                         \
+		CUDA_TRY((c), cudaSetDevice((c)->device), "cudaSetDevice %d", (c)->device); \
 	} while (0)
 
 static const char *cuda_last_error(void *vctx)
@@ -146,7 +145,8 @@ static int cuda_record(struct cuda_ctx *c, void *p, size_t bytes, const void *ho
 		c->allocs = a;
 		c->allocs_cap = cap;
 	}
-	c->allocs[c->n_allocs++] = (struct cuda_alloc){.p = p, .bytes = bytes, .host = host, .refs = 1};
+	c->allocs[c->n_allocs++] =
+		(struct cuda_alloc){.p = p, .bytes = bytes, .host = host, .refs = 1};
 	c->allocated += bytes;
 	return 0;
 }
@@ -352,8 +352,9 @@ static int cuda_get_rows(void *vctx, float *y, const struct lm_weight *table, co
 	CUDA_ENTER(c);
 	for (int i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= table->ne1)
-			return cuda_refuse(c, LM_ERANGE, "get_rows: id %d of row %d is not in [0, %lld)",
-					   ids[i], i, (long long)table->ne1);
+			return cuda_refuse(c, LM_ERANGE,
+					   "get_rows: id %d of row %d is not in [0, %lld)", ids[i],
+					   i, (long long)table->ne1);
 	if (n <= 0)
 		return 0;
 	int rc = cuda_grow(c, (void **)&c->dids, &c->dids_cap, (size_t)n * sizeof *ids, "ids");
@@ -372,8 +373,8 @@ static int cuda_matmul(void *vctx, float *y, const struct lm_weight *w, const fl
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
-	const enum lm_dtype vdt = (unsigned)w->type < LM_DTYPE_COUNT ? lmc_vec_dot_type(w->type)
-								      : LM_DTYPE_COUNT;
+	const enum lm_dtype vdt =
+		(unsigned)w->type < LM_DTYPE_COUNT ? lmc_vec_dot_type(w->type) : LM_DTYPE_COUNT;
 	if (vdt == LM_DTYPE_COUNT)
 		return cuda_refuse(c, LM_EUNSUPPORTED, "matmul: weights of type %s",
 				   lm_dtype_name(w->type));
@@ -406,8 +407,8 @@ static int cuda_rmsnorm(void *vctx, float *y, const float *x, const float *w, in
 	return 0;
 }
 
-static int cuda_rope(void *vctx, float *x, int n_heads, int head_dim,
-		     const struct lm_tok_loc *loc, int n, const struct lm_rope_params *rp)
+static int cuda_rope(void *vctx, float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
+		     int n, const struct lm_rope_params *rp)
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
@@ -468,19 +469,19 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 		int nt = 0, lmax = 0;
 		while (t0 + nt < n) {
 			const int32_t pos = loc[t0 + nt].pos;
-			const int32_t lo =
-				kv->window > 0 && pos - kv->window + 1 > 0 ? pos - kv->window + 1 : 0;
+			const int32_t lo = kv->window > 0 && pos - kv->window + 1 > 0
+						   ? pos - kv->window + 1
+						   : 0;
 			const int len = pos - lo + 1, m = len > lmax ? len : lmax;
-			if (nt > 0 && (size_t)(nt + 1) * (size_t)n_heads * (size_t)m *
-						      sizeof(float) >
-					      CUDA_ATTN_SCRATCH_CAP)
+			if (nt > 0 &&
+			    (size_t)(nt + 1) * (size_t)n_heads * (size_t)m * sizeof(float) >
+				    CUDA_ATTN_SCRATCH_CAP)
 				break;
 			lmax = m;
 			nt++;
 		}
 		const size_t bytes = (size_t)nt * (size_t)n_heads * (size_t)lmax * sizeof(float);
-		if ((rc = cuda_grow(c, (void **)&c->probs, &c->probs_cap, bytes, "attention")) !=
-		    0)
+		if ((rc = cuda_grow(c, (void **)&c->probs, &c->probs_cap, bytes, "attention")) != 0)
 			return rc;
 		CUDA_TRY(c,
 			 lmc_attention(c->stream, out, q, kv, c->dloc, t0, nt, n_heads, scale,
@@ -492,12 +493,12 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 	return 0;
 }
 
-#define CUDA_EW(fn, what, ...)                                                \
-	do {                                                                  \
-		struct cuda_ctx *c = vctx;                                    \
-		CUDA_ENTER(c);                                                \
+#define CUDA_EW(fn, what, ...)                                                   \
+	do {                                                                     \
+		struct cuda_ctx *c = vctx;                                       \
+		CUDA_ENTER(c);                                                   \
 		CUDA_TRY(c, fn(c->stream, __VA_ARGS__), "%s of %zu", what, len); \
-		return 0;                                                     \
+		return 0;                                                        \
 	} while (0)
 
 static int cuda_silu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
@@ -608,10 +609,12 @@ static int cuda_pick_device(int dev, lm_diag *d)
 	if (count == 0)
 		return lm_fail(d, LM_EUNAVAILABLE, "no CUDA device on this machine");
 	if (dev < 0 || dev >= count)
-		return lm_fail(d, LM_EUNAVAILABLE, "CUDA device %d: this machine has %d", dev, count);
+		return lm_fail(d, LM_EUNAVAILABLE, "CUDA device %d: this machine has %d", dev,
+			       count);
 	struct cudaDeviceProp prop;
 	if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
-		return lm_fail(d, LM_EUNAVAILABLE, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+		return lm_fail(d, LM_EUNAVAILABLE, "CUDA device %d: %s", dev,
+			       cudaGetErrorString(e));
 	/* The kernels are built for sm_90 with compute_90 PTX, which runs on 9.0 and later. */
 	if (prop.major < 9)
 		return lm_fail(d, LM_EUNAVAILABLE,
@@ -749,8 +752,8 @@ int lm_backend_cuda_query_memory(int device, struct lm_backend_mem *m, lm_diag *
 		;
 	if (got < sizeof r)
 		return lm_fail(d, LM_EDEVICE,
-			       "CUDA device %d: the memory query gave no answer within %d s", device,
-			       CUDA_QUERY_TIMEOUT_MS / 1000);
+			       "CUDA device %d: the memory query gave no answer within %d s",
+			       device, CUDA_QUERY_TIMEOUT_MS / 1000);
 	if (r.rc != 0)
 		return lm_fail(d, r.rc, "%s", r.msg);
 	m->total = r.total;

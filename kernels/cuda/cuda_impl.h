@@ -58,8 +58,8 @@ void lmc_act_carve(struct lmc_act *a, enum lm_dtype vdt, void *buf, const float 
 /* Converts x ([n][ne0] f32) into a. */
 cudaError_t lmc_act_convert(cudaStream_t s, const struct lmc_act *a, const float *x, int n);
 /* y[t][r] = W[r] . a[t]. */
-cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w, const struct lmc_act *a,
-		       float *y, int n);
+cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w, const struct lmc_act *a, float *y,
+		       int n);
 
 cudaError_t lmc_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int dim, int n,
 			float eps);
@@ -74,9 +74,9 @@ cudaError_t lmc_kv_store(cudaStream_t s, const struct lm_kv_layer *kv, const flo
 			 const float *v, const struct lm_tok_loc *loc, int n);
 /* Attention for tokens [t0, t0 + nt) of the batch, with S ([nt][n_heads][lmax] floats) as the
  * probabilities' scratch; lmax is at least every one of those tokens' span. */
-cudaError_t lmc_attention(cudaStream_t s, float *out, const float *q,
-			  const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int t0,
-			  int nt, int n_heads, float scale, float *S, int lmax);
+cudaError_t lmc_attention(cudaStream_t s, float *out, const float *q, const struct lm_kv_layer *kv,
+			  const struct lm_tok_loc *loc, int t0, int nt, int n_heads, float scale,
+			  float *S, int lmax);
 
 cudaError_t lmc_get_rows(cudaStream_t s, float *y, const struct lm_weight *table,
 			 const int32_t *ids, int n);

@@ -63,7 +63,8 @@ static void om_fail(struct om *m, const char *what, int rc)
 static float *om_put(struct om *m, const float *x, size_t n)
 {
 	float *p = m->be.iface->malloc(m->be.ctx, n * sizeof(float) + 64);
-	if (p != NULL && x != NULL && m->be.iface->upload(m->be.ctx, p, x, n * sizeof(float)) != 0) {
+	if (p != NULL && x != NULL &&
+	    m->be.iface->upload(m->be.ctx, p, x, n * sizeof(float)) != 0) {
 		m->be.iface->mfree(m->be.ctx, p);
 		return NULL;
 	}
@@ -91,8 +92,8 @@ static float *om_gauss(struct om *m, size_t n, float scale)
 
 /* ---------------------------------------------------------------------------- matmul */
 
-static const enum lm_dtype om_types[] = {LM_F32, LM_F16, LM_BF16, LM_Q8_0, LM_Q4_0, LM_Q4_K,
-					 LM_Q6_K};
+static const enum lm_dtype om_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0,
+					 LM_Q4_0, LM_Q4_K, LM_Q6_K};
 #define OM_N_TYPES (sizeof om_types / sizeof om_types[0])
 static const int om_batches[] = {1, 2, 7, 16, 64};
 #define OM_N_BATCHES 5
@@ -201,7 +202,8 @@ static void om_get_rows(struct om *m)
 		int64_t ne0[3];
 		om_widths(t, ne0);
 		char what[96];
-		snprintf(what, sizeof what, "get_rows %s %lld", lm_dtype_name(t), (long long)ne0[0]);
+		snprintf(what, sizeof what, "get_rows %s %lld", lm_dtype_name(t),
+			 (long long)ne0[0]);
 		size_t rb;
 		void *host = om_weight(m, t, ne0[0], 45, &rb);
 		struct lm_weight wr = {
@@ -240,15 +242,19 @@ static void om_rmsnorm(struct om *m)
 				char what[96];
 				snprintf(what, sizeof what, "rmsnorm %d n=%d%s, in place", dim, n,
 					 weighted ? " weighted" : "");
-				float *x = om_gauss(m, len, 2.0f), *w = om_gauss(m, (size_t)dim, 1.0f);
-				float *yr = malloc(len * sizeof(float)), *yb = malloc(len * sizeof(float));
+				float *x = om_gauss(m, len, 2.0f),
+				      *w = om_gauss(m, (size_t)dim, 1.0f);
+				float *yr = malloc(len * sizeof(float)),
+				      *yb = malloc(len * sizeof(float));
 				float *dx = om_put(m, x, len), *dw = om_put(m, w, (size_t)dim);
 				memcpy(yr, x, len * sizeof(float));
 				int rc;
-				if ((rc = m->ref.iface->rmsnorm(m->ref.ctx, yr, yr, weighted ? w : NULL,
-								dim, n, 1e-6f)) != 0 ||
-				    (rc = m->be.iface->rmsnorm(m->be.ctx, dx, dx, weighted ? dw : NULL,
-							       dim, n, 1e-6f)) != 0 ||
+				if ((rc = m->ref.iface->rmsnorm(m->ref.ctx, yr, yr,
+								weighted ? w : NULL, dim, n,
+								1e-6f)) != 0 ||
+				    (rc = m->be.iface->rmsnorm(m->be.ctx, dx, dx,
+							       weighted ? dw : NULL, dim, n,
+							       1e-6f)) != 0 ||
 				    (rc = om_get(m, yb, dx, len)) != 0)
 					om_fail(m, what, rc);
 				else {
@@ -264,8 +270,8 @@ static void om_rmsnorm(struct om *m)
 			}
 }
 
-static void om_rope_one(struct om *m, enum lm_rope_mode mode, int head_dim, int n_rot,
-			bool factors, float freq_scale, int n)
+static void om_rope_one(struct om *m, enum lm_rope_mode mode, int head_dim, int n_rot, bool factors,
+			float freq_scale, int n)
 {
 	const int heads = 4;
 	const size_t len = (size_t)n * (size_t)heads * (size_t)head_dim;
@@ -355,11 +361,14 @@ static void om_attn_one(struct om *m, const struct om_attn *c)
 	dev.v = m->be.iface->malloc(m->be.ctx, vbytes);
 	const int rows = c->history > c->n ? c->history : c->n;
 	struct lm_tok_loc *loc = malloc((size_t)rows * sizeof *loc);
-	float *k = om_gauss(m, (size_t)rows * width, 1.0f), *v = om_gauss(m, (size_t)rows * width, 1.0f);
-	float *dk = om_put(m, NULL, (size_t)rows * width), *dv = om_put(m, NULL, (size_t)rows * width);
+	float *k = om_gauss(m, (size_t)rows * width, 1.0f),
+	      *v = om_gauss(m, (size_t)rows * width, 1.0f);
+	float *dk = om_put(m, NULL, (size_t)rows * width),
+	      *dv = om_put(m, NULL, (size_t)rows * width);
 	const size_t qlen = (size_t)c->n * (size_t)c->n_heads * (size_t)c->head_dim;
 	float *q = om_gauss(m, qlen, 1.0f), *yr = malloc(qlen * sizeof(float));
-	float *yb = malloc(qlen * sizeof(float)), *dq = om_put(m, q, qlen), *dy = om_put(m, NULL, qlen);
+	float *yb = malloc(qlen * sizeof(float)), *dq = om_put(m, q, qlen),
+	      *dy = om_put(m, NULL, qlen);
 	uint8_t *kb = malloc(kbytes), *vb = malloc(vbytes);
 	int rc = 0;
 	/* History: every slot's first `history` positions, one store per slot. */
@@ -371,15 +380,16 @@ static void om_attn_one(struct om *m, const struct om_attn *c)
 		if ((rc = m->ref.iface->kv_store(m->ref.ctx, &ref, k, v, loc, c->history)) == 0 &&
 		    (rc = m->be.iface->upload(m->be.ctx, dk, k, (size_t)c->history * width * 4)) ==
 			    0 &&
-		    (rc = m->be.iface->upload(m->be.ctx, dv, v, (size_t)c->history * width * 4)) == 0)
+		    (rc = m->be.iface->upload(m->be.ctx, dv, v, (size_t)c->history * width * 4)) ==
+			    0)
 			rc = m->be.iface->kv_store(m->be.ctx, &dev, dk, dv, loc, c->history);
 	}
 	for (int t = 0; t < c->n; t++)
-		loc[t] = (struct lm_tok_loc){.slot = t % c->slots, .pos = c->history + t / c->slots};
+		loc[t] =
+			(struct lm_tok_loc){.slot = t % c->slots, .pos = c->history + t / c->slots};
 	test_fill_gauss(&m->rng, k, (size_t)c->n * width, 1.0f);
 	test_fill_gauss(&m->rng, v, (size_t)c->n * width, 1.0f);
-	if (rc != 0 ||
-	    (rc = m->ref.iface->kv_store(m->ref.ctx, &ref, k, v, loc, c->n)) != 0 ||
+	if (rc != 0 || (rc = m->ref.iface->kv_store(m->ref.ctx, &ref, k, v, loc, c->n)) != 0 ||
 	    (rc = m->ref.iface->attention(m->ref.ctx, yr, q, &ref, loc, c->n, c->n_heads,
 					  1.0f / sqrtf((float)c->head_dim))) != 0 ||
 	    (rc = m->be.iface->upload(m->be.ctx, dk, k, (size_t)c->n * width * 4)) != 0 ||
@@ -473,8 +483,8 @@ static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const 
 
 static void om_elementwise(struct om *m)
 {
-	static const char *const names[] = {"silu_mul", "gelu_mul", "add", "add_rows", "scale",
-					    "copy"};
+	static const char *const names[] = {"silu_mul", "gelu_mul", "add",
+					    "add_rows", "scale",    "copy"};
 	static const size_t lens[] = {37, 37 * 29, 37 * 2713};
 	for (int op = OM_SILU; op <= OM_COPY; op++)
 		for (int li = 0; li < 3; li++) {
@@ -486,7 +496,8 @@ static void om_elementwise(struct om *m)
 			float *yb = malloc(len * sizeof(float));
 			y[0] = -11.0f; /* the GELU's saturated ends */
 			y[len - 1] = 12.0f;
-			float *dy = om_put(m, y, len), *da = om_put(m, a, len), *dc = om_put(m, c, 37);
+			float *dy = om_put(m, y, len), *da = om_put(m, a, len),
+			      *dc = om_put(m, c, 37);
 			memcpy(yr, y, len * sizeof(float));
 			int rc;
 			if ((rc = om_ew_run(&m->ref, (enum om_ew)op, yr, a, c, len)) != 0 ||
