@@ -172,8 +172,8 @@ static cudaError_t kv_store_one(cudaStream_t s, void *cache, size_t row_bytes, i
 }
 
 static cudaError_t kv_store_typed(cudaStream_t s, enum lm_dtype ty, void *cache, size_t row_bytes,
-				  int ctx, const float *x, int width,
-				  const struct lm_tok_loc *loc, int n)
+				  int ctx, const float *x, int width, const struct lm_tok_loc *loc,
+				  int n)
 {
 	switch (ty) {
 #define KV_STORE_CASE(TY) \
@@ -204,8 +204,8 @@ extern "C" cudaError_t lmc_kv_store(cudaStream_t s, const struct lm_kv_layer *kv
 	if (n <= 0)
 		return cudaSuccess;
 	const int width = kv->n_kv_heads * kv->head_dim;
-	cudaError_t e = kv_store_typed(s, kv->k_type, kv->k, kv->k_row_bytes, kv->ctx, k, width,
-				       loc, n);
+	cudaError_t e =
+		kv_store_typed(s, kv->k_type, kv->k, kv->k_row_bytes, kv->ctx, k, width, loc, n);
 	if (e != cudaSuccess)
 		return e;
 	return kv_store_typed(s, kv->v_type, kv->v, kv->v_row_bytes, kv->ctx, v, width, loc, n);
@@ -242,8 +242,8 @@ template <int KT> __global__ void __launch_bounds__(ATT_THREADS) k_att_scores(st
 	if (jj >= len)
 		return;
 	const int j = lo + jj;
-	const uint8_t *krow = a.k + ((size_t)slot * (size_t)a.ctx + (size_t)(j % a.ctx)) *
-					    a.k_row_bytes +
+	const uint8_t *krow = a.k +
+			      ((size_t)slot * (size_t)a.ctx + (size_t)(j % a.ctx)) * a.k_row_bytes +
 			      (size_t)g * (a.k_row_bytes / (size_t)a.n_kv_heads);
 	const float sc = kvt<KT>::score(krow, att_sh, a.head_dim);
 	a.S[((size_t)tl * (size_t)a.n_heads + (size_t)h) * (size_t)a.lmax + (size_t)jj] =
@@ -298,8 +298,8 @@ template <int VT> __global__ void __launch_bounds__(ATT_THREADS) k_att_values(st
 
 template <int KT> static cudaError_t att_scores(cudaStream_t s, const struct att_args *a, int nt)
 {
-	const dim3 grid((unsigned)(nt * a->n_heads), (unsigned)((a->lmax + ATT_THREADS - 1) /
-								 ATT_THREADS));
+	const dim3 grid((unsigned)(nt * a->n_heads),
+			(unsigned)((a->lmax + ATT_THREADS - 1) / ATT_THREADS));
 	k_att_scores<KT><<<grid, ATT_THREADS, kvt<KT>::q_bytes(a->head_dim), s>>>(*a);
 	return cudaGetLastError();
 }
@@ -338,8 +338,8 @@ extern "C" cudaError_t lmc_attention(cudaStream_t s, float *out, const float *q,
 	};
 	cudaError_t e;
 	switch (kv->k_type) {
-#define ATT_K_CASE(TY)                     \
-	case TY:                           \
+#define ATT_K_CASE(TY)                         \
+	case TY:                               \
 		e = att_scores<TY>(s, &a, nt); \
 		break;
 		LMC_KV_TYPES(ATT_K_CASE)
@@ -353,8 +353,8 @@ extern "C" cudaError_t lmc_attention(cudaStream_t s, float *out, const float *q,
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
 	switch (kv->v_type) {
-#define ATT_V_CASE(TY)                     \
-	case TY:                           \
+#define ATT_V_CASE(TY)                         \
+	case TY:                               \
 		e = att_values<TY>(s, &a, nt); \
 		break;
 		LMC_KV_TYPES(ATT_V_CASE)

@@ -4,7 +4,7 @@
 
 #define EW_THREADS 256
 
-#define EW_LOOP(i, len)                                                                  \
+#define EW_LOOP(i, len)                                                           \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len); \
 	     i += (size_t)gridDim.x * blockDim.x)
 
@@ -51,10 +51,10 @@ extern "C" cudaError_t lmc_get_rows(cudaStream_t s, float *y, const struct lm_we
 	if (n <= 0)
 		return cudaSuccess;
 	const uint8_t *d = (const uint8_t *)t->data;
-#define EW_ROWS(TY)                                                                         \
-	case TY:                                                                            \
-		k_get_rows<TY><<<(unsigned)n, EW_THREADS, 0, s>>>(y, d, t->row_bytes, t->ne0, \
-								   ids);                    \
+#define EW_ROWS(TY)                                                                           \
+	case TY:                                                                              \
+		k_get_rows<TY>                                                                \
+			<<<(unsigned)n, EW_THREADS, 0, s>>>(y, d, t->row_bytes, t->ne0, ids); \
 		break;
 	switch (t->type) {
 		EW_ROWS(LM_F32)

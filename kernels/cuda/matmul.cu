@@ -280,9 +280,9 @@ static cudaError_t mmv_launch(cudaStream_t s, const struct lm_weight *w, const s
 		const uint64_t blocks = (uint64_t)w->ne1 * (uint64_t)ntiles;
 		if (blocks > 0x7fffffffu)
 			return cudaErrorInvalidConfiguration;
-		k_mmv<Op, T><<<(unsigned)blocks, MMV_THREADS, 0, s>>>(
-			(const uint8_t *)w->data, w->row_bytes, units, *a, y, w->ne1, tb, tb + nn,
-			ntiles);
+		k_mmv<Op, T><<<(unsigned)blocks, MMV_THREADS, 0, s>>>((const uint8_t *)w->data,
+								      w->row_bytes, units, *a, y,
+								      w->ne1, tb, tb + nn, ntiles);
 		cudaError_t e = cudaGetLastError();
 		if (e != cudaSuccess)
 			return e;
@@ -292,8 +292,8 @@ static cudaError_t mmv_launch(cudaStream_t s, const struct lm_weight *w, const s
 
 /* T by the batch: the result does not depend on it, only the work per block does. */
 template <class Op>
-static cudaError_t mmv_dispatch(cudaStream_t s, const struct lm_weight *w,
-				const struct lmc_act *a, float *y, int n, int64_t units)
+static cudaError_t mmv_dispatch(cudaStream_t s, const struct lm_weight *w, const struct lmc_act *a,
+				float *y, int n, int64_t units)
 {
 	if (n == 1)
 		return mmv_launch<Op, 1>(s, w, a, y, n, units);
@@ -396,7 +396,8 @@ extern "C" void lmc_act_carve(struct lmc_act *a, enum lm_dtype vdt, void *buf, c
 		a->qs = (int8_t *)p;
 		a->d = (float *)(p + act_round(e));
 		if (vdt == LM_Q8_K)
-			a->bsums = (int32_t *)(p + act_round(e) + act_round(e / blck * sizeof(float)));
+			a->bsums =
+				(int32_t *)(p + act_round(e) + act_round(e / blck * sizeof(float)));
 	}
 }
 
@@ -416,13 +417,13 @@ extern "C" cudaError_t lmc_act_convert(cudaStream_t s, const struct lmc_act *a, 
 	case LM_Q8_0: {
 		const int64_t blocks = (int64_t)(e / LMC_QK);
 		k_act_q8_0<<<(unsigned)((blocks + 7) / 8), 256, 0, s>>>(x, a->qs, a->d, a->ne0,
-									 blocks);
+									blocks);
 		break;
 	}
 	case LM_Q8_K: {
 		const int64_t blocks = (int64_t)(e / LMC_QKK);
 		k_act_q8_K<<<(unsigned)((blocks + 7) / 8), 256, 0, s>>>(x, a->qs, a->d, a->bsums,
-									 blocks);
+									blocks);
 		break;
 	}
 	default:

@@ -34,8 +34,8 @@ __global__ void __launch_bounds__(ROPE_THREADS)
 }
 
 extern "C" cudaError_t lmc_rope(cudaStream_t s, float *x, int n_heads, int head_dim,
-				const struct lm_tok_loc *loc, int n, const struct lm_rope_params *rp,
-				float theta_scale)
+				const struct lm_tok_loc *loc, int n,
+				const struct lm_rope_params *rp, float theta_scale)
 {
 	if (n <= 0 || rp->n_rot == 0)
 		return cudaSuccess;
