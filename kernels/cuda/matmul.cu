@@ -315,9 +315,10 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 {
 	const int64_t ne0 = w->ne0;
 	switch (w->type) {
-	case LM_F32:
-		return mmv_rows_16(w) ? mmv_dispatch<op_f32<4>>(s, w, a, y, n, ne0 / 4)
-				      : mmv_dispatch<op_f32<1>>(s, w, a, y, n, ne0);
+	case LM_F32: /* the activations are x itself: their rows must be 16-byte aligned too */
+		return mmv_rows_16(w) && ((uintptr_t)a->x & 15) == 0
+			       ? mmv_dispatch<op_f32<4>>(s, w, a, y, n, ne0 / 4)
+			       : mmv_dispatch<op_f32<1>>(s, w, a, y, n, ne0);
 	case LM_F16:
 		return mmv_rows_16(w) ? mmv_dispatch<op_h16<8, false>>(s, w, a, y, n, ne0 / 8)
 				      : mmv_dispatch<op_h16<1, false>>(s, w, a, y, n, ne0);

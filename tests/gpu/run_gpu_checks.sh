@@ -22,6 +22,7 @@
 #   5 bench      bench_cuda (GEMV bandwidth of q4_K and q8_0 against a device-to-device copy),
 #                bench_run --backend cuda on synthetic 8B-shaped llamas in q4_K and q8_0 (decode
 #                tok/s after a 512-token prefill, and the prefill's tok/s)
+# Every step has its own time limit (a hung kernel fails its step, not the run).
 # Exit: 0 when every check passed, 1 when one failed, 77 when this machine has no NVIDIA GPU.
 # Logs go to $OUT (the device tool's folder) or ./gpu-out.
 #
@@ -57,6 +58,11 @@ else
 fi
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
+if [ ! -d "$carry/ref" ] || [ ! -f "$carry/models/stories260K.gguf" ]; then
+	echo "FAIL: no references in $carry: run tests/gpu/prepare_carry.sh first (on a machine" \
+		"with the llama.cpp oracle) and carry $carry"
+	exit 1
+fi
 if [ -x "$carry/bin/layermesh" ]; then
 	bin=$(cd "$carry/bin" && pwd)
 	export LD_LIBRARY_PATH="$(cd "$carry/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -79,7 +85,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 # The 8B-shaped models take a minute or two to write: start them now, on the CPU cores.
 cores=$(nproc)
 big() { # TYPE
-	"$LM" synth --out "$tmp/llama8b-$1.gguf" --dim 4096 --layers "${LM_GPU_BIG_LAYERS:-32}" \
+	timeout 400 "$LM" synth --out "$tmp/llama8b-$1.gguf" --dim 4096 --layers "${LM_GPU_BIG_LAYERS:-32}" \
 		--heads 32 --kv-heads 8 --ffn 14336 --vocab "${LM_GPU_BIG_VOCAB:-128256}" --ctx 8192 \
 		--type "$1" --seed 1 \
 		--threads $((cores > 2 ? cores / 2 : 1)) >"$out/synth-$1.log" 2>&1
@@ -91,7 +97,7 @@ pid_q8=$!
 
 # 1. The op matrix.
 t=$SECONDS
-"$OPM" --backend "$be" >"$out/op_matrix.txt" 2>&1
+timeout 240 "$OPM" --backend "$be" >"$out/op_matrix.txt" 2>&1
 rc=$?
 check matrix $((rc != 0)) "$(tail -n 1 "$out/op_matrix.txt") ($((SECONDS - t)) s)"
 grep FAIL "$out/op_matrix.txt" | head -n 20
@@ -100,20 +106,20 @@ grep FAIL "$out/op_matrix.txt" | head -n 20
 oracle_case() { # NAME MODEL
 	local name=$1 model=$2 tol r1 r2 ok=0
 	tol=$(gpu_tolerance "$name")
-	"$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 1 --backend "$be" \
+	timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 1 --backend "$be" \
 		--logits "$tmp/$name.last" >/dev/null 2>"$tmp/$name.err" ||
 		{ check "$name" 1 "layermesh run: $(tail -n 1 "$tmp/$name.err")"; return; }
 	r1=$(python3 tests/oracle/compare_logits.py last "$tmp/$name.last" "$ref/$name.last" "$tol") ||
 		ok=1
-	"$LM" run --model "$model" --prompt-ids "$(cat "$ref/$name.seq")" --temp 0 -n 1 \
+	timeout 60 "$LM" run --model "$model" --prompt-ids "$(cat "$ref/$name.seq")" --temp 0 -n 1 \
 		--backend "$be" --logits-all "$tmp/$name.all" >/dev/null 2>>"$tmp/$name.err" || ok=1
 	r2=$(python3 tests/oracle/compare_logits.py greedy "$tmp/$name.all" "$ref/$name.all" "$tol" \
 		"$(cat "$ref/$name.n_prompt")") || ok=1
 	# The same model on the CPU backend, the same ids: the GPU changes no greedy token.
 	local gpu cpu
-	gpu=$("$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --backend "$be" \
+	gpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --backend "$be" \
 		--ids 2>/dev/null)
-	cpu=$("$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids 2>/dev/null)
+	cpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids 2>/dev/null)
 	[ -n "$gpu" ] && [ "$gpu" = "$cpu" ] || { ok=1; r2="$r2; greedy ids differ from the CPU's"; }
 	check "$name" $ok "prompt logits: $r1; $r2"
 }
@@ -128,7 +134,7 @@ say "(llama.cpp comparisons: $((SECONDS - t)) s)"
 # 4. The mesh.
 t=$SECONDS
 LM_MESH_BACKEND=$be LM_BIN=$LM LM_WORKER=$WORKER LM_SHARED=$(cd "$carry" && pwd) \
-	bash tests/gpu/mesh_cuda.sh \
+	timeout 180 bash tests/gpu/mesh_cuda.sh \
 	>"$out/mesh.txt" 2>&1
 rc=$?
 check mesh $((rc != 0)) "$(tail -n 1 "$out/mesh.txt") ($((SECONDS - t)) s)"
@@ -137,7 +143,7 @@ grep -E '^(plan|device)' "$out/mesh.txt" | tee -a "$summary"
 
 # 5. The benchmark.
 t=$SECONDS
-"$BCUDA" >"$out/bench_cuda.txt" 2>&1
+timeout 180 "$BCUDA" >"$out/bench_cuda.txt" 2>&1
 rc=$?
 if [ $rc = 77 ] && [ "$be" != cuda ]; then
 	say "skip bench_cuda: $(tail -n 1 "$out/bench_cuda.txt")"
@@ -153,7 +159,7 @@ for ty in q4_K q8_0; do
 		continue
 	fi
 	t=$SECONDS
-	"$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" --bench-prefill 512 \
+	timeout 240 "$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" --bench-prefill 512 \
 		--bench-decode 128 --reps 3 --bench-warmup >"$out/bench_run-$ty.txt" 2>&1
 	rc=$?
 	pre=$(awk '/^prefill/ { for (i = 1; i <= NF; i++) if ($i ~ /^tok_s=/) print substr($i, 7) }' \
