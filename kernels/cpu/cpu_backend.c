@@ -12,12 +12,14 @@
  */
 #include "kernels/cpu/cpu_backend.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 #ifdef LM_CPU_AMX
 #include <sys/syscall.h>
@@ -125,29 +127,19 @@ static void cpu_mfree(void *vctx, void *p)
 	free(p);
 }
 
-/* MemTotal and MemAvailable of /proc/meminfo, in bytes. */
+/* The host's memory by sysinfo(2): its RAM, and free as the RAM neither used nor in buffers
+ * (the page cache counts as used). Not /proc/meminfo: the systemd units give workers only their
+ * own /proc entries (deploy/systemd, ProcSubset=pid). */
 int lm_backend_cpu_query_memory(struct lm_backend_mem *m, lm_diag *d)
 {
 	memset(m, 0, sizeof *m);
 	m->kind = "host";
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (f == NULL)
-		return lm_fail(d, LM_EIO, "/proc/meminfo: cannot open it");
-	char line[256];
-	int found = 0;
-	for (int i = 0; i < 64 && fgets(line, sizeof line, f) != NULL; i++) {
-		unsigned long long kb;
-		if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
-			m->total = (uint64_t)kb * 1024;
-			found |= 1;
-		} else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-			m->free = (uint64_t)kb * 1024;
-			found |= 2;
-		}
-	}
-	fclose(f);
-	if (found != 3)
-		return lm_fail(d, LM_EFORMAT, "/proc/meminfo: no MemTotal or MemAvailable");
+	struct sysinfo si;
+	if (sysinfo(&si) != 0)
+		return lm_fail(d, lm_err_from_errno(errno), "sysinfo: %s", strerror(errno));
+	const uint64_t unit = si.mem_unit > 0 ? si.mem_unit : 1;
+	m->total = (uint64_t)si.totalram * unit;
+	m->free = ((uint64_t)si.freeram + (uint64_t)si.bufferram) * unit;
 	return 0;
 }
 
