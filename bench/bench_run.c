@@ -17,14 +17,15 @@
  * work: attention reads the positions written, here as in llama.cpp).
  *
  * Before anything else one line describes what is measured:
- *     info threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
- * K is the CPU backend's kernel set in use (generic, avx2, avx512, amx).
+ *     info backend=B threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
+ * K is the CPU backend's kernel set in use (generic, avx2, avx512, amx), or the backend's name.
  * decode_bytes is what one decode step reads of the weights: every layer's tensors, the output
  * norm and head, and one row of the token embedding.
  *
  *   --reps R           repetitions (default 3)
  *   --threads T        CPU threads (default 1)
  *   --kernels K        auto, scalar or amx (default auto)
+ *   --backend B        cpu or cuda (default cpu); --device N: the CUDA device (default 0)
  *   --bench-warmup     before the timed repetitions, one untimed one: prefill the N-token prompt
  *                      and decode one token
  *   --bench-wait       print "ready" once loaded and warmed up, then read one line from stdin
@@ -57,6 +58,8 @@ struct bench_opts {
 	long reps;
 	int threads;
 	struct lm_backend_opts kern; /* --kernels */
+	const char *backend;         /* --backend */
+	int device;                  /* --device */
 	bool warmup;
 	bool wait;
 	bool print_prompt;
@@ -70,6 +73,8 @@ static const char bench_usage_text[] =
 	"  --reps R            repetitions (default 3)\n"
 	"  --threads T         CPU threads (default 1)\n"
 	"  --kernels K         auto, scalar or amx (default auto)\n"
+	"  --backend B         cpu or cuda (default cpu)\n"
+	"  --device N          the CUDA device (default 0)\n"
 	"  --bench-warmup      one untimed prefill and decode step before the repetitions\n"
 	"  --bench-wait        print \"ready\", then read a line from stdin before each "
 	"repetition\n"
@@ -102,6 +107,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		{"reps", required_argument, NULL, 'r'},
 		{"threads", required_argument, NULL, 't'},
 		{"kernels", required_argument, NULL, 'k'},
+		{"backend", required_argument, NULL, 'B'},
+		{"device", required_argument, NULL, 'D'},
 		{"bench-warmup", no_argument, NULL, 'W'},
 		{"bench-wait", no_argument, NULL, 'w'},
 		{"print-prompt", no_argument, NULL, 'P'},
@@ -111,7 +118,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	long v;
 	int c;
 
-	*o = (struct bench_opts){.reps = 3, .threads = 1};
+	*o = (struct bench_opts){.reps = 3, .threads = 1, .backend = "cpu"};
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -140,6 +147,14 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		case 'k':
 			if (!lm_backend_opts_kernels(&o->kern, optarg))
 				return bench_usage_fail("--kernels must be auto, scalar or amx");
+			break;
+		case 'B':
+			o->backend = optarg;
+			break;
+		case 'D':
+			if (!bench_parse_long(optarg, 0, 255, &v))
+				return bench_usage_fail("--device expects a number in [0, 255]");
+			o->device = (int)v;
 			break;
 		case 'W':
 			o->warmup = true;
@@ -267,7 +282,9 @@ int main(int argc, char **argv)
 	lm_diag d = {{0}};
 
 	struct lm_engine_cfg ec = {.model = o.model,
+				   .backend = o.backend,
 				   .bo = {.n_threads = o.threads,
+					  .device = o.device,
 					  .force_scalar = o.kern.force_scalar,
 					  .allow_amx = o.kern.allow_amx},
 				   .populate = !o.print_prompt,
@@ -298,10 +315,13 @@ int main(int argc, char **argv)
 	for (int32_t il = 0; il < hp->n_layer; il++)
 		decode_bytes += costs[il].weight_bytes;
 	if (!o.print_prompt)
-		printf("info threads=%d kernels=%s n_layer=%d weight_bytes=%llu "
+		printf("info backend=%s threads=%d kernels=%s n_layer=%d weight_bytes=%llu "
 		       "decode_bytes=%llu\n",
-		       o.threads, lm_backend_cpu_kernels(&eng.be), hp->n_layer,
-		       (unsigned long long)model->weight_bytes, (unsigned long long)decode_bytes);
+		       o.backend, o.threads,
+		       lm_backend_cpu_kernels(&eng.be) != NULL ? lm_backend_cpu_kernels(&eng.be)
+							       : o.backend,
+		       hp->n_layer, (unsigned long long)model->weight_bytes,
+		       (unsigned long long)decode_bytes);
 	fflush(stdout);
 
 	/* The same prompt as lm_oracle's bench mode. */

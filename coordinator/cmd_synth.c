@@ -58,6 +58,8 @@ static void synth_usage(FILE *out)
 	      "  --tied            no output.weight: the head reuses token_embd.weight\n"
 	      "  --vocab-from GGUF copy every tokenizer.* key of GGUF instead of the built-in\n"
 	      "                    vocabulary; --vocab, when given, must equal its token count\n"
+	      "  --threads N       quantize rows on N threads (default 1); the file is the same\n"
+	      "                    bytes whatever N\n"
 	      "  --help            this text\n"
 	      "\n"
 	      "Weights are approximately normal with std 1/sqrt(row length) (the embedding:\n"
@@ -149,6 +151,7 @@ static const struct synth_opt synth_table[] = {
 	SO("softcap", SK_FLOAT, softcap),
 	SO("rope-llama3", SK_FLAG, rope_llama3),
 	SO("sparse", SK_FLAG, sparse),
+	SO("threads", SK_U32, threads),
 };
 #undef SO
 #define SYNTH_NOPTS (sizeof synth_table / sizeof synth_table[0])

@@ -364,6 +364,7 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 				.data = r->at->data,
 				.http = r->at->http,
 				.backend = p->cfg->backend,
+				.device = p->cfg->device,
 				.threads = p->cfg->threads,
 				.kernels = p->cfg->kernels,
 				.parent_pid = (int)getpid(),

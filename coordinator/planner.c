@@ -40,6 +40,11 @@ uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hp
 					   .allow_amx = mw->kernels == MESH_KERNELS_AMX}};
 	struct lm_scratch s;
 	lm_scratch_estimate(hp, &sc, &s);
+	/* A CUDA worker's limit is device memory: the engine's buffers (the lm_head's logits rows
+	 * among them) and the backend's scratch are there; the stage's rows, messages and traces
+	 * are host memory. */
+	if (mw->backend == MESH_BACKEND_CUDA)
+		return s.forward + s.backend;
 	return s.total;
 }
 
@@ -62,8 +67,43 @@ void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *
 	snprintf(a->next, sizeof a->next, "%s", next);
 }
 
+static int planner_default_mem(void *arg, const struct mesh_worker *w, struct lm_backend_mem *m,
+			       lm_diag *d)
+{
+	(void)arg;
+	struct lm_backend_opts bo = {.device = w->device};
+	return lm_backend_query_memory(w->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu", &bo, m, d);
+}
+
 int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,
 		 lm_diag *d)
+{
+	return planner_plan_with(cfg, plan, info, planner_default_mem, NULL, d);
+}
+
+/* Worker j's memory_limit: mesh.toml's, or a CUDA worker's free device memory. */
+static int planner_limit(const struct mesh_config *cfg, int32_t j, planner_mem_fn mem,
+			 void *mem_arg, uint64_t *limit, lm_diag *d)
+{
+	const struct mesh_worker *mw = &cfg->workers[j];
+	*limit = mw->memory_limit;
+	if (*limit != 0 || mw->backend != MESH_BACKEND_CUDA)
+		return 0;
+	struct lm_backend_mem m;
+	int rc = mem(mem_arg, mw, &m, d);
+	if (rc != 0) {
+		lm_diag_prefix(d,
+			       "worker %s (line %d) has no memory_limit, and its device's free "
+			       "memory is unknown here",
+			       mw->name, (int)mw->line);
+		return rc;
+	}
+	*limit = m.free;
+	return 0;
+}
+
+int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
+		      struct planner_info *info, planner_mem_fn mem, void *mem_arg, lm_diag *d)
 {
 	memset(plan, 0, sizeof *plan);
 	gguf_file *f = NULL;
@@ -123,9 +163,12 @@ int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct 
 	}
 	for (int32_t j = 0; j < W; j++) {
 		const struct mesh_worker *mw = &cfg->workers[j];
+		uint64_t limit;
+		if ((rc = planner_limit(cfg, j, mem, mem_arg, &limit, d)) != 0)
+			goto out;
 		workers[j] = (struct fence_worker){
 			.name = mw->name,
-			.memory_limit = mw->memory_limit,
+			.memory_limit = limit,
 			.speed = mw->speed,
 			.scratch_bytes = cfg->scratch_bytes != 0
 						 ? cfg->scratch_bytes

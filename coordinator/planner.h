@@ -20,6 +20,7 @@
 #include "common/config/mesh_config.h"
 #include "common/model/hparams.h"
 #include "common/wire/wire.h"
+#include "kernels/backend.h"
 
 /* What a plan was made from, for its header and its JSON. */
 struct planner_info {
@@ -43,9 +44,26 @@ uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hp
 			       int32_t j, int32_t max_seq);
 
 /* Plans cfg's mesh over cfg's model. On failure (LM_EINFEASIBLE with the fence's message, or a
- * model that cannot be read) the plan holds nothing. info may be NULL. */
+ * model that cannot be read) the plan holds nothing. info may be NULL.
+ *
+ * Device memory. A `cuda` worker's memory_limit is device memory; one that mesh.toml leaves out
+ * (0) becomes the free memory of its device, asked through the backend seam
+ * (lm_backend_query_memory: a child process with its own context on the device, so the figure
+ * leaves out what the worker's context will take). The worker's bytes there count its weights,
+ * its KV cache and its device scratch: the engine's activations, the lm_head's logits rows for a
+ * whole batch on the last worker ([max_batch][n_vocab] f32: the lm_head's compute buffer; the
+ * lm_head itself stays in its file type, never expanded) and the CUDA backend's own scratch
+ * bound. The asking happens here, on the coordinator's machine: workers started elsewhere
+ * (--no-spawn) on another host need memory_limit in mesh.toml. */
 int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,
 		 lm_diag *d);
+
+/* How the planner learns a device's memory: lm_backend_query_memory by default; tests give
+ * their own. Returns 0 with m filled, or an LM_E* code with the reason in d. */
+typedef int (*planner_mem_fn)(void *arg, const struct mesh_worker *w, struct lm_backend_mem *m,
+			      lm_diag *d);
+int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
+		      struct planner_info *info, planner_mem_fn mem, void *mem_arg, lm_diag *d);
 
 /* The ASSIGN of worker j of a plan: its slice, cfg's cache, wire and batch settings for `slots`
  * sequences of max_seq positions, and `next`, its successor's data address (the coordinator's

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,7 +350,66 @@ static int synth_encode_row(enum lm_dtype type, const float *src, void *dst, int
 	return 0;
 }
 
-/* Generates and writes one tensor, row by row. */
+/* Rows quantized at once: generated in order (one noise stream per tensor), quantized on
+ * several threads, written in order. */
+#define SYNTH_ROWS_AT_ONCE 64
+
+struct synth_quant_job {
+	enum lm_dtype type;
+	const float *rows;
+	uint8_t *enc;
+	int64_t ne0, n;
+	size_t row_bytes;
+	int part, parts;
+	int rc;
+};
+
+static void *synth_quant_part(void *arg)
+{
+	struct synth_quant_job *j = arg;
+	for (int64_t r = j->part; r < j->n && j->rc == 0; r += j->parts)
+		j->rc = lm_quantize_row(j->type, j->rows + r * j->ne0,
+					j->enc + (size_t)r * j->row_bytes, j->ne0);
+	return NULL;
+}
+
+/* Quantizes n rows into enc, on up to `threads` threads (a part whose thread cannot start runs
+ * on the caller). */
+static int synth_encode_rows(enum lm_dtype type, const float *rows, uint8_t *enc, int64_t ne0,
+			     int64_t n, size_t row_bytes, uint32_t threads, lm_diag *d)
+{
+	struct synth_quant_job jobs[SYNTH_ROWS_AT_ONCE];
+	pthread_t tids[SYNTH_ROWS_AT_ONCE];
+	bool started[SYNTH_ROWS_AT_ONCE] = {false};
+	const int parts = threads > (uint32_t)n ? (int)n : (int)threads;
+	for (int p = 0; p < parts; p++) {
+		jobs[p] = (struct synth_quant_job){.type = type,
+						   .rows = rows,
+						   .enc = enc,
+						   .ne0 = ne0,
+						   .n = n,
+						   .row_bytes = row_bytes,
+						   .part = p,
+						   .parts = parts};
+		started[p] =
+			p > 0 && pthread_create(&tids[p], NULL, synth_quant_part, &jobs[p]) == 0;
+	}
+	int rc = 0;
+	for (int p = 0; p < parts; p++) {
+		if (started[p])
+			pthread_join(tids[p], NULL);
+		else
+			synth_quant_part(&jobs[p]);
+		if (rc == 0)
+			rc = jobs[p].rc;
+	}
+	if (rc != 0)
+		return lm_fail(d, rc, "quantizing rows of %lld elements to %s failed",
+			       (long long)ne0, lm_dtype_name((uint32_t)type));
+	return 0;
+}
+
+/* Generates and writes one tensor, SYNTH_ROWS_AT_ONCE rows at a time. */
 static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 			      const struct synth_tensor *t, float *row, uint8_t *enc, lm_diag *d)
 {
@@ -378,19 +438,30 @@ static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 		scale = (float)(1.0 / sqrt((double)t->ne0) / SYNTH_NOISE_STD);
 		offset = 0.0f;
 	}
-	for (int64_t r = 0; r < t->ne1; r++) {
-		for (int64_t i = 0; i < t->ne0; i++)
-			row[i] = offset + (float)synth_noise(&state) * scale;
-		if (t->kind ==
-		    SYNTH_FREQS) /* Llama 3.1's factors, or Gemma 4's proportional rope */
+	for (int64_t r0 = 0; r0 < t->ne1; r0 += SYNTH_ROWS_AT_ONCE) {
+		const int64_t n =
+			t->ne1 - r0 < SYNTH_ROWS_AT_ONCE ? t->ne1 - r0 : SYNTH_ROWS_AT_ONCE;
+		for (int64_t r = 0; r < n; r++) {
+			float *x = row + r * t->ne0;
 			for (int64_t i = 0; i < t->ne0; i++)
-				row[i] = synth_arch_of(o) == SYNTH_LLAMA
-						 ? synth_llama3_factor(o, i, 2 * t->ne0)
-					 : i < t->ne0 / 4 ? 1.0f
-							  : 1e30f;
-		if ((rc = synth_encode_row(type, row, enc, t->ne0, d)) != 0)
-			return rc;
-		if ((rc = gguf_writer_write_data(w, enc, (size_t)row_bytes, d)) != 0)
+				x[i] = offset + (float)synth_noise(&state) * scale;
+			if (t->kind ==
+			    SYNTH_FREQS) /* Llama 3.1's factors, or Gemma 4's proportional rope */
+				for (int64_t i = 0; i < t->ne0; i++)
+					x[i] = synth_arch_of(o) == SYNTH_LLAMA
+						       ? synth_llama3_factor(o, i, 2 * t->ne0)
+					       : i < t->ne0 / 4 ? 1.0f
+								: 1e30f;
+		}
+		if (o->threads > 1 && n > 1)
+			rc = synth_encode_rows(type, row, enc, t->ne0, n, (size_t)row_bytes,
+					       o->threads, d);
+		else
+			for (int64_t r = 0; r < n && rc == 0; r++)
+				rc = synth_encode_row(type, row + r * t->ne0,
+						      enc + (size_t)r * row_bytes, t->ne0, d);
+		if (rc != 0 ||
+		    (rc = gguf_writer_write_data(w, enc, (size_t)(n * (int64_t)row_bytes), d)) != 0)
 			return rc;
 	}
 	return 0;
@@ -751,8 +822,8 @@ int synth_write(const struct synth_opts *o_in, struct synth_stats *st, lm_diag *
 	int64_t max_ne0 = 1;
 	for (size_t i = 0; i < n; i++)
 		max_ne0 = tensors[i].ne0 > max_ne0 ? tensors[i].ne0 : max_ne0;
-	row = malloc((size_t)max_ne0 * sizeof *row);
-	enc = malloc((size_t)max_ne0 * sizeof(float));
+	row = malloc((size_t)max_ne0 * SYNTH_ROWS_AT_ONCE * sizeof *row);
+	enc = malloc((size_t)max_ne0 * SYNTH_ROWS_AT_ONCE * sizeof(float));
 	if (row == NULL || enc == NULL) {
 		rc = lm_fail(d, LM_ENOMEM, "out of memory");
 		goto out;

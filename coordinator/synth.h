@@ -83,6 +83,7 @@ struct synth_opts {
 	float softcap;          /* <arch>.final_logit_softcapping; 0: none */
 	bool rope_llama3;       /* llama: rope_freqs.weight with Llama 3.1's scaling */
 	bool sparse;            /* the tensor index and no data: a file with holes */
+	uint32_t threads;       /* rows quantized at once (the same bytes for any count); 0: 1 */
 };
 
 struct synth_stats {

@@ -25,6 +25,10 @@ void worker_cmd_argv(const struct worker_cmd *c, struct worker_argv *o)
 	if (c->http != NULL)
 		wc_add(o, "--http", c->http);
 	wc_add(o, "--backend", c->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu");
+	if (c->backend == MESH_BACKEND_CUDA) {
+		snprintf(o->num[2], sizeof o->num[2], "%d", c->device);
+		wc_add(o, "--device", o->num[2]);
+	}
 	if (c->threads > 0) {
 		snprintf(o->num[0], sizeof o->num[0], "%d", c->threads);
 		wc_add(o, "--threads", o->num[0]);

@@ -19,6 +19,7 @@ struct worker_cmd {
 	const char *control, *data; /* --control, --data */
 	const char *http;           /* --http; NULL: no health server */
 	enum mesh_backend backend;  /* --backend */
+	int device;                 /* --device, for backend cuda */
 	int threads;                /* --threads; <= 0: left to the worker */
 	enum mesh_kernels kernels;  /* --kernels */
 	int parent_pid;             /* --parent-pid; 0: none */

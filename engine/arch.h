@@ -99,14 +99,14 @@ extern const struct lm_refusal lm_refused_moe[];
 extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_gemma3,
 	lm_arch_gemma4;
 
-/* The status of a backend op inside a layer function, with the op and the layer named (il must
- * be in scope, and `d`). */
+/* The status of a backend op inside a layer function, with the op and the layer named and the
+ * backend's own message where it has one (a CUDA error); il, `fw` and `d` must be in scope. */
 #define LM_FW_OP(call, what)                                                        \
 	do {                                                                        \
 		int rc_ = (call);                                                   \
 		if (rc_ != 0)                                                       \
 			return lm_fail(d, rc_, "layer %d: %s failed: %s", il, what, \
-				       lm_strerror(rc_));                           \
+				       lm_backend_strerror(fw->be, rc_));           \
 	} while (0)
 
 #endif

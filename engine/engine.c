@@ -1,16 +1,21 @@
 /* engine.c — the engine's setup. See engine.h. */
 #include "engine/engine.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int lm_engine_backend_error(lm_diag *d, int rc, const char *backend,
 			    const struct lm_backend_opts *bo)
 {
-	if (rc == LM_EUNSUPPORTED && bo != NULL && bo->allow_amx)
+	if (rc == LM_EUNSUPPORTED && bo != NULL && bo->allow_amx && strcmp(backend, "cpu") == 0)
 		return lm_fail(d, rc, "kernels \"amx\": this CPU, build or kernel offers no AMX");
-	return lm_fail(d, rc, "backend '%s' is not available: %s", backend,
-		       rc == LM_EUNSUPPORTED ? "this build has no kernels for it"
-					     : lm_strerror(rc));
+	/* d may already hold the backend's own reason (lm_backend_open). */
+	char why[sizeof d->msg];
+	snprintf(why, sizeof why, "%s",
+		 d != NULL && d->msg[0] != '\0' ? d->msg
+		 : rc == LM_EUNSUPPORTED        ? "this build has no kernels for it"
+						: lm_strerror(rc));
+	return lm_fail(d, rc, "backend '%s' is not available: %s", backend, why);
 }
 
 int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag *d)
@@ -19,7 +24,9 @@ int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag
 	int rc;
 
 	memset(e, 0, sizeof *e);
-	if ((rc = lm_backend_init(&e->be, backend, &cfg->bo)) != 0)
+	if (d != NULL)
+		d->msg[0] = '\0';
+	if ((rc = lm_backend_open(&e->be, backend, &cfg->bo, d)) != 0)
 		return lm_engine_backend_error(d, rc, backend, &cfg->bo);
 	if ((rc = lm_model_open(&e->model, cfg->model, cfg->slice, &e->be, cfg->populate, d)) != 0)
 		goto fail;

@@ -176,10 +176,13 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 
 	if (!m->slice.head) {
 		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
-		return lm_backend_sync(fw->be);
+		LM_FW_OP(lm_backend_sync(fw->be), "sync");
+		return 0;
 	}
-	if (b->n_out == 0) /* a prefill chunk that samples nothing: its KV rows were the point */
-		return lm_backend_sync(fw->be);
+	if (b->n_out == 0) { /* a prefill chunk that samples nothing: its KV rows were the point */
+		LM_FW_OP(lm_backend_sync(fw->be), "sync");
+		return 0;
+	}
 	/* Only the requested rows go through the final norm and the vocabulary projection: the
 	 * norm gathers them into h, so the lm_head reads its weights once for n_out rows. */
 	for (int32_t i = 0; i < b->n_out; i++)
@@ -194,7 +197,7 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 	if (hidden_out != NULL)
 		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
 	if ((rc = lm_backend_sync(fw->be)) != 0)
-		return lm_fail(d, rc, "sync failed: %s", lm_strerror(rc));
+		return lm_fail(d, rc, "sync failed: %s", lm_backend_strerror(fw->be, rc));
 	if (hp->final_softcap > 0)
 		fw_softcap(logits, (size_t)b->n_out * (size_t)hp->n_vocab, hp->final_softcap);
 	return 0;

@@ -2,6 +2,7 @@
 #include "engine/scratch.h"
 
 #include "common/wire/wire.h"
+#include "engine/model.h"
 
 uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
 				  bool head, int32_t max_batch)
@@ -42,6 +43,9 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 					 .max_ctx = c->max_seq,
 					 .max_group = w.group,
 					 .max_head_dim = w.head_dim,
+					 .max_heads = w.n_heads,
+					 /* every tensor a layer may have, the two ends' four */
+					 .max_tensors = (c->end - c->begin) * LM_T_COUNT + 4,
 					 .k_type = c->k_type};
 	out->backend =
 		lm_backend_scratch_bound(c->backend != NULL ? c->backend : "cpu", &c->bo, &shape);

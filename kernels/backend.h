@@ -18,6 +18,8 @@
  *
  * Errors. Ops that can fail on data (an unsupported weight type, a position outside the cache)
  * return a negative LM_E* code; shape errors are programming errors and are checked by the caller.
+ * A device backend maps its own failures to LM_ENOMEM (out of device memory) or LM_EDEVICE and
+ * keeps the device's message for `last_error` (lm_backend_strerror); it never aborts.
  */
 #ifndef LM_BACKEND_H
 #define LM_BACKEND_H
@@ -28,9 +30,10 @@
 #include <string.h>
 
 #include "common/base/dtype.h"
+#include "common/base/err.h"
 #include "common/model/rope.h"
 
-#define LM_BACKEND_VERSION 2
+#define LM_BACKEND_VERSION 3
 
 /* A weight matrix (or vector when ne1 == 1) in GGUF layout: ne1 rows of ne0 elements, each row
  * `row_bytes` bytes of `type` blocks, rows contiguous. y = W x means y[r] = dot(W[r], x). */
@@ -54,12 +57,20 @@ struct lm_tok_loc {
  * Position p of slot s is row (p % ctx) of that slot; global layers have ctx == max_seq. */
 struct lm_kv_layer {
 	void *k, *v;                  /* backend memory: [slots][ctx][n_kv_heads * head_dim] */
-	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0 */
+	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0, rows in their GGUF layout */
 	int32_t n_kv_heads, head_dim;
 	int32_t ctx;    /* rows per slot */
 	int32_t window; /* 0: attend to every earlier position; else the last `window` */
 	int32_t slots;
 	size_t k_row_bytes, v_row_bytes; /* one position, all KV heads */
+};
+
+/* What a backend's memory holds: device memory for CUDA, host memory for the CPU. */
+struct lm_backend_mem {
+	const char *kind; /* "device" or "host" */
+	uint64_t total;   /* bytes the memory has */
+	uint64_t free;    /* bytes free now (the device's, or the host's MemAvailable) */
+	uint64_t used;    /* bytes this backend holds: malloc'd buffers, weights, its scratch */
 };
 
 struct lm_backend_i {
@@ -150,6 +161,15 @@ struct lm_backend_i {
 	/* Bytes of scratch the backend holds now beyond the buffers malloc returned (what its ops
 	 * grew for themselves). Optional: NULL means none. Never blocks; for tests and /status. */
 	size_t (*scratch_held)(void *ctx);
+
+	/* --- version 3 --- */
+	/* The backend's memory now. Optional: NULL means unknown. Never blocks on ops in flight;
+	 * called by the compute thread (the worker caches it for /status and /metrics). */
+	int (*mem_info)(void *ctx, struct lm_backend_mem *m);
+	/* The message of the backend's last failure ("cudaMalloc of 4096 MiB: out of memory"),
+	 * or NULL when it has none. Optional. The string is the backend's, valid until its next
+	 * op. */
+	const char *(*last_error)(void *ctx);
 };
 
 /* The work a backend's own scratch is sized by: the widest op of a stage. */
@@ -159,6 +179,8 @@ struct lm_scratch_shape {
 	int32_t max_ctx;      /* cached positions one attention reads */
 	int32_t max_group;    /* query heads per KV head */
 	int32_t max_head_dim; /* elements per head */
+	int32_t max_heads;    /* query heads of the widest layer */
+	int32_t max_tensors;  /* weight tensors a stage may bind (a device's allocation rounding) */
 	enum lm_dtype k_type; /* the K cache's type */
 };
 
@@ -239,16 +261,44 @@ uint64_t lm_backend_scratch_bound(const char *name, const struct lm_backend_opts
 				  const struct lm_scratch_shape *s);
 uint64_t lm_backend_cpu_scratch_bound(const struct lm_backend_opts *opts,
 				      const struct lm_scratch_shape *s);
+uint64_t lm_backend_cuda_scratch_bound(const struct lm_backend_opts *opts,
+				       const struct lm_scratch_shape *s);
 
 static inline size_t lm_backend_scratch_held(const struct lm_backend *b)
 {
 	return b->iface->scratch_held != NULL ? b->iface->scratch_held(b->ctx) : 0;
 }
 
+/* The backend's memory; LM_EUNSUPPORTED when it does not say. */
+static inline int lm_backend_mem_info(const struct lm_backend *b, struct lm_backend_mem *m)
+{
+	memset(m, 0, sizeof *m);
+	if (b == NULL || b->iface == NULL || b->iface->mem_info == NULL)
+		return LM_EUNSUPPORTED;
+	return b->iface->mem_info(b->ctx, m);
+}
+
+/* The backend's own message for its last failure, else lm_strerror(rc). Never NULL. */
+const char *lm_backend_strerror(const struct lm_backend *b, int rc);
+
+/* The memory of the device (or host) a backend of that name would use, asked without
+ * constructing one: what the planner defaults a worker's memory_limit to. For "cuda" the free
+ * memory is read by a short-lived child process after it created its own context on the
+ * device, so the figure already leaves out what the worker's context will take, and the
+ * asking process holds no device memory afterwards. LM_EUNSUPPORTED (and why, in d) when the
+ * build lacks the backend; LM_EUNAVAILABLE when it has no such device. */
+int lm_backend_query_memory(const char *name, const struct lm_backend_opts *opts,
+			    struct lm_backend_mem *m, lm_diag *d);
+int lm_backend_cpu_query_memory(struct lm_backend_mem *m, lm_diag *d);
+int lm_backend_cuda_query_memory(int device, struct lm_backend_mem *m, lm_diag *d);
+
 /* Backend constructors. `name` is "cpu" or "cuda". LM_EUNSUPPORTED when the backend was not
- * built (cuda without nvcc) or has no device. */
+ * built (cuda without nvcc), LM_EUNAVAILABLE when it has no device (no driver, no GPU, a
+ * device number past the count); lm_backend_open says why in d. */
 int lm_backend_init(struct lm_backend *b, const char *name, const struct lm_backend_opts *opts);
+int lm_backend_open(struct lm_backend *b, const char *name, const struct lm_backend_opts *opts,
+		    lm_diag *d);
 int lm_backend_cpu_init(struct lm_backend *b, const struct lm_backend_opts *opts);
-int lm_backend_cuda_init(struct lm_backend *b, const struct lm_backend_opts *opts);
+int lm_backend_cuda_init(struct lm_backend *b, const struct lm_backend_opts *opts, lm_diag *d);
 
 #endif

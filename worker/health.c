@@ -172,6 +172,15 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "tokens_processed", (double)s->tokens);
 		cJSON_AddNumberToObject(o, "ring_errors", (double)s->ring_errors);
 		cJSON_AddNumberToObject(o, "releases", (double)s->releases);
+		if (s->backend != NULL)
+			cJSON_AddStringToObject(o, "backend", s->backend);
+		if (s->mem_total > 0) {
+			cJSON *mem = cJSON_AddObjectToObject(o, "backend_memory");
+			cJSON_AddStringToObject(mem, "kind", s->mem_device ? "device" : "host");
+			cJSON_AddNumberToObject(mem, "total_bytes", (double)s->mem_total);
+			cJSON_AddNumberToObject(mem, "free_bytes", (double)s->mem_free);
+			cJSON_AddNumberToObject(mem, "used_bytes", (double)s->mem_used);
+		}
 	}
 	cJSON_AddNumberToObject(o, "dropped", (double)s->dropped);
 	cJSON *lat = cJSON_AddObjectToObject(o, "latency_ms");
@@ -241,6 +250,23 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 		       (double)s->kv_bytes);
 	lm_mtext_gauge(&t, "layermesh_worker_weight_bytes", "Weight bytes of the slice.",
 		       (double)s->weight_bytes);
+	if (assigned && s->mem_total > 0) {
+		char ml[64];
+		snprintf(ml, sizeof ml, "kind=\"%s\"", s->mem_device ? "device" : "host");
+		static const char *const fam[3][2] = {
+			{"layermesh_worker_backend_memory_total_bytes",
+			 "Memory of the backend's device (kind=device: the GPU) or of the host."},
+			{"layermesh_worker_backend_memory_free_bytes",
+			 "Free memory of the backend's device, or the host's available memory."},
+			{"layermesh_worker_backend_memory_used_bytes",
+			 "Bytes the backend holds: weights uploaded, KV cache, buffers, scratch."},
+		};
+		const uint64_t v[3] = {s->mem_total, s->mem_free, s->mem_used};
+		for (int i = 0; i < 3; i++) {
+			lm_mtext_family(&t, fam[i][0], "gauge", fam[i][1]);
+			lm_mtext_sample(&t, fam[i][0], ml, (double)v[i]);
+		}
+	}
 	health_hist(&t, "layermesh_worker_receive_wait_seconds",
 		    "From a ring message's arrival to the start of its compute (queueing).",
 		    &h->recv);

@@ -58,6 +58,12 @@ struct health_snapshot {
 	uint64_t weight_bytes, mapped_bytes;
 	int32_t active_sequences; /* KV slots holding positions */
 	uint64_t batches, tokens, ring_errors, releases;
+	/* The backend and its memory: device memory for "cuda", host memory for "cpu" (total
+	 * and free: the device's or the host's; used: what the backend holds). mem_total == 0:
+	 * not known. */
+	const char *backend;
+	uint64_t mem_total, mem_free, mem_used;
+	bool mem_device;
 };
 
 struct health_ops {

@@ -37,6 +37,7 @@ static const char worker_usage[] =
 	"  --data ADDR          data address the predecessor dials\n"
 	"  --http ADDR          health server (host:port): /healthz /readyz /status /metrics\n"
 	"  --backend B          cpu or cuda (default cpu)\n"
+	"  --device N           the CUDA device of backend cuda (default 0)\n"
 	"  --threads N          CPU threads (default 1)\n"
 	"  --kernels K          auto, scalar or amx (default auto; see `layermesh run --help`)\n"
 	"  --parent-pid PID     exit when process PID (the coordinator) exits\n"
@@ -81,7 +82,7 @@ static int worker_int(const char *s, long lo, long hi, int32_t *out)
  * name is NULL. The strings stay owned by cfg. */
 static int worker_from_config(struct worker_opts *o, const struct mesh_config *cfg,
 			      const char *name, int32_t index, bool threads_given,
-			      bool backend_given, bool kernels_given,
+			      bool backend_given, bool kernels_given, bool device_given,
 			      const struct mesh_worker **picked)
 {
 	const struct mesh_worker *w;
@@ -114,7 +115,8 @@ static int worker_from_config(struct worker_opts *o, const struct mesh_config *c
 		o->backend_opts.n_threads = w->threads;
 	if (!kernels_given)
 		lm_backend_opts_kernels(&o->backend_opts, mesh_kernels_name(w->kernels));
-	o->backend_opts.device = w->device;
+	if (!device_given)
+		o->backend_opts.device = w->device;
 	/* The mesh's [tls] files, unless flags named others (a per-host certificate). */
 	if (o->tls.ca_file == NULL)
 		o->tls.ca_file = cfg->tls_ca_file;
@@ -144,7 +146,7 @@ static int worker_listen_at(const char **addr, bool http, bool any, char *buf, s
 struct worker_args {
 	struct worker_opts o;
 	int level;
-	bool any_slice_flag, threads_given, backend_given, kernels_given;
+	bool any_slice_flag, threads_given, backend_given, kernels_given, device_given;
 	bool listen_any, show;
 	const char *config, *pick_name;
 	int32_t pick_index;
@@ -170,6 +172,7 @@ static const struct option worker_flags[] = {
 	{"kv-type", required_argument, NULL, 'k'},
 	{"wire-dtype", required_argument, NULL, 'w'},
 	{"max-batch", required_argument, NULL, 'b'},
+	{"device", required_argument, NULL, 1004},
 	{"tls-ca", required_argument, NULL, 1001},
 	{"tls-cert", required_argument, NULL, 1002},
 	{"tls-key", required_argument, NULL, 1003},
@@ -283,6 +286,12 @@ static int worker_parse(int argc, char **argv, struct worker_args *w)
 		case 'z':
 			w->show = true;
 			break;
+		case 1004:
+			if (worker_int(optarg, 0, 255, &o->backend_opts.device) != 0)
+				return worker_bad("--device expects a CUDA device 0..255, got",
+						  optarg);
+			w->device_given = true;
+			break;
 		case 'G':
 			if (!lm_backend_opts_kernels(&o->backend_opts, optarg))
 				return worker_bad("--kernels expects auto, scalar or amx, got",
@@ -392,7 +401,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		if ((rc = worker_from_config(o, &cfg, w.pick_name, w.pick_index, w.threads_given,
-					     w.backend_given, w.kernels_given, &picked)) != 0)
+					     w.backend_given, w.kernels_given, w.device_given,
+					     &picked)) != 0)
 			goto done;
 	}
 	if (o->name == NULL || o->control == NULL || o->data == NULL) {

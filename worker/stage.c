@@ -426,3 +426,14 @@ refused:
 	atomic_fetch_add(&st->stats.errors, 1);
 	return rc;
 }
+
+void stage_mem_refresh(struct stage *st)
+{
+	struct lm_backend_mem m;
+	if (lm_backend_mem_info(&st->eng.be, &m) != 0)
+		return;
+	atomic_store(&st->stats.mem_total, m.total);
+	atomic_store(&st->stats.mem_free, m.free);
+	atomic_store(&st->stats.mem_used, m.used);
+	atomic_store(&st->stats.mem_device, m.kind != NULL && strcmp(m.kind, "device") == 0);
+}

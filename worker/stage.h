@@ -29,6 +29,11 @@ struct stage_stats {
 	_Atomic uint64_t errors;     /* ring messages refused (malformed, out of range) */
 	_Atomic uint64_t releases;   /* RELEASE messages applied */
 	_Atomic uint64_t compute_ns; /* time inside the forward */
+	/* The backend's memory (lm_backend_mem_info) as the compute thread last read it (after
+	 * the load and after each batch), for /status and /metrics, which must not call into the
+	 * backend from their own threads. mem_total == 0: the backend does not say. */
+	_Atomic uint64_t mem_total, mem_free, mem_used;
+	_Atomic int mem_device; /* 1: device memory (CUDA); 0: host memory */
 };
 
 struct stage {
@@ -65,6 +70,8 @@ struct stage {
 int stage_init(struct stage *st, const struct wire_assign *a, const char *backend,
 	       const struct lm_backend_opts *bo, lm_diag *d);
 void stage_fini(struct stage *st);
+/* Reads the backend's memory into st->stats (the compute thread, between batches). */
+void stage_mem_refresh(struct stage *st);
 
 /* Handles one data-ring message. On success *out is the message to send to the successor
  * (possibly `in` itself, modified in place) and `in` belongs to the stage. On failure `in` is

@@ -102,6 +102,7 @@ static void *worker_data_main(void *arg)
 		if (w->assigned) {
 			rc = stage_handle(&w->st, in, &out, &d);
 			lm_hist_observe(&w->health.compute, lm_now_ns() - t0);
+			stage_mem_refresh(&w->st);
 			int32_t active = 0;
 			for (int32_t q = 0; q < w->st.eng.kv.slots; q++)
 				active += w->st.eng.kv.len[q] > 0;
@@ -221,6 +222,7 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		atomic_store(&w->phase, HEALTH_WAITING);
 		return rc;
 	}
+	stage_mem_refresh(&w->st);
 	if ((rc = worker_connect_next(w, a->next, d)) != 0) {
 		stage_fini(&w->st);
 		atomic_store(&w->phase, HEALTH_WAITING);
@@ -308,6 +310,11 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	s->tokens = atomic_load(&st->stats.tokens);
 	s->ring_errors = atomic_load(&st->stats.errors);
 	s->releases = atomic_load(&st->stats.releases);
+	s->backend = w->o->backend;
+	s->mem_total = atomic_load(&st->stats.mem_total);
+	s->mem_free = atomic_load(&st->stats.mem_free);
+	s->mem_used = atomic_load(&st->stats.mem_used);
+	s->mem_device = atomic_load(&st->stats.mem_device) != 0;
 }
 
 /* The redeploy verbs. The coordinator sends them while the ring is quiet (no batch in flight),

@@ -580,7 +580,8 @@ static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worke
 	    (rc = mc_choice(m, t, "kernels", kernel_sets, &kernels)) != 0)
 		return rc;
 	w->kernels = (enum mesh_kernels)kernels;
-	if (!given)
+	/* A CUDA worker without one gets its device's free memory, found when the plan is made. */
+	if (!given && backend != MESH_BACKEND_CUDA)
 		return mc_missing(m, t, "memory_limit",
 				  "everything the worker may allocate, e.g. \"128MiB\"");
 	size_t n = strlen(w->name);

@@ -54,7 +54,10 @@
  *   control       address, required  its control-plane REP address
  *   http          host:port, required its health server (/healthz /readyz /status /metrics)
  *   memory_limit  size, required     everything the worker allocates must fit: weights, KV,
- *                                    scratch, embedding/head (the planner enforces it)
+ *                                    scratch, embedding/head (the planner enforces it). For
+ *                                    backend "cuda" it is device memory, and optional: left
+ *                                    out (0), the planner takes the device's free memory
+ *                                    (coordinator/planner.h)
  *   speed         number             relative throughput for the balanced plan; default 1.0
  *   layers        [start, end]       pinned strategy only (and then required): the worker runs
  *                                    layers start .. end-1, a half-open range like the fence
@@ -112,10 +115,10 @@ const char *mesh_kernels_name(enum mesh_kernels k);
 
 struct mesh_worker {
 	char *name;
-	char *data;    /* data-plane PULL address */
-	char *control; /* control-plane REP address */
-	char *http;    /* health server, host:port */
-	uint64_t memory_limit;
+	char *data;            /* data-plane PULL address */
+	char *control;         /* control-plane REP address */
+	char *http;            /* health server, host:port */
+	uint64_t memory_limit; /* 0: a CUDA worker's device free memory (the planner asks) */
 	double speed;
 	bool pinned;                    /* layers given (pinned strategy) */
 	int32_t layer_start, layer_end; /* [start, end) when pinned */

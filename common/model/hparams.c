@@ -288,6 +288,7 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 		w.ff_dim = l->n_ff > w.ff_dim ? l->n_ff : w.ff_dim;
 		w.head_dim = l->head_dim > w.head_dim ? l->head_dim : w.head_dim;
 		w.group = g > w.group ? g : w.group;
+		w.n_heads = l->n_head > w.n_heads ? l->n_head : w.n_heads;
 	}
 	return w;
 }

@@ -75,6 +75,7 @@ struct lm_widths {
 	int32_t ff_dim;   /* n_ff */
 	int32_t head_dim; /* per head */
 	int32_t group;    /* query heads per KV head */
+	int32_t n_heads;  /* query heads */
 };
 struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, int32_t end);
 

@@ -10,7 +10,8 @@
 #   layermesh-worker@NAME.service.d/memory.conf for each [[worker]] of mesh.toml (or each NAME
 #       of --workers: the ones this host runs), with MemoryMax = its memory_limit + 64 MiB: the
 #       limit counts the weights, KV cache, scratch and embedding/head that the planner placed;
-#       the 64 MiB are for the program, its libraries and NNG's buffers.
+#       the 64 MiB are for the program, its libraries and NNG's buffers. A backend = "cuda"
+#       worker gets none: its memory_limit is device memory.
 # It reads mesh.toml through `layermesh-worker --config FILE --index N --show-config`, so it
 # refuses a mesh.toml that the worker would refuse. It enables and starts nothing: it prints the
 # systemctl commands that would.
@@ -59,6 +60,9 @@ for ((i = 0; ; i++)); do
 	name=$(sed -n 's/^name=//p' <<<"$out")
 	names+=("$name")
 	limit[$name]=$(sed -n 's/^memory_limit=//p' <<<"$out")
+	# A cuda worker's memory_limit is device memory (and 0 when the planner is to take the
+	# device's free memory): it says nothing of the host memory MemoryMax bounds.
+	[ "$(sed -n 's/^backend=//p' <<<"$out")" != cuda ] || limit[$name]=cuda
 done
 if [ -n "$only" ]; then
 	for name in $only; do
@@ -74,6 +78,11 @@ for unit in layermesh-worker@.service layermesh-coordinator.service layermesh-wo
 done
 for name in "${names[@]}"; do
 	mkdir -p "$unitdir/layermesh-worker@$name.service.d"
+	if [ "${limit[$name]}" = cuda ]; then
+		rm -f "$unitdir/layermesh-worker@$name.service.d/memory.conf"
+		echo "worker $name runs on CUDA: no MemoryMax (its memory_limit is the device's)"
+		continue
+	fi
 	cat >"$unitdir/layermesh-worker@$name.service.d/memory.conf" <<EOF
 # Written by deploy/systemd/install.sh from $config: worker $name's memory_limit
 # (${limit[$name]} bytes) + 64 MiB for the program, its libraries and its buffers.

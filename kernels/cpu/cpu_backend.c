@@ -15,10 +15,14 @@
  */
 #include "kernels/cpu/cpu_backend.h"
 
+#include <errno.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 #ifdef LM_CPU_AMX
 #include <sys/syscall.h>
@@ -55,6 +59,9 @@ struct cpu_ctx {
 	size_t gemm_cap;
 	float *ones; /* [ones_n] 1.0f: the weight of an unweighted rmsnorm */
 	size_t ones_n;
+	/* Bytes of the buffers malloc returned and mfree has not taken back (their usable
+	 * sizes): what mem_info reports as used besides the scratch. */
+	_Atomic uint64_t allocated;
 };
 
 static const struct lm_backend_i cpu_iface;
@@ -103,20 +110,48 @@ static size_t cpu_scratch_held(void *vctx)
 
 static void *cpu_malloc(void *vctx, size_t bytes)
 {
-	(void)vctx;
+	struct cpu_ctx *c = vctx;
 	size_t n = cpu_round(bytes > 0 ? bytes : 1);
 	if (n < bytes)
 		return NULL;
 	void *p = aligned_alloc(CPU_ALIGN, n);
-	if (p != NULL)
+	if (p != NULL) {
 		memset(p, 0, n);
+		atomic_fetch_add(&c->allocated, malloc_usable_size(p));
+	}
 	return p;
 }
 
 static void cpu_mfree(void *vctx, void *p)
 {
-	(void)vctx;
+	struct cpu_ctx *c = vctx;
+	if (p != NULL)
+		atomic_fetch_sub(&c->allocated, malloc_usable_size(p));
 	free(p);
+}
+
+/* The host's memory by sysinfo(2): its RAM, and free as the RAM neither used nor in buffers
+ * (the page cache counts as used). Not /proc/meminfo: the systemd units give workers only their
+ * own /proc entries (deploy/systemd, ProcSubset=pid). */
+int lm_backend_cpu_query_memory(struct lm_backend_mem *m, lm_diag *d)
+{
+	memset(m, 0, sizeof *m);
+	m->kind = "host";
+	struct sysinfo si;
+	if (sysinfo(&si) != 0)
+		return lm_fail(d, lm_err_from_errno(errno), "sysinfo: %s", strerror(errno));
+	const uint64_t unit = si.mem_unit > 0 ? si.mem_unit : 1;
+	m->total = (uint64_t)si.totalram * unit;
+	m->free = ((uint64_t)si.freeram + (uint64_t)si.bufferram) * unit;
+	return 0;
+}
+
+static int cpu_mem_info(void *vctx, struct lm_backend_mem *m)
+{
+	struct cpu_ctx *c = vctx;
+	int rc = lm_backend_cpu_query_memory(m, NULL);
+	m->used = atomic_load(&c->allocated) + cpu_scratch_held(c);
+	return rc;
 }
 
 static int cpu_copy(void *vctx, void *dst, const void *src, size_t n)
@@ -549,6 +584,8 @@ static const struct lm_backend_i cpu_iface = {
 	.scale = cpu_op_scale,
 	.copy = cpu_op_copy,
 	.sync = NULL,
+	.mem_info = cpu_mem_info,
+	.last_error = NULL,
 };
 
 enum cpu_level {

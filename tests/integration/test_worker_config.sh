@@ -39,6 +39,16 @@ done
 out=$("$LM_WORKER" --config "$toml" --worker w0 --kernels amx --show-config)
 [ "$(shown "$out" kernels)" = amx ] || fail "--kernels did not win over the entry: $out"
 
+# A cuda entry's device, and --device over it.
+cuda_toml="$dir/cuda.toml"
+awk '/^name = "w1"$/ { print; print "backend = \"cuda\""; print "device = 3"; next } { print }' \
+	"$toml" >"$cuda_toml"
+out=$("$LM_WORKER" --config "$cuda_toml" --worker w1 --show-config)
+[ "$(shown "$out" backend)" = cuda ] && [ "$(shown "$out" device)" = 3 ] ||
+	fail "w1's backend cuda, device 3: $out"
+out=$("$LM_WORKER" --config "$cuda_toml" --worker w1 --device 1 --show-config)
+[ "$(shown "$out" device)" = 1 ] || fail "--device did not win over the entry: $out"
+
 out=$("$LM_WORKER" --config "$toml" --index 2 --show-config)
 [ "$(shown "$out" name)" = w2 ] || fail "--index 2 is not w2: $out"
 [ "$(shown "$out" data)" = "$(entry 2 data)" ] || fail "--index 2 has not w2's data: $out"

@@ -122,6 +122,10 @@ for j in 0 1 2; do
 		and all(.kv_bytes_per_layer[]; . == $kvl)
 		and .kv_bytes == $kvl * ($b - $a)
 		and .weight_bytes > 0 and .mapped_bytes >= .weight_bytes and .rss_bytes > 0
+		and .backend == "cpu" and .backend_memory.kind == "host"
+		and .backend_memory.total_bytes > 0 and .backend_memory.free_bytes > 0
+		and .backend_memory.free_bytes <= .backend_memory.total_bytes
+		and .backend_memory.used_bytes >= .kv_bytes
 		and .tokens_processed > 0 and .batches > 0 and .active_sequences == 0
 		and .ring_errors == 0 and .dropped == 0 and .uptime_s > 0
 		and all(.latency_ms.receive, .latency_ms.compute, .latency_ms.send;
@@ -145,6 +149,11 @@ for j in 0 1 2; do
 		[ "$m" = "$s" ] || fail "w$j: layermesh_worker_${pair%%:*} is $m, /status ${pair##*:} $s"
 	done
 	[ "$(mval "$page" layermesh_worker_ready)" = 1 ] || fail "w$j: layermesh_worker_ready"
+	# The backend's memory (the device's for a cuda worker; the host's here).
+	for f in total free used; do
+		m=$(mval "$page" "layermesh_worker_backend_memory_${f}_bytes{kind=\"host\"}")
+		[ -n "$m" ] && [ "${m%.*}" -gt 0 ] || fail "w$j: backend_memory_${f}_bytes is '$m'"
+	done
 	mval "$page" "layermesh_worker_info{worker=\"w$j\",build=\"$build\",protocol=\"$(jq .protocol \
 		<<<"$st")\",fingerprint=\"$fingerprint\"}" >/dev/null
 	# Each ring message is received, computed and sent once: the FORWARDs and the RELEASEs.

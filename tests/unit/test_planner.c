@@ -397,3 +397,112 @@ Test(planner, gemma4_mission_geometry, .timeout = 120)
 	mesh_config_fini(&cfg);
 	unlink(model);
 }
+
+/* What a device would say: `free` bytes free, or a failure. */
+struct fake_device {
+	uint64_t free;
+	int asked;
+};
+
+static int fake_mem(void *arg, const struct mesh_worker *w, struct lm_backend_mem *m, lm_diag *d)
+{
+	struct fake_device *fd = arg;
+	fd->asked++;
+	cr_expect_eq(w->backend, MESH_BACKEND_CUDA);
+	if (fd->free == 0)
+		return lm_fail(d, LM_EUNAVAILABLE, "no CUDA device: a test's");
+	*m = (struct lm_backend_mem){.kind = "device", .total = 2 * fd->free, .free = fd->free};
+	return 0;
+}
+
+static void write_cuda_mesh(void)
+{
+	const char *shared = getenv("LM_SHARED");
+	cr_assert_not_null(shared, "LM_SHARED is not set");
+	snprintf(mesh_path, sizeof mesh_path, "/tmp/lm_test_planner_XXXXXX");
+	int fd = mkstemp(mesh_path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fprintf(f, "[model]\npath = \"%s/models/stories260K.gguf\"\n", shared);
+	fprintf(f, "[coordinator]\ndata_in = \"ipc:///tmp/lm-test-planner-c\"\n");
+	fprintf(f, "[[worker]]\nname = \"w0\"\ndata = \"ipc:///tmp/lm-tp-0.data\"\n"
+		   "control = \"ipc:///tmp/lm-tp-0.ctl\"\nhttp = \"127.0.0.1:19100\"\n"
+		   "memory_limit = \"64MiB\"\n");
+	fprintf(f, "[[worker]]\nname = \"g1\"\ndata = \"ipc:///tmp/lm-tp-1.data\"\n"
+		   "control = \"ipc:///tmp/lm-tp-1.ctl\"\nhttp = \"127.0.0.1:19101\"\n"
+		   "backend = \"cuda\"\ndevice = 0\n");
+	fclose(f);
+}
+
+/* A cuda worker without memory_limit gets its device's free memory, and its bytes there are the
+ * device's: weights, KV, the engine's buffers with the lm_head's logits rows, the CUDA
+ * backend's scratch bound; not the host's stage rows and messages. */
+Test(planner, cuda_workers_default_to_device_memory)
+{
+	write_cuda_mesh();
+	struct mesh_config cfg;
+	load(&cfg);
+	cr_expect_eq(cfg.workers[1].memory_limit, 0);
+	struct fence_plan p;
+	lm_diag d = {{0}};
+	struct fake_device dev = {.free = 100ull << 20};
+	cr_assert_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), 0, "%s", d.msg);
+	cr_expect_eq(dev.asked, 1, "only the cuda worker without a limit is asked");
+	cr_expect_eq(p.stages[1].memory_limit, 100ull << 20);
+	cr_expect_eq(p.stages[0].memory_limit, 64ull << 20);
+
+	gguf_file *f = NULL;
+	struct lm_hparams hp;
+	cr_assert_eq(gguf_open(cfg.model_path, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	gguf_close(f);
+	const int32_t max_seq = planner_max_seq(&cfg, &hp);
+	struct lm_scratch_cfg sc = {.end = hp.n_layer,
+				    .head = true,
+				    .max_batch = cfg.max_batch,
+				    .slots = cfg.slots + MESH_PROBE_SLOTS,
+				    .max_seq = max_seq,
+				    .k_type = cfg.kv_type_k,
+				    .wire_dtype = cfg.wire_dtype,
+				    .backend = "cuda",
+				    .bo = {.device = 0}};
+	struct lm_scratch s;
+	lm_scratch_estimate(&hp, &sc, &s);
+	const uint64_t logits = (uint64_t)cfg.max_batch * (uint64_t)hp.n_vocab * sizeof(float);
+	cr_expect_geq(s.forward, logits, "the lm_head's logits rows are in the engine's buffers");
+	/* The CUDA backend's own scratch bound is in it (0 in a build without CUDA). */
+	cr_log_info("cuda worker: engine buffers %llu, CUDA scratch bound %llu bytes",
+		    (unsigned long long)s.forward, (unsigned long long)s.backend);
+	const uint64_t layers = (uint64_t)(p.cuts[2] - p.cuts[1]);
+	cr_expect_eq(p.stages[1].scratch_bytes,
+		     planner_scratch_bytes(&cfg, &hp, 1, max_seq) + layers * TRACE);
+	cr_expect_eq(planner_scratch_bytes(&cfg, &hp, 1, max_seq), s.forward + s.backend);
+	cr_expect_eq(p.stages[1].extra_bytes, HEAD);
+	fence_plan_fini(&p);
+
+	/* A device too small for even one layer's share: the plan names the worker. */
+	dev.free = 1ull << 20;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EINFEASIBLE);
+	cr_expect(strstr(d.msg, "g1") != NULL, "%s", d.msg);
+
+	/* No device to ask: the worker and the reason. */
+	dev.free = 0;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EUNAVAILABLE);
+	cr_expect(strstr(d.msg, "worker g1") != NULL && strstr(d.msg, "no memory_limit") != NULL &&
+			  strstr(d.msg, "no CUDA device: a test's") != NULL,
+		  "%s", d.msg);
+
+	/* The real question, on this machine (no GPU here, or none in the build): refused with
+	 * the reason, never a plan with a made-up limit. */
+	int rc = planner_plan(&cfg, &p, NULL, &d);
+	if (rc == 0) {
+		cr_log_info("this machine has a CUDA device: g1 gets %llu bytes",
+			    (unsigned long long)p.stages[1].memory_limit);
+		cr_expect_gt(p.stages[1].memory_limit, 0);
+		fence_plan_fini(&p);
+	} else {
+		cr_expect(strstr(d.msg, "worker g1") != NULL, "%s", d.msg);
+		cr_log_info("no device here: %s", d.msg);
+	}
+	mesh_config_fini(&cfg);
+}

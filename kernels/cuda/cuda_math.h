@@ -1,0 +1,465 @@
+/* cuda_math.h — the arithmetic of the CUDA kernels that does not depend on threads: number
+ * conversions, the decoding of one "unit" of a GGUF weight block and its dot product with
+ * quantized activations, the activation quantizers' per-element steps, and the dequantizers of
+ * the embedding lookup.
+ *
+ * The same source compiles as CUDA device code (the .cu files of kernels/cuda) and as plain C on the host
+ * (tests/unit/test_cuda_math.c), so the part of the kernels where layout mistakes hide (which
+ * nibble is which element, which scale and which bsum go with them) is checked against the CPU
+ * reference on machines without a GPU. What the host test cannot see is the threading around
+ * these functions: the indexing of units by threads, the reductions and the launches.
+ *
+ * Matmul by units. A weight row is cut into units of consecutive elements inside one block:
+ *     type   block            unit                          units per block (LMC_UPB_*)
+ *     Q8_0   34 B, 32 values  16 values (half a block)      2
+ *     Q4_0   18 B, 32 values  8 bytes: 16 values            2
+ *     Q4_K   144 B, 256       16 bytes of qs: 32 values     8
+ *     Q6_K   210 B, 256       4 columns of each quarter: 16 16
+ * A unit's contribution to y = W x is an integer dot product (dp4a over signed bytes) scaled by
+ * the weight's and the activation's block scales in f32; the activations are quantized as GGUF's
+ * reference does (Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q6_K) into a device layout of separate
+ * arrays: qs (int8, [n][ne0]), d (f32, one per block: the value of the f16 scale for Q8_0) and,
+ * for Q8_K, bsums (int32, one per 16 values). Sums over units are f32; the CPU reference sums
+ * the same integer products per block, so the two differ by the order of float additions only.
+ *
+ * Number conversions follow common/base/dtype.c bit for bit (the kernels are built with
+ * -fmad=false, so no multiply-add is contracted where the reference rounds twice).
+ */
+#ifndef LM_CUDA_MATH_H
+#define LM_CUDA_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define LMC_HD static __host__ __device__ __forceinline__
+#else
+#define LMC_HD static inline
+#endif
+
+/* Weight block sizes in bytes and elements, as common/format/quant.h lays them out. */
+#define LMC_Q8_0_BYTES 34
+#define LMC_Q4_0_BYTES 18
+#define LMC_Q4_K_BYTES 144
+#define LMC_Q6_K_BYTES 210
+#define LMC_QK         32  /* elements of a Q8_0 / Q4_0 block */
+#define LMC_QKK        256 /* elements of a K-quant block */
+#define LMC_UPB_Q8_0   2
+#define LMC_UPB_Q4_0   2
+#define LMC_UPB_Q4_K   8
+#define LMC_UPB_Q6_K   16
+
+/* ------------------------------------------------------------------------------------------ */
+/* Loads and byte arithmetic                                                                  */
+
+LMC_HD uint32_t lmc_f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+	return __float_as_uint(f);
+#else
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+#endif
+}
+
+LMC_HD float lmc_bits_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+	return __uint_as_float(u);
+#else
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+#endif
+}
+
+/* 2 bytes at a 2-byte aligned address, little-endian. */
+LMC_HD uint32_t lmc_ld_u16(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+	return *(const uint16_t *)p;
+#else
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+#endif
+}
+
+/* 4 bytes at a 2-byte aligned address (GGUF blocks of 34, 18 and 210 bytes): two 16-bit loads. */
+LMC_HD int lmc_ld_i32_a2(const uint8_t *p)
+{
+	return (int)(lmc_ld_u16(p) | (lmc_ld_u16(p + 2) << 16));
+}
+
+/* 4 bytes at a 4-byte aligned address. */
+LMC_HD int lmc_ld_i32(const void *p)
+{
+#ifdef __CUDA_ARCH__
+	return *(const int *)p;
+#else
+	int v;
+	memcpy(&v, p, sizeof v);
+	return v;
+#endif
+}
+
+/* 16 bytes at a 16-byte aligned address, as four ints (one 128-bit load on the device). */
+LMC_HD void lmc_ld_i32x4(const void *p, int v[4])
+{
+#ifdef __CUDA_ARCH__
+	const int4 x = *(const int4 *)p;
+	v[0] = x.x;
+	v[1] = x.y;
+	v[2] = x.z;
+	v[3] = x.w;
+#else
+	memcpy(v, p, 4 * sizeof(int));
+#endif
+}
+
+/* c + the dot product of the four signed bytes of a with those of b. */
+LMC_HD int lmc_dp4a(int a, int b, int c)
+{
+#ifdef __CUDA_ARCH__
+	return __dp4a(a, b, c);
+#else
+	for (int i = 0; i < 4; i++)
+		c += (int)(int8_t)(uint8_t)((uint32_t)a >> (8 * i)) *
+		     (int)(int8_t)(uint8_t)((uint32_t)b >> (8 * i));
+	return c;
+#endif
+}
+
+/* Per-byte a - b, modulo 256 (no borrow between bytes). */
+LMC_HD int lmc_vsub4(int a, int b)
+{
+#ifdef __CUDA_ARCH__
+	return (int)__vsub4((unsigned)a, (unsigned)b);
+#else
+	uint32_t r = 0;
+	for (int i = 0; i < 4; i++) {
+		uint32_t x = ((uint32_t)a >> (8 * i)) & 0xffu, y = ((uint32_t)b >> (8 * i)) & 0xffu;
+		r |= ((x - y) & 0xffu) << (8 * i);
+	}
+	return (int)r;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Number conversions (as common/base/dtype.c)                                                */
+
+LMC_HD float lmc_f16_to_f32(uint32_t h)
+{
+	uint32_t sign = (h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t mant = h & 0x3ffu;
+	if (exp == 0x1f)
+		return lmc_bits_f32(sign | 0x7f800000u | (mant << 13));
+	if (exp == 0) {
+		if (mant == 0)
+			return lmc_bits_f32(sign);
+		float v = (float)mant * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	return lmc_bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+LMC_HD uint16_t lmc_f32_to_f16(float f)
+{
+	uint32_t x = lmc_f32_bits(f);
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t ax = x & 0x7fffffffu;
+	if (ax >= 0x7f800000u)
+		return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+	if (ax >= 0x477ff000u)
+		return (uint16_t)(sign | 0x7c00u);
+	if (ax < 0x38800000u) {
+		float v = lmc_bits_f32(ax) + 0.5f;
+		return (uint16_t)(sign | (lmc_f32_bits(v) - 0x3f000000u));
+	}
+	uint32_t mant_odd = (ax >> 13) & 1u;
+	ax += 0xc8000fffu + mant_odd;
+	return (uint16_t)(sign | (ax >> 13));
+}
+
+LMC_HD float lmc_bf16_to_f32(uint32_t h)
+{
+	return lmc_bits_f32((h & 0xffffu) << 16);
+}
+
+LMC_HD uint16_t lmc_f32_to_bf16(float f)
+{
+	uint32_t x = lmc_f32_bits(f);
+	if ((x & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((x >> 16) | 64u);
+	return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
+}
+
+/* The f32 value of x rounded to f16 (the F16 weights' activations, an F16 cache's q). */
+LMC_HD float lmc_round_f16(float x)
+{
+	return lmc_f16_to_f32(lmc_f32_to_f16(x));
+}
+
+LMC_HD float lmc_round_bf16(float x)
+{
+	return lmc_bf16_to_f32(lmc_f32_to_bf16(x));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Activation quantizers, per element (the reductions around them are the kernels')          */
+
+/* Q8_0 (quant.c's lm_quantize_q8_0_ref): from a block's amax, its scale and 1 / scale. */
+LMC_HD float lmc_q8_0_d(float amax)
+{
+	return amax / 127;
+}
+
+LMC_HD float lmc_q8_0_id(float d)
+{
+	return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+LMC_HD int8_t lmc_q8_0_q(float x, float id)
+{
+	return (int8_t)roundf(x * id);
+}
+
+/* Round to nearest, ties to even, clamped as quant.c's quant_nearest_int. */
+LMC_HD int lmc_nearest_int(float f)
+{
+	if (!(f > -4194303.f))
+		f = -4194303.f;
+	if (f > 4194303.f)
+		f = 4194303.f;
+	float v = f + 12582912.f;
+	return (int)(lmc_f32_bits(v) & 0x007fffffu) - 0x00400000;
+}
+
+/* Q8_K (lm_quantize_q8_K_ref): `max` is the block's value of largest magnitude, the first one
+ * where several tie; iscale = -127 / max; d = 1 / iscale. */
+LMC_HD int8_t lmc_q8_K_q(float x, float iscale)
+{
+	int q = lmc_nearest_int(iscale * x);
+	return (int8_t)(q < 127 ? q : 127);
+}
+
+/* The choice of the Q8_K reduction: (a, i) or (b, j), whichever has the larger magnitude, the
+ * lower index on a tie; exact, so any reduction order picks what the reference's scan picks. */
+LMC_HD int lmc_amax_pick(float a, int i, float b, int j)
+{
+	return b > a || (b == a && j < i);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One token's activations as the matmul units read them                                      */
+
+struct lmc_xrow {
+	const int8_t *qs;     /* [ne0] */
+	const float *d;       /* [ne0 / 32] (Q8_0) or [ne0 / 256] (Q8_K) */
+	const int32_t *bsums; /* [ne0 / 16], Q8_K only */
+};
+
+/* Q8_0 weights: unit u is half h = u % 2 of block u / 2. */
+struct lmc_w_q8_0 {
+	int q[4];
+	float d;
+};
+
+LMC_HD void lmc_load_q8_0(const uint8_t *row, int64_t u, struct lmc_w_q8_0 *w)
+{
+	const uint8_t *b = row + (u >> 1) * LMC_Q8_0_BYTES;
+	const uint8_t *q = b + 2 + 16 * (int)(u & 1);
+	w->d = lmc_f16_to_f32(lmc_ld_u16(b));
+	for (int i = 0; i < 4; i++)
+		w->q[i] = lmc_ld_i32_a2(q + 4 * i);
+}
+
+LMC_HD float lmc_dot_q8_0(const struct lmc_w_q8_0 *w, int64_t u, const struct lmc_xrow *x)
+{
+	int xv[4];
+	lmc_ld_i32x4(x->qs + u * 16, xv);
+	int s = 0;
+	for (int i = 0; i < 4; i++)
+		s = lmc_dp4a(w->q[i], xv[i], s);
+	return (float)s * (w->d * x->d[u >> 1]);
+}
+
+/* Q4_0 weights: unit u is bytes [8h, 8h + 8) of block u / 2's qs, h = u % 2: elements
+ * 8h .. 8h + 7 (low nibbles) and 16 + 8h .. 16 + 8h + 7 (high nibbles), minus 8. */
+struct lmc_w_q4_0 {
+	int lo[2], hi[2];
+	float d;
+};
+
+LMC_HD void lmc_load_q4_0(const uint8_t *row, int64_t u, struct lmc_w_q4_0 *w)
+{
+	const uint8_t *b = row + (u >> 1) * LMC_Q4_0_BYTES;
+	const uint8_t *q = b + 2 + 8 * (int)(u & 1);
+	w->d = lmc_f16_to_f32(lmc_ld_u16(b));
+	for (int i = 0; i < 2; i++) {
+		int v = lmc_ld_i32_a2(q + 4 * i);
+		w->lo[i] = lmc_vsub4(v & 0x0f0f0f0f, 0x08080808);
+		w->hi[i] = lmc_vsub4((int)(((uint32_t)v >> 4) & 0x0f0f0f0fu), 0x08080808);
+	}
+}
+
+LMC_HD float lmc_dot_q4_0(const struct lmc_w_q4_0 *w, int64_t u, const struct lmc_xrow *x)
+{
+	const int64_t blk = u >> 1;
+	const int h = (int)(u & 1);
+	const int8_t *xq = x->qs + blk * LMC_QK;
+	int s = 0;
+	for (int i = 0; i < 2; i++) {
+		s = lmc_dp4a(w->lo[i], lmc_ld_i32(xq + 8 * h + 4 * i), s);
+		s = lmc_dp4a(w->hi[i], lmc_ld_i32(xq + 16 + 8 * h + 4 * i), s);
+	}
+	return (float)s * w->d * x->d[blk];
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K block's scales[12] (quant.c). */
+LMC_HD void lmc_q4_K_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+/* Q4_K weights: unit u of block u / 8 is k = u % 8: chunk c = k / 2 of 32 qs bytes (sub-blocks
+ * 2c in the low nibbles, 2c + 1 in the high ones), its half h = k % 2: bytes 16h .. 16h + 15,
+ * elements 64c + 16h + i (low) and 64c + 32 + 16h + i (high) for i < 16. */
+struct lmc_w_q4_K {
+	int lo[4], hi[4];
+	int sc0, m0, sc1, m1;
+	float d, dmin;
+};
+
+LMC_HD void lmc_load_q4_K(const uint8_t *row, int64_t u, struct lmc_w_q4_K *w)
+{
+	const uint8_t *b = row + (u >> 3) * LMC_Q4_K_BYTES;
+	const int k = (int)(u & 7), c = k >> 1, h = k & 1;
+	w->d = lmc_f16_to_f32(lmc_ld_u16(b));
+	w->dmin = lmc_f16_to_f32(lmc_ld_u16(b + 2));
+	uint8_t scales[12];
+	for (int i = 0; i < 3; i++) {
+		int v = lmc_ld_i32(b + 4 + 4 * i);
+		for (int j = 0; j < 4; j++)
+			scales[4 * i + j] = (uint8_t)((uint32_t)v >> (8 * j));
+	}
+	lmc_q4_K_scale_min(2 * c, scales, &w->sc0, &w->m0);
+	lmc_q4_K_scale_min(2 * c + 1, scales, &w->sc1, &w->m1);
+	int v[4];
+	lmc_ld_i32x4(b + 16 + 32 * c + 16 * h, v);
+	for (int i = 0; i < 4; i++) {
+		w->lo[i] = v[i] & 0x0f0f0f0f;
+		w->hi[i] = (int)(((uint32_t)v[i] >> 4) & 0x0f0f0f0fu);
+	}
+}
+
+LMC_HD float lmc_dot_q4_K(const struct lmc_w_q4_K *w, int64_t u, const struct lmc_xrow *x)
+{
+	const int64_t blk = u >> 3;
+	const int k = (int)(u & 7), c = k >> 1, h = k & 1;
+	const int8_t *xq = x->qs + blk * LMC_QKK + 64 * c + 16 * h;
+	int xl[4], xh[4];
+	lmc_ld_i32x4(xq, xl);
+	lmc_ld_i32x4(xq + 32, xh);
+	int slo = 0, shi = 0;
+	for (int i = 0; i < 4; i++) {
+		slo = lmc_dp4a(w->lo[i], xl[i], slo);
+		shi = lmc_dp4a(w->hi[i], xh[i], shi);
+	}
+	const int32_t *bs = x->bsums + blk * 16 + 4 * c + h;
+	const float dx = x->d[blk];
+	const float sum = dx * (w->d * (float)(w->sc0 * slo + w->sc1 * shi));
+	const float mins = dx * (w->dmin * (float)(w->m0 * bs[0] + w->m1 * bs[2]));
+	return sum - mins;
+}
+
+/* Q6_K weights: unit u of block u / 16 is k = u % 16: half hh = k / 8 (128 values) and columns
+ * l0 = 4 (k % 8) .. l0 + 3 of it, which hold elements 128 hh + 32 g + l0 + i for g, i < 4 (4 low
+ * bits from ql, 2 high bits from qh, minus 32), with scale scales[8 hh + l0 / 16 + 2 g]. */
+struct lmc_w_q6_K {
+	int q[4];
+	int sc[4];
+	float d;
+};
+
+LMC_HD void lmc_load_q6_K(const uint8_t *row, int64_t u, struct lmc_w_q6_K *w)
+{
+	const uint8_t *b = row + (u >> 4) * LMC_Q6_K_BYTES;
+	const int k = (int)(u & 15), hh = k >> 3, l0 = 4 * (k & 7);
+	const uint8_t *ql = b + 64 * hh, *qh = b + 128 + 32 * hh;
+	const uint32_t a = (uint32_t)lmc_ld_i32_a2(ql + l0);
+	const uint32_t c = (uint32_t)lmc_ld_i32_a2(ql + 32 + l0);
+	const uint32_t h = (uint32_t)lmc_ld_i32_a2(qh + l0);
+	const uint32_t m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+	w->q[0] = lmc_vsub4((int)((a & m4) | ((h & m2) << 4)), 0x20202020);
+	w->q[1] = lmc_vsub4((int)((c & m4) | (((h >> 2) & m2) << 4)), 0x20202020);
+	w->q[2] = lmc_vsub4((int)(((a >> 4) & m4) | (((h >> 4) & m2) << 4)), 0x20202020);
+	w->q[3] = lmc_vsub4((int)(((c >> 4) & m4) | (((h >> 6) & m2) << 4)), 0x20202020);
+	for (int g = 0; g < 4; g++)
+		w->sc[g] = (int)(int8_t)b[192 + 8 * hh + l0 / 16 + 2 * g];
+	w->d = lmc_f16_to_f32(lmc_ld_u16(b + 208));
+}
+
+LMC_HD float lmc_dot_q6_K(const struct lmc_w_q6_K *w, int64_t u, const struct lmc_xrow *x)
+{
+	const int64_t blk = u >> 4;
+	const int k = (int)(u & 15), hh = k >> 3, l0 = 4 * (k & 7);
+	const int8_t *xq = x->qs + blk * LMC_QKK + 128 * hh + l0;
+	int s = 0;
+	for (int g = 0; g < 4; g++)
+		s += w->sc[g] * lmc_dp4a(w->q[g], lmc_ld_i32(xq + 32 * g), 0);
+	return (float)s * (w->d * x->d[blk]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dequantizers (the embedding lookup), element i of a row, as quant.c computes it            */
+
+LMC_HD float lmc_deq_q8_0(const uint8_t *row, int64_t i)
+{
+	const uint8_t *b = row + (i / LMC_QK) * LMC_Q8_0_BYTES;
+	return (float)(int8_t)b[2 + i % LMC_QK] * lmc_f16_to_f32(lmc_ld_u16(b));
+}
+
+LMC_HD float lmc_deq_q4_0(const uint8_t *row, int64_t i)
+{
+	const uint8_t *b = row + (i / LMC_QK) * LMC_Q4_0_BYTES;
+	const int j = (int)(i % LMC_QK);
+	const int q = j < 16 ? (b[2 + j] & 0x0f) : (b[2 + j - 16] >> 4);
+	return (float)(q - 8) * lmc_f16_to_f32(lmc_ld_u16(b));
+}
+
+LMC_HD float lmc_deq_q4_K(const uint8_t *row, int64_t i)
+{
+	const uint8_t *b = row + (i / LMC_QKK) * LMC_Q4_K_BYTES;
+	const int e = (int)(i % LMC_QKK), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+	int sc, m;
+	lmc_q4_K_scale_min(2 * c + hi, b + 4, &sc, &m);
+	const uint8_t byte = b[16 + 32 * c + l];
+	const int q = hi ? byte >> 4 : byte & 0xf;
+	const float d1 = lmc_f16_to_f32(lmc_ld_u16(b)) * (float)sc;
+	const float m1 = lmc_f16_to_f32(lmc_ld_u16(b + 2)) * (float)m;
+	return d1 * (float)q - m1;
+}
+
+LMC_HD float lmc_deq_q6_K(const uint8_t *row, int64_t i)
+{
+	const uint8_t *b = row + (i / LMC_QKK) * LMC_Q6_K_BYTES;
+	const int e = (int)(i % LMC_QKK), hh = e / 128, r = e % 128, g = r / 32, l = r % 32;
+	const uint8_t *ql = b + 64 * hh, *qh = b + 128 + 32 * hh;
+	const int lowq = g == 0   ? ql[l] & 0xf
+			 : g == 1 ? ql[l + 32] & 0xf
+			 : g == 2 ? ql[l] >> 4
+				  : ql[l + 32] >> 4;
+	const int q = (lowq | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+	const int sc = (int)(int8_t)b[192 + 8 * hh + l / 16 + 2 * g];
+	return lmc_f16_to_f32(lmc_ld_u16(b + 208)) * (float)sc * (float)q;
+}
+
+#endif

@@ -1,0 +1,257 @@
+/* test_cuda_math.c — the thread-free arithmetic of the CUDA kernels (kernels/cuda/cuda_math.h),
+ * compiled as plain C, against the CPU reference.
+ *
+ * It runs on every machine, GPU or not: what it holds is the part of the kernels where a layout
+ * mistake would hide (which nibble is which element, which scale and bsum go with it), the number
+ * conversions and the activation quantizers' steps. The quantizers' reductions are emulated here
+ * the way the kernels reduce (per lane, then across lanes with lmc_amax_pick), so a tie-break
+ * that differed from the reference's scan would show. The kernels' indexing, reductions and
+ * launches are checked on a GPU by tests/gpu/op_matrix.c.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/dtype.h"
+#include "common/format/quant.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cuda/cuda_math.h"
+#include "kernels_testutil.h"
+
+TestSuite(cuda_math, .timeout = 60);
+
+static uint32_t bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+Test(cuda_math, f16_and_bf16_as_dtype_c)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		cr_assert_eq(bits(lmc_f16_to_f32(h)), bits(lm_f16_to_f32((uint16_t)h)), "f16 %#x",
+			     h);
+		cr_assert_eq(bits(lmc_bf16_to_f32(h)), bits(lm_bf16_to_f32((uint16_t)h)),
+			     "bf16 %#x", h);
+	}
+	/* Every half's neighbourhood (rounding boundaries), then random bit patterns. */
+	struct test_rng r = {41};
+	for (uint32_t i = 0; i < 4000000; i++) {
+		uint32_t u = i < 65536 * 16
+				     ? (bits(lm_f16_to_f32((uint16_t)(i >> 4))) + (i & 15) - 8)
+				     : (uint32_t)test_rng_next(&r);
+		float f;
+		memcpy(&f, &u, sizeof f);
+		cr_assert_eq(lmc_f32_to_f16(f), lm_f32_to_f16(f), "f16 of %#x", u);
+		cr_assert_eq(lmc_f32_to_bf16(f), lm_f32_to_bf16(f), "bf16 of %#x", u);
+	}
+}
+
+/* Reference-quantized activations in the device layout (struct lmc_xrow). */
+struct xact {
+	int8_t qs[4096];
+	float d[128];
+	int32_t bsums[256];
+	struct lmc_xrow row;
+	uint8_t ref[8192]; /* the GGUF layout, for the CPU's dot product */
+};
+
+static void xact_make(struct xact *a, enum lm_dtype vdt, const float *x, int64_t n)
+{
+	cr_assert_eq(lm_quantize_row(vdt, x, a->ref, n), 0);
+	if (vdt == LM_Q8_0) {
+		const block_q8_0 *b = (const block_q8_0 *)a->ref;
+		for (int64_t i = 0; i < n / QK8_0; i++) {
+			a->d[i] = lm_f16_to_f32(b[i].d);
+			memcpy(a->qs + i * QK8_0, b[i].qs, QK8_0);
+		}
+	} else {
+		const block_q8_K *b = (const block_q8_K *)a->ref;
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			a->d[i] = b[i].d;
+			memcpy(a->qs + i * QK_K, b[i].qs, QK_K);
+			for (int j = 0; j < 16; j++)
+				a->bsums[i * 16 + j] = b[i].bsums[j];
+		}
+	}
+	a->row = (struct lmc_xrow){.qs = a->qs, .d = a->d, .bsums = a->bsums};
+}
+
+/* The sum of a row's units, in unit order, as one thread of the kernels would sum them. */
+static float unit_sum(enum lm_dtype t, const uint8_t *w, int64_t ne0, const struct lmc_xrow *x)
+{
+	float s = 0;
+	switch (t) {
+	case LM_Q8_0:
+		for (int64_t u = 0; u < ne0 / 32 * LMC_UPB_Q8_0; u++) {
+			struct lmc_w_q8_0 wu;
+			lmc_load_q8_0(w, u, &wu);
+			s += lmc_dot_q8_0(&wu, u, x);
+		}
+		break;
+	case LM_Q4_0:
+		for (int64_t u = 0; u < ne0 / 32 * LMC_UPB_Q4_0; u++) {
+			struct lmc_w_q4_0 wu;
+			lmc_load_q4_0(w, u, &wu);
+			s += lmc_dot_q4_0(&wu, u, x);
+		}
+		break;
+	case LM_Q4_K:
+		for (int64_t u = 0; u < ne0 / 256 * LMC_UPB_Q4_K; u++) {
+			struct lmc_w_q4_K wu;
+			lmc_load_q4_K(w, u, &wu);
+			s += lmc_dot_q4_K(&wu, u, x);
+		}
+		break;
+	case LM_Q6_K:
+		for (int64_t u = 0; u < ne0 / 256 * LMC_UPB_Q6_K; u++) {
+			struct lmc_w_q6_K wu;
+			lmc_load_q6_K(w, u, &wu);
+			s += lmc_dot_q6_K(&wu, u, x);
+		}
+		break;
+	default:
+		cr_assert_fail("type %d", t);
+	}
+	return s;
+}
+
+Test(cuda_math, unit_dots_equal_the_cpu_dot_products)
+{
+	static const struct {
+		enum lm_dtype t, vdt;
+		cpu_vec_dot_fn dot;
+	} types[] = {
+		{LM_Q8_0, LM_Q8_0, cpu_vec_dot_q8_0_generic},
+		{LM_Q4_0, LM_Q8_0, cpu_vec_dot_q4_0_generic},
+		{LM_Q4_K, LM_Q8_K, cpu_vec_dot_q4_K_generic},
+		{LM_Q6_K, LM_Q8_K, cpu_vec_dot_q6_K_generic},
+	};
+	struct test_rng r = {42};
+	static struct xact a;
+	float x[4096], wf[4096];
+	uint8_t w[4096 * 2];
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		for (int rep = 0; rep < 200; rep++) {
+			const int64_t ne0 = 256 * (1 + rep % 8);
+			test_fill_gauss(&r, x, (size_t)ne0, rep % 3 == 0 ? 4.0f : 1.0f);
+			test_fill_gauss(&r, wf, (size_t)ne0, 0.05f);
+			if (rep % 5 == 0) /* a block of zeros: d = 0 paths */
+				memset(wf, 0, 256 * sizeof(float));
+			cr_assert_eq(lm_quantize_row(types[ti].t, wf, w, ne0), 0);
+			xact_make(&a, types[ti].vdt, x, ne0);
+			const float ref = types[ti].dot(ne0, w, a.ref);
+			const float got = unit_sum(types[ti].t, w, ne0, &a.row);
+			/* Only the order of the f32 additions differs. */
+			const double mag = fabs((double)ref) + 1e-3 * sqrt((double)ne0);
+			cr_assert(fabs((double)got - ref) <= 2e-5 * mag,
+				  "%s ne0 %lld: %.9g vs %.9g", lm_dtype_name(types[ti].t),
+				  (long long)ne0, got, ref);
+		}
+	}
+}
+
+Test(cuda_math, dequantizers_as_quant_c)
+{
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	struct test_rng r = {43};
+	float x[1024], ref[1024];
+	uint8_t w[1024 * 2];
+	for (size_t ti = 0; ti < 4; ti++) {
+		test_fill_gauss(&r, x, 1024, 0.3f);
+		cr_assert_eq(lm_quantize_row(types[ti], x, w, 1024), 0);
+		cr_assert_eq(lm_dequantize_row(types[ti], w, ref, 1024), 0);
+		for (int64_t i = 0; i < 1024; i++) {
+			float got = types[ti] == LM_Q8_0   ? lmc_deq_q8_0(w, i)
+				    : types[ti] == LM_Q4_0 ? lmc_deq_q4_0(w, i)
+				    : types[ti] == LM_Q4_K ? lmc_deq_q4_K(w, i)
+							   : lmc_deq_q6_K(w, i);
+			cr_assert_eq(bits(got), bits(ref[i]), "%s element %lld: %g vs %g",
+				     lm_dtype_name(types[ti]), (long long)i, got, ref[i]);
+		}
+	}
+}
+
+/* The Q8_K quantizer as the kernel runs it: 32 lanes of 8 consecutive values, each lane's
+ * first largest magnitude, then a reduction across lanes in butterfly order. */
+static void q8_K_as_kernel(const float *x, block_q8_K *y)
+{
+	float la[32], lv[32];
+	int li[32];
+	for (int l = 0; l < 32; l++) {
+		la[l] = 0.0f;
+		lv[l] = 0.0f;
+		li[l] = 8 * l;
+		for (int i = 0; i < 8; i++) {
+			const int e = 8 * l + i;
+			if (fabsf(x[e]) > la[l]) {
+				la[l] = fabsf(x[e]);
+				lv[l] = x[e];
+				li[l] = e;
+			}
+		}
+	}
+	for (int off = 16; off > 0; off >>= 1) {
+		float na[32], nv[32];
+		int ni[32];
+		for (int l = 0; l < 32; l++) {
+			const int o = l ^ off;
+			const bool take = lmc_amax_pick(la[l], li[l], la[o], li[o]);
+			na[l] = take ? la[o] : la[l];
+			nv[l] = take ? lv[o] : lv[l];
+			ni[l] = take ? li[o] : li[l];
+		}
+		memcpy(la, na, sizeof la);
+		memcpy(lv, nv, sizeof lv);
+		memcpy(li, ni, sizeof li);
+	}
+	memset(y, 0, sizeof *y);
+	if (la[0] == 0.0f)
+		return;
+	const float iscale = -127.f / lv[0];
+	for (int e = 0; e < 256; e++)
+		y->qs[e] = lmc_q8_K_q(x[e], iscale);
+	for (int j = 0; j < 16; j++) {
+		int s = 0;
+		for (int i = 0; i < 16; i++)
+			s += y->qs[16 * j + i];
+		y->bsums[j] = (int16_t)s;
+	}
+	y->d = 1 / iscale;
+}
+
+Test(cuda_math, activation_quantizers_as_the_reference)
+{
+	struct test_rng r = {44};
+	float x[256];
+	for (int rep = 0; rep < 3000; rep++) {
+		test_fill_gauss(&r, x, 256, rep % 2 ? 1.0f : 50.0f);
+		if (rep % 7 == 0) { /* ties of magnitude, of either sign, first one wins */
+			x[rep % 256] = 9.0f;
+			x[(rep * 7 + 3) % 256] = -9.0f;
+		}
+		if (rep % 11 == 0)
+			memset(x, 0, sizeof x);
+		block_q8_K ref, got;
+		lm_quantize_q8_K_ref(x, &ref, 256);
+		q8_K_as_kernel(x, &got);
+		cr_assert_eq(bits(got.d), bits(ref.d), "rep %d: d %g vs %g", rep, got.d, ref.d);
+		cr_assert_eq(memcmp(got.qs, ref.qs, sizeof ref.qs), 0, "rep %d: qs", rep);
+		cr_assert_eq(memcmp(got.bsums, ref.bsums, sizeof ref.bsums), 0, "rep %d: bsums",
+			     rep);
+
+		block_q8_0 r0[8];
+		lm_quantize_q8_0_ref(x, r0, 256);
+		for (int b = 0; b < 8; b++) {
+			float amax = 0.0f; /* max is exact: any order */
+			for (int j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(x[32 * b + j]));
+			const float d = lmc_q8_0_d(amax), id = lmc_q8_0_id(d);
+			cr_assert_eq(lmc_f32_to_f16(d), r0[b].d);
+			for (int j = 0; j < 32; j++)
+				cr_assert_eq(lmc_q8_0_q(x[32 * b + j], id), r0[b].qs[j]);
+		}
+	}
+}
