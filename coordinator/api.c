@@ -46,13 +46,14 @@ struct api_call {
 	uint64_t t_submit, t_first, t_done; /* lm_now_ns */
 	/* Plain requests: the handler's aio, finished in on_done. */
 	nng_aio *aio;
-	/* Streams, under mu: queued bytes, the write in flight, and who still holds the call. */
+	/* Streams, under mu: the stream once started, events queued before, and whether the
+	 * scheduler is done (then whoever comes second frees the call). */
 	pthread_mutex_t mu;
-	nng_http_conn *conn;
-	nng_aio *wr;
-	struct lm_buf out, writing;
-	bool write_busy, write_failed, sched_done, writer_released;
-	int refs;
+	struct lm_http_stream *st;
+	struct lm_buf early;
+	bool sched_done, started;
+	_Atomic bool client_gone;
+	_Atomic uint64_t live_id;
 };
 
 /* ------------------------------------------------------------------ utilities */
@@ -68,31 +69,24 @@ static void api_call_free(struct api_call *c)
 	free(c->piece);
 	lm_buf_fini(&c->text);
 	lm_buf_fini(&c->pending);
-	lm_buf_fini(&c->out);
-	lm_buf_fini(&c->writing);
+	lm_buf_fini(&c->early);
 	free(c->gen);
 	cJSON_Delete(c->lp_tokens);
 	cJSON_Delete(c->lp_values);
 	cJSON_Delete(c->lp_top);
 	cJSON_Delete(c->lp_offsets);
-	/* The last reference may be dropped inside the write aio's own callback, where
-	 * nng_aio_free would wait for itself: reap it in the background instead. */
-	if (c->wr != NULL)
-		nng_aio_reap(c->wr);
-	if (c->conn != NULL)
-		nng_http_conn_close(c->conn);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
 
-/* Drops one reference (stream calls have two: the scheduler's and the writer's). */
-static void api_call_unref(struct api_call *c)
+/* The client went away (lm_httpd_on_gone): end its sequence everywhere. */
+static void api_gone(void *arg)
 {
-	pthread_mutex_lock(&c->mu);
-	int left = --c->refs;
-	pthread_mutex_unlock(&c->mu);
-	if (left == 0)
-		api_call_free(c);
+	struct api_call *c = arg;
+	atomic_store(&c->client_gone, true);
+	uint64_t id = atomic_load(&c->live_id);
+	if (id != 0)
+		sched_cancel(c->api->cfg.sched, id);
 }
 
 /* A token's text as JSON wants it: valid UTF-8 as is, else "bytes:\xNN..." as OpenAI does. */
@@ -128,73 +122,19 @@ static cJSON *api_token_string(const struct api *a, int32_t token)
 
 /* ------------------------------------------------------------------ streams */
 
-/* Under c->mu: starts the next write if none is running; returns true when the writer's
- * reference is to be dropped (the scheduler is done and everything is written, or writing
- * failed). The caller drops it after unlocking; until then the writer's reference keeps c. */
-static bool api_write_next_locked(struct api_call *c)
-{
-	if (c->write_busy || c->conn == NULL)
-		return false;
-	if (!c->write_failed && c->out.len > 0) {
-		struct lm_buf t = c->writing;
-		c->writing = c->out;
-		c->out = t;
-		c->out.len = 0;
-		nng_iov iov = {.iov_buf = c->writing.p, .iov_len = c->writing.len};
-		nng_aio_set_iov(c->wr, 1, &iov);
-		c->write_busy = true;
-		nng_http_conn_write_all(c->conn, c->wr);
-		return false;
-	}
-	if (c->sched_done && !c->writer_released) {
-		c->writer_released = true;
-		return true;
-	}
-	return false;
-}
-
-/* The write callback decides what comes next in the same critical section that ends its write:
- * once it unlocks with no write running, the scheduler thread may release the writer's
- * reference and free c, so c must not be touched again unless this thread releases it. */
-static void api_write_cb(void *arg)
-{
-	struct api_call *c = arg;
-	int rv = nng_aio_result(c->wr);
-	pthread_mutex_lock(&c->mu);
-	c->write_busy = false;
-	c->writing.len = 0;
-	if (rv != 0 && !c->write_failed) {
-		/* The client went away: end its sequence everywhere. */
-		c->write_failed = true;
-		if (!c->sched_done)
-			sched_cancel(c->api->cfg.sched, c->seq_id);
-	}
-	bool release = api_write_next_locked(c);
-	pthread_mutex_unlock(&c->mu);
-	if (release)
-		api_call_unref(c);
-}
-
-/* For a thread that holds another reference to c (the scheduler's). */
-static void api_write_next(struct api_call *c)
-{
-	pthread_mutex_lock(&c->mu);
-	bool release = api_write_next_locked(c);
-	pthread_mutex_unlock(&c->mu);
-	if (release)
-		api_call_unref(c);
-}
-
 static void api_stream_event(struct api_call *c, const char *data)
 {
+	struct lm_buf ev = {0};
+	lm_buf_adds(&ev, "data: ");
+	lm_buf_adds(&ev, data);
+	lm_buf_adds(&ev, "\n\n");
 	pthread_mutex_lock(&c->mu);
-	if (!c->write_failed) {
-		lm_buf_add(&c->out, "data: ", 6);
-		lm_buf_add(&c->out, data, strlen(data));
-		lm_buf_add(&c->out, "\n\n", 2);
-	}
+	if (c->st != NULL)
+		lm_httpd_stream_write(c->st, ev.p, ev.len);
+	else
+		lm_buf_add(&c->early, ev.p, ev.len);
 	pthread_mutex_unlock(&c->mu);
-	api_write_next(c);
+	lm_buf_fini(&ev);
 }
 
 static cJSON *api_chunk(struct api_call *c, const char *text, const char *finish)
@@ -384,7 +324,6 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 			api_add_usage(c, o);
 			lm_httpd_reply_json(c->aio, 200, o);
 		}
-		c->refs = 0;
 		api_call_free(c);
 		return;
 	}
@@ -407,10 +346,13 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 	}
 	api_stream_event(c, "[DONE]");
 	pthread_mutex_lock(&c->mu);
+	bool last = c->started;
 	c->sched_done = true;
+	if (c->st != NULL)
+		lm_httpd_stream_end(c->st);
 	pthread_mutex_unlock(&c->mu);
-	api_write_next(c);
-	api_call_unref(c);
+	if (last)
+		api_call_free(c);
 }
 
 /* ------------------------------------------------------------------ completions */
@@ -474,28 +416,11 @@ static void api_completions(nng_aio *aio)
 
 	lm_diag d = {{0}};
 	c->t_submit = lm_now_ns();
-	if (!c->req.stream) {
+	if (!c->req.stream)
 		c->aio = aio;
-		int rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
-		if (rc != 0) {
-			lm_httpd_reply_error(aio, rc == LM_EUNAVAILABLE ? 503 : 400,
-					     rc == LM_EUNAVAILABLE ? "server_error"
-								   : "invalid_request_error",
-					     NULL, "%s", lm_diag_str(&d, rc));
-			api_call_free(c);
-		}
-		return; /* on_done finishes the aio */
-	}
-
-	/* A stream: the scheduler and the writer each hold a reference. */
-	c->refs = 2;
-	if (nng_aio_alloc(&c->wr, api_write_cb, c) != 0) {
-		lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
-		api_call_free(c);
-		return;
-	}
-	nng_http_conn *conn = nng_aio_get_input(aio, 2);
-	int rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
+	lm_httpd_on_gone(aio, api_gone, c);
+	uint64_t id = 0;
+	int rc = sched_submit(a->cfg.sched, &r, &id, &d);
 	if (rc != 0) {
 		lm_httpd_reply_error(aio, rc == LM_EUNAVAILABLE ? 503 : 400,
 				     rc == LM_EUNAVAILABLE ? "server_error"
@@ -504,33 +429,26 @@ static void api_completions(nng_aio *aio)
 		api_call_free(c);
 		return;
 	}
-	/* Take the connection over and write the response head ourselves: NNG's server only
-	 * sends whole responses, and events must go out as tokens arrive. */
-	static const char head[] = "HTTP/1.1 200 OK\r\n"
-				   "Content-Type: text/event-stream\r\n"
-				   "Cache-Control: no-cache\r\n"
-				   "Connection: close\r\n\r\n";
-	nng_http_hijack(conn);
-	nng_http_req_free(lm_httpd_req(aio));
+	c->seq_id = id;
+	atomic_store(&c->live_id, id);
+	if (atomic_load(&c->client_gone))
+		sched_cancel(a->cfg.sched, id);
+	if (!c->req.stream)
+		return; /* on_done finishes the aio */
+	struct lm_http_stream *st = lm_httpd_stream(aio, "text/event-stream", api_gone, c);
 	pthread_mutex_lock(&c->mu);
-	struct lm_buf queued = c->out;
-	c->out = (struct lm_buf){0};
-	lm_buf_add(&c->out, head, sizeof head - 1);
-	if (queued.len > 0)
-		lm_buf_add(&c->out, queued.p, queued.len);
-	lm_buf_fini(&queued);
+	c->st = st;
+	c->started = true;
+	if (st != NULL && c->early.len > 0)
+		lm_httpd_stream_write(st, c->early.p, c->early.len);
+	bool done = c->sched_done;
+	if (done && st != NULL)
+		lm_httpd_stream_end(st);
 	pthread_mutex_unlock(&c->mu);
-	nng_aio_finish(aio, 0);
-	/* This thread is the writer until the first write starts. While conn is NULL nobody can
-	 * start one or drop the writer's reference, so c lives until this critical section;
-	 * after it, c is touched again only to drop that reference. The last api_call_unref (the
-	 * writer's, after everything is written, or the scheduler's) frees the call. */
-	pthread_mutex_lock(&c->mu);
-	c->conn = conn;
-	bool release = api_write_next_locked(c);
-	pthread_mutex_unlock(&c->mu);
-	if (release)
-		api_call_unref(c);
+	if (st == NULL)
+		sched_cancel(a->cfg.sched, id);
+	if (done)
+		api_call_free(c);
 }
 
 /* ------------------------------------------------------------------ small endpoints */
@@ -598,7 +516,7 @@ static void api_redeploy(nng_aio *aio)
 	struct api *a = lm_httpd_data(aio);
 	if (!api_authorized(aio, a))
 		return;
-	const char *method = nng_http_req_get_method(lm_httpd_req(aio));
+	const char *method = lm_httpd_method(aio);
 	if (strcmp(method, "GET") == 0) {
 		cJSON *o = a->cfg.rollout ? a->cfg.rollout(a->cfg.mesh) : NULL;
 		if (o == NULL)
