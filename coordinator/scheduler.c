@@ -964,7 +964,8 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	}
 	q->pen = pen;
 	q->n_stop_ids = r->n_stop_ids;
-	memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
+	if (r->n_stop_ids > 0) /* stop_ids may be NULL then, which memcpy must not see */
+		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
 	q->cap = s->cfg.max_seq;
 	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
 	if (q->tok == NULL) {
