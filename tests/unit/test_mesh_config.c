@@ -566,10 +566,11 @@ Test(mesh_config, api_keys)
 {
 	struct mesh_config c;
 	lm_diag d = {{0}};
-	const char *text = "[model]\npath = 'm.gguf'\nchat_template = 'chatml'\n"
-			   "[coordinator]\ndata_in = 'ipc:///tmp/c'\nmax_queued = 0\n"
-			   "http_read_timeout = 2.5\nhttp_idle_timeout = 60\nmax_connections = 9\n"
-			   "cors_origins = ['https://app.example:8443', 'null']\n" WORKER("a", "9000");
+	const char *text =
+		"[model]\npath = 'm.gguf'\nchat_template = 'chatml'\n"
+		"[coordinator]\ndata_in = 'ipc:///tmp/c'\nmax_queued = 0\n"
+		"http_read_timeout = 2.5\nhttp_idle_timeout = 60\nmax_connections = 9\n"
+		"cors_origins = ['https://app.example:8443', 'null']\n" WORKER("a", "9000");
 	cr_assert_eq(mesh_config_parse(&c, "/srv/mesh/mesh.toml", text, strlen(text), &d), 0, "%s",
 		     d.msg);
 	cr_expect_str_eq(c.chat_template, "chatml");
@@ -592,10 +593,11 @@ Test(mesh_config, api_keys)
 	cr_expect_eq(c.max_connections, 512);
 	cr_expect_eq(c.n_cors, 0);
 	mesh_config_fini(&c);
-	expect_refused(MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\nhttp_read_timeout = 0\n"
-			     WORKER("a", "9000"),
-		       "/srv/mesh/mesh.toml:5:21: coordinator.http_read_timeout: must be 0.1 to 3600 "
-		       "seconds, not 0");
+	expect_refused(
+		MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\nhttp_read_timeout = 0\n" WORKER(
+			"a", "9000"),
+		"/srv/mesh/mesh.toml:5:21: coordinator.http_read_timeout: must be 0.1 to 3600 "
+		"seconds, not 0");
 	expect_refused(MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\n"
 			     "cors_origins = ['https://a.example/path']\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:17: coordinator.cors_origins[0]: "
