@@ -71,7 +71,13 @@ static void status_print(const cJSON *doc)
 	int i = 0;
 	for (const cJSON *c = cuts != NULL ? cuts->child : NULL; c != NULL; c = c->next, i++)
 		printf("%s%.0f", i ? ", " : "", cJSON_IsNumber(c) ? c->valuedouble : -1.0);
-	printf("], strategy %s\n\n", status_str(plan, "strategy", "?"));
+	printf("], strategy %s\n", status_str(plan, "strategy", "?"));
+	const cJSON *chat = cJSON_GetObjectItemCaseSensitive(doc, "chat_template");
+	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(chat, "format")))
+		printf("chat template: %s (family %s)\n\n", status_str(chat, "format", "?"),
+		       status_str(chat, "family", "?"));
+	else
+		printf("chat template: none (%s)\n\n", status_str(chat, "why", "not reported"));
 
 	const cJSON *ws = cJSON_GetObjectItemCaseSensitive(doc, "workers");
 	int name_w = 6;

@@ -31,5 +31,7 @@ int cmd_diff(int argc, char **argv);
 int cmd_redeploy(int argc, char **argv);
 /* coordinator/cmd_status.c: a running mesh's workers, fence and counters. */
 int cmd_status(int argc, char **argv);
+/* coordinator/cmd_template.c: a chat template's format, and the prompts it renders. */
+int cmd_template(int argc, char **argv);
 
 #endif

@@ -83,6 +83,8 @@ struct mesh {
 	uint64_t fingerprint;
 	int32_t max_seq;
 	char model_name[128];
+	enum chat_format chat; /* CHAT_NONE: chat refused with chat_why */
+	char chat_why[400];
 	struct fence_plan plan;
 	tok_vocab *vocab;
 	char worker_bin[PATH_MAX];
@@ -187,6 +189,23 @@ static cJSON *mesh_rollout(void *arg)
 
 /* ------------------------------------------------------------------ serving */
 
+/* The chat format: mesh.toml's [model] chat_template, or the model's template recognised. */
+static int mesh_chat_format(struct mesh *m, lm_diag *d)
+{
+	int rc = chat_format_resolve(m->cfg.chat_template, m->file, &m->chat, m->chat_why,
+				     sizeof m->chat_why, d);
+	if (rc != 0) {
+		lm_diag_prefix(d, "%s", m->cfg.path);
+		return rc;
+	}
+	if (m->chat != CHAT_NONE)
+		lm_info("chat template: %s%s", chat_format_name(m->chat),
+			m->cfg.chat_template != NULL ? " (mesh.toml)" : "");
+	else
+		lm_info("no chat: %s", m->chat_why);
+	return 0;
+}
+
 /* Starts the data plane, the scheduler and the API when every worker is first ready (from
  * mesh_update_service, under mu, once). */
 static int mesh_start_serving(struct mesh *m, lm_diag *d)
@@ -201,6 +220,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 	if ((rc = lm_dial(m->push, m->procs[0].at.data, &m->tls, &m->push_dialer, d)) != 0)
 		return rc;
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
+			       .max_queued = m->cfg.max_queued,
 			       .slots = m->cfg.slots + MESH_PROBE_SLOTS,
 			       .reserved_slots = MESH_PROBE_SLOTS,
 			       .max_seq = m->max_seq,
@@ -231,18 +251,28 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		sc.stop_ids[sc.n_stop_ids++] = tok_bos(m->vocab);
 	if ((rc = sched_start(&m->sched, &sc, d)) != 0)
 		return rc;
-	struct api_cfg ac = {.http = m->cfg.http,
-			     .model_name = m->model_name,
-			     .auth_token = m->cfg.auth_token,
-			     .max_seq = m->max_seq,
-			     .vocab = m->vocab,
-			     .sched = m->sched,
-			     .mesh = m,
-			     .ready = mesh_status_ready,
-			     .status = mesh_status_json,
-			     .metrics = mesh_status_metrics,
-			     .redeploy = mesh_redeploy,
-			     .rollout = mesh_rollout};
+	struct api_cfg ac = {
+		.http = m->cfg.http,
+		.model_name = m->model_name,
+		.auth_token = m->cfg.auth_token,
+		.fingerprint = m->fingerprint,
+		.max_seq = m->max_seq,
+		.max_queued = m->cfg.max_queued,
+		.chat = m->chat,
+		.chat_why = m->chat_why,
+		.http_limits = {.read_timeout_ms = (int64_t)(m->cfg.http_read_timeout * 1000),
+				.idle_timeout_ms = (int64_t)(m->cfg.http_idle_timeout * 1000),
+				.max_conns = m->cfg.max_connections,
+				.cors_origins = (const char *const *)m->cfg.cors_origins,
+				.n_cors = m->cfg.n_cors},
+		.vocab = m->vocab,
+		.sched = m->sched,
+		.mesh = m,
+		.ready = mesh_status_ready,
+		.status = mesh_status_json,
+		.metrics = mesh_status_metrics,
+		.redeploy = mesh_redeploy,
+		.rollout = mesh_rollout};
 	if ((rc = api_start(&m->api, &ac, d)) != 0)
 		return rc;
 	m->serving = true;
@@ -887,6 +917,8 @@ int mesh_up(const struct mesh_opts *o)
 		goto early;
 	}
 	m->fingerprint = gguf_fingerprint(m->file);
+	if ((rc = mesh_chat_format(m, &d)) != 0)
+		goto early;
 	m->max_seq = planner_max_seq(&m->cfg, &m->hp);
 	const char *base = strrchr(m->cfg.model_path, '/');
 	snprintf(m->model_name, sizeof m->model_name, "%s", base ? base + 1 : m->cfg.model_path);

@@ -23,6 +23,11 @@ struct sched_seq {
 	int32_t max_tokens;
 	int32_t n_logprobs;
 	struct lm_sampling sampling;
+	struct lm_penalties pen;
+	struct lm_logit_bias *bias; /* [n_bias] */
+	struct lm_logit_adjust adj; /* what the next sampled step sends */
+	int32_t stop_ids[SCHED_MAX_REQ_STOPS];
+	int32_t n_bias, n_stop_ids;
 	void (*on_token)(void *, int32_t, float, const int32_t *, const float *, int32_t);
 	void (*on_done)(void *, enum sched_finish, int, const char *);
 	void *arg;
@@ -90,6 +95,7 @@ static void sched_free_seq(struct sched_seq *q)
 {
 	if (q != NULL) {
 		free(q->tok);
+		free(q->bias);
 		free(q);
 	}
 }
@@ -173,10 +179,13 @@ static void sched_fail_batch(struct sched *s, int32_t i, int code, const char *m
 	sched_drop_batch(s, i);
 }
 
-static bool sched_is_stop(const struct sched *s, int32_t token)
+static bool sched_is_stop(const struct sched *s, const struct sched_seq *q, int32_t token)
 {
 	for (int32_t i = 0; i < s->cfg.n_stop_ids; i++)
 		if (s->cfg.stop_ids[i] == token)
+			return true;
+	for (int32_t i = 0; i < q->n_stop_ids; i++)
+		if (q->stop_ids[i] == token)
 			return true;
 	return false;
 }
@@ -227,7 +236,7 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
 			continue;
 		}
-		if (sched_is_stop(s, tk->token)) {
+		if (sched_is_stop(s, q, tk->token)) {
 			sched_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
 			continue;
 		}
@@ -377,6 +386,21 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 				       .step = (uint64_t)q->n_gen,
 				       .n_logprobs = q->n_logprobs,
 				       .sampling = q->sampling};
+		if (w->sample && (q->n_bias > 0 || lm_penalties_active(&q->pen))) {
+			/* The window: the sequence's last tokens, prompt included, as llama-server
+			 * feeds its sampler. */
+			int32_t win = lm_penalties_active(&q->pen) ? q->pen.last_n : 0;
+			if (win > q->n_tok)
+				win = q->n_tok;
+			q->adj = (struct lm_logit_adjust){.presence = q->pen.presence,
+							  .frequency = q->pen.frequency,
+							  .repeat = q->pen.repeat,
+							  .hist = q->tok + q->n_tok - win,
+							  .n_hist = win,
+							  .bias = q->bias,
+							  .n_bias = q->n_bias};
+			w->adjust = &q->adj;
+		}
 		b->seqs[b->n] = q;
 		b->chunk[b->n] = chunk;
 		b->sample[b->n] = w->sample;
@@ -443,6 +467,7 @@ static void sched_admit(struct sched *s)
 		s->slot_seq[i] = q;
 		atomic_fetch_sub(&s->stats.queued, 1);
 		atomic_fetch_add(&s->stats.active, 1);
+		lm_hist_observe(&s->stats.queue_wait, lm_now_ns() - q->t_submit_ns);
 	}
 }
 
@@ -870,6 +895,35 @@ void sched_fini(struct sched *s)
 	free(s);
 }
 
+/* The request's penalties, biases and stop ids. */
+static int sched_check_adjust(const struct sched *s, const struct sched_req *r,
+			      struct lm_penalties *pen, lm_diag *d)
+{
+	*pen = r->penalties;
+	if (pen->repeat == 0)
+		pen->repeat = 1; /* a zeroed struct: no penalty */
+	const struct lm_penalties *p = pen;
+	if (p->last_n < 0 || p->last_n > LM_MAX_PENALTY_WINDOW)
+		return lm_fail(d, LM_EINVAL, "a penalty window of %d tokens (at most %d)",
+			       p->last_n, LM_MAX_PENALTY_WINDOW);
+	if (r->n_bias < 0 || (r->n_bias > 0 && r->bias == NULL) || r->n_stop_ids < 0 ||
+	    r->n_stop_ids > SCHED_MAX_REQ_STOPS || (r->n_stop_ids > 0 && r->stop_ids == NULL))
+		return lm_fail(d, LM_EINVAL, "malformed biases or stop ids");
+	const struct lm_logit_adjust a = {.presence = p->presence,
+					  .frequency = p->frequency,
+					  .repeat = p->repeat,
+					  .bias = r->bias,
+					  .n_bias = r->n_bias};
+	int rc = lm_logit_adjust_check(&a, s->cfg.n_vocab, d);
+	if (rc != 0)
+		return rc;
+	for (int32_t i = 0; i < r->n_stop_ids; i++)
+		if (r->stop_ids[i] < 0 || r->stop_ids[i] >= s->cfg.n_vocab)
+			return lm_fail(d, LM_EINVAL, "stop id %d is not in the vocabulary",
+				       r->stop_ids[i]);
+	return 0;
+}
+
 int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d)
 {
 	int rc;
@@ -892,14 +946,30 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
 	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
 		return rc;
+	struct lm_penalties pen;
+	if ((rc = sched_check_adjust(s, r, &pen, d)) != 0)
+		return rc;
 
 	struct sched_seq *q = calloc(1, sizeof *q);
 	if (q == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
+	if (r->n_bias > 0) {
+		q->bias = malloc((size_t)r->n_bias * sizeof *q->bias);
+		if (q->bias == NULL) {
+			free(q);
+			return lm_fail(d, LM_ENOMEM, "out of memory");
+		}
+		memcpy(q->bias, r->bias, (size_t)r->n_bias * sizeof *q->bias);
+		q->n_bias = r->n_bias;
+	}
+	q->pen = pen;
+	q->n_stop_ids = r->n_stop_ids;
+	if (r->n_stop_ids > 0) /* stop_ids may be NULL then, which memcpy must not see */
+		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
 	q->cap = s->cfg.max_seq;
 	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
 	if (q->tok == NULL) {
-		free(q);
+		sched_free_seq(q);
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	}
 	memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
@@ -924,6 +994,20 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	if (!s->available || s->stopping) {
 		rc = lm_fail(d, LM_EUNAVAILABLE, "%s",
 			     s->stopping ? "the coordinator is stopping" : s->why);
+		pthread_mutex_unlock(&s->mu);
+		sched_free_seq(q);
+		return rc;
+	}
+	/* Requests not yet admitted count against the bound only past the free slots they are
+	 * about to take. */
+	int32_t free_slots = s->cfg.slots - s->cfg.reserved_slots - atomic_load(&s->stats.active);
+	if (!r->probe && s->cfg.max_queued > 0 &&
+	    atomic_load(&s->stats.queued) - (free_slots > 0 ? free_slots : 0) >=
+		    s->cfg.max_queued) {
+		rc = lm_fail(d, LM_EBUSY,
+			     "%d requests wait for a slot already, the limit ([coordinator] "
+			     "max_queued); try again shortly",
+			     (int)s->cfg.max_queued);
 		pthread_mutex_unlock(&s->mu);
 		sched_free_seq(q);
 		return rc;

@@ -40,6 +40,16 @@ struct sched_req {
 	int32_t max_tokens;
 	struct lm_sampling sampling;
 	int32_t n_logprobs;
+	/* Presence, frequency and repeat penalties over the sequence's last penalties.last_n
+	 * tokens (zeroed: none; a repeat of 0 is taken as 1), and logit biases (copied; at most
+	 * LM_MAX_LOGIT_BIAS): sent to the last worker with every sampled step. */
+	struct lm_penalties penalties;
+	const struct lm_logit_bias *bias;
+	int32_t n_bias;
+	/* Token ids that end this sequence besides the scheduler's (a chat template's end of
+	 * turn), at most SCHED_MAX_REQ_STOPS; copied. */
+	const int32_t *stop_ids;
+	int32_t n_stop_ids;
 	bool probe; /* run in the reserved slot (smoke tests, diffs); fails with LM_EBUSY if taken */
 	/* One generated token; top_ids/top_lp hold n_top alternatives. */
 	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
@@ -49,9 +59,13 @@ struct sched_req {
 	void *arg;
 };
 
+#define SCHED_MAX_REQ_STOPS 4
+
 struct sched_cfg {
 	uint64_t fingerprint;
-	int32_t slots;          /* KV slots per worker */
+	int32_t max_queued; /* requests waiting for a slot at most (sched_submit: LM_EBUSY); 0: no
+			     * bound */
+	int32_t slots;      /* KV slots per worker */
 	int32_t reserved_slots; /* the last ones, kept for probes, never admitted */
 	int32_t max_seq;        /* context per sequence */
 	int32_t max_batch;      /* tokens per FORWARD */
@@ -76,6 +90,8 @@ struct sched_stats {
 	 * to its end for any reason (duration); per generated token after the first, the time
 	 * since the one before (token). ttft and token together count tokens_generated. */
 	struct lm_hist ttft, token, duration;
+	/* Per request, from sched_submit to taking a slot. */
+	struct lm_hist queue_wait;
 };
 
 struct sched;
@@ -96,7 +112,8 @@ void sched_stop(struct sched *s);
 void sched_fini(struct sched *s);
 
 /* Queues a request. LM_EINVAL for a bad prompt (empty, too long for the context, ids out of
- * the vocabulary) with d saying why; LM_EUNAVAILABLE when the mesh is down. On success the
+ * the vocabulary) or sampling parameters with d saying why; LM_EUNAVAILABLE when the mesh is
+ * down; LM_EBUSY when max_queued requests wait already. On success the
  * request's on_done will be called exactly once; *seq_id names it for sched_cancel. */
 int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d);
 /* Ends a request early (its on_done reports SCHED_FINISH_CANCEL). Unknown ids are ignored. */

@@ -8,7 +8,9 @@
 # Packages come from Debian 12 (apt-get, as root or through sudo); the llama.cpp oracle used by
 # the comparison tests comes from the npm registry (node-llama-cpp@3.21.1, see
 # deploy/oracle-setup.sh), and so does the Kubernetes manifests' checker (kubernetes-models@5.1.0
-# and yaml@2.9.1, pinned with their dependencies by deploy/k8s/check/package-lock.json).
+# and yaml@2.9.1, pinned with their dependencies by deploy/k8s/check/package-lock.json) and the
+# API's reference clients (@huggingface/jinja@0.5.11, the Jinja renderer chat templates are held
+# to, and openai@6.49.0, the official SDK; tests/node/package-lock.json).
 # Everything else is built from this repository with meson.
 set -euo pipefail
 
@@ -31,8 +33,11 @@ packages=(
 	build-essential meson ninja-build pkg-config git ca-certificates
 	libuv1-dev libnng-dev libmsgpack-dev libcriterion-dev libcjson-dev
 	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
-	systemd strace
+	systemd strace python3
 )
+# The API's tests: headless Chromium (CORS), promtool (the /metrics page); wrk for
+# bench/http_wrk.sh.
+test_packages=(chromium prometheus wrk)
 
 install_packages() {
 	local missing=()
@@ -43,6 +48,12 @@ install_packages() {
 	# node and npm are needed only for the oracle and the manifests' checker; a machine may have
 	# its own node already.
 	if [ "$job" = test ] && ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
+	if [ "$job" = test ]; then
+		for p in "${test_packages[@]}"; do
+			dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+				missing+=("$p")
+		done
+	fi
 	if [ ${#missing[@]} -eq 0 ]; then
 		log "Debian packages: all present"
 		return
@@ -100,6 +111,19 @@ install_k8s_check() {
 		die "npm ci in $dir failed (is the npm registry reachable?)"
 }
 
+# The API's reference clients (tests/node): the exact packages of its package-lock.json.
+install_node_tests() {
+	local dir=tests/node
+	if [ -f "$dir/node_modules/.package-lock.json" ] &&
+		[ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+		log "the API's reference clients (tests/node): present"
+		return
+	fi
+	log "installing the API's reference clients (npm ci in $dir)"
+	(cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) ||
+		die "npm ci in $dir failed (is the npm registry reachable?)"
+}
+
 build() {
 	local opts=(-Dwerror=true "-Dshared_dir=$shared")
 	if [ -d .oracle/include ]; then opts+=("-Dllama_oracle=$here/.oracle"); fi
@@ -137,6 +161,7 @@ run)
 test)
 	deploy/oracle-setup.sh "$here/.oracle"
 	install_k8s_check
+	install_node_tests
 	build
 	exec deploy/test.sh "$@"
 	;;

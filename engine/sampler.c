@@ -3,12 +3,18 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int lm_sampler_init(struct lm_sampler *s, int32_t n_vocab)
 {
 	s->n_vocab = n_vocab;
 	s->cand = malloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof *s->cand);
-	return s->cand != NULL ? 0 : LM_ENOMEM;
+	s->hist = malloc(LM_MAX_PENALTY_WINDOW * sizeof *s->hist);
+	if (s->cand == NULL || s->hist == NULL) {
+		lm_sampler_fini(s);
+		return LM_ENOMEM;
+	}
+	return 0;
 }
 
 void lm_sampler_fini(struct lm_sampler *s)
@@ -16,7 +22,42 @@ void lm_sampler_fini(struct lm_sampler *s)
 	if (s == NULL)
 		return;
 	free(s->cand);
+	free(s->hist);
 	s->cand = NULL;
+	s->hist = NULL;
+}
+
+static int sample_id_cmp(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return (x > y) - (x < y);
+}
+
+void lm_adjust_logits(struct lm_sampler *s, float *logits, const struct lm_logit_adjust *a)
+{
+	for (int32_t i = 0; i < a->n_bias; i++)
+		logits[a->bias[i].id] += a->bias[i].bias;
+	bool penalize = a->presence != 0 || a->frequency != 0 || a->repeat != 1;
+	if (!penalize || a->n_hist <= 0)
+		return;
+	int32_t n = a->n_hist < LM_MAX_PENALTY_WINDOW ? a->n_hist : LM_MAX_PENALTY_WINDOW;
+	memcpy(s->hist, a->hist, (size_t)n * sizeof *s->hist);
+	qsort(s->hist, (size_t)n, sizeof *s->hist, sample_id_cmp);
+	for (int32_t i = 0; i < n;) {
+		int32_t id = s->hist[i], count = 0;
+		while (i < n && s->hist[i] == id) {
+			count++;
+			i++;
+		}
+		/* llama_sampler_penalties_apply, operation for operation. */
+		float l = logits[id];
+		if (l <= 0)
+			l *= a->repeat;
+		else
+			l /= a->repeat;
+		l -= (float)count * a->frequency + (float)(count > 0) * a->presence;
+		logits[id] = l;
+	}
 }
 
 static uint64_t sample_mix(uint64_t x)

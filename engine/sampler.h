@@ -26,7 +26,8 @@ struct lm_sampler {
 	struct lm_cand {
 		float logit;
 		int32_t id;
-	} * cand; /* [n_vocab] */
+	} * cand;      /* [n_vocab] */
+	int32_t *hist; /* [LM_MAX_PENALTY_WINDOW] a sorted copy of a penalty window */
 };
 int lm_sampler_init(struct lm_sampler *s, int32_t n_vocab);
 void lm_sampler_fini(struct lm_sampler *s);
@@ -35,6 +36,11 @@ void lm_sampler_fini(struct lm_sampler *s);
  * NaN logits are treated as -inf. */
 int32_t lm_sample(struct lm_sampler *s, const float *logits, const struct lm_sampling *p,
 		  uint64_t step);
+
+/* Applies a (checked: lm_logit_adjust_check) to logits [n_vocab] in place, as sampling.h
+ * says: biases added, then llama.cpp's penalty arithmetic, in float and in its order, for
+ * every token of the window (each once, with its count). */
+void lm_adjust_logits(struct lm_sampler *s, float *logits, const struct lm_logit_adjust *a);
 
 /* log softmax(logits)[id], the log-probability of a token under the model (for logprobs). */
 float lm_logprob(const float *logits, int32_t n_vocab, int32_t id);

@@ -69,9 +69,10 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 		goto nomem;
 	if (a->head) {
 		st->logits = malloc((size_t)a->slots * (size_t)st->n_vocab * sizeof(float));
+		st->adjusted = malloc((size_t)st->n_vocab * sizeof(float));
 		st->top_cap = (size_t)a->slots * (size_t)st->lim.max_logprobs * 8;
 		st->top = malloc(st->top_cap);
-		if (st->logits == NULL || st->top == NULL ||
+		if (st->logits == NULL || st->adjusted == NULL || st->top == NULL ||
 		    lm_sampler_init(&st->sampler, st->n_vocab) != 0)
 			goto nomem;
 	}
@@ -81,7 +82,7 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 					     sizeof *st->scratch.seqs + sizeof *st->scratch.toks +
 					     sizeof *st->scratch.slots);
 	if (a->head)
-		st->host_bytes += (size_t)a->slots * (size_t)st->n_vocab * sizeof(float) +
+		st->host_bytes += ((size_t)a->slots + 1) * (size_t)st->n_vocab * sizeof(float) +
 				  st->top_cap + (size_t)st->n_vocab * sizeof *st->sampler.cand;
 	return 0;
 nomem:
@@ -105,6 +106,7 @@ void stage_fini(struct stage *st)
 	free(st->hin);
 	free(st->hout);
 	free(st->logits);
+	free(st->adjusted);
 	free(st->toks);
 	free(st->top);
 	free(st->trace);
@@ -365,7 +367,14 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 		const float *row = st->logits + (size_t)k++ * (size_t)st->n_vocab;
 		struct wire_token *tk = &st->toks[t.n++];
 		tk->seq_id = q->seq_id;
-		tk->token = lm_sample(&st->sampler, row, &q->sampling, q->step);
+		/* Bias and penalties change what is drawn; the logprobs stay the model's. */
+		const float *draw = row;
+		if (q->adjust != NULL) {
+			memcpy(st->adjusted, row, (size_t)st->n_vocab * sizeof(float));
+			lm_adjust_logits(&st->sampler, st->adjusted, q->adjust);
+			draw = st->adjusted;
+		}
+		tk->token = lm_sample(&st->sampler, draw, &q->sampling, q->step);
 		tk->logprob = lm_logprob(row, st->n_vocab, tk->token);
 		tk->n_top = q->n_logprobs;
 		if (q->n_logprobs > 0)

@@ -50,6 +50,7 @@ struct stage {
 	int32_t *out_rows;       /* [slots] rows to sample */
 	float *hin, *hout;       /* [max_batch][dim] f32 rows when the payload needs converting */
 	float *logits;           /* [slots][n_vocab] last stage */
+	float *adjusted;         /* [n_vocab] one row with its logit adjustments, last stage */
 	struct wire_token *toks; /* [slots] */
 	uint8_t *top;            /* top-logprob payload, last stage */
 	size_t top_cap;

@@ -428,9 +428,9 @@ static const enum lm_dtype wire_types[] = {LM_F32, LM_F16, LM_BF16};
 
 static int mc_model(struct mc *m)
 {
-	static const char *const keys[] = {"path",      "max_seq_len",   "slots",
-					   "kv_type_k", "kv_type_v",     "wire_dtype",
-					   "max_batch", "scratch_bytes", NULL};
+	static const char *const keys[] = {
+		"path",       "max_seq_len", "slots",         "kv_type_k",     "kv_type_v",
+		"wire_dtype", "max_batch",   "scratch_bytes", "chat_template", NULL};
 	struct mesh_config *cfg = m->cfg;
 	const struct toml_value *t;
 	int rc = mc_table(m, "model", &t);
@@ -449,15 +449,80 @@ static int mc_model(struct mc *m)
 	    (rc = MC_DTYPE(m, t, "kv_type_v", kv_types, &cfg->kv_type_v)) != 0 ||
 	    (rc = MC_DTYPE(m, t, "wire_dtype", wire_types, &cfg->wire_dtype)) != 0 ||
 	    (rc = mc_int(m, t, "max_batch", 1, 65536, &cfg->max_batch)) != 0 ||
-	    (rc = mc_size(m, t, "scratch_bytes", &cfg->scratch_bytes, &given)) != 0)
+	    (rc = mc_size(m, t, "scratch_bytes", &cfg->scratch_bytes, &given)) != 0 ||
+	    (rc = mc_str(m, t, "chat_template", NULL, &cfg->chat_template)) != 0)
 		return rc;
+	return 0;
+}
+
+/* A number of seconds in [lo, hi] (integer or float). */
+static int mc_seconds(struct mc *m, const struct toml_value *tab, const char *key, double lo,
+		      double hi, double *out)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	if (v == NULL)
+		return 0;
+	if (v->type != TOML_INTEGER && v->type != TOML_FLOAT)
+		return MC_FAIL(m, v, "expected a number of seconds, found %s",
+			       toml_type_name(v->type));
+	double x = v->type == TOML_INTEGER ? (double)v->u.i : v->u.f;
+	if (!(x >= lo && x <= hi))
+		return MC_FAIL(m, v, "must be %g to %g seconds, not %g", lo, hi, x);
+	*out = x;
+	return 0;
+}
+
+/* cors_origins: an array of origins, each as a browser sends it. */
+static int mc_origins(struct mc *m, const struct toml_value *tab)
+{
+	const struct toml_value *v = toml_get(tab, "cors_origins");
+	if (v == NULL)
+		return 0;
+	if (v->type != TOML_ARRAY)
+		return MC_FAIL(m, v, "expected an array of origins, found %s",
+			       toml_type_name(v->type));
+	size_t n = toml_len(v);
+	if (n > 64)
+		return MC_FAIL(m, v, "at most 64 origins");
+	m->cfg->cors_origins = calloc(n + 1, sizeof *m->cfg->cors_origins);
+	if (m->cfg->cors_origins == NULL)
+		return lm_fail(m->d, LM_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const struct toml_value *o = toml_at(v, i);
+		if (o->type != TOML_STRING)
+			return MC_FAIL(m, o, "an origin must be a string");
+		const char *s = o->u.str.s;
+		if (strlen(s) != o->u.str.len)
+			return MC_FAIL(m, o, "an origin may not hold U+0000");
+		bool scheme = strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
+		const char *host = scheme ? strstr(s, "://") + 3 : NULL;
+		if (strcmp(s, "null") != 0 &&
+		    (!scheme || host[0] == '\0' || strchr(host, '/') != NULL ||
+		     strpbrk(s, " \t\r\n") != NULL))
+			return MC_FAIL(m, o,
+				       "\"%.80s\" is not an origin (scheme://host[:port], no path, "
+				       "e.g. \"https://app.example:8443\")",
+				       s);
+		if ((m->cfg->cors_origins[i] = strdup(s)) == NULL)
+			return lm_fail(m->d, LM_ENOMEM, "out of memory");
+		m->cfg->n_cors++;
+	}
 	return 0;
 }
 
 static int mc_coordinator(struct mc *m)
 {
-	static const char *const keys[] = {"http",      "data_in",           "auth_token",
-					   "log_level", "batches_in_flight", NULL};
+	static const char *const keys[] = {"http",
+					   "data_in",
+					   "auth_token",
+					   "log_level",
+					   "batches_in_flight",
+					   "max_queued",
+					   "http_read_timeout",
+					   "http_idle_timeout",
+					   "max_connections",
+					   "cors_origins",
+					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
 	const struct toml_value *t;
@@ -479,7 +544,13 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_str(m, t, "auth_token", NULL, &cfg->auth_token)) != 0 ||
 	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0 ||
 	    (rc = mc_int(m, t, "batches_in_flight", 1, MESH_MAX_BATCHES_IN_FLIGHT,
-			 &cfg->batches_in_flight)) != 0)
+			 &cfg->batches_in_flight)) != 0 ||
+	    (rc = mc_int(m, t, "max_queued", 0, 1000000, &cfg->max_queued)) != 0 ||
+	    (rc = mc_seconds(m, t, "http_read_timeout", 0.1, 3600, &cfg->http_read_timeout)) != 0 ||
+	    (rc = mc_seconds(m, t, "http_idle_timeout", 0.1, 86400, &cfg->http_idle_timeout)) !=
+		    0 ||
+	    (rc = mc_int(m, t, "max_connections", 1, 100000, &cfg->max_connections)) != 0 ||
+	    (rc = mc_origins(m, t)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {
@@ -815,6 +886,10 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 	cfg->wire_dtype = LM_F32;
 	cfg->max_batch = 64;
 	cfg->log_level = LM_LOG_INFO;
+	cfg->max_queued = 256;
+	cfg->http_read_timeout = 10;
+	cfg->http_idle_timeout = 30;
+	cfg->max_connections = 512;
 	cfg->strategy = FENCE_BALANCED;
 	cfg->path = strdup(path);
 	cfg->http = strdup("127.0.0.1:8080");
@@ -881,6 +956,10 @@ void mesh_config_fini(struct mesh_config *cfg)
 	free(cfg->http);
 	free(cfg->data_in);
 	free(cfg->auth_token);
+	free(cfg->chat_template);
+	for (int32_t i = 0; cfg->cors_origins != NULL && i < cfg->n_cors; i++)
+		free(cfg->cors_origins[i]);
+	free(cfg->cors_origins);
 	free(cfg->tls_ca_file);
 	free(cfg->tls_cert_file);
 	free(cfg->tls_key_file);

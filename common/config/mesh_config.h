@@ -27,6 +27,11 @@
  *                                    the scratch
  *   scratch_bytes size               activation scratch per worker; default: the planner's
  *                                    estimate from the model and max_batch
+ *   chat_template string             the chat format to render conversations with instead of
+ *                                    the one recognised in the model's tokenizer.chat_template:
+ *                                    "chatml", "qwen2.5", "qwen3", "llama3", "llama3.1",
+ *                                    "gemma", "gemma4", "mistral" or "phi3"
+ *                                    (coordinator/chat_template.h); default: recognised
  *
  *   [coordinator]
  *   http          host:port          the API; default "127.0.0.1:8080"
@@ -39,6 +44,20 @@
  *                                    worker, so every stage has a batch to work on (fewer, larger
  *                                    batches read each weight for more sequences at once:
  *                                    bench/RESULTS.md measures the trade)
+ *   max_queued    integer            requests that may wait for a KV slot, 0 to 1000000 (0:
+ *                                    no limit); past it the API answers 429 with Retry-After;
+ *                                    default 256
+ *   http_read_timeout  number        seconds within which a request's head and body must
+ *                                    arrive from its first byte (408 otherwise), 0.1 to 3600;
+ *                                    default 10
+ *   http_idle_timeout  number        seconds a keep-alive connection may wait for its next
+ *                                    request, 0.1 to 86400; default 30
+ *   max_connections    integer       HTTP connections at once, 1 to 100000 (past it the one
+ *                                    idle longest is closed, or the new one gets 503);
+ *                                    default 512
+ *   cors_origins  [string, ...]      origins allowed to call the API from a browser
+ *                                    ("https://app.example", as browsers send them, or "null");
+ *                                    default none: a request with any Origin header is refused
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -141,6 +160,7 @@ struct mesh_config {
 	enum lm_dtype wire_dtype;
 	int32_t max_batch;
 	uint64_t scratch_bytes; /* 0: estimated by the planner */
+	char *chat_template;    /* NULL: recognised from the model */
 
 	/* [coordinator] */
 	char *http;
@@ -148,6 +168,11 @@ struct mesh_config {
 	char *auth_token; /* NULL when none */
 	enum lm_log_level log_level;
 	int32_t batches_in_flight; /* 0: one per worker */
+	int32_t max_queued;
+	double http_read_timeout, http_idle_timeout; /* seconds */
+	int32_t max_connections;
+	char **cors_origins; /* [n_cors] */
+	int32_t n_cors;
 
 	/* [plan] */
 	enum fence_strategy strategy;

@@ -10,12 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 1. Changing any of them (or any header key or payload
- * layout) changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so
- * two builds that disagree refuse each other at HELLO instead of misreading each other. */
+/* The values below are protocol version 3 (2 added TRACE, 3 FORWARD's "adj"). Changing any of
+ * them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in wire.h
+ * and update this table with it, so two builds that disagree refuse each other at HELLO
+ * instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
-	static_assert(WIRE_VERSION_CURRENT == 2 && (name) == (value), #name \
-		      " is pinned by protocol version 2: bump WIRE_VERSION and update wire.c")
+	static_assert(WIRE_VERSION_CURRENT == 3 && (name) == (value), #name \
+		      " is pinned by protocol version 3: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -138,6 +139,9 @@ void wire_scratch_fini(struct wire_scratch *s)
 	free(s->seqs);
 	free(s->toks);
 	free(s->slots);
+	free(s->adj);
+	free(s->hist);
+	free(s->bias);
 	memset(s, 0, sizeof *s);
 }
 

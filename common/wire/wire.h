@@ -51,7 +51,7 @@
 #include "common/model/sampling.h"
 #include "common/base/dtype.h"
 
-#define WIRE_VERSION_CURRENT 2
+#define WIRE_VERSION_CURRENT 3
 /* A test build may claim another version (tests/integration: a redeploy of a build that speaks
  * another protocol must be refused at HELLO, both versions named). */
 #ifdef LM_TEST_WIRE_VERSION
@@ -132,10 +132,18 @@ struct wire_seq {
 	uint64_t step;      /* generation step: the sampler's draw index */
 	int32_t n_logprobs; /* top logprobs wanted with the sampled token (0: none) */
 	struct lm_sampling sampling;
+	/* Logit bias and penalties before sampling (FORWARD's "adj", version 3); NULL: none.
+	 * Encode: the caller's; decode: points into the scratch. */
+	const struct lm_logit_adjust *adjust;
 };
 
 /* FORWARD: "seqs" (array of per-sequence arrays), "n" (total tokens), "dt" (wire_dtype),
- * "dim" (row width; 1 for I32 ids), "pl" (payload bytes). payload_len must equal
+ * "dim" (row width; 1 for I32 ids), "pl" (payload bytes), and "adj" (version 3) when any
+ * sequence has logit adjustments: an array of
+ *     [index i32, presence f32, frequency f32, repeat f32, [window ids i32...],
+ *      [[id i32, bias f32]...]]
+ * one per such sequence, `index` its place in "seqs" (ascending, each at most once), checked
+ * with lm_logit_adjust_check against n_vocab. payload_len must equal
  * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n).
  * Decoding checks 1 <= n_seqs <= max_seqs, 1 <= n <= max_batch, dt one of I32 (dim 1, every
  * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim). */
@@ -284,6 +292,11 @@ struct wire_scratch {
 	struct wire_seq *seqs;
 	struct wire_token *toks;
 	int32_t *slots;
+	/* For FORWARD's "adj", allocated at the first message that has one (most receivers
+	 * never see one, and these are the large arrays): */
+	struct lm_logit_adjust *adj; /* [cap] */
+	int32_t *hist;               /* [cap][LM_MAX_PENALTY_WINDOW] */
+	struct lm_logit_bias *bias;  /* [cap][LM_MAX_LOGIT_BIAS] */
 	int32_t cap;
 };
 int wire_scratch_init(struct wire_scratch *s, int32_t cap);

@@ -7,6 +7,8 @@
  */
 #include "common/wire/wire_read.h"
 
+#include <stdlib.h>
+
 #include "common/base/dtype.h"
 
 /* ---------------------------------------------------------------- the decoders */
@@ -63,6 +65,7 @@ static int wd_seq(struct wd *c, const struct wire_limits *lim, struct wire_seq *
 {
 	int rc;
 	c->elem = NULL;
+	q->adjust = NULL;
 	if ((rc = wd_tuple(c, 12)) != 0)
 		return rc;
 	c->elem = wire_seq_elems[0];
@@ -154,13 +157,122 @@ static int wd_forward_seqs(struct wd *c, void *ctx)
 	return 0;
 }
 
+/* The scratch's "adj" arrays, allocated once at the first message that needs them. */
+static int wd_adjust_scratch(struct wd *c, struct wire_scratch *s)
+{
+	if (s->adj != NULL)
+		return 0;
+	s->adj = calloc((size_t)s->cap, sizeof *s->adj);
+	s->hist = calloc((size_t)s->cap * LM_MAX_PENALTY_WINDOW, sizeof *s->hist);
+	s->bias = calloc((size_t)s->cap * LM_MAX_LOGIT_BIAS, sizeof *s->bias);
+	if (s->adj != NULL && s->hist != NULL && s->bias != NULL)
+		return 0;
+	free(s->adj);
+	free(s->hist);
+	free(s->bias);
+	s->adj = NULL;
+	s->hist = NULL;
+	s->bias = NULL;
+	return wd_fail(c, LM_ENOMEM, "out of memory for logit adjustments");
+}
+
+/* One "adj" entry: [index, presence, frequency, repeat, [window], [[id, bias]...]]. */
+static int wd_adjust_one(struct wd *c, const struct wire_limits *lim, int32_t *index,
+			 struct lm_logit_adjust *a, int32_t *hist, struct lm_logit_bias *bias)
+{
+	int rc;
+	uint32_t m;
+	c->elem = NULL;
+	if ((rc = wd_tuple(c, 6)) != 0)
+		return rc;
+	c->elem = "index";
+	if ((rc = wd_i32(c, 0, INT32_MAX, index)) != 0)
+		return rc;
+	c->elem = "presence";
+	if ((rc = wd_f32(c, &a->presence)) != 0)
+		return rc;
+	c->elem = "frequency";
+	if ((rc = wd_f32(c, &a->frequency)) != 0)
+		return rc;
+	c->elem = "repeat";
+	if ((rc = wd_f32(c, &a->repeat)) != 0)
+		return rc;
+	c->elem = "window";
+	if ((rc = wd_array(c, &m)) != 0)
+		return rc;
+	if (m > LM_MAX_PENALTY_WINDOW)
+		return wd_fail(c, LM_EPROTO, "%u tokens, at most %d", m, LM_MAX_PENALTY_WINDOW);
+	for (uint32_t j = 0; j < m; j++)
+		if ((rc = wd_i32(c, 0, (int64_t)lim->n_vocab - 1, &hist[j])) != 0)
+			return rc;
+	a->hist = hist;
+	a->n_hist = (int32_t)m;
+	c->elem = "bias";
+	if ((rc = wd_array(c, &m)) != 0)
+		return rc;
+	if (m > LM_MAX_LOGIT_BIAS)
+		return wd_fail(c, LM_EPROTO, "%u biases, at most %d", m, LM_MAX_LOGIT_BIAS);
+	for (uint32_t j = 0; j < m; j++) {
+		if ((rc = wd_tuple(c, 2)) != 0 ||
+		    (rc = wd_i32(c, 0, (int64_t)lim->n_vocab - 1, &bias[j].id)) != 0 ||
+		    (rc = wd_f32(c, &bias[j].bias)) != 0)
+			return rc;
+	}
+	a->bias = bias;
+	a->n_bias = (int32_t)m;
+	lm_diag ad;
+	if (lm_logit_adjust_check(a, lim->n_vocab, &ad) != 0) {
+		c->elem = NULL;
+		c->at = NULL;
+		return wd_fail(c, LM_EPROTO, "%s", ad.msg);
+	}
+	return 0;
+}
+
+/* "adj": the sequences' logit adjustments, attached to the sequences they name. */
+static int wd_forward_adjust(struct wd *c, const struct wd_head *w, const struct wire_limits *lim,
+			     struct wire_scratch *s, struct wire_forward *f)
+{
+	uint32_t n;
+	int rc;
+	wd_at(c, w, WK_ADJ);
+	if ((rc = wd_array(c, &n)) != 0)
+		return rc;
+	if ((rc = wd_count(c, n, 0, f->n_seqs, "the batch's sequences", s->cap)) != 0)
+		return rc;
+	if (n > 0 && (rc = wd_adjust_scratch(c, s)) != 0)
+		return rc;
+	int32_t prev = -1;
+	for (int32_t k = 0; k < (int32_t)n; k++) {
+		int32_t index;
+		c->idx = k;
+		const uint8_t *at = c->p;
+		rc = wd_adjust_one(c, lim, &index, &s->adj[k],
+				   s->hist + (size_t)k * LM_MAX_PENALTY_WINDOW,
+				   s->bias + (size_t)k * LM_MAX_LOGIT_BIAS);
+		if (rc != 0)
+			return rc;
+		if (index <= prev || index >= f->n_seqs) {
+			c->elem = "index";
+			c->at = at;
+			return wd_fail(c, LM_EPROTO,
+				       "sequence %" PRId32 " out of order or outside [0, %" PRId32
+				       ")",
+				       index, f->n_seqs);
+		}
+		prev = index;
+		s->seqs[index].adjust = &s->adj[k];
+	}
+	return 0;
+}
+
 int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *lim,
 			struct wire_scratch *s, struct wire_forward *f, lm_diag *d)
 {
 	const uint64_t keys = WK_BASE | WK_BIT(WK_SEQS) | WK_BIT(WK_N) | WK_BIT(WK_DT) |
 			      WK_BIT(WK_DIM) | WK_BIT(WK_PL);
 	struct wd_forward x = {.lim = lim, .s = s, .f = f};
-	const struct wd_spec spec = {.allowed = keys,
+	const struct wd_spec spec = {.allowed = keys | WK_BIT(WK_ADJ),
 				     .types = WT_BIT(WIRE_FORWARD),
 				     .fp = lim->fingerprint,
 				     .inline_key = WK_SEQS,
@@ -215,6 +327,9 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 			       "rows [%" PRId64 ", %" PRId64 ") run past \"n\" = %" PRId32, row,
 			       row + s->seqs[i].n_tokens, f->n_tokens);
 	}
+
+	if ((w.seen & WK_BIT(WK_ADJ)) != 0 && (rc = wd_forward_adjust(&c, &w, lim, s, f)) != 0)
+		return rc;
 
 	/* n <= max_batch and dim <= INT32_MAX: the product fits in 64 bits. */
 	uint64_t implied = (uint64_t)f->n_tokens * (uint64_t)f->dim * wire_dtype_size(f->dtype);

@@ -185,6 +185,51 @@ static void wire_slice(struct wire_enc *e, int32_t begin, int32_t end, bool embe
 /* One wire_token: the array header, a u64, two i32 and an f32. */
 #define WIRE_TOKEN_BOUND (1 + 9 + 5 + 5 + 5)
 
+/* The sequences with logit adjustments and a bound of their "adj" bytes; LM_EINVAL for one
+ * that is not self-consistent. */
+static int wire_adjust_bound(const struct wire_forward *f, size_t *n, size_t *bound)
+{
+	for (int32_t i = 0; i < f->n_seqs; i++) {
+		const struct lm_logit_adjust *a = f->seqs[i].adjust;
+		if (a == NULL)
+			continue;
+		if (a->n_hist < 0 || a->n_bias < 0 || (a->n_hist > 0 && a->hist == NULL) ||
+		    (a->n_bias > 0 && a->bias == NULL))
+			return LM_EINVAL;
+		(*n)++;
+		*bound += 1 + 5 + 3 * 5 + 5 + 5 * (size_t)a->n_hist + 5 + 11 * (size_t)a->n_bias;
+	}
+	if (*n > 0)
+		*bound += 4 + 5;
+	return 0;
+}
+
+/* "adj": [index, presence, frequency, repeat, [window], [[id, bias]...]] per sequence. */
+static void wire_adjust(struct wire_enc *e, const struct wire_forward *f, size_t n)
+{
+	wire_key(e, "adj");
+	wire_array(e, n);
+	for (int32_t i = 0; i < f->n_seqs; i++) {
+		const struct lm_logit_adjust *a = f->seqs[i].adjust;
+		if (a == NULL)
+			continue;
+		wire_array(e, 6);
+		wire_i64(e, i);
+		wire_f32(e, a->presence);
+		wire_f32(e, a->frequency);
+		wire_f32(e, a->repeat);
+		wire_array(e, (size_t)a->n_hist);
+		for (int32_t j = 0; j < a->n_hist; j++)
+			wire_i64(e, a->hist[j]);
+		wire_array(e, (size_t)a->n_bias);
+		for (int32_t j = 0; j < a->n_bias; j++) {
+			wire_array(e, 2);
+			wire_i64(e, a->bias[j].id);
+			wire_f32(e, a->bias[j].bias);
+		}
+	}
+}
+
 int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 {
 	if (f->n_seqs < 0 || (f->n_seqs > 0 && f->seqs == NULL) || f->n_tokens < 0 || f->dim < 0)
@@ -195,10 +240,14 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 	    pl != f->payload_len)
 		return LM_EINVAL;
 	size_t copy = f->payload != NULL ? f->payload_len : 0;
+	size_t n_adj = 0, adj_bound = 0;
+	if (wire_adjust_bound(f, &n_adj, &adj_bound) != 0)
+		return LM_EINVAL;
 	struct wire_enc e;
-	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + copy))
+	if (wire_enc_begin(&e, b,
+			   WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + adj_bound + copy))
 		return LM_ENOMEM;
-	wire_head(&e, 9, WIRE_FORWARD, f->batch_id, true, f->fingerprint);
+	wire_head(&e, n_adj > 0 ? 10 : 9, WIRE_FORWARD, f->batch_id, true, f->fingerprint);
 	wire_key(&e, "seqs");
 	wire_array(&e, (size_t)f->n_seqs);
 	for (int32_t i = 0; i < f->n_seqs; i++) {
@@ -223,6 +272,8 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 	wire_u64(&e, (uint64_t)f->dtype);
 	wire_key(&e, "dim");
 	wire_i64(&e, f->dim);
+	if (n_adj > 0)
+		wire_adjust(&e, f, n_adj);
 	wire_key(&e, "pl");
 	wire_u64(&e, f->payload_len);
 	wire_raw(&e, f->payload, copy);

@@ -1,7 +1,10 @@
 /* fuzz_http.c — libFuzzer target for the HTTP API's request handling: any bytes as a
  * /v1/completions body through api_request_parse (coordinator/api_request.h), and, for an
  * accepted request, its stop strings over the text of its own prompt ids as if the model had
- * generated them (tok_stream_push, then api_stop_cut, as api.c drives them).
+ * generated them (tok_stream_push, then api_stop_cut, as api_call.c drives them); the same
+ * bytes as a /v1/chat/completions body (api_chat_parse, in a chat format picked by the input's
+ * length, so every formatter is reached); and as an HTTP request head and a chunked body
+ * (common/wire/http_parse.h), whole and in two pieces.
  *
  * The vocabulary is the tiny SentencePiece one of tests/support/gguf_samples.h (byte tokens,
  * multi-byte characters, a user-defined token), or the GGUF file LM_FUZZ_VOCAB names. The
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/wire/http_parse.h"
 #include "common/wire/httpd.h"
 #include "common/model/sampling.h"
 #include "coordinator/api_request.h"
@@ -195,6 +199,69 @@ static void check_refused(int rc, const struct api_request *r, const struct api_
 	free(s);
 }
 
+/* A chat body: accepted within the context with the template's stop ids in the vocabulary, or
+ * refused as a completion is. */
+static void check_chat(const uint8_t *data, size_t size)
+{
+	const struct api_limits lim = {
+		.max_seq = FUZZ_MAX_SEQ,
+		.max_token_bytes = 8,
+		.chat = (enum chat_format)(1 + size % (CHAT_FORMAT_COUNT - 1)),
+		.bos_text = "<s>",
+		.eos_text = "</s>"};
+	struct api_request r;
+	struct api_error err;
+	int rc = api_chat_parse((const char *)data, size, &lim, vocab, &r, &err);
+	if (rc == 0) {
+		CHECK(r.kind == API_CHAT && r.n_prompt >= 1 && r.n_prompt < lim.max_seq);
+		CHECK(r.max_tokens >= 0 && r.n_prompt + r.max_tokens <= lim.max_seq);
+		CHECK(r.n_stop_ids >= 0 && r.n_stop_ids <= API_MAX_TEMPLATE_STOPS);
+		for (int32_t i = 0; i < r.n_stop_ids; i++)
+			CHECK(r.stop_ids[i] >= 0 && r.stop_ids[i] < tok_n_vocab(vocab));
+		for (int32_t i = 0; i < r.n_bias; i++)
+			CHECK(r.bias[i].id >= 0 && r.bias[i].id < tok_n_vocab(vocab));
+	} else {
+		check_refused(rc, &r, &err);
+	}
+	api_request_fini(&r);
+	api_error_fini(&err);
+}
+
+/* The bytes as a request head and as a chunked body: whatever comes back stays within the
+ * input, a refusal has a status and a reason, and feeding a body in two pieces decodes what
+ * feeding it whole does. */
+static void check_http(const uint8_t *data, size_t size)
+{
+	char *buf = malloc(size + 1), *body = malloc(size + 1), *two = malloc(size + 1);
+	CHECK(buf && body && two);
+	memcpy(buf, data, size);
+	struct lm_http_head h;
+	struct lm_http_perr e;
+	int rc = lm_http_parse_head(buf, size, 4096, &h, &e);
+	CHECK(rc >= -1 && rc <= 1);
+	if (rc == 1)
+		CHECK(h.head_len <= size && h.head_len <= 4096 && h.method && h.path &&
+		      h.path[0] == '/' && h.n_fields <= LM_HTTP_MAX_HEADERS);
+	if (rc < 0)
+		CHECK(e.status >= 400 && e.status <= 505 && e.msg[0] != '\0');
+	memcpy(body, data, size);
+	struct lm_http_chunked whole = {0};
+	int rw = lm_http_chunked_feed(&whole, body, size, 1024, &e);
+	CHECK(rw >= -1 && rw <= 1 && whole.out <= whole.in && whole.in <= size);
+	memcpy(two, data, size);
+	struct lm_http_chunked half = {0};
+	int rh = lm_http_chunked_feed(&half, two, size / 2, 1024, &e);
+	if (rh == 0)
+		rh = lm_http_chunked_feed(&half, two, size, 1024, &e);
+	CHECK(rh >= -1 && rh <= 1);
+	if (rw == 1 && rh == 1)
+		CHECK(half.in == whole.in && half.out == whole.out &&
+		      memcmp(two, body, whole.out) == 0);
+	free(buf);
+	free(body);
+	free(two);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (vocab == NULL)
@@ -209,5 +276,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_refused(rc, &r, &err);
 	api_request_fini(&r);
 	api_error_fini(&err);
+	check_chat(data, size);
+	check_http(data, size);
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* gen_wire_corpus.c — the seed corpus of fuzz_wire: one valid message of every wire type and
- * form (tests/support/wire_samples.h), one file each, named after the sample.
+ * form (tests/support/wire_samples.h), one file each, named after the sample, and forward_adj,
+ * a FORWARD whose sequences carry logit adjustments ("adj").
  *
  *     gen_wire_corpus DIR          writes DIR/<sample> for every sample
  *     gen_wire_corpus --check DIR  checks that DIR/<sample> holds exactly those bytes and that
@@ -16,6 +17,48 @@
 #define STALE                                                                                 \
 	"the encoding changed (bump WIRE_VERSION if it is a protocol change) and the corpus " \
 	"needs regenerating"
+
+/* The I32 sample's batch with a window and biases on two of its sequences. */
+static int forward_adj(bool check, const char *dir, struct wire_buf *b, struct wire_scratch *s)
+{
+	static const int32_t ids[6] = {0, 999, 1, 500, 998, 2};
+	static const int32_t hist[4] = {5, 999, 5, 0};
+	static const struct lm_logit_bias bias[2] = {{0, -100.0f}, {999, 100.0f}};
+	const struct lm_logit_adjust a[2] = {
+		{.presence = 2.0f,
+		 .frequency = -2.0f,
+		 .repeat = 10.0f,
+		 .hist = hist,
+		 .n_hist = 4,
+		 .bias = bias,
+		 .n_bias = 2},
+		{.repeat = 0.5f, .bias = bias + 1, .n_bias = 1},
+	};
+	struct wire_seq q[3];
+	ws_seqs(q);
+	q[1].adjust = &a[0];
+	q[2].adjust = &a[1];
+	struct wire_forward f = {.batch_id = 77,
+				 .fingerprint = WS_FP,
+				 .n_seqs = 3,
+				 .seqs = q,
+				 .n_tokens = 6,
+				 .dtype = WIRE_DT_I32,
+				 .dim = 1,
+				 .payload = ids,
+				 .payload_len = sizeof ids};
+	struct wire_forward g;
+	lm_diag d = {{0}};
+	wire_buf_reset(b);
+	if (wire_encode_forward(b, &f) != 0 ||
+	    wire_decode_forward(b->data, b->len, &ws_limits, s, &g, &d) != 0) {
+		fprintf(stderr, "gen_wire_corpus: forward_adj: %s\n", d.msg);
+		return 1;
+	}
+	char path[4096];
+	snprintf(path, sizeof path, "%s/forward_adj", dir);
+	return corpus_file("gen_wire_corpus", check, path, b->data, b->len, STALE);
+}
 
 int main(int argc, char **argv)
 {
@@ -42,9 +85,10 @@ int main(int argc, char **argv)
 		snprintf(path, sizeof path, "%s/%s", dir, ws_names[k]);
 		failed |= corpus_file("gen_wire_corpus", check, path, b.data, b.len, STALE);
 	}
+	failed |= forward_adj(check, dir, &b, &s);
 	wire_buf_fini(&b);
 	wire_scratch_fini(&s);
 	if (!failed)
-		printf("%s %d samples in %s\n", check ? "checked" : "wrote", WS_COUNT, dir);
+		printf("%s %d samples in %s\n", check ? "checked" : "wrote", WS_COUNT + 1, dir);
 	return failed;
 }

@@ -18,7 +18,7 @@ lm_up "$dir/mesh.toml" "$dir/up.log"
 expect() {
 	local status=$1 param=$2 body=$3 code
 	code=$(curl -s -o "$dir/resp.json" -w '%{http_code}' "$LM_URL/v1/completions" \
-		--data-binary "$body")
+		-H 'Content-Type: application/json' --data-binary "$body")
 	[ "$code" = "$status" ] || fail "body '$body': HTTP $code, expected $status: $(cat "$dir/resp.json")"
 	jq -e '.error.message | type == "string" and length > 0' "$dir/resp.json" >/dev/null ||
 		fail "body '$body': no OpenAI-style error: $(cat "$dir/resp.json")"
@@ -49,13 +49,15 @@ expect 400 n '{"prompt": "The cat", "n": 3}'
 expect 400 frobnicate '{"prompt": "The cat", "frobnicate": true}'
 long=$(printf 'Once upon a time %.0s' $(seq 80))
 expect 400 prompt "{\"prompt\": \"$long\"}"
-curl -sf "$LM_URL/v1/completions" -d '{"prompt": "The cat", "max_tokens": 4}' |
+curl -sf "$LM_URL/v1/completions" -H 'Content-Type: application/json' \
+	-d '{"prompt": "The cat", "max_tokens": 4}' |
 	jq -e '.choices[0].text | length > 0' >/dev/null || fail "the mesh stopped serving after bad requests"
 echo "ok: bad HTTP bodies get 4xx and the mesh keeps serving"
 
 # A client gone mid-stream: its sequence is cut short and released everywhere.
 before=$(curl -sf "$LM_URL/v1/status" | jq '.scheduler.tokens_generated')
-curl -sN "$LM_URL/v1/completions" -d '{"prompt": "The cat", "max_tokens": 240, "stream": true}' \
+curl -sN "$LM_URL/v1/completions" -H 'Content-Type: application/json' \
+	-d '{"prompt": "The cat", "max_tokens": 240, "stream": true}' \
 	>"$dir/stream.txt" &
 client=$!
 for _ in $(seq 1000); do

@@ -80,7 +80,7 @@ grep -q "missing" <<<"$body" || fail "/readyz does not give the reason: $body"
 echo "readyz: $body"
 start=$(date +%s%N)
 code=$(curl -s -o "$dir/resp.json" -w '%{http_code}' "$LM_URL/v1/completions" \
-	-d '{"prompt": "The cat", "max_tokens": 8}')
+	-H 'Content-Type: application/json' -d '{"prompt": "The cat", "max_tokens": 8}')
 ms=$((($(date +%s%N) - start) / 1000000))
 [ "$code" = 503 ] || fail "a request to a mesh without w1 got HTTP $code: $(cat "$dir/resp.json")"
 jq -e '.error.message | test("w1")' "$dir/resp.json" >/dev/null ||

@@ -63,7 +63,8 @@ for ep in /v1/models /v1/status /metrics /v1/admin/redeploy; do
 	[ "$c" = 200 ] || { [ "$ep" = /v1/admin/redeploy ] && [ "$c" = 404 ]; } ||
 		fail "$ep refused the token (HTTP $c)"
 done
-[ "$(code "$LM_URL/v1/completions" -d '{"prompt": "The cat", "max_tokens": 2}')" = 401 ] ||
+[ "$(code "$LM_URL/v1/completions" -H 'Content-Type: application/json' \
+	-d '{"prompt": "The cat", "max_tokens": 2}')" = 401 ] ||
 	fail "a completion ran without the token"
 [ "$(code "$LM_URL/healthz")" = 200 ] && [ "$(code "$LM_URL/readyz")" = 200 ] ||
 	fail "the health probes need a token"

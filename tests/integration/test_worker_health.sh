@@ -73,7 +73,7 @@ lm_up "$dir/mesh.toml" "$dir/up.log"
 n_req=6
 pids=()
 for ((k = 0; k < n_req; k++)); do
-	curl -sf -m 60 "$LM_URL/v1/completions" \
+	curl -sf -m 60 "$LM_URL/v1/completions" -H 'Content-Type: application/json' \
 		-d "{\"prompt\": \"Once upon a time $k\", \"max_tokens\": 24, \"temperature\": 0}" \
 		>"$LM_TMP/req.$k" &
 	pids+=($!)

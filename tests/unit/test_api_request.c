@@ -67,6 +67,26 @@ static void refused(const char *body, uint16_t status, const char *param, const 
 	api_error_fini(&err);
 }
 
+/* The body must be refused with this status and param, and a message that starts so. */
+static void refused_starting(const char *body, uint16_t status, const char *param,
+			     const char *start)
+{
+	struct api_request r;
+	struct api_error err;
+	int rc = api_request_parse(body, strlen(body), &lim, vocab, &r, &err);
+	cr_assert_neq(rc, 0, "%s: accepted", body);
+	cr_expect_eq(err.status, status, "%s: status %d", body, err.status);
+	if (param == NULL)
+		cr_expect_null(err.param, "%s: param %s", body, err.param);
+	else
+		cr_expect(err.param != NULL && strcmp(err.param, param) == 0, "%s: param %s", body,
+			  err.param);
+	cr_expect(strncmp(err.message, start, strlen(start)) == 0, "%s: '%s' does not start '%s'",
+		  body, err.message, start);
+	cr_expect_null(r.prompt);
+	api_error_fini(&err);
+}
+
 /* ------------------------------------------------------------ valid requests */
 
 Test(api_request, string_prompt_and_defaults)
@@ -177,19 +197,35 @@ Test(api_request, max_tokens_fits_the_context)
 
 Test(api_request, invalid_json)
 {
-	const char *msg = "the request body is not valid JSON";
-	refused("", BAD, NULL, msg);
-	refused("{", BAD, NULL, msg);
-	refused("{\"prompt\": \"a\"", BAD, NULL, msg);
-	refused("{\"prompt\": 'a'}", BAD, NULL, msg);
-	refused("{\"prompt\": [1,]}", BAD, NULL, msg);
-	refused("prompt=a", BAD, NULL, msg);
+	const char *msg = "the request body is not valid JSON: ";
+	refused_starting("", BAD, NULL, msg);
+	refused_starting("{", BAD, NULL, msg);
+	refused_starting("{\"prompt\": \"a\"", BAD, NULL, msg);
+	refused_starting("{\"prompt\": 'a'}", BAD, NULL, msg);
+	refused_starting("{\"prompt\": [1,]}", BAD, NULL, msg);
+	refused_starting("prompt=a", BAD, NULL, msg);
 	/* The length bounds the parse: the NUL-free tail after it is not read. */
 	struct api_request r;
 	struct api_error err;
 	const char *body = "{\"prompt\": [1]}garbage";
 	cr_expect_eq(api_request_parse(body, 15, &lim, vocab, &r, &err), 0, "%s", err.message);
 	api_request_fini(&r);
+	/* Within the length, anything after the value is refused, and where. */
+	refused(body, BAD, NULL,
+		"the request body is not valid JSON: bytes after the JSON value at byte 15");
+	refused("{\"prompt\": [1]} {}", BAD, NULL,
+		"the request body is not valid JSON: bytes after the JSON value at byte 16");
+	parse_ok("\r\n {\"prompt\": [1]} \t\n", &r);
+	api_request_fini(&r);
+	/* A key twice, a lone surrogate, invalid UTF-8, a number JSON does not write. */
+	refused_starting("{\"prompt\": [1], \"prompt\": [2]}", BAD, NULL,
+			 "the request body is not valid JSON: the key 'prompt' twice");
+	refused_starting("{\"prompt\": \"\\ud800\"}", BAD, NULL,
+			 "the request body is not valid JSON: a high surrogate");
+	refused_starting("{\"prompt\": \"\xff\"}", BAD, NULL,
+			 "the request body is not valid JSON: a string that is not valid UTF-8");
+	refused_starting("{\"prompt\": [01]}", BAD, NULL, msg);
+	refused_starting("{\"prompt\": [1], \"max_tokens\": +1}", BAD, NULL, msg);
 }
 
 Test(api_request, not_an_object)
@@ -291,8 +327,8 @@ Test(api_request, max_tokens)
 		"'max_tokens' must be an integer in [0, 512], got 1e+12");
 	refused("{\"prompt\": [1], \"max_tokens\": 1.5}", BAD, "max_tokens",
 		"'max_tokens' must be an integer in [0, 512], got 1.5");
-	refused("{\"prompt\": [1], \"max_tokens\": 1e999}", BAD, "max_tokens",
-		"'max_tokens' must be a number");
+	refused_starting("{\"prompt\": [1], \"max_tokens\": 1e999}", BAD, NULL,
+			 "the request body is not valid JSON: a number out of range");
 	refused("{\"prompt\": [1], \"max_tokens\": \"16\"}", BAD, "max_tokens",
 		"'max_tokens' must be a number");
 	refused("{\"prompt\": [1], \"max_tokens\": [16]}", BAD, "max_tokens",
@@ -328,10 +364,12 @@ Test(api_request, sampling_ranges)
 
 Test(api_request, flags)
 {
-	refused("{\"prompt\": [1], \"stream\": \"yes\"}", BAD, "stream", "must be true or false");
-	refused("{\"prompt\": [1], \"stream\": 1}", BAD, "stream", "must be true or false");
+	refused("{\"prompt\": [1], \"stream\": \"yes\"}", BAD, "stream",
+		"'stream' must be true or false");
+	refused("{\"prompt\": [1], \"stream\": 1}", BAD, "stream",
+		"'stream' must be true or false");
 	refused("{\"prompt\": [1], \"return_token_ids\": 1}", BAD, "return_token_ids",
-		"must be true or false");
+		"'return_token_ids' must be true or false");
 	refused("{\"prompt\": [1], \"echo\": true}", BAD, "echo", "echo is not supported");
 }
 
@@ -354,12 +392,15 @@ Test(api_request, stops)
 	refused("{\"prompt\": [1], \"stop\": 5}", BAD, "stop",
 		"'stop' must be a string or an array of strings");
 	/* Malformed UTF-8 (a raw continuation byte, an overlong '/', a surrogate) could match
-	 * inside a character of the always-valid text and cut it (found by fuzz_http). */
-	const char *utf8 = "'stop' strings must be valid UTF-8";
-	refused("{\"prompt\": [1], \"stop\": \"\xbf\xbd\"}", BAD, "stop", utf8);
-	refused("{\"prompt\": [1], \"stop\": [\"ok\", \"\xc0\xaf\"]}", BAD, "stop", utf8);
-	refused("{\"prompt\": [1], \"stop\": \"\xed\xa0\x80\"}", BAD, "stop", utf8);
-	refused("{\"prompt\": [1], \"stop\": \"caf\xc3\"}", BAD, "stop", utf8);
+	 * inside a character of the always-valid text and cut it (found by fuzz_http); the
+	 * JSON reader refuses it in any string now. U+0000 would end the C string. */
+	const char *utf8 = "the request body is not valid JSON: a string that is not valid UTF-8";
+	refused_starting("{\"prompt\": [1], \"stop\": \"\xbf\xbd\"}", BAD, NULL, utf8);
+	refused_starting("{\"prompt\": [1], \"stop\": [\"ok\", \"\xc0\xaf\"]}", BAD, NULL, utf8);
+	refused_starting("{\"prompt\": [1], \"stop\": \"\xed\xa0\x80\"}", BAD, NULL, utf8);
+	refused_starting("{\"prompt\": [1], \"stop\": \"caf\xc3\"}", BAD, NULL, utf8);
+	refused("{\"prompt\": [1], \"stop\": \"a\\u0000b\"}", BAD, "stop",
+		"'stop' strings may not hold U+0000");
 	parse_ok("{\"prompt\": [1], \"stop\": [\"\xc3\xa9\", \"\\u20ac\", \"\xf0\x9f\x98\x80\"]}",
 		 &r);
 	cr_expect_eq(r.n_stops, 3);
@@ -378,7 +419,7 @@ Test(api_request, first_mistake_wins)
 	refused("{\"prompt\": [1], \"stop\": 5, \"n\": 3, \"stream\": 2}", BAD, "n",
 		"'n' must be an integer in [1, 1], got 3");
 	refused("{\"prompt\": [1], \"stop\": 5, \"stream\": 2}", BAD, "stream",
-		"must be true or false");
+		"'stream' must be true or false");
 }
 
 /* The error document the HTTP reply carries: OpenAI's shape. */
@@ -479,4 +520,265 @@ Test(api_request, stop_cut_respects_characters)
 	cr_expect_eq(cut_of(&r, "caf\xc3\xa9", false, &hit), 3);
 	cr_expect_eq(cut_of(&r, "un \xc3\xa9t\xc3\xa9", false, &hit), 3);
 	cr_expect(hit);
+}
+
+/* ------------------------------------------------------------ U+0000, sampling extras */
+
+/* A prompt's U+0000, escaped or raw, is a character like any other: the prompt is tokenized by
+ * its length, not cut at the NUL. */
+Test(api_request, nul_in_a_prompt_is_kept)
+{
+	int32_t want[16];
+	size_t n;
+	lm_diag d = {{0}};
+	cr_assert_eq(tok_encode(vocab, "ab\0cd", 5, true, want, 16, &n, &d), 0);
+	struct api_request r;
+	parse_ok("{\"prompt\": \"ab\\u0000cd\"}", &r);
+	cr_assert_eq(r.n_prompt, (int32_t)n);
+	cr_assert_arr_eq(r.prompt, want, n * sizeof want[0]);
+	api_request_fini(&r);
+	static const char raw[] = "{\"prompt\": \"ab\0cd\"}";
+	struct api_error err;
+	cr_assert_eq(api_request_parse(raw, sizeof raw - 1, &lim, vocab, &r, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(r.n_prompt, (int32_t)n);
+	cr_assert_arr_eq(r.prompt, want, n * sizeof want[0]);
+	api_request_fini(&r);
+	/* The cut prompt would be shorter. */
+	size_t cut;
+	cr_assert_eq(tok_encode(vocab, "ab", 2, true, want, 16, &cut, &d), 0);
+	cr_assert_lt(cut, n);
+}
+
+Test(api_request, penalties_bias_and_seed)
+{
+	struct api_request r;
+	parse_ok("{\"prompt\": [1], \"presence_penalty\": -2, \"frequency_penalty\": 1.5, "
+		 "\"repeat_penalty\": 1.1, \"repeat_last_n\": 32, \"seed\": 7, "
+		 "\"logit_bias\": {\"5\": -100, \"511\": 100, \"0\": 0.5}}",
+		 &r);
+	cr_expect_eq(r.penalties.presence, -2.0f);
+	cr_expect_eq(r.penalties.frequency, 1.5f);
+	cr_expect_eq(r.penalties.repeat, 1.1f);
+	cr_expect_eq(r.penalties.last_n, 32);
+	cr_expect(r.seed_given);
+	cr_expect_eq(r.sampling.seed, 7);
+	cr_assert_eq(r.n_bias, 3);
+	cr_expect(r.bias[0].id == 5 && r.bias[0].bias == -100.0f);
+	cr_expect(r.bias[1].id == 511 && r.bias[1].bias == 100.0f);
+	cr_expect(r.bias[2].id == 0 && r.bias[2].bias == 0.5f);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"seed\": null, \"repeat_last_n\": -1}", &r);
+	cr_expect_not(r.seed_given, "no seed: the API draws one");
+	cr_expect_eq(r.penalties.last_n, 512, "-1: the whole context");
+	cr_expect_eq(r.penalties.repeat, 1.0f);
+	cr_expect_not(lm_penalties_active(&r.penalties));
+	api_request_fini(&r);
+	refused("{\"prompt\": [1], \"presence_penalty\": 2.5}", BAD, "presence_penalty",
+		"'presence_penalty' must be a number in [-2, 2], got 2.5");
+	refused("{\"prompt\": [1], \"repeat_penalty\": 0}", BAD, "repeat_penalty",
+		"'repeat_penalty' must be a number in [1e-06, 10], got 0");
+	refused("{\"prompt\": [1], \"repeat_last_n\": 513}", BAD, "repeat_last_n",
+		"'repeat_last_n' must be an integer in [-1, 512], got 513");
+	refused("{\"prompt\": [1], \"logit_bias\": {\"x\": 1}}", BAD, "logit_bias",
+		"'logit_bias' key 'x' is not a token id of this model");
+	refused("{\"prompt\": [1], \"logit_bias\": {\"512\": 1}}", BAD, "logit_bias",
+		"'logit_bias' key '512' is not a token id of this model");
+	refused("{\"prompt\": [1], \"logit_bias\": {\"-1\": 1}}", BAD, "logit_bias",
+		"'logit_bias' key '-1' is not a token id of this model");
+	refused("{\"prompt\": [1], \"logit_bias\": {\"1\": 101}}", BAD, "logit_bias",
+		"'logit_bias' values must be numbers in [-100, 100]");
+	refused("{\"prompt\": [1], \"logit_bias\": [1]}", BAD, "logit_bias",
+		"'logit_bias' must be an object of token ids to biases");
+	char body[8192] = "{\"prompt\": [1], \"logit_bias\": {";
+	for (int i = 0; i < 301; i++)
+		snprintf(body + strlen(body), sizeof body - strlen(body), "%s\"%d\": 1",
+			 i ? ", " : "", i);
+	strcat(body, "}}");
+	refused(body, BAD, "logit_bias", "'logit_bias' has 301 entries, at most 300");
+}
+
+/* What is not implemented is refused, naming the field; neutral values pass. */
+Test(api_request, unsupported_fields)
+{
+	refused("{\"prompt\": [1], \"best_of\": 2}", BAD, "best_of",
+		"'best_of' other than 1 is not supported (one completion is generated per "
+		"request)");
+	refused("{\"prompt\": [1], \"suffix\": \"x\"}", BAD, "suffix",
+		"'suffix' is not supported (this server does no insertion)");
+	refused("{\"prompt\": [1], \"n\": 2}", BAD, "n", "'n' must be an integer in [1, 1], got 2");
+	refused("{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}", BAD,
+		"stream_options", "'stream_options' is only allowed with 'stream': true");
+	refused("{\"prompt\": [1], \"stream\": true, \"stream_options\": {\"x\": 1}}", BAD,
+		"stream_options", "unknown field 'stream_options.x'");
+	refused("{\"prompt\": [1], \"model\": 5}", BAD, "model", "must be a string");
+	struct api_request r;
+	parse_ok("{\"prompt\": [1], \"best_of\": 1, \"suffix\": \"\", \"n\": 1, \"stream\": true, "
+		 "\"stream_options\": {\"include_usage\": true}}",
+		 &r);
+	cr_expect(r.include_usage);
+	api_request_fini(&r);
+}
+
+/* A prompt that cannot fit is refused before it is tokenized: at most max_token_bytes bytes
+ * per token. */
+Test(api_request, an_overlong_prompt_is_refused_before_tokenizing)
+{
+	const struct api_limits small = {.max_seq = 512, .max_token_bytes = 16};
+	size_t n = 4u << 20;
+	char *body = malloc(n + 32);
+	strcpy(body, "{\"prompt\": \"");
+	size_t at = strlen(body);
+	memset(body + at, 'a', n);
+	strcpy(body + at + n, "\"}");
+	struct api_request r;
+	struct api_error err;
+	int rc = api_request_parse(body, strlen(body), &small, vocab, &r, &err);
+	cr_assert_eq(rc, LM_EINVAL);
+	cr_expect_eq(err.reason, LM_HTTP_REFUSE_CONTEXT);
+	cr_expect_str_eq(err.message, "the prompt has at least 262144 tokens (4194304 bytes); the "
+				      "context holds 512");
+	api_error_fini(&err);
+	free(body);
+}
+
+/* ------------------------------------------------------------ chat */
+
+static int chat_parse(const struct api_limits *l, const tok_vocab *v, const char *body,
+		      struct api_request *r, struct api_error *err)
+{
+	return api_chat_parse(body, strlen(body), l, v, r, err);
+}
+
+static void chat_refused(const struct api_limits *l, const char *body, const char *param,
+			 const char *msg, enum lm_http_refusal reason)
+{
+	struct api_request r;
+	struct api_error err;
+	cr_assert_eq(chat_parse(l, vocab, body, &r, &err), LM_EINVAL, "%s: accepted", body);
+	cr_expect_eq(err.status, 400);
+	cr_expect_eq(err.reason, reason, "%s: reason %d", body, err.reason);
+	if (param == NULL)
+		cr_expect_null(err.param);
+	else
+		cr_expect(err.param != NULL && strcmp(err.param, param) == 0, "%s: param %s", body,
+			  err.param);
+	cr_expect_str_eq(err.message, msg, "%s", body);
+	api_error_fini(&err);
+}
+
+Test(api_request, chat_messages_are_checked)
+{
+	const struct api_limits l = {.max_seq = 512, .chat = CHAT_CHATML};
+	const enum lm_http_refusal bad = LM_HTTP_REFUSE_INVALID;
+	chat_refused(&l, "{\"messages\": []}", "messages",
+		     "'messages' must be an array of 1 to 1024 messages", bad);
+	chat_refused(&l, "{\"messages\": \"hi\"}", "messages",
+		     "'messages' must be an array of 1 to 1024 messages", bad);
+	chat_refused(&l, "{\"messages\": [5]}", "messages[0]", "'messages[0]' must be an object",
+		     bad);
+	chat_refused(&l, "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}",
+		     "messages[0].role",
+		     "'messages[0].role' must be \"system\", \"developer\", \"user\" or "
+		     "\"assistant\"",
+		     bad);
+	chat_refused(&l, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+		     "messages[0].role",
+		     "role 'tool' is not supported (this server does not call tools)", bad);
+	chat_refused(&l,
+		     "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", "
+		     "\"image_url\": {}}]}]}",
+		     "messages[0].content",
+		     "'messages[0].content[0]' must be {\"type\": \"text\", \"text\": ...}: only "
+		     "text content is supported",
+		     bad);
+	chat_refused(&l, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+		     "messages[0].content",
+		     "'messages[0].content' must be a string or an array of text parts", bad);
+	chat_refused(&l,
+		     "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+		     "[{}]}]}",
+		     "messages[0].tool_calls",
+		     "'messages[0].tool_calls' is not supported (this server does not call tools)",
+		     bad);
+	const char *hi = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+	char body[512];
+	snprintf(body, sizeof body, "{\"messages\": %s, \"top_logprobs\": 2}", hi);
+	chat_refused(&l, body, "top_logprobs", "'top_logprobs' needs 'logprobs': true", bad);
+	snprintf(body, sizeof body,
+		 "{\"messages\": %s, \"max_tokens\": 5, \"max_completion_tokens\": 6}", hi);
+	chat_refused(&l, body, "max_completion_tokens",
+		     "'max_tokens' and 'max_completion_tokens' disagree", bad);
+	snprintf(body, sizeof body,
+		 "{\"messages\": %s, \"response_format\": {\"type\": "
+		 "\"json_object\"}}",
+		 hi);
+	chat_refused(&l, body, "response_format",
+		     "only 'response_format' {\"type\": \"text\"} is supported", bad);
+	snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}",
+		 hi);
+	chat_refused(&l, body, "tools",
+		     "'tools' is not supported (this server does not call tools)", bad);
+	snprintf(body, sizeof body, "{\"messages\": %s, \"prompt\": \"x\"}", hi);
+	chat_refused(&l, body, "prompt", "unknown field 'prompt'", bad);
+	/* No template: refused with the reason the mesh found. */
+	const struct api_limits none = {.max_seq = 512, .chat_why = "no template here"};
+	snprintf(body, sizeof body, "{\"messages\": %s}", hi);
+	chat_refused(&none, body, "messages", "no template here", LM_HTTP_REFUSE_TEMPLATE);
+	/* A template that raises: refused in its words. */
+	const struct api_limits gemma = {.max_seq = 512, .chat = CHAT_GEMMA};
+	chat_refused(&gemma,
+		     "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": "
+		     "\"user\", \"content\": \"hi\"}]}",
+		     "messages",
+		     "the chat template refuses this conversation: System role not supported",
+		     LM_HTTP_REFUSE_TEMPLATE);
+}
+
+/* A conversation becomes the template's text, tokenized with special tokens parsed and BOS
+ * once; the template's end-of-turn tokens stop it; max_tokens defaults to the rest of the
+ * context. Phi-3's vocabulary (BOS <s>, <|end|>, <|endoftext|>) with the Phi-3.5 format. */
+Test(api_request, chat_renders_tokenizes_and_stops)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/tokenizer/ggml-vocab-phi-3.gguf", getenv("LM_SHARED"));
+	gguf_file *f;
+	tok_vocab *v;
+	lm_diag d = {{0}};
+	cr_assert_eq(gguf_open(path, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(tok_load(f, &v, &d), 0, "%s", d.msg);
+	const struct api_limits l = {.max_seq = 512,
+				     .max_token_bytes = 64,
+				     .chat = CHAT_PHI35,
+				     .bos_text = "<s>",
+				     .eos_text = "<|endoftext|>"};
+	struct api_request r;
+	struct api_error err;
+	const char *body =
+		"{\"messages\": [{\"role\": \"developer\", \"content\": \"Be kind.\"}, "
+		"{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+		"\"Hi\"}, {\"type\": \"text\", \"text\": \"there\"}], \"name\": \"a\"}], "
+		"\"logprobs\": true, \"top_logprobs\": 3}";
+	cr_assert_eq(chat_parse(&l, v, body, &r, &err), 0, "%s", err.message);
+	const char *text = "<|system|>\nBe kind.<|end|>\n<|user|>\nHi\nthere<|end|>\n"
+			   "<|assistant|>\n";
+	int32_t *want;
+	size_t n;
+	cr_assert_eq(tok_encode_alloc_ex(v, text, strlen(text),
+					 TOK_ENC_PARSE_SPECIAL | TOK_ENC_ADD_BOS, &want, &n, &d),
+		     0);
+	cr_assert_eq(r.n_prompt, (int32_t)n);
+	cr_assert_arr_eq(r.prompt, want, n * sizeof want[0]);
+	cr_expect_eq(r.prompt[0], tok_bos(v));
+	cr_expect_eq(r.prompt[1], tok_find(v, "<|system|>", 10), "the marker is one token");
+	cr_expect_eq(r.max_tokens, 512 - r.n_prompt);
+	cr_expect(r.logprobs);
+	cr_expect_eq(r.n_logprobs, 3);
+	cr_assert_eq(r.n_stop_ids, 2);
+	cr_expect_eq(r.stop_ids[0], tok_find(v, "<|end|>", 7));
+	cr_expect_eq(r.stop_ids[1], tok_find(v, "<|endoftext|>", 13));
+	free(want);
+	api_request_fini(&r);
+	tok_free(v);
+	gguf_close(f);
 }

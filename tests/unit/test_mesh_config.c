@@ -342,7 +342,7 @@ Test(mesh_config, unknown_keys_name_line_column_and_key)
 		"[model]\npath = 'm.gguf'\n  slot = 4\n" COORD WORKER("a", "9000"),
 		"/srv/mesh/mesh.toml:3:3: model.slot: unknown key; did you mean 'slots'? "
 		"([model] takes: path, max_seq_len, slots, kv_type_k, kv_type_v, wire_dtype, "
-		"max_batch, scratch_bytes)");
+		"max_batch, scratch_bytes, chat_template)");
 	expect_refused(
 		MODEL COORD WORKER("a", "9000") "memory_limt = 5\n",
 		"/srv/mesh/mesh.toml:11:1: worker[0].memory_limt: unknown key; did you mean "
@@ -413,7 +413,8 @@ Test(mesh_config, types_ranges_and_required_keys)
 	expect_refused(
 		MODEL COORD "plan = 'balanced'\n" WORKER("a", "9000"),
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
-		"http, data_in, auth_token, log_level, batches_in_flight)");
+		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
+		"http_read_timeout, http_idle_timeout, max_connections, cors_origins)");
 }
 
 Test(mesh_config, workers)
@@ -563,4 +564,49 @@ Test(mesh_config, toml_errors_pass_through)
 	lm_diag d = {{0}};
 	cr_expect_eq(mesh_config_load(&cfg, "/nonexistent/mesh.toml", &d), LM_ENOENT);
 	cr_expect_str_eq(d.msg, "/nonexistent/mesh.toml: No such file or directory");
+}
+
+/* The API's keys: the queue bound, the HTTP server's limits, CORS origins, the chat format. */
+Test(mesh_config, api_keys)
+{
+	struct mesh_config c;
+	lm_diag d = {{0}};
+	const char *text =
+		"[model]\npath = 'm.gguf'\nchat_template = 'chatml'\n"
+		"[coordinator]\ndata_in = 'ipc:///tmp/c'\nmax_queued = 0\n"
+		"http_read_timeout = 2.5\nhttp_idle_timeout = 60\nmax_connections = 9\n"
+		"cors_origins = ['https://app.example:8443', 'null']\n" WORKER("a", "9000");
+	cr_assert_eq(mesh_config_parse(&c, "/srv/mesh/mesh.toml", text, strlen(text), &d), 0, "%s",
+		     d.msg);
+	cr_expect_str_eq(c.chat_template, "chatml");
+	cr_expect_eq(c.max_queued, 0);
+	cr_expect_eq(c.http_read_timeout, 2.5);
+	cr_expect_eq(c.http_idle_timeout, 60);
+	cr_expect_eq(c.max_connections, 9);
+	cr_assert_eq(c.n_cors, 2);
+	cr_expect_str_eq(c.cors_origins[0], "https://app.example:8443");
+	cr_expect_str_eq(c.cors_origins[1], "null");
+	mesh_config_fini(&c);
+	/* The defaults. */
+	text = MODEL COORD WORKER("a", "9000");
+	cr_assert_eq(mesh_config_parse(&c, "/srv/mesh/mesh.toml", text, strlen(text), &d), 0, "%s",
+		     d.msg);
+	cr_expect_null(c.chat_template);
+	cr_expect_eq(c.max_queued, 256);
+	cr_expect_eq(c.http_read_timeout, 10);
+	cr_expect_eq(c.http_idle_timeout, 30);
+	cr_expect_eq(c.max_connections, 512);
+	cr_expect_eq(c.n_cors, 0);
+	mesh_config_fini(&c);
+	expect_refused(
+		MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\nhttp_read_timeout = 0\n" WORKER(
+			"a", "9000"),
+		"/srv/mesh/mesh.toml:5:21: coordinator.http_read_timeout: must be 0.1 to 3600 "
+		"seconds, not 0");
+	expect_refused(MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\n"
+			     "cors_origins = ['https://a.example/path']\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:17: coordinator.cors_origins[0]: "
+		       "\"https://a.example/path\" "
+		       "is not an origin (scheme://host[:port], no path, e.g. "
+		       "\"https://app.example:8443\")");
 }

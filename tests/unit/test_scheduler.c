@@ -1114,3 +1114,158 @@ Test(scheduler, stop_fails_live_requests_then_fini_frees, .timeout = 30)
 	for (int k = 0; k < T_SLOTS; k++)
 		req_fini(&held[k]);
 }
+
+/* ------------------------------------------------------------------ limits and adjustments */
+
+/* Past max_queued waiting requests a submit is refused with LM_EBUSY and the limit named;
+ * what was accepted all completes. */
+Test(scheduler, a_full_queue_refuses_new_requests, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.max_queued = 2;
+	ring_up(&r, &cfg);
+	enum { N = T_SLOTS + 2 };
+	struct req q[N + 1];
+	sched_pause(r.s, "test: hold until all are in");
+	for (int k = 0; k < N; k++) {
+		req_init(&q[k], 60 + k, 4, 3);
+		req_start(&r, &q[k]);
+	}
+	cr_assert(wait_slots(&r, T_SLOTS, 2));
+	req_init(&q[N], 70, 4, 3);
+	lm_diag d = {{0}};
+	cr_expect_eq(req_submit(&r, &q[N], &d), LM_EBUSY);
+	cr_expect(strstr(d.msg, "max_queued") != NULL, "%s", d.msg);
+	sched_resume(r.s, false);
+	for (int k = 0; k < N; k++)
+		expect_like_reference(&q[k], NULL, 0);
+	ring_down(&r);
+	for (int k = 0; k <= N; k++)
+		req_fini(&q[k]);
+}
+
+/* The reference with a request's logit adjustments: at every step the biases and penalties
+ * over the last last_n tokens (prompt included) applied to the engine's logits, then greedy;
+ * a request stop id ends it. */
+static int32_t ref_generate_adjusted(const struct req *q, const struct lm_penalties *pen,
+				     const struct lm_logit_bias *bias, int32_t n_bias,
+				     int32_t stop_id, int32_t *out, enum sched_finish *why)
+{
+	struct lm_sampling greedy = {.temperature = 0, .top_p = 1};
+	int32_t seq[T_MAX_SEQ], n_tok = q->n_prompt, n_out = 0, row = 0;
+	memcpy(seq, q->prompt, (size_t)q->n_prompt * sizeof *seq);
+	struct lm_tok_loc loc[T_MAX_SEQ];
+	for (int32_t i = 0; i < q->n_prompt; i++)
+		loc[i] = (struct lm_tok_loc){0, i};
+	int32_t last = q->n_prompt - 1;
+	struct lm_batch b = {
+		.n = q->n_prompt, .ids = q->prompt, .loc = loc, .n_out = 1, .out_rows = &last};
+	lm_diag d = {{0}};
+	cr_assert_eq(lm_forward_run(&ref_eng.fw, &b, NULL, NULL, ref_logits, &d), 0, "%s", d.msg);
+	for (;;) {
+		int32_t win = pen->last_n < n_tok ? pen->last_n : n_tok;
+		const struct lm_logit_adjust a = {.presence = pen->presence,
+						  .frequency = pen->frequency,
+						  .repeat = pen->repeat,
+						  .hist = seq + n_tok - win,
+						  .n_hist = win,
+						  .bias = bias,
+						  .n_bias = n_bias};
+		lm_adjust_logits(&ref_smp, ref_logits, &a);
+		int32_t t = lm_sample(&ref_smp, ref_logits, &greedy, (uint64_t)n_out);
+		if (t == stop_id) {
+			*why = SCHED_FINISH_STOP;
+			return n_out;
+		}
+		out[n_out++] = seq[n_tok++] = t;
+		if (n_out >= q->max_tokens || n_tok >= T_MAX_SEQ) {
+			*why = SCHED_FINISH_LENGTH;
+			return n_out;
+		}
+		struct lm_tok_loc l = {0, n_tok - 1};
+		struct lm_batch one = {.n = 1, .ids = &t, .loc = &l, .n_out = 1, .out_rows = &row};
+		cr_assert_eq(lm_forward_run(&ref_eng.fw, &one, NULL, NULL, ref_logits, &d), 0, "%s",
+			     d.msg);
+	}
+}
+
+/* Penalties and biases reach the last stage with every sampled step, over the right window
+ * (the prompt is longer than a prefill chunk, the window longer than the prompt), and a
+ * request's own stop id ends it: each request's tokens are those of the reference that applies
+ * the same adjustments itself. Requests without adjustments share the batches unchanged. */
+Test(scheduler, penalties_biases_and_request_stop_ids, .timeout = 30)
+{
+	make_model();
+	ref_open();
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	static const struct lm_penalties pens[3] = {
+		{.presence = 1.5f, .frequency = 0.5f, .repeat = 1.3f, .last_n = 24},
+		{.presence = -0.5f, .frequency = 2.0f, .repeat = 1.0f, .last_n = 3},
+		{.repeat = 1.0f},
+	};
+	const struct lm_logit_bias bias[2] = {{5, 30.0f}, {17, -100.0f}};
+	struct req q[4];
+	int32_t want[4][T_MAX_SEQ], n_want[4];
+	enum sched_finish why[4];
+	for (int k = 0; k < 3; k++) {
+		req_init(&q[k], 80 + k, 12, 20);
+		n_want[k] = ref_generate_adjusted(&q[k], &pens[k], k == 2 ? bias : NULL,
+						  k == 2 ? 2 : 0, -1, want[k], &why[k]);
+	}
+	/* A request stop id: the fourth token of an unadjusted run. */
+	req_init(&q[3], 83, 9, 20);
+	const struct lm_penalties none = {.repeat = 1.0f};
+	int32_t plain[T_MAX_SEQ];
+	enum sched_finish ignored;
+	cr_assert_geq(ref_generate_adjusted(&q[3], &none, NULL, 0, -1, plain, &ignored), 4);
+	int32_t stop_id = plain[3];
+	n_want[3] = ref_generate_adjusted(&q[3], &none, NULL, 0, stop_id, want[3], &why[3]);
+	cr_assert_eq(why[3], SCHED_FINISH_STOP);
+	for (int k = 0; k < 4; k++) {
+		struct sched_req sr = {.prompt = q[k].prompt,
+				       .n_prompt = q[k].n_prompt,
+				       .max_tokens = q[k].max_tokens,
+				       .sampling = {.temperature = 0, .top_p = 1},
+				       .penalties = k < 3 ? pens[k] : none,
+				       .bias = k == 2 ? bias : NULL,
+				       .n_bias = k == 2 ? 2 : 0,
+				       .stop_ids = k == 3 ? &stop_id : NULL,
+				       .n_stop_ids = k == 3 ? 1 : 0,
+				       .on_token = req_on_token,
+				       .on_done = req_on_done,
+				       .arg = &q[k]};
+		lm_diag d = {{0}};
+		cr_assert_eq(sched_submit(r.s, &sr, &q[k].id, &d), 0, "%s", d.msg);
+	}
+	for (int k = 0; k < 4; k++) {
+		cr_assert(req_wait(&q[k], T_WAIT_MS));
+		cr_expect_eq(q[k].why, why[k], "request %d", k);
+		cr_expect_eq(q[k].n, n_want[k], "request %d: %d tokens, the reference %d", k,
+			     q[k].n, n_want[k]);
+		for (int32_t i = 0; i < q[k].n && i < n_want[k]; i++)
+			cr_expect_eq(q[k].tok[i], want[k][i], "request %d token %d", k, i);
+	}
+	/* The adjustments did change something: the first request differs from a plain run. */
+	int32_t base[T_MAX_SEQ];
+	int32_t nb = ref_generate_adjusted(&q[0], &none, NULL, 0, -1, base, &ignored);
+	cr_expect(nb != n_want[0] || memcmp(base, want[0], (size_t)nb * sizeof *base) != 0);
+	/* Out of range: refused at submit. */
+	struct sched_req bad = {.prompt = q[0].prompt,
+				.n_prompt = 3,
+				.max_tokens = 2,
+				.sampling = {.temperature = 0, .top_p = 1},
+				.penalties = {.repeat = 1.0f, .last_n = LM_MAX_PENALTY_WINDOW + 1},
+				.on_token = req_on_token,
+				.on_done = req_on_done,
+				.arg = &q[0]};
+	lm_diag d = {{0}};
+	uint64_t id;
+	cr_expect_eq(sched_submit(r.s, &bad, &id, &d), LM_EINVAL);
+	ring_down(&r);
+	ref_close();
+	for (int k = 0; k < 4; k++)
+		req_fini(&q[k]);
+}

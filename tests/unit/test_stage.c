@@ -188,6 +188,9 @@ struct part {
 	const int32_t *ids;
 };
 
+/* Logit adjustments for the next ids_msg's sequences (NULL: none), by part. */
+static const struct lm_logit_adjust *next_adjust[8];
+
 /* A FORWARD of token ids for the first stage; every part samples after its last token. */
 static nng_msg *ids_msg(const struct stage *st, const struct part *p, int32_t n_parts)
 {
@@ -201,7 +204,8 @@ static nng_msg *ids_msg(const struct stage *st, const struct part *p, int32_t n_
 					    .sample = true,
 					    .step = (uint64_t)p[s].pos,
 					    .n_logprobs = 2,
-					    .sampling = {.temperature = 0, .top_p = 1}};
+					    .sampling = {.temperature = 0, .top_p = 1},
+					    .adjust = next_adjust[s]};
 		memcpy(ids + n, p[s].ids, (size_t)p[s].n * sizeof *ids);
 		n += p[s].n;
 	}
@@ -544,5 +548,33 @@ Test(stage, a_token_alone_and_inside_a_batch_are_bit_identical, .timeout = 60)
 	expect_same_token(t_solo[0], t_mixed[1], "x alone, then inside the batch");
 	stage_fini(first);
 	stage_fini(whole);
+	unlink(model_path);
+}
+
+/* The last stage draws from the adjusted logits and reports the model's own logprobs: a bias
+ * of -100 on the greedy token makes the next best one win, with the logprob it had before;
+ * a neutral adjustment changes nothing; another sequence of the batch is not touched. */
+Test(stage, logit_adjustments_change_the_draw_not_the_logprobs, .timeout = 60)
+{
+	make_model();
+	struct stage *st = stage_open(0, 5, true);
+	struct part p[2] = {{0, 0, 6, prompt}, {1, 0, 6, prompt}};
+	struct wire_token plain[2], biased[2], neutral[2];
+	cr_assert_eq(tokens_of(st, handled(st, ids_msg(st, p, 2)), plain), 2);
+	cr_assert_eq(plain[0].token, plain[1].token);
+	struct lm_logit_bias ban = {plain[0].token, -100.0f};
+	const struct lm_logit_adjust a = {.repeat = 1.0f, .bias = &ban, .n_bias = 1};
+	next_adjust[0] = &a;
+	cr_assert_eq(tokens_of(st, handled(st, ids_msg(st, p, 2)), biased), 2);
+	cr_expect_neq(biased[0].token, plain[0].token, "the banned token was drawn");
+	cr_expect_lt(biased[0].logprob, plain[0].logprob, "the logprob is not the model's");
+	expect_same_token(biased[1], plain[1], "the other sequence");
+	const int32_t window[3] = {plain[0].token, 1, 2};
+	const struct lm_logit_adjust none = {.repeat = 1.0f, .hist = window, .n_hist = 3};
+	next_adjust[0] = &none;
+	cr_assert_eq(tokens_of(st, handled(st, ids_msg(st, p, 2)), neutral), 2);
+	expect_same_token(neutral[0], plain[0], "a neutral adjustment");
+	next_adjust[0] = NULL;
+	stage_fini(st);
 	unlink(model_path);
 }

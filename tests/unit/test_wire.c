@@ -1021,7 +1021,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 			char want[64];
 			snprintf(want, sizeof want, "version %lld", (long long)others[j]);
 			expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, want);
-			cr_assert(strstr(d.msg, "version 2"), "%s", d.msg);
+			cr_assert(strstr(d.msg, "version 3"), "%s", d.msg);
 			struct wire_head h;
 			expect_err(wire_peek(out.p, out.len, &h, &d), LM_EVERSION, &d, want);
 			cr_assert_eq(h.version, (uint32_t)others[j]);
@@ -1036,7 +1036,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 		m.n++;
 		msg_join(&m, &out, m.payload_len + 3);
 		lm_diag d = {{0}};
-		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, "version 2");
+		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, "version 3");
 		/* A version that is not even a u32. */
 		m.kv[v].val = obj_int(-1);
 		msg_join(&m, &out, m.payload_len);
@@ -1069,7 +1069,7 @@ Test(wire, version_mismatch_on_hello_fills_version_and_id)
 	struct wire_hello h;
 	lm_diag d = {{0}};
 	expect_err(wire_decode_hello(b.p, b.len, &h, &d), LM_EVERSION, &d, "version 7");
-	cr_assert(strstr(d.msg, "version 2"), "%s", d.msg);
+	cr_assert(strstr(d.msg, "version 3"), "%s", d.msg);
 	cr_assert_eq(h.version, 7);
 	cr_assert_eq(h.id, 31);
 	bytes_free(&b);
@@ -2003,4 +2003,148 @@ Test(wire, trace_round_trips)
 	cr_assert_eq(got.len, 2);
 	cr_assert_eq(got.payload_len, sizeof rows);
 	cr_assert_eq(memcmp(got.payload, rows, sizeof rows), 0);
+}
+
+/* ---------------------------------------------------------------- FORWARD's "adj" (version 3) */
+
+/* Sequences 0 and 2 of the sample batch get logit adjustments. */
+static void adjusted_batch(struct wire_seq q[3], struct lm_logit_adjust a[2], int32_t hist[3],
+			   struct lm_logit_bias bias[2])
+{
+	ws_seqs(q);
+	hist[0] = 5;
+	hist[1] = 999;
+	hist[2] = 5;
+	bias[0] = (struct lm_logit_bias){0, -100.0f};
+	bias[1] = (struct lm_logit_bias){998, 2.5f};
+	a[0] = (struct lm_logit_adjust){.presence = 0.5f,
+					.frequency = -2.0f,
+					.repeat = 1.25f,
+					.hist = hist,
+					.n_hist = 3,
+					.bias = bias,
+					.n_bias = 2};
+	a[1] = (struct lm_logit_adjust){.repeat = 1.0f, .bias = bias + 1, .n_bias = 1};
+	q[0].adjust = &a[0];
+	q[2].adjust = &a[1];
+}
+
+static void check_adjust(const struct lm_logit_adjust *x, const struct lm_logit_adjust *y)
+{
+	cr_assert(x != NULL);
+	cr_assert_eq(x->presence, y->presence);
+	cr_assert_eq(x->frequency, y->frequency);
+	cr_assert_eq(x->repeat, y->repeat);
+	cr_assert_eq(x->n_hist, y->n_hist);
+	cr_assert_eq(x->n_bias, y->n_bias);
+	for (int32_t i = 0; i < x->n_hist; i++)
+		cr_assert_eq(x->hist[i], y->hist[i]);
+	for (int32_t i = 0; i < x->n_bias; i++) {
+		cr_assert_eq(x->bias[i].id, y->bias[i].id);
+		cr_assert_eq(x->bias[i].bias, y->bias[i].bias);
+	}
+}
+
+Test(wire, forward_adjust_round_trips)
+{
+	struct wire_seq q[3];
+	struct lm_logit_adjust a[2];
+	int32_t hist[3];
+	struct lm_logit_bias bias[2];
+	adjusted_batch(q, a, hist, bias);
+	static const int32_t ids[6] = {0, 999, 1, 500, 998, 2};
+	struct wire_forward f = {.batch_id = 9,
+				 .fingerprint = WS_FP,
+				 .n_seqs = 3,
+				 .seqs = q,
+				 .n_tokens = 6,
+				 .dtype = WIRE_DT_I32,
+				 .dim = 1,
+				 .payload = ids,
+				 .payload_len = sizeof ids};
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &f), 0);
+	struct wire_forward g;
+	lm_diag d = {{0}};
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &g, &d), 0, "%s",
+		     d.msg);
+	check_adjust(g.seqs[0].adjust, &a[0]);
+	cr_assert_null(g.seqs[1].adjust);
+	check_adjust(g.seqs[2].adjust, &a[1]);
+	/* A middle stage re-encodes what it decoded: the adjustments go on unchanged. */
+	struct wire_buf again = {0};
+	cr_assert_eq(wire_encode_forward(&again, &g), 0);
+	cr_assert_eq(again.len, buf.len);
+	cr_assert(memcmp(again.data, buf.data, buf.len) == 0);
+	wire_buf_fini(&again);
+	/* Without adjustments the message has no "adj" key: version 2's layout but for "v". */
+	ws_seqs(q);
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &f), 0);
+	cr_assert(memmem(buf.data, buf.len,
+			 "\xa3"
+			 "adj",
+			 4) == NULL);
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &g, &d), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_null(g.seqs[i].adjust);
+}
+
+Test(wire, forward_adjust_out_of_range)
+{
+	struct wire_seq q[3];
+	struct lm_logit_adjust a[2];
+	int32_t hist[3];
+	struct lm_logit_bias bias[2];
+	static const int32_t ids[6] = {0, 999, 1, 500, 998, 2};
+	struct wire_forward f = {.fingerprint = WS_FP,
+				 .n_seqs = 3,
+				 .seqs = q,
+				 .n_tokens = 6,
+				 .dtype = WIRE_DT_I32,
+				 .dim = 1,
+				 .payload = ids,
+				 .payload_len = sizeof ids};
+	static const struct {
+		int what;
+		const char *needle;
+	} cases[] = {
+		{0, "window"},          {1, "bias"},     {2, "repeat penalty"}, {3, "presence"},
+		{4, "logit bias must"}, {5, "presence"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		adjusted_batch(q, a, hist, bias);
+		switch (cases[i].what) {
+		case 0:
+			hist[1] = 1000; /* past the vocabulary */
+			break;
+		case 1:
+			bias[0].id = 1000;
+			break;
+		case 2:
+			a[0].repeat = 0;
+			break;
+		case 3:
+			a[0].presence = NAN;
+			break;
+		case 4:
+			bias[1].bias = 101;
+			break;
+		default:
+			a[0].frequency = 2.5f;
+			break;
+		}
+		wire_buf_reset(&buf);
+		cr_assert_eq(wire_encode_forward(&buf, &f), 0);
+		struct wire_forward g;
+		lm_diag d = {{0}};
+		expect_err(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &g, &d),
+			   LM_EPROTO, &d, cases[i].needle);
+		cr_assert(strstr(d.msg, "\"adj\"") != NULL, "%s", d.msg);
+	}
+	/* A struct the encoder cannot write. */
+	adjusted_batch(q, a, hist, bias);
+	a[0].hist = NULL;
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &f), LM_EINVAL);
 }

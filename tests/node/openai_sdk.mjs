@@ -1,0 +1,182 @@
+// openai_sdk.mjs — the official OpenAI SDK (npm openai, pinned in package.json) against a
+// running mesh, as tests/integration/test_openai_sdk.sh starts it:
+//
+//   node openai_sdk.mjs BASE_URL MODEL
+//
+// Every call is checked for what it must return (or for the error class and message it must
+// raise), and printed as a row of a Markdown table: SDK call | endpoint | parameters | result.
+// Exit status 1 when any call did not do what it should.
+import OpenAI, { BadRequestError, NotFoundError } from "openai";
+
+const [baseURL, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60000 });
+const rows = [];
+let failed = 0;
+
+async function row(call, endpoint, params, fn) {
+	let result;
+	try {
+		result = await fn();
+	} catch (e) {
+		result = `FAILED: ${e?.constructor?.name}: ${e?.message}`;
+		failed++;
+	}
+	rows.push(`| \`${call}\` | ${endpoint} | ${params} | ${result} |`);
+}
+
+function must(cond, what) {
+	if (!cond) throw new Error(what);
+}
+
+// A call that must be refused with a 400 that the SDK raises as BadRequestError.
+async function refused(call, endpoint, params, fn, needle) {
+	await row(call, endpoint, params, async () => {
+		try {
+			await fn();
+		} catch (e) {
+			must(e instanceof BadRequestError, `raised ${e?.constructor?.name}, not BadRequestError`);
+			must(e.message.includes(needle), `message '${e.message}' lacks '${needle}'`);
+			return `refused: 400 BadRequestError "${e.error?.message ?? e.message}"`;
+		}
+		throw new Error("accepted");
+	});
+}
+
+const hello = [{ role: "user", content: "Hello" }];
+
+await row("models.list()", "GET /v1/models", "-", async () => {
+	const page = await client.models.list();
+	must(page.data.length === 1 && page.data[0].id === model, JSON.stringify(page.data));
+	return `works: [${page.data[0].id}]`;
+});
+await row("models.retrieve(id)", "GET /v1/models/{id}", `id "${model}"`, async () => {
+	const m = await client.models.retrieve(model);
+	must(m.id === model && m.object === "model", JSON.stringify(m));
+	return `works: ${m.id}, chat_template ${m.chat_template}`;
+});
+await row("models.retrieve(id)", "GET /v1/models/{id}", 'id "gpt-4o"', async () => {
+	try {
+		await client.models.retrieve("gpt-4o");
+	} catch (e) {
+		must(e instanceof NotFoundError, `raised ${e?.constructor?.name}`);
+		return `refused: 404 NotFoundError "${e.error?.message}"`;
+	}
+	throw new Error("found");
+});
+
+await row("chat.completions.create", "POST /v1/chat/completions", "messages, max_tokens", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, max_tokens: 8 });
+	const c = r.choices[0];
+	must(r.object === "chat.completion" && c.message.role === "assistant", JSON.stringify(r));
+	must(typeof c.message.content === "string" && r.usage.completion_tokens > 0, JSON.stringify(r));
+	return `works: finish_reason ${c.finish_reason}, ${r.usage.completion_tokens} tokens`;
+});
+const sampling = {
+	model,
+	messages: [{ role: "system", content: "Be brief." }, ...hello],
+	max_completion_tokens: 10,
+	temperature: 0.9,
+	top_p: 0.95,
+	seed: 1234,
+	stop: ["\n\n"],
+	presence_penalty: 0.5,
+	frequency_penalty: 0.3,
+	logit_bias: { "5": -100 },
+	user: "test",
+};
+await row("chat.completions.create", "POST /v1/chat/completions",
+	"system + user, max_completion_tokens, temperature, top_p, seed, stop, presence_penalty, " +
+	"frequency_penalty, logit_bias, user", async () => {
+		const a = await client.chat.completions.create(sampling);
+		const b = await client.chat.completions.create(sampling);
+		must(a.choices[0].message.content === b.choices[0].message.content,
+			"the same seed gave two texts");
+		must(a.seed === 1234, `seed ${a.seed}`);
+		return `works: seed 1234 twice, the same ${a.usage.completion_tokens} tokens`;
+	});
+await row("chat.completions.create", "POST /v1/chat/completions", "no seed (twice)", async () => {
+	const a = await client.chat.completions.create({ model, messages: hello, max_tokens: 6 });
+	const b = await client.chat.completions.create({ model, messages: hello, max_tokens: 6 });
+	must(a.seed !== b.seed, `both seed ${a.seed}`);
+	return `works: fresh seeds ${a.seed} and ${b.seed}, each reported`;
+});
+await row("chat.completions.create", "POST /v1/chat/completions", "logprobs, top_logprobs 3", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, max_tokens: 4, logprobs: true, top_logprobs: 3 });
+	const lp = r.choices[0].logprobs.content;
+	must(lp.length === 4 && lp.every((t) => t.top_logprobs.length === 3 && t.logprob <= 0 && Array.isArray(t.bytes)),
+		JSON.stringify(lp));
+	return `works: ${lp.length} tokens with logprob, bytes, 3 top_logprobs`;
+});
+await row("chat.completions.create", "POST /v1/chat/completions",
+	"stream, stream_options.include_usage", async () => {
+		const s = await client.chat.completions.create({ model, messages: hello, max_tokens: 5, stream: true, stream_options: { include_usage: true } });
+		let first = null, text = "", finish = null, usage = null, n = 0;
+		for await (const chunk of s) {
+			n++;
+			if (first === null) first = chunk.choices[0]?.delta;
+			if (chunk.choices.length > 0) {
+				text += chunk.choices[0].delta.content ?? "";
+				finish = chunk.choices[0].finish_reason ?? finish;
+			}
+			if (chunk.usage) usage = chunk.usage;
+		}
+		must(first?.role === "assistant", `first delta ${JSON.stringify(first)}`);
+		must(finish === "length" && usage?.completion_tokens === 5, `finish ${finish}, usage ${JSON.stringify(usage)}`);
+		return `works: ${n} chunks, delta.role first, finish_reason ${finish}, usage ${usage.total_tokens} tokens`;
+	});
+await row("chat.completions.create", "POST /v1/chat/completions", "content as text parts", async () => {
+	const r = await client.chat.completions.create({ model, messages: [{ role: "user", content: [{ type: "text", text: "Hi" }, { type: "text", text: "there" }] }], max_tokens: 3 });
+	return `works: ${r.usage.prompt_tokens} prompt tokens`;
+});
+await row("completions.create", "POST /v1/completions", "prompt, max_tokens, temperature 0", async () => {
+	const r = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+	must(r.object === "text_completion" && typeof r.choices[0].text === "string", JSON.stringify(r));
+	return `works: finish_reason ${r.choices[0].finish_reason}, ${r.usage.completion_tokens} tokens`;
+});
+await row("completions.create", "POST /v1/completions", "logprobs 2, seed, top_p, stop", async () => {
+	const r = await client.completions.create({ model, prompt: "Once", max_tokens: 4, logprobs: 2, seed: 7, top_p: 0.9, stop: ["."] });
+	const lp = r.choices[0].logprobs;
+	must(lp.tokens.length === lp.token_logprobs.length && lp.top_logprobs.every((t) => Object.keys(t).length <= 2), JSON.stringify(lp));
+	return `works: ${lp.tokens.length} tokens with logprobs`;
+});
+await row("completions.create", "POST /v1/completions", "stream, stream_options.include_usage", async () => {
+	const s = await client.completions.create({ model, prompt: "Once", max_tokens: 4, stream: true, stream_options: { include_usage: true } });
+	let text = "", usage = null;
+	for await (const chunk of s) {
+		if (chunk.choices.length > 0) text += chunk.choices[0].text;
+		if (chunk.usage) usage = chunk.usage;
+	}
+	must(usage?.completion_tokens === 4, JSON.stringify(usage));
+	return `works: ${text.length} characters, usage ${usage.total_tokens} tokens`;
+});
+
+await refused("chat.completions.create", "POST /v1/chat/completions", "n 2",
+	() => client.chat.completions.create({ model, messages: hello, n: 2 }), "'n' must be");
+await refused("chat.completions.create", "POST /v1/chat/completions", "tools",
+	() => client.chat.completions.create({ model, messages: hello, tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
+	"'tools' is not supported");
+await refused("chat.completions.create", "POST /v1/chat/completions", "response_format json_object",
+	() => client.chat.completions.create({ model, messages: hello, response_format: { type: "json_object" } }),
+	"response_format");
+await refused("chat.completions.create", "POST /v1/chat/completions", "role tool",
+	() => client.chat.completions.create({ model, messages: [...hello, { role: "tool", content: "x", tool_call_id: "a" }] }),
+	"role 'tool' is not supported");
+await refused("chat.completions.create", "POST /v1/chat/completions", "top_logprobs without logprobs",
+	() => client.chat.completions.create({ model, messages: hello, top_logprobs: 2 }), "top_logprobs");
+await refused("chat.completions.create", "POST /v1/chat/completions", "reasoning_effort",
+	() => client.chat.completions.create({ model, messages: hello, reasoning_effort: "low" }),
+	"unknown field 'reasoning_effort'");
+await refused("completions.create", "POST /v1/completions", "best_of 2",
+	() => client.completions.create({ model, prompt: "x", best_of: 2 }), "'best_of' other than 1");
+await refused("completions.create", "POST /v1/completions", "suffix",
+	() => client.completions.create({ model, prompt: "x", suffix: "y" }), "'suffix' is not supported");
+await refused("completions.create", "POST /v1/completions", "echo true",
+	() => client.completions.create({ model, prompt: "x", echo: true }), "echo is not supported");
+await refused("completions.create", "POST /v1/completions", "presence_penalty 3",
+	() => client.completions.create({ model, prompt: "x", presence_penalty: 3 }), "presence_penalty");
+
+console.log("| SDK call | endpoint | parameters | result |");
+console.log("| --- | --- | --- | --- |");
+for (const r of rows) console.log(r);
+console.log(`\n${rows.length - failed} of ${rows.length} calls did what they should`);
+process.exit(failed === 0 ? 0 : 1);
