@@ -18,7 +18,8 @@
 
 static const char template_usage[] =
 	"usage: layermesh template (--template FILE | --model M.gguf) [--bos TEXT] [--eos TEXT]\n"
-	"                          [--format NAME] (--detect | --print | --conversations FILE)\n"
+	"                          [--format NAME]\n"
+	"                          (--detect | --print | --tokens | --conversations FILE)\n"
 	"\n"
 	"Recognises a chat template's format, or renders conversations with it as the chat\n"
 	"API does.\n"
@@ -120,7 +121,8 @@ static int tmpl_parse(int argc, char **argv, struct tmpl_opts *o)
 	if ((o->tmpl_path == NULL) == (o->model == NULL))
 		return lm_cli_usage_error("template", "give one of --template and --model");
 	if (!o->detect && !o->print && !o->tokens && o->convs == NULL)
-		return lm_cli_usage_error("template", "give --detect, --print or --conversations");
+		return lm_cli_usage_error("template",
+					  "give --detect, --print, --tokens or --conversations");
 	return 0;
 }
 
