@@ -53,6 +53,7 @@ enum wire_key {
 	WK_CODE,
 	WK_MSG,
 	WK_ABOUT,
+	WK_DIG,
 	WK_COUNT
 };
 
