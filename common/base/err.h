@@ -35,7 +35,8 @@
 	X(ACCES, -18, "permission denied")                \
 	X(OVERFLOW, -19, "arithmetic overflow")           \
 	X(CANCELED, -20, "canceled")                      \
-	X(UNAVAILABLE, -21, "unavailable")
+	X(UNAVAILABLE, -21, "unavailable")                \
+	X(NONFINITE, -22, "non-finite value")
 
 enum lm_err {
 #define LM_ERR_ENUM_(name, code, msg) LM_E##name = (code),
