@@ -294,6 +294,22 @@ static int mc_int(struct mc *m, const struct toml_value *tab, const char *key, i
 	return 0;
 }
 
+/* A duration in seconds (an integer or a float) within [lo, hi], as milliseconds. */
+static int mc_seconds(struct mc *m, const struct toml_value *tab, const char *key, double lo,
+		      double hi, int32_t *out_ms)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	if (v == NULL)
+		return 0;
+	if (v->type != TOML_INTEGER && v->type != TOML_FLOAT)
+		return MC_FAIL(m, v, "must be a number of seconds");
+	double s = v->type == TOML_INTEGER ? (double)v->u.i : v->u.f;
+	if (!(s >= lo && s <= hi))
+		return MC_FAIL(m, v, "must be %g to %g seconds", lo, hi);
+	*out_ms = (int32_t)(s * 1000.0 + 0.5);
+	return 0;
+}
+
 /* One of `names` (NULL-terminated); *out is the index. */
 static int mc_choice(struct mc *m, const struct toml_value *tab, const char *key,
 		     const char *const *names, int *out)
@@ -456,7 +472,9 @@ static int mc_model(struct mc *m)
 
 static int mc_coordinator(struct mc *m)
 {
-	static const char *const keys[] = {"http", "data_in", "auth_token", "log_level", NULL};
+	static const char *const keys[] = {"http",      "data_in",         "auth_token",
+					   "log_level", "request_timeout", "worker_timeout",
+					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
 	const struct toml_value *t;
@@ -476,7 +494,9 @@ static int mc_coordinator(struct mc *m)
 			     "\"ipc:///tmp/layermesh-coordinator.data\"",
 			     &cfg->data_in)) != 0 ||
 	    (rc = mc_str(m, t, "auth_token", NULL, &cfg->auth_token)) != 0 ||
-	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0)
+	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0 ||
+	    (rc = mc_seconds(m, t, "request_timeout", 0.1, 86400, &cfg->request_timeout_ms)) != 0 ||
+	    (rc = mc_seconds(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {
@@ -811,6 +831,8 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 	cfg->wire_dtype = LM_F32;
 	cfg->max_batch = 64;
 	cfg->log_level = LM_LOG_INFO;
+	cfg->request_timeout_ms = MESH_REQUEST_TIMEOUT_MS;
+	cfg->worker_timeout_ms = MESH_WORKER_TIMEOUT_MS;
 	cfg->strategy = FENCE_BALANCED;
 	cfg->path = strdup(path);
 	cfg->http = strdup("127.0.0.1:8080");

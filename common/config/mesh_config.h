@@ -34,6 +34,14 @@
  *   auth_token    string             bearer token the API requires; needed when http is not on
  *                                    a loopback address
  *   log_level     "error"|"warn"|"info"|"debug"; default "info"
+ *   request_timeout  seconds          how long a request may go without progress (no batch of
+ *                                    it coming back) before it fails with 503 and the reason,
+ *                                    e.g. while a worker it needs is down and restarting;
+ *                                    0.1 to 86400, default 30
+ *   worker_timeout   seconds          how long a worker may leave its control plane's
+ *                                    liveness probe unanswered before it is declared down
+ *                                    (killed if the coordinator started it, its sequences
+ *                                    replayed); 0.1 to 3600, default 1
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -88,6 +96,9 @@
  * redeploys run without touching a live sequence. */
 #define MESH_PROBE_SLOTS   1
 #define MESH_MAX_SEQ_LIMIT (1 << 20)
+/* [coordinator] request_timeout and worker_timeout by default. */
+#define MESH_REQUEST_TIMEOUT_MS 30000
+#define MESH_WORKER_TIMEOUT_MS  1000
 
 enum mesh_backend {
 	MESH_BACKEND_CPU = 0,
@@ -137,6 +148,7 @@ struct mesh_config {
 	char *data_in;
 	char *auth_token; /* NULL when none */
 	enum lm_log_level log_level;
+	int32_t request_timeout_ms, worker_timeout_ms;
 
 	/* [plan] */
 	enum fence_strategy strategy;

@@ -91,6 +91,8 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.max_batch, 64);
 	cr_expect_eq(cfg.scratch_bytes, 0);
 	cr_expect_eq(cfg.log_level, LM_LOG_INFO);
+	cr_expect_eq(cfg.request_timeout_ms, 30000);
+	cr_expect_eq(cfg.worker_timeout_ms, 1000);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_eq(cfg.workers[0].threads, 1);
 	cr_expect_eq(cfg.workers[0].kernels, MESH_KERNELS_AUTO);
@@ -103,7 +105,8 @@ Test(mesh_config, defaults_and_every_key)
 		"kv_type_k = 'q8_0'\nkv_type_v = 'f16'\nwire_dtype = 'bf16'\n"
 		"max_batch = 32\nscratch_bytes = '1.5MiB'\n"
 		"[coordinator]\nhttp = '0.0.0.0:8081'\ndata_in = 'tls+tcp://10.0.0.1:7000'\n"
-		"auth_token = 's3cret-token'\nlog_level = 'debug'\n"
+		"auth_token = 's3cret-token'\nlog_level = 'debug'\nrequest_timeout = 2.5\n"
+		"worker_timeout = 3\n"
 		"[plan]\nstrategy = 'pinned'\n"
 		"[tls]\nca_file = 'ca.pem'\ncert_file = 'certs/me.pem'\nkey_file = "
 		"'/keys/me.key'\n"
@@ -126,6 +129,8 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_str_eq(cfg.http, "0.0.0.0:8081");
 	cr_expect_str_eq(cfg.auth_token, "s3cret-token");
 	cr_expect_eq(cfg.log_level, LM_LOG_DEBUG);
+	cr_expect_eq(cfg.request_timeout_ms, 2500);
+	cr_expect_eq(cfg.worker_timeout_ms, 3000);
 	cr_expect_eq(cfg.strategy, FENCE_PINNED);
 	cr_expect_str_eq(cfg.tls_ca_file, "/srv/mesh/ca.pem");
 	cr_expect_str_eq(cfg.tls_cert_file, "/srv/mesh/certs/me.pem");
@@ -396,6 +401,12 @@ Test(mesh_config, types_ranges_and_required_keys)
 	expect_refused(MODEL COORD "log_level = 'verbose'\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:13: coordinator.log_level: must be \"error\", "
 		       "\"warn\", \"info\" or \"debug\", not \"verbose\"");
+	expect_refused(MODEL COORD "request_timeout = '30s'\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:19: coordinator.request_timeout: must be a number "
+		       "of seconds");
+	expect_refused(MODEL COORD "worker_timeout = 0\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:18: coordinator.worker_timeout: must be 0.1 to 3600 "
+		       "seconds");
 	expect_refused(MODEL COORD "auth_token = 'two words'\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:14: coordinator.auth_token: must be printable ASCII "
 		       "without spaces (it is sent in an HTTP header)");
@@ -408,7 +419,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 	expect_refused(
 		MODEL COORD "plan = 'balanced'\n" WORKER("a", "9000"),
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
-		"http, data_in, auth_token, log_level)");
+		"http, data_in, auth_token, log_level, request_timeout, worker_timeout)");
 }
 
 Test(mesh_config, workers)
