@@ -68,6 +68,7 @@ struct mesh_child {
 	int pid;
 	char last_error[300];    /* its last "error:" line, without the program's prefix */
 	char last_line[300];     /* its last line of any kind */
+	struct mesh_addrs at;    /* where it listens */
 	char why[512];           /* how it ended */
 	struct mesh_child *next; /* every child of the mesh */
 };
@@ -445,6 +446,12 @@ static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 	struct mesh_proc *p = c->p;
 	struct mesh *m = p->mesh;
 	mesh_err_drain(c);
+	/* A process that was killed could not remove its sockets: they are stale now (nothing
+	 * listens there until the next process of the worker starts, which waits for this). */
+	if (term_signal != 0) {
+		mesh_remove_stale_ipc(c->at.control);
+		mesh_remove_stale_ipc(c->at.data);
+	}
 	pthread_mutex_lock(&m->mu);
 	if (term_signal != 0)
 		snprintf(c->why, sizeof c->why, "killed by signal %d", term_signal);
@@ -491,6 +498,7 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 	if (c == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	c->p = p;
+	c->at = *r->at;
 	c->proc.data = c;
 	c->err.data = c;
 	/* Children are freed with the mesh, never before: their handles are closed by then. */
