@@ -226,11 +226,10 @@ static void keeper_watch(struct keeper *k)
 		if (r > 0)
 			last_ok = lm_now_ms();
 		if (lm_now_ms() - last_ok >= limit) {
-			snprintf(
-				why, sizeof why,
-				"did not answer its liveness probe on %s for %.1f s (stopped, hung "
-				"or cut off)",
-				k->ctl.addr, (double)(lm_now_ms() - last_ok) / 1000.0);
+			snprintf(why, sizeof why,
+				 "did not answer its liveness probe on its control plane (%s) for "
+				 "%.1f s: stopped, hung or cut off",
+				 k->ctl.addr, (double)(lm_now_ms() - last_ok) / 1000.0);
 			break;
 		}
 		if (keeper_progress(k, &sus, why, sizeof why))

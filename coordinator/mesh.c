@@ -100,6 +100,8 @@ struct mesh {
 	uint64_t fingerprint;
 	int32_t max_seq;
 	char model_name[128];
+	/* Non-empty when a plane leaves this machine in the clear: said at start and on /readyz. */
+	char plain_note[512];
 	struct fence_plan plan;
 	tok_vocab *vocab;
 	char worker_bin[PATH_MAX];
@@ -720,6 +722,11 @@ const struct lm_tls *mesh_tls(const struct mesh *m)
 	return &m->tls;
 }
 
+const char *mesh_plain_note(const struct mesh *m)
+{
+	return m->plain_note;
+}
+
 bool mesh_spawns(const struct mesh *m)
 {
 	return m->o->spawn;
@@ -1120,6 +1127,16 @@ int mesh_up(const struct mesh_opts *o)
 	if (dot != NULL && strcmp(dot, ".gguf") == 0)
 		*dot = '\0';
 	fence_plan_write_table(&m->plan, stderr);
+	char hosts[200];
+	if (mesh_config_plain_hosts(&m->cfg, hosts, sizeof hosts, NULL) > 0) {
+		snprintf(m->plain_note, sizeof m->plain_note,
+			 "no TLS: the control and data planes reach %s over plain tcp://, where "
+			 "HELLO tells anyone the protocol and the model's fingerprint and anyone "
+			 "who "
+			 "can reach a worker can forge ring messages (use tls+tcp:// and [tls])",
+			 hosts);
+		lm_warn("%s", m->plain_note);
+	}
 	if (o->spawn && (rc = mesh_find_worker(m, &d)) != 0)
 		goto early;
 

@@ -62,6 +62,9 @@ uint64_t mesh_fingerprint(const struct mesh *m);
 int32_t mesh_max_seq(const struct mesh *m);
 /* The [tls] files, for every tls+tcp:// connection to a worker. */
 const struct lm_tls *mesh_tls(const struct mesh *m);
+/* "" or, when a plane reaches another host over plain tcp://, a sentence saying so (the
+ * startup log and /readyz carry it). */
+const char *mesh_plain_note(const struct mesh *m);
 /* Whether `layermesh up` starts the workers (false: --no-spawn, they run elsewhere). */
 bool mesh_spawns(const struct mesh *m);
 /* How long HELLO and READY may take per worker. */

@@ -37,6 +37,7 @@ bool mesh_status_ready(void *arg, char *why, size_t cap)
 			return false;
 		}
 	}
+	snprintf(why, cap, "%s", mesh_plain_note(m));
 	return true;
 }
 

@@ -623,6 +623,16 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 
 /* ------------------------------------------------------------------ lifecycle */
 
+/* Whether addr is plain tcp:// to a host other than loopback. */
+static bool worker_plain_beyond_loopback(const char *addr)
+{
+	if (strncmp(addr, "tcp://", 6) != 0)
+		return false;
+	const char *h = addr + 6;
+	return strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 &&
+	       strncmp(h, "[::1]:", 6) != 0;
+}
+
 static int worker_listen(const struct worker_opts *o, nng_socket s, const char *addr,
 			 const char *what)
 {
@@ -688,6 +698,12 @@ int worker_run(const struct worker_opts *o)
 	w.data_started = true;
 	lm_info("listening: control %s, data %s%s%s", o->control, o->data,
 		o->http != NULL ? ", http " : "", o->http != NULL ? o->http : "");
+	if (worker_plain_beyond_loopback(o->control) || worker_plain_beyond_loopback(o->data))
+		lm_warn("no TLS: control %s and data %s are plain tcp:// beyond loopback, where "
+			"HELLO "
+			"tells anyone the protocol and the model's fingerprint and anyone who can "
+			"reach this worker can forge ring messages (use tls+tcp:// and [tls])",
+			o->control, o->data);
 
 	while (!worker_stop) {
 		nng_msg *m;

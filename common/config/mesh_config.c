@@ -917,3 +917,77 @@ const char *mesh_kernels_name(enum mesh_kernels k)
 {
 	return k == MESH_KERNELS_SCALAR ? "scalar" : k == MESH_KERNELS_AMX ? "amx" : "auto";
 }
+
+/* ------------------------------------------------------------------ hosts */
+
+/* The host of a tcp:// or tls+tcp:// address into out ("" for others); true when it is one. */
+static bool mc_url_host(const char *url, bool *tls, char *out, size_t cap)
+{
+	const char *h = NULL;
+	*tls = false;
+	if (strncmp(url, "tcp://", 6) == 0) {
+		h = url + 6;
+	} else if (strncmp(url, "tls+tcp://", 10) == 0) {
+		h = url + 10;
+		*tls = true;
+	}
+	out[0] = '\0';
+	if (h == NULL)
+		return false;
+	const char *colon = strrchr(h, ':');
+	size_t n = colon != NULL ? (size_t)(colon - h) : strlen(h);
+	snprintf(out, cap, "%.*s", (int)n, h);
+	return true;
+}
+
+static bool mc_host_loopback(const char *h)
+{
+	return strncmp(h, "127.", 4) == 0 || strcmp(h, "localhost") == 0 ||
+	       strcmp(h, "[::1]") == 0 || strcmp(h, "::1") == 0;
+}
+
+/* Adds h to the set seen[*n] (of up to cap names) unless it is there; true when it was new. */
+static bool mc_add_host(char (*seen)[256], int32_t *n, int32_t cap, const char *h)
+{
+	for (int32_t i = 0; i < *n; i++)
+		if (strcmp(seen[i], h) == 0)
+			return false;
+	if (*n < cap)
+		snprintf(seen[(*n)++], 256, "%s", h);
+	return true;
+}
+
+int32_t mesh_config_plain_hosts(const struct mesh_config *cfg, char *hosts, size_t cap,
+				int32_t *worker_hosts)
+{
+	enum { MAXH = 64 };
+	char(*plain)[256] = calloc(2 * MAXH, sizeof *plain), (*all)[256] = plain + MAXH;
+	int32_t n_plain = 0, n_all = 0;
+	if (plain == NULL)
+		return 0;
+	char h[256];
+	bool tls;
+	for (int32_t i = 0; i <= cfg->n_workers; i++) {
+		const char *urls[2] = {i < cfg->n_workers ? cfg->workers[i].data : cfg->data_in,
+				       i < cfg->n_workers ? cfg->workers[i].control : NULL};
+		for (int k = 0; k < 2 && urls[k] != NULL; k++) {
+			bool net = mc_url_host(urls[k], &tls, h, sizeof h);
+			bool local = !net || mc_host_loopback(h);
+			if (i < cfg->n_workers)
+				mc_add_host(all, &n_all, MAXH, local ? "" : h);
+			if (net && !tls && !local)
+				mc_add_host(plain, &n_plain, MAXH, h);
+		}
+	}
+	if (hosts != NULL && cap > 0) {
+		size_t at = 0;
+		hosts[0] = '\0';
+		for (int32_t i = 0; i < n_plain && at + 1 < cap; i++)
+			at += (size_t)snprintf(hosts + at, cap - at, "%s%s", i ? ", " : "",
+					       plain[i]);
+	}
+	if (worker_hosts != NULL)
+		*worker_hosts = n_all;
+	free(plain);
+	return n_plain;
+}

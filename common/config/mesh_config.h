@@ -168,6 +168,16 @@ int mesh_config_parse(struct mesh_config *cfg, const char *path, const char *tex
 /* Frees; harmless on a zeroed or finished config. */
 void mesh_config_fini(struct mesh_config *cfg);
 
+/* Where the mesh's planes go beyond this machine in the clear. Counts the hosts of the plain
+ * tcp:// addresses (workers' data and control, data_in) that are not loopback, and writes
+ * the first of them to `hosts` ("a, b, c"; may be NULL); *worker_hosts (may be NULL) receives
+ * how many distinct hosts the workers' addresses name, loopback and ipc:// counting as this
+ * one. tls+tcp:// addresses count for neither. Without [tls], the control plane's HELLO
+ * answers anyone who can reach it with the protocol and the fingerprint, and a peer that can
+ * reach a worker can forge ring messages: `layermesh plan` warns, `up` says so. */
+int32_t mesh_config_plain_hosts(const struct mesh_config *cfg, char *hosts, size_t cap,
+				int32_t *worker_hosts);
+
 /* The worker called `name`, or NULL. */
 const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, const char *name);
 
