@@ -289,3 +289,19 @@ lm_ready_wait() {
 	done
 	return 1
 }
+
+# lm_certs DIR: a CA (ca.pem, ca.key) and one certificate it signs for the mesh's name and
+# 127.0.0.1 (mesh.pem, mesh.key), as README.md ("Security") makes them.
+lm_certs() {
+	local d=$1
+	command -v openssl >/dev/null || fail "openssl is needed to make the test's certificates"
+	mkdir -p "$d"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=layermesh test CA" \
+		-keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=layermesh" \
+		-keyout "$d/mesh.key" -out "$d/mesh.csr" 2>/dev/null
+	printf 'subjectAltName=DNS:layermesh,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' \
+		>"$d/ext.cnf"
+	openssl x509 -req -in "$d/mesh.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 2 -extfile "$d/ext.cnf" -out "$d/mesh.pem" 2>/dev/null
+}
