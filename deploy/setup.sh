@@ -31,7 +31,7 @@ packages=(
 	build-essential meson ninja-build pkg-config git ca-certificates
 	libuv1-dev libnng-dev libmsgpack-dev libcriterion-dev libcjson-dev
 	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
-	systemd strace
+	systemd strace systemd-container debootstrap openssl
 )
 
 install_packages() {
