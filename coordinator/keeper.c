@@ -21,8 +21,9 @@
  * worker_timeout, each keeper asks its worker's STATUS for the ids of the last ring message it
  * took and passed on. A worker whose predecessor passed the batch on, that has not passed it
  * on itself, and that computes nothing and has nothing queued, has lost it; after another
- * worker_timeout like that it is declared down like a silent one. (One that is still
- * computing is left to finish.)
+ * worker_timeout like that it is declared down like a silent one. So is one that takes
+ * nothing while its predecessor has been trying to hand it a message for 2 x worker_timeout.
+ * (One that is still computing is left to finish.)
  *
  * Every transition is reported with mesh_worker_set_state(), where the mesh pauses the
  * scheduler while a worker is away, resumes it (replaying every live sequence into the rebuilt
@@ -32,6 +33,7 @@
 #include "coordinator/keeper.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/base/clock.h"
 #include "common/base/log.h"
@@ -126,6 +128,7 @@ static bool keeper_read_ring(const cJSON *doc, struct mesh_progress *pg)
 	const cJSON *ring = cJSON_GetObjectItem(doc, "ring");
 	const cJSON *in = cJSON_GetObjectItem(ring, "in"), *out = cJSON_GetObjectItem(ring, "out");
 	const cJSON *busy = cJSON_GetObjectItem(ring, "busy_ms");
+	const cJSON *send = cJSON_GetObjectItem(ring, "send_ms");
 	const cJSON *queued = cJSON_GetObjectItem(ring, "queued");
 	if (!cJSON_IsNumber(in) || !cJSON_IsNumber(out) || !cJSON_IsNumber(busy) ||
 	    !cJSON_IsNumber(queued))
@@ -133,6 +136,8 @@ static bool keeper_read_ring(const cJSON *doc, struct mesh_progress *pg)
 	*pg = (struct mesh_progress){.in = (uint64_t)in->valuedouble,
 				     .out = (uint64_t)out->valuedouble,
 				     .busy_ms = (int64_t)busy->valuedouble,
+				     .send_ms =
+					     cJSON_IsNumber(send) ? (int64_t)send->valuedouble : 0,
 				     .queued = (int32_t)queued->valuedouble,
 				     .at_ms = lm_now_ms()};
 	return true;
@@ -163,6 +168,17 @@ static bool keeper_progress(struct keeper *k, struct keeper_suspect *sus, char *
 		mesh_worker_progress(m, k->j - 1, &pred);
 	bool passed_to_it = k->j == 0 ||
 			    (pred.at_ms != 0 && now - pred.at_ms <= 2 * limit && pred.out >= batch);
+	/* Its predecessor has been trying to hand it the batch for a while, and it takes
+	 * nothing: its data plane does not accept. */
+	bool fresh = k->j > 0 && pred.at_ms != 0 && now - pred.at_ms <= 2 * limit;
+	if (fresh && pred.out < batch && pred.send_ms > 2 * limit && me.in < batch &&
+	    me.busy_ms == 0 && me.queued == 0) {
+		snprintf(why, cap,
+			 "takes no data: its predecessor has been trying to hand it a message for "
+			 "%.1f s (batch %llu waits)",
+			 (double)pred.send_ms / 1000.0, (unsigned long long)batch);
+		return true;
+	}
 	if (!passed_to_it || me.out >= batch || me.busy_ms > 0 || me.queued > 0) {
 		sus->batch = 0;
 		return false;
@@ -217,6 +233,16 @@ static void keeper_watch(struct keeper *k)
 		}
 		if (mesh_stopping(m))
 			return;
+		/* A redeploy moved the worker to another process and address: watch that one. */
+		struct mesh_addrs at;
+		mesh_worker_addrs(m, k->j, &at);
+		if (strcmp(at.control, k->ctl.addr) != 0) {
+			lm_diag d = {{0}};
+			if (ctl_open(&k->ctl, keeper_name(k), at.control, &d) != 0)
+				lm_warn("%s", lm_diag_str(&d, LM_EIO));
+			last_ok = lm_now_ms();
+			sus.batch = 0;
+		}
 		int64_t left = limit - (lm_now_ms() - last_ok);
 		int r = keeper_probe(k, (int)(left < 50 ? 50 : left), why, sizeof why);
 		if (mesh_spawns(m) && mesh_worker_wait_exit_ms(m, k->j, 0))

@@ -147,6 +147,7 @@ int mesh_check_digest(struct mesh *m, int32_t j, uint64_t digest, lm_diag *d);
 struct mesh_progress {
 	uint64_t in, out; /* ids of the last ring message it took, and passed on */
 	int64_t busy_ms;  /* how long the message in hand has been (0: none) */
+	int64_t send_ms;  /* of which it has been handing it to its successor */
 	int32_t queued;   /* messages waiting */
 	int64_t at_ms;    /* when it was read (lm_now_ms); 0: never */
 };

@@ -180,6 +180,7 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 	cJSON_AddNumberToObject(ring, "in", (double)s->ring_in);
 	cJSON_AddNumberToObject(ring, "out", (double)s->ring_out);
 	cJSON_AddNumberToObject(ring, "busy_ms", (double)s->ring_busy_ms);
+	cJSON_AddNumberToObject(ring, "send_ms", (double)s->ring_send_ms);
 	cJSON_AddNumberToObject(ring, "queued", s->ring_queued);
 	cJSON *lat = cJSON_AddObjectToObject(o, "latency_ms");
 	cJSON_AddItemToObject(lat, "receive", health_latency(&h->recv));

@@ -53,7 +53,7 @@ struct health_snapshot {
 	 * long the one in hand has been (0: none), messages waiting. The coordinator's progress
 	 * check reads them (STATUS, "ring") when a batch does not come back. */
 	uint64_t ring_in, ring_out;
-	int64_t ring_busy_ms;
+	int64_t ring_busy_ms, ring_send_ms; /* of which handing it to the successor */
 	int32_t ring_queued;
 	/* The rest is meaningful when phase is HEALTH_ASSIGNED. */
 	struct wire_assign assign;

@@ -62,7 +62,7 @@ struct worker {
 	 * (health.h, "ring"): the id of the last message taken, of the last one passed on, and
 	 * since when the one in hand has been (0: none). */
 	_Atomic uint64_t ring_in, ring_out;
-	_Atomic int64_t busy_since_ms;
+	_Atomic int64_t busy_since_ms, send_since_ms; /* the latter while its push blocks */
 	struct lm_log_limit refusals;
 #ifdef LM_TEST_DROP_DATA
 	bool dropping; /* the test build's cue was seen: every data message is dropped */
@@ -212,7 +212,10 @@ static void *worker_data_main(void *arg)
 			}
 		}
 		uint64_t t1 = lm_now_ns();
-		if (worker_push(w, out) != 0) {
+		atomic_store(&w->send_since_ms, lm_now_ms());
+		rv = worker_push(w, out);
+		atomic_store(&w->send_since_ms, 0);
+		if (rv != 0) {
 			atomic_fetch_add(&w->dropped, 1);
 		} else {
 			lm_hist_observe(&w->health.send, lm_now_ns() - t1);
@@ -394,8 +397,9 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	s->dropped = atomic_load(&w->dropped);
 	s->ring_in = atomic_load(&w->ring_in);
 	s->ring_out = atomic_load(&w->ring_out);
-	int64_t busy = atomic_load(&w->busy_since_ms);
+	int64_t busy = atomic_load(&w->busy_since_ms), send = atomic_load(&w->send_since_ms);
 	s->ring_busy_ms = busy > 0 ? lm_now_ms() - busy : 0;
+	s->ring_send_ms = send > 0 ? lm_now_ms() - send : 0;
 	s->ring_queued = recvq_len(&w->rq);
 	s->phase = (enum health_phase)atomic_load_explicit(&w->phase, memory_order_acquire);
 	if (s->phase != HEALTH_ASSIGNED)
