@@ -10,7 +10,7 @@
 #include "common/base/clock.h"
 #include "common/base/log.h"
 
-#define SCHED_MAX_INFLIGHT 16
+#define SCHED_MAX_INFLIGHT 64 /* a 60-stage ring keeps every stage busy */
 #define SCHED_IDLE_WAIT_MS 50
 
 struct sched_seq {

@@ -491,7 +491,7 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_hostport(m, t, "http", NULL, &cfg->http)) != 0 ||
 	    (rc = mc_address(m, t, "data_in",
 			     "the address where the coordinator receives sampled tokens, e.g. "
-			     "\"ipc:///tmp/layermesh-coordinator.data\"",
+			     "\"ipc:///tmp/layermesh/coordinator.data\"",
 			     &cfg->data_in)) != 0 ||
 	    (rc = mc_str(m, t, "auth_token", NULL, &cfg->auth_token)) != 0 ||
 	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0 ||
@@ -582,11 +582,11 @@ static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worke
 	    (rc = mc_str(m, t, "name", "a unique name, e.g. \"w0\"", &w->name)) != 0 ||
 	    (rc = mc_address(m, t, "data",
 			     "the worker's data-plane PULL address, e.g. "
-			     "\"ipc:///tmp/layermesh-w0.data\"",
+			     "\"ipc:///tmp/layermesh/w0.data\"",
 			     &w->data)) != 0 ||
 	    (rc = mc_address(m, t, "control",
 			     "the worker's control-plane REP address, e.g. "
-			     "\"ipc:///tmp/layermesh-w0.ctl\"",
+			     "\"ipc:///tmp/layermesh/w0.ctl\"",
 			     &w->control)) != 0 ||
 	    (rc = mc_hostport(m, t, "http", "the worker's health server, e.g. \"127.0.0.1:9100\"",
 			      &w->http)) != 0 ||

@@ -58,7 +58,7 @@ Test(mesh_config, repository_mesh_toml)
 	cr_expect_eq(cfg.wire_dtype, LM_F32);
 	cr_expect_eq(cfg.max_batch, 64);
 	cr_expect_str_eq(cfg.http, "127.0.0.1:8080");
-	cr_expect_str_eq(cfg.data_in, "ipc:///tmp/layermesh-coordinator.data");
+	cr_expect_str_eq(cfg.data_in, "ipc:///tmp/layermesh/coordinator.data");
 	cr_expect_null(cfg.auth_token);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_null(cfg.tls_ca_file);
@@ -72,7 +72,7 @@ Test(mesh_config, repository_mesh_toml)
 		cr_expect_eq(cfg.workers[j].backend, MESH_BACKEND_CPU);
 		cr_expect(!cfg.workers[j].pinned);
 	}
-	cr_expect_str_eq(cfg.workers[1].data, "ipc:///tmp/layermesh-w1.data");
+	cr_expect_str_eq(cfg.workers[1].data, "ipc:///tmp/layermesh/w1.data");
 	cr_expect_eq(mesh_config_worker(&cfg, "w2"), &cfg.workers[2]);
 	cr_expect_null(mesh_config_worker(&cfg, "w3"));
 	mesh_config_fini(&cfg);
@@ -241,7 +241,7 @@ Test(mesh_config, sizes)
 Test(mesh_config, addresses)
 {
 	static const char *const good[] = {
-		"ipc:///tmp/layermesh-w0.data",
+		"ipc:///tmp/layermesh/w0.data",
 		"ipc://relative.sock",
 		"inproc://a",
 		"tcp://127.0.0.1:5555",
@@ -397,7 +397,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 	expect_refused(MODEL "[coordinator]\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:3:2: coordinator: missing key 'data_in' (the address "
 		       "where the coordinator receives sampled tokens, e.g. "
-		       "\"ipc:///tmp/layermesh-coordinator.data\")");
+		       "\"ipc:///tmp/layermesh/coordinator.data\")");
 	expect_refused(MODEL COORD "log_level = 'verbose'\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:13: coordinator.log_level: must be \"error\", "
 		       "\"warn\", \"info\" or \"debug\", not \"verbose\"");
@@ -435,10 +435,10 @@ Test(mesh_config, workers)
 		       "/srv/mesh/mesh.toml:1:11: worker[0]: expected a table, found integer");
 	expect_refused("worker = [{name = 'x'}]\n" MODEL COORD,
 		       "/srv/mesh/mesh.toml:1:11: worker[0]: missing key 'data' (the worker's "
-		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh-w0.data\")");
+		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh/w0.data\")");
 	expect_refused(MODEL COORD "[[worker]]\nname = 'a'\n",
 		       "/srv/mesh/mesh.toml:5:3: worker[0]: missing key 'data' (the worker's "
-		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh-w0.data\")");
+		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh/w0.data\")");
 	expect_refused(MODEL COORD "[[worker]]\nname = 'a'\ndata = 'ipc:///tmp/a'\ncontrol = "
 				   "'ipc:///tmp/b'\nhttp = '127.0.0.1:1'\n",
 		       "/srv/mesh/mesh.toml:5:3: worker[0]: missing key 'memory_limit' (everything "
