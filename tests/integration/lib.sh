@@ -14,6 +14,11 @@ set -euo pipefail
 : "${LM_SHARED:?LM_SHARED must point at the shared data directory}"
 
 LM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/lm-test.XXXXXX")
+# A sanitizer build runs several times slower: its liveness probes get 3 s instead of 1 s, so a
+# worker starved by the instrumentation is not taken for a hung one.
+if [ -z "${LM_WORKER_TIMEOUT:-}" ] && ldd "$LM_WORKER" 2>/dev/null | grep -q libasan; then
+	LM_WORKER_TIMEOUT=3
+fi
 LM_PIDS=()
 
 lm_cleanup() {
