@@ -51,6 +51,9 @@
 #define KEEPER_BACKOFF_MAX_MS 5000
 /* How often the liveness probe asks. */
 #define KEEPER_HEARTBEAT_MS 200
+/* A wait of the watch that overran its length by more than this was the keeper's own thread
+ * starved (an overloaded machine): the overrun does not count as the worker's silence. */
+#define KEEPER_SLACK_MS 100
 
 static const char *keeper_name(const struct keeper *k)
 {
@@ -116,11 +119,28 @@ static int keeper_handshake(struct keeper *k, lm_diag *d)
 
 /* ------------------------------------------------------------------ watch */
 
-/* A suspicion of the progress check: the batch the worker seems to have lost, and since when. */
+/* A suspicion of the progress check: the batch the worker seems to have lost, and since when
+ * (on the watch's clock). */
 struct keeper_suspect {
 	uint64_t batch;
 	int64_t since_ms;
 };
+
+/* The watch's clock: real time, less what the keeper's own thread lost to an overloaded
+ * machine. Each step advances it by what the step took, but by no more than the step's length
+ * plus KEEPER_SLACK_MS: when the keeper itself was not scheduled, the worker (starved as well,
+ * on the same CPUs) must not be taken for a hung one. On a quiet machine it is real time. */
+struct keeper_clock {
+	int64_t real, eff;
+};
+
+static int64_t keeper_tick(struct keeper_clock *c, int64_t expected_ms)
+{
+	int64_t now = lm_now_ms(), dt = now - c->real;
+	c->real = now;
+	c->eff += dt < expected_ms + KEEPER_SLACK_MS ? dt : expected_ms + KEEPER_SLACK_MS;
+	return c->eff;
+}
 
 /* The "ring" of a worker's status document (worker/health.h). */
 static bool keeper_read_ring(const cJSON *doc, struct mesh_progress *pg)
@@ -145,7 +165,8 @@ static bool keeper_read_ring(const cJSON *doc, struct mesh_progress *pg)
 
 /* The progress check (see the top of this file). True, with why, when the worker has held the
  * oldest batch without computing or passing it on for worker_timeout. */
-static bool keeper_progress(struct keeper *k, struct keeper_suspect *sus, char *why, size_t cap)
+static bool keeper_progress(struct keeper *k, struct keeper_suspect *sus, int64_t eff, char *why,
+			    size_t cap)
 {
 	struct mesh *m = k->m;
 	struct sched *s = mesh_sched(m);
@@ -184,10 +205,10 @@ static bool keeper_progress(struct keeper *k, struct keeper_suspect *sus, char *
 		return false;
 	}
 	if (sus->batch != batch) {
-		*sus = (struct keeper_suspect){batch, now};
+		*sus = (struct keeper_suspect){batch, eff};
 		return false;
 	}
-	if (now - sus->since_ms < limit)
+	if (eff - sus->since_ms < limit)
 		return false;
 	snprintf(why, cap,
 		 "holds batch %llu but has passed nothing on for %.1f s: it answers its control "
@@ -221,7 +242,8 @@ static int keeper_probe(struct keeper *k, int timeout_ms, char *why, size_t cap)
 static void keeper_watch(struct keeper *k)
 {
 	struct mesh *m = k->m;
-	int64_t limit = mesh_worker_timeout_ms(m), last_ok = lm_now_ms();
+	struct keeper_clock clk = {lm_now_ms(), 0};
+	int64_t limit = mesh_worker_timeout_ms(m), last_ok = 0;
 	struct keeper_suspect sus = {0};
 	char why[512];
 	for (;;) {
@@ -240,25 +262,27 @@ static void keeper_watch(struct keeper *k)
 			lm_diag d = {{0}};
 			if (ctl_open(&k->ctl, keeper_name(k), at.control, &d) != 0)
 				lm_warn("%s", lm_diag_str(&d, LM_EIO));
-			last_ok = lm_now_ms();
+			last_ok = keeper_tick(&clk, KEEPER_HEARTBEAT_MS);
 			sus.batch = 0;
 		}
-		int64_t left = limit - (lm_now_ms() - last_ok);
-		int r = keeper_probe(k, (int)(left < 50 ? 50 : left), why, sizeof why);
+		int64_t left = limit - (keeper_tick(&clk, KEEPER_HEARTBEAT_MS) - last_ok);
+		int64_t timeout = left < 50 ? 50 : left;
+		int r = keeper_probe(k, (int)timeout, why, sizeof why);
 		if (mesh_spawns(m) && mesh_worker_wait_exit_ms(m, k->j, 0))
 			return; /* it died meanwhile: how it ended is the reason, not the silence */
 		if (r < 0)
 			break;
+		int64_t eff = keeper_tick(&clk, timeout);
 		if (r > 0)
-			last_ok = lm_now_ms();
-		if (lm_now_ms() - last_ok >= limit) {
+			last_ok = eff;
+		if (eff - last_ok >= limit) {
 			snprintf(why, sizeof why,
 				 "did not answer its liveness probe on its control plane (%s) for "
 				 "%.1f s: stopped, hung or cut off",
-				 k->ctl.addr, (double)(lm_now_ms() - last_ok) / 1000.0);
+				 k->ctl.addr, (double)(eff - last_ok) / 1000.0);
 			break;
 		}
-		if (keeper_progress(k, &sus, why, sizeof why))
+		if (keeper_progress(k, &sus, eff, why, sizeof why))
 			break;
 	}
 	mesh_worker_set_why(m, k->j, why);
