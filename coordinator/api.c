@@ -265,12 +265,14 @@ static void api_health(nng_aio *aio)
 static void api_readyz(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
-	char why[512] = "no mesh";
-	if (a->cfg.ready != NULL && a->cfg.ready(a->cfg.mesh, why, sizeof why)) {
-		lm_httpd_reply(aio, 200, "text/plain", "ready\n", 6);
+	char why[512] = "no mesh", body[600];
+	if (a->cfg.ready != NULL && (why[0] = '\0', a->cfg.ready(a->cfg.mesh, why, sizeof why))) {
+		/* Ready, perhaps with a note the operator should see (no TLS beyond this host). */
+		int n = why[0] ? snprintf(body, sizeof body, "ready (%s)\n", why)
+			       : snprintf(body, sizeof body, "ready\n");
+		lm_httpd_reply(aio, 200, "text/plain", body, (size_t)n);
 		return;
 	}
-	char body[600];
 	int n = snprintf(body, sizeof body, "not ready: %s\n", why);
 	lm_httpd_reply(aio, 503, "text/plain", body, (size_t)n < sizeof body ? (size_t)n : 0);
 }

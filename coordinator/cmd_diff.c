@@ -253,6 +253,16 @@ static int diff_mesh(struct diff_ctx *c, const char *bin, lm_diag *d)
 		return rc;
 	if (nng_recvmsg(c->pull, &m, 0) != 0)
 		return lm_fail(d, LM_ETIMEOUT, "the mesh did not answer the prompt");
+	struct wire_head h;
+	struct wire_error e;
+	if (wire_peek(nng_msg_body(m), nng_msg_len(m), &h, NULL) == 0 && h.type == WIRE_ERROR) {
+		/* A worker refused the prompt (a non-finite hidden state, say): its own words. */
+		rc = wire_decode_error(nng_msg_body(m), nng_msg_len(m), &e, d);
+		nng_msg_free(m);
+		if (rc != 0)
+			return rc;
+		return lm_fail(d, e.code < 0 ? e.code : LM_EPROTO, "%s", e.msg);
+	}
 	struct wire_limits lim = {.fingerprint = c->eng.model.fingerprint,
 				  .slots = 1,
 				  .max_seq = c->n + 1,
@@ -306,6 +316,23 @@ static void diff_stop_mesh(struct diff_ctx *c)
 }
 
 /* ------------------------------------------------------------------ comparing */
+
+/* The first layer whose hidden state in the single process is not finite, or -1. */
+static int32_t diff_first_nonfinite(const struct diff_ctx *c, const char **kind)
+{
+	size_t per = (size_t)c->n * (size_t)c->dim;
+	for (int32_t l = 0; l < c->n_layer; l++) {
+		const float *x = c->ref + (size_t)l * per;
+		if (lm_all_finite(x, per))
+			continue;
+		*kind = "an infinity";
+		for (size_t i = 0; i < per; i++)
+			if (isnan(x[i]))
+				*kind = "NaN";
+		return l;
+	}
+	return -1;
+}
 
 /* max |a - b| and ||a - b|| / ||b|| over n floats. */
 static void diff_err(const float *a, const float *b, size_t n, double *max_abs, double *rel)
@@ -498,6 +525,12 @@ int cmd_diff(int argc, char **argv)
 	}
 	if ((rc = diff_single(&c, &d)) != 0)
 		goto out;
+	const char *kind = NULL;
+	int32_t nonfinite = diff_first_nonfinite(&c, &kind);
+	if (nonfinite >= 0)
+		printf("the single process: layer %d is the first whose hidden state is not finite "
+		       "(%s)\n",
+		       nonfinite, kind);
 	snprintf(c.dir, sizeof c.dir, "/tmp/layermesh-diff.XXXXXX");
 	if (mkdtemp(c.dir) == NULL) {
 		c.dir[0] = '\0';
@@ -509,6 +542,10 @@ int cmd_diff(int argc, char **argv)
 	if (c.w == NULL || (rc = diff_mesh(&c, bin, &d)) != 0) {
 		if (c.w == NULL)
 			rc = lm_fail(&d, LM_ENOMEM, "out of memory");
+		if (rc == LM_ENONFINITE) { /* the finding itself, not a failure of the diff */
+			printf("the mesh: %s\n", d.msg);
+			rc = 0;
+		}
 		goto out;
 	}
 	int32_t ext_rows = 0;

@@ -232,7 +232,8 @@ static int run_prefill(struct run_ctx *r, lm_diag *d)
 				     .loc = loc,
 				     .n_out = all != NULL ? n : 1,
 				     .out_rows = all != NULL ? rows : &last};
-		rc = lm_forward_run(&r->eng.fw, &b, NULL, NULL, all != NULL ? all : r->logits, d);
+		rc = lm_forward_run_checked(&r->eng.fw, &b, NULL, NULL,
+					    all != NULL ? all : r->logits, d);
 		for (int32_t i = 0; rc == 0 && all != NULL && i < n; i++)
 			for (int32_t j = 0; j < v; j++)
 				fprintf(fa, j + 1 < v ? "%.9g " : "%.9g\n",
@@ -279,7 +280,7 @@ static int run_decode(struct run_ctx *r, lm_diag *d)
 		struct lm_tok_loc l = {0, (int32_t)(r->n_prompt + (size_t)r->n_gen - 1)};
 		int32_t row = 0;
 		struct lm_batch b = {.n = 1, .ids = &next, .loc = &l, .n_out = 1, .out_rows = &row};
-		rc = lm_forward_run(&r->eng.fw, &b, NULL, NULL, r->logits, d);
+		rc = lm_forward_run_checked(&r->eng.fw, &b, NULL, NULL, r->logits, d);
 		r->n_decoded++;
 	}
 	r->t_decode = lm_now_s() - t0;

@@ -85,22 +85,28 @@ static void status_print(const cJSON *doc)
 		int n = (int)strlen(status_str(w, "name", "?"));
 		name_w = n > name_w ? n : name_w;
 	}
-	printf("%-*s  %-8s  %7s  %-9s  %8s  %11s  %12s  %6s  %10s  %14s  %14s\n", name_w, "WORKER",
-	       "STATE", "PID", "LAYERS", "KV MiB", "WEIGHTS MiB", "RESIDENT MiB", "ACTIVE",
-	       "TOKENS", "COMPUTE P50 ms", "COMPUTE P99 ms");
+	printf("%-*s  %-10s  %7s  %-9s  %9s  %8s  %11s  %12s  %6s  %10s  %14s  %14s\n", name_w,
+	       "WORKER", "STATE", "PID", "LAYERS", "RESTARTS", "KV MiB", "WEIGHTS MiB",
+	       "RESIDENT MiB", "ACTIVE", "TOKENS", "COMPUTE P50 ms", "COMPUTE P99 ms");
 	for (const cJSON *w = ws != NULL ? ws->child : NULL; w != NULL; w = w->next) {
 		const cJSON *st = cJSON_GetObjectItemCaseSensitive(w, "status");
 		const cJSON *comp = cJSON_GetObjectItemCaseSensitive(
 			cJSON_GetObjectItemCaseSensitive(st, "latency_ms"), "compute");
-		char layers[32], c[8][32];
+		char layers[32], restarts[48], c[8][32];
 		double start = status_num(w, "start"), end = status_num(w, "end");
 		if (isnan(start) || isnan(end))
 			snprintf(layers, sizeof layers, "-");
 		else
 			snprintf(layers, sizeof layers, "[%.0f, %.0f)", start, end);
-		printf("%-*s  %-8s  %7s  %-9s  %8s  %11s  %12s  %6s  %10s  %14s  %14s\n", name_w,
-		       status_str(w, "name", "?"), status_str(w, "state", "?"),
-		       status_cell(c[0], sizeof c[0], 0, status_num(w, "pid")), layers,
+		/* The current streak, then every restart since the mesh came up. */
+		double streak = status_num(w, "restarts"), total = status_num(w, "restarts_total");
+		if (isnan(streak) || isnan(total))
+			snprintf(restarts, sizeof restarts, "-");
+		else
+			snprintf(restarts, sizeof restarts, "%.0f/%.0f", streak, total);
+		printf("%-*s  %-10s  %7s  %-9s  %9s  %8s  %11s  %12s  %6s  %10s  %14s  %14s\n",
+		       name_w, status_str(w, "name", "?"), status_str(w, "state", "?"),
+		       status_cell(c[0], sizeof c[0], 0, status_num(w, "pid")), layers, restarts,
 		       status_cell(c[1], sizeof c[1], 2,
 				   status_prefer(st, "kv_bytes", w, "kv_bytes") / 1048576.0),
 		       status_cell(c[2], sizeof c[2], 2,

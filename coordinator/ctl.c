@@ -15,6 +15,8 @@
 /* Control messages other than KV rows and traces are small; these bound the waits. */
 #define CTL_SHORT_MS 5000
 #define CTL_DATA_MS  30000
+/* How long a reopen waits for the old socket's close (see ctl_reopen). */
+#define CTL_REOPEN_CLOSE_MS 100
 
 int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 {
@@ -36,6 +38,18 @@ int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 	if (rc != 0)
 		lm_diag_prefix(d, "worker %s", c->name);
 	return rc;
+}
+
+/* After a failed exchange the REQ socket may still have its request outstanding: start afresh.
+ * When the worker died in the middle of the exchange, NNG 1.5.2 can take long (or for good) to
+ * close the old socket; that close goes on in the background after CTL_REOPEN_CLOSE_MS, so a
+ * keeper never sits on a dead worker's socket instead of restarting it. */
+static void ctl_reopen(struct ctl_conn *c, lm_diag *d)
+{
+	if (c->open && lm_close_bounded(c->s, CTL_REOPEN_CLOSE_MS) != 0)
+		lm_debug("worker %s: the old control socket closes in the background", c->name);
+	c->open = false;
+	ctl_open(c, c->name, c->addr, d);
 }
 
 void ctl_close(struct ctl_conn *c)
@@ -77,7 +91,7 @@ int ctl_call(struct ctl_conn *c, const struct wire_buf *req, uint32_t want, nng_
 	if (rc != 0) {
 		/* The request may still be outstanding: start afresh for the next one. */
 		lm_diag keep = {{0}};
-		ctl_open(c, c->name, c->addr, &keep);
+		ctl_reopen(c, &keep);
 		return rc;
 	}
 	struct wire_head h;
@@ -182,7 +196,7 @@ int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerp
 		if (msg != NULL)
 			nng_msg_free(msg);
 		wire_buf_fini(&b);
-		ctl_open(c, c->name, c->addr, NULL);
+		ctl_reopen(c, NULL);
 		return lm_fail(d, LM_EIO, "worker %s: cannot send ASSIGN", c->name);
 	}
 	wire_buf_fini(&b);
@@ -191,18 +205,18 @@ int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerp
 	int64_t deadline = lm_now_ms() + timeout_ms;
 	while ((rv = nng_recvmsg(c->s, &r, 0)) == NNG_ETIMEDOUT) {
 		if (alive != NULL && !alive(arg)) {
-			ctl_open(c, c->name, c->addr, NULL);
+			ctl_reopen(c, NULL);
 			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited while loading",
 				       c->name);
 		}
 		if (lm_now_ms() >= deadline) {
-			ctl_open(c, c->name, c->addr, NULL);
+			ctl_reopen(c, NULL);
 			return lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s",
 				       c->name, timeout_ms / 1000);
 		}
 	}
 	if (rv != 0) {
-		ctl_open(c, c->name, c->addr, NULL);
+		ctl_reopen(c, NULL);
 		return lm_fail(d, LM_EIO, "worker %s: %s", c->name, nng_strerror(rv));
 	}
 	struct wire_head h;
@@ -304,4 +318,27 @@ int ctl_repoint(struct ctl_conn *c, uint64_t fingerprint, const char *next, lm_d
 	if (r != NULL)
 		nng_msg_free(r);
 	return rc;
+}
+
+cJSON *ctl_status(struct ctl_conn *c, uint64_t fingerprint, int timeout_ms, lm_diag *d)
+{
+	struct wire_buf b = {0};
+	nng_msg *r = NULL;
+	cJSON *doc = NULL;
+	int rc = wire_encode_simple(&b, WIRE_STATUS, 1, fingerprint);
+	if (rc == 0)
+		rc = ctl_call(c, &b, WIRE_STATUS, &r, timeout_ms, d);
+	wire_buf_fini(&b);
+	const void *json = NULL;
+	size_t len = 0;
+	if (rc == 0 && (rc = wire_decode_raw(nng_msg_body(r), nng_msg_len(r), &json, &len, d)) == 0)
+		doc = cJSON_ParseWithLength(json, len);
+	if (rc == 0 && !cJSON_IsObject(doc)) {
+		cJSON_Delete(doc);
+		doc = NULL;
+		lm_fail(d, LM_EPROTO, "worker %s: its STATUS is not a JSON object", c->name);
+	}
+	if (r != NULL)
+		nng_msg_free(r);
+	return doc;
 }

@@ -9,6 +9,7 @@
 #ifndef LM_CTL_H
 #define LM_CTL_H
 
+#include <cjson/cJSON.h>
 #include <nng/nng.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -73,5 +74,8 @@ int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot, int32_
 		  const void *data, size_t bytes, lm_diag *d);
 /* REPOINT: the worker sends the ring's messages to `next` from now on. */
 int ctl_repoint(struct ctl_conn *c, uint64_t fingerprint, const char *next, lm_diag *d);
+/* STATUS: the worker's status document (worker/health.h), which the caller frees; NULL with d
+ * saying why (no answer within timeout_ms, an ERROR, not a JSON object). */
+cJSON *ctl_status(struct ctl_conn *c, uint64_t fingerprint, int timeout_ms, lm_diag *d);
 
 #endif

@@ -3,37 +3,57 @@
  *   start      spawn the process (asking the libuv loop thread, which owns process handles),
  *              or, for a worker started elsewhere, just find it
  *   handshake  HELLO until it answers (protocol version), ASSIGN its slice, wait for READY
- *              (fingerprint, KV and weight bytes); a process that exits meanwhile ends the wait
- *   watch      spawned: wait for the exit callback; not spawned: HELLO heartbeats, and
- *              KEEPER_HEARTBEAT_MISSES missed in a row mean it is gone
- *   restart    kill what is left, back off (KEEPER_BACKOFF_MIN_MS doubling to _MAX_MS), start
- *              again; after KEEPER_RESTART_BUDGET starts in a row that did not stay up, give up
- *              (a worker started elsewhere is then still probed, in case it comes back)
+ *              (fingerprint, KV and weight bytes, and the slice's digest, held to what the
+ *              mesh first served); a process that exits meanwhile ends the wait
+ *   watch      every worker, spawned or not: the exit callback (spawned), a liveness probe
+ *              on its control plane (HELLO every KEEPER_HEARTBEAT_MS; silence for
+ *              [coordinator] worker_timeout means it is gone), and a progress check on the
+ *              batches it holds (below)
+ *   restart    kill what is left (if it is ours), back off, start again, for as long as the
+ *              mesh runs: KEEPER_BACKOFF_MIN_MS doubling to KEEPER_BACKOFF_MAX_MS while it
+ *              dies soon after each start, back to the minimum once it stayed up for
+ *              KEEPER_STABLE_MS. KEEPER_FAIL_STREAK starts in a row that never got ready (or
+ *              one refused for another model) mark it failed: the mesh then says why at
+ *              once and fails requests fast, and the keeper goes on trying at the capped
+ *              interval.
+ *
+ * The progress check: when the scheduler's oldest batch has been travelling for longer than
+ * worker_timeout, each keeper asks its worker's STATUS for the ids of the last ring message it
+ * took and passed on. A worker whose predecessor passed the batch on, that has not passed it
+ * on itself, and that computes nothing and has nothing queued, has lost it; after another
+ * worker_timeout like that it is declared down like a silent one. So is one that takes
+ * nothing while its predecessor has been trying to hand it a message for 2 x worker_timeout.
+ * (One that is still computing is left to finish.)
  *
  * Every transition is reported with mesh_worker_set_state(), where the mesh pauses the
  * scheduler while a worker is away, resumes it (replaying every live sequence into the rebuilt
- * caches) when all are back, and fails requests fast with the reason once a worker is given up
- * on. The keeper sees the mesh only through mesh_ops.h.
+ * caches) when all are back, and fails requests fast with the reason while one is failed. The
+ * keeper sees the mesh only through mesh_ops.h.
  */
 #include "coordinator/keeper.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/config/mesh_config.h"
 #include "common/plan/fence.h"
 #include "coordinator/mesh_ops.h"
+#include "coordinator/scheduler.h"
 
-/* A worker may restart this many times in a row (each start that does not stay up for
- * KEEPER_STABLE_MS counts) before the coordinator gives up on it. */
-#define KEEPER_RESTART_BUDGET 5
-#define KEEPER_STABLE_MS      10000
+/* Starts in a row that never got ready before the worker is reported failed (it is still
+ * started again, every KEEPER_BACKOFF_MAX_MS). */
+#define KEEPER_FAIL_STREAK 5
+/* A worker that was up this long before it died restarts at the minimum backoff. */
+#define KEEPER_STABLE_MS      1000
 #define KEEPER_BACKOFF_MIN_MS 100
 #define KEEPER_BACKOFF_MAX_MS 5000
-/* Workers the coordinator did not spawn are watched by HELLO heartbeats. */
-#define KEEPER_HEARTBEAT_MS     250
-#define KEEPER_HEARTBEAT_MISSES 3
+/* How often the liveness probe asks. */
+#define KEEPER_HEARTBEAT_MS 200
+/* A wait of the watch that overran its length by more than this was the keeper's own thread
+ * starved (an overloaded machine): the overrun does not count as the worker's silence. */
+#define KEEPER_SLACK_MS 100
 
 static const char *keeper_name(const struct keeper *k)
 {
@@ -86,6 +106,8 @@ static int keeper_handshake(struct keeper *k, lm_diag *d)
 	rc = ctl_assign(&k->ctl, &a, fingerprint, &ready, timeout, keeper_alive, k, d);
 	if (rc != 0)
 		return keeper_exit_reason(k, rc, d);
+	if ((rc = mesh_check_digest(m, k->j, ready.digest, d)) != 0)
+		return rc;
 	mesh_worker_set_ready(m, k->j, &ready);
 	lm_info("%s: ready, layers [%d, %d), KV %.2f MiB (%llu bytes), weights %.2f MiB, resident "
 		"%.2f MiB",
@@ -95,50 +117,207 @@ static int keeper_handshake(struct keeper *k, lm_diag *d)
 	return 0;
 }
 
-/* ------------------------------------------------------------------ watch, restart */
+/* ------------------------------------------------------------------ watch */
 
-/* Serving: returns when the worker is lost (its process exited, or heartbeats stopped), with
- * the reason recorded as the worker's why; or when the mesh stops. */
+/* A suspicion of the progress check: the batch the worker seems to have lost, and since when
+ * (on the watch's clock). */
+struct keeper_suspect {
+	uint64_t batch;
+	int64_t since_ms;
+};
+
+/* The watch's clock: real time, less what the keeper's own thread lost to an overloaded
+ * machine. Each step advances it by what the step took, but by no more than the step's length
+ * plus KEEPER_SLACK_MS: when the keeper itself was not scheduled, the worker (starved as well,
+ * on the same CPUs) must not be taken for a hung one. On a quiet machine it is real time. */
+struct keeper_clock {
+	int64_t real, eff;
+};
+
+static int64_t keeper_tick(struct keeper_clock *c, int64_t expected_ms)
+{
+	int64_t now = lm_now_ms(), dt = now - c->real;
+	c->real = now;
+	c->eff += dt < expected_ms + KEEPER_SLACK_MS ? dt : expected_ms + KEEPER_SLACK_MS;
+	return c->eff;
+}
+
+/* The "ring" of a worker's status document (worker/health.h). */
+static bool keeper_read_ring(const cJSON *doc, struct mesh_progress *pg)
+{
+	const cJSON *ring = cJSON_GetObjectItem(doc, "ring");
+	const cJSON *in = cJSON_GetObjectItem(ring, "in"), *out = cJSON_GetObjectItem(ring, "out");
+	const cJSON *busy = cJSON_GetObjectItem(ring, "busy_ms");
+	const cJSON *send = cJSON_GetObjectItem(ring, "send_ms");
+	const cJSON *queued = cJSON_GetObjectItem(ring, "queued");
+	if (!cJSON_IsNumber(in) || !cJSON_IsNumber(out) || !cJSON_IsNumber(busy) ||
+	    !cJSON_IsNumber(queued))
+		return false;
+	*pg = (struct mesh_progress){.in = (uint64_t)in->valuedouble,
+				     .out = (uint64_t)out->valuedouble,
+				     .busy_ms = (int64_t)busy->valuedouble,
+				     .send_ms =
+					     cJSON_IsNumber(send) ? (int64_t)send->valuedouble : 0,
+				     .queued = (int32_t)queued->valuedouble,
+				     .at_ms = lm_now_ms()};
+	return true;
+}
+
+/* The progress check (see the top of this file). True, with why, when the worker has held the
+ * oldest batch without computing or passing it on for worker_timeout. */
+static bool keeper_progress(struct keeper *k, struct keeper_suspect *sus, int64_t eff, char *why,
+			    size_t cap)
+{
+	struct mesh *m = k->m;
+	struct sched *s = mesh_sched(m);
+	int64_t now = lm_now_ms(), limit = mesh_worker_timeout_ms(m);
+	uint64_t batch;
+	int64_t sent;
+	if (s == NULL || !sched_oldest(s, &batch, &sent) || now - sent < limit) {
+		sus->batch = 0;
+		return false;
+	}
+	lm_diag d = {{0}};
+	cJSON *doc = ctl_status(&k->ctl, mesh_fingerprint(m), (int)limit, &d);
+	struct mesh_progress me, pred = {0};
+	bool read = doc != NULL && keeper_read_ring(doc, &me);
+	cJSON_Delete(doc);
+	if (!read)
+		return false; /* silence is the liveness probe's business */
+	mesh_worker_set_progress(m, k->j, &me);
+	if (k->j > 0)
+		mesh_worker_progress(m, k->j - 1, &pred);
+	bool passed_to_it = k->j == 0 ||
+			    (pred.at_ms != 0 && now - pred.at_ms <= 2 * limit && pred.out >= batch);
+	/* Its predecessor has been trying to hand it the batch for a while, and it takes
+	 * nothing: its data plane does not accept. */
+	bool fresh = k->j > 0 && pred.at_ms != 0 && now - pred.at_ms <= 2 * limit;
+	if (fresh && pred.out < batch && pred.send_ms > 2 * limit && me.in < batch &&
+	    me.busy_ms == 0 && me.queued == 0) {
+		snprintf(why, cap,
+			 "takes no data: its predecessor has been trying to hand it a message for "
+			 "%.1f s (batch %llu waits)",
+			 (double)pred.send_ms / 1000.0, (unsigned long long)batch);
+		return true;
+	}
+	if (!passed_to_it || me.out >= batch || me.busy_ms > 0 || me.queued > 0) {
+		sus->batch = 0;
+		return false;
+	}
+	if (sus->batch != batch) {
+		*sus = (struct keeper_suspect){batch, eff};
+		return false;
+	}
+	if (eff - sus->since_ms < limit)
+		return false;
+	snprintf(why, cap,
+		 "holds batch %llu but has passed nothing on for %.1f s: it answers its control "
+		 "plane, and its data plane makes no progress",
+		 (unsigned long long)batch, (double)(now - sent) / 1000.0);
+	return true;
+}
+
+/* One liveness probe. 1 while the worker answers well, 0 when it is silent, -1 (with why) when
+ * its answer shows it is not the worker that was assigned. */
+static int keeper_probe(struct keeper *k, int timeout_ms, char *why, size_t cap)
+{
+	struct wire_hello hello;
+	lm_diag d = {{0}};
+	int rc = ctl_hello(&k->ctl, mesh_fingerprint(k->m), &hello, timeout_ms, &d);
+	if (rc == 0 && !hello.has_slice) {
+		snprintf(why, cap, "restarted and lost its slice");
+		return -1;
+	}
+	if (rc == 0)
+		return 1;
+	if (rc == LM_ETIMEOUT || rc == LM_EIO)
+		return 0;
+	snprintf(why, cap, "answered its liveness probe wrongly: %s", lm_diag_str(&d, rc));
+	return -1;
+}
+
+/* Serving: returns when the worker is lost (its process exited, it stopped answering its
+ * liveness probe, or its data plane stopped moving), with the reason recorded as the worker's
+ * why; or when the mesh stops. */
 static void keeper_watch(struct keeper *k)
 {
 	struct mesh *m = k->m;
-	int misses = 0;
-	if (mesh_spawns(m)) {
-		mesh_worker_wait_exit(m, k->j); /* the exit callback wrote why */
-		return;
-	}
-	/* A worker started elsewhere: heartbeats. */
+	struct keeper_clock clk = {lm_now_ms(), 0};
+	int64_t limit = mesh_worker_timeout_ms(m), last_ok = 0;
+	struct keeper_suspect sus = {0};
+	char why[512];
 	for (;;) {
-		mesh_sleep(m, KEEPER_HEARTBEAT_MS);
+		if (mesh_spawns(m)) {
+			if (mesh_worker_wait_exit_ms(m, k->j, KEEPER_HEARTBEAT_MS))
+				return; /* the exit callback wrote why */
+		} else {
+			mesh_sleep(m, KEEPER_HEARTBEAT_MS);
+		}
 		if (mesh_stopping(m))
 			return;
-		struct wire_hello hello;
-		lm_diag d = {{0}};
-		int rc = ctl_hello(&k->ctl, mesh_fingerprint(m), &hello, KEEPER_HEARTBEAT_MS, &d);
-		if (rc == 0 && !hello.has_slice)
-			rc = lm_fail(&d, LM_EUNAVAILABLE, "worker %s restarted and lost its slice",
-				     keeper_name(k));
-		if (rc == 0) {
-			misses = 0;
-			continue;
+		/* A redeploy moved the worker to another process and address: watch that one. */
+		struct mesh_addrs at;
+		mesh_worker_addrs(m, k->j, &at);
+		if (strcmp(at.control, k->ctl.addr) != 0) {
+			lm_diag d = {{0}};
+			if (ctl_open(&k->ctl, keeper_name(k), at.control, &d) != 0)
+				lm_warn("%s", lm_diag_str(&d, LM_EIO));
+			last_ok = keeper_tick(&clk, KEEPER_HEARTBEAT_MS);
+			sus.batch = 0;
 		}
-		if (rc != LM_ETIMEOUT && rc != LM_EIO)
-			misses = KEEPER_HEARTBEAT_MISSES; /* it answered wrongly: gone at once */
-		if (++misses >= KEEPER_HEARTBEAT_MISSES) {
-			char why[512];
-			snprintf(why, sizeof why, "missed %d heartbeats (%s)", misses,
-				 lm_diag_str(&d, rc));
-			mesh_worker_set_why(m, k->j, why);
-			return;
+		int64_t left = limit - (keeper_tick(&clk, KEEPER_HEARTBEAT_MS) - last_ok);
+		int64_t timeout = left < 50 ? 50 : left;
+		int r = keeper_probe(k, (int)timeout, why, sizeof why);
+		if (mesh_spawns(m) && mesh_worker_wait_exit_ms(m, k->j, 0))
+			return; /* it died meanwhile: how it ended is the reason, not the silence */
+		if (r < 0)
+			break;
+		int64_t eff = keeper_tick(&clk, timeout);
+		if (r > 0)
+			last_ok = eff;
+		if (eff - last_ok >= limit) {
+			snprintf(why, sizeof why,
+				 "did not answer its liveness probe on its control plane (%s) for "
+				 "%.1f s: stopped, hung or cut off",
+				 k->ctl.addr, (double)(eff - last_ok) / 1000.0);
+			break;
 		}
+		if (keeper_progress(k, &sus, eff, why, sizeof why))
+			break;
 	}
+	mesh_worker_set_why(m, k->j, why);
+}
+
+/* ------------------------------------------------------------------ restart */
+
+/* The wait before start number `quick` of a streak of quick deaths (1, 2, ...). */
+static int64_t keeper_backoff(int quick)
+{
+	int64_t b = KEEPER_BACKOFF_MIN_MS << (quick < 1 ? 0 : quick < 10 ? quick - 1 : 9);
+	return b < KEEPER_BACKOFF_MAX_MS ? b : KEEPER_BACKOFF_MAX_MS;
+}
+
+/* After a loss or a failed start: the state the mesh shows and the log line. */
+static void keeper_report(struct keeper *k, int failed_starts, const char *why)
+{
+	struct mesh *m = k->m;
+	if (failed_starts < KEEPER_FAIL_STREAK) {
+		mesh_worker_set_state(m, k->j, MESH_WORKER_DOWN, NULL);
+		return;
+	}
+	char msg[800];
+	snprintf(msg, sizeof msg, "worker %s cannot start (%d tries in a row): %s", keeper_name(k),
+		 failed_starts, why);
+	mesh_worker_set_state(m, k->j, MESH_WORKER_FAILED, msg);
+	if (failed_starts == KEEPER_FAIL_STREAK)
+		lm_error("%s; trying again every %d s", msg, KEEPER_BACKOFF_MAX_MS / 1000);
 }
 
 static void *keeper_main(void *arg)
 {
 	struct keeper *k = arg;
 	struct mesh *m = k->m;
-	int attempt = 0;
+	int failed_starts = 0, quick = 0;
 
 	while (!mesh_stopping(m)) {
 		lm_diag d = {{0}};
@@ -152,40 +331,30 @@ static void *keeper_main(void *arg)
 		char why[600];
 		if (rc == 0) {
 			int64_t since = lm_now_ms();
+			failed_starts = 0;
 			mesh_worker_set_state(m, k->j, MESH_WORKER_READY, "");
 			keeper_watch(k);
 			if (mesh_stopping(m))
 				break;
-			if (lm_now_ms() - since >= KEEPER_STABLE_MS)
-				attempt = 0;
+			quick = lm_now_ms() - since >= KEEPER_STABLE_MS ? 1 : quick + 1;
 			mesh_worker_why(m, k->j, why, sizeof why);
 			lm_error("worker %s is down: %s", keeper_name(k), why);
 		} else {
-			lm_error("%s", lm_diag_str(&d, rc));
-			mesh_worker_set_why(m, k->j, lm_diag_str(&d, rc));
+			/* Another model's slice will not get better by trying quickly. */
+			failed_starts = rc == LM_EFINGERPRINT && failed_starts < KEEPER_FAIL_STREAK
+						? KEEPER_FAIL_STREAK
+						: failed_starts + 1;
+			quick++;
+			snprintf(why, sizeof why, "%s", lm_diag_str(&d, rc));
+			lm_error("%s", why);
+			mesh_worker_set_why(m, k->j, why);
 		}
 		mesh_worker_kill(m, k->j);
-		attempt++;
-		mesh_worker_set_restarts(m, k->j, attempt);
-		mesh_worker_why(m, k->j, why, sizeof why);
-		if (attempt > KEEPER_RESTART_BUDGET) {
-			char msg[700];
-			snprintf(msg, sizeof msg, "worker %s gave up after %d restarts: %s",
-				 keeper_name(k), KEEPER_RESTART_BUDGET, why);
-			mesh_worker_set_state(m, k->j, MESH_WORKER_FAILED, msg);
-			lm_error("%s", msg);
-			if (mesh_spawns(m))
-				break;
-			attempt =
-				KEEPER_RESTART_BUDGET; /* keep probing a worker someone else runs */
-		} else {
-			mesh_worker_set_state(m, k->j, MESH_WORKER_DOWN, NULL);
-		}
-		int64_t backoff = KEEPER_BACKOFF_MIN_MS << (attempt < 10 ? attempt - 1 : 9);
-		if (backoff > KEEPER_BACKOFF_MAX_MS)
-			backoff = KEEPER_BACKOFF_MAX_MS;
-		lm_info("%s: starting again in %lld ms (attempt %d of %d)", keeper_name(k),
-			(long long)backoff, attempt, KEEPER_RESTART_BUDGET);
+		mesh_worker_note_restart(m, k->j, quick);
+		keeper_report(k, failed_starts, why);
+		int64_t backoff = keeper_backoff(quick);
+		lm_info("%s: starting again in %lld ms (restart %d of this streak)", keeper_name(k),
+			(long long)backoff, quick);
 		mesh_sleep(m, backoff);
 	}
 	return NULL;

@@ -47,15 +47,29 @@
 struct mesh_proc;
 
 /* One process of a worker: the serving one, or a replacement a rollout is starting beside it.
- * Children are never freed before the mesh is: threads may still look at one after it exited. */
+ * A child lives while anything may look at it: a rollout's candidates and the processes they
+ * replace stay until the mesh ends. A keeper's process is freed once a newer one has taken its
+ * place and its handles are closed (a worker restarted for days must not accumulate them); one
+ * that never started is freed as soon as its handles are closed. */
 struct mesh_child {
 	struct mesh_proc *p; /* the worker it serves or is meant to serve */
 	uv_process_t proc;
+	/* Its stderr, read by the loop thread: passed through to ours line by line, the last
+	 * error line kept, so that how it ended can say why in its own words. */
+	uv_pipe_t err;
+	char line[512];
+	size_t line_len;
 	/* Under mu. */
-	bool running;  /* not yet reaped */
-	bool retiring; /* its exit is expected (replaced, or a rolled-back candidate) */
+	int open_handles; /* proc and err until their close callbacks ran */
+	bool disposable;  /* nothing refers to it any more: free once its handles are closed */
+	bool keeper_made; /* started by the worker's keeper (not a rollout's candidate) */
+	bool running;     /* not yet reaped */
+	bool retiring;    /* its exit is expected (replaced, killed by its keeper, rolled back) */
 	int pid;
-	char why[256];           /* how it ended */
+	char last_error[300];    /* its last "error:" line, without the program's prefix */
+	char last_line[300];     /* its last line of any kind */
+	struct mesh_addrs at;    /* where it listens */
+	char why[512];           /* how it ended */
 	struct mesh_child *next; /* every child of the mesh */
 };
 
@@ -69,9 +83,12 @@ struct mesh_proc {
 	struct mesh_addrs at;     /* where the serving process listens */
 	int pid;
 	enum mesh_worker_state state;
-	int restarts;
+	int restarts;            /* the current streak (mesh_ops.h) */
+	uint64_t restarts_total; /* every restart since the mesh came up */
+	uint64_t digest;         /* of its slice as first served; 0 before its first READY */
 	char why[512];
 	struct wire_ready ready;
+	struct mesh_progress progress;
 };
 
 struct mesh {
@@ -85,6 +102,8 @@ struct mesh {
 	char model_name[128];
 	enum chat_format chat; /* CHAT_NONE: chat refused with chat_why */
 	char chat_why[400];
+	/* Non-empty when a plane leaves this machine in the clear: said at start and on /readyz. */
+	char plain_note[512];
 	struct fence_plan plan;
 	tok_vocab *vocab;
 	char worker_bin[PATH_MAX];
@@ -103,6 +122,7 @@ struct mesh {
 	nng_socket push, pull;
 	nng_dialer push_dialer; /* to the first worker, under mu; a redeploy of it re-points it */
 	bool push_open, pull_open;
+	bool pull_listening; /* data_in is ours: its socket file may be cleaned up at the end */
 	struct sched *sched; /* under mu: set once, when the mesh starts serving */
 	struct api *api;
 	struct rollouts ro; /* its own lock */
@@ -167,10 +187,14 @@ static int mesh_find_worker(struct mesh *m, lm_diag *d)
 	return 0;
 }
 
-static void mesh_unlink_ipc(const char *addr)
+/* Removes an ipc socket file of ours that nothing listens on any more (a worker that was
+ * killed leaves its files behind). A socket a live process listens on is never touched: it may
+ * be another mesh's. */
+static void mesh_remove_stale_ipc(const char *addr)
 {
-	if (addr != NULL && strncmp(addr, "ipc://", 6) == 0)
-		unlink(addr + 6);
+	bool removed = false;
+	if (addr != NULL && lm_ipc_clear_stale(addr, &removed, NULL) == 0 && removed)
+		lm_debug("removed the stale ipc socket %s", addr + 6);
 }
 
 /* ------------------------------------------------------------------ the redeploy endpoints */
@@ -231,7 +255,9 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .prefill_chunk = m->cfg.max_batch,
 			       .n_vocab = m->hp.n_vocab,
 			       .max_logprobs = WIRE_MAX_LOGPROBS,
-			       .batch_timeout_ms = 30000,
+			       .batch_timeout_ms = m->cfg.request_timeout_ms,
+			       .request_timeout_ms = m->cfg.request_timeout_ms,
+			       .n_workers = m->n_procs,
 			       .push = m->push,
 			       .pull = m->pull};
 	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,
@@ -318,6 +344,9 @@ static void mesh_update_service(struct mesh *m)
 		snprintf(why, sizeof why, "%s", failed->why);
 		if (m->available)
 			sched_set_available(m->sched, false, why);
+		for (int32_t i = 0; i < m->n_procs; i++)
+			if (m->procs[i].state != MESH_WORKER_READY)
+				sched_blame(m->sched, i);
 		m->available = false;
 		m->had_fault = true;
 		return;
@@ -325,6 +354,9 @@ static void mesh_update_service(struct mesh *m)
 	if (away != NULL) {
 		snprintf(why, sizeof why, "worker %s is restarting (%s)", away->cfg->name,
 			 away->why[0] ? away->why : "starting");
+		for (int32_t i = 0; i < m->n_procs; i++)
+			if (m->procs[i].state != MESH_WORKER_READY)
+				sched_blame(m->sched, i);
 		sched_pause(m->sched, why);
 		m->had_fault = true;
 		return;
@@ -351,16 +383,116 @@ static int32_t mesh_running(struct mesh *m)
 	return n;
 }
 
+/* Frees c when nothing refers to it and its handles are closed; under mu. */
+static void mesh_child_maybe_free(struct mesh *m, struct mesh_child *c)
+{
+	if (!c->disposable || c->open_handles > 0 || c->running)
+		return;
+	for (struct mesh_child **q = &m->children; *q != NULL; q = &(*q)->next)
+		if (*q == c) {
+			*q = c->next;
+			break;
+		}
+	free(c);
+}
+
+/* Close callback of a child's handles (loop thread). */
+static void mesh_child_closed(uv_handle_t *h)
+{
+	struct mesh_child *c = h->data;
+	struct mesh *m = c->p->mesh;
+	pthread_mutex_lock(&m->mu);
+	c->open_handles--;
+	mesh_child_maybe_free(m, c);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* ------------------------------------------------------------------ the children's stderr */
+
+/* One line of a child's stderr: passed on to ours; an error line is remembered (under mu). */
+static void mesh_child_line(struct mesh_child *c, const char *line, size_t n)
+{
+	char out[600];
+	int k = snprintf(out, sizeof out, "%.*s\n", (int)(n < 590 ? n : 590), line);
+	ssize_t w = write(STDERR_FILENO, out, (size_t)k);
+	(void)w;
+	const char *e = memmem(line, n, " error: ", 8);
+	struct mesh *m = c->p->mesh;
+	pthread_mutex_lock(&m->mu);
+	if (n > 0)
+		snprintf(c->last_line, sizeof c->last_line, "%.*s", (int)n, line);
+	if (e != NULL) {
+		size_t off = (size_t)(e + 8 - line);
+		snprintf(c->last_error, sizeof c->last_error, "%.*s", (int)(n - off), line + off);
+	}
+	pthread_mutex_unlock(&m->mu);
+}
+
+static void mesh_child_bytes(struct mesh_child *c, const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] == '\n' || c->line_len == sizeof c->line) {
+			mesh_child_line(c, c->line, c->line_len);
+			c->line_len = 0;
+			if (p[i] == '\n')
+				continue;
+		}
+		c->line[c->line_len++] = p[i];
+	}
+}
+
+static void mesh_err_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	static char chunk[4096]; /* the loop thread's alone */
+	(void)h;
+	(void)hint;
+	*buf = uv_buf_init(chunk, sizeof chunk);
+}
+
+static void mesh_err_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	struct mesh_child *c = s->data;
+	if (n > 0)
+		mesh_child_bytes(c, buf->base, (size_t)n);
+	else if (n < 0 && !uv_is_closing((uv_handle_t *)s))
+		uv_close((uv_handle_t *)s, mesh_child_closed);
+}
+
+/* What is still in the pipe when the exit is reported (the error line a dying process wrote
+ * last may not have been read yet). */
+static void mesh_err_drain(struct mesh_child *c)
+{
+	uv_os_fd_t fd;
+	char buf[4096];
+	if (uv_is_closing((uv_handle_t *)&c->err) || uv_fileno((uv_handle_t *)&c->err, &fd) != 0)
+		return;
+	for (int i = 0; i < 16; i++) {
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n <= 0)
+			break;
+		mesh_child_bytes(c, buf, (size_t)n);
+	}
+}
+
 static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
 	struct mesh_child *c = proc->data;
 	struct mesh_proc *p = c->p;
 	struct mesh *m = p->mesh;
+	mesh_err_drain(c);
+	/* A process that was killed could not remove its sockets: they are stale now (nothing
+	 * listens there until the next process of the worker starts, which waits for this). */
+	if (term_signal != 0) {
+		mesh_remove_stale_ipc(c->at.control);
+		mesh_remove_stale_ipc(c->at.data);
+	}
 	pthread_mutex_lock(&m->mu);
 	if (term_signal != 0)
 		snprintf(c->why, sizeof c->why, "killed by signal %d", term_signal);
-	else
-		snprintf(c->why, sizeof c->why, "exited with status %lld", (long long)status);
+	else /* its own last words: its last error line, or the last line of a foreign program */
+		snprintf(c->why, sizeof c->why, "exited with status %lld%s%s", (long long)status,
+			 c->last_error[0] || c->last_line[0] ? ": " : "",
+			 c->last_error[0] ? c->last_error : c->last_line);
 	c->running = false;
 	if (c == p->child && !c->retiring) {
 		snprintf(p->why, sizeof p->why, "%s", c->why);
@@ -374,14 +506,9 @@ static void mesh_on_exit(uv_process_t *proc, int64_t status, int term_signal)
 	pthread_cond_broadcast(&m->cv);
 	bool last = atomic_load(&m->stopping) && mesh_running(m) == 0;
 	pthread_mutex_unlock(&m->mu);
-	uv_close((uv_handle_t *)proc, NULL);
+	uv_close((uv_handle_t *)proc, mesh_child_closed);
 	if (last)
 		uv_stop(&m->loop);
-}
-
-static void mesh_free_closed_child(uv_handle_t *h)
-{
-	free(h->data);
 }
 
 /* Loop thread, under mu: starts the process of a spawn request. */
@@ -402,36 +529,48 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 				.tls = &m->tls};
 	struct worker_argv args;
 	worker_cmd_argv(&wc, &args);
+	struct mesh_child *c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	c->p = p;
+	c->at = *r->at;
+	c->proc.data = c;
+	c->err.data = c;
+	/* Children are freed with the mesh, never before: their handles are closed by then. */
+	c->next = m->children;
+	m->children = c;
+	c->open_handles = 2;
+	uv_pipe_init(&m->loop, &c->err, 0);
 	uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
 					 {.flags = UV_INHERIT_FD, .data.fd = 2},
-					 {.flags = UV_INHERIT_FD, .data.fd = 2}};
+					 {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE,
+					  .data.stream = (uv_stream_t *)&c->err}};
 	uv_process_options_t po = {.exit_cb = mesh_on_exit,
 				   .file = r->bin,
 				   .args = args.argv,
 				   .stdio_count = 3,
 				   .stdio = stdio};
-	if (access(r->bin, X_OK) != 0)
+	if (access(r->bin, X_OK) != 0) {
+		c->open_handles = 1;
+		c->disposable = true;
+		uv_close((uv_handle_t *)&c->err, mesh_child_closed);
 		return lm_fail(d, LM_ENOENT, "worker binary %s is missing or not executable",
 			       r->bin);
-	struct mesh_child *c = calloc(1, sizeof *c);
-	if (c == NULL)
-		return lm_fail(d, LM_ENOMEM, "out of memory");
-	c->p = p;
-	c->proc.data = c;
-	/* Stale ipc socket files from a crashed process would make the worker's listen fail. */
-	mesh_unlink_ipc(r->at->control);
-	mesh_unlink_ipc(r->at->data);
+	}
+	/* (A stale ipc socket a killed process left is the worker's listener's to replace.) */
 	int rv = uv_spawn(&m->loop, &c->proc, &po);
 	if (rv != 0) {
-		/* The handle joined the loop even so: it must be closed before it is freed. */
-		uv_close((uv_handle_t *)&c->proc, mesh_free_closed_child);
+		/* The handles joined the loop even so: they must be closed (the child itself is
+		 * freed with the mesh). */
+		c->disposable = true;
+		uv_close((uv_handle_t *)&c->proc, mesh_child_closed);
+		uv_close((uv_handle_t *)&c->err, mesh_child_closed);
 		return lm_fail(d, LM_EOS, "cannot start %s for worker %s: %s", r->bin, p->cfg->name,
 			       uv_strerror(rv));
 	}
+	uv_read_start((uv_stream_t *)&c->err, mesh_err_alloc, mesh_err_read);
 	c->running = true;
 	c->pid = c->proc.pid;
-	c->next = m->children;
-	m->children = c;
 	r->child = c;
 	return 0;
 }
@@ -616,6 +755,11 @@ const struct lm_tls *mesh_tls(const struct mesh *m)
 	return &m->tls;
 }
 
+const char *mesh_plain_note(const struct mesh *m)
+{
+	return m->plain_note;
+}
+
 bool mesh_spawns(const struct mesh *m)
 {
 	return m->o->spawn;
@@ -624,6 +768,11 @@ bool mesh_spawns(const struct mesh *m)
 int mesh_handshake_ms(const struct mesh *m)
 {
 	return m->o->handshake_timeout_s * 1000;
+}
+
+int mesh_worker_timeout_ms(const struct mesh *m)
+{
+	return m->cfg.worker_timeout_ms;
 }
 
 /* ------------------------------------------------------------------ mesh_ops.h: the mesh */
@@ -666,8 +815,12 @@ struct rollouts *mesh_rollouts(struct mesh *m)
 /* Under mu. */
 static void mesh_view(const struct mesh_proc *p, struct mesh_worker_view *v)
 {
-	*v = (struct mesh_worker_view){
-		.state = p->state, .pid = p->pid, .restarts = p->restarts, .ready = p->ready};
+	*v = (struct mesh_worker_view){.state = p->state,
+				       .pid = p->pid,
+				       .restarts = p->restarts,
+				       .restarts_total = p->restarts_total,
+				       .ready = p->ready,
+				       .digest = p->digest};
 	snprintf(v->why, sizeof v->why, "%s", p->why);
 }
 
@@ -723,8 +876,14 @@ int mesh_worker_spawn(struct mesh *m, int32_t j, lm_diag *d)
 	int rc = mesh_request_spawn(m, p, bin, &at, &c, d);
 	if (rc == 0) {
 		pthread_mutex_lock(&m->mu);
+		struct mesh_child *old = p->child;
+		c->keeper_made = true;
 		p->child = c;
 		p->pid = c->pid;
+		if (old != NULL && old->keeper_made) {
+			old->disposable = true;
+			mesh_child_maybe_free(m, old);
+		}
 		pthread_mutex_unlock(&m->mu);
 	}
 	return rc;
@@ -756,11 +915,26 @@ void mesh_worker_wait_exit(struct mesh *m, int32_t j)
 	pthread_mutex_unlock(&m->mu);
 }
 
+bool mesh_worker_wait_exit_ms(struct mesh *m, int32_t j, int64_t ms)
+{
+	struct mesh_proc *p = &m->procs[j];
+	int64_t until = lm_now_ms() + ms;
+	pthread_mutex_lock(&m->mu);
+	while (p->child != NULL && p->child->running && !atomic_load(&m->stopping) &&
+	       lm_cond_wait_until(&m->cv, &m->mu, until))
+		;
+	bool ended = p->child == NULL || !p->child->running;
+	pthread_mutex_unlock(&m->mu);
+	return ended;
+}
+
 void mesh_worker_kill(struct mesh *m, int32_t j)
 {
 	pthread_mutex_lock(&m->mu);
 	struct mesh_child *c = m->o->spawn ? m->procs[j].child : NULL;
 	if (c != NULL && c->running) {
+		/* Expected from now on: its end must not overwrite the reason it is killed for. */
+		c->retiring = true;
 		mesh_signal_child(c, SIGKILL);
 		int64_t until = lm_now_ms() + 5000;
 		while (c->running && lm_now_ms() < until)
@@ -795,10 +969,43 @@ void mesh_worker_why(struct mesh *m, int32_t j, char *out, size_t cap)
 	pthread_mutex_unlock(&m->mu);
 }
 
-void mesh_worker_set_restarts(struct mesh *m, int32_t j, int restarts)
+void mesh_worker_note_restart(struct mesh *m, int32_t j, int streak)
 {
 	pthread_mutex_lock(&m->mu);
-	m->procs[j].restarts = restarts;
+	m->procs[j].restarts = streak;
+	m->procs[j].restarts_total++;
+	pthread_mutex_unlock(&m->mu);
+}
+
+int mesh_check_digest(struct mesh *m, int32_t j, uint64_t digest, lm_diag *d)
+{
+	struct mesh_proc *p = &m->procs[j];
+	int rc = 0;
+	pthread_mutex_lock(&m->mu);
+	if (p->digest == 0)
+		p->digest = digest;
+	else if (digest != p->digest)
+		rc = lm_fail(d, LM_EFINGERPRINT,
+			     "worker %s's slice of %s has changed: its tensors' digest is %016llx; "
+			     "the mesh serves %016llx (the model file was replaced under the "
+			     "running mesh: put it back, or restart the mesh on the new file)",
+			     p->cfg->name, m->cfg.model_path, (unsigned long long)digest,
+			     (unsigned long long)p->digest);
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+void mesh_worker_set_progress(struct mesh *m, int32_t j, const struct mesh_progress *pg)
+{
+	pthread_mutex_lock(&m->mu);
+	m->procs[j].progress = *pg;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void mesh_worker_progress(struct mesh *m, int32_t j, struct mesh_progress *out)
+{
+	pthread_mutex_lock(&m->mu);
+	*out = m->procs[j].progress;
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -885,6 +1092,35 @@ int mesh_repoint_head(struct mesh *m, const char *addr, lm_diag *d)
 
 /* ------------------------------------------------------------------ up */
 
+/* The ring's return: PULL at [coordinator] data_in. */
+static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
+{
+	/* data_in is where the last worker dials; with --listen-any its host may name this process
+	 * only through a DNS name or a service that it cannot bind. */
+	char data_in[512], why[256];
+	int rv, rc;
+	if (mesh_listen_address(m->cfg.data_in, false, m->o->listen_any, data_in, sizeof data_in,
+				why, sizeof why) != 0)
+		return lm_fail(d, LM_ECONFIG, "[coordinator] data_in %s: %s", m->cfg.data_in, why);
+	if ((rv = nng_pull0_open(&m->pull)) != 0)
+		return lm_fail(d, LM_EIO, "pull socket: %s", nng_strerror(rv));
+	m->pull_open = true;
+	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
+	/* A stale data_in socket from a coordinator that was killed is replaced by lm_listen,
+	 * which says so; one that a running process listens on is refused, never removed. */
+	if ((rc = lm_listen(m->pull, data_in, &m->tls, NULL, d)) != 0)
+		return rc;
+	m->pull_listening = true;
+	/* What comes back is TOKENS, RELEASE and ERROR: bounded by the slots and the logprobs. */
+	struct wire_limits back = {.slots = m->cfg.slots + MESH_PROBE_SLOTS,
+				   .dim = 1,
+				   .max_batch = m->cfg.max_batch,
+				   .max_seqs = m->cfg.slots + MESH_PROBE_SLOTS,
+				   .max_logprobs = WIRE_MAX_LOGPROBS};
+	nng_socket_set_size(m->pull, NNG_OPT_RECVMAXSZ, wire_max_data_message(&back));
+	return 0;
+}
+
 static void mesh_close_walk(uv_handle_t *h, void *arg)
 {
 	(void)arg;
@@ -896,7 +1132,7 @@ int mesh_up(const struct mesh_opts *o)
 {
 	struct mesh *m = calloc(1, sizeof *m);
 	lm_diag d = {{0}};
-	int rc, rv;
+	int rc;
 
 	if (m == NULL)
 		return 1;
@@ -926,6 +1162,16 @@ int mesh_up(const struct mesh_opts *o)
 	if (dot != NULL && strcmp(dot, ".gguf") == 0)
 		*dot = '\0';
 	fence_plan_write_table(&m->plan, stderr);
+	char hosts[200];
+	if (mesh_config_plain_hosts(&m->cfg, hosts, sizeof hosts, NULL) > 0) {
+		snprintf(m->plain_note, sizeof m->plain_note,
+			 "no TLS: the control and data planes reach %s over plain tcp://, where "
+			 "HELLO tells anyone the protocol and the model's fingerprint and anyone "
+			 "who "
+			 "can reach a worker can forge ring messages (use tls+tcp:// and [tls])",
+			 hosts);
+		lm_warn("%s", m->plain_note);
+	}
 	if (o->spawn && (rc = mesh_find_worker(m, &d)) != 0)
 		goto early;
 
@@ -935,24 +1181,8 @@ int mesh_up(const struct mesh_opts *o)
 		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
 		goto early;
 	}
-	/* data_in is where the last worker dials; with --listen-any its host may name this process
-	 * only through a DNS name or a service that it cannot bind. */
-	char data_in[512], why[256];
-	if (mesh_listen_address(m->cfg.data_in, false, o->listen_any, data_in, sizeof data_in, why,
-				sizeof why) != 0) {
-		rc = lm_fail(&d, LM_ECONFIG, "[coordinator] data_in %s: %s", m->cfg.data_in, why);
+	if ((rc = mesh_listen_data_in(m, &d)) != 0)
 		goto early;
-	}
-	mesh_unlink_ipc(data_in);
-	if ((rv = nng_pull0_open(&m->pull)) != 0) {
-		rc = lm_fail(&d, LM_EIO, "pull socket: %s", nng_strerror(rv));
-		goto early;
-	}
-	m->pull_open = true;
-	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
-	if ((rc = lm_listen(m->pull, data_in, &m->tls, NULL, &d)) != 0)
-		goto early;
-	nng_socket_set_size(m->pull, NNG_OPT_RECVMAXSZ, 0);
 
 	uv_loop_init(&m->loop);
 	uv_signal_init(&m->loop, &m->sig_int);
@@ -1014,12 +1244,14 @@ early:
 		lm_warn("closing the data ring's first socket took over 2 s; exiting anyway");
 	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
 		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
+	/* What the workers left behind (a killed one cannot remove its sockets), and only that:
+	 * a socket that a live process still listens on is another's and stays. */
 	for (int32_t i = 0; m->procs != NULL && i < m->n_procs; i++) {
 		if (o->spawn && m->procs[i].cfg != NULL) {
-			mesh_unlink_ipc(m->procs[i].cfg->control);
-			mesh_unlink_ipc(m->procs[i].cfg->data);
-			mesh_unlink_ipc(m->procs[i].at.control);
-			mesh_unlink_ipc(m->procs[i].at.data);
+			mesh_remove_stale_ipc(m->procs[i].cfg->control);
+			mesh_remove_stale_ipc(m->procs[i].cfg->data);
+			mesh_remove_stale_ipc(m->procs[i].at.control);
+			mesh_remove_stale_ipc(m->procs[i].at.data);
 		}
 	}
 	while (m->children != NULL) {
@@ -1027,7 +1259,8 @@ early:
 		m->children = c->next;
 		free(c);
 	}
-	mesh_unlink_ipc(m->cfg.data_in);
+	if (m->pull_listening)
+		mesh_remove_stale_ipc(m->cfg.data_in);
 	free(m->procs);
 	tok_free(m->vocab);
 	fence_plan_fini(&m->plan);

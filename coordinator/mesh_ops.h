@@ -62,10 +62,15 @@ uint64_t mesh_fingerprint(const struct mesh *m);
 int32_t mesh_max_seq(const struct mesh *m);
 /* The [tls] files, for every tls+tcp:// connection to a worker. */
 const struct lm_tls *mesh_tls(const struct mesh *m);
+/* "" or, when a plane reaches another host over plain tcp://, a sentence saying so (the
+ * startup log and /readyz carry it). */
+const char *mesh_plain_note(const struct mesh *m);
 /* Whether `layermesh up` starts the workers (false: --no-spawn, they run elsewhere). */
 bool mesh_spawns(const struct mesh *m);
 /* How long HELLO and READY may take per worker. */
 int mesh_handshake_ms(const struct mesh *m);
+/* [coordinator] worker_timeout: how long a worker may leave its liveness probe unanswered. */
+int mesh_worker_timeout_ms(const struct mesh *m);
 
 /* ------------------------------------------------------------------ the mesh */
 
@@ -85,9 +90,11 @@ struct rollouts *mesh_rollouts(struct mesh *m);
 /* What /v1/status and /metrics show of a worker. */
 struct mesh_worker_view {
 	enum mesh_worker_state state;
-	int pid; /* of its serving process (spawn mode), or as its HELLO said (0: not yet) */
-	int restarts;
+	int pid;      /* of its serving process (spawn mode), or as its HELLO said (0: not yet) */
+	int restarts; /* the current streak: restarts since it last stayed up (keeper.c) */
+	uint64_t restarts_total; /* every restart since the mesh came up */
 	struct wire_ready ready; /* its last READY */
+	uint64_t digest;         /* of its slice as the mesh first served it (0: not yet) */
 	char why[512];           /* why it is not ready, or how its last process ended */
 };
 /* Worker j's view; every worker's at one instant (out holds mesh_n_workers(m) entries). */
@@ -113,8 +120,11 @@ bool mesh_worker_ended(struct mesh *m, int32_t j, char *why, size_t cap);
 /* Waits until worker j's serving process ends (a redeploy may replace it meanwhile: then the
  * wait goes on for the new one), or until the mesh stops. */
 void mesh_worker_wait_exit(struct mesh *m, int32_t j);
+/* The same for at most ms milliseconds; true when it has ended (or there is none). */
+bool mesh_worker_wait_exit_ms(struct mesh *m, int32_t j, int64_t ms);
 /* Makes sure worker j's serving process is gone (SIGKILL; waits up to 5 s for its exit) before
- * another starts on the same addresses. Does nothing outside spawn mode. */
+ * another starts on the same addresses. Its end is expected from then on: the worker's `why`
+ * keeps the reason it was killed for. Does nothing outside spawn mode. */
 void mesh_worker_kill(struct mesh *m, int32_t j);
 
 /* The keepers' reports. A state change (why: the reason shown with it; NULL keeps the last)
@@ -126,7 +136,23 @@ void mesh_worker_set_state(struct mesh *m, int32_t j, enum mesh_worker_state sta
 			   const char *why);
 void mesh_worker_set_why(struct mesh *m, int32_t j, const char *why);
 void mesh_worker_why(struct mesh *m, int32_t j, char *out, size_t cap);
-void mesh_worker_set_restarts(struct mesh *m, int32_t j, int restarts);
+/* A restart of worker j: its streak becomes `streak`, its total grows by one. */
+void mesh_worker_note_restart(struct mesh *m, int32_t j, int streak);
+/* Holds worker j's slice to what the mesh first served: the first READY's digest is recorded,
+ * every later one (a restart, a redeploy's candidate) must equal it. LM_EFINGERPRINT naming
+ * both values when it does not. */
+int mesh_check_digest(struct mesh *m, int32_t j, uint64_t digest, lm_diag *d);
+
+/* The data ring's progress at worker j, as its STATUS said (the keepers' progress check). */
+struct mesh_progress {
+	uint64_t in, out; /* ids of the last ring message it took, and passed on */
+	int64_t busy_ms;  /* how long the message in hand has been (0: none) */
+	int64_t send_ms;  /* of which it has been handing it to its successor */
+	int32_t queued;   /* messages waiting */
+	int64_t at_ms;    /* when it was read (lm_now_ms); 0: never */
+};
+void mesh_worker_set_progress(struct mesh *m, int32_t j, const struct mesh_progress *pg);
+void mesh_worker_progress(struct mesh *m, int32_t j, struct mesh_progress *out);
 void mesh_worker_set_pid(struct mesh *m, int32_t j, int pid);
 void mesh_worker_set_ready(struct mesh *m, int32_t j, const struct wire_ready *ready);
 

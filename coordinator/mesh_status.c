@@ -37,6 +37,7 @@ bool mesh_status_ready(void *arg, char *why, size_t cap)
 			return false;
 		}
 	}
+	snprintf(why, cap, "%s", mesh_plain_note(m));
 	return true;
 }
 
@@ -90,6 +91,8 @@ cJSON *mesh_status_json(void *arg)
 	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(plan));
 	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
 	mesh_workers_view(m, views);
+	struct sched *sched = mesh_sched(m);
+	const struct sched_stats *stats = sched != NULL ? sched_stats(sched) : NULL;
 	for (int32_t i = 0; i < W; i++) {
 		const struct mesh_worker_view *v = &views[i];
 		cJSON *w = cJSON_CreateObject();
@@ -97,6 +100,15 @@ cJSON *mesh_status_json(void *arg)
 		cJSON_AddStringToObject(w, "state", mesh_status_state_names[v->state]);
 		cJSON_AddNumberToObject(w, "pid", v->pid);
 		cJSON_AddNumberToObject(w, "restarts", v->restarts);
+		cJSON_AddNumberToObject(w, "restarts_total", (double)v->restarts_total);
+		if (stats != NULL)
+			cJSON_AddNumberToObject(w, "replays",
+						(double)atomic_load(&stats->worker_replays[i]));
+		if (v->digest != 0) {
+			char dig[32];
+			snprintf(dig, sizeof dig, "%016llx", (unsigned long long)v->digest);
+			cJSON_AddStringToObject(w, "digest", dig);
+		}
 		cJSON_AddNumberToObject(w, "start", plan->stages[i].start);
 		cJSON_AddNumberToObject(w, "end", plan->stages[i].end);
 		cJSON_AddNumberToObject(w, "kv_bytes", (double)v->ready.kv_bytes);
@@ -114,9 +126,8 @@ cJSON *mesh_status_json(void *arg)
 	free(views);
 	free(cur);
 	free(probes);
-	struct sched *sched = mesh_sched(m);
-	if (sched != NULL)
-		mesh_status_scheduler(o, m, sched_stats(sched));
+	if (stats != NULL)
+		mesh_status_scheduler(o, m, stats);
 	return o;
 }
 
@@ -129,9 +140,21 @@ static void mesh_status_hist(struct lm_mtext *t, const char *name, const char *h
 	lm_mtext_hist(t, name, NULL, &s);
 }
 
-/* The workers' gauges, from one view of them all so that the count and the samples agree. */
+/* A counter per worker: one family, one sample per worker. */
+static void mesh_status_per_worker(struct lm_mtext *t, struct mesh *m, const char *name,
+				   const char *help, const uint64_t *values)
+{
+	lm_mtext_family(t, name, "counter", help);
+	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
+		char label[300];
+		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_sample(t, name, label, (double)values[i]);
+	}
+}
+
+/* The workers' gauges and counters, from one view of them all so that they agree. */
 static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
-				      struct mesh_worker_view *views)
+				      struct mesh_worker_view *views, const struct sched_stats *s)
 {
 	int32_t W = mesh_n_workers(m);
 	mesh_workers_view(m, views);
@@ -148,6 +171,18 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
 		lm_mtext_sample(t, "layermesh_worker_up", label,
 				views[i].state == MESH_WORKER_READY ? 1 : 0);
 	}
+	uint64_t *values = calloc((size_t)W + 1, sizeof *values);
+	if (values == NULL)
+		return;
+	for (int32_t i = 0; i < W; i++)
+		values[i] = views[i].restarts_total;
+	mesh_status_per_worker(t, m, "layermesh_worker_restarts_total",
+			       "Restarts of the worker since the mesh came up.", values);
+	for (int32_t i = 0; i < W; i++)
+		values[i] = atomic_load(&s->worker_replays[i]);
+	mesh_status_per_worker(t, m, "layermesh_worker_replays_total",
+			       "Sequences replayed because the worker went down.", values);
+	free(values);
 }
 
 char *mesh_status_metrics(void *arg)
@@ -181,7 +216,7 @@ char *mesh_status_metrics(void *arg)
 		       atomic_load(&s->active));
 	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
 		       atomic_load(&s->queued));
-	mesh_status_worker_gauges(&t, m, views);
+	mesh_status_worker_gauges(&t, m, views, s);
 	free(views);
 	mesh_status_hist(&t, "layermesh_time_to_first_token_seconds",
 			 "From a request's arrival to its first generated token.", &s->ttft);

@@ -9,7 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* /readyz: true when every worker is ready; else why says which is not and why. */
+/* /readyz: true when every worker is ready (why is then "", or a note the operator should
+ * see: a plane that leaves this host without TLS); else why says which is not and why. */
 bool mesh_status_ready(void *mesh, char *why, size_t cap);
 /* /v1/status: the model, its fingerprint and plan, every worker (its state, its slice, its
  * bytes, and its own /status, asked in parallel for at most about a second), the scheduler's

@@ -291,6 +291,20 @@ int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 		mesh_config_fini(&cfg);
 		return 1;
 	}
+	/* Workers on several hosts without [tls]: every plane travels in the clear. */
+	char hosts[512];
+	int32_t n_hosts = 0;
+	int32_t plain = mesh_config_plain_hosts(&cfg, hosts, sizeof hosts, &n_hosts);
+	if (n_hosts > 1 && cfg.tls_ca_file == NULL && plain > 0)
+		fprintf(err,
+			"layermesh plan: warning: %s puts the workers on %d hosts over plain "
+			"tcp:// "
+			"(%s) and has no [tls]: anything that can reach them can read the hidden "
+			"states, learn the model's fingerprint from HELLO and forge ring and "
+			"control "
+			"messages; use tls+tcp:// addresses and a [tls] table (README.md, "
+			"\"Security\")\n",
+			mesh_path, (int)n_hosts, hosts);
 	if (json) {
 		rc = planner_print_json(&info, &cfg, &plan, out);
 	} else {

@@ -196,7 +196,11 @@ static int ro_prepare(struct rollout *r, struct ro_cand *c, lm_diag *d)
 	rc = ctl_hello_wait(&c->ctl, fingerprint, &hello, timeout, ro_cand_alive, c, d);
 	if (rc == 0)
 		rc = ctl_assign(&c->ctl, &a, fingerprint, &c->ready, timeout, ro_cand_alive, c, d);
-	char why[256];
+	/* The new build must load the very slice the mesh serves: a file replaced under the mesh
+	 * is refused here, before anything is moved to it. */
+	if (rc == 0)
+		rc = mesh_check_digest(m, c->j, c->ready.digest, d);
+	char why[512];
 	if (rc == LM_EUNAVAILABLE && mesh_child_ended(m, c->child, why, sizeof why) && why[0])
 		lm_fail(d, rc, "the new build of %s %s before it was ready", wc->name, why);
 	return rc;

@@ -10,7 +10,7 @@
 #include "common/base/clock.h"
 #include "common/base/log.h"
 
-#define SCHED_MAX_INFLIGHT 16
+#define SCHED_MAX_INFLIGHT 64 /* a 60-stage ring keeps every stage busy */
 #define SCHED_IDLE_WAIT_MS 50
 
 struct sched_seq {
@@ -33,7 +33,9 @@ struct sched_seq {
 	void *arg;
 	bool inflight;
 	bool cancel;
-	int32_t retries;                 /* batches of this sequence a worker refused */
+	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
+	int64_t progress_ms; /* lm_now_ms at submit and whenever a batch of it came back */
+	int32_t retries;     /* batches of this sequence a worker refused */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
 	struct sched_seq *next;          /* inbox / wait queue link */
 };
@@ -85,11 +87,30 @@ struct sched {
 	struct wire_buf buf;
 	struct wire_scratch scratch;
 	struct wire_limits lim;
-	struct wire_seq *wseqs; /* [slots] */
-	int32_t *ids;           /* [max_batch] */
-	uint64_t pauses_seen;   /* the thread's copy of `pauses` */
+	struct wire_seq *wseqs;     /* [slots] */
+	int32_t *ids;               /* [max_batch] */
+	uint64_t pauses_seen;       /* the thread's copy of `pauses` */
+	int64_t paused_since_ms;    /* the thread's: when the current hold began (0: not held) */
+	bool *blamed;               /* [n_workers], under mu: causes of the next replay */
+	bool *turn_blamed;          /* [n_workers], the thread's copy for one turn */
+	_Atomic uint64_t oldest_id; /* the batch travelling longest (0: none) ... */
+	_Atomic int64_t oldest_sent_ms; /* ... and when it was sent */
+	struct lm_log_limit log_limit;  /* what peers make the scheduler say, once a second */
 	struct sched_stats stats;
 };
+
+/* A warning a peer can make the scheduler repeat: one line a second per kind. */
+#define sched_warn_limited(s, kind, code, fmt, ...)                                              \
+	do {                                                                                     \
+		uint64_t held_ = 0;                                                              \
+		if (lm_log_limit_pass(&(s)->log_limit, lm_log_key(kind, code), &held_)) {        \
+			if (held_ > 0)                                                           \
+				lm_warn(fmt " (and %llu more since the last line)", __VA_ARGS__, \
+					(unsigned long long)held_);                              \
+			else                                                                     \
+				lm_warn(fmt, __VA_ARGS__);                                       \
+		}                                                                                \
+	} while (0)
 
 static void sched_free_seq(struct sched_seq *q)
 {
@@ -197,7 +218,8 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 	int rc = wire_decode_tokens(nng_msg_body(m), nng_msg_len(m), &s->lim, &s->scratch, &t, &d);
 	if (rc != 0) {
 		atomic_fetch_add(&s->stats.ring_errors, 1);
-		lm_warn("dropped a malformed TOKENS message: %s", lm_diag_str(&d, rc));
+		sched_warn_limited(s, "tokens", rc, "dropped a malformed TOKENS message: %s",
+				   lm_diag_str(&d, rc));
 		return; /* its batch times out */
 	}
 	int32_t bi;
@@ -209,10 +231,12 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 	}
 	const uint8_t *top = t.payload;
 	int32_t ti = 0;
+	int64_t now_ms = lm_now_ms();
 	for (int32_t k = 0; k < b->n; k++) {
 		struct sched_seq *q = b->seqs[k];
 		q->inflight = false;
 		q->n_done += b->chunk[k];
+		q->progress_ms = now_ms;
 		if (!b->sample[k]) {
 			if (q->cancel)
 				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
@@ -258,19 +282,48 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 	sched_drop_batch(s, bi);
 }
 
+/* A worker found a NaN or an infinity in batch bi. Retrying the same numbers is pointless: a
+ * sequence that was alone in its batch fails at once with the worker's words (which name it
+ * and the layer); the others of a shared batch go again alone, so only the sequence that makes
+ * the value fails and the ones that merely shared its batch finish. */
+static void sched_on_nonfinite(struct sched *s, int32_t bi, const struct wire_error *e)
+{
+	struct sched_batch *b = &s->inflight[bi];
+	lm_warn("batch %llu: %s", (unsigned long long)e->id, e->msg);
+	for (int32_t k = 0; k < b->n; k++) {
+		struct sched_seq *q = b->seqs[k];
+		q->inflight = false;
+		if (q->cancel) {
+			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		} else if (b->n == 1 || q->solo) {
+			sched_finish(s, q, SCHED_FINISH_ERROR, LM_ENONFINITE, e->msg);
+		} else {
+			q->solo = true;
+			q->n_done = 0;
+			atomic_fetch_add(&s->stats.replays, 1);
+		}
+	}
+	sched_drop_batch(s, bi);
+}
+
 static void sched_on_ring_error(struct sched *s, nng_msg *m)
 {
 	struct wire_error e;
 	lm_diag d = {{0}};
 	atomic_fetch_add(&s->stats.ring_errors, 1);
 	if (wire_decode_error(nng_msg_body(m), nng_msg_len(m), &e, &d) != 0) {
-		lm_warn("dropped a malformed ERROR message: %s", d.msg);
+		sched_warn_limited(s, "error", LM_EPROTO, "dropped a malformed ERROR message: %s",
+				   d.msg);
 		return;
 	}
 	int32_t bi;
 	if (sched_find_batch(s, e.id, &bi) == NULL) {
-		lm_warn("a worker refused message %llu (%s): %s", (unsigned long long)e.id,
-			wire_type_name(e.about), e.msg);
+		sched_warn_limited(s, "refused", e.code, "a worker refused message %llu (%s): %s",
+				   (unsigned long long)e.id, wire_type_name(e.about), e.msg);
+		return;
+	}
+	if (e.code == LM_ENONFINITE) {
+		sched_on_nonfinite(s, bi, &e);
 		return;
 	}
 	/* A refused batch means a worker's cache no longer matches the sequence (a worker came back
@@ -279,7 +332,8 @@ static void sched_on_ring_error(struct sched *s, nng_msg *m)
 	struct sched_batch *b = &s->inflight[bi];
 	char msg[600];
 	snprintf(msg, sizeof msg, "a worker refused the batch: %s", e.msg);
-	lm_warn("batch %llu refused: %s", (unsigned long long)e.id, e.msg);
+	sched_warn_limited(s, "batch", e.code, "batch %llu refused: %s", (unsigned long long)e.id,
+			   e.msg);
 	for (int32_t k = 0; k < b->n; k++) {
 		struct sched_seq *q = b->seqs[k];
 		q->inflight = false;
@@ -303,14 +357,15 @@ static void sched_on_msg(struct sched *s, nng_msg *m)
 	lm_diag d = {{0}};
 	if (wire_peek(nng_msg_body(m), nng_msg_len(m), &h, &d) != 0) {
 		atomic_fetch_add(&s->stats.ring_errors, 1);
-		lm_warn("dropped a ring message: %s", d.msg);
+		sched_warn_limited(s, "ring", LM_EPROTO, "dropped a ring message: %s", d.msg);
 	} else if (h.type == WIRE_TOKENS) {
 		sched_on_tokens(s, m);
 	} else if (h.type == WIRE_ERROR) {
 		sched_on_ring_error(s, m);
 	} else if (h.type != WIRE_RELEASE) { /* RELEASE coming home is its acknowledgement */
 		atomic_fetch_add(&s->stats.ring_errors, 1);
-		lm_warn("unexpected %s on the ring", wire_type_name(h.type));
+		sched_warn_limited(s, "unexpected", (int64_t)h.type, "unexpected %s on the ring",
+				   wire_type_name(h.type));
 	}
 	nng_msg_free(m);
 }
@@ -368,7 +423,7 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 	b->n = 0;
 	for (int32_t k = 0; k < slots && b->n < share && budget > 0; k++) {
 		struct sched_seq *q = s->slot_seq[(s->rr + k) % slots];
-		if (q == NULL || q->inflight)
+		if (q == NULL || q->inflight || (q->solo && b->n > 0))
 			continue;
 		int32_t remaining = q->n_tok - q->n_done;
 		int32_t chunk = remaining;
@@ -407,6 +462,8 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 		b->n++;
 		n += chunk;
 		budget -= chunk;
+		if (q->solo)
+			break;
 	}
 	s->rr = (s->rr + 1) % slots;
 	*n_tokens = n;
@@ -533,16 +590,73 @@ static void sched_forget_inflight(struct sched *s)
 	}
 }
 
-/* Every live sequence prefills again from position 0: its tokens so far are its history. */
-static void sched_replay(struct sched *s)
+/* Every live sequence prefills again from position 0: its tokens so far are its history. The
+ * workers blamed for the fault (sched_blame, taken with the turn) count them. */
+static void sched_replay(struct sched *s, const bool *blamed)
 {
+	uint64_t n = 0;
 	for (int32_t i = 0; i < s->cfg.slots; i++) {
 		struct sched_seq *q = s->slot_seq[i];
 		if (q != NULL && q->n_done > 0) {
 			q->n_done = 0;
-			atomic_fetch_add(&s->stats.replays, 1);
+			n++;
 		}
 	}
+	atomic_fetch_add(&s->stats.replays, n);
+	for (int32_t j = 0; j < s->stats.n_workers; j++)
+		if (blamed[j])
+			atomic_fetch_add(&s->stats.worker_replays[j], n);
+}
+
+/* While dispatch is held, requests that have waited request_timeout without progress fail with
+ * the reason the mesh gives (a worker down and why). Counted from the later of the request's
+ * last progress and the start of the hold. */
+static void sched_check_held(struct sched *s, const char *why)
+{
+	int64_t now = lm_now_ms(), limit = s->cfg.request_timeout_ms;
+	char msg[400];
+	snprintf(msg, sizeof msg, "%s; no progress for %.1f s ([coordinator] request_timeout)",
+		 why[0] ? why : "the mesh is held", (double)limit / 1000.0);
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q == NULL || q->inflight)
+			continue;
+		int64_t since =
+			q->progress_ms > s->paused_since_ms ? q->progress_ms : s->paused_since_ms;
+		if (now - since > limit)
+			sched_finish(s, q, SCHED_FINISH_ERROR, LM_EUNAVAILABLE, msg);
+	}
+	for (struct sched_seq **p = &s->wait_head; *p != NULL;) {
+		struct sched_seq *q = *p;
+		int64_t since =
+			q->progress_ms > s->paused_since_ms ? q->progress_ms : s->paused_since_ms;
+		if (now - since <= limit) {
+			p = &q->next;
+			continue;
+		}
+		*p = q->next;
+		if (s->wait_tail == q) {
+			s->wait_tail = NULL;
+			for (struct sched_seq *w = s->wait_head; w != NULL; w = w->next)
+				s->wait_tail = w;
+		}
+		atomic_fetch_sub(&s->stats.queued, 1);
+		sched_finish(s, q, SCHED_FINISH_ERROR, LM_EUNAVAILABLE, msg);
+	}
+}
+
+/* The batch travelling longest, for sched_oldest (the keepers' progress check). */
+static void sched_publish_oldest(struct sched *s)
+{
+	uint64_t id = 0;
+	int64_t sent = 0;
+	for (int32_t i = 0; i < s->n_inflight; i++)
+		if (id == 0 || s->inflight[i].sent_ms < sent) {
+			id = s->inflight[i].id;
+			sent = s->inflight[i].sent_ms;
+		}
+	atomic_store(&s->oldest_sent_ms, sent);
+	atomic_store(&s->oldest_id, id);
 }
 
 /* One turn of the thread, step by step. Each step is a function below, in the order the turn
@@ -572,6 +686,7 @@ struct sched_turn {
 	bool up, paused, replay, quiesce, quiesced;
 	uint64_t pauses;
 	char why[256];
+	bool *blamed; /* [n_workers]: causes of this turn's replay */
 };
 
 /* A turn buffer of `size`-byte items grown to hold `want` (at *cap); on failure the old one,
@@ -617,6 +732,11 @@ static void sched_take(struct sched *s, struct sched_turn *t)
 	t->quiesce = s->quiesce;
 	t->quiesced = s->quiesced;
 	t->pauses = s->pauses;
+	if (t->replay)
+		for (int32_t j = 0; j < s->stats.n_workers; j++) {
+			t->blamed[j] = s->blamed[j];
+			s->blamed[j] = false;
+		}
 	s->replay_pending = false;
 	memcpy(t->why, s->why, sizeof t->why);
 }
@@ -676,7 +796,11 @@ static void sched_apply_mesh_state(struct sched *s, const struct sched_turn *t)
 		s->pauses_seen = t->pauses;
 	}
 	if (t->replay && !t->paused)
-		sched_replay(s);
+		sched_replay(s, t->blamed);
+	if (t->paused && s->paused_since_ms == 0)
+		s->paused_since_ms = lm_now_ms();
+	else if (!t->paused)
+		s->paused_since_ms = 0;
 }
 
 /* A batch not back within batch_timeout_ms fails its sequences; so does everything when the
@@ -737,7 +861,7 @@ static void sched_wait(struct sched *s)
 static void *sched_main(void *arg)
 {
 	struct sched *s = arg;
-	struct sched_turn t = {0};
+	struct sched_turn t = {.blamed = s->turn_blamed};
 
 	pthread_mutex_lock(&s->mu);
 	while (!s->stopping) {
@@ -749,8 +873,9 @@ static void *sched_main(void *arg)
 		sched_apply_cancels(s, &t);
 		sched_apply_mesh_state(s, &t);
 		if (t.up && t.paused) {
-			/* Held: requests take slots, nothing is sent. */
+			/* Held: requests take slots, nothing is sent; those held too long fail. */
 			sched_admit(s);
+			sched_check_held(s, t.why);
 			s->send_failing_ms = 0; /* a pause is not the ring failing */
 		} else if (t.up) {
 			sched_check_timeouts(s);
@@ -761,6 +886,7 @@ static void *sched_main(void *arg)
 		}
 		if (t.quiesce && !t.quiesced)
 			sched_publish_quiesced(s);
+		sched_publish_oldest(s);
 
 		pthread_mutex_lock(&s->mu);
 		sched_wait(s);
@@ -789,6 +915,11 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 		s->cfg.prefill_chunk = s->cfg.max_batch;
 	if (s->cfg.batch_timeout_ms <= 0)
 		s->cfg.batch_timeout_ms = 30000;
+	if (s->cfg.request_timeout_ms <= 0)
+		s->cfg.request_timeout_ms = s->cfg.batch_timeout_ms;
+	if (s->cfg.n_workers < 0)
+		s->cfg.n_workers = 0;
+	s->stats.n_workers = s->cfg.n_workers;
 	s->available = true;
 	s->next_seq_id = 1;
 	s->next_batch_id = 1;
@@ -806,7 +937,12 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->release = calloc((size_t)slots * 2, sizeof *s->release);
 	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
 	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
-	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids &&
+	size_t nw = (size_t)s->cfg.n_workers + 1;
+	s->blamed = calloc(nw, sizeof *s->blamed);
+	s->turn_blamed = calloc(nw, sizeof *s->turn_blamed);
+	s->stats.worker_replays = calloc(nw, sizeof *s->stats.worker_replays);
+	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids && s->blamed &&
+		  s->turn_blamed && s->stats.worker_replays &&
 		  wire_scratch_init(&s->scratch, slots) == 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
@@ -820,6 +956,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	pthread_mutex_init(&s->mu, NULL);
 	lm_cond_init(&s->cv);
 	lm_cond_init(&s->qcv);
+	lm_log_limit_init(&s->log_limit, 1000);
 	s->locks_ready = true;
 	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
 		rc = lm_fail(d, LM_EOS, "cannot start the scheduler thread");
@@ -877,7 +1014,11 @@ void sched_fini(struct sched *s)
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);
 		pthread_cond_destroy(&s->qcv);
+		lm_log_limit_fini(&s->log_limit);
 	}
+	free(s->blamed);
+	free(s->turn_blamed);
+	free((void *)s->stats.worker_replays);
 	for (int32_t i = 0; i < SCHED_MAX_INFLIGHT; i++) {
 		free(s->inflight[i].seqs);
 		free(s->inflight[i].chunk);
@@ -989,6 +1130,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	q->on_done = r->on_done;
 	q->arg = r->arg;
 	q->t_submit_ns = lm_now_ns();
+	q->progress_ms = lm_now_ms();
 
 	pthread_mutex_lock(&s->mu);
 	if (!s->available || s->stopping) {
@@ -1105,6 +1247,22 @@ void sched_resume(struct sched *s, bool replay)
 	s->replay_pending |= replay;
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_blame(struct sched *s, int32_t j)
+{
+	if (j < 0 || j >= s->cfg.n_workers)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->blamed[j] = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
+bool sched_oldest(const struct sched *s, uint64_t *batch_id, int64_t *sent_ms)
+{
+	*sent_ms = atomic_load(&((struct sched *)s)->oldest_sent_ms);
+	*batch_id = atomic_load(&((struct sched *)s)->oldest_id);
+	return *batch_id != 0;
 }
 
 const struct sched_stats *sched_stats(const struct sched *s)

@@ -77,8 +77,13 @@ struct sched_cfg {
 	int32_t stop_ids[32];
 	int32_t n_stop_ids;
 	int64_t batch_timeout_ms; /* a batch not back by then fails its sequences */
-	nng_socket push;          /* to the first worker; opened and dialled by the caller */
-	nng_socket pull;          /* from the last worker; opened and listening */
+	/* While dispatch is held (a worker down), a request that has gone this long without
+	 * progress fails with LM_EUNAVAILABLE and the reason ([coordinator] request_timeout);
+	 * 0: batch_timeout_ms. */
+	int64_t request_timeout_ms;
+	int32_t n_workers; /* for the replays counted per worker (sched_blame); may be 0 */
+	nng_socket push;   /* to the first worker; opened and dialled by the caller */
+	nng_socket pull;   /* from the last worker; opened and listening */
 };
 
 struct sched_stats {
@@ -86,6 +91,10 @@ struct sched_stats {
 	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
 	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
 	_Atomic int32_t active, queued;
+	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
+	 * that took several workers down at once counts for each of them. */
+	_Atomic uint64_t *worker_replays;
+	int32_t n_workers;
 	/* Per request, in nanoseconds from sched_submit: to its first generated token (ttft), and
 	 * to its end for any reason (duration); per generated token after the first, the time
 	 * since the one before (token). ttft and token together count tokens_generated. */
@@ -127,6 +136,12 @@ void sched_set_available(struct sched *s, bool up, const char *why);
  * sequences are sent again later; a late answer to a forgotten batch is ignored), new requests
  * are accepted and wait. */
 void sched_pause(struct sched *s, const char *why);
+/* Names worker j (0 <= j < cfg.n_workers) as a cause of the next replay: the sequences it
+ * rebuilds count in stats.worker_replays[j]. */
+void sched_blame(struct sched *s, int32_t j);
+/* The batch that has been travelling longest: its id and when it was sent (lm_now_ms); false
+ * when none is in flight. As of the scheduler's last turn; from any thread. */
+bool sched_oldest(const struct sched *s, uint64_t *batch_id, int64_t *sent_ms);
 /* Dispatches again. With `replay`, every live sequence's KV rows are rebuilt on every worker
  * from the token history the scheduler keeps (a restarted worker lost its cache): each
  * sequence is prefilled again from position 0 and then samples its next token with the same

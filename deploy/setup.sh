@@ -33,7 +33,7 @@ packages=(
 	build-essential meson ninja-build pkg-config git ca-certificates
 	libuv1-dev libnng-dev libmsgpack-dev libcriterion-dev libcjson-dev
 	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
-	systemd strace python3
+	systemd strace python3 systemd-container debootstrap openssl
 )
 # The API's tests: headless Chromium (CORS), promtool (the /metrics page); wrk for
 # bench/http_wrk.sh.

@@ -202,3 +202,115 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 		fw_softcap(logits, (size_t)b->n_out * (size_t)hp->n_vocab, hp->final_softcap);
 	return 0;
 }
+
+/* ------------------------------------------------------------------ non-finite values */
+
+bool lm_all_finite(const float *x, size_t n)
+{
+	/* x * 0 is 0 for every finite x and NaN for NaN and the infinities: one sum says it, and
+	 * the loop vectorises. */
+	float acc = 0.0f;
+	for (size_t i = 0; i < n; i++)
+		acc += x[i] * 0.0f;
+	return acc == 0.0f;
+}
+
+/* The first row of [n][w] that is not finite, or -1. */
+static int32_t fw_bad_row(const float *x, int32_t n, size_t w)
+{
+	for (int32_t r = 0; r < n; r++)
+		if (!lm_all_finite(x + (size_t)r * w, w))
+			return r;
+	return -1;
+}
+
+static const char *fw_bad_kind(const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (isnan(x[i]))
+			return "NaN";
+	return "an infinity";
+}
+
+/* The per-layer check of the second run: the first layer whose residual stream is not finite. */
+struct fw_locate {
+	const struct lm_forward *fw;
+	float *host; /* [n][n_embd] */
+	int32_t layer, row;
+	const char *kind;
+};
+
+static void fw_locate_hook(void *arg, int32_t layer, const float *x, int32_t n)
+{
+	struct fw_locate *l = arg;
+	size_t w = (size_t)l->fw->model->hp.n_embd;
+	if (l->layer >= 0)
+		return;
+	l->fw->be->iface->download(l->fw->be->ctx, l->host, x, (size_t)n * w * sizeof(float));
+	int32_t r = fw_bad_row(l->host, n, w);
+	if (r >= 0) {
+		l->layer = layer;
+		l->row = r;
+		l->kind = fw_bad_kind(l->host + (size_t)r * w, w);
+	}
+}
+
+/* The output of b was not finite: find where it turned, and say so. */
+static int fw_locate(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
+		     float *hidden_out, float *logits, int32_t bad_row, const char *bad_kind,
+		     lm_diag *d)
+{
+	size_t w = (size_t)fw->model->hp.n_embd;
+	if (hidden_in != NULL) {
+		int32_t r = fw_bad_row(hidden_in, b->n, w);
+		if (r >= 0)
+			return lm_fail(
+				d, LM_ENONFINITE,
+				"the input rows are not finite: row %d (slot %d, position %d)", r,
+				b->loc[r].slot, b->loc[r].pos);
+	}
+	struct fw_locate l = {.fw = fw, .layer = -1, .row = -1};
+	l.host = malloc((size_t)b->n * w * sizeof(float) + 1);
+	if (l.host != NULL) {
+		lm_forward_hook hook = fw->hook;
+		void *hook_arg = fw->hook_arg;
+		fw->hook = fw_locate_hook;
+		fw->hook_arg = &l;
+		lm_diag ignore;
+		int rc = lm_forward_run(fw, b, hidden_in, hidden_out, logits, &ignore);
+		fw->hook = hook;
+		fw->hook_arg = hook_arg;
+		free(l.host);
+		if (rc != 0)
+			l.layer = -1;
+	}
+	if (l.layer >= 0)
+		return lm_fail(d, LM_ENONFINITE,
+			       "layer %d made %s in row %d (slot %d, position %d)", l.layer, l.kind,
+			       l.row, b->loc[l.row].slot, b->loc[l.row].pos);
+	if (fw->model->slice.head && bad_row >= 0 && bad_row < b->n_out) {
+		int32_t r = b->out_rows[bad_row];
+		return lm_fail(d, LM_ENONFINITE,
+			       "the output head made %s logits for row %d (slot %d, position %d)",
+			       bad_kind, r, b->loc[r].slot, b->loc[r].pos);
+	}
+	return lm_fail(d, LM_ENONFINITE, "layers [%d, %d) made %s", fw->model->slice.begin,
+		       fw->model->slice.end, bad_kind);
+}
+
+int lm_forward_run_checked(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
+			   float *hidden_out, float *logits, lm_diag *d)
+{
+	int rc = lm_forward_run(fw, b, hidden_in, hidden_out, logits, d);
+	if (rc != 0)
+		return rc;
+	const struct lm_model *m = fw->model;
+	size_t w = m->slice.head ? (size_t)m->hp.n_vocab : (size_t)m->hp.n_embd;
+	const float *out = m->slice.head ? logits : hidden_out;
+	int32_t rows = m->slice.head ? b->n_out : b->n;
+	if (out == NULL || rows == 0 || lm_all_finite(out, (size_t)rows * w))
+		return 0;
+	int32_t bad = fw_bad_row(out, rows, w);
+	return fw_locate(fw, b, hidden_in, hidden_out, logits, bad,
+			 fw_bad_kind(out + (size_t)(bad > 0 ? bad : 0) * w, w), d);
+}

@@ -17,6 +17,8 @@
 #ifndef LM_FORWARD_H
 #define LM_FORWARD_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/base/err.h"
@@ -67,5 +69,17 @@ void lm_forward_fini(struct lm_forward *fw);
  * [n_out][n_vocab] when the stage has the head. */
 int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
 		   float *hidden_out, float *logits, lm_diag *d);
+
+/* lm_forward_run, then a check that what it returns is finite: every row of hidden_out, or the
+ * n_out rows of logits. A NaN or an infinity is never passed on: the batch runs again with a
+ * check after every layer (it writes the same KV rows), and the result is LM_ENONFINITE with d
+ * naming the first layer whose hidden state was not finite, the row and its slot and position
+ * ("layer 3 made NaN in row 2 (slot 5, position 17)"), or the input rows or the output head. The
+ * check reads the output once: noise beside the forward that wrote it. */
+int lm_forward_run_checked(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
+			   float *hidden_out, float *logits, lm_diag *d);
+
+/* Whether all n values are finite. */
+bool lm_all_finite(const float *x, size_t n);
 
 #endif

@@ -230,6 +230,7 @@ int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *s
 	m->fingerprint = gguf_fingerprint(m->file);
 	if ((rc = gguf_map(m->file, model_want, m, populate, &m->mapped_bytes, d)) != 0)
 		goto fail;
+	m->digest = gguf_tensor_digest(m->file);
 	m->layers = calloc((size_t)(m->slice.end - m->slice.begin) + 1, sizeof *m->layers);
 	if (m->layers == NULL) {
 		rc = lm_fail(d, LM_ENOMEM, "out of memory");

@@ -89,6 +89,7 @@ struct lm_model {
 	uint64_t weight_bytes;           /* bytes of the bound tensors (each counted once) */
 	uint64_t mapped_bytes;           /* bytes mapped, page rounding included */
 	uint64_t fingerprint;            /* gguf_fingerprint() of the file */
+	uint64_t digest; /* gguf_tensor_digest() of the slice's tensors, as loaded */
 };
 
 /* Opens `path`, reads the hyperparameters, maps and binds the slice's weights on `backend`.

@@ -146,6 +146,8 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		char fp[32];
 		snprintf(fp, sizeof fp, "%016llx", (unsigned long long)s->fingerprint);
 		cJSON_AddStringToObject(o, "fingerprint", fp);
+		snprintf(fp, sizeof fp, "%016llx", (unsigned long long)s->digest);
+		cJSON_AddStringToObject(o, "digest", fp);
 		cJSON_AddStringToObject(o, "model", a->model);
 		cJSON *slice = cJSON_AddArrayToObject(o, "slice");
 		cJSON_AddItemToArray(slice, cJSON_CreateNumber(a->begin));
@@ -183,6 +185,12 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		}
 	}
 	cJSON_AddNumberToObject(o, "dropped", (double)s->dropped);
+	cJSON *ring = cJSON_AddObjectToObject(o, "ring");
+	cJSON_AddNumberToObject(ring, "in", (double)s->ring_in);
+	cJSON_AddNumberToObject(ring, "out", (double)s->ring_out);
+	cJSON_AddNumberToObject(ring, "busy_ms", (double)s->ring_busy_ms);
+	cJSON_AddNumberToObject(ring, "send_ms", (double)s->ring_send_ms);
+	cJSON_AddNumberToObject(ring, "queued", s->ring_queued);
 	cJSON *lat = cJSON_AddObjectToObject(o, "latency_ms");
 	cJSON_AddItemToObject(lat, "receive", health_latency(&h->recv));
 	cJSON_AddItemToObject(lat, "compute", health_latency(&h->compute));

@@ -49,9 +49,16 @@ struct health_snapshot {
 	uint64_t rss_bytes;
 	enum health_phase phase;
 	uint64_t dropped; /* ring messages that could not be processed or forwarded */
+	/* The data ring's progress: ids of the last message taken and the last passed on, how
+	 * long the one in hand has been (0: none), messages waiting. The coordinator's progress
+	 * check reads them (STATUS, "ring") when a batch does not come back. */
+	uint64_t ring_in, ring_out;
+	int64_t ring_busy_ms, ring_send_ms; /* of which handing it to the successor */
+	int32_t ring_queued;
 	/* The rest is meaningful when phase is HEALTH_ASSIGNED. */
 	struct wire_assign assign;
 	uint64_t fingerprint;
+	uint64_t digest; /* of the slice's tensor bytes as loaded (gguf_tensor_digest) */
 	int32_t kv_base, kv_num_layers;
 	uint64_t kv_bytes;
 	uint64_t kv_layer_bytes[LM_MAX_LAYERS]; /* [kv_num_layers]: K and V of each owned layer */

@@ -78,6 +78,16 @@ int recvq_pop(struct recvq *q, nng_msg **m, uint64_t *arrived_ns, int timeout_ms
 	return rc;
 }
 
+int recvq_len(struct recvq *q)
+{
+	if (!q->inited)
+		return 0;
+	pthread_mutex_lock(&q->mu);
+	int n = q->count;
+	pthread_mutex_unlock(&q->mu);
+	return n;
+}
+
 void recvq_fini(struct recvq *q)
 {
 	if (q == NULL || !q->inited)

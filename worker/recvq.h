@@ -38,6 +38,8 @@ int recvq_init(struct recvq *q, nng_socket s);
 /* The next message and its arrival time (lm_now_ns clock). Waits at most timeout_ms: returns
  * 0, NNG_ETIMEDOUT, or the error that ended receiving (NNG_ECLOSED once the socket is closed). */
 int recvq_pop(struct recvq *q, nng_msg **m, uint64_t *arrived_ns, int timeout_ms);
+/* Messages waiting to be taken now. */
+int recvq_len(struct recvq *q);
 /* Stops receiving (waits for the callback) and frees queued messages. Close the socket first or
  * not: either way nothing is left. Harmless on a zeroed struct. */
 void recvq_fini(struct recvq *q);

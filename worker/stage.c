@@ -280,6 +280,7 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	const uint8_t *body = nng_msg_body(in);
 	struct wire_forward f;
 	int rc = wire_decode_forward(body, nng_msg_len(in), &st->lim, &st->scratch, &f, d);
+	st->malformed = true; /* until the message is known to be one this stage takes */
 	if (rc != 0)
 		return rc;
 	const struct wire_assign *a = &st->assign;
@@ -291,6 +292,7 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	if (!first && (f.dtype == WIRE_DT_I32 || f.dtype == WIRE_DT_NONE || f.dim != st->dim))
 		return lm_fail(d, LM_EPROTO, "stage [%d, %d) takes hidden rows of width %d",
 			       a->begin, a->end, st->dim);
+	st->malformed = false;
 
 	/* The batch: every sequence's rows, in order. */
 	int32_t n = f.n_tokens, n_out = 0;
@@ -320,9 +322,9 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	 * answers with an empty TOKENS message, so the coordinator knows the batch is done. */
 	uint64_t t0 = lm_now_ns();
 	if (last) {
-		rc = lm_forward_run(&st->eng.fw, &b, hin, NULL, st->logits, d);
+		rc = lm_forward_run_checked(&st->eng.fw, &b, hin, NULL, st->logits, d);
 	} else {
-		rc = lm_forward_run(&st->eng.fw, &b, hin, st->hout, NULL, d);
+		rc = lm_forward_run_checked(&st->eng.fw, &b, hin, st->hout, NULL, d);
 	}
 	atomic_fetch_add(&st->stats.compute_ns, lm_now_ns() - t0);
 	st->eng.fw.hook = NULL;
@@ -398,6 +400,7 @@ static int stage_release(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	struct wire_release r;
 	int rc = wire_decode_release(nng_msg_body(in), nng_msg_len(in), &st->lim, &st->scratch, &r,
 				     d);
+	st->malformed = rc != 0;
 	if (rc != 0)
 		return rc;
 	for (int32_t i = 0; i < r.n; i++)
@@ -413,6 +416,7 @@ int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 	int rc;
 
 	*out = NULL;
+	st->malformed = true;
 	if ((rc = wire_peek(nng_msg_body(in), nng_msg_len(in), &h, d)) != 0)
 		goto refused;
 	switch (h.type) {
@@ -424,6 +428,7 @@ int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 		break;
 	case WIRE_ERROR:
 		*out = in; /* an earlier stage's refusal travels on to the coordinator */
+		st->malformed = false;
 		return 0;
 	default:
 		rc = lm_fail(d, LM_EPROTO, "%s is not a data-ring message", wire_type_name(h.type));

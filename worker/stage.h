@@ -55,6 +55,11 @@ struct stage {
 	uint8_t *top;            /* top-logprob payload, last stage */
 	size_t top_cap;
 	struct stage_stats stats;
+	/* After a stage_handle that failed: whether the message was malformed (did not decode, or
+	 * is not one this stage takes), as opposed to well-formed and refused (its sequence's
+	 * cache does not match, its numbers are not finite). A malformed message's batch id is a
+	 * stranger's word; only a refusal is answered down the ring. */
+	bool malformed;
 	size_t host_bytes; /* what stage_init allocated besides the engine */
 	/* Tracing for `layermesh diff` (TRACE): the hidden state after each of this stage's layers
 	 * for the rows of one armed slot, as they pass. */

@@ -25,6 +25,11 @@
 
 /* How often blocked receives wake up to look at the stop flag. */
 #define WORKER_POLL_MS 100
+/* What a socket may receive before ASSIGN says how large a legal message is: an ASSIGN, a
+ * HELLO, a stray small ring message. Bigger frames are refused before they are read. */
+#define WORKER_RECV_UNASSIGNED (64 << 10)
+/* Refusals of what peers send are logged at most once a second per peer and reason. */
+#define WORKER_REFUSAL_LOG_MS 1000
 
 struct worker {
 	const struct worker_opts *o;
@@ -53,6 +58,15 @@ struct worker {
 	_Atomic int32_t active;
 	struct recvq rq;      /* the data ring's arrivals, stamped */
 	struct health health; /* latencies, the status document, the --http server */
+	/* The data ring's progress, for the coordinator's check on the batches a worker holds
+	 * (health.h, "ring"): the id of the last message taken, of the last one passed on, and
+	 * since when the one in hand has been (0: none). */
+	_Atomic uint64_t ring_in, ring_out;
+	_Atomic int64_t busy_since_ms, send_since_ms; /* the latter while its push blocks */
+	struct lm_log_limit refusals;
+#ifdef LM_TEST_DROP_DATA
+	bool dropping; /* the test build's cue was seen: every data message is dropped */
+#endif
 };
 
 /* Set from the signal handler; read by both loops. */
@@ -80,6 +94,83 @@ static int worker_push(struct worker *w, nng_msg *m)
 	}
 }
 
+/* The peer a message came from, for the log: its address for tcp, its pipe for ipc (every ipc
+ * peer has the listener's path). */
+static void worker_peer(nng_msg *m, char *out, size_t cap)
+{
+	nng_pipe p = nng_msg_get_pipe(m);
+	nng_sockaddr sa;
+	if (nng_pipe_id(p) > 0 && nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0 &&
+	    sa.s_family == NNG_AF_INET) {
+		const uint8_t *a = (const uint8_t *)&sa.s_in.sa_addr;
+		snprintf(out, cap, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3],
+			 (unsigned)((sa.s_in.sa_port & 0xff) << 8 | sa.s_in.sa_port >> 8));
+	} else {
+		snprintf(out, cap, "pipe %d", nng_pipe_id(p));
+	}
+}
+
+/* One line per peer and reason a second (the counters keep the exact numbers). */
+static void worker_log_refusal(struct worker *w, nng_msg *in, const struct wire_head *h, int rc,
+			       bool malformed, const lm_diag *d)
+{
+	char peer[64];
+	uint64_t held = 0;
+	worker_peer(in, peer, sizeof peer);
+	if (!lm_log_limit_pass(&w->refusals, lm_log_key(peer, rc * 64 + (int)h->type), &held))
+		return;
+	char more[64] = "";
+	if (held > 0)
+		snprintf(more, sizeof more, " (and %llu more like it since the last line)",
+			 (unsigned long long)held);
+	lm_warn("%s a %s message from %s%s: %s", malformed ? "dropped a malformed" : "refused",
+		wire_type_name(h->type), peer, more, lm_diag_str(d, rc));
+}
+
+#ifdef LM_TEST_DROP_DATA
+/* The test build that answers its control plane but drops data (tests/integration/
+ * test_hung.sh): once a file named after its data address with ".drop" appears, every data
+ * message from then on is dropped unseen. */
+static bool worker_test_drops(struct worker *w)
+{
+	char cue[300];
+	if (!w->dropping && strncmp(w->o->data, "ipc://", 6) == 0) {
+		snprintf(cue, sizeof cue, "%s.drop", w->o->data + 6);
+		if (unlink(cue) == 0) {
+			w->dropping = true;
+			lm_warn("test build: dropping every data message from now on");
+		}
+	}
+	return w->dropping;
+}
+#endif
+
+/* Handles one ring message under `mu`: *out is what goes on, or NULL. */
+static int worker_handle(struct worker *w, nng_msg *in, uint64_t arrived, nng_msg **out,
+			 bool *malformed, bool *can_push, lm_diag *d)
+{
+	pthread_mutex_lock(&w->mu);
+	int rc = LM_EUNAVAILABLE;
+	*can_push = w->push_open;
+	uint64_t t0 = lm_now_ns();
+	lm_hist_observe(&w->health.recv, t0 - arrived);
+	*malformed = false;
+	if (w->assigned) {
+		rc = stage_handle(&w->st, in, out, d);
+		*malformed = rc != 0 && w->st.malformed;
+		lm_hist_observe(&w->health.compute, lm_now_ns() - t0);
+		stage_mem_refresh(&w->st);
+		int32_t active = 0;
+		for (int32_t q = 0; q < w->st.eng.kv.slots; q++)
+			active += w->st.eng.kv.len[q] > 0;
+		atomic_store(&w->active, active);
+	} else {
+		lm_fail(d, rc, "no assignment yet");
+	}
+	pthread_mutex_unlock(&w->mu);
+	return rc;
+}
+
 static void *worker_data_main(void *arg)
 {
 	struct worker *w = arg;
@@ -93,41 +184,46 @@ static void *worker_data_main(void *arg)
 			continue;
 		if (rv != 0)
 			break; /* socket closed */
-		d.msg[0] = '\0';
-		pthread_mutex_lock(&w->mu);
-		int rc = LM_EUNAVAILABLE;
-		bool can_push = w->push_open;
-		uint64_t t0 = lm_now_ns();
-		lm_hist_observe(&w->health.recv, t0 - arrived);
-		if (w->assigned) {
-			rc = stage_handle(&w->st, in, &out, &d);
-			lm_hist_observe(&w->health.compute, lm_now_ns() - t0);
-			stage_mem_refresh(&w->st);
-			int32_t active = 0;
-			for (int32_t q = 0; q < w->st.eng.kv.slots; q++)
-				active += w->st.eng.kv.len[q] > 0;
-			atomic_store(&w->active, active);
-		} else {
-			lm_fail(&d, rc, "worker %s has no assignment yet", w->o->name);
-		}
-		pthread_mutex_unlock(&w->mu);
-		if (rc != 0) {
-			struct wire_head h = {0};
-			wire_peek(nng_msg_body(in), nng_msg_len(in), &h, NULL);
-			lm_warn("refused a %s message (batch %llu): %s", wire_type_name(h.type),
-				(unsigned long long)h.id, lm_diag_str(&d, rc));
+#ifdef LM_TEST_DROP_DATA
+		if (worker_test_drops(w)) {
 			nng_msg_free(in);
-			if (!can_push || stage_error_msg(&w->ebuf, h.id, h.type, rc,
-							 lm_diag_str(&d, rc), &out) != 0) {
+			continue;
+		}
+#endif
+		struct wire_head h = {0};
+		wire_peek(nng_msg_body(in), nng_msg_len(in), &h, NULL);
+		atomic_store(&w->busy_since_ms, lm_now_ms());
+		atomic_store(&w->ring_in, h.id);
+		d.msg[0] = '\0';
+		bool malformed = false, can_push = false;
+		int rc = worker_handle(w, in, arrived, &out, &malformed, &can_push, &d);
+		if (rc != 0) {
+			worker_log_refusal(w, in, &h, rc, malformed, &d);
+			nng_msg_free(in);
+			/* A message that does not decode names a batch only by a stranger's word: it
+			 * is dropped, so that it can never fail a live batch it does not belong to.
+			 * A well-formed one that cannot be computed (its cache is gone, its numbers
+			 * are not finite) fails its own batch down the ring, naming this worker. */
+			char msg[600];
+			snprintf(msg, sizeof msg, "worker %s: %s", w->o->name, lm_diag_str(&d, rc));
+			if (malformed || !can_push ||
+			    stage_error_msg(&w->ebuf, h.id, h.type, rc, msg, &out) != 0) {
 				atomic_fetch_add(&w->dropped, 1);
+				atomic_store(&w->busy_since_ms, 0);
 				continue;
 			}
 		}
 		uint64_t t1 = lm_now_ns();
-		if (worker_push(w, out) != 0)
+		atomic_store(&w->send_since_ms, lm_now_ms());
+		rv = worker_push(w, out);
+		atomic_store(&w->send_since_ms, 0);
+		if (rv != 0) {
 			atomic_fetch_add(&w->dropped, 1);
-		else
+		} else {
 			lm_hist_observe(&w->health.send, lm_now_ns() - t1);
+			atomic_store(&w->ring_out, h.id);
+		}
+		atomic_store(&w->busy_since_ms, 0);
 	}
 	return NULL;
 }
@@ -229,6 +325,16 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	w->assigned = true;
+	/* From now on a frame may be as large as a legal message of this slice, and no larger:
+	 * a partial or oversized frame costs nothing beyond what a batch can carry. (NNG applies
+	 * the limit to the pipes already connected, too.) */
+	nng_socket_set_size(w->pull, NNG_OPT_RECVMAXSZ, wire_max_data_message(&w->st.lim));
+	size_t kv_rows = 0; /* a KV_IMPORT of one whole slot */
+	for (int32_t i = 0; i < w->st.eng.kv.num_layers; i++) {
+		const struct lm_kv_layer *l = &w->st.eng.kv.layers[i];
+		kv_rows += (size_t)l->ctx * (size_t)(l->k_row_bytes + l->v_row_bytes);
+	}
+	nng_socket_set_size(w->ctl, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED + kv_rows);
 	w->slice_info = (struct wire_hello){.fingerprint = w->st.eng.model.fingerprint,
 					    .begin = a->begin,
 					    .end = a->end,
@@ -264,10 +370,13 @@ static int worker_on_assign(struct worker *w, const void *body, size_t len, uint
 		r.kv_bytes = w->st.eng.kv.bytes;
 		r.weight_bytes = w->st.eng.model.weight_bytes;
 		r.rss_bytes = stage_rss_bytes();
+		r.digest = w->st.eng.model.digest;
 	}
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0) {
-		lm_error("assignment refused: %s", lm_diag_str(&d, rc));
+		uint64_t held = 0;
+		if (lm_log_limit_pass(&w->refusals, lm_log_key("assign", rc), &held))
+			lm_error("assignment refused: %s", lm_diag_str(&d, rc));
 		return worker_reply_error(w, id, WIRE_ASSIGN, rc, lm_diag_str(&d, rc));
 	}
 	wire_buf_reset(&w->cbuf);
@@ -289,12 +398,19 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	s->uptime_s = (double)(lm_now_ns() - w->started_ns) / 1e9;
 	s->rss_bytes = stage_rss_bytes();
 	s->dropped = atomic_load(&w->dropped);
+	s->ring_in = atomic_load(&w->ring_in);
+	s->ring_out = atomic_load(&w->ring_out);
+	int64_t busy = atomic_load(&w->busy_since_ms), send = atomic_load(&w->send_since_ms);
+	s->ring_busy_ms = busy > 0 ? lm_now_ms() - busy : 0;
+	s->ring_send_ms = send > 0 ? lm_now_ms() - send : 0;
+	s->ring_queued = recvq_len(&w->rq);
 	s->phase = (enum health_phase)atomic_load_explicit(&w->phase, memory_order_acquire);
 	if (s->phase != HEALTH_ASSIGNED)
 		return;
 	const struct stage *st = &w->st;
 	s->assign = st->assign;
 	s->fingerprint = st->eng.model.fingerprint;
+	s->digest = st->eng.model.digest;
 	s->kv_base = st->eng.kv.base_layer;
 	s->kv_num_layers = st->eng.kv.num_layers;
 	s->kv_bytes = st->eng.kv.bytes;
@@ -519,6 +635,16 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 
 /* ------------------------------------------------------------------ lifecycle */
 
+/* Whether addr is plain tcp:// to a host other than loopback. */
+static bool worker_plain_beyond_loopback(const char *addr)
+{
+	if (strncmp(addr, "tcp://", 6) != 0)
+		return false;
+	const char *h = addr + 6;
+	return strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 &&
+	       strncmp(h, "[::1]:", 6) != 0;
+}
+
 static int worker_listen(const struct worker_opts *o, nng_socket s, const char *addr,
 			 const char *what)
 {
@@ -548,14 +674,15 @@ int worker_run(const struct worker_opts *o)
 			return 1;
 	}
 	pthread_mutex_init(&w.mu, NULL);
+	lm_log_limit_init(&w.refusals, WORKER_REFUSAL_LOG_MS);
 	health_init(&w.health, &hops);
 	if (nng_rep0_open(&w.ctl) != 0 || nng_pull0_open(&w.pull) != 0) {
 		lm_error("cannot open sockets");
 		goto out;
 	}
 	nng_socket_set_ms(w.ctl, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
-	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, 0); /* size is checked by the decoder */
-	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, 0);
+	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED);
+	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED);
 	if (worker_listen(o, w.ctl, o->control, "control") != 0 ||
 	    worker_listen(o, w.pull, o->data, "data") != 0)
 		goto out;
@@ -583,6 +710,12 @@ int worker_run(const struct worker_opts *o)
 	w.data_started = true;
 	lm_info("listening: control %s, data %s%s%s", o->control, o->data,
 		o->http != NULL ? ", http " : "", o->http != NULL ? o->http : "");
+	if (worker_plain_beyond_loopback(o->control) || worker_plain_beyond_loopback(o->data))
+		lm_warn("no TLS: control %s and data %s are plain tcp:// beyond loopback, where "
+			"HELLO "
+			"tells anyone the protocol and the model's fingerprint and anyone who can "
+			"reach this worker can forge ring messages (use tls+tcp:// and [tls])",
+			o->control, o->data);
 
 	while (!worker_stop) {
 		nng_msg *m;
@@ -610,6 +743,7 @@ out:
 		stage_fini(&w.st);
 	wire_buf_fini(&w.cbuf);
 	wire_buf_fini(&w.ebuf);
+	lm_log_limit_fini(&w.refusals);
 	pthread_mutex_destroy(&w.mu);
 	return status;
 }

@@ -36,7 +36,8 @@
 	X(OVERFLOW, -19, "arithmetic overflow")           \
 	X(CANCELED, -20, "canceled")                      \
 	X(UNAVAILABLE, -21, "unavailable")                \
-	X(DEVICE, -22, "device error")
+	X(DEVICE, -22, "device error")                    \
+	X(NONFINITE, -23, "non-finite value")
 
 enum lm_err {
 #define LM_ERR_ENUM_(name, code, msg) LM_E##name = (code),

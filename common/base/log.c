@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
+
 /* Written once by lm_log_init() before threads exist; read-only afterwards. */
 static struct {
 	char program[64];
@@ -62,4 +64,60 @@ void lm_log(enum lm_log_level level, const char *fmt, ...)
 	/* One write(2) per line; a short write to a dying stderr is not worth retrying. */
 	ssize_t w = write(STDERR_FILENO, line, len);
 	(void)w;
+}
+
+/* ------------------------------------------------------------------ repeated lines */
+
+void lm_log_limit_init(struct lm_log_limit *l, int64_t interval_ms)
+{
+	memset(l, 0, sizeof *l);
+	pthread_mutex_init(&l->mu, NULL);
+	l->interval_ms = interval_ms;
+}
+
+void lm_log_limit_fini(struct lm_log_limit *l)
+{
+	if (l != NULL && l->interval_ms > 0)
+		pthread_mutex_destroy(&l->mu);
+}
+
+bool lm_log_limit_pass(struct lm_log_limit *l, uint64_t key, uint64_t *held)
+{
+	int64_t now = lm_now_ms();
+	bool pass = true;
+	pthread_mutex_lock(&l->mu);
+	int at = -1, oldest = 0;
+	for (int i = 0; i < LM_LOG_LIMIT_KEYS; i++) {
+		if (l->slot[i].last_ms != 0 && l->slot[i].key == key) {
+			at = i;
+			break;
+		}
+		if (l->slot[i].last_ms < l->slot[oldest].last_ms)
+			oldest = i;
+	}
+	if (at >= 0 && now - l->slot[at].last_ms < l->interval_ms) {
+		l->slot[at].held++;
+		pass = false;
+	} else {
+		if (at < 0) {
+			at = oldest;
+			l->slot[at].key = key;
+			l->slot[at].held = 0;
+		}
+		*held = l->slot[at].held;
+		l->slot[at].held = 0;
+		l->slot[at].last_ms = now > 0 ? now : 1;
+	}
+	pthread_mutex_unlock(&l->mu);
+	return pass;
+}
+
+uint64_t lm_log_key(const char *s, int64_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; s != NULL && *s != '\0'; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (uint8_t)((uint64_t)n >> (8 * i))) * 0x100000001b3ull;
+	return h;
 }

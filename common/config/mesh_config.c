@@ -472,6 +472,17 @@ static int mc_seconds(struct mc *m, const struct toml_value *tab, const char *ke
 	return 0;
 }
 
+/* A number of seconds in [lo, hi], as milliseconds. */
+static int mc_millis(struct mc *m, const struct toml_value *tab, const char *key, double lo,
+		     double hi, int32_t *out_ms)
+{
+	double x = -1;
+	int rc = mc_seconds(m, tab, key, lo, hi, &x);
+	if (rc == 0 && x >= 0)
+		*out_ms = (int32_t)(x * 1000.0 + 0.5);
+	return rc;
+}
+
 /* cors_origins: an array of origins, each as a browser sends it. */
 static int mc_origins(struct mc *m, const struct toml_value *tab)
 {
@@ -522,6 +533,8 @@ static int mc_coordinator(struct mc *m)
 					   "http_idle_timeout",
 					   "max_connections",
 					   "cors_origins",
+					   "request_timeout",
+					   "worker_timeout",
 					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
@@ -539,7 +552,7 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_hostport(m, t, "http", NULL, &cfg->http)) != 0 ||
 	    (rc = mc_address(m, t, "data_in",
 			     "the address where the coordinator receives sampled tokens, e.g. "
-			     "\"ipc:///tmp/layermesh-coordinator.data\"",
+			     "\"ipc:///tmp/layermesh/coordinator.data\"",
 			     &cfg->data_in)) != 0 ||
 	    (rc = mc_str(m, t, "auth_token", NULL, &cfg->auth_token)) != 0 ||
 	    (rc = mc_choice(m, t, "log_level", levels, &level)) != 0 ||
@@ -550,7 +563,9 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_seconds(m, t, "http_idle_timeout", 0.1, 86400, &cfg->http_idle_timeout)) !=
 		    0 ||
 	    (rc = mc_int(m, t, "max_connections", 1, 100000, &cfg->max_connections)) != 0 ||
-	    (rc = mc_origins(m, t)) != 0)
+	    (rc = mc_origins(m, t)) != 0 ||
+	    (rc = mc_millis(m, t, "request_timeout", 0.1, 86400, &cfg->request_timeout_ms)) != 0 ||
+	    (rc = mc_millis(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {
@@ -636,11 +651,11 @@ static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worke
 	    (rc = mc_str(m, t, "name", "a unique name, e.g. \"w0\"", &w->name)) != 0 ||
 	    (rc = mc_address(m, t, "data",
 			     "the worker's data-plane PULL address, e.g. "
-			     "\"ipc:///tmp/layermesh-w0.data\"",
+			     "\"ipc:///tmp/layermesh/w0.data\"",
 			     &w->data)) != 0 ||
 	    (rc = mc_address(m, t, "control",
 			     "the worker's control-plane REP address, e.g. "
-			     "\"ipc:///tmp/layermesh-w0.ctl\"",
+			     "\"ipc:///tmp/layermesh/w0.ctl\"",
 			     &w->control)) != 0 ||
 	    (rc = mc_hostport(m, t, "http", "the worker's health server, e.g. \"127.0.0.1:9100\"",
 			      &w->http)) != 0 ||
@@ -890,6 +905,8 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 	cfg->http_read_timeout = 10;
 	cfg->http_idle_timeout = 30;
 	cfg->max_connections = 512;
+	cfg->request_timeout_ms = MESH_REQUEST_TIMEOUT_MS;
+	cfg->worker_timeout_ms = MESH_WORKER_TIMEOUT_MS;
 	cfg->strategy = FENCE_BALANCED;
 	cfg->path = strdup(path);
 	cfg->http = strdup("127.0.0.1:8080");
@@ -977,4 +994,78 @@ const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, cons
 const char *mesh_kernels_name(enum mesh_kernels k)
 {
 	return k == MESH_KERNELS_SCALAR ? "scalar" : k == MESH_KERNELS_AMX ? "amx" : "auto";
+}
+
+/* ------------------------------------------------------------------ hosts */
+
+/* The host of a tcp:// or tls+tcp:// address into out ("" for others); true when it is one. */
+static bool mc_url_host(const char *url, bool *tls, char *out, size_t cap)
+{
+	const char *h = NULL;
+	*tls = false;
+	if (strncmp(url, "tcp://", 6) == 0) {
+		h = url + 6;
+	} else if (strncmp(url, "tls+tcp://", 10) == 0) {
+		h = url + 10;
+		*tls = true;
+	}
+	out[0] = '\0';
+	if (h == NULL)
+		return false;
+	const char *colon = strrchr(h, ':');
+	size_t n = colon != NULL ? (size_t)(colon - h) : strlen(h);
+	snprintf(out, cap, "%.*s", (int)n, h);
+	return true;
+}
+
+static bool mc_host_loopback(const char *h)
+{
+	return strncmp(h, "127.", 4) == 0 || strcmp(h, "localhost") == 0 ||
+	       strcmp(h, "[::1]") == 0 || strcmp(h, "::1") == 0;
+}
+
+/* Adds h to the set seen[*n] (of up to cap names) unless it is there; true when it was new. */
+static bool mc_add_host(char (*seen)[256], int32_t *n, int32_t cap, const char *h)
+{
+	for (int32_t i = 0; i < *n; i++)
+		if (strcmp(seen[i], h) == 0)
+			return false;
+	if (*n < cap)
+		snprintf(seen[(*n)++], 256, "%s", h);
+	return true;
+}
+
+int32_t mesh_config_plain_hosts(const struct mesh_config *cfg, char *hosts, size_t cap,
+				int32_t *worker_hosts)
+{
+	enum { MAXH = 64 };
+	char(*plain)[256] = calloc(2 * MAXH, sizeof *plain), (*all)[256] = plain + MAXH;
+	int32_t n_plain = 0, n_all = 0;
+	if (plain == NULL)
+		return 0;
+	char h[256];
+	bool tls;
+	for (int32_t i = 0; i <= cfg->n_workers; i++) {
+		const char *urls[2] = {i < cfg->n_workers ? cfg->workers[i].data : cfg->data_in,
+				       i < cfg->n_workers ? cfg->workers[i].control : NULL};
+		for (int k = 0; k < 2 && urls[k] != NULL; k++) {
+			bool net = mc_url_host(urls[k], &tls, h, sizeof h);
+			bool local = !net || mc_host_loopback(h);
+			if (i < cfg->n_workers)
+				mc_add_host(all, &n_all, MAXH, local ? "" : h);
+			if (net && !tls && !local)
+				mc_add_host(plain, &n_plain, MAXH, h);
+		}
+	}
+	if (hosts != NULL && cap > 0) {
+		size_t at = 0;
+		hosts[0] = '\0';
+		for (int32_t i = 0; i < n_plain && at + 1 < cap; i++)
+			at += (size_t)snprintf(hosts + at, cap - at, "%s%s", i ? ", " : "",
+					       plain[i]);
+	}
+	if (worker_hosts != NULL)
+		*worker_hosts = n_all;
+	free(plain);
+	return n_plain;
 }

@@ -39,7 +39,7 @@
  *   auth_token    string             bearer token the API requires; needed when http is not on
  *                                    a loopback address
  *   log_level     "error"|"warn"|"info"|"debug"; default "info"
- *   batches_in_flight integer        FORWARD batches travelling the ring at once, 1 to 16, the
+ *   batches_in_flight integer        FORWARD batches travelling the ring at once, 1 to 64, the
  *                                    decoding sequences shared among them; default one per
  *                                    worker, so every stage has a batch to work on (fewer, larger
  *                                    batches read each weight for more sequences at once:
@@ -58,6 +58,14 @@
  *   cors_origins  [string, ...]      origins allowed to call the API from a browser
  *                                    ("https://app.example", as browsers send them, or "null");
  *                                    default none: a request with any Origin header is refused
+ *   request_timeout  seconds          how long a request may go without progress (no batch of
+ *                                    it coming back) before it fails with 503 and the reason,
+ *                                    e.g. while a worker it needs is down and restarting;
+ *                                    0.1 to 86400, default 30
+ *   worker_timeout   seconds          how long a worker may leave its control plane's
+ *                                    liveness probe unanswered before it is declared down
+ *                                    (killed if the coordinator started it, its sequences
+ *                                    replayed); 0.1 to 3600, default 1
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -115,8 +123,11 @@
  * redeploys run without touching a live sequence. */
 #define MESH_PROBE_SLOTS 1
 /* The most batches the scheduler keeps travelling (scheduler.c's SCHED_MAX_INFLIGHT). */
-#define MESH_MAX_BATCHES_IN_FLIGHT 16
+#define MESH_MAX_BATCHES_IN_FLIGHT 64
 #define MESH_MAX_SEQ_LIMIT         (1 << 20)
+/* [coordinator] request_timeout and worker_timeout by default. */
+#define MESH_REQUEST_TIMEOUT_MS 30000
+#define MESH_WORKER_TIMEOUT_MS  1000
 
 enum mesh_backend {
 	MESH_BACKEND_CPU = 0,
@@ -173,6 +184,7 @@ struct mesh_config {
 	int32_t max_connections;
 	char **cors_origins; /* [n_cors] */
 	int32_t n_cors;
+	int32_t request_timeout_ms, worker_timeout_ms;
 
 	/* [plan] */
 	enum fence_strategy strategy;
@@ -191,6 +203,16 @@ int mesh_config_parse(struct mesh_config *cfg, const char *path, const char *tex
 		      lm_diag *d);
 /* Frees; harmless on a zeroed or finished config. */
 void mesh_config_fini(struct mesh_config *cfg);
+
+/* Where the mesh's planes go beyond this machine in the clear. Counts the hosts of the plain
+ * tcp:// addresses (workers' data and control, data_in) that are not loopback, and writes
+ * the first of them to `hosts` ("a, b, c"; may be NULL); *worker_hosts (may be NULL) receives
+ * how many distinct hosts the workers' addresses name, loopback and ipc:// counting as this
+ * one. tls+tcp:// addresses count for neither. Without [tls], the control plane's HELLO
+ * answers anyone who can reach it with the protocol and the fingerprint, and a peer that can
+ * reach a worker can forge ring messages: `layermesh plan` warns, `up` says so. */
+int32_t mesh_config_plain_hosts(const struct mesh_config *cfg, char *hosts, size_t cap,
+				int32_t *worker_hosts);
 
 /* The worker called `name`, or NULL. */
 const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, const char *name);

@@ -684,7 +684,9 @@ int gguf_open(const char *path, gguf_file **out, lm_diag *d)
 	*out = NULL;
 	if ((rc = gguf_new(path, &f, d)) != 0)
 		return rc;
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Without blocking: a FIFO or a device at the path is refused below, not waited on (for
+	 * a regular file O_NONBLOCK changes nothing). */
+	f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (f->fd < 0) {
 		rc = lm_fail(d, lm_err_from_errno(errno), "%s: cannot open: %s", path,
 			     strerror(errno));
@@ -1261,4 +1263,56 @@ uint64_t gguf_fingerprint(const gguf_file *f)
 	h ^= LM_TEST_FINGERPRINT_SALT;
 #endif
 	return h;
+}
+
+/* ------------------------------------------------------------------ the tensor digest */
+
+static inline uint64_t gguf_dmix(uint64_t h, uint64_t v)
+{
+	h ^= v * 0x9e3779b97f4a7c15ull;
+	h = (h << 31) | (h >> 33);
+	return h * 0xc2b2ae3d27d4eb4full;
+}
+
+/* n bytes at p into the four lanes (32 bytes a step, then 8, then the tail). */
+static void gguf_dbytes(uint64_t lane[4], const uint8_t *p, uint64_t n)
+{
+	uint64_t w[4];
+	while (n >= 32) {
+		memcpy(w, p, 32);
+		lane[0] = gguf_dmix(lane[0], w[0]);
+		lane[1] = gguf_dmix(lane[1], w[1]);
+		lane[2] = gguf_dmix(lane[2], w[2]);
+		lane[3] = gguf_dmix(lane[3], w[3]);
+		p += 32;
+		n -= 32;
+	}
+	while (n >= 8) {
+		memcpy(w, p, 8);
+		lane[0] = gguf_dmix(lane[0], w[0]);
+		p += 8;
+		n -= 8;
+	}
+	uint64_t tail = n;
+	for (uint64_t i = 0; i < n; i++)
+		tail = (tail << 8) | p[i];
+	lane[1] = gguf_dmix(lane[1], tail);
+}
+
+uint64_t gguf_tensor_digest(const gguf_file *f)
+{
+	uint64_t lane[4] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull, 0xa4093822299f31d0ull,
+			    0x082efa98ec4e6c89ull};
+	for (uint64_t i = 0; i < f->n_tensors; i++) {
+		const struct gguf_tensor *t = &f->tensors[i];
+		if (t->data == NULL)
+			continue;
+		gguf_dbytes(lane, (const uint8_t *)t->name, strlen(t->name));
+		lane[2] = gguf_dmix(lane[2], t->size);
+		gguf_dbytes(lane, t->data, t->size);
+	}
+	uint64_t h = lane[0];
+	for (int k = 1; k < 4; k++)
+		h = gguf_dmix(h, lane[k]);
+	return h ^ (h >> 29);
 }

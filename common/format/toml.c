@@ -1218,7 +1218,8 @@ int toml_parse(struct toml_doc *doc, const char *name, const char *text, size_t 
 int toml_parse_file(struct toml_doc *doc, const char *path, lm_diag *d)
 {
 	memset(doc, 0, sizeof *doc);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Without blocking: a FIFO or a device at the path is refused below, not waited on. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		int e = errno;
 		return lm_fail(d, lm_err_from_errno(e), "%s: %s", path, strerror(e));

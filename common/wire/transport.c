@@ -1,17 +1,25 @@
 #include "common/wire/transport.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <nng/supplemental/tls/tls.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/base/clock.h"
+#include "common/base/log.h"
 
 /* Certificates and keys are a few KiB; anything past this is not one. */
 #define TRANSPORT_PEM_MAX (1 << 20)
+/* An ipc:// path fits sockaddr_un's 108 bytes; its directory name fits this. */
+#define PATH_MAX_IPC 256
 
 bool lm_url_is_tls(const char *url)
 {
@@ -21,9 +29,20 @@ bool lm_url_is_tls(const char *url)
 /* The whole of a PEM file as a NUL-terminated string; the caller frees it. */
 static int transport_read_pem(const char *path, const char *what, char **out, lm_diag *d)
 {
-	FILE *f = fopen(path, "rb");
-	if (f == NULL)
+	/* Opened without blocking and held to a regular file: a FIFO here must not hang a start. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	if (fd < 0)
 		return lm_fail(d, LM_EIO, "TLS %s %s: %s", what, path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return lm_fail(d, LM_ECONFIG, "TLS %s %s: not a regular file", what, path);
+	}
+	FILE *f = fdopen(fd, "rb");
+	if (f == NULL) {
+		close(fd);
+		return lm_fail(d, LM_EIO, "TLS %s %s: %s", what, path, strerror(errno));
+	}
 	char *buf = malloc(TRANSPORT_PEM_MAX + 1);
 	size_t n = buf == NULL ? 0 : fread(buf, 1, TRANSPORT_PEM_MAX + 1, f);
 	int bad = ferror(f);
@@ -81,14 +100,107 @@ static int transport_tls(const struct lm_tls *tls, nng_tls_mode mode, const char
 	return 0;
 }
 
+/* ------------------------------------------------------------------ ipc:// */
+
+int lm_ipc_clear_stale(const char *url, bool *removed, lm_diag *d)
+{
+	struct stat st;
+	*removed = false;
+	if (strncmp(url, "ipc://", 6) != 0)
+		return 0;
+	const char *path = url + 6;
+	if (lstat(path, &st) != 0)
+		return 0; /* nothing there */
+	if (!S_ISSOCK(st.st_mode))
+		return lm_fail(d, LM_EIO, "%s exists and is not a socket: not replacing it", path);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return lm_fail(d, LM_ERANGE, "ipc path %s is too long", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return lm_fail(d, LM_EOS, "socket: %s", strerror(errno));
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
+	close(fd);
+	if (r == 0 || (e != ECONNREFUSED && e != ENOENT))
+		return lm_fail(d, LM_EBUSY,
+			       "ipc socket %s is in use by a running process (another mesh?): not "
+			       "removing it",
+			       path);
+	if (e == ECONNREFUSED && unlink(path) == 0)
+		*removed = true;
+	return 0;
+}
+
+/* The directory of an ipc socket: made 0700 when missing; refused when another user owns it
+ * (unless it is a sticky system directory such as /tmp); a warning when others may enter. */
+static int transport_ipc_dir(const char *path, lm_diag *d)
+{
+	char dir[PATH_MAX_IPC];
+	const char *slash = strrchr(path, '/');
+	if (slash == NULL)
+		return 0; /* relative to the working directory: whatever it is */
+	size_t n = slash == path ? 1 : (size_t)(slash - path);
+	if (n >= sizeof dir)
+		return lm_fail(d, LM_ERANGE, "ipc path %s is too long", path);
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	struct stat st;
+	if (stat(dir, &st) != 0) {
+		if (errno != ENOENT || mkdir(dir, 0700) != 0)
+			return lm_fail(d, LM_EIO, "cannot make the ipc directory %s: %s", dir,
+				       strerror(errno));
+		return 0;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return lm_fail(d, LM_EIO, "%s, the directory of ipc socket %s, is not a directory",
+			       dir, path);
+	bool sticky_system = st.st_uid == 0 && (st.st_mode & S_ISVTX);
+	if (st.st_uid != geteuid() && !sticky_system)
+		return lm_fail(
+			d, LM_EACCES,
+			"ipc directory %s belongs to uid %u, not this user (%u): another user "
+			"could replace the mesh's sockets there",
+			dir, (unsigned)st.st_uid, (unsigned)geteuid());
+	if (st.st_mode & 077)
+		lm_warn("ipc socket %s is in %s, which other users may enter: the socket is "
+			"owner-only, but a directory of this user's alone (mode 0700) keeps its "
+			"name "
+			"safe too",
+			path, dir);
+	return 0;
+}
+
+/* Before listening at an ipc:// url: its directory, and a stale socket left at the path. */
+static int transport_ipc_prepare(const char *url, lm_diag *d)
+{
+	bool removed = false;
+	int rc = transport_ipc_dir(url + 6, d);
+	if (rc == 0)
+		rc = lm_ipc_clear_stale(url, &removed, d);
+	if (rc == 0 && removed)
+		lm_info("removed the stale ipc socket %s (nothing listened on it)", url + 6);
+	return rc;
+}
+
 int lm_listen(nng_socket s, const char *url, const struct lm_tls *tls, nng_listener *out,
 	      lm_diag *d)
 {
 	nng_listener l;
 	nng_tls_config *cfg = NULL;
 	int rv, rc;
+	bool ipc = strncmp(url, "ipc://", 6) == 0;
+	if (ipc && (rc = transport_ipc_prepare(url, d)) != 0)
+		return rc;
 	if ((rv = nng_listener_create(&l, s, url)) != 0)
 		return lm_fail(d, LM_EIO, "cannot listen at %s: %s", url, nng_strerror(rv));
+	/* Owner-only from the moment it exists: NNG chmods the file right after bind(2), and
+	 * the directory keeps others out of that moment. */
+	if (ipc && (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) != 0) {
+		nng_listener_close(l);
+		return lm_fail(d, LM_EIO, "%s: cannot make the socket owner-only: %s", url,
+			       nng_strerror(rv));
+	}
 	if (lm_url_is_tls(url)) {
 		if ((rc = transport_tls(tls, NNG_TLS_MODE_SERVER, url, &cfg, d)) != 0) {
 			nng_listener_close(l);

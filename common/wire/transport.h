@@ -25,9 +25,24 @@ struct lm_tls {
 /* Whether url needs TLS (tls+tcp://). */
 bool lm_url_is_tls(const char *url);
 
-/* Listens at url. LM_ECONFIG when url is tls+tcp:// and tls has no files. */
+/* Listens at url. LM_ECONFIG when url is tls+tcp:// and tls has no files.
+ *
+ * ipc:// is made for the mesh's user alone: the socket file is created owner-only (0600, NNG's
+ * NNG_OPT_IPC_PERMISSIONS), in a directory the listener creates 0700 when it is missing. A
+ * directory that exists is used as it is, with a warning when other users may enter it (the
+ * socket stays 0600, but its name can be removed or raced there), and refused when it belongs
+ * to another user and is not a sticky system directory such as /tmp. A socket file already at
+ * the path is replaced only when it is stale (nothing listens on it: the listener says so in
+ * the log); one a live process listens on is LM_EBUSY, and a file that is not a socket is
+ * never touched (LM_EIO). */
 int lm_listen(nng_socket s, const char *url, const struct lm_tls *tls, nng_listener *out,
 	      lm_diag *d);
+
+/* For an ipc:// url: removes its socket file when it is stale, that is when connecting to it
+ * is refused (no process listens there any more); a file that a live process listens on, or
+ * that is not a socket, is left alone. *removed says whether it did. 0, or LM_EBUSY (in use),
+ * LM_EIO (not a socket) with d saying so; other schemes: 0, nothing done. */
+int lm_ipc_clear_stale(const char *url, bool *removed, lm_diag *d);
 /* Dials url without waiting: NNG keeps retrying until the peer listens. out may be NULL. */
 int lm_dial(nng_socket s, const char *url, const struct lm_tls *tls, nng_dialer *out, lm_diag *d);
 

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 3 (2 added TRACE, 3 FORWARD's "adj"). Changing any of
- * them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in wire.h
- * and update this table with it, so two builds that disagree refuse each other at HELLO
- * instead of misreading each other. */
+/* The values below are protocol version 3 (2 added TRACE; 3 FORWARD's "adj", READY's "dig" and
+ * the bound on data-ring messages). Changing any of them (or any header key or payload layout)
+ * changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so two
+ * builds that disagree refuse each other at HELLO instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
 	static_assert(WIRE_VERSION_CURRENT == 3 && (name) == (value), #name \
 		      " is pinned by protocol version 3: bump WIRE_VERSION and update wire.c")
@@ -156,4 +156,22 @@ void wire_buf_fini(struct wire_buf *b)
 		return;
 	free(b->data);
 	memset(b, 0, sizeof *b);
+}
+
+/* One sequence's array (or one token's) at most as any encoder may write it: the array header
+ * and twelve elements in their widest msgpack form (9 bytes each). A change to the arrays must
+ * keep this above them. */
+#define WIRE_SEQ_MAX_BYTES 128
+
+size_t wire_max_data_message(const struct wire_limits *lim)
+{
+	/* Header: the map and its fixed keys, every scalar key, one array entry per sequence or
+	 * token; then the largest payload any data message may carry. ERROR messages (a 512-byte
+	 * message at most) fit in the slack. */
+	size_t seqs = (size_t)(lim->max_seqs > lim->slots ? lim->max_seqs : lim->slots);
+	size_t head = 1024 + seqs * WIRE_SEQ_MAX_BYTES;
+	size_t width = (size_t)(lim->dim > 1 ? lim->dim : 1);
+	size_t rows = (size_t)lim->max_batch * width * sizeof(float);
+	size_t top = seqs * (size_t)lim->max_logprobs * 8;
+	return head + (rows > top ? rows : top);
 }

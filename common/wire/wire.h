@@ -205,7 +205,9 @@ struct wire_hello {
  * FORWARD), "next" (successor's data address, the coordinator's for the last worker).
  * Decoding checks model and next non-empty, the slice as HELLO's, seq, slots and batch >= 1,
  * kvk and kvv types that common/base/dtype.h knows, wdt one of F32, F16, BF16.
- * READY (reply): "fp", "kvb" (KV bytes), "wb" (weight bytes), "rss" (resident bytes). */
+ * READY (reply): "fp", "kvb" (KV bytes), "wb" (weight bytes), "rss" (resident bytes), "dig"
+ * (version 3: the digest of the slice's tensor bytes as the worker loaded them,
+ * gguf_tensor_digest; the coordinator holds every later join of the slice to it). */
 struct wire_assign {
 	uint64_t id;
 	char model[1024];
@@ -221,6 +223,7 @@ struct wire_ready {
 	uint64_t id;
 	uint64_t fingerprint;
 	uint64_t kv_bytes, weight_bytes, rss_bytes;
+	uint64_t digest;
 };
 
 /* RELEASE: "slots" (array of slot numbers to empty; at most limits' slots of them, each in
@@ -274,6 +277,12 @@ struct wire_repoint {
 /* STATUS reply: "dt" = WIRE_DT_RAW, "pl" and a JSON document (the worker's /status) as
  * payload. Plain acks and header-only requests (DRAIN, PAUSE, RESUME, STATUS requests; KV_IMPORT
  * and REPOINT replies) carry "v", "t", "fp", "id" only. */
+
+/* The largest data-ring message (FORWARD, TOKENS, RELEASE or ERROR) a receiver with these limits
+ * can accept, header included: a bound on what one ring message may cost it. Receivers cap
+ * their sockets' NNG_OPT_RECVMAXSZ at it, so a frame that announces more is refused before
+ * anything is allocated for it. (test_wire holds it above the largest legal messages.) */
+size_t wire_max_data_message(const struct wire_limits *lim);
 
 /* ------------------------------------------------------------------ decoding */
 

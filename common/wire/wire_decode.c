@@ -607,7 +607,8 @@ int wire_decode_assign(const void *buf, size_t len, struct wire_assign *a, lm_di
 
 int wire_decode_ready(const void *buf, size_t len, struct wire_ready *r, lm_diag *d)
 {
-	const uint64_t keys = WK_BASE | WK_BIT(WK_KVB) | WK_BIT(WK_WB) | WK_BIT(WK_RSS);
+	const uint64_t keys =
+		WK_BASE | WK_BIT(WK_KVB) | WK_BIT(WK_WB) | WK_BIT(WK_RSS) | WK_BIT(WK_DIG);
 	const struct wd_spec spec = {
 		.allowed = keys, .types = WT_BIT(WIRE_READY), .inline_key = -1};
 	struct wd c;
@@ -629,6 +630,9 @@ int wire_decode_ready(const void *buf, size_t len, struct wire_ready *r, lm_diag
 		return rc;
 	wd_at(&c, &w, WK_RSS);
 	if ((rc = wd_u64(&c, &r->rss_bytes)) != 0)
+		return rc;
+	wd_at(&c, &w, WK_DIG);
+	if ((rc = wd_u64(&c, &r->digest)) != 0)
 		return rc;
 	return wd_no_payload(&c, &w, len);
 }

@@ -395,13 +395,15 @@ int wire_encode_ready(struct wire_buf *b, const struct wire_ready *r)
 	struct wire_enc e;
 	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND))
 		return LM_ENOMEM;
-	wire_head(&e, 7, WIRE_READY, r->id, true, r->fingerprint);
+	wire_head(&e, 8, WIRE_READY, r->id, true, r->fingerprint);
 	wire_key(&e, "kvb");
 	wire_u64(&e, r->kv_bytes);
 	wire_key(&e, "wb");
 	wire_u64(&e, r->weight_bytes);
 	wire_key(&e, "rss");
 	wire_u64(&e, r->rss_bytes);
+	wire_key(&e, "dig");
+	wire_u64(&e, r->digest);
 	return wire_enc_end(&e);
 }
 

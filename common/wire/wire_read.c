@@ -57,6 +57,7 @@ static const struct {
 	[WK_KVB] = {"kvb", 3},   [WK_WB] = {"wb", 2},       [WK_RSS] = {"rss", 3},
 	[WK_CODE] = {"code", 4}, [WK_MSG] = {"msg", 3},     [WK_ABOUT] = {"about", 5},
 	[WK_ADJ] = {"adj", 3},
+	[WK_DIG] = {"dig", 3},
 };
 
 static int wire_key_find(const uint8_t *s, uint32_t n, uint64_t allowed)

@@ -54,6 +54,7 @@ enum wire_key {
 	WK_MSG,
 	WK_ABOUT,
 	WK_ADJ,
+	WK_DIG,
 	WK_COUNT
 };
 

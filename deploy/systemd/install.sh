@@ -4,14 +4,19 @@
 #   deploy/systemd/install.sh [--config FILE] [--bindir DIR] [--unitdir DIR] [--workers "w0 w1"]
 #
 # Writes into --unitdir (default /etc/systemd/system):
-#   layermesh-worker@.service, layermesh-coordinator.service, layermesh-workers.target
+#   layermesh-worker@.service, layermesh-coordinator.service, layermesh-workers.target,
+#   layermesh.target
 #       with --bindir (default /usr/local/bin, where `meson install` puts layermesh and
 #       layermesh-worker) and --config (default /etc/layermesh/mesh.toml) in their command lines;
 #   layermesh-worker@NAME.service.d/memory.conf for each [[worker]] of mesh.toml (or each NAME
 #       of --workers: the ones this host runs), with MemoryMax = its memory_limit + 64 MiB: the
 #       limit counts the weights, KV cache, scratch and embedding/head that the planner placed;
 #       the 64 MiB are for the program, its libraries and NNG's buffers. A backend = "cuda"
-#       worker gets none: its memory_limit is device memory.
+#       worker gets none: its memory_limit is device memory;
+#   layermesh-worker@.service.d/tls.conf and layermesh-coordinator.service.d/tls.conf when
+#       mesh.toml has a [tls] table: its three files, which must be plain names of files
+#       beside mesh.toml (ca_file = "ca.pem"), become credentials of the same names, so that
+#       they sit beside the mesh.toml credential in the service as they do in /etc/layermesh.
 # It reads mesh.toml through `layermesh-worker --config FILE --index N --show-config`, so it
 # refuses a mesh.toml that the worker would refuse. It enables and starts nothing: it prints the
 # systemctl commands that would.
@@ -71,8 +76,25 @@ if [ -n "$only" ]; then
 	read -r -a names <<<"$only"
 fi
 
+# [tls]: the files the services load as credentials, beside mesh.toml.
+tls_files=()
+if tls=$("$worker_bin" --config "$config" --index 0 --show-config | grep '^tls_'); then
+	confdir=$(dirname "$config")
+	for key in ca_file cert_file key_file; do
+		val=$(sed -n "/^\[tls\]/,/^\[/s/^$key *= *\"\(.*\)\"/\1/p" "$config")
+		case "$val" in
+		"" | */*) die "[tls] $key must be the name of a file beside $config (it is \"$val\"):" \
+			"the services find it beside their mesh.toml credential" ;;
+		esac
+		[ -r "$confdir/$val" ] || die "[tls] $key: cannot read $confdir/$val"
+		tls_files+=("$val")
+	done
+	: "$tls" # the worker read the same files
+fi
+
 mkdir -p "$unitdir"
-for unit in layermesh-worker@.service layermesh-coordinator.service layermesh-workers.target; do
+for unit in layermesh-worker@.service layermesh-coordinator.service layermesh-workers.target \
+	layermesh.target; do
 	sed -e "s|/usr/local/bin/|$bindir/|g" -e "s|/etc/layermesh/mesh.toml|$config|g" \
 		"$src/$unit" >"$unitdir/$unit"
 done
@@ -91,7 +113,21 @@ MemoryMax=$((${limit[$name]} + headroom))
 EOF
 done
 
-echo "installed into $unitdir: the units and MemoryMax for ${names[*]}. Then:"
+if [ ${#tls_files[@]} -gt 0 ]; then
+	for unit in layermesh-worker@.service layermesh-coordinator.service; do
+		mkdir -p "$unitdir/$unit.d"
+		{
+			echo "# Written by deploy/systemd/install.sh from $config: its [tls] files, as"
+			echo "# credentials beside the mesh.toml credential."
+			echo "[Service]"
+			for f in "${tls_files[@]}"; do
+				echo "LoadCredential=$f:$(dirname "$config")/$f"
+			done
+		} >"$unitdir/$unit.d/tls.conf"
+	done
+fi
+
+echo "installed into $unitdir: the units and MemoryMax for ${names[*]}${tls_files:+, the [tls] credentials}. Then:"
 echo "  systemctl daemon-reload"
 for name in "${names[@]}"; do echo "  systemctl enable --now layermesh-worker@$name.service"; done
 echo "  systemctl enable --now layermesh-coordinator.service   # on the coordinator's host"

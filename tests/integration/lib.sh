@@ -14,6 +14,11 @@ set -euo pipefail
 : "${LM_SHARED:?LM_SHARED must point at the shared data directory}"
 
 LM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/lm-test.XXXXXX")
+# A sanitizer build runs several times slower: its liveness probes get 3 s instead of 1 s, so a
+# worker starved by the instrumentation is not taken for a hung one.
+if [ -z "${LM_WORKER_TIMEOUT:-}" ] && ldd "$LM_WORKER" 2>/dev/null | grep -q libasan; then
+	LM_WORKER_TIMEOUT=3
+fi
 LM_PIDS=()
 
 lm_cleanup() {
@@ -26,7 +31,8 @@ lm_cleanup() {
 	done
 	# Anything still holding our directory in its arguments is ours and must go.
 	pkill -KILL -f "$LM_TMP" 2>/dev/null || true
-	rm -rf "$LM_TMP"
+	# LM_KEEP_TMP=1 keeps the logs and sockets for a look (debugging a test).
+	[ -n "${LM_KEEP_TMP:-}" ] && echo "kept $LM_TMP" >&2 || rm -rf "$LM_TMP"
 }
 trap lm_cleanup EXIT
 
@@ -82,7 +88,9 @@ lm_wait_exit() {
 # lm_mesh_toml FILE MODEL TRANSPORT HTTP_PORT FENCE... writes a mesh.toml with one worker per
 # fence range ("0:2 2:5"), pinned, over TRANSPORT: ipc, tcp, or tls (tls+tcp://, with the
 # certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key). $LM_AUTH_TOKEN, when set, becomes
-# [coordinator] auth_token; $LM_KV_TYPE_K and $LM_KV_TYPE_V, [model] kv_type_k and kv_type_v.
+# [coordinator] auth_token; $LM_REQUEST_TIMEOUT and $LM_WORKER_TIMEOUT (seconds), [coordinator]
+# request_timeout and worker_timeout; $LM_KV_TYPE_K and $LM_KV_TYPE_V, [model] kv_type_k and
+# kv_type_v.
 lm_mesh_toml() {
 	local file=$1 model=$2 transport=$3 http=$4
 	shift 4
@@ -102,6 +110,8 @@ lm_mesh_toml() {
 		echo "[coordinator]"
 		echo "http = \"127.0.0.1:$http\""
 		[ -z "${LM_AUTH_TOKEN:-}" ] || echo "auth_token = \"$LM_AUTH_TOKEN\""
+		[ -z "${LM_REQUEST_TIMEOUT:-}" ] || echo "request_timeout = $LM_REQUEST_TIMEOUT"
+		[ -z "${LM_WORKER_TIMEOUT:-}" ] || echo "worker_timeout = $LM_WORKER_TIMEOUT"
 		if [ "$transport" != ipc ]; then
 			echo "data_in = \"$scheme://127.0.0.1:$(lm_port)\""
 		else
@@ -176,6 +186,127 @@ lm_down() {
 		fail "workers survived layermesh up"
 	fi
 	local left
-	left=$(find "$dir" -maxdepth 1 \( -name '*.data' -o -name '*.ctl' \) | head -n 5)
+	left=$(find "$dir" -maxdepth 1 \( -name '*.data' -o -name '*.ctl' -o -name '*.data.b' \
+		-o -name '*.ctl.b' \) | head -n 5)
 	[ -z "$left" ] || fail "ipc files left behind: $left"
+}
+
+# ---------------------------------------------------------------- load under faults
+#
+# lm_specs_init DIR MODEL CTX N [SPEC...]: the requests a load cycles through. Each SPEC is
+# "PROMPT|ARGS" (ARGS for `layermesh run` and `generate`: --temp 0, or --temp 0.8 --seed 3);
+# DIR/solo.K receives what the single process prints for spec K with -n N, the reference every
+# answer of the mesh is held to. Without SPECs: eight, greedy and seeded, over four prompts.
+lm_specs_init() {
+	local dir=$1 model=$2 ctx=$3 n=$4 k
+	shift 4
+	LM_SPECS=("$@")
+	if [ ${#LM_SPECS[@]} -eq 0 ]; then
+		LM_SPECS=("Once upon a time|--temp 0" "The cat|--temp 0.8 --seed 1"
+			"Lily wanted|--temp 0" "Tom had 3 red apples!|--temp 0.8 --seed 4"
+			"The cat|--temp 0" "Once upon a time|--temp 0.8 --seed 6"
+			"Tom had 3 red apples!|--temp 0" "Lily wanted|--temp 0.8 --seed 8")
+	fi
+	LM_SPEC_N=$n
+	for k in "${!LM_SPECS[@]}"; do
+		# shellcheck disable=SC2086
+		"$LM_BIN" run --model "$model" --prompt "${LM_SPECS[$k]%%|*}" -n "$n" --ctx "$ctx" \
+			${LM_SPECS[$k]#*|} >"$dir/solo.$k" 2>/dev/null ||
+			fail "layermesh run failed for spec $k (${LM_SPECS[$k]})"
+	done
+}
+
+# One client: requests in turn until DIR/stop exists (at most MAX of them); one line per
+# request in DIR/client.ID: spec, exit status, milliseconds, same (1 when the answer equals the
+# single process's, 0 when it differs, - when it failed).
+lm_client() {
+	local dir=$1 id=$2 max=$3 i k rc t0 ms same
+	for ((i = 0; i < max; i++)); do
+		[ ! -e "$dir/stop" ] || break
+		k=$(((id + i) % ${#LM_SPECS[@]}))
+		t0=$(date +%s%N)
+		rc=0
+		# shellcheck disable=SC2086
+		"$LM_BIN" generate --url "$LM_URL" --prompt "${LM_SPECS[$k]%%|*}" -n "$LM_SPEC_N" \
+			${LM_SPECS[$k]#*|} --timeout 120 >"$dir/out.$id" 2>"$dir/err.$id" || rc=$?
+		ms=$((($(date +%s%N) - t0) / 1000000))
+		same=-
+		if [ "$rc" -eq 0 ]; then
+			if cmp -s "$dir/out.$id" "$dir/solo.$k"; then same=1; else
+				same=0
+				cp "$dir/out.$id" "$dir/differs.$id.$i"
+			fi
+		else
+			cp "$dir/err.$id" "$dir/failed.$id.$i"
+			sleep 0.1 # a mesh that fails fast must not turn the load into a flood
+		fi
+		echo "$k $rc $ms $same" >>"$dir/client.$id"
+	done
+}
+
+# lm_load_start DIR CLIENTS MAX: CLIENTS clients in the background (lm_specs_init first).
+lm_load_start() {
+	local dir=$1 n=$2 max=$3 c
+	rm -f "$dir/stop" "$dir"/client.* "$dir"/failed.* "$dir"/differs.*
+	LM_LOAD_PIDS=()
+	for ((c = 0; c < n; c++)); do
+		lm_client "$dir" "$c" "$max" &
+		LM_LOAD_PIDS+=($!)
+	done
+}
+
+# lm_load_stop DIR: lets every client finish the request it is in, and waits (at most 180 s).
+lm_load_stop() {
+	local dir=$1 pid
+	touch "$dir/stop"
+	for pid in "${LM_LOAD_PIDS[@]}"; do
+		lm_wait_exit "$pid" 180 || fail "a load client did not finish within 180 s"
+		wait "$pid" 2>/dev/null || true
+	done
+}
+
+# lm_load_tally DIR: sets LOAD_TOTAL, LOAD_FAILED, LOAD_DIFFER, LOAD_SLOW (over 5 s) and
+# LOAD_MAX_MS from the clients' lines, and prints them.
+lm_load_tally() {
+	local dir=$1
+	read -r LOAD_TOTAL LOAD_FAILED LOAD_DIFFER LOAD_SLOW LOAD_MAX_MS < <(cat "$dir"/client.* |
+		awk '{ n++; if ($2 != 0) f++; if ($4 == "0") d++; if ($3 > 5000) s++;
+		       if ($3 > m) m = $3 } END { printf "%d %d %d %d %d\n", n, f, d, s, m }')
+	echo "load: $LOAD_TOTAL requests, $LOAD_FAILED failed, $LOAD_DIFFER differ from the" \
+		"single process, $LOAD_SLOW over 5 s, slowest $LOAD_MAX_MS ms"
+	local f
+	for f in $(find "$dir" -maxdepth 1 -name 'failed.*' | head -n 3); do
+		echo "  a failure: $(tail -n 1 "$f")"
+	done
+}
+
+# lm_ready_wait URL LIMIT_S: waits until URL/readyz answers 200; prints the milliseconds it
+# took, or returns 1 after LIMIT_S seconds.
+lm_ready_wait() {
+	local url=$1 limit=$2 t0 i
+	t0=$(date +%s%N)
+	for ((i = 0; i < limit * 20; i++)); do
+		if curl -sf -m 1 "$url/readyz" >/dev/null 2>&1; then
+			echo $((($(date +%s%N) - t0) / 1000000))
+			return 0
+		fi
+		sleep 0.05
+	done
+	return 1
+}
+
+# lm_certs DIR: a CA (ca.pem, ca.key) and one certificate it signs for the mesh's name and
+# 127.0.0.1 (mesh.pem, mesh.key), as README.md ("Security") makes them.
+lm_certs() {
+	local d=$1
+	command -v openssl >/dev/null || fail "openssl is needed to make the test's certificates"
+	mkdir -p "$d"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=layermesh test CA" \
+		-keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=layermesh" \
+		-keyout "$d/mesh.key" -out "$d/mesh.csr" 2>/dev/null
+	printf 'subjectAltName=DNS:layermesh,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' \
+		>"$d/ext.cnf"
+	openssl x509 -req -in "$d/mesh.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 2 -extfile "$d/ext.cnf" -out "$d/mesh.pem" 2>/dev/null
 }

@@ -9,7 +9,11 @@
 #   3. the containers' start commands, run with stand-in programs: the worker pod
 #      layermesh-worker-2 runs `--index 2 --listen-any`; the coordinator writes mesh.toml with
 #      the Secret's token (0600) and runs `up --no-spawn --listen-any` on it, and refuses a
-#      token that would not survive the substitution.
+#      token that would not survive the substitution;
+#   4. TLS by default: every address of mesh.toml is tls+tcp://, [tls] names the files of the
+#      Secret layermesh-tls as both pod templates mount it, and a copy with a plain tcp://
+#      address is refused; the NetworkPolicies admit only the mesh's own pods to its planes
+#      and anyone to the API.
 # Skips (77) when node or the checker's packages are missing (deploy/setup.sh installs them).
 source "$(dirname "$0")/lib.sh"
 
@@ -25,7 +29,8 @@ command -v node >/dev/null || {
 		"(npm ci in deploy/k8s/check)"
 	exit 77
 }
-manifests=("$k8s/mesh-configmap.yaml" "$k8s/coordinator.yaml" "$k8s/workers.yaml")
+manifests=("$k8s/mesh-configmap.yaml" "$k8s/coordinator.yaml" "$k8s/workers.yaml"
+	"$k8s/networkpolicy.yaml")
 
 # ---------------------------------------------------------------- 1. the schemas
 node "$check" "${manifests[@]}" || fail "the manifests do not validate"
@@ -90,9 +95,10 @@ for ((i = 0; ; i++)); do
 	host="layermesh-worker-$i.$svc"
 	for k in control data; do
 		a=$(sed -n "s/^$k=//p" <<<"$out")
-		[ "$a" = "tcp://$host:$(port_of "$wc" $k)" ] ||
+		[ "$a" = "tls+tcp://$host:$(port_of "$wc" $k)" ] ||
 			fail "worker $i's $k is $a, not pod $i's name and its $k port"
-		[ "$(sed -n "s/^listen_$k=//p" <<<"$out")" = "tcp://0.0.0.0:$(port_of "$wc" $k)" ] ||
+		[ "$(sed -n "s/^listen_$k=//p" <<<"$out")" = \
+			"tls+tcp://0.0.0.0:$(port_of "$wc" $k)" ] ||
 			fail "worker $i does not listen on the wildcard: $out"
 	done
 	[ "$(sed -n 's/^http=//p' <<<"$out")" = "$host:$(port_of "$wc" health)" ] ||
@@ -111,7 +117,7 @@ done
 cc=$(q "$dep" '.spec.template.spec.containers[0]')
 data_in=$(sed -n 's/^data_in = "\(.*\)"/\1/p' "$toml")
 pod=$(q "$dep" .spec.template.spec.hostname).$(q "$dep" .spec.template.spec.subdomain)
-[ "$data_in" = "tcp://$pod:$(port_of "$cc" ring)" ] ||
+[ "$data_in" = "tls+tcp://$pod:$(port_of "$cc" ring)" ] ||
 	fail "data_in $data_in is not the coordinator pod's name and ring port"
 [ "$(q "$dep" .spec.template.spec.subdomain)" = "$svc" ] || fail "the coordinator is not in $svc"
 http=$(sed -n '/^\[coordinator\]/,/^\[/s/^http = "\(.*\)"/\1/p' "$toml")
@@ -177,4 +183,55 @@ for bad in "" "a/b" "x&y" "a b"; do
 done
 echo "commands: pod layermesh-worker-2 runs --index 2; the coordinator writes the token (0600)" \
 	"and refuses tokens it cannot write"
+
+# ---------------------------------------------------------------- 4. TLS and the network
+# check_tls TOML: every address tls+tcp://, [tls] naming the Secret's files where both pod
+# templates mount it. Prints why and returns 1 otherwise.
+mount_of() { # mount_of POD_SPEC_JSON VOLUME: the container's mount path of the volume
+	q "$1" ".containers[0].volumeMounts[] | select(.name == \"$2\") | .mountPath"
+}
+secret_vol() { # the volume that holds Secret layermesh-tls
+	q "$1" '.volumes[] | select(.secret.secretName == "layermesh-tls") | .name'
+}
+check_tls() {
+	local toml=$1 plain spec vol dir f
+	plain=$(grep -nE '"(tcp|ipc)://' "$toml" || true)
+	[ -z "$plain" ] || { echo "plain addresses: $plain"; return 1; }
+	grep -q '^\[tls\]' "$toml" || { echo "no [tls]"; return 1; }
+	for spec in "$(q "$sts" .spec.template.spec)" "$(q "$dep" .spec.template.spec)"; do
+		vol=$(secret_vol "$spec")
+		[ -n "$vol" ] || { echo "a pod template does not mount Secret layermesh-tls"; return 1; }
+		dir=$(mount_of "$spec" "$vol")
+		for f in ca_file cert_file key_file; do
+			grep -qE "^$f = \"$dir/[^/\"]+\"" "$toml" ||
+				{ echo "[tls] $f is not in $dir, where the Secret is mounted"; return 1; }
+		done
+		[ "$(q "$spec" .securityContext.fsGroup)" = "$(q "$spec" .securityContext.runAsGroup)" ] ||
+			{ echo "the pod's group cannot read the Secret's files"; return 1; }
+	done
+}
+why=$(check_tls "$toml") || fail "the manifests' TLS: $why"
+sed 's|"tls+tcp://layermesh-worker-1|"tcp://layermesh-worker-1|' "$toml" >"$LM_TMP/plain.toml"
+if why=$(check_tls "$LM_TMP/plain.toml"); then
+	fail "a mesh.toml with a plain tcp:// address passed the check"
+fi
+echo "tls: every address tls+tcp://, [tls] in Secret layermesh-tls's mount; a plain copy refused" \
+	"($why)"
+pol=$(obj NetworkPolicy layermesh-mesh)
+apipol=$(obj NetworkPolicy layermesh-api)
+[ -n "$pol" ] && [ -n "$apipol" ] || fail "a NetworkPolicy is missing"
+[ "$(q "$pol" '.spec.podSelector.matchLabels["app.kubernetes.io/name"]')" = layermesh ] ||
+	fail "layermesh-mesh does not select the mesh's pods"
+[ "$(q "$pol" '.spec.policyTypes | join(",")')" = Ingress ] || fail "layermesh-mesh: policyTypes"
+[ "$(q "$pol" '[.spec.ingress[].from[]] | map(keys == ["podSelector"] and
+	.podSelector.matchLabels == {"app.kubernetes.io/name": "layermesh"}) | all')" = true ] ||
+	fail "layermesh-mesh admits more than the mesh's pods"
+for p in "$(port_of "$cc" ring)" "$(port_of "$wc" control)" "$(port_of "$wc" data)" \
+	"$(port_of "$wc" health)"; do
+	q "$pol" '.spec.ingress[].ports[].port' | grep -qx "$p" || fail "layermesh-mesh lacks port $p"
+done
+[ "$(q "$apipol" '.spec.ingress[].ports[].port')" = "$(port_of "$cc" http)" ] &&
+	[ "$(q "$apipol" '.spec.podSelector.matchLabels["app.kubernetes.io/component"]')" = \
+		coordinator ] || fail "layermesh-api is not the coordinator's API port alone"
+echo "network: the planes admit the mesh's pods only; the API anyone (with the token)"
 echo "ok: k8s"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The systemd units of deploy/systemd:
-#   1. install.sh writes the units for deploy/systemd/mesh.toml with this build's binaries, and
-#      each worker's MemoryMax is its memory_limit + 64 MiB;
+#   1. install.sh writes the units for deploy/systemd/mesh.toml with this build's binaries,
+#      each worker's MemoryMax is its memory_limit + 64 MiB, and its [tls] files become
+#      credentials beside mesh.toml's (a [tls] path that is not a file beside it is refused);
 #   2. `systemd-analyze verify` accepts every unit without a word (and does complain about a
 #      misspelt key, so the check can fail);
 #   3. `systemd-analyze security --offline` rates each service's exposure at most 2.0 ("OK");
@@ -23,8 +24,23 @@ units="$LM_TMP/units"
 mkdir -p "$bindir"
 ln -s "$LM_BIN" "$bindir/layermesh"
 ln -s "$LM_WORKER" "$bindir/layermesh-worker"
-"$here/deploy/systemd/install.sh" --config "$here/deploy/systemd/mesh.toml" --bindir "$bindir" \
+etc="$LM_TMP/etc"
+lm_certs "$etc"
+cp "$here/deploy/systemd/mesh.toml" "$etc/mesh.toml"
+"$here/deploy/systemd/install.sh" --config "$etc/mesh.toml" --bindir "$bindir" \
 	--unitdir "$units" >"$LM_TMP/install.out"
+for u in layermesh-worker@.service layermesh-coordinator.service; do
+	for f in ca.pem mesh.pem mesh.key; do
+		grep -qx "LoadCredential=$f:$etc/$f" "$units/$u.d/tls.conf" ||
+			fail "$u's tls.conf: $(cat "$units/$u.d/tls.conf" 2>&1)"
+	done
+done
+sed 's|^ca_file = "ca.pem"|ca_file = "/etc/ssl/ca.pem"|' "$etc/mesh.toml" >"$etc/abs.toml"
+if "$here/deploy/systemd/install.sh" --config "$etc/abs.toml" --bindir "$bindir" \
+	--unitdir "$LM_TMP/u3" 2>"$LM_TMP/err"; then
+	fail "install.sh took a [tls] file that is not beside mesh.toml"
+fi
+grep -q "must be the name of a file beside" "$LM_TMP/err" || fail "install.sh: $(cat "$LM_TMP/err")"
 for w in w0 w1 w2; do
 	f="$units/layermesh-worker@$w.service.d/memory.conf"
 	# deploy/systemd/mesh.toml gives every worker 64 MiB: 64 MiB + 64 MiB = 134217728 bytes.
@@ -35,12 +51,12 @@ grep -qF "$want" "$units/layermesh-worker@.service" ||
 	fail "the worker's ExecStart: $(grep ExecStart "$units"/*)"
 grep -q "ExecStart=$bindir/layermesh up --no-spawn" "$units/layermesh-coordinator.service" ||
 	fail "the coordinator's ExecStart: $(grep ExecStart "$units/layermesh-coordinator.service")"
-if "$here/deploy/systemd/install.sh" --config "$here/deploy/systemd/mesh.toml" \
+if "$here/deploy/systemd/install.sh" --config "$etc/mesh.toml" \
 	--bindir "$bindir" --unitdir "$LM_TMP/u2" --workers "w1 w9" 2>"$LM_TMP/err"; then
 	fail "install.sh took a worker that mesh.toml does not have"
 fi
 grep -q "has no worker 'w9'" "$LM_TMP/err" || fail "install.sh: $(cat "$LM_TMP/err")"
-echo "install.sh: units, and MemoryMax=134217728 for w0 w1 w2"
+echo "install.sh: units, MemoryMax=134217728 for w0 w1 w2, [tls] as credentials"
 
 # ---------------------------------------------------------------- 2. verify
 # verify DIR UNIT...: systemd-analyze verify must succeed and say nothing at all.
@@ -53,7 +69,7 @@ verify() {
 	return 1
 }
 all=(layermesh-worker@w0.service layermesh-worker@w1.service layermesh-worker@w2.service
-	layermesh-coordinator.service layermesh-workers.target)
+	layermesh-coordinator.service layermesh-workers.target layermesh.target)
 out=$(verify "$units" "${all[@]}") || fail "systemd-analyze verify: $out"
 cp -r "$units" "$LM_TMP/typo"
 sed -i 's/^ProtectSystem=/ProtectSytem=/' "$LM_TMP/typo/layermesh-worker@.service"

@@ -15,21 +15,8 @@ model="$LM_SHARED/models/stories260K.gguf"
 dir="$LM_TMP/tls"
 mkdir -p "$dir"
 
-# certs DIR: a CA and one certificate it signs for the mesh's name (and 127.0.0.1).
-certs() {
-	local d=$1
-	mkdir -p "$d"
-	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=layermesh test CA" \
-		-keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
-	openssl req -newkey rsa:2048 -nodes -subj "/CN=layermesh" \
-		-keyout "$d/mesh.key" -out "$d/mesh.csr" 2>/dev/null
-	printf 'subjectAltName=DNS:layermesh,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' \
-		>"$d/ext.cnf"
-	openssl x509 -req -in "$d/mesh.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
-		-days 2 -extfile "$d/ext.cnf" -out "$d/mesh.pem" 2>/dev/null
-}
-certs "$dir/good"
-certs "$dir/rogue"
+lm_certs "$dir/good"
+lm_certs "$dir/rogue"
 
 prompts=("Once upon a time" "The cat")
 declare -A want=()

@@ -232,7 +232,8 @@ static inline int ws_make(int k, struct wire_buf *b)
 				       .fingerprint = WS_FP,
 				       .kv_bytes = UINT64_MAX,
 				       .weight_bytes = 0,
-				       .rss_bytes = 1ull << 40};
+				       .rss_bytes = 1ull << 40,
+				       .digest = 0x0123456789abcdefull};
 		return wire_encode_ready(b, &r);
 	}
 	case WS_ERROR: {

@@ -211,6 +211,40 @@ Test(gguf, fingerprint_is_stable_and_sees_metadata)
 	free(buf);
 }
 
+/* The digest of the mapped tensors: the same for the same bytes however they were mapped,
+ * another when one byte of a mapped tensor changes, blind to tensors that were not mapped. */
+Test(gguf, tensor_digest_sees_the_mapped_bytes)
+{
+	size_t len;
+	uint8_t *buf = slurp(shared_path("models/stories260K.gguf"), &len);
+	gguf_file *a = NULL, *b = NULL;
+	lm_diag d = {{0}};
+	struct gguf_select sel = {.layer_begin = 2, .layer_end = 4};
+	cr_assert_eq(gguf_open_mem(buf, len, &a, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_open(shared_path("models/stories260K.gguf"), &b, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_map(a, gguf_select_fn, &sel, false, NULL, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_map(b, gguf_select_fn, &sel, true, NULL, &d), 0, "%s", d.msg);
+	uint64_t da = gguf_tensor_digest(a);
+	cr_expect_eq(da, gguf_tensor_digest(b), "an in-memory and a populated copy agree");
+	uint64_t off = gguf_data_offset(a);
+	uint64_t in = off + gguf_find_tensor(a, "blk.3.ffn_up.weight")->offset + 17;
+	uint64_t out = off + gguf_find_tensor(a, "blk.0.ffn_up.weight")->offset + 17;
+	gguf_close(a);
+	gguf_close(b);
+	buf[out] ^= 0x40; /* a layer outside the slice */
+	cr_assert_eq(gguf_open_mem(buf, len, &a, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_map(a, gguf_select_fn, &sel, false, NULL, &d), 0, "%s", d.msg);
+	cr_expect_eq(gguf_tensor_digest(a), da);
+	gguf_close(a);
+	buf[in] ^= 0x01; /* one bit of a layer inside it */
+	cr_assert_eq(gguf_open_mem(buf, len, &a, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_map(a, gguf_select_fn, &sel, false, NULL, &d), 0, "%s", d.msg);
+	cr_expect_neq(gguf_tensor_digest(a), da);
+	cr_expect_eq(gguf_fingerprint(a), gguf_fingerprint(a), "the layout is unchanged");
+	gguf_close(a);
+	free(buf);
+}
+
 Test(gguf, reads_every_vocabulary_file)
 {
 	static const char *const names[] = {

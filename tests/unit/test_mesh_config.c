@@ -58,7 +58,7 @@ Test(mesh_config, repository_mesh_toml)
 	cr_expect_eq(cfg.wire_dtype, LM_F32);
 	cr_expect_eq(cfg.max_batch, 64);
 	cr_expect_str_eq(cfg.http, "127.0.0.1:8080");
-	cr_expect_str_eq(cfg.data_in, "ipc:///tmp/layermesh-coordinator.data");
+	cr_expect_str_eq(cfg.data_in, "ipc:///tmp/layermesh/coordinator.data");
 	cr_expect_null(cfg.auth_token);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_null(cfg.tls_ca_file);
@@ -72,7 +72,7 @@ Test(mesh_config, repository_mesh_toml)
 		cr_expect_eq(cfg.workers[j].backend, MESH_BACKEND_CPU);
 		cr_expect(!cfg.workers[j].pinned);
 	}
-	cr_expect_str_eq(cfg.workers[1].data, "ipc:///tmp/layermesh-w1.data");
+	cr_expect_str_eq(cfg.workers[1].data, "ipc:///tmp/layermesh/w1.data");
 	cr_expect_eq(mesh_config_worker(&cfg, "w2"), &cfg.workers[2]);
 	cr_expect_null(mesh_config_worker(&cfg, "w3"));
 	mesh_config_fini(&cfg);
@@ -92,6 +92,8 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.scratch_bytes, 0);
 	cr_expect_eq(cfg.log_level, LM_LOG_INFO);
 	cr_expect_eq(cfg.batches_in_flight, 0);
+	cr_expect_eq(cfg.request_timeout_ms, 30000);
+	cr_expect_eq(cfg.worker_timeout_ms, 1000);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_eq(cfg.workers[0].threads, 1);
 	cr_expect_eq(cfg.workers[0].kernels, MESH_KERNELS_AUTO);
@@ -105,6 +107,7 @@ Test(mesh_config, defaults_and_every_key)
 		"max_batch = 32\nscratch_bytes = '1.5MiB'\n"
 		"[coordinator]\nhttp = '0.0.0.0:8081'\ndata_in = 'tls+tcp://10.0.0.1:7000'\n"
 		"auth_token = 's3cret-token'\nlog_level = 'debug'\nbatches_in_flight = 1\n"
+		"request_timeout = 2.5\nworker_timeout = 3\n"
 		"[plan]\nstrategy = 'pinned'\n"
 		"[tls]\nca_file = 'ca.pem'\ncert_file = 'certs/me.pem'\nkey_file = "
 		"'/keys/me.key'\n"
@@ -128,6 +131,8 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_str_eq(cfg.auth_token, "s3cret-token");
 	cr_expect_eq(cfg.log_level, LM_LOG_DEBUG);
 	cr_expect_eq(cfg.batches_in_flight, 1);
+	cr_expect_eq(cfg.request_timeout_ms, 2500);
+	cr_expect_eq(cfg.worker_timeout_ms, 3000);
 	cr_expect_eq(cfg.strategy, FENCE_PINNED);
 	cr_expect_str_eq(cfg.tls_ca_file, "/srv/mesh/ca.pem");
 	cr_expect_str_eq(cfg.tls_cert_file, "/srv/mesh/certs/me.pem");
@@ -238,7 +243,7 @@ Test(mesh_config, sizes)
 Test(mesh_config, addresses)
 {
 	static const char *const good[] = {
-		"ipc:///tmp/layermesh-w0.data",
+		"ipc:///tmp/layermesh/w0.data",
 		"ipc://relative.sock",
 		"inproc://a",
 		"tcp://127.0.0.1:5555",
@@ -394,13 +399,19 @@ Test(mesh_config, types_ranges_and_required_keys)
 	expect_refused(MODEL "[coordinator]\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:3:2: coordinator: missing key 'data_in' (the address "
 		       "where the coordinator receives sampled tokens, e.g. "
-		       "\"ipc:///tmp/layermesh-coordinator.data\")");
+		       "\"ipc:///tmp/layermesh/coordinator.data\")");
 	expect_refused(MODEL COORD "log_level = 'verbose'\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:13: coordinator.log_level: must be \"error\", "
 		       "\"warn\", \"info\" or \"debug\", not \"verbose\"");
-	expect_refused(MODEL COORD "batches_in_flight = 17\n" WORKER("a", "9000"),
-		       "/srv/mesh/mesh.toml:5:21: coordinator.batches_in_flight: must be 1 to 16, "
-		       "not 17");
+	expect_refused(MODEL COORD "batches_in_flight = 65\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:21: coordinator.batches_in_flight: must be 1 to 64, "
+		       "not 65");
+	expect_refused(MODEL COORD "request_timeout = '30s'\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:19: coordinator.request_timeout: expected a "
+		       "number of seconds, found string");
+	expect_refused(MODEL COORD "worker_timeout = 0\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:18: coordinator.worker_timeout: must be 0.1 to 3600 "
+		       "seconds, not 0");
 	expect_refused(MODEL COORD "auth_token = 'two words'\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:14: coordinator.auth_token: must be printable ASCII "
 		       "without spaces (it is sent in an HTTP header)");
@@ -414,7 +425,9 @@ Test(mesh_config, types_ranges_and_required_keys)
 		MODEL COORD "plan = 'balanced'\n" WORKER("a", "9000"),
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
 		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
-		"http_read_timeout, http_idle_timeout, max_connections, cors_origins)");
+		"http_read_timeout, http_idle_timeout, max_connections, cors_origins, "
+		"request_timeout, "
+		"worker_timeout)");
 }
 
 Test(mesh_config, workers)
@@ -430,10 +443,10 @@ Test(mesh_config, workers)
 		       "/srv/mesh/mesh.toml:1:11: worker[0]: expected a table, found integer");
 	expect_refused("worker = [{name = 'x'}]\n" MODEL COORD,
 		       "/srv/mesh/mesh.toml:1:11: worker[0]: missing key 'data' (the worker's "
-		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh-w0.data\")");
+		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh/w0.data\")");
 	expect_refused(MODEL COORD "[[worker]]\nname = 'a'\n",
 		       "/srv/mesh/mesh.toml:5:3: worker[0]: missing key 'data' (the worker's "
-		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh-w0.data\")");
+		       "data-plane PULL address, e.g. \"ipc:///tmp/layermesh/w0.data\")");
 	expect_refused(MODEL COORD "[[worker]]\nname = 'a'\ndata = 'ipc:///tmp/a'\ncontrol = "
 				   "'ipc:///tmp/b'\nhttp = '127.0.0.1:1'\n",
 		       "/srv/mesh/mesh.toml:5:3: worker[0]: missing key 'memory_limit' (everything "

@@ -1269,3 +1269,54 @@ Test(scheduler, penalties_biases_and_request_stop_ids, .timeout = 30)
 	for (int k = 0; k < 4; k++)
 		req_fini(&q[k]);
 }
+
+/* [coordinator] request_timeout: while dispatch is held (a worker restarting), a request that
+ * waits longer than the timeout fails with LM_EUNAVAILABLE, the hold's reason and the knob's
+ * name, whether it held a slot or was still queued; once dispatch resumes, the next one is
+ * served. */
+Test(scheduler, held_requests_fail_after_request_timeout_with_the_reason, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.request_timeout_ms = 300;
+	ring_up(&r, &cfg);
+	const char *why = "worker w1 is restarting (killed by signal 9)";
+	struct req held, later;
+	sched_pause(r.s, why);
+	req_init(&held, 70, 5, 8);
+	req_start(&r, &held);
+	expect_failed(&held, LM_EUNAVAILABLE, why);
+	cr_expect(strstr(held.msg, "request_timeout") != NULL, "'%s'", held.msg);
+	sched_resume(r.s, false);
+	req_init(&later, 71, 5, 8);
+	req_start(&r, &later);
+	expect_like_reference(&later, NULL, 0);
+	ring_down(&r);
+	req_fini(&held);
+	req_fini(&later);
+}
+
+/* sched_blame: the sequences a replay rebuilds count for the worker named as its cause. */
+Test(scheduler, replays_are_counted_for_the_blamed_worker, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.n_workers = T_HOPS;
+	ring_up(&r, &cfg);
+	struct req a;
+	req_init(&a, 72, 7, 20);
+	hold_when(&r.hop[0], 3, &a, NULL);
+	req_start(&r, &a);
+	cr_assert(req_wait_tokens(&a, 3, T_WAIT_MS));
+	sched_blame(r.s, 1);
+	sched_pause(r.s, "test: worker 1 restarting");
+	atomic_store(&r.hop[0].fault, HOP_PASS);
+	sched_resume(r.s, true);
+	expect_like_reference(&a, NULL, 0);
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_eq(atomic_load(&st->worker_replays[1]), atomic_load(&st->replays));
+	cr_expect_eq(atomic_load(&st->worker_replays[0]), 0);
+	cr_expect_geq(atomic_load(&st->replays), 1);
+	ring_down(&r);
+	req_fini(&a);
+}

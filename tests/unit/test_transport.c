@@ -5,6 +5,9 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/wire/transport.h"
@@ -54,4 +57,56 @@ Test(transport, bounded_close_closes)
 	cr_assert_eq(lm_close_bounded(req, 2000), 0);
 	cr_assert_eq(nng_send(req, buf, 5, NNG_FLAG_NONBLOCK), NNG_ECLOSED);
 	unlink(url + strlen("ipc://"));
+}
+
+/* ipc:// for the mesh's user alone: a missing directory is made 0700, the socket is 0600; a
+ * second listener on a live socket is refused (LM_EBUSY) and leaves it; a stale socket is
+ * replaced; a file that is not a socket is never touched. */
+Test(transport, ipc_sockets_are_owner_only_and_only_stale_ones_replaced)
+{
+	char dir[64], url[100], path[90];
+	snprintf(dir, sizeof dir, "/tmp/lm-transport-ipc-%d", (int)getpid());
+	snprintf(url, sizeof url, "ipc://%s/w0.data", dir);
+	snprintf(path, sizeof path, "%s/w0.data", dir);
+	nng_socket a, b;
+	lm_diag d = {{0}};
+	struct stat st;
+	cr_assert_eq(nng_rep0_open(&a), 0);
+	cr_assert_eq(nng_rep0_open(&b), 0);
+	cr_assert_eq(lm_listen(a, url, NULL, NULL, &d), 0, "%s", d.msg);
+	cr_assert_eq(stat(dir, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0700, "directory mode %o", st.st_mode & 0777);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_expect(S_ISSOCK(st.st_mode));
+	cr_expect_eq(st.st_mode & 0777, 0600, "socket mode %o", st.st_mode & 0777);
+	/* In use: refused, and still there. */
+	cr_expect_eq(lm_listen(b, url, NULL, NULL, &d), LM_EBUSY);
+	cr_expect(strstr(d.msg, "in use") != NULL, "%s", d.msg);
+	cr_expect_eq(stat(path, &st), 0);
+	bool removed = true;
+	cr_expect_eq(lm_ipc_clear_stale(url, &removed, NULL), LM_EBUSY);
+	cr_expect(!removed);
+	/* Stale: a socket file nothing listens on (a listener that bound it and died). */
+	cr_assert_eq(lm_close_bounded(a, 2000), 0);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	close(fd);
+	cr_expect_eq(lm_ipc_clear_stale(url, &removed, NULL), 0);
+	cr_expect(removed);
+	cr_expect_neq(stat(path, &st), 0);
+	cr_assert_eq(lm_listen(b, url, NULL, NULL, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_close_bounded(b, 2000), 0);
+	/* Not a socket. */
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	cr_assert_eq(nng_rep0_open(&b), 0);
+	cr_expect_eq(lm_listen(b, url, NULL, NULL, &d), LM_EIO);
+	cr_expect(strstr(d.msg, "not a socket") != NULL, "%s", d.msg);
+	cr_expect_eq(stat(path, &st), 0, "the file is left alone");
+	cr_assert_eq(lm_close_bounded(b, 2000), 0);
+	unlink(path);
+	rmdir(dir);
 }

@@ -19,6 +19,11 @@
 #include "common/wire/wire.h"
 #include "tests/support/wire_samples.h"
 
+/* "version 3": how errors name this build's protocol version. */
+#define TW_STR_(x)   #x
+#define TW_STR(x)    TW_STR_(x)
+#define THIS_VERSION "version " TW_STR(WIRE_VERSION_CURRENT)
+
 static struct wire_scratch scr;
 static struct wire_buf buf;
 
@@ -517,6 +522,7 @@ Test(wire, assign_and_ready_round_trip)
 	cr_assert_eq(r.kv_bytes, UINT64_MAX);
 	cr_assert_eq(r.weight_bytes, 0);
 	cr_assert_eq(r.rss_bytes, 1ull << 40);
+	cr_assert_eq(r.digest, 0x0123456789abcdefull);
 }
 
 Test(wire, error_round_trip)
@@ -1021,7 +1027,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 			char want[64];
 			snprintf(want, sizeof want, "version %lld", (long long)others[j]);
 			expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, want);
-			cr_assert(strstr(d.msg, "version 3"), "%s", d.msg);
+			cr_assert(strstr(d.msg, THIS_VERSION), "%s", d.msg);
 			struct wire_head h;
 			expect_err(wire_peek(out.p, out.len, &h, &d), LM_EVERSION, &d, want);
 			cr_assert_eq(h.version, (uint32_t)others[j]);
@@ -1036,7 +1042,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 		m.n++;
 		msg_join(&m, &out, m.payload_len + 3);
 		lm_diag d = {{0}};
-		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, "version 3");
+		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, THIS_VERSION);
 		/* A version that is not even a u32. */
 		m.kv[v].val = obj_int(-1);
 		msg_join(&m, &out, m.payload_len);
@@ -1069,7 +1075,7 @@ Test(wire, version_mismatch_on_hello_fills_version_and_id)
 	struct wire_hello h;
 	lm_diag d = {{0}};
 	expect_err(wire_decode_hello(b.p, b.len, &h, &d), LM_EVERSION, &d, "version 7");
-	cr_assert(strstr(d.msg, "version 3"), "%s", d.msg);
+	cr_assert(strstr(d.msg, THIS_VERSION), "%s", d.msg);
 	cr_assert_eq(h.version, 7);
 	cr_assert_eq(h.id, 31);
 	bytes_free(&b);
@@ -2147,4 +2153,66 @@ Test(wire, forward_adjust_out_of_range)
 	a[0].hist = NULL;
 	wire_buf_reset(&buf);
 	cr_assert_eq(wire_encode_forward(&buf, &f), LM_EINVAL);
+}
+
+/* wire_max_data_message bounds the largest legal data-ring message: every field at its widest
+ * encoding, every sequence, the whole payload. A receiver caps its sockets at it. */
+Test(wire, max_data_message_bounds_the_largest_legal_messages)
+{
+	const struct wire_limits lim = {.fingerprint = UINT64_MAX,
+					.slots = 64,
+					.max_seq = INT32_MAX,
+					.dim = 512,
+					.n_vocab = INT32_MAX,
+					.max_batch = 256,
+					.max_seqs = 64,
+					.max_logprobs = WIRE_MAX_LOGPROBS};
+	static struct wire_seq seqs[64];
+	static struct wire_token toks[64];
+	static float rows[256 * 512];
+	static uint8_t top[64 * WIRE_MAX_LOGPROBS * 8];
+	static int32_t slots[64];
+	for (int i = 0; i < 64; i++) {
+		seqs[i] = (struct wire_seq){.seq_id = UINT64_MAX,
+					    .slot = INT32_MAX,
+					    .pos = INT32_MAX,
+					    .n_tokens = i < 63 ? 1 : 256 - 63,
+					    .sample = true,
+					    .step = UINT64_MAX,
+					    .n_logprobs = INT32_MAX,
+					    .sampling = {.temperature = 1e30f,
+							 .top_k = INT32_MAX,
+							 .top_p = 0.123456789f,
+							 .min_p = 0.987654321f,
+							 .seed = UINT64_MAX}};
+		toks[i] = (struct wire_token){UINT64_MAX, INT32_MAX, -1e30f, WIRE_MAX_LOGPROBS};
+		slots[i] = INT32_MAX;
+	}
+	struct wire_buf b = {0};
+	struct wire_forward f = {.batch_id = UINT64_MAX,
+				 .fingerprint = UINT64_MAX,
+				 .n_seqs = 64,
+				 .seqs = seqs,
+				 .n_tokens = 256,
+				 .dtype = WIRE_DT_F32,
+				 .dim = 512,
+				 .payload = rows,
+				 .payload_len = sizeof rows};
+	cr_assert_eq(wire_encode_forward(&b, &f), 0);
+	cr_assert_leq(b.len, wire_max_data_message(&lim), "FORWARD of %zu bytes", b.len);
+	wire_buf_reset(&b);
+	struct wire_tokens t = {.batch_id = UINT64_MAX,
+				.fingerprint = UINT64_MAX,
+				.n = 64,
+				.toks = toks,
+				.payload = top,
+				.payload_len = sizeof top};
+	cr_assert_eq(wire_encode_tokens(&b, &t), 0);
+	cr_assert_leq(b.len, wire_max_data_message(&lim), "TOKENS of %zu bytes", b.len);
+	wire_buf_reset(&b);
+	struct wire_release r = {
+		.id = UINT64_MAX, .fingerprint = UINT64_MAX, .n = 64, .slots = slots};
+	cr_assert_eq(wire_encode_release(&b, &r), 0);
+	cr_assert_leq(b.len, wire_max_data_message(&lim));
+	wire_buf_fini(&b);
 }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The data plane against a stranger on the same machine, and what an operator is left with:
+#   1. a frame that announces 256 MiB on a worker's data socket costs it nothing beyond what a
+#      batch can legally carry (the frame is refused at its header);
+#   2. the mesh's ipc sockets are owner-only, and a process of another user cannot connect;
+#   3. 20,000 malformed messages into a worker's data socket while 16 clients keep requests in
+#      flight fail no request and make no live batch refused; the log holds a few lines about
+#      them (rate-limited, with the count held back) while the counters hold all 20,000;
+#   4. three kills of a worker: /v1/status shows the streak and restarts_total = 3, /metrics
+#      the same counter, and the replays per worker;
+#   5. a SIGKILLed coordinator leaves its data_in socket: the next `up` removes it, says so,
+#      and serves; a second mesh configured onto a running mesh's data_in is refused and the
+#      running mesh keeps its socket and serves on.
+source "$(dirname "$0")/lib.sh"
+
+model="$LM_SHARED/models/stories260K.gguf"
+worker_pid() { pgrep -f "layermesh-worker --name $1 .*$2" | head -n 1; }
+rss_kib() { awk '/VmRSS/ { print $2 }' "/proc/$1/status"; }
+metric() { "$LM_PROM_CHECK" <<<"$(curl -sf "$LM_URL/metrics")" | awk -v k="$1" '$1 == k { print $2 }'; }
+
+dir="$LM_TMP/dp"
+mkdir -p -m 0700 "$dir"
+LM_SLOTS=16 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4 4:5
+lm_up "$dir/mesh.toml" "$dir/up.log"
+
+# ---------------------------------------------------------------- 1. a partial 256 MiB frame
+pid=$(worker_pid w1 "$dir")
+before=$(rss_kib "$pid")
+"$LM_INJECT" partial "ipc://$dir/w1.data" $((256 << 20)) $((128 << 20)) 2000 >"$dir/partial" &
+inj=$!
+sleep 1.5
+during=$(rss_kib "$pid")
+wait "$inj" || true
+echo "partial frame: w1 resident $before KiB before, $during KiB while it was sent;" \
+	"$(cat "$dir/partial")"
+[ $((during - before)) -lt 8192 ] || fail "a partial frame cost w1 $((during - before)) KiB"
+
+# ---------------------------------------------------------------- 2. owner-only sockets
+for f in w0.data w0.ctl w1.data w1.ctl coord.data; do
+	mode=$(stat -c '%a' "$dir/$f")
+	[ "$mode" = 600 ] || fail "$f has mode $mode"
+done
+chmod 0755 "$dir" # even where the directory lets others in, the sockets keep them out
+rc=0
+setpriv --reuid=nobody --regid=nogroup --clear-groups \
+	"$LM_INJECT" forge "ipc://$dir/w0.data" "ipc://$dir/w0.ctl" 5 0 2>"$dir/nobody.err" || rc=$?
+chmod 0700 "$dir"
+[ "$rc" -ne 0 ] && grep -q "Permission denied" "$dir/nobody.err" ||
+	fail "another user reached the mesh's sockets: exit $rc, $(cat "$dir/nobody.err")"
+echo "sockets: mode 600; another user: $(head -n 1 "$dir/nobody.err")"
+
+# ---------------------------------------------------------------- 3. malformed messages
+lines0=$(wc -l <"$dir/up.log")
+errors0=$(curl -sf "$LM_URL/v1/status" | jq '.workers[1].status.ring_errors')
+replays0=$(metric layermesh_replays_total)
+lm_specs_init "$dir" "$model" 256 48
+lm_load_start "$dir" 16 40
+sleep 1
+"$LM_INJECT" malformed "ipc://$dir/w1.data" 20000 4000 >"$dir/malformed"
+lm_load_stop "$dir"
+lm_load_tally "$dir"
+lines=$(($(wc -l <"$dir/up.log") - lines0))
+about=$(tail -n "$lines" "$dir/up.log" | grep -c "malformed" || true)
+errors=$(($(curl -sf "$LM_URL/v1/status" | jq '.workers[1].status.ring_errors') - errors0))
+refused=$(tail -n "$lines" "$dir/up.log" | grep -c "refused" || true)
+replays=$(($(metric layermesh_replays_total) - replays0))
+echo "malformed: $(cat "$dir/malformed"); $lines log lines ($about about them), w1 counted" \
+	"$errors; $refused lines of refused batches, $replays sequences replayed"
+[ "$LOAD_FAILED" -eq 0 ] || fail "$LOAD_FAILED of $LOAD_TOTAL requests failed"
+[ "$LOAD_DIFFER" -eq 0 ] || fail "$LOAD_DIFFER of $LOAD_TOTAL answers differ"
+[ "$errors" -eq 20000 ] || fail "w1 counted $errors of 20000 malformed messages"
+[ "$refused" -eq 0 ] || fail "malformed messages made live batches refused"
+[ "$about" -le 50 ] || fail "20000 malformed messages wrote $about log lines"
+grep -q "more like it" "$dir/up.log" || fail "the log does not say how many it held back"
+
+# ---------------------------------------------------------------- 4. counters
+for i in 1 2 3; do
+	kill -KILL "$(worker_pid w1 "$dir")"
+	lm_ready_wait "$LM_URL" 20 >/dev/null || fail "not ready after kill $i"
+	"$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 16 --temp 0 --timeout 30 \
+		>/dev/null || fail "no answer after kill $i"
+	sleep 1.2 # up for longer than a streak lasts
+done
+w1=$(curl -sf "$LM_URL/v1/status" | jq -c '.workers[1] | {restarts, restarts_total, replays}')
+total=$(metric 'layermesh_worker_restarts_total{worker="w1"}')
+echo "counters after three kills of w1: $w1; /metrics restarts_total $total"
+[ "$(jq .restarts_total <<<"$w1")" -eq 3 ] || fail "restarts_total: $w1"
+[ "$(jq .restarts <<<"$w1")" -eq 1 ] || fail "the streak: $w1"
+[ "$total" = 3 ] || fail "/metrics says $total restarts"
+metric 'layermesh_worker_replays_total{worker="w1"}' | grep -q . || fail "no replays counter"
+
+# ---------------------------------------------------------------- 5. stale files
+kill -KILL "$LM_UP_PID"
+wait "$LM_UP_PID" 2>/dev/null || true
+for ((i = 0; i < 100; i++)); do
+	pgrep -f "layermesh-worker.*$dir" >/dev/null || break
+	sleep 0.1
+done
+[ -S "$dir/coord.data" ] || fail "expected the killed coordinator's data_in to be left"
+lm_up "$dir/mesh.toml" "$dir/up2.log"
+said=$(grep -m1 "removed the stale ipc socket .*coord.data" "$dir/up2.log") ||
+	fail "the next up did not say it removed the stale socket"
+echo "after a SIGKILL: $said"
+other="$LM_TMP/other"
+mkdir -p -m 0700 "$other"
+LM_SLOTS=4 lm_mesh_toml "$other/mesh.toml" "$model" ipc "$(lm_port)" 0:5
+sed -i "s|^data_in = .*|data_in = \"ipc://$dir/coord.data\"|" "$other/mesh.toml"
+rc=0
+timeout 30 "$LM_BIN" up "$other/mesh.toml" --worker-bin "$LM_WORKER" >"$other/up.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a second mesh on the same data_in: exit $rc"
+grep -q "in use" "$other/up.log" || fail "the refusal does not say why: $(tail -n 3 "$other/up.log")"
+[ -S "$dir/coord.data" ] || fail "the second mesh removed the running mesh's socket"
+"$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 16 --temp 0 --timeout 30 >/dev/null ||
+	fail "the running mesh stopped serving"
+echo "a second mesh on the same data_in: $(grep -m1 'in use' "$other/up.log")"
+lm_down "$dir"
+echo "ok: dataplane"
