@@ -41,8 +41,7 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 					 .widest_in = widest,
 					 .max_ctx = c->max_seq,
 					 .max_group = w.group,
-					 .max_head_dim = w.head_dim,
-					 .k_type = c->k_type};
+					 .max_head_dim = w.head_dim};
 	out->backend =
 		lm_backend_scratch_bound(c->backend != NULL ? c->backend : "cpu", &c->bo, &shape);
 

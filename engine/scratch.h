@@ -38,7 +38,6 @@ struct lm_scratch_cfg {
 	int32_t trace_layers; /* layers whose probe trace is counted here (the planner: 0) */
 	bool embedding, head;
 	int32_t max_batch, slots, max_seq;
-	enum lm_dtype k_type;      /* the K cache's type (attention's scratch) */
 	enum lm_dtype wire_dtype;  /* hidden states on the wire */
 	const char *backend;       /* NULL: "cpu" */
 	struct lm_backend_opts bo; /* threads and kernels, as the worker runs */

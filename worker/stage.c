@@ -33,16 +33,16 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 	st->assign = *a;
 	st->trace_slot = -1;
 	struct lm_slice slice = {a->begin, a->end, a->embedding, a->head};
-	struct lm_engine_cfg ec = {.model = a->model,
-				   .slice = &slice,
-				   .backend = backend,
-				   .bo = bo != NULL ? *bo : (struct lm_backend_opts){0},
-				   .populate = true,
-				   .max_seq = a->max_seq,
-				   .slots = a->slots,
-				   .max_batch = a->max_batch,
-				   .k_type = (enum lm_dtype)a->k_type,
-				   .v_type = (enum lm_dtype)a->v_type};
+	struct lm_engine_cfg ec = {
+		.model = a->model,
+		.slice = &slice,
+		.backend = backend,
+		.bo = bo != NULL ? *bo : (struct lm_backend_opts){0},
+		.populate = true,
+		.max_seq = a->max_seq,
+		.slots = a->slots,
+		.max_batch = a->max_batch,
+		.kv_types = kv_types_uniform((enum lm_dtype)a->k_type, (enum lm_dtype)a->v_type)};
 	if ((rc = lm_engine_open(&st->eng, &ec, d)) != 0)
 		goto fail;
 	const struct lm_hparams *hp = &st->eng.model.hp;

@@ -409,7 +409,8 @@ static int worker_on_kv_import(struct worker *w, const void *body, size_t len, u
 	}
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0)
-		rc = kv_cache_import(&w->st.eng.kv, k.slot, k.len, k.payload, k.payload_len, &d);
+		rc = kv_cache_import(&w->st.eng.kv, k.slot, k.len, k.len, k.payload, k.payload_len,
+				     &d);
 	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0)

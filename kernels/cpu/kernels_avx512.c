@@ -322,17 +322,6 @@ static float avx512_dot_q8_0(int64_t n, const void *w, const void *x)
 	return out;
 }
 
-static void avx512_scores_q8_0(int64_t hd, const uint8_t *k, size_t stride, int n, const uint8_t *q,
-			       size_t q_stride, int nq, float *out, size_t out_stride)
-{
-	for (int j = 0; j < n; j++)
-		for (int h = 0; h < nq; h++) {
-			const uint8_t *xr = q + (size_t)h * q_stride;
-			row_q8z(k + (size_t)j * stride, 0, &xr, 1, hd / 32,
-				out + (size_t)h * out_stride + (size_t)j);
-		}
-}
-
 static float avx512_dot_q4_0(int64_t n, const void *w, const void *x)
 {
 	float out;
@@ -365,7 +354,6 @@ void cpu_kernels_avx512_fill(struct cpu_kernels *k)
 	t[LM_Q8_0].to_act = avx512_to_a8z_q8;
 	t[LM_Q8_0].vec_dot = avx512_dot_q8_0;
 	t[LM_Q8_0].mm = avx512_mm_q8_0;
-	t[LM_Q8_0].scores = avx512_scores_q8_0;
 	t[LM_Q4_0].act_bytes = a8z_bytes;
 	t[LM_Q4_0].to_act = avx512_to_a8z_q4;
 	t[LM_Q4_0].vec_dot = avx512_dot_q4_0;

@@ -22,13 +22,16 @@
 #include "coordinator/synth.h"
 #include "engine/scratch.h"
 
-#define LAYER_W  181760ull
-#define LAYER_F  90624ull
-#define LAYER_KV 2228224ull /* 2 x 4 heads x 8 x 512 positions x 17 slots x 4 bytes */
-#define EMBD     131072ull
-#define HEAD     131328ull
-#define HEAD_F   65536ull
-#define TRACE    32768ull
+/* The same K and V types on every layer, as fence_kv_costs takes them. */
+#define KV_TYPES(k, v) (&(const struct kv_types){{(k), (v)}, {(k), (v)}})
+
+#define LAYER_W        181760ull
+#define LAYER_F        90624ull
+#define LAYER_KV       2228224ull /* 2 x 4 heads x 8 x 512 positions x 17 slots x 4 bytes */
+#define EMBD           131072ull
+#define HEAD           131328ull
+#define HEAD_F         65536ull
+#define TRACE          32768ull
 
 /* The engine's estimate of worker j's scratch in a mesh of n workers of cfg. */
 static uint64_t scratch(const struct mesh_config *cfg, int32_t j)
@@ -45,7 +48,6 @@ static uint64_t scratch(const struct mesh_config *cfg, int32_t j)
 				    .max_batch = cfg->max_batch,
 				    .slots = cfg->slots + MESH_PROBE_SLOTS,
 				    .max_seq = planner_max_seq(cfg, &hp),
-				    .k_type = cfg->kv_type_k,
 				    .wire_dtype = cfg->wire_dtype,
 				    .bo = {.n_threads = cfg->workers[j].threads}};
 	struct lm_scratch s;
@@ -352,9 +354,9 @@ Test(planner, gemma4_mission_geometry, .timeout = 120)
 	uint64_t total = 0;
 	for (int i = 0; i < 60; i++)
 		geom[i] = lm_hparams_kv_geom(&hp, i);
-	cr_assert_eq(
-		fence_kv_costs(layers, 60, geom, 128, kv_ring_extra(64), 1, LM_F32, LM_F32, &d), 0,
-		"%s", d.msg);
+	cr_assert_eq(fence_kv_costs(layers, 60, geom, 128, kv_ring_extra(64, 0), 1,
+				    KV_TYPES(LM_F32, LM_F32), &d),
+		     0, "%s", d.msg);
 	for (int i = 0; i < 60; i++) {
 		cr_expect_eq(layers[i].kv_bytes, i % 6 == 5 ? 2ull << 20 : 4ull << 20, "layer %d",
 			     i);

@@ -88,8 +88,7 @@ static void ref_open(void)
 				   .max_seq = T_MAX_SEQ,
 				   .slots = 1,
 				   .max_batch = T_MAX_SEQ,
-				   .k_type = LM_F32,
-				   .v_type = LM_F32};
+				   .kv_types = {{LM_F32, LM_F32}, {LM_F32, LM_F32}}};
 	lm_diag d = {{0}};
 	cr_assert_eq(lm_engine_open(&ref_eng, &ec, &d), 0, "%s", d.msg);
 	cr_assert_eq(lm_sampler_init(&ref_smp, T_VOCAB), 0);
