@@ -55,8 +55,11 @@ void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *
 				  .slots = slots,
 				  .k_type = cfg->kv.global.k,
 				  .v_type = cfg->kv.global.v,
+				  .k_type_swa = cfg->kv.swa.k,
+				  .v_type_swa = cfg->kv.swa.v,
 				  .wire_dtype = wire_dtype_of(cfg->wire_dtype),
-				  .max_batch = cfg->max_batch};
+				  .max_batch = cfg->max_batch,
+				  .max_draft = cfg->max_draft};
 	snprintf(a->model, sizeof a->model, "%s", cfg->model_path);
 	snprintf(a->next, sizeof a->next, "%s", next);
 }

@@ -782,7 +782,8 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
 	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
 	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids &&
-		  wire_scratch_init(&s->scratch, slots) == 0;
+		  wire_scratch_init_rows(&s->scratch, slots,
+					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
 		b->seqs = calloc((size_t)slots, sizeof *b->seqs);

@@ -42,7 +42,9 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 		.max_seq = a->max_seq,
 		.slots = a->slots,
 		.max_batch = a->max_batch,
-		.kv_types = kv_types_uniform((enum lm_dtype)a->k_type, (enum lm_dtype)a->v_type)};
+		.max_draft = a->max_draft,
+		.kv_types = {.global = {(enum lm_dtype)a->k_type, (enum lm_dtype)a->v_type},
+			     .swa = {(enum lm_dtype)a->k_type_swa, (enum lm_dtype)a->v_type_swa}}};
 	if ((rc = lm_engine_open(&st->eng, &ec, d)) != 0)
 		goto fail;
 	const struct lm_hparams *hp = &st->eng.model.hp;
@@ -56,7 +58,8 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 				       .n_vocab = st->n_vocab,
 				       .max_batch = a->max_batch,
 				       .max_seqs = a->slots,
-				       .max_logprobs = WIRE_MAX_LOGPROBS};
+				       .max_logprobs = WIRE_MAX_LOGPROBS,
+				       .max_draft = a->max_draft};
 	size_t rows = (size_t)a->max_batch, width = (size_t)st->dim;
 	st->ids = malloc(rows * sizeof *st->ids);
 	st->loc = malloc(rows * sizeof *st->loc);
@@ -65,7 +68,9 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 	st->hout = malloc(rows * width * sizeof(float));
 	st->toks = malloc((size_t)a->slots * sizeof *st->toks);
 	if (st->ids == NULL || st->loc == NULL || st->out_rows == NULL || st->hin == NULL ||
-	    st->hout == NULL || st->toks == NULL || wire_scratch_init(&st->scratch, a->slots) != 0)
+	    st->hout == NULL || st->toks == NULL ||
+	    wire_scratch_init_rows(&st->scratch, a->slots,
+				   a->max_batch > a->slots ? a->max_batch : a->slots) != 0)
 		goto nomem;
 	if (a->head) {
 		st->logits = malloc((size_t)a->slots * (size_t)st->n_vocab * sizeof(float));

@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 1. Changing any of them (or any header key or payload
+/* The values below are protocol version 3. Changing any of them (or any header key or payload
  * layout) changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so
  * two builds that disagree refuse each other at HELLO instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
-	static_assert(WIRE_VERSION_CURRENT == 2 && (name) == (value), #name \
-		      " is pinned by protocol version 2: bump WIRE_VERSION and update wire.c")
+	static_assert(WIRE_VERSION_CURRENT == 3 && (name) == (value), #name \
+		      " is pinned by protocol version 3: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -110,25 +110,28 @@ const char *wire_type_name(uint32_t t)
 /* A scratch cap above this is a caller's mistake (no limits allow a million sequences). */
 #define WIRE_SCRATCH_MAX (1 << 20)
 
-int wire_scratch_init(struct wire_scratch *s, int32_t cap)
+int wire_scratch_init_rows(struct wire_scratch *s, int32_t cap, int32_t rows)
 {
 	memset(s, 0, sizeof *s);
-	if (cap < 1 || cap > WIRE_SCRATCH_MAX)
+	if (cap < 1 || cap > WIRE_SCRATCH_MAX || rows < cap || rows > WIRE_SCRATCH_MAX)
 		return LM_EINVAL;
 	s->seqs = calloc((size_t)cap, sizeof *s->seqs);
-	if (s->seqs == NULL)
-		goto fail;
-	s->toks = calloc((size_t)cap, sizeof *s->toks);
-	if (s->toks == NULL)
-		goto fail;
+	s->toks = calloc((size_t)rows, sizeof *s->toks);
 	s->slots = calloc((size_t)cap, sizeof *s->slots);
-	if (s->slots == NULL)
+	s->drafts = calloc((size_t)rows, sizeof *s->drafts);
+	if (s->seqs == NULL || s->toks == NULL || s->slots == NULL || s->drafts == NULL)
 		goto fail;
 	s->cap = cap;
+	s->rows = rows;
 	return 0;
 fail:
 	wire_scratch_fini(s);
 	return LM_ENOMEM;
+}
+
+int wire_scratch_init(struct wire_scratch *s, int32_t cap)
+{
+	return wire_scratch_init_rows(s, cap, cap);
 }
 
 void wire_scratch_fini(struct wire_scratch *s)
@@ -138,6 +141,7 @@ void wire_scratch_fini(struct wire_scratch *s)
 	free(s->seqs);
 	free(s->toks);
 	free(s->slots);
+	free(s->drafts);
 	memset(s, 0, sizeof *s);
 }
 

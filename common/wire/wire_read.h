@@ -53,6 +53,11 @@ enum wire_key {
 	WK_CODE,
 	WK_MSG,
 	WK_ABOUT,
+	WK_DR,
+	WK_KKS,
+	WK_KVS,
+	WK_DRF,
+	WK_HI,
 	WK_COUNT
 };
 
