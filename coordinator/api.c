@@ -468,6 +468,7 @@ static void api_completions(nng_aio *aio)
 			      .max_tokens = c->req.max_tokens,
 			      .sampling = c->req.sampling,
 			      .n_logprobs = c->req.n_logprobs,
+			      .no_speculate = c->req.no_speculate,
 			      .on_token = api_on_token,
 			      .on_done = api_on_done,
 			      .arg = c};

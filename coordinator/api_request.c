@@ -76,6 +76,7 @@ static const char *const api_known_keys[] = {
 	"logit_bias",
 	"suffix",
 	"stream_options",
+	"speculate",
 	NULL,
 };
 
@@ -216,6 +217,10 @@ static int api_fields(const cJSON *req, const struct api_limits *lim, const tok_
 			       "must be true or false");
 	r->stream = cJSON_IsTrue(stream);
 	r->want_ids = cJSON_IsTrue(ids);
+	const cJSON *spec = cJSON_GetObjectItemCaseSensitive(req, "speculate");
+	if (spec && !cJSON_IsBool(spec) && !cJSON_IsNull(spec))
+		return API_BAD(err, "speculate", "must be true or false");
+	r->no_speculate = cJSON_IsFalse(spec);
 	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "echo")))
 		return API_BAD(err, "echo", "echo is not supported");
 	if ((rc = api_stops(req, r, err)) != 0)

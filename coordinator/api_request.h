@@ -45,6 +45,7 @@ struct api_request {
 	int32_t n_logprobs;         /* alternatives per token, 0..API_MAX_LOGPROBS */
 	bool stream;                /* server-sent events */
 	bool want_ids;              /* return_token_ids */
+	bool no_speculate;          /* "speculate": false: no drafts for this request */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

@@ -31,6 +31,7 @@ uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hp
 				    .max_batch = cfg->max_batch,
 				    .slots = cfg->slots + MESH_PROBE_SLOTS,
 				    .max_seq = max_seq,
+				    .max_draft = cfg->max_draft,
 				    .wire_dtype = cfg->wire_dtype,
 				    .backend = mw->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
 				    .bo = {.n_threads = mw->threads,
