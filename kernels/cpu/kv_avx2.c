@@ -170,41 +170,75 @@ static void kv_q_kq8_q8_1(const float *x, void *dst, int64_t n)
 /* ------------------------------------------------------------------------------------------ */
 /* Scores, float-like K: up to HEADS query heads per pass over a row                          */
 
-#define KV_FLOAT_SCORES(name, load8, load1)                                                        \
-	static void kv_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,           \
-				     const uint8_t *q, size_t q_stride, int nq, float *out,        \
-				     size_t out_stride)                                            \
-	{                                                                                          \
-		for (int j = 0; j < n; j++) {                                                      \
-			const uint8_t *row = k + (size_t)j * stride;                               \
-			for (int h0 = 0; h0 < nq; h0 += HEADS) {                                   \
-				const int nh = nq - h0 < HEADS ? nq - h0 : HEADS;                  \
-				__m256 acc[HEADS];                                                 \
-				float tail[HEADS] = {0};                                           \
-				for (int h = 0; h < nh; h++)                                       \
-					acc[h] = _mm256_setzero_ps();                              \
-				int64_t i = 0;                                                     \
-				for (; i + 8 <= hd; i += 8) {                                      \
-					const __m256 kv = load8(row, i);                           \
-					for (int h = 0; h < nh; h++) {                             \
-						const float *qh =                                  \
-							(const float *)(q + (size_t)(h0 + h) *     \
-										    q_stride);     \
-						acc[h] = _mm256_fmadd_ps(                          \
-							kv, _mm256_loadu_ps(qh + i), acc[h]);      \
-					}                                                          \
-				}                                                                  \
-				for (; i < hd; i++)                                                \
-					for (int h = 0; h < nh; h++)                               \
-						tail[h] += load1(row, i) *                         \
-							   ((const float *)(q +                    \
-									    (size_t)(h0 + h) *     \
-										    q_stride))[i]; \
-				for (int h = 0; h < nh; h++)                                       \
-					out[(size_t)(h0 + h) * out_stride + (size_t)j] =           \
-						hsum_ps(acc[h]) + tail[h];                         \
-			}                                                                          \
-		}                                                                                  \
+typedef __m256 (*kv_load8_fn)(const uint8_t *r, int64_t i);
+typedef float (*kv_load1_fn)(const uint8_t *r, int64_t i);
+
+/* Rows r0 and r1 (nr of them: r1 is r0 again when 1) against nh query heads at q (nh a
+ * constant where it is inlined, so the 2 x nh sums stay in registers): each K vector is loaded
+ * once for the heads, each q vector once for the two rows. */
+INLINE void kv_score_pass(const uint8_t *r0, const uint8_t *r1, int nr, int64_t hd,
+			  const uint8_t *q, size_t q_stride, const int nh, float *out,
+			  size_t out_stride, kv_load8_fn load8, kv_load1_fn load1)
+{
+	__m256 acc[2][HEADS];
+	for (int h = 0; h < nh; h++)
+		acc[0][h] = acc[1][h] = _mm256_setzero_ps();
+	int64_t i = 0;
+	for (; i + 8 <= hd; i += 8) {
+		const __m256 k0 = load8(r0, i), k1 = load8(r1, i);
+		for (int h = 0; h < nh; h++) {
+			const __m256 qv =
+				_mm256_loadu_ps((const float *)(q + (size_t)h * q_stride) + i);
+			acc[0][h] = _mm256_fmadd_ps(k0, qv, acc[0][h]);
+			acc[1][h] = _mm256_fmadd_ps(k1, qv, acc[1][h]);
+		}
+	}
+	for (int h = 0; h < nh; h++) {
+		const float *qh = (const float *)(q + (size_t)h * q_stride);
+		float t0 = 0, t1 = 0;
+		for (int64_t e = i; e < hd; e++) {
+			t0 += load1(r0, e) * qh[e];
+			t1 += load1(r1, e) * qh[e];
+		}
+		out[(size_t)h * out_stride] = hsum_ps(acc[0][h]) + t0;
+		if (nr > 1)
+			out[(size_t)h * out_stride + 1] = hsum_ps(acc[1][h]) + t1;
+	}
+}
+
+/* Two K rows and up to HEADS query heads per pass (8 independent sums in flight). */
+#define KV_FLOAT_SCORES(name, load8, load1)                                                 \
+	static void kv_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,    \
+				     const uint8_t *q, size_t q_stride, int nq, float *out, \
+				     size_t out_stride)                                     \
+	{                                                                                   \
+		for (int j = 0; j < n; j += 2) {                                            \
+			const int nr = n - j < 2 ? n - j : 2;                               \
+			const uint8_t *r0 = k + (size_t)j * stride;                         \
+			const uint8_t *r1 = nr > 1 ? r0 + stride : r0;                      \
+			for (int h0 = 0; h0 < nq; h0 += HEADS) {                            \
+				const uint8_t *qh = q + (size_t)h0 * q_stride;              \
+				float *o = out + (size_t)h0 * out_stride + (size_t)j;       \
+				switch (nq - h0 < HEADS ? nq - h0 : HEADS) {                \
+				case 4:                                                     \
+					kv_score_pass(r0, r1, nr, hd, qh, q_stride, 4, o,   \
+						      out_stride, load8, load1);            \
+					break;                                              \
+				case 3:                                                     \
+					kv_score_pass(r0, r1, nr, hd, qh, q_stride, 3, o,   \
+						      out_stride, load8, load1);            \
+					break;                                              \
+				case 2:                                                     \
+					kv_score_pass(r0, r1, nr, hd, qh, q_stride, 2, o,   \
+						      out_stride, load8, load1);            \
+					break;                                              \
+				default:                                                    \
+					kv_score_pass(r0, r1, nr, hd, qh, q_stride, 1, o,   \
+						      out_stride, load8, load1);            \
+					break;                                              \
+				}                                                           \
+			}                                                                   \
+		}                                                                           \
 	}
 
 KV_FLOAT_SCORES(f32, kv8_f32, kv1_f32)
@@ -237,55 +271,64 @@ INLINE __m256i kv_nibbles(const uint8_t *qs)
 				_mm256_set1_epi8(0x0f));
 }
 
-/* sum over the block of k_j q_j as 8 int32 lanes: signed k (Q8_0) by |k| and q's sign-adjusted
- * copy, unsigned k (Q4_0's nibbles, Q5_1's 5-bit quants) directly. */
-INLINE __m256i kv_block_dot(const uint8_t *kb, enum kv_block t, __m256i qq)
+/* A K block's 32 quants as bytes in element order, in the form maddubs takes them: Q8_0's
+ * magnitudes (its signs go onto q), Q4_0's nibbles, Q5_1's 5-bit values. */
+INLINE __m256i kv_block_bytes(const uint8_t *kb, enum kv_block t, __m256i *sign)
 {
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256i p16;
 	if (t == KV_Q8_0) {
-		const __m256i kq =
-			_mm256_loadu_si256((const __m256i *)((const block_q8_0 *)kb)->qs);
-		p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(kq, kq), _mm256_sign_epi8(qq, kq));
-	} else if (t == KV_Q4_0) {
-		p16 = _mm256_maddubs_epi16(kv_nibbles(((const block_q4_0 *)kb)->qs), qq);
-	} else {
-		const block_q5_1 *b = (const block_q5_1 *)kb;
-		uint32_t qh;
-		memcpy(&qh, b->qh, 4);
-		p16 = _mm256_maddubs_epi16(_mm256_or_si256(kv_nibbles(b->qs), kv_q5_high(qh)), qq);
+		*sign = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)kb)->qs);
+		return _mm256_sign_epi8(*sign, *sign);
 	}
-	return _mm256_madd_epi16(p16, ones);
+	if (t == KV_Q4_0)
+		return kv_nibbles(((const block_q4_0 *)kb)->qs);
+	const block_q5_1 *b = (const block_q5_1 *)kb;
+	uint32_t qh;
+	memcpy(&qh, b->qh, 4);
+	return _mm256_or_si256(kv_nibbles(b->qs), kv_q5_high(qh));
 }
 
-/* One K row against one kq8 q: the blocks' integer sums times d_k d_q in 8 lanes; Q4_0's
- * -8 offset and Q5_1's min term summed beside them. */
-INLINE float kv_row_block(const uint8_t *kr, enum kv_block t, const uint8_t *q, int64_t nb)
+/* One K row against nh kq8 q heads (nh a constant where inlined): each K block is unpacked once
+ * for the heads; per head the blocks' exact integer sums times d_k d_q accumulate in 8 lanes,
+ * and Q4_0's -8 offset and Q5_1's min term beside them. */
+INLINE void kv_block_pass(const uint8_t *kr, enum kv_block t, int64_t nb, const uint8_t *q,
+			  size_t q_stride, const int nh, float *out, size_t out_stride)
 {
 	const size_t bs = t == KV_Q8_0   ? sizeof(block_q8_0)
 			  : t == KV_Q4_0 ? sizeof(block_q4_0)
 					 : sizeof(block_q5_1);
-	const float *dq = kq8_d(q, nb);
-	const void *aux = kq8_aux(q, nb);
-	__m256 acc = _mm256_setzero_ps();
-	float extra = 0;
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 acc[HEADS];
+	float extra[HEADS];
+	for (int h = 0; h < nh; h++) {
+		acc[h] = _mm256_setzero_ps();
+		extra[h] = 0;
+	}
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *kb = kr + (size_t)b * bs;
-		const __m256i qq = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
-		uint16_t dk16;
+		__m256i sign = _mm256_setzero_si256();
+		const __m256i kq = kv_block_bytes(kb, t, &sign);
+		uint16_t dk16, m16 = 0;
 		memcpy(&dk16, kb, 2);
-		const float s = f16_to_f32(dk16) * dq[b];
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kv_block_dot(kb, t, qq)),
-				      _mm256_set1_ps(s), acc);
-		if (t == KV_Q4_0) {
-			extra -= s * (float)(8 * ((const int32_t *)aux)[b]);
-		} else if (t == KV_Q5_1) {
-			uint16_t m16;
+		if (t == KV_Q5_1)
 			memcpy(&m16, kb + 2, 2);
-			extra += f16_to_f32(m16) * ((const float *)aux)[b];
+		const float dk = f16_to_f32(dk16), mk = f16_to_f32(m16);
+		for (int h = 0; h < nh; h++) {
+			const uint8_t *qh = q + (size_t)h * q_stride;
+			__m256i qq = _mm256_loadu_si256((const __m256i *)(qh + 32 * b));
+			if (t == KV_Q8_0)
+				qq = _mm256_sign_epi8(qq, sign);
+			const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(kq, qq), ones);
+			const float s = dk * kq8_d(qh, nb)[b];
+			acc[h] =
+				_mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_set1_ps(s), acc[h]);
+			if (t == KV_Q4_0)
+				extra[h] -= s * (float)(8 * ((const int32_t *)kq8_aux(qh, nb))[b]);
+			else if (t == KV_Q5_1)
+				extra[h] += mk * ((const float *)kq8_aux(qh, nb))[b];
 		}
 	}
-	return hsum_ps(acc) + extra;
+	for (int h = 0; h < nh; h++)
+		out[(size_t)h * out_stride] = hsum_ps(acc[h]) + extra[h];
 }
 
 #define KV_BLOCK_SCORES(name, t)                                                            \
@@ -293,11 +336,31 @@ INLINE float kv_row_block(const uint8_t *kr, enum kv_block t, const uint8_t *q, 
 				     const uint8_t *q, size_t q_stride, int nq, float *out, \
 				     size_t out_stride)                                     \
 	{                                                                                   \
-		for (int j = 0; j < n; j++)                                                 \
-			for (int h = 0; h < nq; h++)                                        \
-				out[(size_t)h * out_stride + (size_t)j] =                   \
-					kv_row_block(k + (size_t)j * stride, t,             \
-						     q + (size_t)h * q_stride, hd / 32);    \
+		for (int j = 0; j < n; j++) {                                               \
+			const uint8_t *kr = k + (size_t)j * stride;                         \
+			for (int h0 = 0; h0 < nq; h0 += HEADS) {                            \
+				const uint8_t *qh = q + (size_t)h0 * q_stride;              \
+				float *o = out + (size_t)h0 * out_stride + (size_t)j;       \
+				switch (nq - h0 < HEADS ? nq - h0 : HEADS) {                \
+				case 4:                                                     \
+					kv_block_pass(kr, t, hd / 32, qh, q_stride, 4, o,   \
+						      out_stride);                          \
+					break;                                              \
+				case 3:                                                     \
+					kv_block_pass(kr, t, hd / 32, qh, q_stride, 3, o,   \
+						      out_stride);                          \
+					break;                                              \
+				case 2:                                                     \
+					kv_block_pass(kr, t, hd / 32, qh, q_stride, 2, o,   \
+						      out_stride);                          \
+					break;                                              \
+				default:                                                    \
+					kv_block_pass(kr, t, hd / 32, qh, q_stride, 1, o,   \
+						      out_stride);                          \
+					break;                                              \
+				}                                                           \
+			}                                                                   \
+		}                                                                           \
 	}
 
 KV_BLOCK_SCORES(q8_0, KV_Q8_0)
@@ -307,47 +370,66 @@ KV_BLOCK_SCORES(q5_1, KV_Q5_1)
 /* ------------------------------------------------------------------------------------------ */
 /* Values: acc[h] += sum_j p[h][j] V_j, the sums kept in registers across the rows            */
 
-/* 16 columns and up to HEADS heads at a time: each V row is loaded once for the heads. */
-#define KV_FLOAT_VALUES(name, load8, load1)                                                       \
-	static void kv_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,          \
-				     const float *p, size_t p_stride, int nq, float *acc)         \
-	{                                                                                         \
-		for (int h0 = 0; h0 < nq; h0 += HEADS) {                                          \
-			const int nh = nq - h0 < HEADS ? nq - h0 : HEADS;                         \
-			int64_t i = 0;                                                            \
-			for (; i + 16 <= hd; i += 16) {                                           \
-				__m256 a[HEADS][2];                                               \
-				for (int h = 0; h < nh; h++)                                      \
-					for (int u = 0; u < 2; u++)                               \
-						a[h][u] = _mm256_loadu_ps(                        \
-							acc + (size_t)(h0 + h) * (size_t)hd + i + \
-							8 * u);                                   \
-				for (int j = 0; j < n; j++) {                                     \
-					const uint8_t *row = v + (size_t)j * stride;              \
-					const __m256 v0 = load8(row, i), v1 = load8(row, i + 8);  \
-					for (int h = 0; h < nh; h++) {                            \
-						const __m256 pj = _mm256_set1_ps(                 \
-							p[(size_t)(h0 + h) * p_stride +           \
-							  (size_t)j]);                            \
-						a[h][0] = _mm256_fmadd_ps(pj, v0, a[h][0]);       \
-						a[h][1] = _mm256_fmadd_ps(pj, v1, a[h][1]);       \
-					}                                                         \
-				}                                                                 \
-				for (int h = 0; h < nh; h++)                                      \
-					for (int u = 0; u < 2; u++)                               \
-						_mm256_storeu_ps(                                 \
-							acc + (size_t)(h0 + h) * (size_t)hd + i + \
-								8 * u,                            \
-							a[h][u]);                                 \
-			}                                                                         \
-			for (; i < hd; i++)                                                       \
-				for (int h = 0; h < nh; h++)                                      \
-					for (int j = 0; j < n; j++)                               \
-						acc[(size_t)(h0 + h) * (size_t)hd + i] +=         \
-							p[(size_t)(h0 + h) * p_stride +           \
-							  (size_t)j] *                            \
-							load1(v + (size_t)j * stride, i);         \
-		}                                                                                 \
+/* acc[h] += sum_j p[h][j] V_j for nh heads (a constant where inlined), 16 columns at a time:
+ * each V row is loaded once for the heads and the sums stay in registers across the rows. */
+INLINE void kv_value_pass(int64_t hd, const uint8_t *v, size_t stride, int n, const float *p,
+			  size_t p_stride, const int nh, float *acc, kv_load8_fn load8,
+			  kv_load1_fn load1)
+{
+	int64_t i = 0;
+	for (; i + 16 <= hd; i += 16) {
+		__m256 a[HEADS][2];
+		for (int h = 0; h < nh; h++)
+			for (int u = 0; u < 2; u++)
+				a[h][u] = _mm256_loadu_ps(acc + (size_t)h * (size_t)hd + i + 8 * u);
+		for (int j = 0; j < n; j++) {
+			const uint8_t *row = v + (size_t)j * stride;
+			const __m256 v0 = load8(row, i), v1 = load8(row, i + 8);
+			for (int h = 0; h < nh; h++) {
+				const __m256 pj =
+					_mm256_set1_ps(p[(size_t)h * p_stride + (size_t)j]);
+				a[h][0] = _mm256_fmadd_ps(pj, v0, a[h][0]);
+				a[h][1] = _mm256_fmadd_ps(pj, v1, a[h][1]);
+			}
+		}
+		for (int h = 0; h < nh; h++)
+			for (int u = 0; u < 2; u++)
+				_mm256_storeu_ps(acc + (size_t)h * (size_t)hd + i + 8 * u, a[h][u]);
+	}
+	for (; i < hd; i++)
+		for (int h = 0; h < nh; h++)
+			for (int j = 0; j < n; j++)
+				acc[(size_t)h * (size_t)hd + i] +=
+					p[(size_t)h * p_stride + (size_t)j] *
+					load1(v + (size_t)j * stride, i);
+}
+
+#define KV_FLOAT_VALUES(name, load8, load1)                                                 \
+	static void kv_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,    \
+				     const float *p, size_t p_stride, int nq, float *acc)   \
+	{                                                                                   \
+		for (int h0 = 0; h0 < nq; h0 += HEADS) {                                    \
+			const float *ph = p + (size_t)h0 * p_stride;                        \
+			float *ah = acc + (size_t)h0 * (size_t)hd;                          \
+			switch (nq - h0 < HEADS ? nq - h0 : HEADS) {                        \
+			case 4:                                                             \
+				kv_value_pass(hd, v, stride, n, ph, p_stride, 4, ah, load8, \
+					      load1);                                       \
+				break;                                                      \
+			case 3:                                                             \
+				kv_value_pass(hd, v, stride, n, ph, p_stride, 3, ah, load8, \
+					      load1);                                       \
+				break;                                                      \
+			case 2:                                                             \
+				kv_value_pass(hd, v, stride, n, ph, p_stride, 2, ah, load8, \
+					      load1);                                       \
+				break;                                                      \
+			default:                                                            \
+				kv_value_pass(hd, v, stride, n, ph, p_stride, 1, ah, load8, \
+					      load1);                                       \
+				break;                                                      \
+			}                                                                   \
+		}                                                                           \
 	}
 
 KV_FLOAT_VALUES(f32, kv8_f32, kv1_f32)
