@@ -712,7 +712,7 @@ Test(scheduler, concurrent_requests_each_equal_their_solo_run, .timeout = 30)
 /* Speculation with either draft source: requests get exactly the tokens of plain decoding,
  * drafts are sent and (from the draft model) mostly accepted, and sequences with a draft ride
  * in batches beside sequences without one (the request that opts out). */
-Test(scheduler, speculation_from_either_source_gives_the_plain_tokens, .timeout = 60)
+Test(scheduler, speculation_from_either_source_gives_the_plain_tokens, .timeout = 30)
 {
 	for (int model = 0; model <= 1; model++) {
 		struct ring r;
@@ -753,7 +753,7 @@ Test(scheduler, speculation_from_either_source_gives_the_plain_tokens, .timeout 
 
 /* A worker lost while sequences speculate: the replay rebuilds every cache from the tokens
  * accepted (never from a draft), and the requests end with the plain tokens. */
-Test(scheduler, a_fault_while_speculating_replays_to_the_same_tokens, .timeout = 60)
+Test(scheduler, a_fault_while_speculating_replays_to_the_same_tokens, .timeout = 30)
 {
 	struct ring r;
 	struct sched_cfg cfg = spec_cfg(default_cfg(), true);
