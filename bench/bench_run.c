@@ -291,8 +291,7 @@ int main(int argc, char **argv)
 				   .max_seq = (int32_t)(o.prefill + o.decode + 1),
 				   .slots = 1,
 				   .max_batch = (int32_t)o.prefill,
-				   .k_type = LM_F32,
-				   .v_type = LM_F32};
+				   .kv_types = {{LM_F32, LM_F32}, {LM_F32, LM_F32}}};
 	if ((rc = lm_engine_open(&eng, &ec, &d)) != 0)
 		goto out;
 	const struct lm_model *model = &eng.model;

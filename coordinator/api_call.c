@@ -623,6 +623,7 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 			      .n_bias = c->req.n_bias,
 			      .stop_ids = c->req.stop_ids,
 			      .n_stop_ids = c->req.n_stop_ids,
+			      .no_speculate = c->req.no_speculate,
 			      .on_token = api_on_token,
 			      .on_done = api_on_done,
 			      .arg = c};

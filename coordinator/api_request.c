@@ -93,6 +93,7 @@ static const char *const api_common_keys[] = {
 	"repeat_last_n",
 	"logit_bias",
 	"logprobs",
+	"speculate",
 	NULL,
 };
 static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
@@ -309,6 +310,10 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 	    (rc = api_bool(req, "stream", &r->stream, err)) != 0 ||
 	    (rc = api_bool(req, "return_token_ids", &r->want_ids, err)) != 0)
 		return rc;
+	bool speculate = true;
+	if ((rc = api_bool(req, "speculate", &speculate, err)) != 0)
+		return rc;
+	r->no_speculate = !speculate;
 	const cJSON *so = cJSON_GetObjectItemCaseSensitive(req, "stream_options");
 	if (so != NULL && !cJSON_IsNull(so)) {
 		if (!r->stream)

@@ -92,6 +92,7 @@ struct api_request {
 	bool stream;                /* server-sent events */
 	bool include_usage;         /* stream_options.include_usage */
 	bool want_ids;              /* return_token_ids */
+	bool no_speculate;          /* "speculate": false: no drafts for this request */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

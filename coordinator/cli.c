@@ -15,7 +15,29 @@ void lm_gen_args_default(struct lm_gen_args *g, const char *cmd)
 	g->cmd = cmd;
 	g->n_predict = 256;
 	g->sampling = LM_SAMPLING_DEFAULT;
-	g->kv_type = LM_F32;
+	g->ctk = g->ctv = LM_F32;
+	g->ctk_swa = g->ctv_swa = -1;
+}
+
+struct kv_types lm_gen_args_kv_types(const struct lm_gen_args *g)
+{
+	struct kv_types t = kv_types_uniform(g->ctk, g->ctv);
+	if (g->ctk_swa >= 0)
+		t.swa.k = (enum lm_dtype)g->ctk_swa;
+	if (g->ctv_swa >= 0)
+		t.swa.v = (enum lm_dtype)g->ctv_swa;
+	return t;
+}
+
+/* A cache type for option `name`: 0, or 2 after the usage error. */
+static int cli_kv_type(const struct lm_gen_args *g, const char *name, const char *arg, int *out)
+{
+	int t = lm_dtype_parse(arg);
+	if (t < 0 || !kv_type_supported((enum lm_dtype)t))
+		return lm_cli_usage_error(g->cmd, "%s expects %s, got '%s'", name, kv_type_names(),
+					  arg);
+	*out = t;
+	return 0;
 }
 
 int lm_cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out)
@@ -112,12 +134,24 @@ int lm_gen_args_parse(struct lm_gen_args *g, int opt, const char *arg)
 			return lm_cli_usage_error(
 				g->cmd, "--ctx expects a positive integer, got '%s'", arg);
 		return 0;
-	case 'K': {
-		int t = lm_dtype_parse(arg);
-		if (t != LM_F32 && t != LM_F16 && t != LM_Q8_0)
-			return lm_cli_usage_error(
-				g->cmd, "--kv-type expects f32, f16 or q8_0, got '%s'", arg);
-		g->kv_type = (enum lm_dtype)t;
+	case 'K':
+	case LM_OPT_CTK:
+	case LM_OPT_CTV:
+	case LM_OPT_CTK_SWA:
+	case LM_OPT_CTV_SWA: {
+		static const char *const names[] = {"--ctk", "--ctv", "--ctk-swa", "--ctv-swa"};
+		int t = 0, rc = cli_kv_type(g, opt == 'K' ? "--kv-type" : names[opt - LM_OPT_CTK],
+					    arg, &t);
+		if (rc != 0)
+			return rc;
+		if (opt == 'K' || opt == LM_OPT_CTK)
+			g->ctk = (enum lm_dtype)t;
+		if (opt == 'K' || opt == LM_OPT_CTV)
+			g->ctv = (enum lm_dtype)t;
+		if (opt == LM_OPT_CTK_SWA)
+			g->ctk_swa = t;
+		if (opt == LM_OPT_CTV_SWA)
+			g->ctv_swa = t;
 		return 0;
 	}
 	case 'i':

@@ -94,8 +94,7 @@ static int diff_single(struct diff_ctx *c, lm_diag *d)
 				   .max_seq = c->n + 1,
 				   .slots = 1,
 				   .max_batch = c->n,
-				   .k_type = c->cfg.kv_type_k,
-				   .v_type = c->cfg.kv_type_v};
+				   .kv_types = c->cfg.kv};
 	int rc;
 	if ((rc = lm_engine_open(&c->eng, &ec, d)) != 0)
 		return rc;

@@ -36,7 +36,12 @@ static const char run_usage[] =
 	"  --seed S           sampling seed (default 0); the same seed gives the same text\n"
 	"  --threads T        CPU threads (default: the number of online CPUs)\n"
 	"  --ctx N            context length in tokens (default: the model's, at most 4096)\n"
-	"  --kv-type T        KV cache type: f32, f16 or q8_0 (default f32)\n"
+	"  --kv-type T        K and V cache type of every layer: f32, f16, bf16, q8_0, q5_1,\n"
+	"                     q4_0 or fp8 (e4m3) (default f32; block types need head_dim a\n"
+	"                     multiple of 32)\n"
+	"  --ctk T, --ctv T   K (V) cache type alone, as llama.cpp's -ctk/-ctv\n"
+	"  --ctk-swa T        K cache type of the sliding-window layers (default: --ctk's)\n"
+	"  --ctv-swa T        V cache type of the sliding-window layers (default: --ctv's)\n"
 	"  --batch N          prompt tokens per forward pass (default 256)\n"
 	"  --backend B        cpu or cuda (default cpu)\n"
 	"  --kernels K        auto, scalar or amx (default auto). scalar: the reference\n"
@@ -94,6 +99,10 @@ static int run_parse(struct run_ctx *r, int argc, char **argv)
 		{"threads", required_argument, NULL, 'T'},
 		{"ctx", required_argument, NULL, 'c'},
 		{"kv-type", required_argument, NULL, 'K'},
+		{"ctk", required_argument, NULL, LM_OPT_CTK},
+		{"ctv", required_argument, NULL, LM_OPT_CTV},
+		{"ctk-swa", required_argument, NULL, LM_OPT_CTK_SWA},
+		{"ctv-swa", required_argument, NULL, LM_OPT_CTV_SWA},
 		{"batch", required_argument, NULL, 'b'},
 		{"backend", required_argument, NULL, 'B'},
 		{"kernels", required_argument, NULL, 'G'},
@@ -167,8 +176,7 @@ static int run_open(struct run_ctx *r, lm_diag *d)
 				   .max_seq = r->g.ctx,
 				   .slots = 1,
 				   .max_batch = r->batch,
-				   .k_type = r->g.kv_type,
-				   .v_type = r->g.kv_type};
+				   .kv_types = lm_gen_args_kv_types(&r->g)};
 	int rc;
 	if ((rc = lm_engine_open(&r->eng, &ec, d)) != 0)
 		return rc;

@@ -141,10 +141,11 @@ static void status_print(const cJSON *doc)
 	const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc, "scheduler");
 	if (s != NULL) {
 		static const char *const counters[][2] = {
-			{"requests", "requests"}, {"active", "active"},
-			{"queued", "queued"},     {"tokens_generated", "tokens generated"},
-			{"batches", "batches"},   {"ring_errors", "ring errors"},
-			{"replays", "replays"},   {"batches_forgotten", "batches forgotten"},
+			{"requests", "requests"},    {"active", "active"},
+			{"queued", "queued"},        {"tokens_generated", "tokens generated"},
+			{"batches", "batches"},      {"ring_errors", "ring errors"},
+			{"replays", "replays"},      {"batches_forgotten", "batches forgotten"},
+			{"spec_drafted", "drafted"}, {"spec_accepted", "accepted"},
 		};
 		printf("\nscheduler:");
 		for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {

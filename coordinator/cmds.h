@@ -11,6 +11,8 @@ int cmd_plan(int argc, char **argv);
 
 /* layermesh synth: a deterministic random-weight llama GGUF (coordinator/cmd_synth.c). */
 int cmd_synth(int argc, char **argv);
+/* layermesh quantize: a GGUF's matrices in another type (coordinator/cmd_quantize.c). */
+int cmd_quantize(int argc, char **argv);
 
 /* coordinator/cmd_tokenize.c: text to token ids. */
 int cmd_tokenize(int argc, char **argv);

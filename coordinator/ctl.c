@@ -2,6 +2,7 @@
 #include "coordinator/ctl.h"
 
 #include <nng/protocol/reqrep0/req.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,13 +182,61 @@ int ctl_connect(struct ctl_conn *c, const char *name, const char *addr, uint64_t
 	return rc;
 }
 
+/* The reply to a request that may take long (loading a slice), watching the worker's process
+ * meanwhile. One receive with no timeout of its own, polled: a REQ socket whose receive timed
+ * out has given the request up, and a second receive would only answer NNG_ESTATE. */
+static void ctl_reply_cb(void *arg)
+{
+	atomic_store((atomic_bool *)arg, true);
+}
+
+static int ctl_wait_reply(struct ctl_conn *c, nng_msg **reply, int timeout_ms,
+			  bool (*alive)(void *arg), void *arg, lm_diag *d)
+{
+	atomic_bool done = false;
+	nng_aio *aio = NULL;
+	if (nng_aio_alloc(&aio, ctl_reply_cb, &done) != 0)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
+	nng_recv_aio(c->s, aio);
+	int64_t deadline = lm_now_ms() + timeout_ms;
+	int rc = 0;
+	const struct timespec poll = {.tv_nsec = 20 * 1000 * 1000};
+	while (!atomic_load(&done)) {
+		if (alive != NULL && !alive(arg)) {
+			rc = lm_fail(d, LM_EUNAVAILABLE, "worker %s exited while loading", c->name);
+			break;
+		}
+		if (lm_now_ms() >= deadline) {
+			rc = lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s", c->name,
+				     timeout_ms / 1000);
+			break;
+		}
+		nanosleep(&poll, NULL);
+	}
+	if (rc != 0)
+		nng_aio_cancel(aio);
+	nng_aio_wait(aio);
+	int rv = nng_aio_result(aio);
+	if (rc == 0 && rv != 0)
+		rc = lm_fail(d, LM_EIO, "worker %s: %s", c->name, nng_strerror(rv));
+	if (rv == 0) {
+		if (rc == 0)
+			*reply = nng_aio_get_msg(aio);
+		else
+			nng_msg_free(nng_aio_get_msg(aio));
+	}
+	nng_aio_free(aio);
+	return rc;
+}
+
 int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerprint,
 	       struct wire_ready *ready, int timeout_ms, bool (*alive)(void *arg), void *arg,
 	       lm_diag *d)
 {
 	struct wire_buf b = {0};
 	nng_msg *msg = NULL, *r = NULL;
-	int rv, rc = wire_encode_assign(&b, a);
+	int rc = wire_encode_assign(&b, a);
 	if (rc != 0)
 		return lm_fail(d, rc, "worker %s: cannot encode ASSIGN", c->name);
 	nng_socket_set_ms(c->s, NNG_OPT_SENDTIMEO, CTL_SHORT_MS);
@@ -200,24 +249,9 @@ int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerp
 		return lm_fail(d, LM_EIO, "worker %s: cannot send ASSIGN", c->name);
 	}
 	wire_buf_fini(&b);
-	/* Loading a large slice takes a while: wait in slices of a second, watching the process. */
-	nng_socket_set_ms(c->s, NNG_OPT_RECVTIMEO, 1000);
-	int64_t deadline = lm_now_ms() + timeout_ms;
-	while ((rv = nng_recvmsg(c->s, &r, 0)) == NNG_ETIMEDOUT) {
-		if (alive != NULL && !alive(arg)) {
-			ctl_reopen(c, NULL);
-			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited while loading",
-				       c->name);
-		}
-		if (lm_now_ms() >= deadline) {
-			ctl_reopen(c, NULL);
-			return lm_fail(d, LM_ETIMEOUT, "worker %s was not ready within %d s",
-				       c->name, timeout_ms / 1000);
-		}
-	}
-	if (rv != 0) {
+	if ((rc = ctl_wait_reply(c, &r, timeout_ms, alive, arg, d)) != 0) {
 		ctl_reopen(c, NULL);
-		return lm_fail(d, LM_EIO, "worker %s: %s", c->name, nng_strerror(rv));
+		return rc;
 	}
 	struct wire_head h;
 	rc = wire_peek(nng_msg_body(r), nng_msg_len(r), &h, d);

@@ -24,6 +24,7 @@ static const struct lm_cmd main_cmds[] = {
 	{"status", cmd_status, "show a running mesh's workers, fence and counters"},
 	{"plan", cmd_plan, "show how mesh.toml's model is cut between its workers"},
 	{"synth", cmd_synth, "write a random-weight llama GGUF of any shape and type"},
+	{"quantize", cmd_quantize, "copy a GGUF with its float matrices in another type"},
 	{"tokenize", cmd_tokenize, "print the token ids of a text"},
 	{"template", cmd_template, "show a chat template's format and the prompts it renders"},
 	{"version", cmd_version, "print the build and protocol versions"},

@@ -106,6 +106,7 @@ struct mesh {
 	char plain_note[512];
 	struct fence_plan plan;
 	tok_vocab *vocab;
+	struct spec_source draft; /* [speculative]'s draft source; iface NULL: none */
 	char worker_bin[PATH_MAX];
 
 	uv_loop_t loop;
@@ -230,6 +231,33 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 	return 0;
 }
 
+/* [speculative]'s draft source, before any worker starts (a draft model that cannot be loaded,
+ * or whose vocabulary is not the model's, stops `layermesh up` at once). */
+static int mesh_open_draft(struct mesh *m, lm_diag *d)
+{
+	const struct mesh_config *c = &m->cfg;
+	int rc = 0;
+	if (c->spec == MESH_SPEC_NGRAM) {
+		rc = spec_ngram_init(&m->draft, c->ngram_min, c->ngram_max, d);
+	} else if (c->spec == MESH_SPEC_MODEL) {
+		struct spec_draft_cfg dc = {.model = c->draft_model,
+					    .n_vocab = m->hp.n_vocab,
+					    .vocab = m->vocab,
+					    .slots = c->slots + MESH_PROBE_SLOTS,
+					    .max_seq = m->max_seq,
+					    .max_draft = c->max_draft,
+					    .threads = c->draft_threads,
+					    .kv = kv_types_uniform(LM_F32, LM_F32)};
+		rc = spec_draft_init(&m->draft, &dc, d);
+	}
+	if (rc == 0 && m->draft.iface != NULL)
+		lm_info("speculative decoding: %s drafts of up to %d tokens%s%s",
+			m->draft.iface->name, (int)c->max_draft,
+			c->draft_model != NULL ? " from " : "",
+			c->draft_model != NULL ? c->draft_model : "");
+	return rc;
+}
+
 /* Starts the data plane, the scheduler and the API when every worker is first ready (from
  * mesh_update_service, under mu, once). */
 static int mesh_start_serving(struct mesh *m, lm_diag *d)
@@ -258,6 +286,8 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .batch_timeout_ms = m->cfg.request_timeout_ms,
 			       .request_timeout_ms = m->cfg.request_timeout_ms,
 			       .n_workers = m->n_procs,
+			       .draft = m->draft,
+			       .max_draft = m->cfg.max_draft,
 			       .push = m->push,
 			       .pull = m->pull};
 	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,
@@ -1172,7 +1202,7 @@ int mesh_up(const struct mesh_opts *o)
 			 hosts);
 		lm_warn("%s", m->plain_note);
 	}
-	if (o->spawn && (rc = mesh_find_worker(m, &d)) != 0)
+	if ((rc = mesh_open_draft(m, &d)) != 0 || (o->spawn && (rc = mesh_find_worker(m, &d)) != 0))
 		goto early;
 
 	m->n_procs = m->cfg.n_workers;
@@ -1230,6 +1260,7 @@ int mesh_up(const struct mesh_opts *o)
 	api_stop(m->api);
 	sched_stop(m->sched);
 	sched_fini(m->sched);
+	spec_source_fini(&m->draft); /* the scheduler's, which is gone */
 	api_free(m->api);
 	uv_walk(&m->loop, mesh_close_walk, NULL);
 	uv_run(&m->loop, UV_RUN_DEFAULT);
@@ -1262,6 +1293,7 @@ early:
 	if (m->pull_listening)
 		mesh_remove_stale_ipc(m->cfg.data_in);
 	free(m->procs);
+	spec_source_fini(&m->draft);
 	tok_free(m->vocab);
 	fence_plan_fini(&m->plan);
 	gguf_close(m->file);

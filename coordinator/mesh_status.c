@@ -57,6 +57,9 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	if (ro != NULL)
 		cJSON_AddItemToObject(o, "rollout", ro);
 	cJSON_AddNumberToObject(q, "batches_forgotten", (double)atomic_load(&s->batches_forgotten));
+	cJSON_AddNumberToObject(q, "spec_drafted", (double)atomic_load(&s->spec_drafted));
+	cJSON_AddNumberToObject(q, "spec_accepted", (double)atomic_load(&s->spec_accepted));
+	cJSON_AddNumberToObject(q, "spec_steps", (double)atomic_load(&s->spec_steps));
 }
 
 cJSON *mesh_status_json(void *arg)
@@ -212,6 +215,14 @@ char *mesh_status_metrics(void *arg)
 	lm_mtext_counter(&t, "layermesh_batches_forgotten_total",
 			 "Batches in flight when a worker went down.",
 			 atomic_load(&s->batches_forgotten));
+	lm_mtext_counter(&t, "layermesh_spec_drafted_tokens_total",
+			 "Speculative tokens drafted and sent for verification.",
+			 atomic_load(&s->spec_drafted));
+	lm_mtext_counter(&t, "layermesh_spec_accepted_tokens_total",
+			 "Drafted tokens the last worker accepted.",
+			 atomic_load(&s->spec_accepted));
+	lm_mtext_counter(&t, "layermesh_spec_steps_total", "Sequence steps that carried a draft.",
+			 atomic_load(&s->spec_steps));
 	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
 		       atomic_load(&s->active));
 	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",

@@ -31,7 +31,7 @@ uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hp
 				    .max_batch = cfg->max_batch,
 				    .slots = cfg->slots + MESH_PROBE_SLOTS,
 				    .max_seq = max_seq,
-				    .k_type = cfg->kv_type_k,
+				    .max_draft = cfg->max_draft,
 				    .wire_dtype = cfg->wire_dtype,
 				    .backend = mw->backend == MESH_BACKEND_CUDA ? "cuda" : "cpu",
 				    .bo = {.n_threads = mw->threads,
@@ -59,10 +59,13 @@ void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *
 				  .head = j == plan->n_workers - 1,
 				  .max_seq = max_seq,
 				  .slots = slots,
-				  .k_type = cfg->kv_type_k,
-				  .v_type = cfg->kv_type_v,
+				  .k_type = cfg->kv.global.k,
+				  .v_type = cfg->kv.global.v,
+				  .k_type_swa = cfg->kv.swa.k,
+				  .v_type_swa = cfg->kv.swa.v,
 				  .wire_dtype = wire_dtype_of(cfg->wire_dtype),
-				  .max_batch = cfg->max_batch};
+				  .max_batch = cfg->max_batch,
+				  .max_draft = cfg->max_draft};
 	snprintf(a->model, sizeof a->model, "%s", cfg->model_path);
 	snprintf(a->next, sizeof a->next, "%s", next);
 }
@@ -155,8 +158,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		geom[i] = lm_hparams_kv_geom(hp, i);
 	}
 	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
-	rc = fence_kv_costs(layers, L, geom, max_seq, kv_ring_extra(cfg->max_batch),
-			    cfg->slots + MESH_PROBE_SLOTS, cfg->kv_type_k, cfg->kv_type_v, d);
+	rc = fence_kv_costs(layers, L, geom, max_seq, kv_ring_extra(cfg->max_batch, cfg->max_draft),
+			    cfg->slots + MESH_PROBE_SLOTS, &cfg->kv, d);
 	if (rc != 0) {
 		lm_diag_prefix(d, "%s", cfg->model_path);
 		goto out;
@@ -186,6 +189,7 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		.last_flops = costs.head_flops,
 		.n_workers = W,
 		.workers = workers,
+		.kv_types = cfg->kv,
 	};
 	rc = fence_plan_make(plan, &in, d);
 	if (rc != 0)
@@ -199,9 +203,9 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 			.max_seq = max_seq,
 			.slots = cfg->slots,
 			.max_batch = cfg->max_batch,
-			.kv_type_k = cfg->kv_type_k,
-			.kv_type_v = cfg->kv_type_v,
+			.kv = cfg->kv,
 			.wire_dtype = cfg->wire_dtype,
+			.has_sliding = plan->has_sliding,
 			.tied = hp->tied,
 			.embd_bytes = costs.embd_bytes,
 			.head_bytes = costs.head_bytes,
@@ -209,6 +213,7 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		for (int32_t i = 0; i < L; i++) {
 			info->weight_bytes += layers[i].weight_bytes;
 			info->kv_bytes += layers[i].kv_bytes;
+			info->kv_f32_bytes += layers[i].kv_f32_bytes;
 		}
 	}
 out:
@@ -234,8 +239,11 @@ static cJSON *planner_info_json(const struct planner_info *i, const struct mesh_
 		  cJSON_AddNumberToObject(m, "max_seq", i->max_seq) &&
 		  cJSON_AddNumberToObject(m, "slots", i->slots) &&
 		  cJSON_AddNumberToObject(m, "max_batch", i->max_batch) &&
-		  cJSON_AddStringToObject(m, "kv_type_k", lm_dtype_name(i->kv_type_k)) &&
-		  cJSON_AddStringToObject(m, "kv_type_v", lm_dtype_name(i->kv_type_v)) &&
+		  cJSON_AddStringToObject(m, "kv_type_k", lm_dtype_name(i->kv.global.k)) &&
+		  cJSON_AddStringToObject(m, "kv_type_v", lm_dtype_name(i->kv.global.v)) &&
+		  cJSON_AddStringToObject(m, "kv_type_k_swa", lm_dtype_name(i->kv.swa.k)) &&
+		  cJSON_AddStringToObject(m, "kv_type_v_swa", lm_dtype_name(i->kv.swa.v)) &&
+		  cJSON_AddNumberToObject(m, "kv_f32_bytes", (double)i->kv_f32_bytes) &&
 		  cJSON_AddStringToObject(m, "wire_dtype", lm_dtype_name(i->wire_dtype)) &&
 		  cJSON_AddBoolToObject(m, "tied_embedding", i->tied) &&
 		  cJSON_AddNumberToObject(m, "weight_bytes", (double)i->weight_bytes) &&
@@ -274,6 +282,31 @@ static int planner_print_json(const struct planner_info *info, const struct mesh
 	return rc;
 }
 
+static void planner_print_header(const struct planner_info *info, const struct mesh_config *cfg,
+				 FILE *out)
+{
+	char a[32], b[32], c[32], e[32], types[96];
+	fprintf(out, "model: %s (%d layers, n_embd %d, vocab %d, context %d%s)\n", cfg->model_path,
+		(int)info->n_layers, (int)info->n_embd, (int)info->n_vocab, (int)info->n_ctx_train,
+		info->tied ? ", tied embedding" : "");
+	if (info->has_sliding)
+		snprintf(types, sizeof types, "global layers K %s, V %s; sliding layers K %s, V %s",
+			 lm_dtype_name(info->kv.global.k), lm_dtype_name(info->kv.global.v),
+			 lm_dtype_name(info->kv.swa.k), lm_dtype_name(info->kv.swa.v));
+	else
+		snprintf(types, sizeof types, "K %s, V %s", lm_dtype_name(info->kv.global.k),
+			 lm_dtype_name(info->kv.global.v));
+	fprintf(out,
+		"cache: %d positions x %d slots (+1 kept for probes), %s: %s for all layers in one "
+		"process (%s in f32); weights %s, embedding %s, head %s\n",
+		(int)info->max_seq, (int)info->slots, types,
+		fence_fmt_bytes(info->kv_bytes, a, sizeof a),
+		fence_fmt_bytes(info->kv_f32_bytes, e, sizeof e),
+		fence_fmt_bytes(info->weight_bytes, b, sizeof b),
+		fence_fmt_bytes(info->embd_bytes, c, sizeof c),
+		fence_fmt_bytes(info->head_bytes, (char[32]){0}, 32));
+}
+
 int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 {
 	struct mesh_config cfg;
@@ -308,19 +341,7 @@ int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 	if (json) {
 		rc = planner_print_json(&info, &cfg, &plan, out);
 	} else {
-		char a[32], b[32], c[32];
-		fprintf(out, "model: %s (%d layers, n_embd %d, vocab %d, context %d%s)\n",
-			cfg.model_path, (int)info.n_layers, (int)info.n_embd, (int)info.n_vocab,
-			(int)info.n_ctx_train, info.tied ? ", tied embedding" : "");
-		fprintf(out,
-			"cache: %d positions x %d slots (+1 kept for probes), K %s, V %s: %s for "
-			"all "
-			"layers in one process; weights %s, embedding %s, head %s\n",
-			(int)info.max_seq, (int)info.slots, lm_dtype_name(info.kv_type_k),
-			lm_dtype_name(info.kv_type_v), fence_fmt_bytes(info.kv_bytes, a, sizeof a),
-			fence_fmt_bytes(info.weight_bytes, b, sizeof b),
-			fence_fmt_bytes(info.embd_bytes, c, sizeof c),
-			fence_fmt_bytes(info.head_bytes, (char[32]){0}, 32));
+		planner_print_header(&info, &cfg, out);
 		rc = fence_plan_write_table(&plan, out);
 	}
 	if (rc != 0)

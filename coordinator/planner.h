@@ -26,10 +26,13 @@
 struct planner_info {
 	int32_t n_layers, n_embd, n_vocab, n_ctx_train;
 	int32_t max_seq, slots, max_batch;
-	enum lm_dtype kv_type_k, kv_type_v, wire_dtype;
+	struct kv_types kv;
+	enum lm_dtype wire_dtype;
+	bool has_sliding;      /* some layer slides (the sliding types apply) */
 	bool tied;             /* the head reuses the token embedding */
 	uint64_t weight_bytes; /* every layer's tensors */
 	uint64_t kv_bytes;     /* every layer's cache: what one process of the whole model holds */
+	uint64_t kv_f32_bytes; /* the same in f32 */
 	uint64_t embd_bytes;   /* token embedding (worker 0) */
 	uint64_t head_bytes; /* output norm + lm_head (last worker; the embedding again if tied) */
 };

@@ -34,6 +34,7 @@ struct sched_seq {
 	bool inflight;
 	bool cancel;
 	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
+	bool spec; /* may speculate (the request did not opt out) */
 	int64_t progress_ms; /* lm_now_ms at submit and whenever a batch of it came back */
 	int32_t retries;     /* batches of this sequence a worker refused */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
@@ -47,6 +48,10 @@ struct sched_batch {
 	struct sched_seq **seqs; /* [slots] */
 	int32_t *chunk;          /* [slots] tokens of each sequence in the batch */
 	bool *sample;            /* [slots] */
+	int32_t *n_draft;        /* [slots] drafted tokens among a sequence's chunk */
+	int32_t *draft_at;       /* [slots] where its drafts start in `drafts` */
+	int32_t *drafts;         /* [max_batch] every drafted id of the batch, in order */
+	int32_t n_drafts;
 };
 
 struct sched {
@@ -160,6 +165,8 @@ static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish
 			 const char *msg)
 {
 	if (q->slot >= 0) {
+		if (s->cfg.draft.iface != NULL && s->cfg.draft.iface->release != NULL)
+			s->cfg.draft.iface->release(s->cfg.draft.ctx, q->slot);
 		s->slot_seq[q->slot] = NULL;
 		bool listed = false;
 		for (int32_t i = 0; i < s->n_release; i++)
@@ -211,6 +218,84 @@ static bool sched_is_stop(const struct sched *s, const struct sched_seq *q, int3
 	return false;
 }
 
+/* One generated token into sequence q (its alternatives at top, in the TOKENS payload's
+ * layout): false when the sequence ended with it (finished and freed). */
+static bool sched_take_token(struct sched *s, struct sched_seq *q, const struct wire_token *tk,
+			     const uint8_t *top)
+{
+	int32_t top_ids[64];
+	float top_lp[64];
+	int32_t n_top = tk->n_top < 64 ? tk->n_top : 64;
+	for (int32_t j = 0; j < n_top; j++) {
+		memcpy(&top_ids[j], top + 4 * j, 4);
+		memcpy(&top_lp[j], top + 4 * (tk->n_top + j), 4);
+	}
+	if (q->cancel) {
+		sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		return false;
+	}
+	if (sched_is_stop(s, q, tk->token)) {
+		sched_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
+		return false;
+	}
+	q->tok[q->n_tok++] = tk->token;
+	q->n_gen++;
+	atomic_fetch_add(&s->stats.tokens_generated, 1);
+	uint64_t now = lm_now_ns();
+	if (q->n_gen == 1)
+		lm_hist_observe(&s->stats.ttft, now - q->t_submit_ns);
+	else
+		lm_hist_observe(&s->stats.token, now - q->t_last_ns);
+	q->t_last_ns = now;
+	q->on_token(q->arg, tk->token, tk->logprob, top_ids, top_lp, n_top);
+	if (q->cancel)
+		sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+	else if (q->n_gen >= q->max_tokens || q->n_tok >= s->cfg.max_seq)
+		sched_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+	else
+		return true;
+	return false;
+}
+
+/* The entries of sequence k of batch b, from t->toks[*ti]: one token, or for a speculating
+ * sequence its accepted drafts (which must be the drafts it sent, in order) and the token after
+ * them. Its cache then holds its chunk less the rejected drafts: the next batch starts there,
+ * which is the rollback. */
+static void sched_take_tokens(struct sched *s, struct sched_batch *b, int32_t k,
+			      const struct wire_tokens *t, int32_t *ti, const uint8_t **top)
+{
+	struct sched_seq *q = b->seqs[k];
+	const int32_t nd = b->n_draft[k];
+	const int32_t *dr = b->drafts + b->draft_at[k];
+	int32_t m = 0;
+	while (*ti + m < t->n && m <= nd && t->toks[*ti + m].seq_id == q->id)
+		m++;
+	bool ok = m >= 1;
+	for (int32_t j = 0; ok && j + 1 < m; j++)
+		ok = t->toks[*ti + j].token == dr[j];
+	if (!ok) {
+		*ti += m;
+		sched_finish(s, q, SCHED_FINISH_ERROR, LM_EPROTO,
+			     m == 0 ? "the last worker did not return a token for this sequence"
+				    : "the last worker accepted tokens that were not the drafts");
+		return;
+	}
+	q->n_done += b->chunk[k] - (nd - (m - 1));
+	if (nd > 0) {
+		atomic_fetch_add(&s->stats.spec_steps, 1);
+		atomic_fetch_add(&s->stats.spec_drafted, (uint64_t)nd);
+		atomic_fetch_add(&s->stats.spec_accepted, (uint64_t)(m - 1));
+	}
+	bool live = true;
+	for (int32_t j = 0; j < m; j++) {
+		const struct wire_token *tk = &t->toks[*ti + j];
+		if (live)
+			live = sched_take_token(s, q, tk, *top);
+		*top += 8 * (size_t)tk->n_top;
+	}
+	*ti += m;
+}
+
 static void sched_on_tokens(struct sched *s, nng_msg *m)
 {
 	struct wire_tokens t;
@@ -235,49 +320,14 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 	for (int32_t k = 0; k < b->n; k++) {
 		struct sched_seq *q = b->seqs[k];
 		q->inflight = false;
-		q->n_done += b->chunk[k];
 		q->progress_ms = now_ms;
 		if (!b->sample[k]) {
+			q->n_done += b->chunk[k];
 			if (q->cancel)
 				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
 			continue;
 		}
-		if (ti >= t.n || t.toks[ti].seq_id != q->id) {
-			sched_finish(s, q, SCHED_FINISH_ERROR, LM_EPROTO,
-				     "the last worker did not return a token for this sequence");
-			continue;
-		}
-		const struct wire_token *tk = &t.toks[ti++];
-		int32_t top_ids[64];
-		float top_lp[64];
-		int32_t n_top = tk->n_top < 64 ? tk->n_top : 64;
-		for (int32_t j = 0; j < n_top; j++) {
-			memcpy(&top_ids[j], top + 4 * j, 4);
-			memcpy(&top_lp[j], top + 4 * (tk->n_top + j), 4);
-		}
-		top += 8 * (size_t)tk->n_top;
-		if (q->cancel) {
-			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
-			continue;
-		}
-		if (sched_is_stop(s, q, tk->token)) {
-			sched_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
-			continue;
-		}
-		q->tok[q->n_tok++] = tk->token;
-		q->n_gen++;
-		atomic_fetch_add(&s->stats.tokens_generated, 1);
-		uint64_t now = lm_now_ns();
-		if (q->n_gen == 1)
-			lm_hist_observe(&s->stats.ttft, now - q->t_submit_ns);
-		else
-			lm_hist_observe(&s->stats.token, now - q->t_last_ns);
-		q->t_last_ns = now;
-		q->on_token(q->arg, tk->token, tk->logprob, top_ids, top_lp, n_top);
-		if (q->cancel)
-			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
-		else if (q->n_gen >= q->max_tokens || q->n_tok >= s->cfg.max_seq)
-			sched_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+		sched_take_tokens(s, b, k, &t, &ti, &top);
 	}
 	sched_drop_batch(s, bi);
 }
@@ -405,6 +455,28 @@ static void sched_send_release(struct sched *s)
 	 * slot starts at position 0 and needs no release to be correct. */
 }
 
+/* Asks the draft source for up to `room` tokens to follow decoding sequence q, into the batch's
+ * drafts (not counted in yet); how many. No more than the request may still generate (the
+ * last worker's own token comes on top) or the context holds. */
+static int32_t sched_draft(struct sched *s, struct sched_seq *q, int32_t room,
+			   struct sched_batch *b)
+{
+	/* A request with logit adjustments does not speculate: its penalty window would move
+	 * with every accepted draft, and the wire carries one adjustment per sequence. */
+	if (s->cfg.draft.iface == NULL || !q->spec || s->cfg.max_draft <= 0 || q->n_bias > 0 ||
+	    lm_penalties_active(&q->pen))
+		return 0;
+	int32_t most = s->cfg.max_draft;
+	most = room < most ? room : most;
+	most = q->max_tokens - q->n_gen - 1 < most ? q->max_tokens - q->n_gen - 1 : most;
+	most = s->cfg.max_seq - q->n_tok < most ? s->cfg.max_seq - q->n_tok : most;
+	if (most <= 0)
+		return 0;
+	int32_t k = s->cfg.draft.iface->propose(s->cfg.draft.ctx, q->slot, q->tok, q->n_tok, most,
+						b->drafts + b->n_drafts);
+	return k < 0 ? 0 : k > most ? most : k;
+}
+
 /* Packs the next batch from sequences not in flight. Returns false when there is none. */
 static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n_tokens)
 {
@@ -421,6 +493,7 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 	int32_t share = (active + s->cfg.max_inflight - 1) / s->cfg.max_inflight;
 	int32_t budget = s->cfg.max_batch, n = 0;
 	b->n = 0;
+	b->n_drafts = 0;
 	for (int32_t k = 0; k < slots && b->n < share && budget > 0; k++) {
 		struct sched_seq *q = s->slot_seq[(s->rr + k) % slots];
 		if (q == NULL || q->inflight || (q->solo && b->n > 0))
@@ -432,15 +505,20 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 		if (chunk > budget)
 			chunk = budget;
 		memcpy(s->ids + n, q->tok + q->n_done, (size_t)chunk * sizeof *s->ids);
+		/* A decoding sequence's last token may bring a draft after it. */
+		const int32_t nd = remaining == 1 ? sched_draft(s, q, budget - 1, b) : 0;
+		memcpy(s->ids + n + 1, b->drafts + b->n_drafts, (size_t)nd * sizeof *s->ids);
+		chunk += nd;
 		struct wire_seq *w = &s->wseqs[b->n];
 		*w = (struct wire_seq){.seq_id = q->id,
 				       .slot = q->slot,
 				       .pos = q->n_done,
 				       .n_tokens = chunk,
-				       .sample = q->n_done + chunk == q->n_tok,
+				       .sample = q->n_done + chunk - nd == q->n_tok,
 				       .step = (uint64_t)q->n_gen,
 				       .n_logprobs = q->n_logprobs,
-				       .sampling = q->sampling};
+				       .sampling = q->sampling,
+				       .n_draft = nd};
 		if (w->sample && (q->n_bias > 0 || lm_penalties_active(&q->pen))) {
 			/* The window: the sequence's last tokens, prompt included, as llama-server
 			 * feeds its sampler. */
@@ -459,6 +537,9 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 		b->seqs[b->n] = q;
 		b->chunk[b->n] = chunk;
 		b->sample[b->n] = w->sample;
+		b->n_draft[b->n] = nd;
+		b->draft_at[b->n] = b->n_drafts;
+		b->n_drafts += nd;
 		b->n++;
 		n += chunk;
 		budget -= chunk;
@@ -482,6 +563,8 @@ static void sched_dispatch(struct sched *s)
 					 .fingerprint = s->cfg.fingerprint,
 					 .n_seqs = b->n,
 					 .seqs = s->wseqs,
+					 .n_drafts = b->n_drafts,
+					 .drafts = b->drafts,
 					 .n_tokens = n,
 					 .dtype = WIRE_DT_I32,
 					 .dim = 1,
@@ -920,6 +1003,8 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	if (s->cfg.n_workers < 0)
 		s->cfg.n_workers = 0;
 	s->stats.n_workers = s->cfg.n_workers;
+	if (s->cfg.max_draft >= s->cfg.max_batch)
+		s->cfg.max_draft = s->cfg.max_batch - 1;
 	s->available = true;
 	s->next_seq_id = 1;
 	s->next_batch_id = 1;
@@ -930,7 +1015,8 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 				      .n_vocab = cfg->n_vocab,
 				      .max_batch = cfg->max_batch,
 				      .max_seqs = cfg->slots,
-				      .max_logprobs = cfg->max_logprobs};
+				      .max_logprobs = cfg->max_logprobs,
+				      .max_draft = cfg->max_draft};
 	int32_t slots = cfg->slots;
 	s->slot_seq = calloc((size_t)slots, sizeof *s->slot_seq);
 	s->snap = calloc((size_t)slots, sizeof *s->snap);
@@ -943,13 +1029,17 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->stats.worker_replays = calloc(nw, sizeof *s->stats.worker_replays);
 	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids && s->blamed &&
 		  s->turn_blamed && s->stats.worker_replays &&
-		  wire_scratch_init(&s->scratch, slots) == 0;
+		  wire_scratch_init_rows(&s->scratch, slots,
+					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
 		b->seqs = calloc((size_t)slots, sizeof *b->seqs);
 		b->chunk = calloc((size_t)slots, sizeof *b->chunk);
 		b->sample = calloc((size_t)slots, sizeof *b->sample);
-		ok = b->seqs && b->chunk && b->sample;
+		b->n_draft = calloc((size_t)slots, sizeof *b->n_draft);
+		b->draft_at = calloc((size_t)slots, sizeof *b->draft_at);
+		b->drafts = calloc((size_t)cfg->max_batch, sizeof *b->drafts);
+		ok = b->seqs && b->chunk && b->sample && b->n_draft && b->draft_at && b->drafts;
 	}
 	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0)
 		goto nomem;
@@ -1023,6 +1113,9 @@ void sched_fini(struct sched *s)
 		free(s->inflight[i].seqs);
 		free(s->inflight[i].chunk);
 		free(s->inflight[i].sample);
+		free(s->inflight[i].n_draft);
+		free(s->inflight[i].draft_at);
+		free(s->inflight[i].drafts);
 	}
 	free(s->slot_seq);
 	free(s->snap);
@@ -1124,6 +1217,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 		q->slot = s->cfg.slots - s->cfg.reserved_slots;
 	}
 	q->max_tokens = r->max_tokens;
+	q->spec = !r->no_speculate && !r->probe;
 	q->n_logprobs = r->n_logprobs;
 	q->sampling = r->sampling;
 	q->on_token = r->on_token;

@@ -10,6 +10,14 @@
  * The scheduler keeps every sequence's tokens (prompt and generated): that history is what a
  * restarted worker's cache is rebuilt from.
  *
+ * Speculation (cfg.draft, coordinator/spec.h). A decoding sequence that may speculate sends its
+ * last token and up to max_draft drafted ones in one batch, beside sequences that do not; the
+ * last worker returns the drafts it accepted and its own next token, all of which the request
+ * receives in order (each through on_token, each checked for a stop). Its next batch starts
+ * right after what was accepted, which rolls every worker's cache back past the rejected
+ * drafts (wire.h): nothing else is sent. The tokens are the ones plain decoding gives: the last
+ * worker draws each from the draw plain decoding would make at that step.
+ *
  * Threads. sched_submit and sched_cancel may be called from any thread. Callbacks run on the
  * scheduler thread: they must not block, and may call sched_cancel.
  */
@@ -26,6 +34,7 @@
 #include "common/base/metrics.h"
 #include "common/model/sampling.h"
 #include "common/wire/wire.h"
+#include "coordinator/spec.h"
 
 enum sched_finish {
 	SCHED_FINISH_LENGTH = 0, /* max_tokens or the context filled up */
@@ -51,6 +60,7 @@ struct sched_req {
 	const int32_t *stop_ids;
 	int32_t n_stop_ids;
 	bool probe; /* run in the reserved slot (smoke tests, diffs); fails with LM_EBUSY if taken */
+	bool no_speculate; /* decode one token a step even where the scheduler has drafts */
 	/* One generated token; top_ids/top_lp hold n_top alternatives. */
 	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top);
@@ -82,14 +92,22 @@ struct sched_cfg {
 	 * 0: batch_timeout_ms. */
 	int64_t request_timeout_ms;
 	int32_t n_workers; /* for the replays counted per worker (sched_blame); may be 0 */
-	nng_socket push;   /* to the first worker; opened and dialled by the caller */
-	nng_socket pull;   /* from the last worker; opened and listening */
+	/* Speculative decoding: drafts of up to max_draft tokens (< max_batch, and no more than
+	 * the workers were assigned) from `draft`; iface NULL: none. The scheduler uses the
+	 * source on its own thread; it stays the caller's. */
+	struct spec_source draft;
+	int32_t max_draft;
+	nng_socket push; /* to the first worker; opened and dialled by the caller */
+	nng_socket pull; /* from the last worker; opened and listening */
 };
 
 struct sched_stats {
 	_Atomic uint64_t requests, tokens_generated, prompt_tokens, batches, ring_errors;
 	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
 	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
+	/* Speculation: tokens drafted and sent, drafts the last worker accepted, and the
+	 * sequence-steps that carried a draft. */
+	_Atomic uint64_t spec_drafted, spec_accepted, spec_steps;
 	_Atomic int32_t active, queued;
 	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
 	 * that took several workers down at once counts for each of them. */

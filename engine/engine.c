@@ -46,10 +46,10 @@ int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag
 					  .num_layers = s->end - s->begin,
 					  .geom = geom,
 					  .max_seq = max_seq,
-					  .ring_extra = kv_ring_extra(cfg->max_batch),
+					  .ring_extra =
+						  kv_ring_extra(cfg->max_batch, cfg->max_draft),
 					  .slots = cfg->slots > 0 ? cfg->slots : 1,
-					  .k_type = cfg->k_type,
-					  .v_type = cfg->v_type};
+					  .types = cfg->kv_types};
 		if ((rc = kv_cache_init(&e->kv, &e->be, &kc, d)) != 0)
 			goto fail;
 	}

@@ -34,7 +34,8 @@ struct lm_engine_cfg {
 	int32_t max_seq;              /* positions per sequence; <= 0: the model's, capped */
 	int32_t slots;                /* sequences; <= 0: 1 */
 	int32_t max_batch;            /* tokens per forward */
-	enum lm_dtype k_type, v_type;
+	int32_t max_draft;            /* speculative tokens a sequence's forward may carry */
+	struct kv_types kv_types;     /* K and V types, global and sliding layers */
 };
 
 struct lm_engine {

@@ -71,6 +71,15 @@ void lm_forward_fini(struct lm_forward *fw)
 	memset(fw, 0, sizeof *fw);
 }
 
+/* Whether token t is its slot's first in the batch. */
+static bool fw_first_of_slot(const struct lm_batch *b, int32_t t)
+{
+	for (int32_t u = t - 1; u >= 0; u--)
+		if (b->loc[u].slot == b->loc[t].slot)
+			return false;
+	return true;
+}
+
 /* Every token's slot and position fit the cache, a slot's tokens are consecutive and start at
  * or before the slot's length, ids are in the vocabulary, output rows are in the batch. */
 static int fw_check(const struct lm_forward *fw, const struct lm_batch *b, lm_diag *d)
@@ -152,6 +161,15 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 
 	if ((rc = fw_check(fw, b, d)) != 0)
 		return rc;
+	/* Rollback is implicit: a slot's first position in the batch is the length its cache must
+	 * hold, so the slot is truncated to it before anything is stored (fw_check made sure every
+	 * ring can). This is how a rejected speculative draft is undone on every stage. */
+	for (int32_t t = 0; fw->kv != NULL && t < b->n; t++) {
+		const struct lm_tok_loc *l = &b->loc[t];
+		if (l->pos < fw->kv->len[l->slot] && fw_first_of_slot(b, t) &&
+		    (rc = kv_cache_truncate(fw->kv, l->slot, l->pos, d)) != 0)
+			return rc;
+	}
 	if (m->slice.embedding) {
 		LM_FW_OP(be->get_rows(ctx, fw->x, &m->tok_embd, b->ids, b->n), "token_embd");
 		if (hp->embd_scale != 1.0f)
@@ -170,9 +188,12 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 		}
 	}
 	/* The cache now holds every token of the batch: each slot's length is past its last one. */
-	if (fw->kv != NULL)
-		for (int32_t t = 0; t < b->n; t++)
-			fw->kv->len[b->loc[t].slot] = b->loc[t].pos + 1;
+	for (int32_t t = 0; fw->kv != NULL && t < b->n; t++) {
+		const struct lm_tok_loc *l = &b->loc[t];
+		fw->kv->len[l->slot] = l->pos + 1;
+		if (fw->kv->hi[l->slot] < l->pos + 1)
+			fw->kv->hi[l->slot] = l->pos + 1;
+	}
 
 	if (!m->slice.head) {
 		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");

@@ -34,41 +34,40 @@ int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct 
 			"kv cache: need layers > 0 (got %d), slots > 0 (got %d), max_seq > 0 "
 			"(got %d)",
 			cfg->num_layers, cfg->slots, cfg->max_seq);
-	if (!kv_type_supported(cfg->k_type) || !kv_type_supported(cfg->v_type))
-		return lm_fail(d, LM_EINVAL,
-			       "kv cache: types must be f32, f16 or q8_0 (got %s, %s)",
-			       lm_dtype_name(cfg->k_type), lm_dtype_name(cfg->v_type));
 
 	kv->base_layer = cfg->base_layer;
 	kv->num_layers = cfg->num_layers;
 	kv->max_seq = cfg->max_seq;
 	kv->slots = cfg->slots;
-	kv->k_type = cfg->k_type;
-	kv->v_type = cfg->v_type;
+	kv->types = cfg->types;
 	kv->backend = backend;
 	kv->layers = calloc((size_t)cfg->num_layers, sizeof *kv->layers);
 	kv->len = calloc((size_t)cfg->slots, sizeof *kv->len);
-	if (kv->layers == NULL || kv->len == NULL) {
+	kv->hi = calloc((size_t)cfg->slots, sizeof *kv->hi);
+	if (kv->layers == NULL || kv->len == NULL || kv->hi == NULL) {
 		kv_cache_fini(kv);
 		return lm_fail(d, LM_ENOMEM, "kv cache: out of memory");
 	}
 	for (int32_t i = 0; i < cfg->num_layers; i++) {
 		const struct kv_geom *g = &cfg->geom[i];
+		const struct kv_pair t = kv_types_for(&cfg->types, g);
 		struct lm_kv_layer *l = &kv->layers[i];
 		uint64_t kr, vr;
 		int32_t layer = cfg->base_layer + i;
-		if (kv_geom_row_bytes(g, cfg->k_type, &kr) != 0 ||
-		    kv_geom_row_bytes(g, cfg->v_type, &vr) != 0) {
+		char why[160];
+		if (kv_geom_check(g, t.k, why, sizeof why) != 0 ||
+		    kv_geom_check(g, t.v, why, sizeof why) != 0 ||
+		    kv_geom_row_bytes(g, t.k, &kr) != 0 || kv_geom_row_bytes(g, t.v, &vr) != 0) {
 			kv_cache_fini(kv);
 			return lm_fail(
 				d, LM_EINVAL,
-				"kv cache: layer %d: %d KV heads x head_dim %d cannot be stored "
-				"as %s/%s (q8_0 needs a multiple of 32 per row)",
-				layer, g->n_kv_heads, g->head_dim, lm_dtype_name(cfg->k_type),
-				lm_dtype_name(cfg->v_type));
+				"kv cache: layer %d (%s, %d KV heads x head_dim %d): no %s K "
+				"/ %s V cache: %s",
+				layer, g->window > 0 ? "sliding" : "global", g->n_kv_heads,
+				g->head_dim, lm_dtype_name(t.k), lm_dtype_name(t.v), why);
 		}
-		l->k_type = cfg->k_type;
-		l->v_type = cfg->v_type;
+		l->k_type = t.k;
+		l->v_type = t.v;
 		l->n_kv_heads = g->n_kv_heads;
 		l->head_dim = g->head_dim;
 		l->ctx = kv_layer_ctx(g, cfg->max_seq, cfg->ring_extra);
@@ -106,6 +105,7 @@ void kv_cache_fini(struct kv_cache *kv)
 		}
 	free(kv->layers);
 	free(kv->len);
+	free(kv->hi);
 	memset(kv, 0, sizeof *kv);
 }
 
@@ -136,6 +136,7 @@ int kv_cache_set_len(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
 	if (rc != 0)
 		return rc;
 	kv->len[slot] = len;
+	kv->hi[slot] = len == 0 ? 0 : len > kv->hi[slot] ? len : kv->hi[slot];
 	return 0;
 }
 
@@ -148,18 +149,22 @@ int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, 
 	if (len < 0 || len > held)
 		return lm_fail(d, LM_ERANGE, "cannot truncate slot %d of length %d to %d", slot,
 			       held, len);
-	/* A sliding layer's ring of ctx rows (its window w and the rows a batch writes ahead)
-	 * that has seen L > ctx positions keeps only [L - ctx, L). The next token, at position
-	 * len, reads [len - w + 1, len): a rollback needs len - w + 1 >= L - ctx, or len == 0 (a
-	 * fresh start). Global layers keep every row, so their truncation is always exact. */
+	/* A sliding layer's ring of ctx rows (its window w and the rows a batch or a draft writes
+	 * ahead) into which positions up to H (the high-water mark, H > ctx) were written keeps
+	 * only [H - ctx, H): rows of a rejected draft overwrote older ones. The next token, at
+	 * position len, reads [len - w + 1, len): a rollback needs len - w + 1 >= H - ctx, or
+	 * len == 0 (a fresh start). With ctx = w + extra that is any rollback of at most extra + 1
+	 * positions below H. Global layers keep every row, so their truncation is always exact. */
+	const int32_t high = kv->hi[slot];
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		const struct lm_kv_layer *l = &kv->layers[i];
-		if (l->window > 0 && held > l->ctx && len > 0 &&
-		    (int64_t)len - l->window + 1 < (int64_t)held - l->ctx)
+		if (l->window > 0 && high > l->ctx && len > 0 &&
+		    (int64_t)len - l->window + 1 < (int64_t)high - l->ctx)
 			return lm_fail(d, LM_ERANGE,
-				       "layer %d keeps %d positions of its window of %d: slot %d "
-				       "of length %d cannot roll back to %d (re-prefill instead)",
-				       kv->base_layer + i, l->ctx, l->window, slot, held, len);
+				       "layer %d keeps %d positions of its window of %d: slot %d, "
+				       "written up to %d, cannot roll back to %d (re-prefill "
+				       "instead)",
+				       kv->base_layer + i, l->ctx, l->window, slot, high, len);
 	}
 	return 0;
 }
@@ -167,8 +172,11 @@ int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, 
 int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
 {
 	int rc = kv_cache_can_truncate(kv, slot, len, d);
-	if (rc == 0)
+	if (rc == 0) {
 		kv->len[slot] = len;
+		if (len == 0)
+			kv->hi[slot] = 0;
+	}
 	return rc;
 }
 
@@ -191,8 +199,9 @@ uint64_t kv_cache_export_bytes(const struct kv_cache *kv, int32_t slot)
 }
 
 /* The export layout: for each owned layer in order, the slot's K rows [0, held) then its V rows
- * [0, held), raw in the cache types. Both ends have the same slice geometry (checked by the
- * caller through the model fingerprint and slice), so ring order carries over unchanged. */
+ * [0, held), raw in the cache types, bit for bit. Both ends have the same slice geometry and
+ * cache types (checked by the caller through the model fingerprint and the assignment), so ring
+ * order carries over unchanged; the high-water mark travels beside the rows. */
 int kv_cache_export(const struct kv_cache *kv, int32_t slot, void *buf, uint64_t cap, lm_diag *d)
 {
 	int rc = kv_cache_check(kv, slot, 0, 0, d);
@@ -223,12 +232,17 @@ int kv_cache_export(const struct kv_cache *kv, int32_t slot, void *buf, uint64_t
 	return 0;
 }
 
-int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, const void *buf, uint64_t bytes,
-		    lm_diag *d)
+int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, int32_t hi, const void *buf,
+		    uint64_t bytes, lm_diag *d)
 {
 	int rc = kv_cache_check(kv, slot, 0, len, d);
 	if (rc != 0)
 		return rc;
+	if (hi < len || hi > kv->max_seq)
+		return lm_fail(d, LM_ERANGE,
+			       "import into slot %d: written up to %d, below its length %d or past "
+			       "the context of %d",
+			       slot, hi, len, kv->max_seq);
 	int32_t old = kv->len[slot];
 	kv->len[slot] = len;
 	uint64_t need = kv_cache_export_bytes(kv, slot);
@@ -249,7 +263,7 @@ int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, const void *
 			if ((rc = kv->backend->iface->upload(kv->backend->ctx, k, p, kn)) != 0 ||
 			    (rc = kv->backend->iface->upload(kv->backend->ctx, v, p + kn, vn)) !=
 				    0) {
-				kv->len[slot] = 0;
+				kv->len[slot] = kv->hi[slot] = 0;
 				return lm_fail(d, rc, "import into slot %d: upload failed", slot);
 			}
 		} else {
@@ -258,5 +272,6 @@ int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, const void *
 		}
 		p += kn + vn;
 	}
+	kv->hi[slot] = hi;
 	return 0;
 }

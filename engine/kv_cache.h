@@ -10,9 +10,17 @@
  * the local index and checks the range in every build type, returning LM_ERANGE: a release build
  * that silently reads another layer's rows produces plausible garbage, which is worse than a crash.
  *
- * A slot holds one sequence. Each slot remembers its length (positions written); truncating a
- * slot rolls the sequence back. Rows of one sequence can be exported and imported (migration
- * between worker processes during a redeploy).
+ * K and V are stored in their own types, per layer kind (kv_geom.h's struct kv_types: sliding
+ * layers and global layers may differ); each struct lm_kv_layer says its two.
+ *
+ * A slot holds one sequence. Each slot remembers its length (positions its sequence holds) and
+ * its high-water mark (one past the highest position ever written since the slot was last
+ * emptied): truncating a slot rolls the sequence back, which is exact for global layers, and
+ * for a sliding layer's ring valid only while the ring still holds the rows the rolled-back
+ * sequence reads. A rejected speculative draft wrote rows past the accepted length; those
+ * overwrote ring rows of older positions, so the check must count from the high-water mark, not
+ * from the length. Rows of one sequence can be exported and imported (migration between worker
+ * processes during a redeploy), its length and high-water mark with them.
  */
 #ifndef LM_KV_CACHE_H
 #define LM_KV_CACHE_H
@@ -27,21 +35,22 @@
 #include "kernels/backend.h"
 
 struct kv_cache_cfg {
-	int32_t base_layer;           /* first absolute layer owned */
-	int32_t num_layers;           /* layers owned */
-	const struct kv_geom *geom;   /* [num_layers], indexed locally */
-	int32_t max_seq;              /* positions per sequence */
-	int32_t ring_extra;           /* rows a sliding ring keeps beyond its window (kv_geom.h) */
-	int32_t slots;                /* concurrent sequences */
-	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0 */
+	int32_t base_layer;         /* first absolute layer owned */
+	int32_t num_layers;         /* layers owned */
+	const struct kv_geom *geom; /* [num_layers], indexed locally */
+	int32_t max_seq;            /* positions per sequence */
+	int32_t ring_extra;         /* rows a sliding ring keeps beyond its window (kv_geom.h) */
+	int32_t slots;              /* concurrent sequences */
+	struct kv_types types;      /* K and V types of global and of sliding layers */
 };
 
 struct kv_cache {
 	int32_t base_layer, num_layers, max_seq, slots;
-	enum lm_dtype k_type, v_type;
+	struct kv_types types;
 	struct lm_backend *backend;
 	struct lm_kv_layer *layers; /* [num_layers] */
-	int32_t *len;               /* [slots]: positions written per slot */
+	int32_t *len;               /* [slots]: positions the sequence holds */
+	int32_t *hi;                /* [slots]: one past the highest position written (>= len) */
 	uint64_t bytes;             /* total K and V bytes allocated */
 };
 
@@ -58,20 +67,23 @@ int kv_cache_layer(const struct kv_cache *kv, int32_t layer, const struct lm_kv_
 
 /* Checks that positions [pos, pos + n) fit slot `slot` (LM_ERANGE otherwise). */
 int kv_cache_check(const struct kv_cache *kv, int32_t slot, int32_t pos, int32_t n, lm_diag *d);
-/* Records that slot `slot` now holds `len` positions (after a forward wrote them). */
+/* Records that slot `slot` now holds `len` positions, written by a forward (its high-water mark
+ * rises to len; len 0 empties the slot). */
 int kv_cache_set_len(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
 /* Whether slot `slot` can roll back to `len` positions (len <= its length, and every sliding
- * ring still holds the rows the next token reads): 0 or LM_ERANGE saying which layer. */
+ * ring still holds the rows the next token reads, counted from the high-water mark): 0 or
+ * LM_ERANGE saying which layer. len 0 (start afresh) is always possible. */
 int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
-/* Rolls slot `slot` back to `len` positions (as kv_cache_can_truncate allows). */
+/* Rolls slot `slot` back to `len` positions (as kv_cache_can_truncate allows); 0 empties it. */
 int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
 
 /* Bytes of one slot's rows across all owned layers for its current length (export size). */
 uint64_t kv_cache_export_bytes(const struct kv_cache *kv, int32_t slot);
 /* Copies slot `slot`'s rows (all owned layers, positions [0, len)) into buf, host memory. */
 int kv_cache_export(const struct kv_cache *kv, int32_t slot, void *buf, uint64_t cap, lm_diag *d);
-/* The inverse into slot `slot`, setting its length to `len`; `bytes` must match. */
-int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, const void *buf, uint64_t bytes,
-		    lm_diag *d);
+/* The inverse into slot `slot`, setting its length to `len` and its high-water mark to `hi` (the
+ * exporter's: len <= hi <= max_seq, else LM_ERANGE); `bytes` must match. */
+int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, int32_t hi, const void *buf,
+		    uint64_t bytes, lm_diag *d);
 
 #endif

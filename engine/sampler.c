@@ -195,3 +195,14 @@ float lm_logprob(const float *logits, int32_t n_vocab, int32_t id)
 		sum += exp((double)sample_clean(logits[i]) - max);
 	return (float)((double)sample_clean(logits[id]) - max - log(sum));
 }
+
+int32_t lm_sample_verify(struct lm_sampler *s, const float *logits, int32_t n_vocab,
+			 const int32_t *drafts, int32_t k, const struct lm_sampling *p,
+			 uint64_t step, int32_t *out)
+{
+	for (int32_t i = 0;; i++) {
+		out[i] = lm_sample(s, logits + (size_t)i * (size_t)n_vocab, p, step + (uint64_t)i);
+		if (i == k || out[i] != drafts[i])
+			return i + 1;
+	}
+}

@@ -42,6 +42,26 @@ int32_t lm_sample(struct lm_sampler *s, const float *logits, const struct lm_sam
  * every token of the window (each once, with its count). */
 void lm_adjust_logits(struct lm_sampler *s, float *logits, const struct lm_logit_adjust *a);
 
+/* Verification of a speculative draft (the last stage's, for a FORWARD that carried the
+ * sequence's last accepted token and k drafted ones d_1..d_k). logits holds k + 1 rows: row i
+ * follows the token at row i, so it predicts the position of d_{i+1} (row k, the one after the
+ * last draft). Each row draws the token the sequence would have drawn there without
+ * speculation, y_i = lm_sample(row i, step + i); d_{i+1} is accepted when y_i == d_{i+1}, and
+ * the first rejection (or row k) ends the run. out[0..a] receives y_0..y_a: the a accepted
+ * drafts and then the sampled token after them; returns a + 1.
+ *
+ * Greedy, this is the longest prefix of the draft that matches the argmax, plus the model's own
+ * next token. Sampled, it is the standard rejection rule (accept d with probability
+ * min(1, p(d) / q(d)); on rejection draw from the normalised max(0, p - q)) for drafts that are
+ * deterministic, q = 1 at d (both draft sources are: n-gram lookup and a greedy draft model):
+ * the draw y ~ p accepts d with probability p(d), and a rejected y is distributed as p without
+ * d, renormalised, which is max(0, p - q). So the output distribution is the model's, and since
+ * y_i is the very draw of (seed, step + i) that plain decoding makes, a seeded request produces
+ * the same tokens with speculation on or off. */
+int32_t lm_sample_verify(struct lm_sampler *s, const float *logits, int32_t n_vocab,
+			 const int32_t *drafts, int32_t k, const struct lm_sampling *p,
+			 uint64_t step, int32_t *out);
+
 /* log softmax(logits)[id], the log-probability of a token under the model (for logprobs). */
 float lm_logprob(const float *logits, int32_t n_vocab, int32_t id);
 

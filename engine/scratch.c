@@ -45,17 +45,20 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 					 .max_head_dim = w.head_dim,
 					 .max_heads = w.n_heads,
 					 /* every tensor a layer may have, the two ends' four */
-					 .max_tensors = (c->end - c->begin) * LM_T_COUNT + 4,
-					 .k_type = c->k_type};
+					 .max_tensors = (c->end - c->begin) * LM_T_COUNT + 4};
 	out->backend =
 		lm_backend_scratch_bound(c->backend != NULL ? c->backend : "cpu", &c->bo, &shape);
 
-	/* ids and loc per token; hin and hout rows; the decoder's per-sequence scratch. */
+	/* ids and loc per token; hin and hout rows; the decoder's per-sequence scratch and its
+	 * per-row TOKENS entries and drafted ids; the rows to sample and their tokens. */
+	const uint64_t n_out = (uint64_t)lm_stage_out_rows(c->max_batch, c->slots, c->max_draft);
+	uint64_t rows = b > slots ? b : slots;
 	uint64_t stage = b * (sizeof(int32_t) + sizeof(struct lm_tok_loc)) + 2 * b * e * 4;
-	stage += slots * (sizeof(int32_t) + sizeof(struct wire_token) + sizeof(struct wire_seq) +
-			  sizeof(struct wire_token) + sizeof(int32_t));
-	if (c->head) /* logits of every slot, the sampler's candidates, the top-logprob payload */
-		stage += slots * v * 4 + v * 8 + slots * WIRE_MAX_LOGPROBS * 8;
+	stage += slots * (sizeof(struct wire_seq) + sizeof(int32_t)) +
+		 rows * (sizeof(struct wire_token) + sizeof(int32_t)) +
+		 n_out * (sizeof(int32_t) + sizeof(struct wire_token) + sizeof(int32_t));
+	if (c->head) /* logits of every row sampled, the sampler's candidates, top logprobs */
+		stage += n_out * v * 4 + v * 8 + n_out * WIRE_MAX_LOGPROBS * 8;
 	out->stage = stage + b * sizeof(int32_t); /* the trace's row indices */
 	out->trace = (uint64_t)c->trace_layers * lm_scratch_trace_bytes(hp, c->max_seq);
 

@@ -6,7 +6,8 @@
  *     backend   the backend's own scratch at most (lm_backend_scratch_bound: converted
  *               activations, GEMM panels, attention scores over the longest context)
  *     stage     the worker's host rows in and out, its batch index arrays, and on the last
- *               stage the logits of every slot, the sampler and the top-logprob payload
+ *               stage the logits of every row it samples or verifies (lm_stage_out_rows),
+ *               the sampler and the top-logprob payload
  *     trace     per layer, the hidden states of a redeploy's probe (at most LM_PROBE_ROWS
  *               rows), recorded while a smoke test runs; the planner prices it per layer
  *     messages  LM_STAGE_MSGS_HELD data-ring messages of a full batch at once (the receive
@@ -38,7 +39,7 @@ struct lm_scratch_cfg {
 	int32_t trace_layers; /* layers whose probe trace is counted here (the planner: 0) */
 	bool embedding, head;
 	int32_t max_batch, slots, max_seq;
-	enum lm_dtype k_type;      /* the K cache's type (attention's scratch) */
+	int32_t max_draft;         /* speculative tokens a sequence's batch may carry */
 	enum lm_dtype wire_dtype;  /* hidden states on the wire */
 	const char *backend;       /* NULL: "cpu" */
 	struct lm_backend_opts bo; /* threads and kernels, as the worker runs */
@@ -51,6 +52,14 @@ struct lm_scratch {
 
 void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cfg *c,
 			 struct lm_scratch *out);
+
+/* Rows the last stage takes logits for in one batch, at most: one per sampling sequence, and
+ * 1 + n_draft for a speculating one, never more than the batch's tokens. */
+static inline int32_t lm_stage_out_rows(int32_t max_batch, int32_t slots, int32_t max_draft)
+{
+	int64_t rows = (int64_t)slots * (1 + (int64_t)(max_draft > 0 ? max_draft : 0));
+	return rows < max_batch ? (int32_t)rows : max_batch;
+}
 
 /* The probe trace of one layer. */
 uint64_t lm_scratch_trace_bytes(const struct lm_hparams *hp, int32_t max_seq);

@@ -57,7 +57,7 @@ struct lm_tok_loc {
  * Position p of slot s is row (p % ctx) of that slot; global layers have ctx == max_seq. */
 struct lm_kv_layer {
 	void *k, *v;                  /* backend memory: [slots][ctx][n_kv_heads * head_dim] */
-	enum lm_dtype k_type, v_type; /* LM_F32, LM_F16 or LM_Q8_0, rows in their GGUF layout */
+	enum lm_dtype k_type, v_type; /* each F32, F16, BF16, Q8_0, Q4_0, Q5_1 or FP8_E4M3 */
 	int32_t n_kv_heads, head_dim;
 	int32_t ctx;    /* rows per slot */
 	int32_t window; /* 0: attend to every earlier position; else the last `window` */
@@ -120,9 +120,10 @@ struct lm_backend_i {
 	int (*rope)(void *ctx, float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
 		    int n, const struct lm_rope_params *rp);
 	/* Writes token t's K and V rows ([n][n_kv_heads * head_dim] f32) into the cache at
-	 * (loc[t].slot, loc[t].pos), converting to the cache types (Q8_0 as GGUF's reference
-	 * quantizer does). LM_ERANGE, before anything is written, when a slot is outside
-	 * [0, slots) or a position is negative. Required. */
+	 * (loc[t].slot, loc[t].pos), converting to the cache types (the block types as GGUF's
+	 * reference quantizers do). LM_ERANGE, before anything is written, when a slot is outside
+	 * [0, slots) or a position is negative; LM_EUNSUPPORTED for a type the backend lacks or
+	 * whose blocks do not tile head_dim. Required. */
 	int (*kv_store)(void *ctx, const struct lm_kv_layer *kv, const float *k, const float *v,
 			const struct lm_tok_loc *loc, int n);
 	/* Causal grouped-query attention: for token t, out[t] = softmax(q[t] K^T * scale) V over the
@@ -134,9 +135,10 @@ struct lm_backend_i {
 	 * batch minus the earliest position it reads must be below ctx. A sliding layer with
 	 * ctx == window therefore takes one token per slot per batch; a prefill chunk of m tokens
 	 * needs ctx >= window + m - 1 (or the caller splits the chunk). A global layer needs
-	 * pos < ctx. LM_ERANGE when this or a slot/position range fails; LM_EUNSUPPORTED for a
-	 * Q8_0 cache whose head_dim is not a multiple of 32 (a block may not straddle heads).
-	 * Required. */
+	 * pos < ctx. The cached rows are read in their own types (no f32 copy of the cache).
+	 * LM_ERANGE when this or a slot/position range fails; LM_EUNSUPPORTED for a type the
+	 * backend lacks or a block type whose block does not divide head_dim (a block may not
+	 * straddle heads). Required. */
 	int (*attention)(void *ctx, float *out, const float *q, const struct lm_kv_layer *kv,
 			 const struct lm_tok_loc *loc, int n, int n_heads, float scale);
 	/* y[i] = silu(gate[i]) * up[i] for i < len. y may equal gate. Required. */
@@ -181,7 +183,6 @@ struct lm_scratch_shape {
 	int32_t max_head_dim; /* elements per head */
 	int32_t max_heads;    /* query heads of the widest layer */
 	int32_t max_tensors;  /* weight tensors a stage may bind (a device's allocation rounding) */
-	enum lm_dtype k_type; /* the K cache's type */
 };
 
 struct lm_backend {

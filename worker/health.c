@@ -160,6 +160,9 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "max_batch", a->max_batch);
 		cJSON_AddStringToObject(o, "kv_type_k", lm_dtype_name(a->k_type));
 		cJSON_AddStringToObject(o, "kv_type_v", lm_dtype_name(a->v_type));
+		cJSON_AddStringToObject(o, "kv_type_k_swa", lm_dtype_name(a->k_type_swa));
+		cJSON_AddStringToObject(o, "kv_type_v_swa", lm_dtype_name(a->v_type_swa));
+		cJSON_AddNumberToObject(o, "max_draft", a->max_draft);
 		cJSON_AddStringToObject(o, "wire_dtype", wire_dtype_name(a->wire_dtype));
 		cJSON_AddNumberToObject(o, "kv_base", s->kv_base);
 		cJSON_AddNumberToObject(o, "kv_num_layers", s->kv_num_layers);

@@ -51,7 +51,8 @@ static const char worker_usage[] =
 	"  --next ADDR          the successor's data address (the coordinator's for the last)\n"
 	"  --max-seq N          positions per sequence (default 512)\n"
 	"  --slots N            concurrent sequences (default 16)\n"
-	"  --kv-type T          f32, f16 or q8_0 for K and V (default f32)\n"
+	"  --kv-type T          K and V of every layer: f32, f16, bf16, q8_0, q5_1, q4_0 or\n"
+	"                       fp8 (default f32)\n"
 	"  --wire-dtype T       f32, f16 or bf16 hidden states on the wire (default f32)\n"
 	"  --max-batch N        tokens per FORWARD (default 256)\n"
 	"\n"
@@ -225,8 +226,10 @@ static int worker_slice_flag(struct worker_args *w, int c)
 	case 'k':
 		t = lm_dtype_parse(optarg);
 		if (t < 0 || !kv_type_supported((enum lm_dtype)t))
-			return worker_bad("--kv-type expects f32, f16 or q8_0, got", optarg);
-		a->k_type = a->v_type = (uint32_t)t;
+			return worker_bad("--kv-type expects f32, f16, bf16, q8_0, q5_1, q4_0 or "
+					  "fp8, got",
+					  optarg);
+		a->k_type = a->v_type = a->k_type_swa = a->v_type_swa = (uint32_t)t;
 		return 0;
 	case 'w':
 		t = lm_dtype_parse(optarg);
@@ -379,7 +382,7 @@ int main(int argc, char **argv)
 
 	a->max_seq = 512;
 	a->slots = 16;
-	a->k_type = a->v_type = LM_F32;
+	a->k_type = a->v_type = a->k_type_swa = a->v_type_swa = LM_F32;
 	a->wire_dtype = WIRE_DT_F32;
 	a->max_batch = 256;
 	a->begin = a->end = -1;

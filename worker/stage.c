@@ -1,6 +1,7 @@
 /* stage.c — a worker's pipeline stage. See stage.h. */
 #include "worker/stage.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,16 +34,18 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 	st->assign = *a;
 	st->trace_slot = -1;
 	struct lm_slice slice = {a->begin, a->end, a->embedding, a->head};
-	struct lm_engine_cfg ec = {.model = a->model,
-				   .slice = &slice,
-				   .backend = backend,
-				   .bo = bo != NULL ? *bo : (struct lm_backend_opts){0},
-				   .populate = true,
-				   .max_seq = a->max_seq,
-				   .slots = a->slots,
-				   .max_batch = a->max_batch,
-				   .k_type = (enum lm_dtype)a->k_type,
-				   .v_type = (enum lm_dtype)a->v_type};
+	struct lm_engine_cfg ec = {
+		.model = a->model,
+		.slice = &slice,
+		.backend = backend,
+		.bo = bo != NULL ? *bo : (struct lm_backend_opts){0},
+		.populate = true,
+		.max_seq = a->max_seq,
+		.slots = a->slots,
+		.max_batch = a->max_batch,
+		.max_draft = a->max_draft,
+		.kv_types = {.global = {(enum lm_dtype)a->k_type, (enum lm_dtype)a->v_type},
+			     .swa = {(enum lm_dtype)a->k_type_swa, (enum lm_dtype)a->v_type_swa}}};
 	if ((rc = lm_engine_open(&st->eng, &ec, d)) != 0)
 		goto fail;
 	const struct lm_hparams *hp = &st->eng.model.hp;
@@ -56,34 +59,41 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 				       .n_vocab = st->n_vocab,
 				       .max_batch = a->max_batch,
 				       .max_seqs = a->slots,
-				       .max_logprobs = WIRE_MAX_LOGPROBS};
+				       .max_logprobs = WIRE_MAX_LOGPROBS,
+				       .max_draft = a->max_draft};
 	size_t rows = (size_t)a->max_batch, width = (size_t)st->dim;
+	st->out_cap = lm_stage_out_rows(a->max_batch, a->slots, a->max_draft);
+	const size_t out = (size_t)st->out_cap;
 	st->ids = malloc(rows * sizeof *st->ids);
 	st->loc = malloc(rows * sizeof *st->loc);
-	st->out_rows = malloc((size_t)a->slots * sizeof *st->out_rows);
+	st->out_rows = malloc(out * sizeof *st->out_rows);
 	st->hin = malloc(rows * width * sizeof(float));
 	st->hout = malloc(rows * width * sizeof(float));
-	st->toks = malloc((size_t)a->slots * sizeof *st->toks);
+	st->toks = malloc(out * sizeof *st->toks);
+	st->verified = malloc(out * sizeof *st->verified);
 	if (st->ids == NULL || st->loc == NULL || st->out_rows == NULL || st->hin == NULL ||
-	    st->hout == NULL || st->toks == NULL || wire_scratch_init(&st->scratch, a->slots) != 0)
+	    st->hout == NULL || st->toks == NULL || st->verified == NULL ||
+	    wire_scratch_init_rows(&st->scratch, a->slots,
+				   a->max_batch > a->slots ? a->max_batch : a->slots) != 0)
 		goto nomem;
 	if (a->head) {
-		st->logits = malloc((size_t)a->slots * (size_t)st->n_vocab * sizeof(float));
+		st->logits = malloc(out * (size_t)st->n_vocab * sizeof(float));
 		st->adjusted = malloc((size_t)st->n_vocab * sizeof(float));
-		st->top_cap = (size_t)a->slots * (size_t)st->lim.max_logprobs * 8;
+		st->top_cap = out * (size_t)st->lim.max_logprobs * 8;
 		st->top = malloc(st->top_cap);
 		if (st->logits == NULL || st->adjusted == NULL || st->top == NULL ||
 		    lm_sampler_init(&st->sampler, st->n_vocab) != 0)
 			goto nomem;
 	}
 	/* What the stage holds besides the engine (for stage_scratch_held). */
-	st->host_bytes = rows * (sizeof *st->ids + sizeof *st->loc + 2 * width * sizeof(float)) +
-			 (size_t)a->slots * (sizeof *st->out_rows + sizeof *st->toks +
-					     sizeof *st->scratch.seqs + sizeof *st->scratch.toks +
-					     sizeof *st->scratch.slots);
+	st->host_bytes =
+		rows * (sizeof *st->ids + sizeof *st->loc + 2 * width * sizeof(float)) +
+		(size_t)a->slots * (sizeof *st->scratch.seqs + sizeof *st->scratch.slots) +
+		(size_t)st->scratch.rows * (sizeof *st->scratch.toks + sizeof *st->scratch.drafts) +
+		out * (sizeof *st->out_rows + sizeof *st->toks + sizeof *st->verified);
 	if (a->head)
-		st->host_bytes += ((size_t)a->slots + 1) * (size_t)st->n_vocab * sizeof(float) +
-				  st->top_cap + (size_t)st->n_vocab * sizeof *st->sampler.cand;
+		st->host_bytes += (out + 1) * (size_t)st->n_vocab * sizeof(float) + st->top_cap +
+				  (size_t)st->n_vocab * sizeof *st->sampler.cand;
 	return 0;
 nomem:
 	rc = lm_fail(d, LM_ENOMEM, "out of memory for a batch of %d tokens", a->max_batch);
@@ -108,6 +118,7 @@ void stage_fini(struct stage *st)
 	free(st->logits);
 	free(st->adjusted);
 	free(st->toks);
+	free(st->verified);
 	free(st->top);
 	free(st->trace);
 	free(st->trace_rows);
@@ -275,6 +286,131 @@ int stage_trace(struct stage *st, int32_t slot, int32_t *rows, void **out, size_
 	return 0;
 }
 
+/* The batch's locations and the rows the last stage samples: a sequence's last row, or all of
+ * a speculating sequence's 1 + n_draft rows. The first stage also holds the drafted ids against
+ * its payload, so the ids verified are the ids whose rows every stage stored. */
+static int stage_batch(struct stage *st, const struct wire_forward *f, int32_t *n_out, lm_diag *d)
+{
+	const bool first = st->assign.embedding, last = st->assign.head;
+	int32_t drafted = 0;
+	*n_out = 0;
+	for (int32_t s = 0, row = 0; s < f->n_seqs; s++) {
+		const struct wire_seq *q = &f->seqs[s];
+		for (int32_t i = 0; i < q->n_tokens; i++, row++)
+			st->loc[row] = (struct lm_tok_loc){q->slot, q->pos + i};
+		for (int32_t i = 0; first && i < q->n_draft; i++) {
+			int32_t id;
+			memcpy(&id,
+			       (const uint8_t *)f->payload + 4 * (size_t)(row - q->n_draft + i),
+			       sizeof id);
+			if (id != f->drafts[drafted + i])
+				return lm_fail(d, LM_EPROTO,
+					       "sequence %" PRIu64
+					       ": draft %d is %d in \"dr\" but %d "
+					       "in the payload",
+					       q->seq_id, i, f->drafts[drafted + i], id);
+		}
+		drafted += q->n_draft;
+		if (!last || !q->sample)
+			continue;
+		if (*n_out + 1 + q->n_draft > st->out_cap)
+			return lm_fail(d, LM_ERANGE, "the batch samples more than %d rows",
+				       st->out_cap);
+		for (int32_t i = q->n_draft; i >= 0; i--)
+			st->out_rows[(*n_out)++] = row - 1 - i;
+	}
+	return 0;
+}
+
+/* One token of TOKENS, with its logprob and top alternatives (appended at *top_len). */
+static void stage_emit(struct stage *st, const struct wire_seq *q, const float *row, int32_t token,
+		       struct wire_tokens *t, size_t *top_len)
+{
+	struct wire_token *tk = &st->toks[t->n++];
+	tk->seq_id = q->seq_id;
+	tk->token = token;
+	tk->logprob = lm_logprob(row, st->n_vocab, token);
+	tk->n_top = q->n_logprobs;
+	if (q->n_logprobs > 0)
+		*top_len = stage_top_logprobs(st, row, q->n_logprobs, *top_len);
+}
+
+/* Last stage: each sampling sequence's token, or a speculating one's verified run (the
+ * accepted drafts and the token after them), in order, as one TOKENS message. */
+static int stage_tokens(struct stage *st, const struct wire_forward *f, nng_msg **out, lm_diag *d)
+{
+	struct wire_tokens t = {.batch_id = f->batch_id, .fingerprint = st->lim.fingerprint};
+	const size_t v = (size_t)st->n_vocab;
+	size_t top_len = 0;
+	int32_t k = 0, drafted = 0;
+	for (int32_t s = 0; s < f->n_seqs; s++) {
+		const struct wire_seq *q = &f->seqs[s];
+		const float *rows = st->logits + (size_t)k * v;
+		if (!q->sample)
+			continue;
+		int32_t n = 1;
+		if (q->n_draft == 0 && q->adjust != NULL) {
+			/* Bias and penalties change what is drawn; the logprobs stay the model's.
+			 * (The wire refuses drafts beside adjustments.) */
+			memcpy(st->adjusted, rows, v * sizeof(float));
+			lm_adjust_logits(&st->sampler, st->adjusted, q->adjust);
+			st->verified[0] =
+				lm_sample(&st->sampler, st->adjusted, &q->sampling, q->step);
+		} else if (q->n_draft == 0)
+			st->verified[0] = lm_sample(&st->sampler, rows, &q->sampling, q->step);
+		else
+			n = lm_sample_verify(&st->sampler, rows, st->n_vocab, f->drafts + drafted,
+					     q->n_draft, &q->sampling, q->step, st->verified);
+		for (int32_t i = 0; i < n; i++)
+			stage_emit(st, q, rows + (size_t)i * v, st->verified[i], &t, &top_len);
+		k += 1 + q->n_draft;
+		drafted += q->n_draft;
+	}
+	t.toks = st->toks;
+	t.payload = st->top;
+	t.payload_len = top_len;
+	wire_buf_reset(&st->hdr);
+	int rc = wire_encode_tokens(&st->hdr, &t);
+	if (rc != 0)
+		return lm_fail(d, rc, "encoding TOKENS");
+	uint8_t *payload;
+	if ((rc = stage_new_msg(&st->hdr, 0, out, &payload)) != 0)
+		return lm_fail(d, rc, "out of memory for a message");
+	return 0;
+}
+
+/* A middle or first stage: the hidden rows go on, in the received message when the shape
+ * allows. */
+static int stage_pass_on(struct stage *st, struct wire_forward *f, nng_msg *in, nng_msg **out,
+			 lm_diag *d)
+{
+	const struct wire_assign *a = &st->assign;
+	enum wire_dtype dt = a->wire_dtype;
+	int32_t n = f->n_tokens;
+	size_t bytes = (size_t)n * (size_t)st->dim * wire_dtype_size(dt);
+	if (!a->embedding && f->dtype == dt) {
+		/* Same shape in and out: compute into the received message and pass it on. */
+		uint8_t *payload = (uint8_t *)nng_msg_body(in) + (nng_msg_len(in) - bytes);
+		stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
+		*out = in;
+		return 0;
+	}
+	f->dtype = dt;
+	f->dim = st->dim;
+	f->payload = NULL;
+	f->payload_len = bytes;
+	wire_buf_reset(&st->hdr);
+	int rc = wire_encode_forward(&st->hdr, f);
+	if (rc != 0)
+		return lm_fail(d, rc, "encoding FORWARD");
+	uint8_t *payload;
+	if ((rc = stage_new_msg(&st->hdr, bytes, out, &payload)) != 0)
+		return lm_fail(d, rc, "out of memory for a message");
+	stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
+	nng_msg_free(in);
+	return 0;
+}
+
 static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 {
 	const uint8_t *body = nng_msg_body(in);
@@ -296,13 +432,8 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 
 	/* The batch: every sequence's rows, in order. */
 	int32_t n = f.n_tokens, n_out = 0;
-	for (int32_t s = 0, row = 0; s < f.n_seqs; s++) {
-		const struct wire_seq *q = &f.seqs[s];
-		for (int32_t i = 0; i < q->n_tokens; i++, row++)
-			st->loc[row] = (struct lm_tok_loc){q->slot, q->pos + i};
-		if (last && q->sample)
-			st->out_rows[n_out++] = row - 1;
-	}
+	if ((rc = stage_batch(st, &f, &n_out, d)) != 0)
+		return rc;
 	struct lm_batch b = {.n = n, .loc = st->loc, .n_out = n_out, .out_rows = st->out_rows};
 	const float *hin = NULL;
 	if (first) {
@@ -334,63 +465,10 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	atomic_fetch_add(&st->stats.batches, 1);
 	atomic_fetch_add(&st->stats.tokens, (uint64_t)n);
 
-	if (!last) {
-		enum wire_dtype dt = a->wire_dtype;
-		size_t bytes = (size_t)n * (size_t)st->dim * wire_dtype_size(dt);
-		if (!first && f.dtype == dt) {
-			/* Same shape in and out: compute into the received message and pass it on. */
-			uint8_t *payload = (uint8_t *)nng_msg_body(in) + (nng_msg_len(in) - bytes);
-			stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
-			*out = in;
-			return 0;
-		}
-		f.dtype = dt;
-		f.dim = st->dim;
-		f.payload = NULL;
-		f.payload_len = bytes;
-		wire_buf_reset(&st->hdr);
-		if ((rc = wire_encode_forward(&st->hdr, &f)) != 0)
-			return lm_fail(d, rc, "encoding FORWARD");
-		uint8_t *payload;
-		if ((rc = stage_new_msg(&st->hdr, bytes, out, &payload)) != 0)
-			return lm_fail(d, rc, "out of memory for a message");
-		stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
-		nng_msg_free(in);
-		return 0;
-	}
-
-	/* Last stage: sample each sequence that asked, in order. */
-	struct wire_tokens t = {.batch_id = f.batch_id, .fingerprint = st->lim.fingerprint};
-	size_t top_len = 0;
-	for (int32_t s = 0, k = 0; s < f.n_seqs; s++) {
-		const struct wire_seq *q = &f.seqs[s];
-		if (!q->sample)
-			continue;
-		const float *row = st->logits + (size_t)k++ * (size_t)st->n_vocab;
-		struct wire_token *tk = &st->toks[t.n++];
-		tk->seq_id = q->seq_id;
-		/* Bias and penalties change what is drawn; the logprobs stay the model's. */
-		const float *draw = row;
-		if (q->adjust != NULL) {
-			memcpy(st->adjusted, row, (size_t)st->n_vocab * sizeof(float));
-			lm_adjust_logits(&st->sampler, st->adjusted, q->adjust);
-			draw = st->adjusted;
-		}
-		tk->token = lm_sample(&st->sampler, draw, &q->sampling, q->step);
-		tk->logprob = lm_logprob(row, st->n_vocab, tk->token);
-		tk->n_top = q->n_logprobs;
-		if (q->n_logprobs > 0)
-			top_len = stage_top_logprobs(st, row, q->n_logprobs, top_len);
-	}
-	t.toks = st->toks;
-	t.payload = st->top;
-	t.payload_len = top_len;
-	wire_buf_reset(&st->hdr);
-	if ((rc = wire_encode_tokens(&st->hdr, &t)) != 0)
-		return lm_fail(d, rc, "encoding TOKENS");
-	uint8_t *payload;
-	if ((rc = stage_new_msg(&st->hdr, 0, out, &payload)) != 0)
-		return lm_fail(d, rc, "out of memory for a message");
+	if (!last)
+		return stage_pass_on(st, &f, in, out, d);
+	if ((rc = stage_tokens(st, &f, out, d)) != 0)
+		return rc;
 	nng_msg_free(in);
 	return 0;
 }

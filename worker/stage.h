@@ -4,6 +4,12 @@
  * The stage knows nothing of sockets: it turns one received message into one message to send
  * (often the same message, computed into in place). worker.c moves messages between sockets.
  *
+ * Speculation. A sequence may carry drafted tokens after its last accepted one (wire.h's
+ * n_draft): every stage stores their rows like any others, truncating the slot to the
+ * sequence's first position first (the implicit rollback of a rejected draft), and the last
+ * stage verifies them (lm_sample_verify) and answers with the accepted drafts and the token
+ * after them.
+ *
  * Memory: everything a message needs is allocated at stage_init for the assignment's limits
  * (max_batch tokens, `slots` sequences); handling a message allocates only the outgoing nng_msg
  * when the payload changes size (the first stage turns 4-byte ids into hidden rows; the last
@@ -47,11 +53,13 @@ struct stage {
 	/* Host scratch for one batch. */
 	int32_t *ids; /* [max_batch] token ids (first stage; the payload may be unaligned) */
 	struct lm_tok_loc *loc;  /* [max_batch] */
-	int32_t *out_rows;       /* [slots] rows to sample */
+	int32_t out_cap;         /* lm_stage_out_rows: rows one batch samples or verifies */
+	int32_t *out_rows;       /* [out_cap] rows to sample */
 	float *hin, *hout;       /* [max_batch][dim] f32 rows when the payload needs converting */
-	float *logits;           /* [slots][n_vocab] last stage */
+	float *logits;           /* [out_cap][n_vocab] last stage */
 	float *adjusted;         /* [n_vocab] one row with its logit adjustments, last stage */
-	struct wire_token *toks; /* [slots] */
+	struct wire_token *toks; /* [out_cap] */
+	int32_t *verified;       /* [out_cap] tokens a verification emits */
 	uint8_t *top;            /* top-logprob payload, last stage */
 	size_t top_cap;
 	struct stage_stats stats;

@@ -281,8 +281,9 @@ static bool worker_same_assign(const struct wire_assign *a, const struct wire_as
 {
 	return a->begin == b->begin && a->end == b->end && a->embedding == b->embedding &&
 	       a->head == b->head && a->max_seq == b->max_seq && a->slots == b->slots &&
-	       a->k_type == b->k_type && a->v_type == b->v_type && a->wire_dtype == b->wire_dtype &&
-	       a->max_batch == b->max_batch;
+	       a->k_type == b->k_type && a->v_type == b->v_type && a->k_type_swa == b->k_type_swa &&
+	       a->v_type_swa == b->v_type_swa && a->wire_dtype == b->wire_dtype &&
+	       a->max_batch == b->max_batch && a->max_draft == b->max_draft;
 }
 
 /* Opens the PUSH socket and dials the successor. The dial is asynchronous: NNG keeps retrying
@@ -499,6 +500,7 @@ static int worker_on_kv_export(struct worker *w, const void *body, size_t len, u
 		else
 			rc = kv_cache_export(&w->st.eng.kv, k.slot, rows, bytes, &d);
 		k.len = w->st.eng.kv.len[k.slot];
+		k.hi = w->st.eng.kv.hi[k.slot];
 	}
 	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
@@ -532,7 +534,8 @@ static int worker_on_kv_import(struct worker *w, const void *body, size_t len, u
 	}
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0)
-		rc = kv_cache_import(&w->st.eng.kv, k.slot, k.len, k.payload, k.payload_len, &d);
+		rc = kv_cache_import(&w->st.eng.kv, k.slot, k.len, k.hi, k.payload, k.payload_len,
+				     &d);
 	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0)

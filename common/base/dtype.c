@@ -1,5 +1,6 @@
 #include "common/base/dtype.h"
 
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -38,6 +39,7 @@ static const struct lm_dtype_info dtype_table[LM_DTYPE_COUNT] = {
 	[LM_TQ1_0] = {"tq1_0", 256, 54, false},
 	[LM_TQ2_0] = {"tq2_0", 256, 66, false},
 	[LM_MXFP4] = {"mxfp4", 32, 17, false},
+	[LM_FP8_E4M3] = {"fp8", 1, 1, false},
 };
 
 const struct lm_dtype_info *lm_dtype_info(uint32_t t)
@@ -45,6 +47,11 @@ const struct lm_dtype_info *lm_dtype_info(uint32_t t)
 	if (t >= LM_DTYPE_COUNT || dtype_table[t].name == NULL)
 		return NULL;
 	return &dtype_table[t];
+}
+
+bool lm_dtype_in_gguf(uint32_t t)
+{
+	return t < LM_DTYPE_GGUF_COUNT && lm_dtype_info(t) != NULL;
 }
 
 const char *lm_dtype_name(uint32_t t)
@@ -136,4 +143,38 @@ uint16_t lm_f32_to_bf16(float f)
 	if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: force quiet */
 		return (uint16_t)((x >> 16) | 64u);
 	return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
+}
+
+/* e4m3: value = (-1)^s x 2^(e - 7) x (1 + m / 8) for e in 1..15, (-1)^s x 2^-6 x m / 8 for e = 0. */
+float lm_fp8_to_f32(uint8_t v)
+{
+	const uint32_t e = (v >> 3) & 0xfu, m = v & 7u;
+	float a;
+	if ((v & 0x7fu) == 0x7fu)
+		a = NAN;
+	else if (e == 0)
+		a = (float)m * 0x1p-9f;
+	else
+		a = bits_f32(((e + 120u) << 23) | (m << 20));
+	return (v & 0x80u) ? -a : a;
+}
+
+uint8_t lm_f32_to_fp8(float f)
+{
+	const uint32_t x = f32_bits(f);
+	const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+	const uint32_t ax = x & 0x7fffffffu;
+	if (ax > 0x7f800000u) /* nan */
+		return (uint8_t)(sign | 0x7fu);
+	if (ax >= 0x43e00000u) /* >= 448, infinities too: the largest finite value */
+		return (uint8_t)(sign | 0x7eu);
+	if (ax < 0x3c800000u) { /* below 2^-6, the smallest normal: multiples of 2^-9 */
+		/* a x 2^9 is exact; the float adder rounds it to an integer, ties to even. */
+		const float q = bits_f32(ax) * 512.0f + 8388608.0f;
+		return (uint8_t)(sign | (f32_bits(q) - 0x4b000000u));
+	}
+	/* Keep 3 mantissa bits, rounding the 20 dropped ones to nearest even; a carry moves into
+	 * the exponent, which is what the encoding wants (448 is the most it can reach here). */
+	const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);
+	return (uint8_t)(sign | ((r >> 20) - (120u << 3)));
 }

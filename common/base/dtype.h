@@ -4,6 +4,11 @@
  * of blck) takes n / blck * type_size bytes. The table knows the sizes of every type a GGUF file
  * may carry, so the reader can check any file's tensor sizes; `compute` says which ones layermesh's
  * kernels can multiply by.
+ *
+ * One type is layermesh's own and never appears in a file: LM_FP8_E4M3, OCP's 8-bit float with 4
+ * exponent and 3 mantissa bits (bias 7, no infinities, 0x7f and 0xff are NaN, largest finite
+ * 448), a KV cache type only. It is numbered past GGUF's types (lm_dtype_in_gguf says which are
+ * GGUF's) so that a number GGUF assigns later cannot collide with it inside a file.
  */
 #ifndef LM_DTYPE_H
 #define LM_DTYPE_H
@@ -45,7 +50,9 @@ enum lm_dtype {
 	LM_TQ1_0 = 34,
 	LM_TQ2_0 = 35,
 	LM_MXFP4 = 39,
-	LM_DTYPE_COUNT = 40,
+	LM_DTYPE_GGUF_COUNT = 40, /* the numbers GGUF files may use are below this */
+	LM_FP8_E4M3 = 40,         /* layermesh's own: KV cache rows only, never in a file */
+	LM_DTYPE_COUNT = 41,
 };
 
 struct lm_dtype_info {
@@ -55,8 +62,10 @@ struct lm_dtype_info {
 	bool compute;     /* layermesh's kernels take it as a weight type */
 };
 
-/* NULL when t is not a type GGUF defines. */
+/* NULL when t is neither a type GGUF defines nor layermesh's own (LM_FP8_E4M3). */
 const struct lm_dtype_info *lm_dtype_info(uint32_t t);
+/* Whether a GGUF file may hold a tensor of type t (a type GGUF defines). */
+bool lm_dtype_in_gguf(uint32_t t);
 /* "q8_0", or "type#N" for an unknown number (in a static buffer per call site: for messages only). */
 const char *lm_dtype_name(uint32_t t);
 /* Parses "f32", "F16", "q4_k", "Q4_K", ...; returns -1 when unknown. */
@@ -70,5 +79,9 @@ float lm_f16_to_f32(uint16_t h);
 uint16_t lm_f32_to_f16(float f);
 float lm_bf16_to_f32(uint16_t h);
 uint16_t lm_f32_to_bf16(float f);
+/* e4m3 (LM_FP8_E4M3): to f32 exactly (0x7f and 0xff to NaN); from f32 rounded to nearest, ties to
+ * even, saturating at +-448 (infinities included; NaN becomes 0x7f with its sign). */
+float lm_fp8_to_f32(uint8_t v);
+uint8_t lm_f32_to_fp8(float f);
 
 #endif

@@ -423,14 +423,16 @@ static int mc_table(struct mc *m, const char *key, const struct toml_value **out
 /* ---- sections ----------------------------------------------------------------------------- */
 
 /* The types a cache row may be stored in, and a hidden state may travel in. */
-static const enum lm_dtype kv_types[] = {LM_F32, LM_F16, LM_Q8_0};
+static const enum lm_dtype kv_types[] = {LM_F32,  LM_F16,  LM_BF16,    LM_Q8_0,
+					 LM_Q5_1, LM_Q4_0, LM_FP8_E4M3};
 static const enum lm_dtype wire_types[] = {LM_F32, LM_F16, LM_BF16};
 
 static int mc_model(struct mc *m)
 {
-	static const char *const keys[] = {
-		"path",       "max_seq_len", "slots",         "kv_type_k",     "kv_type_v",
-		"wire_dtype", "max_batch",   "scratch_bytes", "chat_template", NULL};
+	static const char *const keys[] = {"path",          "max_seq_len",   "slots",
+					   "kv_type_k",     "kv_type_v",     "kv_type_k_swa",
+					   "kv_type_v_swa", "wire_dtype",    "max_batch",
+					   "scratch_bytes", "chat_template", NULL};
 	struct mesh_config *cfg = m->cfg;
 	const struct toml_value *t;
 	int rc = mc_table(m, "model", &t);
@@ -445,12 +447,17 @@ static int mc_model(struct mc *m)
 	    (rc = mc_path(m, t, "path", "the GGUF model file", &cfg->model_path)) != 0 ||
 	    (rc = mc_int(m, t, "max_seq_len", 1, MESH_MAX_SEQ_LIMIT, &cfg->max_seq_len)) != 0 ||
 	    (rc = mc_int(m, t, "slots", 1, 4096, &cfg->slots)) != 0 ||
-	    (rc = MC_DTYPE(m, t, "kv_type_k", kv_types, &cfg->kv_type_k)) != 0 ||
-	    (rc = MC_DTYPE(m, t, "kv_type_v", kv_types, &cfg->kv_type_v)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_k", kv_types, &cfg->kv.global.k)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_v", kv_types, &cfg->kv.global.v)) != 0 ||
 	    (rc = MC_DTYPE(m, t, "wire_dtype", wire_types, &cfg->wire_dtype)) != 0 ||
 	    (rc = mc_int(m, t, "max_batch", 1, 65536, &cfg->max_batch)) != 0 ||
 	    (rc = mc_size(m, t, "scratch_bytes", &cfg->scratch_bytes, &given)) != 0 ||
 	    (rc = mc_str(m, t, "chat_template", NULL, &cfg->chat_template)) != 0)
+		return rc;
+	/* The sliding layers take the global layers' types unless they have their own. */
+	cfg->kv.swa = cfg->kv.global;
+	if ((rc = MC_DTYPE(m, t, "kv_type_k_swa", kv_types, &cfg->kv.swa.k)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_v_swa", kv_types, &cfg->kv.swa.v)) != 0)
 		return rc;
 	return 0;
 }
@@ -591,6 +598,49 @@ static int mc_plan(struct mc *m)
 	    (rc = mc_choice(m, t, "strategy", names, &s)) != 0)
 		return rc;
 	m->cfg->strategy = (enum fence_strategy)s; /* names[] is in enum order */
+	return 0;
+}
+
+static int mc_speculative(struct mc *m)
+{
+	static const char *const keys[] = {"source",    "draft_model",   "max_draft", "ngram_min",
+					   "ngram_max", "draft_threads", NULL};
+	static const char *const sources[] = {"ngram", "model", NULL};
+	struct mesh_config *cfg = m->cfg;
+	const struct toml_value *t;
+	int rc = mc_table(m, "speculative", &t);
+	if (rc != 0 || t == NULL)
+		return rc;
+	cfg->max_draft = 4;
+	cfg->ngram_min = 1;
+	cfg->ngram_max = 3;
+	cfg->draft_threads = 1;
+	int source = -1;
+	if ((rc = mc_keys(m, t, "[speculative]", keys)) != 0 ||
+	    (rc = mc_choice(m, t, "source", sources, &source)) != 0 ||
+	    (rc = mc_path(m, t, "draft_model", NULL, &cfg->draft_model)) != 0 ||
+	    (rc = mc_int(m, t, "max_draft", 1, MESH_MAX_DRAFT, &cfg->max_draft)) != 0 ||
+	    (rc = mc_int(m, t, "ngram_min", 1, 8, &cfg->ngram_min)) != 0 ||
+	    (rc = mc_int(m, t, "ngram_max", 1, 8, &cfg->ngram_max)) != 0 ||
+	    (rc = mc_int(m, t, "draft_threads", 1, 64, &cfg->draft_threads)) != 0)
+		return rc;
+	if (source < 0)
+		source = cfg->draft_model != NULL ? 1 : 0;
+	cfg->spec = source == 1 ? MESH_SPEC_MODEL : MESH_SPEC_NGRAM;
+	if (cfg->spec == MESH_SPEC_MODEL && cfg->draft_model == NULL)
+		return MC_FAIL(m, toml_get(t, "source"),
+			       "source \"model\" needs draft_model, the draft GGUF");
+	if (cfg->spec == MESH_SPEC_NGRAM && cfg->draft_model != NULL)
+		return MC_FAIL(m, toml_get(t, "draft_model"),
+			       "a draft model is not used with source \"ngram\"");
+	if (cfg->ngram_max < cfg->ngram_min)
+		return MC_FAIL(m, toml_get(t, "ngram_max"), "must be at least ngram_min (%d)",
+			       (int)cfg->ngram_min);
+	if (cfg->max_draft >= cfg->max_batch)
+		return MC_FAIL(m, toml_get(t, "max_draft") ? toml_get(t, "max_draft") : t,
+			       "%d drafted tokens and the step's last token do not fit [model] "
+			       "max_batch %d: they ride in one batch",
+			       (int)cfg->max_draft, (int)cfg->max_batch);
 	return 0;
 }
 
@@ -897,7 +947,7 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 		   lm_diag *d)
 {
 	cfg->slots = 16;
-	cfg->kv_type_k = cfg->kv_type_v = LM_F32;
+	cfg->kv = kv_types_uniform(LM_F32, LM_F32);
 	cfg->wire_dtype = LM_F32;
 	cfg->max_batch = 64;
 	cfg->log_level = LM_LOG_INFO;
@@ -917,12 +967,12 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 	if (cfg->path == NULL || cfg->http == NULL || cfg->dir == NULL)
 		return lm_fail(d, LM_ENOMEM, "%s: out of memory", path);
 	struct mc m = {.doc = doc, .d = d, .cfg = cfg};
-	static const char *const sections[] = {"model", "coordinator", "plan",
+	static const char *const sections[] = {"model", "coordinator", "plan", "speculative",
 					       "tls",   "worker",      NULL};
 	int rc;
 	if ((rc = mc_keys(&m, doc->root, "mesh.toml", sections)) != 0 || (rc = mc_model(&m)) != 0 ||
-	    (rc = mc_coordinator(&m)) != 0 || (rc = mc_plan(&m)) != 0 || (rc = mc_tls(&m)) != 0 ||
-	    (rc = mc_workers(&m)) != 0)
+	    (rc = mc_coordinator(&m)) != 0 || (rc = mc_plan(&m)) != 0 ||
+	    (rc = mc_speculative(&m)) != 0 || (rc = mc_tls(&m)) != 0 || (rc = mc_workers(&m)) != 0)
 		return rc;
 	return mc_check(&m);
 }
@@ -980,6 +1030,7 @@ void mesh_config_fini(struct mesh_config *cfg)
 	free(cfg->tls_ca_file);
 	free(cfg->tls_cert_file);
 	free(cfg->tls_key_file);
+	free(cfg->draft_model);
 	memset(cfg, 0, sizeof *cfg);
 }
 

@@ -15,8 +15,14 @@
  *                                    (a larger value must be asked for here)
  *   slots         integer            concurrent sequences per worker (KV slots), 1 to 4096;
  *                                    default 16
- *   kv_type_k     "f32"|"f16"|"q8_0" K cache type; default "f32"
- *   kv_type_v     "f32"|"f16"|"q8_0" V cache type; default "f32"
+ *   kv_type_k     cache type K          K rows of the global layers (of every layer unless
+ *                                    kv_type_k_swa says otherwise); default "f32"
+ *   kv_type_v     cache type            V rows likewise; default "f32"
+ *   kv_type_k_swa cache type            K rows of the sliding-window layers; default kv_type_k
+ *   kv_type_v_swa cache type            V rows of the sliding-window layers; default kv_type_v
+ *                 A cache type is "f32", "f16", "bf16", "q8_0", "q5_1", "q4_0" or "fp8"
+ *                 (e4m3); a block type (q8_0, q5_1, q4_0) needs head_dim to be a multiple of
+ *                 32 in the layers it is for, which the planner checks
  *   wire_dtype    "f32"|"f16"|"bf16" hidden states between workers; default "f32"
  *                 (f32 for the cache and the wire by default: the mesh must reproduce the
  *                 single-process forward, and llama.cpp's F32-cache logits within 1.3e-5 on
@@ -69,6 +75,20 @@
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
+ *
+ *   [speculative] optional: speculative decoding (absent: off)
+ *   source        "ngram"|"model"      where drafts come from: n-gram lookup over each
+ *                                      sequence's own prompt and output, or a draft model;
+ *                                      default "model" when draft_model is set, else "ngram"
+ *   draft_model   path                 a small GGUF with the model's vocabulary, run in the
+ *                                      coordinator process (source "model" only, and then
+ *                                      required)
+ *   max_draft     integer              tokens drafted per step, 1 to MESH_MAX_DRAFT and below
+ *                                      [model] max_batch; default 4
+ *   ngram_min     integer              the shortest suffix n-gram lookup matches, 1 to 8;
+ *                                      default 1
+ *   ngram_max     integer              the longest, ngram_min to 8; default 3
+ *   draft_threads integer              CPU threads of the draft model, 1 to 64; default 1
  *
  *   [tls]         required when any address is tls+tcp://
  *   ca_file       path, required     CA that signs every peer's certificate
@@ -128,6 +148,14 @@
 /* [coordinator] request_timeout and worker_timeout by default. */
 #define MESH_REQUEST_TIMEOUT_MS 30000
 #define MESH_WORKER_TIMEOUT_MS  1000
+/* The most tokens a speculative step drafts. */
+#define MESH_MAX_DRAFT 32
+
+enum mesh_spec_source {
+	MESH_SPEC_OFF = 0,
+	MESH_SPEC_NGRAM = 1,
+	MESH_SPEC_MODEL = 2,
+};
 
 enum mesh_backend {
 	MESH_BACKEND_CPU = 0,
@@ -167,7 +195,7 @@ struct mesh_config {
 	char *model_path;    /* resolved */
 	int32_t max_seq_len; /* 0: the model's context length, capped at MESH_MAX_SEQ_DEFAULT */
 	int32_t slots;
-	enum lm_dtype kv_type_k, kv_type_v;
+	struct kv_types kv; /* kv_type_k/_v (global) and kv_type_k_swa/_v_swa (sliding) */
 	enum lm_dtype wire_dtype;
 	int32_t max_batch;
 	uint64_t scratch_bytes; /* 0: estimated by the planner */
@@ -188,6 +216,13 @@ struct mesh_config {
 
 	/* [plan] */
 	enum fence_strategy strategy;
+
+	/* [speculative] */
+	enum mesh_spec_source spec;
+	char *draft_model; /* resolved; NULL unless spec is MESH_SPEC_MODEL */
+	int32_t max_draft; /* 0 when spec is off */
+	int32_t ngram_min, ngram_max;
+	int32_t draft_threads;
 
 	/* [tls]: resolved paths; NULL when the section is absent */
 	char *tls_ca_file, *tls_cert_file, *tls_key_file;

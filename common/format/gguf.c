@@ -506,7 +506,7 @@ static int gguf_parse_tensor(struct gguf_cur *c, struct gguf_file *f, struct ggu
 	}
 	if ((rc = gguf_read_u32(c, &type, t->name)) != 0)
 		return rc;
-	const struct lm_dtype_info *info = lm_dtype_info(type);
+	const struct lm_dtype_info *info = lm_dtype_in_gguf(type) ? lm_dtype_info(type) : NULL;
 	if (info == NULL)
 		return lm_fail(c->d, LM_EFORMAT, "offset %llu: tensor '%s': unknown type %u",
 			       (unsigned long long)at, t->name, type);

@@ -558,7 +558,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum lm_dtype type,
 		return lm_fail(d, LM_EINVAL,
 			       "gguf writer: tensor name '%.40s...' is %zu bytes, over ggml's %d",
 			       name, name_len, GGUF_WRITER_MAX_TENSOR_NAME);
-	const struct lm_dtype_info *info = lm_dtype_info((uint32_t)type);
+	const struct lm_dtype_info *info =
+		lm_dtype_in_gguf((uint32_t)type) ? lm_dtype_info((uint32_t)type) : NULL;
 	if (info == NULL)
 		return lm_fail(d, LM_EINVAL, "gguf writer: tensor '%s': unknown type %d", name,
 			       (int)type);

@@ -90,6 +90,75 @@ void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
 	}
 }
 
+/* Q8_0's scale and rounding (so its quants are Q8_0's), plus the scaled sum of the quants. */
+void lm_quantize_q8_1_ref(const float *x, block_q8_1 *y, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+		float amax = 0.0f;
+		for (int j = 0; j < QK8_1; j++)
+			amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+		const float d = amax / 127;
+		const float id = d != 0.0f ? 1.0f / d : 0.0f;
+		y[i].d = lm_f32_to_f16(d);
+		int sum = 0;
+		for (int j = 0; j < QK8_1; j++) {
+			y[i].qs[j] = (int8_t)roundf(x[j] * id);
+			sum += y[i].qs[j];
+		}
+		y[i].s = lm_f32_to_f16((float)sum * d);
+	}
+}
+
+/* The range of the block in 31 steps from its minimum; (int)(v + 0.5) is the reference's
+ * rounding (v is never negative here). */
+void lm_quantize_q5_1_ref(const float *x, block_q5_1 *y, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK5_1; i++, x += QK5_1) {
+		float min = 3.402823466e+38f, max = -3.402823466e+38f;
+		for (int j = 0; j < QK5_1; j++) {
+			min = x[j] < min ? x[j] : min;
+			max = x[j] > max ? x[j] : max;
+		}
+		const float d = (max - min) / 31;
+		const float id = d != 0.0f ? 1.0f / d : 0.0f;
+		y[i].d = lm_f32_to_f16(d);
+		y[i].m = lm_f32_to_f16(min);
+		uint32_t qh = 0;
+		for (int j = 0; j < QK5_1 / 2; j++) {
+			const uint8_t q0 = (uint8_t)((x[j] - min) * id + 0.5f);
+			const uint8_t q1 = (uint8_t)((x[j + QK5_1 / 2] - min) * id + 0.5f);
+			y[i].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+			qh |= (uint32_t)((q0 >> 4) & 1u) << j;
+			qh |= (uint32_t)((q1 >> 4) & 1u) << (j + QK5_1 / 2);
+		}
+		memcpy(y[i].qh, &qh, sizeof qh);
+	}
+}
+
+static void quant_dequantize_q5_1(const block_q5_1 *x, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
+		const float d = lm_f16_to_f32(x[i].d), m = lm_f16_to_f32(x[i].m);
+		uint32_t qh;
+		memcpy(&qh, x[i].qh, sizeof qh);
+		for (int j = 0; j < QK5_1 / 2; j++) {
+			const int q0 = (x[i].qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+			const int q1 = (x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+			y[j] = q0 * d + m;
+			y[j + QK5_1 / 2] = q1 * d + m;
+		}
+	}
+}
+
+static void quant_dequantize_q8_1(const block_q8_1 *x, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK8_1; i++, y += QK8_1) {
+		const float d = lm_f16_to_f32(x[i].d);
+		for (int j = 0; j < QK8_1; j++)
+			y[j] = x[i].qs[j] * d;
+	}
+}
+
 static void quant_dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
@@ -477,9 +546,12 @@ static int quant_check(enum lm_dtype type, int64_t n)
 	case LM_BF16:
 	case LM_Q8_0:
 	case LM_Q4_0:
+	case LM_Q5_1:
 	case LM_Q4_K:
 	case LM_Q6_K:
 	case LM_Q8_K:
+	case LM_Q8_1:
+	case LM_FP8_E4M3:
 		break;
 	default:
 		return LM_EUNSUPPORTED;
@@ -509,6 +581,16 @@ int lm_quantize_row(enum lm_dtype type, const float *src, void *dst, int64_t n)
 		break;
 	case LM_Q4_0:
 		lm_quantize_q4_0_ref(src, dst, n);
+		break;
+	case LM_Q5_1:
+		lm_quantize_q5_1_ref(src, dst, n);
+		break;
+	case LM_Q8_1:
+		lm_quantize_q8_1_ref(src, dst, n);
+		break;
+	case LM_FP8_E4M3:
+		for (int64_t i = 0; i < n; i++)
+			((uint8_t *)dst)[i] = lm_f32_to_fp8(src[i]);
 		break;
 	case LM_Q4_K:
 		quant_quantize_q4_K(src, dst, n);
@@ -547,6 +629,16 @@ int lm_dequantize_row(enum lm_dtype type, const void *src, float *dst, int64_t n
 		break;
 	case LM_Q4_0:
 		quant_dequantize_q4_0(src, dst, n);
+		break;
+	case LM_Q5_1:
+		quant_dequantize_q5_1(src, dst, n);
+		break;
+	case LM_Q8_1:
+		quant_dequantize_q8_1(src, dst, n);
+		break;
+	case LM_FP8_E4M3:
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = lm_fp8_to_f32(((const uint8_t *)src)[i]);
 		break;
 	case LM_Q4_K:
 		quant_dequantize_q4_K(src, dst, n);

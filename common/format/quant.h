@@ -5,7 +5,11 @@
  * little-endian; `d` fields are IEEE half precision (use lm_f16_to_f32).
  *
  *   Q4_0  32 elements: x[j] = (nibble - 8) * d; byte j holds element j (low) and j + 16 (high)
+ *   Q5_1  32 elements: x[j] = q * d + m, q 5 bits: the low 4 as Q4_0's nibbles, the fifth of
+ *         element j in bit j of qh (little-endian)
  *   Q8_0  32 elements: x[j] = qs[j] * d
+ *   Q8_1  32 elements: Q8_0 plus s = d * sum(qs): the activation type Q5_1 dot products
+ *         quantize to (never stored in files by layermesh)
  *   Q4_K  256 elements in 8 sub-blocks of 32: x = d * sc * q - dmin * m, with 6-bit sc and m
  *         packed in scales[12]; 4-bit q in qs[128], 64 elements per 32 bytes (low then high)
  *   Q6_K  256 elements in 16 sub-blocks of 16: x = d * scales[i] * (q - 32), q 6 bits split as
@@ -22,7 +26,9 @@
 #include "common/base/dtype.h"
 
 #define QK4_0        32
+#define QK5_1        32
 #define QK8_0        32
+#define QK8_1        32
 #define QK_K         256
 #define K_SCALE_SIZE 12
 
@@ -33,10 +39,25 @@ typedef struct {
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
 
 typedef struct {
+	uint16_t d; /* delta */
+	uint16_t m; /* min */
+	uint8_t qh[4];
+	uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
+
+typedef struct {
 	uint16_t d;
 	int8_t qs[QK8_0];
 } block_q8_0;
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+typedef struct {
+	uint16_t d; /* delta */
+	uint16_t s; /* d * sum(qs) */
+	int8_t qs[QK8_1];
+} block_q8_1;
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
 
 typedef struct {
 	uint16_t d;    /* super-block scale for the quantized scales */
@@ -64,7 +85,8 @@ static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 /* Quantizes n floats (a multiple of the type's block size) into dst, bit-for-bit as GGUF's
  * reference quantizers do (ggml's quantize_row_*_ref, without importance matrices), so files
  * written by layermesh's tools read the same in llama.cpp. Types: F32, F16, BF16, Q8_0, Q4_0,
- * Q4_K, Q6_K, Q8_K. Returns 0, or LM_EUNSUPPORTED / LM_EINVAL. */
+ * Q5_1, Q4_K, Q6_K, Q8_K, Q8_1, and layermesh's FP8_E4M3 (lm_f32_to_fp8 per element). Returns 0,
+ * or LM_EUNSUPPORTED / LM_EINVAL. */
 int lm_quantize_row(enum lm_dtype type, const float *src, void *dst, int64_t n);
 /* The inverse: n elements of `type` at src to floats. Same types. */
 int lm_dequantize_row(enum lm_dtype type, const void *src, float *dst, int64_t n);
@@ -75,6 +97,10 @@ void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
  * Also the activations' and the Q8_0 cache's quantizer (see quant.c for why). */
 void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
 void lm_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
+/* Q5_1 as GGUF's reference: d = (max - min) / 31, m = min, q = (int)((x - min) / d + 0.5). */
+void lm_quantize_q5_1_ref(const float *x, block_q5_1 *y, int64_t n);
+/* Q8_1 as GGUF's reference: Q8_0's d and quants, and s = f16(d * sum(qs)). */
+void lm_quantize_q8_1_ref(const float *x, block_q8_1 *y, int64_t n);
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
 void lm_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
 

@@ -57,12 +57,25 @@ const char *fence_fmt_bytes(uint64_t bytes, char *buf, size_t cap)
 #define FMT_B(x) fence_fmt_bytes((x), (char[32]){0}, 32)
 
 int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv_geom *geom,
-		   int32_t max_seq, int32_t extra, int32_t slots, enum lm_dtype k_type,
-		   enum lm_dtype v_type, lm_diag *d)
+		   int32_t max_seq, int32_t extra, int32_t slots, const struct kv_types *types,
+		   lm_diag *d)
 {
 	for (int32_t i = 0; i < n_layers; i++) {
-		uint64_t b = 0;
-		int rc = kv_layer_bytes(&geom[i], max_seq, extra, slots, k_type, v_type, &b);
+		const struct kv_geom *g = &geom[i];
+		const struct kv_pair t = kv_types_for(types, g);
+		const char *kind = g->window > 0 ? "sliding" : "global";
+		char why[160];
+		if (kv_geom_check(g, t.k, why, sizeof why) != 0 ||
+		    kv_geom_check(g, t.v, why, sizeof why) != 0)
+			return lm_fail(d, LM_EINVAL,
+				       "layer %d (%s, %d KV heads x head_dim %d): no %s K / %s V "
+				       "cache: %s",
+				       (int)i, kind, (int)g->n_kv_heads, (int)g->head_dim,
+				       lm_dtype_name(t.k), lm_dtype_name(t.v), why);
+		uint64_t k = 0, v = 0, f = 0;
+		int rc = kv_layer_kv_bytes(g, max_seq, extra, slots, t.k, t.v, &k, &v);
+		if (rc == 0)
+			rc = kv_layer_bytes(g, max_seq, extra, slots, LM_F32, LM_F32, &f);
 		if (rc == LM_EOVERFLOW)
 			return lm_fail(
 				d, rc,
@@ -70,15 +83,15 @@ int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv
 				"in 64 bits",
 				(int)i, (int)slots, (int)max_seq);
 		if (rc != 0)
-			return lm_fail(
-				d, rc,
-				"layer %d: no KV cache of %s/%s for %d KV heads x head_dim %d, "
-				"window %d, %d slots x %d positions (q8_0 needs heads x "
-				"head_dim to be a multiple of 32)",
-				(int)i, lm_dtype_name(k_type), lm_dtype_name(v_type),
-				(int)geom[i].n_kv_heads, (int)geom[i].head_dim, (int)geom[i].window,
-				(int)slots, (int)max_seq);
-		layers[i].kv_bytes = b;
+			return lm_fail(d, rc,
+				       "layer %d (%s): no KV cache for window %d, %d slots x %d "
+				       "positions",
+				       (int)i, kind, (int)g->window, (int)slots, (int)max_seq);
+		layers[i].kv_bytes = k + v;
+		layers[i].kv_k_bytes = k;
+		layers[i].kv_v_bytes = v;
+		layers[i].kv_f32_bytes = f;
+		layers[i].sliding = g->window > 0;
 	}
 	return 0;
 }
@@ -482,6 +495,9 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 
 	plan->strategy = in->strategy;
 	plan->n_layers = c.L;
+	plan->kv_types = in->kv_types;
+	for (int32_t i = 0; i < c.L; i++)
+		plan->has_sliding |= in->layers[i].sliding;
 	for (int32_t j = 0; j < c.W; j++) {
 		struct fence_stage *s = &plan->stages[j];
 		int32_t a = plan->cuts[j], b = plan->cuts[j + 1];
@@ -495,6 +511,13 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 		s->end = b;
 		s->weight_bytes = c.pw[b] - c.pw[a];
 		s->kv_bytes = c.pk[b] - c.pk[a];
+		for (int32_t i = a; i < b; i++) {
+			const struct fence_layer *l = &in->layers[i];
+			const int kind = l->sliding ? FENCE_KV_SLIDING : FENCE_KV_GLOBAL;
+			s->kv_kind[kind][0] = sat_add(s->kv_kind[kind][0], l->kv_k_bytes);
+			s->kv_kind[kind][1] = sat_add(s->kv_kind[kind][1], l->kv_v_bytes);
+			s->kv_f32_bytes = sat_add(s->kv_f32_bytes, l->kv_f32_bytes);
+		}
 		s->scratch_bytes = stage_scratch(&c, j, a, b);
 		s->extra_bytes = stage_extra_bytes(&c, j);
 		s->total_bytes = stage_bytes(&c, j, a, b);

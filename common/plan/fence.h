@@ -30,6 +30,7 @@
 #ifndef LM_FENCE_H
 #define LM_FENCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -53,7 +54,14 @@ struct fence_layer {
 	uint64_t kv_bytes;      /* its K and V for the mesh's slots and positions */
 	uint64_t scratch_bytes; /* what a worker allocates per layer it runs besides (a trace) */
 	uint64_t flops;         /* per token */
+	/* For the table only (fence_kv_costs fills them; the plan is made from kv_bytes): */
+	uint64_t kv_k_bytes, kv_v_bytes; /* kv_bytes split into K and V */
+	uint64_t kv_f32_bytes;           /* what the same K and V would take in f32 */
+	bool sliding;                    /* a sliding-window layer (its own cache types) */
 };
+
+/* KV bytes of a stage by layer kind and tensor: [FENCE_KV_GLOBAL or FENCE_KV_SLIDING][0 K, 1 V]. */
+enum { FENCE_KV_GLOBAL = 0, FENCE_KV_SLIDING = 1 };
 
 /* One worker as the planner sees it. */
 struct fence_worker {
@@ -75,6 +83,7 @@ struct fence_input {
 	uint64_t last_flops;              /* per token, on worker W-1: the lm_head */
 	int32_t n_workers;
 	const struct fence_worker *workers; /* [n_workers] */
+	struct kv_types kv_types;           /* the cache types, for the table's columns */
 };
 
 /* One worker's share of a plan. */
@@ -83,6 +92,8 @@ struct fence_stage {
 	int32_t start, end;     /* layers [start, end) */
 	uint64_t weight_bytes;  /* of its layers */
 	uint64_t kv_bytes;      /* of its layers */
+	uint64_t kv_kind[2][2]; /* kv_bytes by layer kind and K/V (FENCE_KV_*) */
+	uint64_t kv_f32_bytes;  /* its layers' K and V in f32 */
 	uint64_t scratch_bytes; /* the worker's and its layers' */
 	uint64_t extra_bytes;   /* embedding and/or head */
 	uint64_t total_bytes;   /* the four above */
@@ -95,6 +106,8 @@ struct fence_stage {
 struct fence_plan {
 	enum fence_strategy strategy;
 	int32_t n_layers, n_workers;
+	struct kv_types kv_types;   /* the input's */
+	bool has_sliding;           /* some layer slides */
 	int32_t *cuts;              /* [n_workers + 1]: c0 = 0 ... cW = n_layers */
 	struct fence_stage *stages; /* [n_workers] */
 	uint64_t total_flops;       /* per token, all stages */
@@ -106,11 +119,14 @@ const char *fence_strategy_name(enum fence_strategy s);
 /* The inverse; -1 for anything else. */
 int fence_strategy_parse(const char *s);
 
-/* Sets layers[i].kv_bytes, i in [0, n_layers), to kv_layer_bytes() of geom[i] for `slots`
- * sequences of `max_seq` positions (sliding rings `extra` rows beyond their window). Errors name the layer. */
+/* Sets layers[i].kv_bytes (and its K/V split, its f32 equivalent and its kind), i in
+ * [0, n_layers), from kv_layer_kv_bytes() of geom[i] in its own types (types->swa for sliding
+ * layers, types->global for the others) for `slots` sequences of `max_seq` positions (sliding
+ * rings `extra` rows beyond their window). A type that cannot hold a layer (a block that does
+ * not tile its head_dim) is LM_EINVAL naming the layer, its kind, its geometry and why. */
 int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv_geom *geom,
-		   int32_t max_seq, int32_t extra, int32_t slots, enum lm_dtype k_type,
-		   enum lm_dtype v_type, lm_diag *d);
+		   int32_t max_seq, int32_t extra, int32_t slots, const struct kv_types *types,
+		   lm_diag *d);
 
 /* Makes the plan. On failure the plan holds nothing (fini is harmless all the same). */
 int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_diag *d);
@@ -122,7 +138,10 @@ const char *fence_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
 
 /* The plan as a table for people, one row per worker:
  *     worker  layers    weights MiB  KV MiB  scratch MiB  embd/head MiB  total MiB  limit MiB  use  flops
- * and a footer with the totals and the slowest stage. Returns 0 or LM_EIO. */
+ * and a footer with the totals and the slowest stage; then the KV cache by type, one row per
+ * worker and a total:
+ *     worker  global K <t>  global V <t>  [sliding K <t>  sliding V <t>]  KV MiB  as f32 MiB  saved
+ * Returns 0 or LM_EIO. */
 int fence_plan_write_table(const struct fence_plan *plan, FILE *out);
 /* The plan as a cJSON object (the caller cJSON_Delete()s it); NULL when out of memory:
  *     {"strategy": "balanced", "layers": L, "cuts": [0, ..., L], "total_flops": f,

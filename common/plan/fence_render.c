@@ -32,6 +32,48 @@ static const char *fmt_flops(uint64_t f, char *buf, size_t cap)
 	return buf;
 }
 
+/* "global K q8_0" and the like: the column of one layer kind's K or V. */
+static const char *kv_column(const struct fence_plan *p, int kind, int kv, char *buf, size_t cap)
+{
+	const struct kv_pair *t = kind == FENCE_KV_SLIDING ? &p->kv_types.swa : &p->kv_types.global;
+	snprintf(buf, cap, "%s %s %s", kind == FENCE_KV_SLIDING ? "sliding" : "global",
+		 kv ? "V" : "K", lm_dtype_name(kv ? t->v : t->k));
+	return buf;
+}
+
+/* The KV cache by type: each worker's K and V of each layer kind in its own type, beside what
+ * the same rows would take in f32 and the share saved. */
+static void kv_table(const struct fence_plan *p, FILE *out, int nw)
+{
+	const int kinds = p->has_sliding ? 2 : 1;
+	char col[4][40];
+	fprintf(out, "\nKV cache by type (every slot's rows):\n%-*s", nw, "worker");
+	for (int kind = 0; kind < kinds; kind++)
+		for (int kv = 0; kv < 2; kv++)
+			fprintf(out, " %17s", kv_column(p, kind, kv, col[2 * kind + kv], 40));
+	fprintf(out, " %10s %11s %7s\n", "KV MiB", "as f32 MiB", "saved");
+	uint64_t tot[2][2] = {{0}}, tk = 0, tf = 0;
+	for (int32_t j = 0; j <= p->n_workers; j++) {
+		const bool total = j == p->n_workers;
+		const struct fence_stage *s = total ? NULL : &p->stages[j];
+		uint64_t kvb = total ? tk : s->kv_bytes, f32 = total ? tf : s->kv_f32_bytes;
+		fprintf(out, "%-*s", nw, total ? "total" : s->name);
+		for (int kind = 0; kind < kinds; kind++)
+			for (int kv = 0; kv < 2; kv++) {
+				uint64_t b = total ? tot[kind][kv] : s->kv_kind[kind][kv];
+				fprintf(out, " %17.2f", mib(b));
+				if (!total)
+					tot[kind][kv] += b;
+			}
+		fprintf(out, " %10.2f %11.2f %6.1f%%\n", mib(kvb), mib(f32),
+			f32 > kvb ? share(f32 - kvb, f32) : 0.0);
+		if (!total) {
+			tk += s->kv_bytes;
+			tf += s->kv_f32_bytes;
+		}
+	}
+}
+
 int fence_plan_write_table(const struct fence_plan *p, FILE *out)
 {
 	int nw = 6;
@@ -74,7 +116,32 @@ int fence_plan_write_table(const struct fence_plan *p, FILE *out)
 			"\nslowest stage: '%s', %s per token at speed %g (%s per token in all)\n",
 			p->stages[slow].name, fmt_flops(p->stages[slow].flops, a, sizeof a),
 			p->stages[slow].speed, fmt_flops(p->total_flops, b, sizeof b));
+	uint64_t f32 = 0;
+	for (int32_t j = 0; j < p->n_workers; j++)
+		f32 += p->stages[j].kv_f32_bytes;
+	if (f32 > 0) /* the layers were priced by fence_kv_costs */
+		kv_table(p, out, nw);
 	return ferror(out) ? LM_EIO : 0;
+}
+
+/* "kv_by_type": {"global_k": {"type": "q8_0", "bytes": n}, ...}, "kv_f32_bytes". */
+static bool kv_json(const struct fence_plan *p, cJSON *w, const struct fence_stage *s)
+{
+	static const char *const names[2][2] = {{"global_k", "global_v"},
+						{"sliding_k", "sliding_v"}};
+	cJSON *by = cJSON_AddObjectToObject(w, "kv_by_type");
+	bool ok = by != NULL &&
+		  cJSON_AddNumberToObject(w, "kv_f32_bytes", (double)s->kv_f32_bytes) != NULL;
+	for (int kind = 0; ok && kind < (p->has_sliding ? 2 : 1); kind++)
+		for (int kv = 0; ok && kv < 2; kv++) {
+			const struct kv_pair *t =
+				kind == FENCE_KV_SLIDING ? &p->kv_types.swa : &p->kv_types.global;
+			cJSON *e = cJSON_AddObjectToObject(by, names[kind][kv]);
+			ok = e != NULL &&
+			     cJSON_AddStringToObject(e, "type", lm_dtype_name(kv ? t->v : t->k)) &&
+			     cJSON_AddNumberToObject(e, "bytes", (double)s->kv_kind[kind][kv]);
+		}
+	return ok;
 }
 
 struct cJSON *fence_plan_to_json(const struct fence_plan *p)
@@ -108,6 +175,7 @@ struct cJSON *fence_plan_to_json(const struct fence_plan *p)
 		     cJSON_AddNumberToObject(w, "end", s->end) &&
 		     cJSON_AddNumberToObject(w, "weight_bytes", (double)s->weight_bytes) &&
 		     cJSON_AddNumberToObject(w, "kv_bytes", (double)s->kv_bytes) &&
+		     kv_json(p, w, s) &&
 		     cJSON_AddNumberToObject(w, "scratch_bytes", (double)s->scratch_bytes) &&
 		     cJSON_AddNumberToObject(w, "extra_bytes", (double)s->extra_bytes) &&
 		     cJSON_AddNumberToObject(w, "total_bytes", (double)s->total_bytes) &&

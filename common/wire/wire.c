@@ -10,10 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 3 (2 added TRACE; 3 FORWARD's "adj", READY's "dig" and
- * the bound on data-ring messages). Changing any of them (or any header key or payload layout)
- * changes the protocol: bump WIRE_VERSION in wire.h and update this table with it, so two
- * builds that disagree refuse each other at HELLO instead of misreading each other. */
+/* The values below are protocol version 3 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
+ * "dig", ASSIGN's per-kind cache types and "drf", and the bound on data-ring messages). Changing
+ * any of them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in
+ * wire.h and update this table with it, so two builds that disagree refuse each other at HELLO
+ * instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
 	static_assert(WIRE_VERSION_CURRENT == 3 && (name) == (value), #name \
 		      " is pinned by protocol version 3: bump WIRE_VERSION and update wire.c")
@@ -111,25 +112,28 @@ const char *wire_type_name(uint32_t t)
 /* A scratch cap above this is a caller's mistake (no limits allow a million sequences). */
 #define WIRE_SCRATCH_MAX (1 << 20)
 
-int wire_scratch_init(struct wire_scratch *s, int32_t cap)
+int wire_scratch_init_rows(struct wire_scratch *s, int32_t cap, int32_t rows)
 {
 	memset(s, 0, sizeof *s);
-	if (cap < 1 || cap > WIRE_SCRATCH_MAX)
+	if (cap < 1 || cap > WIRE_SCRATCH_MAX || rows < cap || rows > WIRE_SCRATCH_MAX)
 		return LM_EINVAL;
 	s->seqs = calloc((size_t)cap, sizeof *s->seqs);
-	if (s->seqs == NULL)
-		goto fail;
-	s->toks = calloc((size_t)cap, sizeof *s->toks);
-	if (s->toks == NULL)
-		goto fail;
+	s->toks = calloc((size_t)rows, sizeof *s->toks);
 	s->slots = calloc((size_t)cap, sizeof *s->slots);
-	if (s->slots == NULL)
+	s->drafts = calloc((size_t)rows, sizeof *s->drafts);
+	if (s->seqs == NULL || s->toks == NULL || s->slots == NULL || s->drafts == NULL)
 		goto fail;
 	s->cap = cap;
+	s->rows = rows;
 	return 0;
 fail:
 	wire_scratch_fini(s);
 	return LM_ENOMEM;
+}
+
+int wire_scratch_init(struct wire_scratch *s, int32_t cap)
+{
+	return wire_scratch_init_rows(s, cap, cap);
 }
 
 void wire_scratch_fini(struct wire_scratch *s)
@@ -142,6 +146,7 @@ void wire_scratch_fini(struct wire_scratch *s)
 	free(s->adj);
 	free(s->hist);
 	free(s->bias);
+	free(s->drafts);
 	memset(s, 0, sizeof *s);
 }
 

@@ -30,6 +30,18 @@
  * may follow, and the message's length must be the header's plus "pl"; a message without "pl"
  * ends with its header.
  *
+ * Rollback (version 3). A FORWARD's first position for a sequence is the length that
+ * sequence's cache must hold: every stage truncates the slot to it, on every layer type, before
+ * it stores the batch's rows (engine/forward.c). That is how a speculative draft the last stage
+ * rejected is undone everywhere, and it needs no message of its own. The FORWARD passes every
+ * stage in ring order and each applies the truncation before it computes and forwards, so the
+ * TOKENS the coordinator gets back for the batch is the whole ring's acknowledgement that every
+ * stage rolled back; a stage that cannot (a sliding ring that no longer holds the rows the
+ * rolled-back sequence reads) refuses the batch, and the ERROR that comes back instead is as
+ * explicit a negative answer. A separate broadcast (prima.cpp's seq_rm) would need
+ * acknowledgements of its own and could race the next batch on another socket; carried by the
+ * FORWARD, the rollback is ordered with the rows it replaces by construction.
+ *
  * Compatibility. WIRE_VERSION changes whenever any header key, type value or payload layout
  * changes; the static_asserts in wire.c pin the type values so such a change cannot go
  * unnoticed. HELLO's layout never changes, so any two builds can at least tell each other their
@@ -112,17 +124,20 @@ struct wire_limits {
 	int32_t max_batch;    /* tokens per FORWARD */
 	int32_t max_seqs;     /* sequences per FORWARD or TOKENS */
 	int32_t max_logprobs; /* top logprobs a sequence may ask for */
+	int32_t max_draft;    /* drafted tokens a sequence may carry (0: no speculation) */
 };
 
 /* One sequence's part of a FORWARD batch: rows [row, row + n_tokens) of the payload are its
  * tokens at positions [pos, pos + n_tokens) in KV slot `slot`, where row is the sum of the
- * n_tokens of the sequences before it. On the wire each is a 12-element array, in this order:
+ * n_tokens of the sequences before it. On the wire each is a 13-element array, in this order:
  *   [seq_id u64, slot i32, pos i32, n_tokens i32, sample bool, step u64, n_logprobs i32,
- *    temperature f32, top_k i32, top_p f32, min_p f32, seed u64]
- * Decoding checks 0 <= slot < slots, pos >= 0, n_tokens >= 1, pos + n_tokens <= max_seq,
+ *    temperature f32, top_k i32, top_p f32, min_p f32, seed u64, n_draft i32]
+ * A speculating sequence sends its last accepted token followed by n_draft drafted ones
+ * (n_tokens = n_draft + 1); the last stage verifies them (see TOKENS). Decoding checks
+ * 0 <= slot < slots, pos >= 0, n_tokens >= 1, pos + n_tokens <= max_seq,
  * 0 <= n_logprobs <= max_logprobs, lm_sampling_check() (on every sequence, sampled or not: the
- * coordinator sends each request's parameters), and that no two sequences of one batch share a
- * slot. */
+ * coordinator sends each request's parameters), 0 <= n_draft <= min(n_tokens - 1, max_draft),
+ * sample true when n_draft > 0, and that no two sequences of one batch share a slot. */
 struct wire_seq {
 	uint64_t seq_id; /* the coordinator's id, echoed in TOKENS */
 	int32_t slot;
@@ -135,10 +150,13 @@ struct wire_seq {
 	/* Logit bias and penalties before sampling (FORWARD's "adj", version 3); NULL: none.
 	 * Encode: the caller's; decode: points into the scratch. */
 	const struct lm_logit_adjust *adjust;
+	int32_t n_draft; /* its last n_draft tokens are drafts to verify (0: none) */
 };
 
 /* FORWARD: "seqs" (array of per-sequence arrays), "n" (total tokens), "dt" (wire_dtype),
- * "dim" (row width; 1 for I32 ids), "pl" (payload bytes), and "adj" (version 3) when any
+ * "dim" (row width; 1 for I32 ids), "pl" (payload bytes), "dr" (the drafted ids, i32, of
+ * every speculating sequence in order: the ids of its rows 1 .. n_draft, which stages past the
+ * first see only as hidden states; present exactly when some n_draft > 0) and "adj" when any
  * sequence has logit adjustments: an array of
  *     [index i32, presence f32, frequency f32, repeat f32, [window ids i32...],
  *      [[id i32, bias f32]...]]
@@ -146,12 +164,15 @@ struct wire_seq {
  * with lm_logit_adjust_check against n_vocab. payload_len must equal
  * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n).
  * Decoding checks 1 <= n_seqs <= max_seqs, 1 <= n <= max_batch, dt one of I32 (dim 1, every
- * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim). */
+ * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim), and "dr" holding the sum of the
+ * n_draft, each in [0, n_vocab). */
 struct wire_forward {
 	uint64_t batch_id;
 	uint64_t fingerprint;
 	int32_t n_seqs;
 	struct wire_seq *seqs; /* [n_seqs] */
+	int32_t n_drafts;      /* sum of the sequences' n_draft */
+	const int32_t *drafts; /* [n_drafts]: decode: in scratch; encode: the caller's */
 	int32_t n_tokens;
 	enum wire_dtype dtype;
 	int32_t dim;
@@ -162,9 +183,14 @@ struct wire_forward {
 /* TOKENS: "toks" (array of per-sequence arrays), "pl". Logprobs travel in the payload as f32/i32
  * pairs so the header stays small: for each token with n_top > 0, n_top ids (i32) then n_top
  * logprobs (f32), in order, little-endian; so "pl" = 8 x the sum of n_top. Each token is a
- * 4-element array [seq_id u64, token i32, logprob f32, n_top i32]. Decoding checks
- * 0 <= n <= max_seqs, ids (sampled and top) in [0, n_vocab), logprobs not NaN and <= 0,
- * 0 <= n_top <= max_logprobs. An empty TOKENS acknowledges a batch where nothing sampled. */
+ * 4-element array [seq_id u64, token i32, logprob f32, n_top i32]. A sampling sequence gets one
+ * token; a speculating one 1 + a consecutive entries, a <= n_draft: the a drafts the last stage
+ * accepted, in order, then the token it sampled after them (the correction of the first
+ * rejected draft, or the next token when all were accepted), so a is how many were accepted
+ * and the sequence's next FORWARD starts at pos + 1 + a, which rolls every stage back.
+ * Decoding checks 0 <= n <= max_batch, ids (sampled and top) in [0, n_vocab), logprobs not NaN
+ * and <= 0, 0 <= n_top <= max_logprobs; the coordinator checks the entries against what it sent.
+ * An empty TOKENS acknowledges a batch where nothing sampled. */
 struct wire_token {
 	uint64_t seq_id;
 	int32_t token;
@@ -201,22 +227,26 @@ struct wire_hello {
 
 /* ASSIGN (coordinator -> worker): the slice and everything the worker needs to load it:
  * "model" (path), "slice" [begin, end, embedding, head], "seq" (max_seq), "slots", "kvk" and
- * "kvv" (lm_dtype of K and V), "wdt" (wire dtype of hidden states), "batch" (max tokens per
- * FORWARD), "next" (successor's data address, the coordinator's for the last worker).
- * Decoding checks model and next non-empty, the slice as HELLO's, seq, slots and batch >= 1,
- * kvk and kvv types that common/base/dtype.h knows, wdt one of F32, F16, BF16.
+ * "kvv" (lm_dtype of K and V of the global layers), "kks" and "kvs" (of the sliding-window
+ * layers), "wdt" (wire dtype of hidden states), "batch" (max tokens per FORWARD), "drf" (max
+ * drafted tokens a sequence carries), "next" (successor's data address, the coordinator's for
+ * the last worker). Decoding checks model and next non-empty, the slice as HELLO's, seq, slots
+ * and batch >= 1, 0 <= drf < batch, kvk, kvv, kks and kvs types that common/base/dtype.h knows
+ * (whether the cache takes them is the worker's to say), wdt one of F32, F16, BF16.
  * READY (reply): "fp", "kvb" (KV bytes), "wb" (weight bytes), "rss" (resident bytes), "dig"
- * (version 3: the digest of the slice's tensor bytes as the worker loaded them,
- * gguf_tensor_digest; the coordinator holds every later join of the slice to it). */
+ * (the digest of the slice's tensor bytes as the worker loaded them, gguf_tensor_digest; the
+ * coordinator holds every later join of the slice to it). */
 struct wire_assign {
 	uint64_t id;
 	char model[1024];
 	int32_t begin, end;
 	bool embedding, head;
 	int32_t max_seq, slots;
-	uint32_t k_type, v_type; /* enum lm_dtype */
+	uint32_t k_type, v_type;         /* enum lm_dtype: global layers */
+	uint32_t k_type_swa, v_type_swa; /* enum lm_dtype: sliding-window layers */
 	enum wire_dtype wire_dtype;
 	int32_t max_batch;
+	int32_t max_draft;
 	char next[256];
 };
 struct wire_ready {
@@ -246,16 +276,20 @@ struct wire_error {
 };
 
 /* KV_EXPORT request: "slot". KV_EXPORT reply and KV_IMPORT request: "slot", "len" (positions),
- * "dt" = WIRE_DT_RAW, "pl" (payload bytes) and the rows as kv_cache_export() lays them out.
+ * "hi" (one past the highest position written: the high-water mark a rejected draft leaves in
+ * a ring, engine/kv_cache.h; absent means len), "dt" = WIRE_DT_RAW, "pl" (payload bytes) and
+ * the rows as kv_cache_export() lays them out, in the cache's own types, bit for bit.
  * KV_IMPORT reply: a plain ack. "len", "dt" and "pl" are all present or all absent (absent: len
- * 0, no payload); the encoder writes the short form for a KV_EXPORT with len 0 and no payload.
- * Decoding checks 0 <= slot < slots and 0 <= len <= max_seq; the receiver checks the payload
- * size against its cache's layout (kv_cache_export_bytes). */
+ * 0, no payload); the encoder writes the short form for a KV_EXPORT with len 0 and no payload,
+ * and "hi" only where it is above len. Decoding checks 0 <= slot < slots, 0 <= len <= max_seq
+ * and len <= hi <= max_seq; the receiver checks the payload size against its cache's layout
+ * (kv_cache_export_bytes). */
 struct wire_kv {
 	uint64_t id;
 	uint64_t fingerprint;
 	int32_t slot;
 	int32_t len;
+	int32_t hi; /* >= len; encode: 0 means len */
 	const void *payload;
 	size_t payload_len;
 };
@@ -306,9 +340,15 @@ struct wire_scratch {
 	struct lm_logit_adjust *adj; /* [cap] */
 	int32_t *hist;               /* [cap][LM_MAX_PENALTY_WINDOW] */
 	struct lm_logit_bias *bias;  /* [cap][LM_MAX_LOGIT_BIAS] */
-	int32_t cap;
+	int32_t *drafts;
+	int32_t cap;  /* sequences and slots */
+	int32_t rows; /* TOKENS entries and drafted ids: one per row of a batch at most */
 };
+/* cap sequences (and slots), and as many TOKENS entries and drafted ids. */
 int wire_scratch_init(struct wire_scratch *s, int32_t cap);
+/* cap sequences, `rows` (>= cap) TOKENS entries and drafted ids: size it (max(max_seqs, slots),
+ * max_batch) for the receiver of speculative batches. */
+int wire_scratch_init_rows(struct wire_scratch *s, int32_t cap, int32_t rows);
 void wire_scratch_fini(struct wire_scratch *s);
 
 /* Peeks at the version, type, fingerprint and id of a message of `len` bytes. Checks the

@@ -55,18 +55,18 @@ struct wd_forward {
 	int64_t rows; /* the sum of the sequences' n_tokens */
 };
 
-static const char *const wire_seq_elems[12] = {
-	"seq_id",     "slot",        "pos",   "n_tokens", "sample", "step",
-	"n_logprobs", "temperature", "top_k", "top_p",    "min_p",  "seed",
+static const char *const wire_seq_elems[13] = {
+	"seq_id",      "slot",  "pos",   "n_tokens", "sample", "step",    "n_logprobs",
+	"temperature", "top_k", "top_p", "min_p",    "seed",   "n_draft",
 };
 
-/* One 12-element sequence entry. */
+/* One 13-element sequence entry. */
 static int wd_seq(struct wd *c, const struct wire_limits *lim, struct wire_seq *q)
 {
 	int rc;
 	c->elem = NULL;
 	q->adjust = NULL;
-	if ((rc = wd_tuple(c, 12)) != 0)
+	if ((rc = wd_tuple(c, 13)) != 0)
 		return rc;
 	c->elem = wire_seq_elems[0];
 	if ((rc = wd_u64(c, &q->seq_id)) != 0)
@@ -112,6 +112,13 @@ static int wd_seq(struct wd *c, const struct wire_limits *lim, struct wire_seq *
 	c->elem = wire_seq_elems[11];
 	if ((rc = wd_u64(c, &q->sampling.seed)) != 0)
 		return rc;
+	c->elem = wire_seq_elems[12];
+	int64_t most = q->n_tokens - 1 < lim->max_draft ? q->n_tokens - 1 : lim->max_draft;
+	if ((rc = wd_i32(c, 0, most, &q->n_draft)) != 0)
+		return rc;
+	if (q->n_draft > 0 && !q->sample)
+		return wd_fail(c, LM_EPROTO,
+			       "%" PRId32 " drafts of a sequence that does not sample", q->n_draft);
 	lm_diag sd;
 	if (lm_sampling_check(&q->sampling, &sd) != 0) {
 		c->elem = "sampling";
@@ -134,11 +141,13 @@ static int wd_forward_seqs(struct wd *c, void *ctx)
 	x->f->n_seqs = (int32_t)n;
 	x->f->seqs = x->s->seqs;
 	x->rows = 0;
+	x->f->n_drafts = 0;
 	for (int32_t i = 0; i < x->f->n_seqs; i++) {
 		c->idx = i;
 		if ((rc = wd_seq(c, x->lim, &x->s->seqs[i])) != 0)
 			return rc;
 		x->rows += x->s->seqs[i].n_tokens;
+		x->f->n_drafts += x->s->seqs[i].n_draft; /* each below n_tokens <= max_seq */
 	}
 	/* Two entries writing one slot's KV in the same step would race: refuse. n_seqs is
 	 * bounded by max_seqs, so the quadratic scan stays small. */
@@ -260,9 +269,50 @@ static int wd_forward_adjust(struct wd *c, const struct wd_head *w, const struct
 				       ")",
 				       index, f->n_seqs);
 		}
+		if (s->seqs[index].n_draft > 0) {
+			c->elem = "index";
+			c->at = at;
+			return wd_fail(c, LM_EPROTO,
+				       "sequence %" PRId32 " has logit adjustments and drafts: a "
+				       "speculative step carries no adjustments",
+				       index);
+		}
 		prev = index;
 		s->seqs[index].adjust = &s->adj[k];
 	}
+	return 0;
+}
+
+/* "dr": exactly the sum of the sequences' n_draft ids, each a token. */
+static int wd_forward_drafts(struct wd *c, const struct wd_head *w, const struct wire_limits *lim,
+			     struct wire_scratch *s, struct wire_forward *f)
+{
+	f->drafts = s->drafts;
+	if ((w->seen & WK_BIT(WK_DR)) == 0) {
+		if (f->n_drafts == 0)
+			return 0;
+		c->key = WK_DR;
+		c->at = NULL;
+		return wd_fail(c, LM_EPROTO, "missing: the sequences draft %" PRId32 " tokens",
+			       f->n_drafts);
+	}
+	wd_at(c, w, WK_DR);
+	uint32_t n;
+	int rc;
+	if ((rc = wd_array(c, &n)) != 0)
+		return rc;
+	if (n != (uint32_t)f->n_drafts)
+		return wd_fail(c, LM_EPROTO,
+			       "%" PRIu32 " ids where the sequences draft %" PRId32 " tokens", n,
+			       f->n_drafts);
+	if ((rc = wd_count(c, n, 0, lim->max_batch, "max_batch", s->rows)) != 0)
+		return rc;
+	for (int32_t i = 0; i < f->n_drafts; i++) {
+		c->idx = i;
+		if ((rc = wd_i32(c, 0, (int64_t)lim->n_vocab - 1, &s->drafts[i])) != 0)
+			return rc;
+	}
+	c->idx = -1;
 	return 0;
 }
 
@@ -272,7 +322,7 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 	const uint64_t keys = WK_BASE | WK_BIT(WK_SEQS) | WK_BIT(WK_N) | WK_BIT(WK_DT) |
 			      WK_BIT(WK_DIM) | WK_BIT(WK_PL);
 	struct wd_forward x = {.lim = lim, .s = s, .f = f};
-	const struct wd_spec spec = {.allowed = keys | WK_BIT(WK_ADJ),
+	const struct wd_spec spec = {.allowed = keys | WK_BIT(WK_ADJ) | WK_BIT(WK_DR),
 				     .types = WT_BIT(WIRE_FORWARD),
 				     .fp = lim->fingerprint,
 				     .inline_key = WK_SEQS,
@@ -327,6 +377,8 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 			       "rows [%" PRId64 ", %" PRId64 ") run past \"n\" = %" PRId32, row,
 			       row + s->seqs[i].n_tokens, f->n_tokens);
 	}
+	if ((rc = wd_forward_drafts(&c, &w, lim, s, f)) != 0)
+		return rc;
 
 	if ((w.seen & WK_BIT(WK_ADJ)) != 0 && (rc = wd_forward_adjust(&c, &w, lim, s, f)) != 0)
 		return rc;
@@ -369,7 +421,7 @@ static int wd_tokens_toks(struct wd *c, void *ctx)
 	int rc;
 	if ((rc = wd_array(c, &n)) != 0)
 		return rc;
-	if ((rc = wd_count(c, n, 0, x->lim->max_seqs, "max_seqs", x->s->cap)) != 0)
+	if ((rc = wd_count(c, n, 0, x->lim->max_batch, "max_batch", x->s->rows)) != 0)
 		return rc;
 	x->t->n = (int32_t)n;
 	x->t->toks = x->s->toks;
@@ -554,8 +606,8 @@ int wire_decode_assign(const void *buf, size_t len, struct wire_assign *a, lm_di
 {
 	const uint64_t keys = WK_BIT(WK_V) | WK_BIT(WK_T) | WK_BIT(WK_ID) | WK_BIT(WK_MODEL) |
 			      WK_BIT(WK_SLICE) | WK_BIT(WK_SEQ) | WK_BIT(WK_SLOTS) |
-			      WK_BIT(WK_KVK) | WK_BIT(WK_KVV) | WK_BIT(WK_WDT) | WK_BIT(WK_BATCH) |
-			      WK_BIT(WK_NEXT);
+			      WK_BIT(WK_KVK) | WK_BIT(WK_KVV) | WK_BIT(WK_KKS) | WK_BIT(WK_KVS) |
+			      WK_BIT(WK_WDT) | WK_BIT(WK_BATCH) | WK_BIT(WK_DRF) | WK_BIT(WK_NEXT);
 	const struct wd_spec spec = {
 		.allowed = keys, .types = WT_BIT(WIRE_ASSIGN), .inline_key = -1};
 	struct wd c;
@@ -582,22 +634,25 @@ int wire_decode_assign(const void *buf, size_t len, struct wire_assign *a, lm_di
 	wd_at(&c, &w, WK_SLOTS);
 	if ((rc = wd_i32(&c, 1, INT32_MAX, &a->slots)) != 0)
 		return rc;
-	wd_at(&c, &w, WK_KVK);
-	if ((rc = wd_u32(&c, &a->k_type)) != 0)
-		return rc;
-	if (lm_dtype_info(a->k_type) == NULL)
-		return wd_fail(&c, LM_EPROTO, "%" PRIu32 " is not a GGUF tensor type", a->k_type);
-	wd_at(&c, &w, WK_KVV);
-	if ((rc = wd_u32(&c, &a->v_type)) != 0)
-		return rc;
-	if (lm_dtype_info(a->v_type) == NULL)
-		return wd_fail(&c, LM_EPROTO, "%" PRIu32 " is not a GGUF tensor type", a->v_type);
+	const int type_keys[4] = {WK_KVK, WK_KVV, WK_KKS, WK_KVS};
+	uint32_t *types[4] = {&a->k_type, &a->v_type, &a->k_type_swa, &a->v_type_swa};
+	for (int i = 0; i < 4; i++) {
+		wd_at(&c, &w, type_keys[i]);
+		if ((rc = wd_u32(&c, types[i])) != 0)
+			return rc;
+		if (lm_dtype_info(*types[i]) == NULL)
+			return wd_fail(&c, LM_EPROTO, "%" PRIu32 " is not a tensor type",
+				       *types[i]);
+	}
 	wd_at(&c, &w, WK_WDT);
 	if ((rc = wd_range(&c, WIRE_DT_F32, WIRE_DT_BF16, &v)) != 0)
 		return rc;
 	a->wire_dtype = (enum wire_dtype)v;
 	wd_at(&c, &w, WK_BATCH);
 	if ((rc = wd_i32(&c, 1, INT32_MAX, &a->max_batch)) != 0)
+		return rc;
+	wd_at(&c, &w, WK_DRF);
+	if ((rc = wd_i32(&c, 0, (int64_t)a->max_batch - 1, &a->max_draft)) != 0)
 		return rc;
 	wd_at(&c, &w, WK_NEXT);
 	if ((rc = wd_str(&c, a->next, sizeof a->next, true)) != 0)
@@ -671,7 +726,7 @@ int wire_decode_kv(const void *buf, size_t len, const struct wire_limits *lim, s
 		   lm_diag *d)
 {
 	const uint64_t rows = WK_BIT(WK_LEN) | WK_BIT(WK_DT) | WK_BIT(WK_PL);
-	const struct wd_spec spec = {.allowed = WK_BASE | WK_BIT(WK_SLOT) | rows,
+	const struct wd_spec spec = {.allowed = WK_BASE | WK_BIT(WK_SLOT) | rows | WK_BIT(WK_HI),
 				     .types = WT_BIT(WIRE_KV_EXPORT) | WT_BIT(WIRE_KV_IMPORT) |
 					      WT_BIT(WIRE_TRACE),
 				     .fp = lim->fingerprint,
@@ -693,13 +748,19 @@ int wire_decode_kv(const void *buf, size_t len, const struct wire_limits *lim, s
 	wd_at(&c, &w, WK_SLOT);
 	if ((rc = wd_i32(&c, 0, (int64_t)lim->slots - 1, &k->slot)) != 0)
 		return rc;
-	if ((w.seen & rows) == 0)
+	if ((w.seen & (rows | WK_BIT(WK_HI))) == 0)
 		return wd_no_payload(&c, &w, len);
 	if ((rc = wd_require(&c, &w, rows)) != 0)
 		return rc;
 	wd_at(&c, &w, WK_LEN);
 	if ((rc = wd_i32(&c, 0, lim->max_seq, &k->len)) != 0)
 		return rc;
+	k->hi = k->len;
+	if ((w.seen & WK_BIT(WK_HI)) != 0) {
+		wd_at(&c, &w, WK_HI);
+		if ((rc = wd_i32(&c, k->len, lim->max_seq, &k->hi)) != 0)
+			return rc;
+	}
 	wd_at(&c, &w, WK_DT);
 	if ((rc = wd_range(&c, WIRE_DT_RAW, WIRE_DT_RAW, &v)) != 0)
 		return rc;

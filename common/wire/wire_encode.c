@@ -179,9 +179,9 @@ static void wire_slice(struct wire_enc *e, int32_t begin, int32_t end, bool embe
 
 /* ---------------------------------------------------------------- encoders */
 
-/* Bytes of one encoded wire_seq at most: the array header, three u64 (9 each), five i32 (5),
+/* Bytes of one encoded wire_seq at most: the array header, three u64 (9 each), six i32 (5),
  * a bool and three f32 (5). */
-#define WIRE_SEQ_BOUND (1 + 3 * 9 + 5 * 5 + 1 + 3 * 5)
+#define WIRE_SEQ_BOUND (1 + 3 * 9 + 6 * 5 + 1 + 3 * 5)
 /* One wire_token: the array header, a u64, two i32 and an f32. */
 #define WIRE_TOKEN_BOUND (1 + 9 + 5 + 5 + 5)
 
@@ -232,7 +232,16 @@ static void wire_adjust(struct wire_enc *e, const struct wire_forward *f, size_t
 
 int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 {
-	if (f->n_seqs < 0 || (f->n_seqs > 0 && f->seqs == NULL) || f->n_tokens < 0 || f->dim < 0)
+	if (f->n_seqs < 0 || (f->n_seqs > 0 && f->seqs == NULL) || f->n_tokens < 0 || f->dim < 0 ||
+	    f->n_drafts < 0 || (f->n_drafts > 0 && f->drafts == NULL))
+		return LM_EINVAL;
+	int64_t drafted = 0;
+	for (int32_t i = 0; i < f->n_seqs; i++) {
+		if (f->seqs[i].n_draft < 0)
+			return LM_EINVAL;
+		drafted += f->seqs[i].n_draft;
+	}
+	if (drafted != f->n_drafts)
 		return LM_EINVAL;
 	uint64_t pl;
 	if (__builtin_mul_overflow((uint64_t)f->n_tokens, (uint64_t)f->dim, &pl) ||
@@ -245,14 +254,16 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 		return LM_EINVAL;
 	struct wire_enc e;
 	if (wire_enc_begin(&e, b,
-			   WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + adj_bound + copy))
+			   WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + adj_bound +
+				   (size_t)f->n_drafts * 5 + 8 + copy))
 		return LM_ENOMEM;
-	wire_head(&e, n_adj > 0 ? 10 : 9, WIRE_FORWARD, f->batch_id, true, f->fingerprint);
+	wire_head(&e, 9 + (n_adj > 0) + (f->n_drafts > 0), WIRE_FORWARD, f->batch_id, true,
+		  f->fingerprint);
 	wire_key(&e, "seqs");
 	wire_array(&e, (size_t)f->n_seqs);
 	for (int32_t i = 0; i < f->n_seqs; i++) {
 		const struct wire_seq *s = &f->seqs[i];
-		wire_array(&e, 12);
+		wire_array(&e, 13);
 		wire_u64(&e, s->seq_id);
 		wire_i64(&e, s->slot);
 		wire_i64(&e, s->pos);
@@ -265,6 +276,13 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 		wire_f32(&e, s->sampling.top_p);
 		wire_f32(&e, s->sampling.min_p);
 		wire_u64(&e, s->sampling.seed);
+		wire_i64(&e, s->n_draft);
+	}
+	if (f->n_drafts > 0) {
+		wire_key(&e, "dr");
+		wire_array(&e, (size_t)f->n_drafts);
+		for (int32_t i = 0; i < f->n_drafts; i++)
+			wire_i64(&e, f->drafts[i]);
 	}
 	wire_key(&e, "n");
 	wire_i64(&e, f->n_tokens);
@@ -368,7 +386,7 @@ int wire_encode_assign(struct wire_buf *b, const struct wire_assign *a)
 	struct wire_enc e;
 	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + sizeof a->model + sizeof a->next))
 		return LM_ENOMEM;
-	wire_head(&e, 12, WIRE_ASSIGN, a->id, false, 0);
+	wire_head(&e, 15, WIRE_ASSIGN, a->id, false, 0);
 	wire_key(&e, "model");
 	wire_str(&e, a->model, (size_t)model);
 	wire_key(&e, "slice");
@@ -381,10 +399,16 @@ int wire_encode_assign(struct wire_buf *b, const struct wire_assign *a)
 	wire_u64(&e, a->k_type);
 	wire_key(&e, "kvv");
 	wire_u64(&e, a->v_type);
+	wire_key(&e, "kks");
+	wire_u64(&e, a->k_type_swa);
+	wire_key(&e, "kvs");
+	wire_u64(&e, a->v_type_swa);
 	wire_key(&e, "wdt");
 	wire_u64(&e, (uint64_t)a->wire_dtype);
 	wire_key(&e, "batch");
 	wire_i64(&e, a->max_batch);
+	wire_key(&e, "drf");
+	wire_i64(&e, a->max_draft);
 	wire_key(&e, "next");
 	wire_str(&e, a->next, (size_t)next);
 	return wire_enc_end(&e);
@@ -431,16 +455,23 @@ int wire_encode_kv(struct wire_buf *b, enum wire_type t, const struct wire_kv *k
 		return LM_EINVAL;
 	bool request = (t == WIRE_KV_EXPORT || t == WIRE_TRACE) && k->len == 0 &&
 		       k->payload == NULL && k->payload_len == 0;
+	if (k->hi != 0 && k->hi < k->len)
+		return LM_EINVAL;
+	bool hi = !request && k->hi > k->len;
 	size_t copy = k->payload != NULL ? k->payload_len : 0;
 	struct wire_enc e;
-	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + copy))
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + 8 + copy))
 		return LM_ENOMEM;
-	wire_head(&e, request ? 5 : 8, t, k->id, true, k->fingerprint);
+	wire_head(&e, request ? 5 : hi ? 9 : 8, t, k->id, true, k->fingerprint);
 	wire_key(&e, "slot");
 	wire_i64(&e, k->slot);
 	if (!request) {
 		wire_key(&e, "len");
 		wire_i64(&e, k->len);
+		if (hi) {
+			wire_key(&e, "hi");
+			wire_i64(&e, k->hi);
+		}
 		wire_key(&e, "dt");
 		wire_u64(&e, WIRE_DT_RAW);
 		wire_key(&e, "pl");

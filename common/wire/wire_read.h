@@ -55,6 +55,11 @@ enum wire_key {
 	WK_ABOUT,
 	WK_ADJ,
 	WK_DIG,
+	WK_DR,
+	WK_KKS,
+	WK_KVS,
+	WK_DRF,
+	WK_HI,
 	WK_COUNT
 };
 

@@ -5,10 +5,11 @@
  *     out = sum_j softmax(s)_j V[j]     (max subtracted before exp)
  * where lo = 0 for a global layer and max(0, p - window + 1) for a sliding one. Position j of a
  * slot lives in row j % ctx. The dot q . K[j] uses the K type's dot product with q converted to
- * that type's vec_dot type (f16 for an F16 cache, Q8_0 for a Q8_0 cache), as GGUF's reference
- * computes K^T q; the probabilities are normalised, then V rows accumulate into f32. One work
- * item is a token and a KV head with all the query heads that share it, so each cached K and V
- * row is read once per item.
+ * that type's vec_dot type (f16 for an F16 cache, Q8_0 for Q8_0 and Q4_0, Q8_1 for Q5_1: see
+ * kv_generic.c), as GGUF's reference computes K^T q, reading the cached rows in place; the
+ * probabilities are normalised, then V rows accumulate into f32, dequantized block by block
+ * inside the kernel. One work item is a token and a KV head with all the query heads that share
+ * it, so each cached K and V row is read once per item.
  */
 #include <math.h>
 #include <string.h>
@@ -29,24 +30,34 @@ size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_la
 	/* Per query head of a group: scores [ctx] and q in K's activation layout. */
 	const size_t group = (size_t)(n_heads / kv->n_kv_heads);
 	return group * (attn_round((size_t)kv->ctx * sizeof(float)) +
-			attn_round(k->type[kv->k_type].act_bytes(kv->head_dim)));
+			attn_round(k->kv[kv->k_type].q_bytes(kv->head_dim)));
 }
 
-static bool attn_type_ok(enum lm_dtype t)
+/* A cache type these kernels read, whose blocks tile one head (a block may not straddle two
+ * heads: each head's dot product starts at a block). */
+bool cpu_kv_type_ok(const struct cpu_kernels *k, enum lm_dtype t, int32_t head_dim)
 {
-	return t == LM_F32 || t == LM_F16 || t == LM_Q8_0;
+	const struct lm_dtype_info *info = lm_dtype_info(t);
+	return (unsigned)t < LM_DTYPE_COUNT && k->kv[t].scores != NULL && info != NULL &&
+	       head_dim % (int32_t)info->blck == 0;
 }
 
-int cpu_attn_check(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n, int n_heads)
+int cpu_attn_check(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
+		   const struct lm_tok_loc *loc, int n, int n_heads)
+{
+	int rc = cpu_attn_check_ranges(kv, loc, n, n_heads);
+	if (rc == 0 && (!cpu_kv_type_ok(k, kv->k_type, kv->head_dim) ||
+			!cpu_kv_type_ok(k, kv->v_type, kv->head_dim)))
+		rc = LM_EUNSUPPORTED;
+	return rc;
+}
+
+int cpu_attn_check_ranges(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n,
+			  int n_heads)
 {
 	if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || kv->head_dim <= 0 ||
 	    kv->ctx <= 0)
 		return LM_EINVAL;
-	if (!attn_type_ok(kv->k_type) || !attn_type_ok(kv->v_type))
-		return LM_EUNSUPPORTED;
-	/* A Q8_0 block must not straddle two heads. */
-	if ((kv->k_type == LM_Q8_0 || kv->v_type == LM_Q8_0) && kv->head_dim % QK8_0 != 0)
-		return LM_EUNSUPPORTED;
 	for (int t = 0; t < n; t++) {
 		const int32_t slot = loc[t].slot, pos = loc[t].pos;
 		if (slot < 0 || slot >= kv->slots || pos < 0)
@@ -70,14 +81,14 @@ int cpu_attn_check(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, i
 void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *scratch)
 {
 	const struct lm_kv_layer *kv = a->kv;
-	const struct cpu_type_ops *kt = &a->k->type[kv->k_type];
-	const struct cpu_type_ops *vt = &a->k->type[kv->v_type];
+	const struct cpu_kv_ops *kt = &a->k->kv[kv->k_type];
+	const struct cpu_kv_ops *vt = &a->k->kv[kv->v_type];
 	const int hd = kv->head_dim;
 	const int group = a->n_heads / kv->n_kv_heads;
 	const size_t k_head_bytes = kv->k_row_bytes / (size_t)kv->n_kv_heads;
 	const size_t v_head_bytes = kv->v_row_bytes / (size_t)kv->n_kv_heads;
 	const size_t s_stride = attn_round((size_t)kv->ctx * sizeof(float)) / sizeof(float);
-	const size_t q_stride = attn_round(kt->act_bytes(hd));
+	const size_t q_stride = attn_round(kt->q_bytes(hd));
 
 	float *scores = (float *)scratch;                                /* [group][s_stride] */
 	uint8_t *qconv = (uint8_t *)(scores + (size_t)group * s_stride); /* [group][q_stride] */
@@ -101,9 +112,9 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 
 		const uint8_t *qx = (const uint8_t *)q;
 		size_t qx_stride = (size_t)hd * sizeof(float);
-		if (kt->to_act != NULL) {
+		if (kt->q_conv != NULL) {
 			for (int h = 0; h < group; h++)
-				kt->to_act(q + (size_t)h * (size_t)hd, qconv + (size_t)h * q_stride,
+				kt->q_conv(q + (size_t)h * (size_t)hd, qconv + (size_t)h * q_stride,
 					   hd);
 			qx = qconv;
 			qx_stride = q_stride;

@@ -395,7 +395,7 @@ static int cpu_attention(void *vctx, float *out, const float *q, const struct lm
 			 const struct lm_tok_loc *loc, int n, int n_heads, float scale)
 {
 	struct cpu_ctx *c = vctx;
-	int rc = cpu_attn_check(kv, loc, n, n_heads);
+	int rc = cpu_attn_check(&c->k, kv, loc, n, n_heads);
 	if (rc < 0 || n == 0)
 		return rc;
 	const size_t stride = cpu_round(cpu_attn_scratch_bytes(&c->k, kv, n_heads));
@@ -650,9 +650,12 @@ static enum cpu_level cpu_best_level(void)
 static void cpu_fill_kernels(struct cpu_kernels *k, enum cpu_level level)
 {
 	*k = cpu_kernels_generic;
+	cpu_kv_generic_fill(k);
 #ifdef LM_CPU_SIMD
-	if (level >= CPU_AVX2)
+	if (level >= CPU_AVX2) {
 		cpu_kernels_avx2_fill(k);
+		cpu_kv_avx2_fill(k);
+	}
 #endif
 #ifdef LM_CPU_AVX512
 	if (level >= CPU_AVX512)
@@ -725,14 +728,18 @@ uint64_t lm_backend_cpu_scratch_bound(const struct lm_backend_opts *opts,
 			gemm = p > gemm ? p : gemm;
 		}
 	}
-	/* Attention: scores over the longest context and q in K's layout, per thread. */
+	/* Attention: scores over the longest context and q in K's layout, per thread, for the
+	 * K type whose q layout is the widest (a stage's layers may have two K types). */
 	uint64_t attn = 0;
-	if (s->max_ctx > 0 && s->max_group > 0 && k.type[s->k_type].act_bytes != NULL) {
-		struct lm_kv_layer kv = {.k_type = s->k_type,
+	for (int t = 0; s->max_ctx > 0 && s->max_group > 0 && t < LM_DTYPE_COUNT; t++) {
+		if (k.kv[t].scores == NULL)
+			continue;
+		struct lm_kv_layer kv = {.k_type = (enum lm_dtype)t,
 					 .n_kv_heads = 1,
 					 .head_dim = s->max_head_dim,
 					 .ctx = s->max_ctx};
-		attn = cpu_round(cpu_attn_scratch_bytes(&k, &kv, s->max_group)) * nth;
+		uint64_t b = cpu_round(cpu_attn_scratch_bytes(&k, &kv, s->max_group)) * nth;
+		attn = b > attn ? b : attn;
 	}
 	return cpu_grown(act) + cpu_grown(attn) + cpu_grown(gemm);
 }

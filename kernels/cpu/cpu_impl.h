@@ -59,7 +59,7 @@ typedef float (*cpu_vec_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*cpu_mm_fn)(const struct cpu_mm *m, int64_t r0, int64_t r1);
 /* Attention over a run of cache rows, for the nq query heads that share one KV head (GQA):
  * out[h * out_stride + j] = dot(K_j, q_h) for h < nq, j < n, where K_j is hd elements of the K
- * type at k + j * stride and q_h (in that type's activation layout) is at q + h * q_stride.
+ * type at k + j * stride and q_h (in the layout the type's q_conv writes) is at q + h * q_stride.
  * Each K row is read once for all nq heads. */
 typedef void (*cpu_scores_fn)(int64_t hd, const uint8_t *k, size_t stride, int n, const uint8_t *q,
 			      size_t q_stride, int nq, float *out, size_t out_stride);
@@ -73,13 +73,10 @@ typedef void (*cpu_values_fn)(int64_t hd, const uint8_t *v, size_t stride, int n
  * set may store the same values differently (f16-rounded values as f32, quants and scales in
  * separate arrays, block sums), as long as the values are those of the reference conversion. */
 struct cpu_type_ops {
-	cpu_from_f32_fn from_f32;   /* f32 -> this type's own GGUF layout (KV stores); or NULL */
 	cpu_act_bytes_fn act_bytes; /* activation row bytes; NULL: not a weight type */
 	cpu_from_f32_fn to_act;     /* f32 -> activation layout; NULL: x is used as is (f32) */
 	cpu_vec_dot_fn vec_dot;     /* one weight row . one activation row */
 	cpu_mm_fn mm;               /* NULL: not a weight type of these kernels */
-	cpu_scores_fn scores;       /* NULL: not a K cache type */
-	cpu_values_fn values;       /* NULL: not a V cache type */
 	/* Rows [r0, r1) of a one-token matmul (decode), where the weights stream from memory once
 	 * and nothing is reused across tokens: a kernel that keeps more of the weight stream in
 	 * flight. Its per-row results must equal mm's for n == 1 bit for bit. Optional: NULL
@@ -119,9 +116,24 @@ struct cpu_gemm_ops {
 	int min_n;        /* smallest batch the GEMM takes */
 };
 
+/* What the KV stores and attention do with one cache type. Attention reads the cache only
+ * through these: q is converted into the K type's own dot layout (`q_conv`, private to the
+ * kernel set, like the matmul's activations), scores read the K rows in place and values the V
+ * rows, block by block, so no f32 copy of the cache is ever made. The matmul's layouts are not
+ * used here, so the two families of kernels change independently. */
+struct cpu_kv_ops {
+	cpu_from_f32_fn store;    /* f32 row -> the cache's bytes (GGUF's block layout) */
+	cpu_act_bytes_fn q_bytes; /* bytes of one head of q in the layout `scores` reads */
+	cpu_from_f32_fn q_conv;   /* f32 -> that layout; NULL: scores read q as f32 */
+	cpu_scores_fn scores;     /* NULL: not a cache type */
+	cpu_values_fn values;
+};
+
 struct cpu_kernels {
 	const char *name; /* "generic", "avx2", "avx512", "amx" */
 	struct cpu_type_ops type[LM_DTYPE_COUNT];
+	struct cpu_kv_ops kv[LM_DTYPE_COUNT];     /* the cache types: f32, f16, bf16, q8_0, q4_0,
+					       * q5_1, fp8 */
 	struct cpu_gemm_ops gemm[LM_DTYPE_COUNT]; /* zeroed: no multi-token path */
 	/* y = x / sqrt(mean(x^2) + eps) * w over one row of dim. y may equal x. */
 	void (*rmsnorm)(float *y, const float *x, const float *w, int dim, float eps);
@@ -133,8 +145,14 @@ struct cpu_kernels {
 	void (*add)(float *y, const float *a, size_t len);
 };
 
-/* The scalar reference table (kernels_generic.c). */
+/* The scalar reference table (kernels_generic.c); its kv[] entries are filled by
+ * cpu_kv_generic_fill (kv_generic.c), which every table starts from. */
 extern const struct cpu_kernels cpu_kernels_generic;
+void cpu_kv_generic_fill(struct cpu_kernels *k);
+/* The AVX2 cache kernels (kv_avx2.c), over the generic ones; x86-64 builds only. */
+void cpu_kv_avx2_fill(struct cpu_kernels *k);
+/* e4m3's 256 values as f32 (the reference decoding of LM_FP8_E4M3). */
+const float *cpu_fp8_table(void);
 
 /* The generic kernels by name, for tests and for SIMD files that fall back on a tail. */
 float cpu_vec_dot_f32_generic(int64_t n, const void *w, const void *x);
@@ -205,9 +223,15 @@ struct cpu_attn {
 /* Bytes of per-thread scratch an attention over kv needs (kv's types checked first). */
 size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
 			      int n_heads);
-/* Checks the batch against the cache (slots, positions, ring size); LM_ERANGE or
+/* Whether k reads cache type t for heads of head_dim (its blocks tile a head). */
+bool cpu_kv_type_ok(const struct cpu_kernels *k, enum lm_dtype t, int32_t head_dim);
+/* Checks the batch against the cache (types, slots, positions, ring size); LM_ERANGE or
  * LM_EUNSUPPORTED on failure. */
-int cpu_attn_check(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n, int n_heads);
+int cpu_attn_check(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
+		   const struct lm_tok_loc *loc, int n, int n_heads);
+/* The same without the types (LM_EINVAL, LM_ERANGE): for a backend with types of its own. */
+int cpu_attn_check_ranges(const struct lm_kv_layer *kv, const struct lm_tok_loc *loc, int n,
+			  int n_heads);
 /* Items [i0, i1) of a, each item = token * n_kv_heads + KV head; `scratch` is this thread's. */
 void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *scratch);
 

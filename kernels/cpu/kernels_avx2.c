@@ -19,15 +19,6 @@
 #define INLINE static inline __attribute__((always_inline))
 #define TILE   4 /* tokens per pass over a weight row */
 
-static void avx2_from_f32_q8_0(const float *x, void *dst, int64_t n)
-{
-	block_q8_0 *y = dst;
-	for (int64_t b = 0; b < n / 32; b++) {
-		const __m256i q = q8_0_block(x + 32 * b, NULL, &y[b].d, NULL);
-		_mm256_storeu_si256((__m256i *)y[b].qs, q);
-	}
-}
-
 static void avx2_to_act8(const float *x, void *dst, int64_t n)
 {
 	const int64_t nb = n / 32;
@@ -73,17 +64,6 @@ static void avx2_to_act_f16(const float *x, void *dst, int64_t n)
 	}
 	for (; i < n; i++)
 		y[i] = lm_f16_to_f32(lm_f32_to_f16(x[i]));
-}
-
-static void avx2_from_f32_f16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
-								     _MM_FROUND_TO_NEAREST_INT));
-	for (; i < n; i++)
-		y[i] = lm_f32_to_f16(x[i]);
 }
 
 /* x rounded to bf16 (nearest even, nans kept quiet) and back, kept as f32. */
@@ -466,113 +446,6 @@ static float avx2_dot_q6_K(int64_t n, const void *w, const void *x)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Attention: scores over a run of K rows, V rows accumulated in registers                    */
-
-/* Each K row is multiplied with every query head of the group while it is in L1. */
-#define SCORES(name, rowcall, xtype)                                                          \
-	static void avx2_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,    \
-				       const uint8_t *q, size_t q_stride, int nq, float *out, \
-				       size_t out_stride)                                     \
-	{                                                                                     \
-		for (int j = 0; j < n; j++) {                                                 \
-			const uint8_t *kr = k + (size_t)j * stride;                           \
-			for (int h = 0; h < nq; h++) {                                        \
-				const xtype *xr = (const xtype *)(q + (size_t)h * q_stride);  \
-				rowcall;                                                      \
-			}                                                                     \
-		}                                                                             \
-	}
-
-SCORES(f32, row_f32(kr, &xr, 1, hd, out + (size_t)h * out_stride + (size_t)j), float)
-SCORES(f16, row_f16(kr, &xr, 1, hd, out + (size_t)h * out_stride + (size_t)j), float)
-SCORES(q8_0, row_q8(kr, 0, &xr, 1, hd / 32, out + (size_t)h * out_stride + (size_t)j), uint8_t)
-
-/* acc[h] += sum_j p[h][j] V_j, 16 columns and up to 4 heads at a time: each V row is loaded
- * once for the heads and the sums stay in registers across the rows. */
-#define FLOAT_VALUES(name, loadv, scalarv)                                                        \
-	static void avx2_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,        \
-				       const float *p, size_t p_stride, int nq, float *acc)       \
-	{                                                                                         \
-		for (int h0 = 0; h0 < nq; h0 += 4) {                                              \
-			const int nh = nq - h0 < 4 ? nq - h0 : 4;                                 \
-			int64_t i = 0;                                                            \
-			for (; i + 16 <= hd; i += 16) {                                           \
-				__m256 a[4][2];                                                   \
-				for (int h = 0; h < nh; h++)                                      \
-					for (int u = 0; u < 2; u++)                               \
-						a[h][u] = _mm256_loadu_ps(                        \
-							acc + (size_t)(h0 + h) * (size_t)hd + i + \
-							8 * u);                                   \
-				for (int j = 0; j < n; j++) {                                     \
-					const uint8_t *row = v + (size_t)j * stride;              \
-					const __m256 v0 = loadv(row, i), v1 = loadv(row, i + 8);  \
-					for (int h = 0; h < nh; h++) {                            \
-						const __m256 pj = _mm256_set1_ps(                 \
-							p[(size_t)(h0 + h) * p_stride +           \
-							  (size_t)j]);                            \
-						a[h][0] = _mm256_fmadd_ps(pj, v0, a[h][0]);       \
-						a[h][1] = _mm256_fmadd_ps(pj, v1, a[h][1]);       \
-					}                                                         \
-				}                                                                 \
-				for (int h = 0; h < nh; h++)                                      \
-					for (int u = 0; u < 2; u++)                               \
-						_mm256_storeu_ps(                                 \
-							acc + (size_t)(h0 + h) * (size_t)hd + i + \
-								8 * u,                            \
-							a[h][u]);                                 \
-			}                                                                         \
-			for (; i < hd; i++)                                                       \
-				for (int h = 0; h < nh; h++)                                      \
-					for (int j = 0; j < n; j++)                               \
-						acc[(size_t)(h0 + h) * (size_t)hd + i] +=         \
-							p[(size_t)(h0 + h) * p_stride +           \
-							  (size_t)j] *                            \
-							scalarv(v + (size_t)j * stride, i);       \
-		}                                                                                 \
-	}
-
-FLOAT_VALUES(f32, load_w_f32, scalar_w_f32)
-FLOAT_VALUES(f16, load_w_f16, scalar_w_f16)
-
-/* Q8_0 V: one block (32 columns) and up to 2 heads at a time. */
-static void avx2_values_q8_0(int64_t hd, const uint8_t *v, size_t stride, int n, const float *p,
-			     size_t p_stride, int nq, float *acc)
-{
-	for (int h0 = 0; h0 < nq; h0 += 2) {
-		const int nh = nq - h0 < 2 ? nq - h0 : 2;
-		for (int64_t b = 0; b < hd / 32; b++) {
-			__m256 a[2][4];
-			for (int h = 0; h < nh; h++)
-				for (int u = 0; u < 4; u++)
-					a[h][u] = _mm256_loadu_ps(acc +
-								  (size_t)(h0 + h) * (size_t)hd +
-								  32 * b + 8 * u);
-			for (int j = 0; j < n; j++) {
-				const block_q8_0 *blk =
-					(const block_q8_0 *)(v + (size_t)j * stride) + b;
-				const float d = f16_to_f32(blk->d);
-				__m256 q[4];
-				for (int u = 0; u < 4; u++)
-					q[u] = _mm256_cvtepi32_ps(
-						_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-							(const __m128i *)(blk->qs + 8 * u))));
-				for (int h = 0; h < nh; h++) {
-					const __m256 s = _mm256_set1_ps(
-						p[(size_t)(h0 + h) * p_stride + (size_t)j] * d);
-					for (int u = 0; u < 4; u++)
-						a[h][u] = _mm256_fmadd_ps(s, q[u], a[h][u]);
-				}
-			}
-			for (int h = 0; h < nh; h++)
-				for (int u = 0; u < 4; u++)
-					_mm256_storeu_ps(acc + (size_t)(h0 + h) * (size_t)hd +
-								 32 * b + 8 * u,
-							 a[h][u]);
-		}
-	}
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Element-wise                                                                               */
 
 /* expf for the silu: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, then a degree-7
@@ -694,37 +567,27 @@ void cpu_kernels_avx2_fill(struct cpu_kernels *k)
 	struct cpu_type_ops *t = k->type;
 	k->name = "avx2";
 	t[LM_F32] = (struct cpu_type_ops){
-		.from_f32 = t[LM_F32].from_f32,
 		.act_bytes = avx2_act_f32,
 		.vec_dot = avx2_dot_f32,
 		.mm = avx2_mm_f32,
-		.scores = avx2_scores_f32,
-		.values = avx2_values_f32,
 	};
 	t[LM_F16] = (struct cpu_type_ops){
-		.from_f32 = avx2_from_f32_f16,
 		.act_bytes = avx2_act_f32,
 		.to_act = avx2_to_act_f16,
 		.vec_dot = avx2_dot_f16,
 		.mm = avx2_mm_f16,
-		.scores = avx2_scores_f16,
-		.values = avx2_values_f16,
 	};
 	t[LM_BF16] = (struct cpu_type_ops){
-		.from_f32 = t[LM_BF16].from_f32,
 		.act_bytes = avx2_act_f32,
 		.to_act = avx2_to_act_bf16,
 		.vec_dot = avx2_dot_bf16,
 		.mm = avx2_mm_bf16,
 	};
 	t[LM_Q8_0] = (struct cpu_type_ops){
-		.from_f32 = avx2_from_f32_q8_0,
 		.act_bytes = avx2_act8_bytes,
 		.to_act = avx2_to_act8,
 		.vec_dot = avx2_dot_q8_0,
 		.mm = avx2_mm_q8_0,
-		.scores = avx2_scores_q8_0,
-		.values = avx2_values_q8_0,
 	};
 	t[LM_Q4_0] = (struct cpu_type_ops){
 		.act_bytes = avx2_act8_bytes,

@@ -218,15 +218,6 @@ static float avx512_dot_q4_0(int64_t n, const void *w, const void *x)
 	return dot_q8z(w, x, n / 32, 1);
 }
 
-static void avx512_scores_q8_0(int64_t hd, const uint8_t *k, size_t stride, int n, const uint8_t *q,
-			       size_t q_stride, int nq, float *out, size_t out_stride)
-{
-	for (int j = 0; j < n; j++)
-		for (int h = 0; h < nq; h++)
-			out[(size_t)h * out_stride + (size_t)j] = dot_q8z(
-				k + (size_t)j * stride, q + (size_t)h * q_stride, hd / 32, 0);
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Q4_K and Q6_K                                                                              */
 
@@ -364,7 +355,6 @@ void cpu_kernels_avx512_fill(struct cpu_kernels *k)
 	t[LM_Q8_0].vec_dot = avx512_dot_q8_0;
 	t[LM_Q8_0].mm = avx512_mm_q8_0;
 	t[LM_Q8_0].mv = NULL;
-	t[LM_Q8_0].scores = avx512_scores_q8_0;
 	t[LM_Q4_0].vec_dot = avx512_dot_q4_0;
 	t[LM_Q4_0].mm = avx512_mm_q4_0;
 	t[LM_Q4_0].mv = NULL;

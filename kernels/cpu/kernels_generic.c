@@ -13,11 +13,6 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Activation conversions                                                                     */
 
-static void gen_from_f32_f32(const float *x, void *dst, int64_t n)
-{
-	memcpy(dst, x, (size_t)n * sizeof(float));
-}
-
 static void gen_from_f32_f16(const float *x, void *dst, int64_t n)
 {
 	uint16_t *y = dst;
@@ -198,59 +193,7 @@ GEN_MM(q4_K, cpu_vec_dot_q4_K_generic)
 GEN_MM(q6_K, cpu_vec_dot_q6_K_generic)
 
 /* ------------------------------------------------------------------------------------------ */
-/* V accumulation (attention)                                                                 */
-
-static void gen_axpy_f32(int64_t n, float a, const void *v, float *acc)
-{
-	const float *x = v;
-	for (int64_t i = 0; i < n; i++)
-		acc[i] += a * x[i];
-}
-
-static void gen_axpy_f16(int64_t n, float a, const void *v, float *acc)
-{
-	const uint16_t *x = v;
-	for (int64_t i = 0; i < n; i++)
-		acc[i] += a * lm_f16_to_f32(x[i]);
-}
-
-static void gen_axpy_q8_0(int64_t n, float a, const void *v, float *acc)
-{
-	const block_q8_0 *x = v;
-	for (int64_t i = 0; i < n / QK8_0; i++) {
-		const float d = a * lm_f16_to_f32(x[i].d);
-		for (int j = 0; j < QK8_0; j++)
-			acc[i * QK8_0 + j] += d * x[i].qs[j];
-	}
-}
-
-#define GEN_SCORES(name, dot)                                                                      \
-	static void gen_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,          \
-				      const uint8_t *q, size_t q_stride, int nq, float *out,       \
-				      size_t out_stride)                                           \
-	{                                                                                          \
-		for (int h = 0; h < nq; h++)                                                       \
-			for (int j = 0; j < n; j++)                                                \
-				out[(size_t)h * out_stride + (size_t)j] =                          \
-					dot(hd, k + (size_t)j * stride, q + (size_t)h * q_stride); \
-	}
-
-#define GEN_VALUES(name, axpy)                                                              \
-	static void gen_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,   \
-				      const float *p, size_t p_stride, int nq, float *acc)  \
-	{                                                                                   \
-		for (int h = 0; h < nq; h++)                                                \
-			for (int j = 0; j < n; j++)                                         \
-				axpy(hd, p[(size_t)h * p_stride + (size_t)j],               \
-				     v + (size_t)j * stride, acc + (size_t)h * (size_t)hd); \
-	}
-
-GEN_SCORES(f32, cpu_vec_dot_f32_generic)
-GEN_SCORES(f16, cpu_vec_dot_f16_generic)
-GEN_SCORES(q8_0, cpu_vec_dot_q8_0_generic)
-GEN_VALUES(f32, gen_axpy_f32)
-GEN_VALUES(f16, gen_axpy_f16)
-GEN_VALUES(q8_0, gen_axpy_q8_0)
+/* Attention's softmax (the cache types' kernels are in kv_generic.c)                          */
 
 double cpu_softmax_exp_generic(float *s, int n, float max)
 {
@@ -352,26 +295,19 @@ const struct cpu_kernels cpu_kernels_generic = {
 		{
 			[LM_F32] =
 				{
-					.from_f32 = gen_from_f32_f32,
 					.act_bytes = gen_act_f32,
 					.vec_dot = cpu_vec_dot_f32_generic,
 					.mm = gen_mm_f32,
-					.scores = gen_scores_f32,
-					.values = gen_values_f32,
 				},
 			[LM_F16] =
 				{
-					.from_f32 = gen_from_f32_f16,
 					.act_bytes = gen_act_16,
 					.to_act = gen_from_f32_f16,
 					.vec_dot = cpu_vec_dot_f16_generic,
 					.mm = gen_mm_f16,
-					.scores = gen_scores_f16,
-					.values = gen_values_f16,
 				},
 			[LM_BF16] =
 				{
-					.from_f32 = gen_from_f32_bf16,
 					.act_bytes = gen_act_16,
 					.to_act = gen_from_f32_bf16,
 					.vec_dot = cpu_vec_dot_bf16_generic,
@@ -379,13 +315,10 @@ const struct cpu_kernels cpu_kernels_generic = {
 				},
 			[LM_Q8_0] =
 				{
-					.from_f32 = gen_from_f32_q8_0,
 					.act_bytes = gen_act_q8_0,
 					.to_act = gen_from_f32_q8_0,
 					.vec_dot = cpu_vec_dot_q8_0_generic,
 					.mm = gen_mm_q8_0,
-					.scores = gen_scores_q8_0,
-					.values = gen_values_q8_0,
 				},
 			[LM_Q4_0] =
 				{

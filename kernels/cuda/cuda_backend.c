@@ -435,10 +435,12 @@ static int cuda_kv_store(void *vctx, const struct lm_kv_layer *kv, const float *
 	if (!lmc_kv_type_ok(kv->k_type) || !lmc_kv_type_ok(kv->v_type))
 		return cuda_refuse(c, LM_EUNSUPPORTED, "kv_store: cache types %s/%s",
 				   lm_dtype_name(kv->k_type), lm_dtype_name(kv->v_type));
-	const int64_t width = (int64_t)kv->n_kv_heads * kv->head_dim;
-	if (width % lm_dtype_info(kv->k_type)->blck != 0 ||
-	    width % lm_dtype_info(kv->v_type)->blck != 0)
-		return LM_EUNSUPPORTED;
+	/* A block may not straddle two heads (the seam's contract). */
+	if (kv->head_dim % (int32_t)lm_dtype_info(kv->k_type)->blck != 0 ||
+	    kv->head_dim % (int32_t)lm_dtype_info(kv->v_type)->blck != 0)
+		return cuda_refuse(
+			c, LM_EUNSUPPORTED, "kv_store: %s/%s blocks do not tile head_dim %d",
+			lm_dtype_name(kv->k_type), lm_dtype_name(kv->v_type), (int)kv->head_dim);
 	for (int t = 0; t < n; t++)
 		if (loc[t].slot < 0 || loc[t].slot >= kv->slots || loc[t].pos < 0)
 			return LM_ERANGE;
@@ -456,10 +458,12 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
-	int rc = cpu_attn_check(kv, loc, n, n_heads); /* the contract's checks, the CPU's code */
+	int rc = cpu_attn_check_ranges(kv, loc, n, n_heads); /* the contract's, the CPU's code */
 	if (rc != 0 || n == 0)
 		return rc;
-	if (!lmc_kv_type_ok(kv->k_type) || !lmc_kv_type_ok(kv->v_type))
+	if (!lmc_kv_type_ok(kv->k_type) || !lmc_kv_type_ok(kv->v_type) ||
+	    kv->head_dim % (int32_t)lm_dtype_info(kv->k_type)->blck != 0 ||
+	    kv->head_dim % (int32_t)lm_dtype_info(kv->v_type)->blck != 0)
 		return cuda_refuse(c, LM_EUNSUPPORTED, "attention: cache types %s/%s",
 				   lm_dtype_name(kv->k_type), lm_dtype_name(kv->v_type));
 	if ((rc = cuda_put_loc(c, loc, n)) != 0)

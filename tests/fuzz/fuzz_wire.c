@@ -63,7 +63,7 @@ static void check_forward(const uint8_t *data, size_t size, const struct wire_li
 		return;
 	CHECK(f.n_seqs >= 1 && f.n_seqs <= lim->max_seqs && f.n_seqs <= s1.cap);
 	CHECK(f.n_tokens >= 1 && f.n_tokens <= lim->max_batch);
-	int64_t rows = 0;
+	int64_t rows = 0, drafted = 0;
 	for (int32_t i = 0; i < f.n_seqs; i++) {
 		const struct wire_seq *q = &f.seqs[i];
 		CHECK(q->slot >= 0 && q->slot < lim->slots);
@@ -71,9 +71,15 @@ static void check_forward(const uint8_t *data, size_t size, const struct wire_li
 		      (int64_t)q->pos + q->n_tokens <= lim->max_seq);
 		CHECK(q->n_logprobs >= 0 && q->n_logprobs <= lim->max_logprobs);
 		CHECK(lm_sampling_check(&q->sampling, NULL) == 0);
+		CHECK(q->n_draft >= 0 && q->n_draft < q->n_tokens && q->n_draft <= lim->max_draft);
+		CHECK(q->n_draft == 0 || q->sample);
 		rows += q->n_tokens;
+		drafted += q->n_draft;
 	}
 	CHECK(rows == f.n_tokens);
+	CHECK(drafted == f.n_drafts && f.n_drafts <= s1.rows);
+	for (int32_t i = 0; i < f.n_drafts; i++)
+		CHECK(f.drafts[i] >= 0 && f.drafts[i] < lim->n_vocab);
 	CHECK(f.payload_len == (size_t)f.n_tokens * (size_t)f.dim * wire_dtype_size(f.dtype));
 	check_payload(data, size, f.payload, f.payload_len);
 	if (f.dtype == WIRE_DT_I32) {
@@ -89,13 +95,15 @@ static void check_forward(const uint8_t *data, size_t size, const struct wire_li
 	CHECK(wire_decode_forward(enc.data, enc.len, lim, &s2, &g, NULL) == 0);
 	CHECK(g.batch_id == f.batch_id && g.fingerprint == f.fingerprint);
 	CHECK(g.n_seqs == f.n_seqs && g.n_tokens == f.n_tokens && g.dtype == f.dtype &&
-	      g.dim == f.dim && g.payload_len == f.payload_len);
+	      g.dim == f.dim && g.payload_len == f.payload_len && g.n_drafts == f.n_drafts);
+	CHECK(f.n_drafts == 0 ||
+	      memcmp(g.drafts, f.drafts, (size_t)f.n_drafts * sizeof f.drafts[0]) == 0);
 	CHECK(f.payload_len == 0 || memcmp(g.payload, f.payload, f.payload_len) == 0);
 	for (int32_t i = 0; i < f.n_seqs; i++) {
 		const struct wire_seq *a = &f.seqs[i], *b = &g.seqs[i];
 		CHECK(a->seq_id == b->seq_id && a->slot == b->slot && a->pos == b->pos &&
 		      a->n_tokens == b->n_tokens && a->sample == b->sample && a->step == b->step &&
-		      a->n_logprobs == b->n_logprobs);
+		      a->n_logprobs == b->n_logprobs && a->n_draft == b->n_draft);
 		CHECK(same_f32(a->sampling.temperature, b->sampling.temperature) &&
 		      a->sampling.top_k == b->sampling.top_k &&
 		      same_f32(a->sampling.top_p, b->sampling.top_p) &&
@@ -224,13 +232,14 @@ static void check_control(const uint8_t *data, size_t size, const struct wire_li
 	check_rc(rc, &d);
 	if (rc == 0) {
 		CHECK(k.slot >= 0 && k.slot < lim->slots && k.len >= 0 && k.len <= lim->max_seq);
+		CHECK(k.hi == 0 || (k.hi >= k.len && k.hi <= lim->max_seq));
 		check_payload(data, size, k.payload, k.payload_len);
 		CHECK(wire_peek(data, size, &h, NULL) == 0);
 		wire_buf_reset(&enc);
 		CHECK(wire_encode_kv(&enc, (enum wire_type)h.type, &k) == 0);
 		CHECK(wire_decode_kv(enc.data, enc.len, lim, &kg, NULL) == 0);
 		CHECK(kg.id == k.id && kg.fingerprint == k.fingerprint && kg.slot == k.slot &&
-		      kg.len == k.len && kg.payload_len == k.payload_len);
+		      kg.len == k.len && kg.hi == k.hi && kg.payload_len == k.payload_len);
 		CHECK(k.payload_len == 0 || memcmp(kg.payload, k.payload, k.payload_len) == 0);
 	}
 
@@ -277,8 +286,8 @@ static void check_control(const uint8_t *data, size_t size, const struct wire_li
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (s1.cap == 0 &&
-	    (wire_scratch_init(&s1, WS_SCRATCH) != 0 || wire_scratch_init(&s2, WS_SCRATCH) != 0))
+	if (s1.cap == 0 && (wire_scratch_init_rows(&s1, WS_SCRATCH, WS_SCRATCH_ROWS) != 0 ||
+			    wire_scratch_init_rows(&s2, WS_SCRATCH, WS_SCRATCH_ROWS) != 0))
 		return 0;
 	struct wire_limits open_lim = ws_limits;
 	open_lim.fingerprint = 0;

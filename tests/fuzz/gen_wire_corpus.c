@@ -71,7 +71,7 @@ int main(int argc, char **argv)
 	struct wire_buf b = {0};
 	struct wire_scratch s;
 	int failed = 0;
-	if (wire_scratch_init(&s, WS_SCRATCH) != 0)
+	if (wire_scratch_init_rows(&s, WS_SCRATCH, WS_SCRATCH_ROWS) != 0)
 		return 1;
 	for (int k = 0; k < WS_COUNT; k++) {
 		char path[4096];

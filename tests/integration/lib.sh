@@ -89,8 +89,8 @@ lm_wait_exit() {
 # fence range ("0:2 2:5"), pinned, over TRANSPORT: ipc, tcp, or tls (tls+tcp://, with the
 # certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key). $LM_AUTH_TOKEN, when set, becomes
 # [coordinator] auth_token; $LM_REQUEST_TIMEOUT and $LM_WORKER_TIMEOUT (seconds), [coordinator]
-# request_timeout and worker_timeout; $LM_KV_TYPE_K and $LM_KV_TYPE_V, [model] kv_type_k and
-# kv_type_v.
+# request_timeout and worker_timeout; $LM_KV_TYPE_K, $LM_KV_TYPE_V, $LM_KV_TYPE_K_SWA and
+# $LM_KV_TYPE_V_SWA, [model] kv_type_k, kv_type_v, kv_type_k_swa and kv_type_v_swa.
 lm_mesh_toml() {
 	local file=$1 model=$2 transport=$3 http=$4
 	shift 4
@@ -106,6 +106,8 @@ lm_mesh_toml() {
 		echo "wire_dtype = \"${LM_WIRE_DTYPE:-f32}\""
 		[ -z "${LM_KV_TYPE_K:-}" ] || echo "kv_type_k = \"$LM_KV_TYPE_K\""
 		[ -z "${LM_KV_TYPE_V:-}" ] || echo "kv_type_v = \"$LM_KV_TYPE_V\""
+		[ -z "${LM_KV_TYPE_K_SWA:-}" ] || echo "kv_type_k_swa = \"$LM_KV_TYPE_K_SWA\""
+		[ -z "${LM_KV_TYPE_V_SWA:-}" ] || echo "kv_type_v_swa = \"$LM_KV_TYPE_V_SWA\""
 		echo
 		echo "[coordinator]"
 		echo "http = \"127.0.0.1:$http\""

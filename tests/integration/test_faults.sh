@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Worker faults with real processes:
 #   1. a storm: workers killed with SIGKILL several times while 32 requests run; every request
-#      completes with exactly the output of a fault-free run;
+#      completes with exactly the output of a fault-free run; then the same storm on a mesh
+#      that speculates (stories260K drafted by its own q8_0 copy): the replays rebuild every
+#      cache from the accepted tokens, and every request still ends as `run` ends it;
 #   2. a worker that cannot come back (its binary is gone): after five failed starts in a row
 #      it is reported failed, requests fail fast with 503 and the reason, /readyz says why;
 #      the keeper goes on trying, and once the binary is back the mesh serves again;
@@ -13,54 +15,69 @@ model="$LM_SHARED/models/stories260K.gguf"
 worker_pid() { pgrep -f "layermesh-worker --name $1 .*$2" | head -n 1; }
 
 # ---------------------------------------------------------------- 1. the storm
-dir="$LM_TMP/storm"
-mkdir -p "$dir"
-LM_MAX_SEQ=512 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4 4:5
-lm_up "$dir/mesh.toml" "$dir/up.log"
-prompts=("Once upon a time" "The cat" "Lily wanted" "Tom had 3 red apples!")
-args=()
-for i in $(seq 0 31); do
-	if ((i % 2)); then args+=("--temp 0.8 --seed $i"); else args+=("--temp 0"); fi
-done
-for i in "${!args[@]}"; do
-	# shellcheck disable=SC2086
-	"$LM_BIN" run --model "$model" --prompt "${prompts[$((i % 4))]}" -n 300 --ctx 512 \
-		${args[$i]} >"$dir/solo.$i" 2>/dev/null
-done
-pids=()
-for i in "${!args[@]}"; do
-	# shellcheck disable=SC2086
-	"$LM_BIN" generate --url "$LM_URL" --prompt "${prompts[$((i % 4))]}" -n 300 ${args[$i]} \
-		--timeout 120 >"$dir/mesh.$i" 2>"$dir/mesh.$i.err" &
-	pids+=($!)
-done
-kills=0
-for w in w1 w2 w0 w1; do
-	sleep 0.4
-	pid=$(worker_pid "$w" "$dir") || true
-	[ -n "$pid" ] || continue
-	kill -KILL "$pid" && kills=$((kills + 1))
-	echo "killed $w (pid $pid)"
-done
-for i in "${!pids[@]}"; do
-	rc=0
-	wait "${pids[$i]}" || rc=$?
-	[ "$rc" -eq 0 ] || { ls -la "$dir" >&2; cat "$dir/mesh.$i" "$dir/mesh.$i.err" >&2; tail -30 "$dir/up.log" >&2; fail "request $i failed during the storm (exit $rc)"; }
-done
-for i in "${!args[@]}"; do
-	cmp -s "$dir/solo.$i" "$dir/mesh.$i" || {
-		diff "$dir/solo.$i" "$dir/mesh.$i" >&2 || true
-		fail "request $i (${args[$i]}) differs from its fault-free run"
-	}
-done
-status=$(curl -sf "$LM_URL/v1/status")
-replays=$(jq '.scheduler.replays' <<<"$status")
-restarts=$(jq '[.workers[].restarts_total] | add' <<<"$status")
-echo "storm: $kills kills, $restarts restarts, $replays sequences replayed; 32/32 identical"
-[ "$kills" -ge 3 ] || fail "only $kills workers were killed"
-[ "$restarts" -eq "$kills" ] || fail "$kills kills, but $restarts restarts counted"
-curl -sf "$LM_URL/readyz" >/dev/null || fail "the mesh is not ready after the storm"
-lm_down "$dir"
+# storm NAME [SPECULATIVE_TOML]: 32 requests (greedy and seeded) while workers are killed.
+storm() {
+	local name=$1 spec=${2:-}
+	dir="$LM_TMP/$name"
+	mkdir -p "$dir"
+	LM_MAX_SEQ=512 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4 4:5
+	[ -z "$spec" ] || printf '\n[speculative]\n%b' "$spec" >>"$dir/mesh.toml"
+	lm_up "$dir/mesh.toml" "$dir/up.log"
+	local prompts=("Once upon a time" "The cat" "Lily wanted" "Tom had 3 red apples!")
+	local args=() i
+	for i in $(seq 0 31); do
+		if ((i % 2)); then args+=("--temp 0.8 --seed $i"); else args+=("--temp 0"); fi
+	done
+	for i in "${!args[@]}"; do
+		[ -f "$LM_TMP/solo.$i" ] && continue # the fault-free runs, once for both storms
+		# shellcheck disable=SC2086
+		"$LM_BIN" run --model "$model" --prompt "${prompts[$((i % 4))]}" -n 300 --ctx 512 \
+			${args[$i]} >"$LM_TMP/solo.$i" 2>/dev/null
+	done
+	local pids=()
+	for i in "${!args[@]}"; do
+		# shellcheck disable=SC2086
+		"$LM_BIN" generate --url "$LM_URL" --prompt "${prompts[$((i % 4))]}" -n 300 ${args[$i]} \
+			--timeout 120 >"$dir/mesh.$i" 2>"$dir/mesh.$i.err" &
+		pids+=($!)
+	done
+	local kills=0 w pid rc
+	for w in w1 w2 w0 w1; do
+		sleep 0.4
+		pid=$(worker_pid "$w" "$dir") || true
+		[ -n "$pid" ] || continue
+		kill -KILL "$pid" && kills=$((kills + 1))
+		echo "killed $w (pid $pid)"
+	done
+	for i in "${!pids[@]}"; do
+		rc=0
+		wait "${pids[$i]}" || rc=$?
+		[ "$rc" -eq 0 ] || { ls -la "$dir" >&2; cat "$dir/mesh.$i" "$dir/mesh.$i.err" >&2; tail -30 "$dir/up.log" >&2; fail "request $i failed during the storm (exit $rc)"; }
+	done
+	for i in "${!args[@]}"; do
+		cmp -s "$LM_TMP/solo.$i" "$dir/mesh.$i" || {
+			diff "$LM_TMP/solo.$i" "$dir/mesh.$i" >&2 || true
+			fail "$name: request $i (${args[$i]}) differs from its fault-free run"
+		}
+	done
+	local status replays restarts
+	status=$(curl -sf "$LM_URL/v1/status")
+	replays=$(jq '.scheduler.replays' <<<"$status")
+	restarts=$(jq '[.workers[].restarts_total] | add' <<<"$status")
+	echo "$name: $kills kills, $restarts restarts, $replays sequences replayed; 32/32 identical;" \
+		"$(jq '.scheduler.spec_drafted' <<<"$status") drafted," \
+		"$(jq '.scheduler.spec_accepted' <<<"$status") accepted"
+	[ "$kills" -ge 3 ] || fail "only $kills workers were killed"
+	[ "$restarts" -eq "$kills" ] || fail "$name: $kills kills, but $restarts restarts counted"
+	[ -z "$spec" ] || [ "$(jq '.scheduler.spec_accepted' <<<"$status")" -gt 0 ] ||
+		fail "$name: no draft was accepted"
+	curl -sf "$LM_URL/readyz" >/dev/null || fail "the mesh is not ready after the storm"
+	lm_down "$dir"
+}
+storm storm
+"$LM_BIN" quantize --in "$model" --out "$LM_TMP/draft.gguf" --type q8_0 >/dev/null ||
+	fail "layermesh quantize"
+storm storm-spec "draft_model = \"$LM_TMP/draft.gguf\"\nmax_draft = 4\n"
 
 # ---------------------------------------------------------------- 2. cannot come back
 dir="$LM_TMP/gone"

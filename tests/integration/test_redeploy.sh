@@ -89,7 +89,7 @@ chmod +x "$dir/broken"
 expect_rollback prepare "exited with status 3" --workers w1 --binary "$dir/broken"
 
 echo "3. a build of another protocol version"
-expect_rollback prepare "version 99, this build speaks version 3" \
+expect_rollback prepare "version 99, this build speaks version" \
 	--workers w1 --binary "$LM_WORKER_BADPROTO"
 
 echo "4. a build for another model"

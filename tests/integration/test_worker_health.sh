@@ -215,7 +215,7 @@ for j in 0 1 2; do
 	[[ "${f[10]}" =~ ^[0-9]+\.[0-9]{3}$ && "${f[11]}" =~ ^[0-9]+\.[0-9]{3}$ ]] ||
 		fail "w$j: compute percentiles '${f[10]}' '${f[11]}'"
 done
-grep -q "^scheduler: $n_req requests, 0 active, 0 queued, $generated tokens generated, $batches batches, 0 ring errors, 0 replays, 0 batches forgotten$" <<<"$out" ||
+grep -q "^scheduler: $n_req requests, 0 active, 0 queued, $generated tokens generated, $batches batches, 0 ring errors, 0 replays, 0 batches forgotten, 0 drafted, 0 accepted$" <<<"$out" ||
 	fail "the scheduler line"
 grep -q "fence \[0, 2, 4, 5\]" <<<"$out" || fail "the fence"
 "$LM_BIN" status --url "$LM_URL" --json | jq -e '.workers | length == 3' >/dev/null ||

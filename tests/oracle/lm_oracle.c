@@ -27,7 +27,15 @@
  *                      prints one line: the prompt ids then the generated ids, space separated
  *   --stop-eog         stop early after an end-of-generation token (EOS, EOT, ...)
  *   --threads T        CPU threads (default 1)
- *   --kv f32|f16       KV cache type (default f32)
+ *   --kv f32|f16       KV cache type of K and V (default f32)
+ *   --ctk T, --ctv T   the K (V) cache type alone, as llama.cpp's -ctk/-ctv: f32, f16, bf16,
+ *                      q8_0, q5_1 or q4_0 (llama.cpp requires flash attention for a quantized V)
+ *   --flash-attn on|off|auto
+ *                      flash attention (default off: the reference numerics; a quantized V
+ *                      needs on)
+ *   --swa-full         full-size caches on sliding-window layers too (llama.cpp's --swa-full,
+ *                      which it needs to roll a sliding layer back for speculation); with
+ *                      --verbose its log states the caches' sizes
  *   --ctx C            context size (default: the model's training context, or more if needed)
  *   --logits-last FILE the logits after the last prompt token, one value per line (%.9g)
  *   --logits-all FILE  the logits after every prompt position, one line per position, values
@@ -107,7 +115,9 @@ struct oracle_opts {
 	long n_gen;
 	bool stop_eog;
 	int threads;
-	enum ggml_type kv_type;
+	enum ggml_type type_k, type_v;
+	enum llama_flash_attn_type flash_attn;
+	bool swa_full;
 	long ctx;
 	const char *logits_last;
 	const char *logits_all;
@@ -194,7 +204,10 @@ static void oracle_usage(FILE *out)
 	      "ids\n"
 	      "  --stop-eog          stop after an end-of-generation token\n"
 	      "  --threads T         CPU threads (default 1)\n"
-	      "  --kv f32|f16        KV cache type (default f32)\n"
+	      "  --kv f32|f16        KV cache type of K and V (default f32)\n"
+	      "  --ctk T, --ctv T    K (V) cache type: f32, f16, bf16, q8_0, q5_1 or q4_0\n"
+	      "  --flash-attn M      on, off (default) or auto\n"
+	      "  --swa-full          full-size caches on sliding-window layers\n"
 	      "  --ctx C             context size (default: the model's, or more if needed)\n"
 	      "  --logits-last FILE  logits after the last prompt token, one per line\n"
 	      "  --logits-all FILE   logits after every prompt position, one line per position\n"
@@ -226,6 +239,22 @@ static bool oracle_parse_long(const char *s, long lo, long hi, long *out)
 	return true;
 }
 
+/* A cache type by name, of those llama.cpp's CPU backend stores. */
+static bool oracle_cache_type(const char *name, enum ggml_type *out)
+{
+	static const struct {
+		const char *name;
+		enum ggml_type t;
+	} types[] = {{"f32", GGML_TYPE_F32},   {"f16", GGML_TYPE_F16},   {"bf16", GGML_TYPE_BF16},
+		     {"q8_0", GGML_TYPE_Q8_0}, {"q5_1", GGML_TYPE_Q5_1}, {"q4_0", GGML_TYPE_Q4_0}};
+	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+		if (strcmp(name, types[i].name) == 0) {
+			*out = types[i].t;
+			return true;
+		}
+	return false;
+}
+
 /* One case per flag, past the ~150-line guide: the harness's options read best side by side. */
 static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 {
@@ -241,6 +270,10 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		OPT_STOP_EOG,
 		OPT_THREADS,
 		OPT_KV,
+		OPT_CTK,
+		OPT_CTV,
+		OPT_FLASH_ATTN,
+		OPT_SWA_FULL,
 		OPT_CTX,
 		OPT_LOGITS_LAST,
 		OPT_LOGITS_ALL,
@@ -269,6 +302,10 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 		{"stop-eog", no_argument, NULL, OPT_STOP_EOG},
 		{"threads", required_argument, NULL, OPT_THREADS},
 		{"kv", required_argument, NULL, OPT_KV},
+		{"ctk", required_argument, NULL, OPT_CTK},
+		{"ctv", required_argument, NULL, OPT_CTV},
+		{"flash-attn", required_argument, NULL, OPT_FLASH_ATTN},
+		{"swa-full", no_argument, NULL, OPT_SWA_FULL},
 		{"ctx", required_argument, NULL, OPT_CTX},
 		{"logits-last", required_argument, NULL, OPT_LOGITS_LAST},
 		{"logits-all", required_argument, NULL, OPT_LOGITS_ALL},
@@ -289,7 +326,11 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 	long v;
 	int c;
 
-	*o = (struct oracle_opts){.threads = 1, .kv_type = GGML_TYPE_F32, .reps = 3};
+	*o = (struct oracle_opts){.threads = 1,
+				  .type_k = GGML_TYPE_F32,
+				  .type_v = GGML_TYPE_F32,
+				  .flash_attn = LLAMA_FLASH_ATTN_TYPE_DISABLED,
+				  .reps = 3};
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -333,11 +374,33 @@ static int oracle_parse_args(int argc, char **argv, struct oracle_opts *o)
 			break;
 		case OPT_KV:
 			if (strcmp(optarg, "f32") == 0)
-				o->kv_type = GGML_TYPE_F32;
+				o->type_k = o->type_v = GGML_TYPE_F32;
 			else if (strcmp(optarg, "f16") == 0)
-				o->kv_type = GGML_TYPE_F16;
+				o->type_k = o->type_v = GGML_TYPE_F16;
 			else
 				return oracle_usage_fail("--kv: '%s' is not f32 or f16", optarg);
+			break;
+		case OPT_CTK:
+		case OPT_CTV:
+			if (!oracle_cache_type(optarg, c == OPT_CTK ? &o->type_k : &o->type_v))
+				return oracle_usage_fail(
+					"%s: '%s' is not f32, f16, bf16, q8_0, q5_1 "
+					"or q4_0",
+					c == OPT_CTK ? "--ctk" : "--ctv", optarg);
+			break;
+		case OPT_FLASH_ATTN:
+			if (strcmp(optarg, "on") == 0)
+				o->flash_attn = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+			else if (strcmp(optarg, "off") == 0)
+				o->flash_attn = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+			else if (strcmp(optarg, "auto") == 0)
+				o->flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+			else
+				return oracle_usage_fail(
+					"--flash-attn: '%s' is not on, off or auto", optarg);
+			break;
+		case OPT_SWA_FULL:
+			o->swa_full = true;
 			break;
 		case OPT_CTX:
 			if (!oracle_parse_long(optarg, 1, 1L << 24, &o->ctx))
@@ -998,9 +1061,10 @@ int main(int argc, char **argv)
 	cp.n_seq_max = 1;
 	cp.n_threads = o.threads;
 	cp.n_threads_batch = o.threads;
-	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-	cp.type_k = o.kv_type;
-	cp.type_v = o.kv_type;
+	cp.flash_attn_type = o.flash_attn;
+	cp.type_k = o.type_k;
+	cp.type_v = o.type_v;
+	cp.swa_full = o.swa_full;
 	cp.no_perf = true;
 	if (o.dump_dir != NULL) {
 		cp.cb_eval = oracle_eval_cb;

@@ -40,6 +40,7 @@ static const struct ggml_type_traits *(*ggml_get_type_traits)(int type);
 static size_t (*ggml_quantize_chunk)(int type, const float *src, void *dst, int64_t start,
 				     int64_t nrows, int64_t n_per_row, const float *imatrix);
 static void (*quantize_row_q8_K_ref)(const float *x, void *y, int64_t k);
+static void (*quantize_row_q8_1_ref)(const float *x, void *y, int64_t k);
 static void (*dequantize_row_q8_K)(const void *x, float *y, int64_t k);
 static void *ggml_lib;
 
@@ -54,10 +55,14 @@ static void oracle_open(void)
 	/* Q8_K has no entry in ggml's type traits: its row functions are looked up by name. */
 	*(void **)&quantize_row_q8_K_ref = dlsym(ggml_lib, "quantize_row_q8_K_ref");
 	*(void **)&dequantize_row_q8_K = dlsym(ggml_lib, "dequantize_row_q8_K");
+	/* Q8_1 (what a Q5_1 cache's dot products quantize q to) is not a ggml_quantize_chunk
+	 * type either. */
+	*(void **)&quantize_row_q8_1_ref = dlsym(ggml_lib, "quantize_row_q8_1_ref");
 	cr_assert_not_null(ggml_get_type_traits);
 	cr_assert_not_null(ggml_quantize_chunk);
 	cr_assert_not_null(quantize_row_q8_K_ref);
 	cr_assert_not_null(dequantize_row_q8_K);
+	cr_assert_not_null(quantize_row_q8_1_ref);
 }
 
 static void oracle_close(void)
@@ -124,7 +129,7 @@ static void fill_row(float *x, int64_t n, int kind)
 #define N_KINDS 6
 
 static const enum lm_dtype stored_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0,
-					     LM_Q4_0, LM_Q4_K, LM_Q6_K};
+					     LM_Q4_0, LM_Q5_1, LM_Q4_K, LM_Q6_K};
 
 static size_t row_bytes(enum lm_dtype t, int64_t n)
 {
@@ -177,6 +182,23 @@ Test(quant_ggml, quantizers_write_the_bytes_of_ggml_quantize_chunk)
 	free(y1);
 }
 
+Test(quant_ggml, q8_1_matches_quantize_row_q8_1_ref)
+{
+	const int64_t n = 2048;
+	static float x[2048];
+	static block_q8_1 ours[64], theirs[64];
+	rng_state = 8;
+	for (int rep = 0; rep < 24; rep++) {
+		fill_row(x, n, rep % N_KINDS);
+		memset(ours, 0xa5, sizeof ours);
+		memset(theirs, 0x5a, sizeof theirs);
+		cr_assert_eq(lm_quantize_row(LM_Q8_1, x, ours, n), 0);
+		quantize_row_q8_1_ref(x, theirs, n);
+		cr_assert_eq(memcmp(ours, theirs, sizeof ours), 0, "rep %d: q8_1 bytes differ",
+			     rep);
+	}
+}
+
 Test(quant_ggml, q8_K_matches_quantize_row_q8_K_ref)
 {
 	const int64_t n = 2048;
@@ -205,7 +227,7 @@ Test(quant_ggml, dequantizers_match_to_float_on_random_blocks)
 	const int64_t n = 1024;
 	static uint8_t buf[4096];
 	static float y0[1024], y1[1024];
-	const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_BF16};
+	const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q5_1, LM_Q4_K, LM_Q6_K, LM_BF16};
 	rng_state = 99;
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		const enum lm_dtype t = types[ti];
@@ -224,6 +246,7 @@ Test(quant_ggml, dequantizers_match_to_float_on_random_blocks)
 					p[1] &= 0xbf;
 					break;
 				case LM_Q4_K:
+				case LM_Q5_1:
 					p[1] &= 0xbf;
 					p[3] &= 0xbf;
 					break;

@@ -521,7 +521,7 @@ static inline int gs_every_type(gguf_writer *w, lm_diag *d)
 	GS_TRY(gguf_writer_arr_end(w, d));
 
 	/* One tensor of every type, a row of one block each; names as a model's would be. */
-	for (uint32_t t = 0; t < LM_DTYPE_COUNT; t++) {
+	for (uint32_t t = 0; t < LM_DTYPE_GGUF_COUNT; t++) {
 		const struct lm_dtype_info *info = lm_dtype_info(t);
 		if (info == NULL)
 			continue;

@@ -27,13 +27,17 @@ static const struct wire_limits ws_limits = {
 	.max_batch = 64,
 	.max_seqs = 8,
 	.max_logprobs = 5,
+	.max_draft = 4,
 };
 #define WS_SCRATCH 8
+/* TOKENS entries and drafted ids the scratch holds: one per row of a batch. */
+#define WS_SCRATCH_ROWS 64
 
 enum ws_kind {
 	WS_FORWARD_F32,
 	WS_FORWARD_I32,
 	WS_FORWARD_F16,
+	WS_FORWARD_DRAFT,
 	WS_TOKENS,
 	WS_TOKENS_EMPTY,
 	WS_RELEASE,
@@ -46,6 +50,7 @@ enum ws_kind {
 	WS_KV_EXPORT_REQUEST,
 	WS_KV_EXPORT_REPLY,
 	WS_KV_IMPORT,
+	WS_KV_IMPORT_HI,
 	WS_REPOINT,
 	WS_DRAIN,
 	WS_STATUS_REPLY,
@@ -56,6 +61,7 @@ static const char *const ws_names[WS_COUNT] = {
 	[WS_FORWARD_F32] = "forward_f32",
 	[WS_FORWARD_I32] = "forward_i32",
 	[WS_FORWARD_F16] = "forward_f16",
+	[WS_FORWARD_DRAFT] = "forward_draft",
 	[WS_TOKENS] = "tokens",
 	[WS_TOKENS_EMPTY] = "tokens_empty",
 	[WS_RELEASE] = "release",
@@ -68,6 +74,7 @@ static const char *const ws_names[WS_COUNT] = {
 	[WS_KV_EXPORT_REQUEST] = "kv_export_request",
 	[WS_KV_EXPORT_REPLY] = "kv_export_reply",
 	[WS_KV_IMPORT] = "kv_import",
+	[WS_KV_IMPORT_HI] = "kv_import_hi",
 	[WS_REPOINT] = "repoint",
 	[WS_DRAIN] = "drain",
 	[WS_STATUS_REPLY] = "status_reply",
@@ -148,7 +155,11 @@ static inline int ws_make(int k, struct wire_buf *b)
 	switch ((enum ws_kind)k) {
 	case WS_FORWARD_F32:
 	case WS_FORWARD_I32:
-	case WS_FORWARD_F16: {
+	case WS_FORWARD_F16:
+	case WS_FORWARD_DRAFT: {
+		/* The draft sample: sequence 2 verifies its last 2 tokens (ids 998 and 2), the
+		 * ids the first stage sees in rows 4 and 5; so does the "dr" key. */
+		static const int32_t drafts[2] = {998, 2};
 		struct wire_forward f = {
 			.batch_id = 77,
 			.fingerprint = WS_FP,
@@ -156,10 +167,15 @@ static inline int ws_make(int k, struct wire_buf *b)
 			.seqs = q,
 			.n_tokens = 6,
 		};
+		if (k == WS_FORWARD_DRAFT) {
+			q[2].n_draft = 2;
+			f.n_drafts = 2;
+			f.drafts = drafts;
+		}
 		if (k == WS_FORWARD_F32) {
 			f.dtype = WIRE_DT_F32, f.dim = 16, f.payload = rows_f32;
 			f.payload_len = sizeof rows_f32;
-		} else if (k == WS_FORWARD_I32) {
+		} else if (k == WS_FORWARD_I32 || k == WS_FORWARD_DRAFT) {
 			f.dtype = WIRE_DT_I32, f.dim = 1, f.payload = ids;
 			f.payload_len = sizeof ids;
 		} else {
@@ -221,9 +237,11 @@ static inline int ws_make(int k, struct wire_buf *b)
 		ws_fill(a.model, sizeof a.model - 1, 'm');
 		a.begin = 0, a.end = 0, a.embedding = true, a.head = false;
 		a.max_seq = 256, a.slots = 8;
-		a.k_type = 1, a.v_type = 8; /* F16, Q8_0 */
+		a.k_type = 1, a.v_type = 8;         /* F16, Q8_0 */
+		a.k_type_swa = 8, a.v_type_swa = 7; /* Q8_0, Q5_1 */
 		a.wire_dtype = WIRE_DT_BF16;
 		a.max_batch = 64;
+		a.max_draft = 63; /* max_batch - 1 */
 		ws_fill(a.next, sizeof a.next - 1, 'x');
 		return wire_encode_assign(b, &a);
 	}
@@ -248,14 +266,18 @@ static inline int ws_make(int k, struct wire_buf *b)
 		return wire_encode_kv(b, WIRE_KV_EXPORT, &kv);
 	}
 	case WS_KV_EXPORT_REPLY:
-	case WS_KV_IMPORT: {
+	case WS_KV_IMPORT:
+	case WS_KV_IMPORT_HI: {
 		struct wire_kv kv = {.id = 3,
 				     .fingerprint = WS_FP,
 				     .slot = 0,
 				     .len = 256,
 				     .payload = kv_rows,
 				     .payload_len = sizeof kv_rows};
-		return wire_encode_kv(b, k == WS_KV_IMPORT ? WIRE_KV_IMPORT : WIRE_KV_EXPORT, &kv);
+		if (k == WS_KV_IMPORT_HI)
+			kv.len = 250, kv.hi = 256; /* a rejected draft wrote up to max_seq */
+		return wire_encode_kv(b, k == WS_KV_EXPORT_REPLY ? WIRE_KV_EXPORT : WIRE_KV_IMPORT,
+				      &kv);
 	}
 	case WS_REPOINT: {
 		struct wire_repoint r = {.id = 4, .fingerprint = WS_FP};
@@ -279,7 +301,8 @@ static inline int ws_decode(int k, const void *buf, size_t len, struct wire_scra
 	switch ((enum ws_kind)k) {
 	case WS_FORWARD_F32:
 	case WS_FORWARD_I32:
-	case WS_FORWARD_F16: {
+	case WS_FORWARD_F16:
+	case WS_FORWARD_DRAFT: {
 		struct wire_forward f;
 		return wire_decode_forward(buf, len, lim, s, &f, d);
 	}
@@ -312,7 +335,8 @@ static inline int ws_decode(int k, const void *buf, size_t len, struct wire_scra
 	}
 	case WS_KV_EXPORT_REQUEST:
 	case WS_KV_EXPORT_REPLY:
-	case WS_KV_IMPORT: {
+	case WS_KV_IMPORT:
+	case WS_KV_IMPORT_HI: {
 		struct wire_kv kv;
 		return wire_decode_kv(buf, len, lim, &kv, d);
 	}

@@ -223,12 +223,55 @@ static void through(enum lm_dtype t, const float *x, float *y, int n)
 	cr_assert_eq(lm_dequantize_row(t, buf, y, n), 0);
 }
 
+/* The type q is converted to before its dot product with K of type kt (GGUF's vec_dot type;
+ * fp8 meets q in f32). */
+static enum lm_dtype q_type(enum lm_dtype kt)
+{
+	switch (kt) {
+	case LM_Q4_0:
+		return LM_Q8_0;
+	case LM_Q5_1:
+		return LM_Q8_1;
+	case LM_FP8_E4M3:
+		return LM_F32;
+	default:
+		return kt;
+	}
+}
+
+/* q . K in double over what the cache and the converted q hold. Q5_1 against Q8_1 takes the
+ * activation block's s, d x sum(q) rounded to f16 as the format keeps it, for the min's term. */
+static double ref_dot(enum lm_dtype kt, const float *q, const float *k, int hd)
+{
+	float qc[256], kr[256];
+	through(q_type(kt), q, qc, hd);
+	through(kt, k, kr, hd);
+	if (kt != LM_Q5_1) {
+		double d = 0;
+		for (int i = 0; i < hd; i++)
+			d += (double)qc[i] * kr[i];
+		return d;
+	}
+	block_q5_1 kb[8];
+	block_q8_1 qb[8];
+	cr_assert_eq(lm_quantize_row(LM_Q5_1, k, kb, hd), 0);
+	cr_assert_eq(lm_quantize_row(LM_Q8_1, q, qb, hd), 0);
+	double d = 0;
+	for (int b = 0; b < hd / 32; b++) {
+		const double m = lm_f16_to_f32(kb[b].m);
+		for (int i = 0; i < 32; i++)
+			d += ((double)kr[32 * b + i] - m) * qc[32 * b + i];
+		d += m * lm_f16_to_f32(qb[b].s);
+	}
+	return d;
+}
+
 /* Naive softmax attention in double over the test's own record of K and V. */
 static void ref_attention(double *out, const struct tkv *c, const float *q,
 			  const struct lm_tok_loc *loc, int n, int n_heads, float scale)
 {
 	const int hd = c->kv.head_dim, group = n_heads / c->kv.n_kv_heads;
-	float qc[256], kr[256], vr[256];
+	float vr[256];
 	for (int t = 0; t < n; t++) {
 		for (int h = 0; h < n_heads; h++) {
 			const int g = h / group;
@@ -236,8 +279,6 @@ static void ref_attention(double *out, const struct tkv *c, const float *q,
 			const int32_t lo = c->kv.window > 0 && pos - c->kv.window + 1 > 0
 						   ? pos - c->kv.window + 1
 						   : 0;
-			/* q becomes K's vec_dot type: itself for f32, f16 and q8_0. */
-			through(c->kv.k_type, q + (t * n_heads + h) * hd, qc, hd);
 			double *o = out + (t * n_heads + h) * hd;
 			double *s = malloc((size_t)(pos - lo + 1) * sizeof(double));
 			double max = -INFINITY, sum = 0;
@@ -246,10 +287,8 @@ static void ref_attention(double *out, const struct tkv *c, const float *q,
 					((size_t)loc[t].slot * (size_t)c->max_pos + (size_t)p) *
 						(size_t)c->width +
 					(size_t)(g * hd);
-				through(c->kv.k_type, c->kf + at, kr, hd);
-				double d = 0;
-				for (int i = 0; i < hd; i++)
-					d += (double)qc[i] * kr[i];
+				const double d = ref_dot(c->kv.k_type, q + (t * n_heads + h) * hd,
+							 c->kf + at, hd);
 				s[p - lo] = d * scale;
 				max = fmax(max, s[p - lo]);
 			}
@@ -276,17 +315,21 @@ static void ref_attention(double *out, const struct tkv *c, const float *q,
 /* ------------------------------------------------------------------------------------------ */
 /* kv_store                                                                                   */
 
+static const enum lm_dtype kv_types[] = {LM_F32,  LM_F16,  LM_BF16,    LM_Q8_0,
+					 LM_Q4_0, LM_Q5_1, LM_FP8_E4M3};
+#define N_KV_TYPES 7
+
 Test(attention, kv_store_writes_the_quantized_row_at_pos_mod_ctx)
 {
-	const enum lm_dtype types[] = {LM_F32, LM_F16, LM_Q8_0};
 	struct test_rng r = {41};
 	struct lm_backend b;
 	for (int k = 0; k < TEST_N_KSETS; k++) {
 		if (!kset_init(&b, 1, k))
 			continue;
-		for (int ti = 0; ti < 3; ti++) {
+		for (int ti = 0; ti < N_KV_TYPES; ti++) {
 			struct tkv c;
-			tkv_init(&c, &b, types[ti], types[(ti + 1) % 3], 2, 32, 8, 8, 3, 32);
+			tkv_init(&c, &b, kv_types[ti], kv_types[(ti + 1) % N_KV_TYPES], 2, 32, 8, 8,
+				 3, 32);
 			const struct lm_tok_loc loc[] = {{1, 0}, {1, 1}, {2, 13}, {0, 7}};
 			tkv_store(&c, &r, loc, 4);
 			uint8_t want[1024];
@@ -377,8 +420,6 @@ static double run_attention_case(struct lm_backend *b, const struct attn_case *a
 	return e;
 }
 
-static const enum lm_dtype kv_types[] = {LM_F32, LM_F16, LM_Q8_0};
-
 Test(attention, matches_naive_softmax_attention)
 {
 	for (int k = 0; k < TEST_N_KSETS; k++) {
@@ -386,8 +427,8 @@ Test(attention, matches_naive_softmax_attention)
 		if (!kset_init(&b, 2, k))
 			continue;
 		double worst = 0;
-		for (int ki = 0; ki < 3; ki++)
-			for (int vi = 0; vi < 3; vi++)
+		for (int ki = 0; ki < N_KV_TYPES; ki++)
+			for (int vi = 0; vi < N_KV_TYPES; vi++)
 				for (int gqa = 1; gqa <= 4; gqa *= 2)
 					for (int win = 0; win <= 1; win++) {
 						struct attn_case ac = {kv_types[ki], kv_types[vi],
@@ -418,8 +459,8 @@ Test(attention, fast_matches_scalar_and_threads_agree)
 		if (!kset_init(&fast1, 1, k))
 			continue;
 		cr_assert(kset_init(&fast2, 2, k));
-		for (int ki = 0; ki < 3; ki++)
-			for (int vi = 0; vi < 3; vi++) {
+		for (int ki = 0; ki < N_KV_TYPES; ki++)
+			for (int vi = 0; vi < N_KV_TYPES; vi++) {
 				struct attn_case ac = {kv_types[ki], kv_types[vi],    8, 2,
 						       128,          ki == vi ? 9 : 0};
 				const size_t len = (size_t)5 * 8 * 128;
@@ -472,10 +513,24 @@ Test(attention, refuses_what_the_cache_cannot_hold)
 	cr_expect_eq(b.iface->attention(b.ctx, out, q, &c.kv, loc, 1, 1, 1.0f), LM_ERANGE);
 	tkv_fini(&c);
 
-	/* A Q8_0 cache needs whole blocks per head. */
-	tkv_init(&c, &b, LM_Q8_0, LM_F16, 2, 16, 16, 0, 1, 64);
-	loc[0] = (struct lm_tok_loc){0, 0};
-	cr_expect_eq(b.iface->attention(b.ctx, out, q, &c.kv, loc, 1, 2, 1.0f), LM_EUNSUPPORTED);
+	/* A block cache needs whole blocks per head (two heads of 16 make a row of 32, which is
+	 * not enough); fp8 and the float types take any head_dim. */
+	const enum lm_dtype blocky[] = {LM_Q8_0, LM_Q4_0, LM_Q5_1};
+	for (int i = 0; i < 3; i++) {
+		tkv_init(&c, &b, blocky[i], LM_F16, 2, 16, 16, 0, 1, 64);
+		loc[0] = (struct lm_tok_loc){0, 0};
+		cr_expect_eq(b.iface->attention(b.ctx, out, q, &c.kv, loc, 1, 2, 1.0f),
+			     LM_EUNSUPPORTED, "K %s", lm_dtype_name(blocky[i]));
+		cr_expect_eq(b.iface->kv_store(b.ctx, &c.kv, q, q, loc, 1), LM_EUNSUPPORTED);
+		tkv_fini(&c);
+		tkv_init(&c, &b, LM_F16, blocky[i], 2, 16, 16, 0, 1, 64);
+		cr_expect_eq(b.iface->attention(b.ctx, out, q, &c.kv, loc, 1, 2, 1.0f),
+			     LM_EUNSUPPORTED, "V %s", lm_dtype_name(blocky[i]));
+		tkv_fini(&c);
+	}
+	tkv_init(&c, &b, LM_FP8_E4M3, LM_BF16, 2, 8, 16, 0, 1, 64);
+	cr_expect_eq(b.iface->kv_store(b.ctx, &c.kv, q, q, loc, 1), 0);
+	cr_expect_eq(b.iface->attention(b.ctx, out, q, &c.kv, loc, 1, 4, 1.0f), 0);
 	tkv_fini(&c);
 	lm_backend_fini(&b);
 }

@@ -10,8 +10,11 @@
 
 #include "common/plan/fence.h"
 
-#define MiB (1024ull * 1024ull)
-#define GiB (1024ull * MiB)
+/* The same K and V types on every layer, as fence_kv_costs takes them. */
+#define KV_TYPES(k, v) (&(const struct kv_types){{(k), (v)}, {(k), (v)}})
+
+#define MiB            (1024ull * 1024ull)
+#define GiB            (1024ull * MiB)
 
 /* ---- KV bytes, layer by layer ------------------------------------------------------------- */
 
@@ -26,8 +29,8 @@ Test(fence_kv, incident_arithmetic)
 	for (int i = 0; i < 60; i++)
 		geom[i] = (struct kv_geom){.n_kv_heads = 16, .head_dim = 512, .window = 0};
 	lm_diag d = {{0}};
-	cr_assert_eq(fence_kv_costs(layers, 60, geom, 128, 0, 1, LM_F32, LM_F32, &d), 0, "%s",
-		     d.msg);
+	cr_assert_eq(fence_kv_costs(layers, 60, geom, 128, 0, 1, KV_TYPES(LM_F32, LM_F32), &d), 0,
+		     "%s", d.msg);
 	uint64_t whole = 0;
 	for (int i = 0; i < 60; i++) {
 		cr_expect_eq(layers[i].kv_bytes, 8388608ull, "layer %d", i);
@@ -85,8 +88,8 @@ Test(fence_kv, mixed_geometry_layer_by_layer)
 				     : (struct kv_geom){
 					       .n_kv_heads = 8, .head_dim = 256, .window = 1024};
 	lm_diag d = {{0}};
-	cr_assert_eq(fence_kv_costs(layers, 60, geom, 8192, 0, 2, LM_F16, LM_F16, &d), 0, "%s",
-		     d.msg);
+	cr_assert_eq(fence_kv_costs(layers, 60, geom, 8192, 0, 2, KV_TYPES(LM_F16, LM_F16), &d), 0,
+		     "%s", d.msg);
 	uint64_t whole = 0;
 	for (int i = 0; i < 60; i++) {
 		cr_expect_eq(layers[i].kv_bytes, i % 6 == 5 ? 134217728ull : 16777216ull,
@@ -99,9 +102,9 @@ Test(fence_kv, mixed_geometry_layer_by_layer)
 	 * stored whole before it reads); global layers are unchanged. */
 	struct fence_layer ringed[60];
 	memset(ringed, 0, sizeof ringed);
-	cr_assert_eq(
-		fence_kv_costs(ringed, 60, geom, 8192, kv_ring_extra(64), 2, LM_F16, LM_F16, &d), 0,
-		"%s", d.msg);
+	cr_assert_eq(fence_kv_costs(ringed, 60, geom, 8192, kv_ring_extra(64, 0), 2,
+				    KV_TYPES(LM_F16, LM_F16), &d),
+		     0, "%s", d.msg);
 	cr_expect_eq(ringed[0].kv_bytes, 2ull * 8 * 256 * (1024 + 63) * 2 * 2);
 	cr_expect_eq(ringed[5].kv_bytes, 134217728ull);
 
@@ -127,16 +130,22 @@ Test(fence_kv, mixed_geometry_layer_by_layer)
 	/* A window wider than max_seq holds max_seq positions; q8_0 rows are 34 bytes per 32. */
 	struct kv_geom wide = {.n_kv_heads = 8, .head_dim = 256, .window = 16384};
 	struct fence_layer one = {0};
-	cr_assert_eq(fence_kv_costs(&one, 1, &wide, 4096, 0, 1, LM_Q8_0, LM_F32, &d), 0, "%s",
-		     d.msg);
+	cr_assert_eq(fence_kv_costs(&one, 1, &wide, 4096, 0, 1, KV_TYPES(LM_Q8_0, LM_F32), &d), 0,
+		     "%s", d.msg);
 	/* K: 2048 / 32 x 34 = 2176 bytes a position; V: 2048 x 4 = 8192; 4096 positions. */
 	cr_expect_eq(one.kv_bytes, (2176ull + 8192ull) * 4096ull);
-	/* q8_0 cannot hold rows that are not a multiple of 32; the message names the layer. */
-	struct kv_geom odd[2] = {{.n_kv_heads = 4, .head_dim = 8},
-				 {.n_kv_heads = 3, .head_dim = 5}};
+	/* q8_0 cannot hold heads that are not a multiple of 32 (a block may not straddle two
+	 * heads, even where the row of all heads is: 4 x 8 = 32); the message names the layer,
+	 * its kind, its geometry and the reason. */
+	struct kv_geom odd[2] = {{.n_kv_heads = 1, .head_dim = 64},
+				 {.n_kv_heads = 4, .head_dim = 8}};
 	struct fence_layer two[2] = {{0}};
-	cr_expect_eq(fence_kv_costs(two, 2, odd, 64, 0, 1, LM_F32, LM_Q8_0, &d), LM_EINVAL);
-	cr_expect(strncmp(d.msg, "layer 1:", 8) == 0, "%s", d.msg);
+	cr_expect_eq(fence_kv_costs(two, 2, odd, 64, 0, 1, KV_TYPES(LM_F32, LM_Q8_0), &d),
+		     LM_EINVAL);
+	cr_expect_str_eq(d.msg,
+			 "layer 1 (global, 4 KV heads x head_dim 8): no f32 K / q8_0 V cache: "
+			 "q8_0 stores blocks of 32 values, which do not tile head_dim 8: a "
+			 "block may not straddle two heads");
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */

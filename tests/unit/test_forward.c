@@ -71,10 +71,9 @@ static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, 
 				  .num_layers = r->m.slice.end - r->m.slice.begin,
 				  .geom = g,
 				  .max_seq = 128,
-				  .ring_extra = kv_ring_extra(max_batch),
+				  .ring_extra = kv_ring_extra(max_batch, 0),
 				  .slots = slots,
-				  .k_type = LM_F32,
-				  .v_type = LM_F32};
+				  .types = {{LM_F32, LM_F32}, {LM_F32, LM_F32}}};
 	cr_assert_eq(kv_cache_init(&r->kv, &r->be, &kc, &d), 0, "%s", d.msg);
 	cr_assert_eq(lm_forward_init(&r->fw, &r->m, &r->be, &r->kv, max_batch, &d), 0, "%s", d.msg);
 }

@@ -29,8 +29,9 @@ Test(kv_cache, mission_arithmetic)
 	g.window = 0;
 	cr_assert_eq(kv_layer_bytes(&g, 128, 0, 1, LM_Q8_0, LM_F32, &b), 0);
 	cr_expect_eq(b, 128ull * (16 * 512 / 32 * 34 + 16 * 512 * 4));
-	/* q8_0 cannot hold a row of 4 x 8 = 32... but can; 4 x 6 = 24 cannot. */
-	struct kv_geom odd = {.n_kv_heads = 4, .head_dim = 6};
+	/* q8_0 cannot hold heads of 6, nor of 8 though 4 x 8 = 32: a block may not straddle two
+	 * heads. */
+	struct kv_geom odd = {.n_kv_heads = 4, .head_dim = 8};
 	cr_expect_eq(kv_layer_bytes(&odd, 128, 0, 1, LM_Q8_0, LM_F32, &b), LM_EINVAL);
 	cr_expect_eq(kv_layer_bytes(&odd, 128, 0, 1, LM_Q4_0, LM_F32, &b), LM_EINVAL);
 	cr_expect_eq(kv_layer_bytes(&odd, 0, 0, 1, LM_F32, LM_F32, &b), LM_EINVAL);
@@ -47,8 +48,7 @@ static struct kv_cache make(int32_t base, int32_t n, struct kv_geom *geom, int32
 				   .geom = geom,
 				   .max_seq = 32,
 				   .slots = slots,
-				   .k_type = t,
-				   .v_type = t};
+				   .types = kv_types_uniform(t, t)};
 	lm_diag d = {{0}};
 	cr_assert_eq(kv_cache_init(&kv, NULL, &cfg, &d), 0, "%s", d.msg);
 	return kv;
@@ -137,8 +137,7 @@ Test(kv_cache, ring_rows_beyond_the_window_allow_short_rollbacks)
 				   .max_seq = 32,
 				   .ring_extra = 3,
 				   .slots = 1,
-				   .k_type = LM_F32,
-				   .v_type = LM_F32};
+				   .types = kv_types_uniform(LM_F32, LM_F32)};
 	lm_diag d = {{0}};
 	cr_assert_eq(kv_cache_init(&kv, NULL, &cfg, &d), 0, "%s", d.msg);
 	cr_expect_eq(kv.layers[0].ctx, 7);
@@ -148,7 +147,55 @@ Test(kv_cache, ring_rows_beyond_the_window_allow_short_rollbacks)
 		cr_expect_eq(rc, len == 0 || len >= 6 ? 0 : LM_ERANGE, "len %d: %s", len, d.msg);
 	}
 	cr_expect(strstr(d.msg, "layer 3") != NULL, "%s", d.msg);
+
+	/* A rejected draft wrote up to 20, then the sequence went on from 17 to 18: the ring
+	 * holds [13, 20) whatever the length says, so 16 (reading 13..15) can still be rolled back
+	 * to and 15 (reading 12) cannot, though 12 is within 18 - 7. */
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 20, &d), 0);
+	cr_assert_eq(kv_cache_truncate(&kv, 0, 17, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 18, &d), 0);
+	cr_expect_eq(kv.hi[0], 20);
+	cr_expect_eq(kv_cache_can_truncate(&kv, 0, 16, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv_cache_can_truncate(&kv, 0, 15, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "written up to 20") != NULL, "%s", d.msg);
+	/* Emptying the slot forgets the mark. */
+	cr_assert_eq(kv_cache_truncate(&kv, 0, 0, &d), 0);
+	cr_expect_eq(kv.hi[0], 0);
 	kv_cache_fini(&kv);
+}
+
+/* Sliding and global layers each take their own pair of types, and their rows' bytes. */
+Test(kv_cache, types_per_layer_kind)
+{
+	struct kv_geom g[3] = {{.n_kv_heads = 2, .head_dim = 64, .window = 8},
+			       {.n_kv_heads = 1, .head_dim = 128},
+			       {.n_kv_heads = 2, .head_dim = 64, .window = 8}};
+	struct kv_cache kv;
+	struct kv_cache_cfg cfg = {
+		.num_layers = 3,
+		.geom = g,
+		.max_seq = 32,
+		.slots = 2,
+		.types = {.global = {LM_FP8_E4M3, LM_FP8_E4M3}, .swa = {LM_Q8_0, LM_Q5_1}}};
+	lm_diag d = {{0}};
+	cr_assert_eq(kv_cache_init(&kv, NULL, &cfg, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv.layers[0].k_type, LM_Q8_0);
+	cr_expect_eq(kv.layers[0].v_type, LM_Q5_1);
+	cr_expect_eq(kv.layers[0].k_row_bytes, 4 * 34u);
+	cr_expect_eq(kv.layers[0].v_row_bytes, 4 * 24u);
+	cr_expect_eq(kv.layers[1].k_type, LM_FP8_E4M3);
+	cr_expect_eq(kv.layers[1].v_type, LM_FP8_E4M3);
+	cr_expect_eq(kv.layers[1].k_row_bytes, 128u);
+	cr_expect_eq(kv.bytes, 2ull * (2 * 8 * (136 + 96) + 32 * (128 + 128)));
+	kv_cache_fini(&kv);
+	/* A block type on a head it cannot tile is refused, naming layer, kind and reason. */
+	g[1].head_dim = 48;
+	cfg.types.global = (struct kv_pair){LM_Q4_0, LM_F16};
+	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
+	cr_expect_str_eq(d.msg,
+			 "kv cache: layer 1 (global, 1 KV heads x head_dim 48): no q4_0 K / f16 "
+			 "V cache: q4_0 stores blocks of 32 values, which do not tile head_dim 48: "
+			 "a block may not straddle two heads");
 }
 
 Test(kv_cache, export_import_round_trip)
@@ -171,10 +218,13 @@ Test(kv_cache, export_import_round_trip)
 	uint8_t *buf = malloc(n);
 	cr_expect_eq(kv_cache_export(&a, 1, buf, n - 1, &d), LM_ERANGE);
 	cr_assert_eq(kv_cache_export(&a, 1, buf, n, &d), 0, "%s", d.msg);
-	cr_expect_eq(kv_cache_import(&b, 0, 10, buf, n - 1, &d), LM_EFORMAT);
+	cr_expect_eq(kv_cache_import(&b, 0, 10, 12, buf, n - 1, &d), LM_EFORMAT);
 	cr_expect_eq(b.len[0], 0);
-	cr_assert_eq(kv_cache_import(&b, 0, 10, buf, n, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv_cache_import(&b, 0, 10, 9, buf, n, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_import(&b, 0, 10, 33, buf, n, &d), LM_ERANGE);
+	cr_assert_eq(kv_cache_import(&b, 0, 10, 12, buf, n, &d), 0, "%s", d.msg);
 	cr_expect_eq(b.len[0], 10);
+	cr_expect_eq(b.hi[0], 12);
 	for (int i = 0; i < 2; i++) {
 		size_t rows = i == 0 ? 10 : 4;
 		cr_expect_eq(
@@ -202,14 +252,13 @@ Test(kv_cache, bad_configs_are_errors)
 				   .geom = g,
 				   .max_seq = 16,
 				   .slots = 1,
-				   .k_type = LM_Q8_0,
-				   .v_type = LM_F32};
+				   .types = kv_types_uniform(LM_Q8_0, LM_F32)};
 	lm_diag d = {{0}};
 	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
 	cr_expect(strstr(d.msg, "layer 0") != NULL, "%s", d.msg);
-	cfg.k_type = LM_Q4_K;
+	cfg.types = kv_types_uniform(LM_Q4_K, LM_F32);
 	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
-	cfg.k_type = LM_F32;
+	cfg.types = kv_types_uniform(LM_F32, LM_F32);
 	cfg.num_layers = 0;
 	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
 }

@@ -53,8 +53,8 @@ Test(mesh_config, repository_mesh_toml)
 	cr_expect_str_eq(cfg.model_path, want);
 	cr_expect_eq(cfg.max_seq_len, 0);
 	cr_expect_eq(cfg.slots, 16);
-	cr_expect_eq(cfg.kv_type_k, LM_F32);
-	cr_expect_eq(cfg.kv_type_v, LM_F32);
+	cr_expect_eq(cfg.kv.global.k, LM_F32);
+	cr_expect_eq(cfg.kv.global.v, LM_F32);
 	cr_expect_eq(cfg.wire_dtype, LM_F32);
 	cr_expect_eq(cfg.max_batch, 64);
 	cr_expect_str_eq(cfg.http, "127.0.0.1:8080");
@@ -122,8 +122,13 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_str_eq(cfg.model_path, "/abs/m.gguf");
 	cr_expect_eq(cfg.max_seq_len, 2048);
 	cr_expect_eq(cfg.slots, 4);
-	cr_expect_eq(cfg.kv_type_k, LM_Q8_0);
-	cr_expect_eq(cfg.kv_type_v, LM_F16);
+	cr_expect_eq(cfg.kv.global.k, LM_Q8_0);
+	cr_expect_eq(cfg.kv.global.v, LM_F16);
+	/* The sliding layers take the global layers' types unless told otherwise. */
+	cr_expect_eq(cfg.kv.swa.k, LM_Q8_0);
+	cr_expect_eq(cfg.kv.swa.v, LM_F16);
+	cr_expect_eq(cfg.spec, MESH_SPEC_OFF);
+	cr_expect_eq(cfg.max_draft, 0);
 	cr_expect_eq(cfg.wire_dtype, LM_BF16);
 	cr_expect_eq(cfg.max_batch, 32);
 	cr_expect_eq(cfg.scratch_bytes, 1572864);
@@ -341,13 +346,82 @@ Test(mesh_config, listen_addresses)
 	cr_expect_str_eq(out, "tcp://0.0.0.0:7001");
 }
 
+/* memra-kv's types: q8_0 K / q5_1 V on the sliding layers, fp8 on the global ones. */
+Test(mesh_config, cache_types_per_layer_kind)
+{
+	struct mesh_config cfg;
+	lm_diag d = {{0}};
+	cr_assert_eq(parse(&cfg,
+			   MODEL "kv_type_k = 'fp8'\nkv_type_v = 'fp8'\nkv_type_k_swa = 'q8_0'\n"
+				 "kv_type_v_swa = 'q5_1'\n" COORD WORKER("a", "9000"),
+			   &d),
+		     0, "%s", d.msg);
+	cr_expect_eq(cfg.kv.global.k, LM_FP8_E4M3);
+	cr_expect_eq(cfg.kv.global.v, LM_FP8_E4M3);
+	cr_expect_eq(cfg.kv.swa.k, LM_Q8_0);
+	cr_expect_eq(cfg.kv.swa.v, LM_Q5_1);
+	mesh_config_fini(&cfg);
+	cr_assert_eq(parse(&cfg,
+			   MODEL
+			   "kv_type_v = 'bf16'\nkv_type_k_swa = 'q4_0'\n" COORD WORKER("a", "9000"),
+			   &d),
+		     0, "%s", d.msg);
+	cr_expect_eq(cfg.kv.global.k, LM_F32);
+	cr_expect_eq(cfg.kv.global.v, LM_BF16);
+	cr_expect_eq(cfg.kv.swa.k, LM_Q4_0);
+	cr_expect_eq(cfg.kv.swa.v, LM_BF16);
+	mesh_config_fini(&cfg);
+}
+
+Test(mesh_config, speculative_section)
+{
+	struct mesh_config cfg;
+	lm_diag d = {{0}};
+	cr_assert_eq(parse(&cfg, MODEL COORD "[speculative]\n" WORKER("a", "9000"), &d), 0, "%s",
+		     d.msg);
+	cr_expect_eq(cfg.spec, MESH_SPEC_NGRAM);
+	cr_expect_eq(cfg.max_draft, 4);
+	cr_expect_eq(cfg.ngram_min, 1);
+	cr_expect_eq(cfg.ngram_max, 3);
+	cr_expect_eq(cfg.draft_threads, 1);
+	cr_expect_null(cfg.draft_model);
+	mesh_config_fini(&cfg);
+	cr_assert_eq(parse(&cfg,
+			   MODEL COORD "[speculative]\ndraft_model = 'd.gguf'\nmax_draft = 6\n"
+				       "draft_threads = 2\n" WORKER("a", "9000"),
+			   &d),
+		     0, "%s", d.msg);
+	cr_expect_eq(cfg.spec, MESH_SPEC_MODEL);
+	cr_expect_str_eq(cfg.draft_model, "/srv/mesh/d.gguf");
+	cr_expect_eq(cfg.max_draft, 6);
+	cr_expect_eq(cfg.draft_threads, 2);
+	mesh_config_fini(&cfg);
+	expect_refused(MODEL COORD "[speculative]\nsource = 'model'\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:6:10: speculative.source: source \"model\" needs "
+		       "draft_model, the draft GGUF");
+	expect_refused(
+		MODEL COORD
+		"[speculative]\nsource = 'ngram'\ndraft_model = 'd.gguf'\n" WORKER("a", "9000"),
+		"/srv/mesh/mesh.toml:7:15: speculative.draft_model: a draft model is not "
+		"used with source \"ngram\"");
+	expect_refused(MODEL "max_batch = 4\n" COORD
+			     "[speculative]\nmax_draft = 4\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:7:13: speculative.max_draft: 4 drafted tokens and "
+		       "the step's last token do not fit [model] max_batch 4: they ride in one "
+		       "batch");
+	expect_refused(MODEL COORD
+		       "[speculative]\nngram_min = 3\nngram_max = 2\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:7:13: speculative.ngram_max: must be at least "
+		       "ngram_min (3)");
+}
+
 Test(mesh_config, unknown_keys_name_line_column_and_key)
 {
 	expect_refused(
 		"[model]\npath = 'm.gguf'\n  slot = 4\n" COORD WORKER("a", "9000"),
 		"/srv/mesh/mesh.toml:3:3: model.slot: unknown key; did you mean 'slots'? "
-		"([model] takes: path, max_seq_len, slots, kv_type_k, kv_type_v, wire_dtype, "
-		"max_batch, scratch_bytes, chat_template)");
+		"([model] takes: path, max_seq_len, slots, kv_type_k, kv_type_v, kv_type_k_swa, "
+		"kv_type_v_swa, wire_dtype, max_batch, scratch_bytes, chat_template)");
 	expect_refused(
 		MODEL COORD WORKER("a", "9000") "memory_limt = 5\n",
 		"/srv/mesh/mesh.toml:11:1: worker[0].memory_limt: unknown key; did you mean "
@@ -355,10 +429,10 @@ Test(mesh_config, unknown_keys_name_line_column_and_key)
 		"speed, layers, backend, device, threads, kernels)");
 	expect_refused(MODEL COORD WORKER("a", "9000") "[models]\n",
 		       "/srv/mesh/mesh.toml:11:2: models: unknown key; did you mean 'model'? "
-		       "(mesh.toml takes: model, coordinator, plan, tls, worker)");
+		       "(mesh.toml takes: model, coordinator, plan, speculative, tls, worker)");
 	expect_refused("version = 2\n" MODEL COORD WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:1:1: version: unknown key (mesh.toml takes: model, "
-		       "coordinator, plan, tls, worker)");
+		       "coordinator, plan, speculative, tls, worker)");
 	expect_refused(MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\nhttp.port = 5\n" WORKER(
 			       "a", "9000"),
 		       "/srv/mesh/mesh.toml:5:1: coordinator.http: expected a string, found table");
@@ -381,9 +455,12 @@ Test(mesh_config, types_ranges_and_required_keys)
 		       "/srv/mesh/mesh.toml:3:9: model.slots: must be 1 to 4096, not 0");
 	expect_refused(MODEL "slots = 2.0\n" COORD WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:3:9: model.slots: expected an integer, found float");
-	expect_refused(MODEL "kv_type_k = 'q4_0'\n" COORD WORKER("a", "9000"),
-		       "/srv/mesh/mesh.toml:3:13: model.kv_type_k: must be \"f32\", \"f16\" or "
-		       "\"q8_0\", not \"q4_0\"");
+	expect_refused(MODEL "kv_type_k = 'q4_K'\n" COORD WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:3:13: model.kv_type_k: must be \"f32\", \"f16\", "
+		       "\"bf16\", \"q8_0\", \"q5_1\", \"q4_0\" or \"fp8\", not \"q4_K\"");
+	expect_refused(MODEL "kv_type_v_swa = 'q8_1'\n" COORD WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:3:17: model.kv_type_v_swa: must be \"f32\", \"f16\", "
+		       "\"bf16\", \"q8_0\", \"q5_1\", \"q4_0\" or \"fp8\", not \"q8_1\"");
 	expect_refused(MODEL "wire_dtype = 'F32'\n" COORD WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:3:14: model.wire_dtype: must be \"f32\", \"f16\" or "
 		       "\"bf16\", not \"F32\"");

@@ -22,13 +22,16 @@
 #include "coordinator/synth.h"
 #include "engine/scratch.h"
 
-#define LAYER_W  181760ull
-#define LAYER_F  90624ull
-#define LAYER_KV 2228224ull /* 2 x 4 heads x 8 x 512 positions x 17 slots x 4 bytes */
-#define EMBD     131072ull
-#define HEAD     131328ull
-#define HEAD_F   65536ull
-#define TRACE    32768ull
+/* The same K and V types on every layer, as fence_kv_costs takes them. */
+#define KV_TYPES(k, v) (&(const struct kv_types){{(k), (v)}, {(k), (v)}})
+
+#define LAYER_W        181760ull
+#define LAYER_F        90624ull
+#define LAYER_KV       2228224ull /* 2 x 4 heads x 8 x 512 positions x 17 slots x 4 bytes */
+#define EMBD           131072ull
+#define HEAD           131328ull
+#define HEAD_F         65536ull
+#define TRACE          32768ull
 
 /* The engine's estimate of worker j's scratch in a mesh of n workers of cfg. */
 static uint64_t scratch(const struct mesh_config *cfg, int32_t j)
@@ -45,7 +48,6 @@ static uint64_t scratch(const struct mesh_config *cfg, int32_t j)
 				    .max_batch = cfg->max_batch,
 				    .slots = cfg->slots + MESH_PROBE_SLOTS,
 				    .max_seq = planner_max_seq(cfg, &hp),
-				    .k_type = cfg->kv_type_k,
 				    .wire_dtype = cfg->wire_dtype,
 				    .bo = {.n_threads = cfg->workers[j].threads}};
 	struct lm_scratch s;
@@ -298,14 +300,15 @@ static void gemma4_sparse(const char *path)
 	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
 }
 
-/* Writes a mesh of n workers of `per` pinned layers each over model. */
-static void write_pinned(const char *model, int n, int per, const char *limit)
+/* Writes a mesh of n workers of `per` pinned layers each over model, [model] extra keys (may
+ * be empty) added. */
+static void write_pinned_kv(const char *model, int n, int per, const char *limit, const char *extra)
 {
 	snprintf(mesh_path, sizeof mesh_path, "/tmp/lm_test_planner_XXXXXX");
 	int fd = mkstemp(mesh_path);
 	cr_assert_geq(fd, 0);
 	FILE *f = fdopen(fd, "w");
-	fprintf(f, "[model]\npath = \"%s\"\nmax_seq_len = 128\nslots = 1\n", model);
+	fprintf(f, "[model]\npath = \"%s\"\nmax_seq_len = 128\nslots = 1\n%s", model, extra);
 	fprintf(f, "[coordinator]\ndata_in = \"ipc:///tmp/lm-test-planner-c\"\n");
 	fprintf(f, "[plan]\nstrategy = \"pinned\"\n");
 	for (int j = 0; j < n; j++)
@@ -315,6 +318,11 @@ static void write_pinned(const char *model, int n, int per, const char *limit)
 			"memory_limit = \"%s\"\nlayers = [%d, %d]\n",
 			j, j, j, 20000 + j, limit, j * per, (j + 1) * per);
 	fclose(f);
+}
+
+static void write_pinned(const char *model, int n, int per, const char *limit)
+{
+	write_pinned_kv(model, n, per, limit, "");
 }
 
 Test(planner, gemma4_mission_geometry, .timeout = 120)
@@ -352,9 +360,9 @@ Test(planner, gemma4_mission_geometry, .timeout = 120)
 	uint64_t total = 0;
 	for (int i = 0; i < 60; i++)
 		geom[i] = lm_hparams_kv_geom(&hp, i);
-	cr_assert_eq(
-		fence_kv_costs(layers, 60, geom, 128, kv_ring_extra(64), 1, LM_F32, LM_F32, &d), 0,
-		"%s", d.msg);
+	cr_assert_eq(fence_kv_costs(layers, 60, geom, 128, kv_ring_extra(64, 0), 1,
+				    KV_TYPES(LM_F32, LM_F32), &d),
+		     0, "%s", d.msg);
 	for (int i = 0; i < 60; i++) {
 		cr_expect_eq(layers[i].kv_bytes, i % 6 == 5 ? 2ull << 20 : 4ull << 20, "layer %d",
 			     i);
@@ -462,7 +470,6 @@ Test(planner, cuda_workers_default_to_device_memory)
 				    .max_batch = cfg.max_batch,
 				    .slots = cfg.slots + MESH_PROBE_SLOTS,
 				    .max_seq = max_seq,
-				    .k_type = cfg.kv_type_k,
 				    .wire_dtype = cfg.wire_dtype,
 				    .backend = "cuda",
 				    .bo = {.device = 0}};
@@ -505,4 +512,81 @@ Test(planner, cuda_workers_default_to_device_memory)
 		cr_log_info("no device here: %s", d.msg);
 	}
 	mesh_config_fini(&cfg);
+}
+
+/* The same geometry priced in memra-kv's types: q8_0 K and q5_1 V on the sliding layers, fp8 on
+ * the global ones, for 1 slot and the probe slot of 128 positions. A sliding layer's K row is
+ * 16 x 256 / 32 x 34 = 4,352 bytes and its V row 3,072 (f32: 16,384 each); a global layer's
+ * rows are 2,048 bytes each in fp8 (f32: 8,192). So a sliding layer takes 1,900,544 bytes
+ * (f32: 8 MiB), a global one 1 MiB (f32: 4 MiB). The table shows each worker's bytes by type
+ * and what it saves against f32. */
+Test(planner, gemma4_plan_by_kv_type, .timeout = 120)
+{
+	char model[] = "/tmp/lm_test_gemma4_XXXXXX";
+	int fd = mkstemp(model);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	gemma4_sparse(model);
+	write_pinned_kv(model, 4, 15, "64GiB",
+			"kv_type_k = \"fp8\"\nkv_type_v = \"fp8\"\nkv_type_k_swa = \"q8_0\"\n"
+			"kv_type_v_swa = \"q5_1\"\n");
+	struct mesh_config cfg;
+	load(&cfg);
+	struct fence_plan p;
+	struct planner_info info;
+	lm_diag d = {{0}};
+	cr_assert_eq(planner_plan(&cfg, &p, &info, &d), 0, "%s", d.msg);
+	const uint64_t swa_k = 2 * 128 * 4352ull, swa_v = 2 * 128 * 3072ull,
+		       glob = 2 * 128 * 2048ull;
+	uint64_t kv = 0, f32 = 0;
+	for (int j = 0; j < 4; j++) {
+		const struct fence_stage *s = &p.stages[j];
+		/* 15 layers a worker: 12 or 13 sliding, 2 or 3 global (each sixth is global). */
+		int g = 0;
+		for (int i = s->start; i < s->end; i++)
+			g += i % 6 == 5;
+		const int w = 15 - g;
+		cr_expect_eq(s->kv_kind[FENCE_KV_SLIDING][0], (uint64_t)w * swa_k, "w%d", j);
+		cr_expect_eq(s->kv_kind[FENCE_KV_SLIDING][1], (uint64_t)w * swa_v, "w%d", j);
+		cr_expect_eq(s->kv_kind[FENCE_KV_GLOBAL][0], (uint64_t)g * glob, "w%d", j);
+		cr_expect_eq(s->kv_kind[FENCE_KV_GLOBAL][1], (uint64_t)g * glob, "w%d", j);
+		cr_expect_eq(s->kv_bytes, (uint64_t)w * (swa_k + swa_v) + (uint64_t)g * 2 * glob);
+		cr_expect_eq(s->kv_f32_bytes,
+			     (uint64_t)w * (8ull << 20) + (uint64_t)g * (4ull << 20));
+		kv += s->kv_bytes;
+		f32 += s->kv_f32_bytes;
+	}
+	cr_expect_eq(kv, 50 * (swa_k + swa_v) + 10 * 2 * glob);
+	cr_expect_eq(f32, 440ull << 20);
+	cr_expect_eq(info.kv_bytes, kv);
+	cr_expect_eq(info.kv_f32_bytes, f32);
+	fence_plan_fini(&p);
+	mesh_config_fini(&cfg);
+
+	/* layermesh plan prints it. */
+	write_pinned_kv(model, 4, 15, "64GiB",
+			"kv_type_k = \"fp8\"\nkv_type_v = \"fp8\"\nkv_type_k_swa = \"q8_0\"\n"
+			"kv_type_v_swa = \"q5_1\"\n");
+	char *text = NULL, *errs = NULL;
+	size_t tn = 0, en = 0;
+	FILE *out = open_memstream(&text, &tn), *err = open_memstream(&errs, &en);
+	cr_assert_eq(planner_cmd(mesh_path, false, out, err), 0);
+	fclose(out);
+	fclose(err);
+	cr_log_info("%s", text);
+	cr_expect(strstr(text, "global layers K fp8, V fp8; sliding layers K q8_0, V q5_1") != NULL,
+		  "%s", text);
+	cr_expect(strstr(text, "worker      global K fp8      global V fp8    sliding K q8_0    "
+			       "sliding V q5_1     KV MiB  as f32 MiB   saved\n") != NULL,
+		  "%s", text);
+	cr_expect(strstr(text, "w1                  1.50              1.50             12.75       "
+			       "       9.00      24.75      108.00   77.1%\n") != NULL,
+		  "%s", text);
+	cr_expect(strstr(text, "total               5.00              5.00             53.12       "
+			       "      37.50     100.62      440.00   77.1%\n") != NULL,
+		  "%s", text);
+	free(text);
+	free(errs);
+	unlink(mesh_path);
+	unlink(model);
 }

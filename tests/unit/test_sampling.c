@@ -146,3 +146,66 @@ Test(sampling, checks_and_logprob)
 	for (int i = 0; i < V; i++)
 		cr_expect(fabs(lm_logprob(logits, V, i) - log(pr[i])) < 1e-5);
 }
+
+/* Verification of a draft: greedy, the longest prefix of the draft that is the argmax of its
+ * row, then the row's own argmax. */
+Test(sampling, verify_greedy_takes_the_matching_prefix_and_the_next_token)
+{
+	struct lm_sampler s;
+	cr_assert_eq(lm_sampler_init(&s, V), 0);
+	struct lm_sampling p = {.temperature = 0};
+	/* Row r's argmax is r + 1. */
+	float rows[4][V];
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < V; i++)
+			rows[r][i] = i == r + 1 ? 5.0f : (float)i * 0.1f;
+	int32_t out[4];
+	const int32_t all[3] = {1, 2, 3}, two[3] = {1, 2, 7}, none[3] = {6, 2, 3};
+	cr_expect_eq(lm_sample_verify(&s, rows[0], V, all, 3, &p, 0, out), 4);
+	cr_expect(out[0] == 1 && out[1] == 2 && out[2] == 3 && out[3] == 4);
+	cr_expect_eq(lm_sample_verify(&s, rows[0], V, two, 3, &p, 0, out), 3);
+	cr_expect(out[0] == 1 && out[1] == 2 && out[2] == 3, "the correction is row 2's argmax");
+	cr_expect_eq(lm_sample_verify(&s, rows[0], V, none, 3, &p, 0, out), 1);
+	cr_expect_eq(out[0], 1);
+	lm_sampler_fini(&s);
+}
+
+/* Sampled: every emitted token is the draw plain decoding makes at that step, so the output is
+ * the same with and without speculation; and a fixed draft d is accepted with probability p(d)
+ * (the rejection rule for a deterministic draft), the rejected draws spread as p without d. */
+Test(sampling, verify_sampled_draws_what_plain_decoding_draws)
+{
+	struct lm_sampler s;
+	cr_assert_eq(lm_sampler_init(&s, V), 0);
+	struct lm_sampling p = {.temperature = 0.9f, .top_k = 0, .top_p = 1, .min_p = 0, .seed = 9};
+	float rows[3][V];
+	for (int r = 0; r < 3; r++)
+		memcpy(rows[r], logits, sizeof logits);
+	const int draws = 200000;
+	int accepted = 0, after[V] = {0};
+	for (int i = 0; i < draws; i++) {
+		p.seed = (uint64_t)i;
+		int32_t d[2] = {5, 2}, out[3];
+		int32_t n = lm_sample_verify(&s, rows[0], V, d, 2, &p, 40, out);
+		for (int32_t j = 0; j < n; j++)
+			cr_assert_eq(out[j], lm_sample(&s, logits, &p, 40 + (uint64_t)j));
+		if (out[0] == 5)
+			accepted++;
+		else
+			after[out[0]]++;
+	}
+	double prob[V];
+	softmax(logits, V, 0.9, prob);
+	const double rate = (double)accepted / draws;
+	cr_expect(fabs(rate - prob[5]) < 4 * sqrt(prob[5] * (1 - prob[5]) / draws),
+		  "draft 5 accepted %.4f of the time, p = %.4f", rate, prob[5]);
+	for (int i = 0; i < V; i++) {
+		if (i == 5)
+			continue;
+		const double want = prob[i] / (1 - prob[5]),
+			     got = (double)after[i] / (draws - accepted);
+		cr_expect(fabs(got - want) < 0.01, "after a rejection, %d: %.4f, want %.4f", i, got,
+			  want);
+	}
+	lm_sampler_fini(&s);
+}

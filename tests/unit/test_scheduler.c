@@ -40,6 +40,7 @@
 #define T_LAYERS    4
 #define T_HOPS      2
 #define T_WAIT_MS   10000 /* how long a test waits for what must happen well before */
+#define T_MAX_DRAFT 4
 
 static char model_path[64];
 
@@ -88,8 +89,7 @@ static void ref_open(void)
 				   .max_seq = T_MAX_SEQ,
 				   .slots = 1,
 				   .max_batch = T_MAX_SEQ,
-				   .k_type = LM_F32,
-				   .v_type = LM_F32};
+				   .kv_types = {{LM_F32, LM_F32}, {LM_F32, LM_F32}}};
 	lm_diag d = {{0}};
 	cr_assert_eq(lm_engine_open(&ref_eng, &ec, &d), 0, "%s", d.msg);
 	cr_assert_eq(lm_sampler_init(&ref_smp, T_VOCAB), 0);
@@ -144,6 +144,61 @@ static void prompt_of(int32_t k, int32_t n, int32_t *p)
 		p[i] = 3 + (i * 37 + k * 101 + i * i * k) % (T_VOCAB - 3);
 }
 
+/* A prompt that repeats a pattern of 3 ids, which n-gram lookup drafts from. */
+static void prompt_repeating(int32_t k, int32_t n, int32_t *p)
+{
+	for (int32_t i = 0; i < n; i++)
+		p[i] = 3 + ((i % 3) * 53 + k * 17) % (T_VOCAB - 3);
+}
+
+/* The model's weights in q8_0: a draft model as `layermesh quantize` would make one. */
+static char draft_path[64];
+
+static void make_draft_model(void)
+{
+	snprintf(draft_path, sizeof draft_path, "/tmp/lm_test_sched_draft_XXXXXX");
+	int fd = mkstemp(draft_path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = draft_path;
+	o.dim = 64;
+	o.layers = T_LAYERS;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.ffn = 160;
+	o.vocab = T_VOCAB;
+	o.ctx = 128;
+	o.type = LM_Q8_0;
+	o.seed = 11;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+}
+
+/* A scheduler configuration that speculates with n-gram lookup (model false) or the q8_0 draft
+ * model (true). */
+static struct sched_cfg spec_cfg(struct sched_cfg cfg, bool model)
+{
+	lm_diag d = {{0}};
+	cfg.max_draft = T_MAX_DRAFT;
+	if (!model) {
+		cr_assert_eq(spec_ngram_init(&cfg.draft, 1, 3, &d), 0, "%s", d.msg);
+		return cfg;
+	}
+	make_draft_model();
+	struct spec_draft_cfg dc = {.model = draft_path,
+				    .n_vocab = T_VOCAB,
+				    .slots = T_SLOTS,
+				    .max_seq = T_MAX_SEQ,
+				    .max_draft = T_MAX_DRAFT,
+				    .threads = 1,
+				    .kv = kv_types_uniform(LM_F32, LM_F32)};
+	cr_assert_eq(spec_draft_init(&cfg.draft, &dc, &d), 0, "%s", d.msg);
+	unlink(draft_path);
+	return cfg;
+}
+
 /* ------------------------------------------------------------------ the ring */
 
 enum hop_fault {
@@ -166,6 +221,9 @@ struct hop {
 	_Atomic int fault;
 	_Atomic uint64_t fault_seq;
 	_Atomic int dropped, refused, garbled, max_seqs; /* max_seqs: most sequences in a FORWARD */
+	/* FORWARDs with a draft, and those where a drafting sequence rides beside one that samples
+	 * without a draft. */
+	_Atomic int drafting, mixed;
 };
 
 struct ring {
@@ -186,6 +244,13 @@ static bool hop_carries(struct hop *h, nng_msg *m, uint64_t seq)
 		return false;
 	if (f.n_seqs > atomic_load(&h->max_seqs))
 		atomic_store(&h->max_seqs, f.n_seqs);
+	bool drafts = false, plain = false;
+	for (int32_t i = 0; i < f.n_seqs; i++) {
+		drafts |= f.seqs[i].n_draft > 0;
+		plain |= f.seqs[i].sample && f.seqs[i].n_draft == 0;
+	}
+	atomic_fetch_add(&h->drafting, drafts);
+	atomic_fetch_add(&h->mixed, drafts && plain);
 	for (int32_t i = 0; i < f.n_seqs; i++)
 		if (f.seqs[i].seq_id == seq)
 			return true;
@@ -255,7 +320,8 @@ static struct wire_assign hop_assign(int32_t i, const char *next)
 				.k_type = LM_F32,
 				.v_type = LM_F32,
 				.wire_dtype = WIRE_DT_F32,
-				.max_batch = T_MAX_BATCH};
+				.max_batch = T_MAX_BATCH,
+				.max_draft = T_MAX_DRAFT};
 	snprintf(a.model, sizeof a.model, "%s", model_path);
 	snprintf(a.next, sizeof a.next, "%s", next);
 	return a;
@@ -342,7 +408,7 @@ static void ring_up(struct ring *r, const struct sched_cfg *cfg)
 		h->assign = hop_assign(i, url_of(i + 1));
 		hop_load(h);
 		pthread_mutex_init(&h->mu, NULL);
-		cr_assert_eq(wire_scratch_init(&h->scratch, T_SLOTS), 0);
+		cr_assert_eq(wire_scratch_init_rows(&h->scratch, T_SLOTS, T_MAX_BATCH), 0);
 		cr_assert_eq(nng_pull0_open(&h->pull), 0);
 		nng_socket_set_size(h->pull, NNG_OPT_RECVMAXSZ, 0);
 		nng_socket_set_ms(h->pull, NNG_OPT_RECVTIMEO, 20);
@@ -384,6 +450,7 @@ static void ring_down(struct ring *r)
 	}
 	lm_close_bounded(r->push, 2000);
 	lm_close_bounded(r->pull, 2000);
+	spec_source_fini(&r->cfg.draft);
 	ref_close();
 	unlink(model_path);
 }
@@ -401,6 +468,7 @@ struct req {
 	int code;
 	char msg[512];
 	uint64_t id;
+	bool no_speculate;
 };
 
 /* The most sequences the scheduler held in slots at any token (read on its thread). */
@@ -485,6 +553,7 @@ static int req_submit(struct ring *r, struct req *q, lm_diag *d)
 			       .max_tokens = q->max_tokens,
 			       .sampling = {.temperature = 0, .top_p = 1},
 			       .n_logprobs = 2,
+			       .no_speculate = q->no_speculate,
 			       .on_token = req_on_token,
 			       .on_done = req_on_done,
 			       .arg = q};
@@ -638,6 +707,79 @@ Test(scheduler, concurrent_requests_each_equal_their_solo_run, .timeout = 30)
 	ring_down(&r);
 	for (int k = 0; k < 4; k++)
 		req_fini(&q[k]);
+}
+
+/* Speculation with either draft source: requests get exactly the tokens of plain decoding,
+ * drafts are sent and (from the draft model) mostly accepted, and sequences with a draft ride
+ * in batches beside sequences without one (the request that opts out). */
+Test(scheduler, speculation_from_either_source_gives_the_plain_tokens, .timeout = 30)
+{
+	for (int model = 0; model <= 1; model++) {
+		struct ring r;
+		struct sched_cfg cfg = spec_cfg(default_cfg(), model);
+		ring_up(&r, &cfg);
+		struct req q[3];
+		sched_pause(r.s, "test: hold until all are in");
+		for (int k = 0; k < 3; k++) {
+			req_init(&q[k], 30 + k, 9 + 4 * k, 18 + k);
+			prompt_repeating(30 + k, q[k].n_prompt, q[k].prompt);
+			q[k].no_speculate = k == 2;
+			req_start(&r, &q[k]);
+		}
+		cr_assert(wait_slots(&r, 3, 0));
+		sched_resume(r.s, false);
+		for (int k = 0; k < 3; k++)
+			expect_like_reference(&q[k], NULL, 0);
+		const struct sched_stats *st = sched_stats(r.s);
+		uint64_t drafted = atomic_load(&st->spec_drafted);
+		uint64_t accepted = atomic_load(&st->spec_accepted);
+		cr_log_info("%s: %llu drafted, %llu accepted in %llu batches, %d mixed",
+			    model ? "draft model" : "n-gram", (unsigned long long)drafted,
+			    (unsigned long long)accepted,
+			    (unsigned long long)atomic_load(&st->batches),
+			    atomic_load(&r.hop[0].mixed));
+		cr_expect_gt(drafted, 0);
+		cr_expect_leq(accepted, drafted);
+		if (model)
+			cr_expect_gt(accepted * 2, drafted, "the q8_0 copy agrees with its model");
+		cr_expect_gt(atomic_load(&r.hop[0].mixed), 0);
+		cr_expect_eq(atomic_load(&st->ring_errors), 0);
+		ring_down(&r);
+		for (int k = 0; k < 3; k++)
+			req_fini(&q[k]);
+		model_path[0] = '\0'; /* ring_down removed it: the next ring writes it again */
+	}
+}
+
+/* A worker lost while sequences speculate: the replay rebuilds every cache from the tokens
+ * accepted (never from a draft), and the requests end with the plain tokens. */
+Test(scheduler, a_fault_while_speculating_replays_to_the_same_tokens, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = spec_cfg(default_cfg(), true);
+	ring_up(&r, &cfg);
+	struct req a, b;
+	req_init(&a, 62, 7, 30);
+	req_init(&b, 63, 11, 28);
+	hold_when(&r.hop[0], 5, &a, &b);
+	req_start(&r, &a);
+	req_start(&r, &b);
+	cr_assert(req_wait_tokens(&a, 5, T_WAIT_MS));
+	cr_assert(req_wait_tokens(&b, 5, T_WAIT_MS));
+	atomic_store(&r.hop[0].fault, HOP_DROP);
+	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 2));
+	sched_pause(r.s, "test: worker 1 restarting");
+	hop_restart(&r.hop[1]);
+	atomic_store(&r.hop[0].fault, HOP_PASS);
+	sched_resume(r.s, true);
+	expect_like_reference(&a, NULL, 0);
+	expect_like_reference(&b, NULL, 0);
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_geq(atomic_load(&st->replays), 1);
+	cr_expect_gt(atomic_load(&st->spec_accepted), 0);
+	ring_down(&r);
+	req_fini(&a);
+	req_fini(&b);
 }
 
 /* max_tokens, a stop id, a full context and max_tokens 0 each end a request with its reason. */

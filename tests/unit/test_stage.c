@@ -140,7 +140,6 @@ Test(stage, scratch_within_the_planned_estimate, .timeout = 60)
 					    .max_batch = a.max_batch,
 					    .slots = a.slots,
 					    .max_seq = a.max_seq,
-					    .k_type = LM_F32,
 					    .wire_dtype = LM_F32,
 					    .bo = bo};
 		lm_scratch_estimate(&st.eng.model.hp, &sc, &est);

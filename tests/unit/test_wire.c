@@ -29,7 +29,7 @@ static struct wire_buf buf;
 
 static void setup(void)
 {
-	cr_assert_eq(wire_scratch_init(&scr, WS_SCRATCH), 0);
+	cr_assert_eq(wire_scratch_init_rows(&scr, WS_SCRATCH, WS_SCRATCH_ROWS), 0);
 	memset(&buf, 0, sizeof buf);
 }
 
@@ -42,6 +42,11 @@ static void teardown(void)
 TestSuite(wire, .init = setup, .fini = teardown, .timeout = 20);
 
 /* ---------------------------------------------------------------- helpers */
+
+/* "speaks version N" of this build, for messages. */
+#define WS_STR_(x)   #x
+#define WS_STR(x)    WS_STR_(x)
+#define WS_SPEAKS_US "speaks version " WS_STR(WIRE_VERSION_CURRENT)
 
 static void expect_err(int rc, int code, const lm_diag *d, const char *needle)
 {
@@ -674,9 +679,9 @@ Test(wire, encoding_is_plain_msgpack_with_the_specified_keys)
 	const msgpack_object *seqs = val(&m, "seqs");
 	cr_assert_eq(seqs->type, MSGPACK_OBJECT_ARRAY);
 	cr_assert_eq(seqs->via.array.size, 3);
-	/* Sequence 1: [42, 7, 255, 1, true, 2^64-1, 5, 100.0f, INT32_MIN, 0.5f, 1.0f, 2^64-1]. */
+	/* Sequence 1: [42, 7, 255, 1, true, 2^64-1, 5, 100.0f, INT32_MIN, 0.5f, 1.0f, 2^64-1, 0]. */
 	const msgpack_object *s = seqs->via.array.ptr[1].via.array.ptr;
-	cr_assert_eq(seqs->via.array.ptr[1].via.array.size, 12);
+	cr_assert_eq(seqs->via.array.ptr[1].via.array.size, 13);
 	cr_assert_eq(s[0].via.u64, 42);
 	cr_assert_eq(s[1].via.u64, 7);
 	cr_assert_eq(s[2].via.u64, 255);
@@ -692,6 +697,18 @@ Test(wire, encoding_is_plain_msgpack_with_the_specified_keys)
 	cr_assert_eq(s[9].via.f64, 0.5);
 	cr_assert_eq(s[10].via.f64, 1.0);
 	cr_assert_eq(s[11].via.u64, UINT64_MAX);
+	cr_assert_eq(s[12].via.u64, 0);
+	cr_assert_lt(msg_find(&m, "dr"), 0); /* no drafts, no key */
+	msg_free(&m);
+
+	make(WS_FORWARD_DRAFT);
+	msg_split(&m, buf.data, buf.len);
+	cr_assert_eq(m.n, 10);
+	cr_assert_eq(val(&m, "seqs")->via.array.ptr[2].via.array.ptr[12].via.u64, 2);
+	const msgpack_object *dr = val(&m, "dr");
+	cr_assert_eq(dr->via.array.size, 2);
+	cr_assert_eq(dr->via.array.ptr[0].via.u64, 998);
+	cr_assert_eq(dr->via.array.ptr[1].via.u64, 2);
 	msg_free(&m);
 
 	make(WS_TOKENS);
@@ -724,10 +741,13 @@ Test(wire, encoding_is_plain_msgpack_with_the_specified_keys)
 
 	make(WS_ASSIGN);
 	msg_split(&m, buf.data, buf.len);
-	cr_assert_eq(m.n, 12);
+	cr_assert_eq(m.n, 15);
 	cr_assert_lt(msg_find(&m, "fp"), 0);
 	cr_assert_eq(val(&m, "model")->via.str.size, 1023);
 	cr_assert_eq(val(&m, "kvv")->via.u64, 8);
+	cr_assert_eq(val(&m, "kks")->via.u64, 8);
+	cr_assert_eq(val(&m, "kvs")->via.u64, 7);
+	cr_assert_eq(val(&m, "drf")->via.u64, 63);
 	cr_assert_eq(val(&m, "wdt")->via.u64, WIRE_DT_BF16);
 	cr_assert_eq(val(&m, "next")->via.str.size, 255);
 	msg_free(&m);
@@ -745,6 +765,14 @@ Test(wire, encoding_is_plain_msgpack_with_the_specified_keys)
 	cr_assert_eq(val(&m, "dt")->via.u64, WIRE_DT_RAW);
 	cr_assert_eq(val(&m, "len")->via.u64, 256);
 	cr_assert_eq(val(&m, "pl")->via.u64, 300);
+	cr_assert_lt(msg_find(&m, "hi"), 0); /* hi == len: not written */
+	msg_free(&m);
+
+	make(WS_KV_IMPORT_HI);
+	msg_split(&m, buf.data, buf.len);
+	cr_assert_eq(m.n, 9);
+	cr_assert_eq(val(&m, "len")->via.u64, 250);
+	cr_assert_eq(val(&m, "hi")->via.u64, 256);
 	msg_free(&m);
 
 	make(WS_STATUS_REPLY);
@@ -767,7 +795,7 @@ Test(wire, decoder_accepts_any_key_order_and_integer_width)
 	msgpack_pack_fix_uint64(&pk, 8);
 	pk_key(&pk, "seqs");
 	msgpack_pack_array(&pk, 1);
-	msgpack_pack_array(&pk, 12);
+	msgpack_pack_array(&pk, 13);
 	msgpack_pack_fix_int64(&pk, 11);  /* seq_id as int64 */
 	msgpack_pack_fix_uint32(&pk, 6);  /* slot as uint32 */
 	msgpack_pack_fix_int16(&pk, 254); /* pos as int16 */
@@ -780,6 +808,7 @@ Test(wire, decoder_accepts_any_key_order_and_integer_width)
 	msgpack_pack_double(&pk, 0.9);    /* top_p */
 	msgpack_pack_float(&pk, 0.1f);    /* min_p */
 	msgpack_pack_fix_uint64(&pk, 99); /* seed */
+	msgpack_pack_fix_int16(&pk, 0);   /* n_draft as int16 */
 	pk_key(&pk, "dim");
 	msgpack_pack_fix_int32(&pk, 1);
 	pk_key(&pk, "n");
@@ -837,12 +866,14 @@ Test(wire, missing_duplicate_unknown_and_mistyped_keys)
 			lm_diag d = {{0}};
 			int rc;
 
-			/* Missing: every key is required but HELLO's slice. */
+			/* Missing: every key is required but HELLO's slice and KV's "hi" (absent:
+			 * len). */
 			memmove(&m.kv[i], &m.kv[i + 1], (n - i - 1) * sizeof m.kv[0]);
 			m.n = n - 1;
 			msg_join(&m, &out, m.payload_len);
 			rc = ws_decode(k, out.p, out.len, &scr, &d);
-			if (k == WS_HELLO_REPLY && strcmp(key, "slice") == 0) {
+			if ((k == WS_HELLO_REPLY && strcmp(key, "slice") == 0) ||
+			    (k == WS_KV_IMPORT_HI && strcmp(key, "hi") == 0)) {
 				cr_assert_eq(rc, 0, "%s", d.msg);
 			} else {
 				cr_assert_eq(rc, LM_EPROTO, "%s without %s: %s", ws_names[k], key,
@@ -913,9 +944,9 @@ Test(wire, missing_duplicate_unknown_and_mistyped_keys)
 }
 
 /* The entries of arrays-of-arrays and of the slice: wrong types and wrong lengths. */
-static const char *const seq_elems[12] = {"seq_id", "slot",  "pos",        "n_tokens",
-					  "sample", "step",  "n_logprobs", "temperature",
-					  "top_k",  "top_p", "min_p",      "seed"};
+static const char *const seq_elems[13] = {
+	"seq_id",      "slot",  "pos",   "n_tokens", "sample", "step",   "n_logprobs",
+	"temperature", "top_k", "top_p", "min_p",    "seed",   "n_draft"};
 static const char *const tok_elems[4] = {"seq_id", "token", "logprob", "n_top"};
 static const char *const slice_elems[4] = {"begin", "end", "embedding", "head"};
 
@@ -983,8 +1014,9 @@ static void nested_cases(int sample, const char *key, int entry, const char *con
 Test(wire, mistyped_array_entries)
 {
 	wrong_init();
-	nested_cases(WS_FORWARD_F32, "seqs", 0, seq_elems, 12);
-	nested_cases(WS_FORWARD_F32, "seqs", 2, seq_elems, 12);
+	nested_cases(WS_FORWARD_F32, "seqs", 0, seq_elems, 13);
+	nested_cases(WS_FORWARD_F32, "seqs", 2, seq_elems, 13);
+	nested_cases(WS_FORWARD_DRAFT, "seqs", 2, seq_elems, 13);
 	nested_cases(WS_TOKENS, "toks", 1, tok_elems, 4);
 	nested_cases(WS_HELLO_REPLY, "slice", -1, slice_elems, 4);
 	nested_cases(WS_ASSIGN, "slice", -1, slice_elems, 4);
@@ -1027,7 +1059,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 			char want[64];
 			snprintf(want, sizeof want, "version %lld", (long long)others[j]);
 			expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, want);
-			cr_assert(strstr(d.msg, THIS_VERSION), "%s", d.msg);
+			cr_assert(strstr(d.msg, WS_SPEAKS_US), "%s", d.msg);
 			struct wire_head h;
 			expect_err(wire_peek(out.p, out.len, &h, &d), LM_EVERSION, &d, want);
 			cr_assert_eq(h.version, (uint32_t)others[j]);
@@ -1042,7 +1074,7 @@ Test(wire, wrong_version_names_both_versions_whatever_else_is_wrong)
 		m.n++;
 		msg_join(&m, &out, m.payload_len + 3);
 		lm_diag d = {{0}};
-		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, THIS_VERSION);
+		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, WS_SPEAKS_US);
 		/* A version that is not even a u32. */
 		m.kv[v].val = obj_int(-1);
 		msg_join(&m, &out, m.payload_len);
@@ -1075,7 +1107,7 @@ Test(wire, version_mismatch_on_hello_fills_version_and_id)
 	struct wire_hello h;
 	lm_diag d = {{0}};
 	expect_err(wire_decode_hello(b.p, b.len, &h, &d), LM_EVERSION, &d, "version 7");
-	cr_assert(strstr(d.msg, THIS_VERSION), "%s", d.msg);
+	cr_assert(strstr(d.msg, WS_SPEAKS_US), "%s", d.msg);
 	cr_assert_eq(h.version, 7);
 	cr_assert_eq(h.id, 31);
 	bytes_free(&b);
@@ -1094,7 +1126,8 @@ Test(wire, wrong_fingerprint_names_both_in_hex)
 		switch (k) {
 		case WS_FORWARD_F32:
 		case WS_FORWARD_I32:
-		case WS_FORWARD_F16: {
+		case WS_FORWARD_F16:
+		case WS_FORWARD_DRAFT: {
 			struct wire_forward f;
 			rc = wire_decode_forward(buf.data, buf.len, &lim, &scr, &f, &d);
 			break;
@@ -1394,6 +1427,138 @@ Test(wire, counts_above_the_scratch_cap)
 	wire_scratch_fini(&small);
 }
 
+/* A FORWARD's drafts: n_draft within its tokens and max_draft, on a sampling sequence, and
+ * "dr" holding exactly those ids, each a token; the first stage's re-encoding keeps them. */
+static void draft_case(void (*edit)(struct wire_seq *q, struct wire_forward *f), const char *needle)
+{
+	static const int32_t ids[6] = {0, 999, 1, 500, 998, 2};
+	static int32_t drafts[8] = {998, 2};
+	struct wire_seq q[3];
+	ws_seqs(q);
+	q[2].n_draft = 2;
+	drafts[0] = 998, drafts[1] = 2;
+	struct wire_forward f = {.batch_id = 1,
+				 .fingerprint = WS_FP,
+				 .n_seqs = 3,
+				 .seqs = q,
+				 .n_drafts = 2,
+				 .drafts = drafts,
+				 .n_tokens = 6,
+				 .dtype = WIRE_DT_I32,
+				 .dim = 1,
+				 .payload = ids,
+				 .payload_len = sizeof ids};
+	if (edit != NULL)
+		edit(q, &f);
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &f), 0);
+	struct wire_forward g;
+	lm_diag d = {{0}};
+	int rc = wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &g, &d);
+	if (needle == NULL) {
+		cr_assert_eq(rc, 0, "%s", d.msg);
+		return;
+	}
+	expect_err(rc, LM_EPROTO, &d, needle);
+}
+
+static void draft_over_tokens(struct wire_seq *q, struct wire_forward *f)
+{
+	q[2].n_draft = 3, f->n_drafts = 3;
+}
+
+/* One sequence of 6 tokens drafting 5: more than max_draft (4). */
+static void draft_over_max(struct wire_seq *q, struct wire_forward *f)
+{
+	static int32_t five[5] = {1, 2, 3, 4, 5};
+	q[2].pos = 0, q[2].n_tokens = 6, q[2].n_draft = 5;
+	f->seqs = &q[2], f->n_seqs = 1, f->n_drafts = 5, f->drafts = five;
+}
+
+static void draft_no_sample(struct wire_seq *q, struct wire_forward *f)
+{
+	(void)f;
+	q[2].sample = false;
+}
+
+static void draft_bad_id(struct wire_seq *q, struct wire_forward *f)
+{
+	(void)q;
+	((int32_t *)f->drafts)[1] = 1000;
+}
+
+Test(wire, forward_drafts_checked)
+{
+	draft_case(NULL, NULL);
+	make(WS_FORWARD_DRAFT);
+	struct wire_forward f;
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &f, NULL), 0);
+	cr_assert_eq(f.seqs[2].n_draft, 2);
+	cr_assert_eq(f.n_drafts, 2);
+	cr_assert(f.drafts[0] == 998 && f.drafts[1] == 2);
+	/* The first stage re-encodes the batch as hidden rows: the drafts travel on. */
+	static float rows[6 * 16];
+	f.dtype = WIRE_DT_F32, f.dim = 16, f.payload = rows, f.payload_len = sizeof rows;
+	struct wire_buf again = {0};
+	cr_assert_eq(wire_encode_forward(&again, &f), 0);
+	struct wire_forward g;
+	cr_assert_eq(wire_decode_forward(again.data, again.len, &ws_limits, &scr, &g, NULL), 0);
+	cr_assert(g.n_drafts == 2 && g.drafts[0] == 998 && g.drafts[1] == 2);
+	wire_buf_fini(&again);
+
+	draft_case(draft_over_tokens, "\"seqs\"[2].n_draft");
+	draft_case(draft_over_max, "\"seqs\"[0].n_draft: 5 is outside [0, 4]");
+	draft_case(draft_no_sample, "drafts of a sequence that does not sample");
+	draft_case(draft_bad_id, "\"dr\"[1]");
+	/* "dr" must hold exactly the drafted ids. */
+	make(WS_FORWARD_DRAFT);
+	struct msg m;
+	struct bytes out = {0};
+	msg_split(&m, buf.data, buf.len);
+	msgpack_object *dr = &m.kv[msg_find(&m, "dr")].val;
+	dr->via.array.size = 1;
+	msg_join(&m, &out, m.payload_len);
+	lm_diag d = {{0}};
+	expect_err(wire_decode_forward(out.p, out.len, &ws_limits, &scr, &f, &d), LM_EPROTO, &d,
+		   "1 ids where the sequences draft 2 tokens");
+	/* Missing while some sequence drafts. */
+	int i = msg_find(&m, "dr");
+	m.kv[i] = m.kv[--m.n];
+	msg_join(&m, &out, m.payload_len);
+	expect_err(wire_decode_forward(out.p, out.len, &ws_limits, &scr, &f, &d), LM_EPROTO, &d,
+		   "\"dr\": missing: the sequences draft 2 tokens");
+	msg_free(&m);
+	bytes_free(&out);
+}
+
+/* KV rows carry the high-water mark of their slot: at least len, at most max_seq. */
+Test(wire, kv_high_water_mark)
+{
+	make(WS_KV_IMPORT_HI);
+	struct wire_kv k;
+	lm_diag d = {{0}};
+	cr_assert_eq(wire_decode_kv(buf.data, buf.len, &ws_limits, &k, &d), 0, "%s", d.msg);
+	cr_assert(k.len == 250 && k.hi == 256);
+	make(WS_KV_IMPORT);
+	cr_assert_eq(wire_decode_kv(buf.data, buf.len, &ws_limits, &k, &d), 0, "%s", d.msg);
+	cr_assert(k.len == 256 && k.hi == 256); /* absent: len */
+	struct wire_kv bad = {.id = 1, .fingerprint = WS_FP, .slot = 0, .len = 5, .hi = 4};
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_kv(&buf, WIRE_KV_IMPORT, &bad), LM_EINVAL);
+	make(WS_KV_IMPORT_HI);
+	struct msg m;
+	struct bytes out = {0};
+	msg_split(&m, buf.data, buf.len);
+	m.kv[msg_find(&m, "hi")].val = obj_int(249);
+	msg_join(&m, &out, m.payload_len);
+	expect_err(wire_decode_kv(out.p, out.len, &ws_limits, &k, &d), LM_EPROTO, &d, "\"hi\"");
+	m.kv[msg_find(&m, "hi")].val = obj_int(257);
+	msg_join(&m, &out, m.payload_len);
+	expect_err(wire_decode_kv(out.p, out.len, &ws_limits, &k, &d), LM_EPROTO, &d, "\"hi\"");
+	msg_free(&m);
+	bytes_free(&out);
+}
+
 static void tokens_case(struct wire_token *t, int n, const void *payload, size_t len,
 			const char *needle, const char *needle2)
 {
@@ -1434,7 +1599,17 @@ Test(wire, tokens_out_of_range_fields)
 	static uint8_t tops[64];
 	tokens_case(t, 2, tops, 48, "\"toks\"[1].n_top", "[0, 5]");
 	t[1].n_top = 0;
-	tokens_case(t, 9, NULL, 0, "\"toks\"", "max_seqs");
+	/* A speculating sequence gets several entries: up to one per row of the batch. */
+	static struct wire_token many[65];
+	for (int i = 0; i < 65; i++)
+		many[i] = (struct wire_token){.seq_id = 3, .token = i, .logprob = -1.0f};
+	struct wire_tokens ok = {.batch_id = 1, .fingerprint = WS_FP, .n = 64, .toks = many};
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_tokens(&buf, &ok), 0);
+	struct wire_tokens got;
+	cr_assert_eq(wire_decode_tokens(buf.data, buf.len, &ws_limits, &scr, &got, NULL), 0);
+	cr_assert_eq(got.n, 64);
+	tokens_case(many, 65, NULL, 0, "\"toks\"", "max_batch");
 
 	/* Alternatives in the payload: ids in the vocabulary, log-probabilities. */
 	t[0].n_top = 2;
@@ -1528,8 +1703,12 @@ Test(wire, hello_and_assign_out_of_range)
 	ASSIGN_EXPECT(b.max_seq = 0, "\"seq\"");
 	ASSIGN_EXPECT(b.slots = -1, "\"slots\"");
 	ASSIGN_EXPECT(b.max_batch = 0, "\"batch\"");
-	ASSIGN_EXPECT(b.k_type = 4, "\"kvk\": 4 is not a GGUF tensor type");
+	ASSIGN_EXPECT(b.k_type = 4, "\"kvk\": 4 is not a tensor type");
 	ASSIGN_EXPECT(b.v_type = 1000, "\"kvv\"");
+	ASSIGN_EXPECT(b.k_type_swa = 5, "\"kks\": 5 is not a tensor type");
+	ASSIGN_EXPECT(b.v_type_swa = 41, "\"kvs\": 41 is not a tensor type");
+	ASSIGN_EXPECT(b.max_draft = 64, "\"drf\"");
+	ASSIGN_EXPECT(b.max_draft = -1, "\"drf\"");
 	ASSIGN_EXPECT(b.wire_dtype = WIRE_DT_I32, "\"wdt\"");
 	ASSIGN_EXPECT(b.wire_dtype = WIRE_DT_RAW, "\"wdt\"");
 	ASSIGN_EXPECT(b.embedding = false, "\"slice\": an empty slice");
