@@ -94,7 +94,7 @@ metric() { curl -sf "$URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 
 # one PROMPT SPECULATE: decode tokens/s of one request.
 one() {
-	curl -sf "$URL/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": $TOKENS, \
+	curl -sf -H "Content-Type: application/json" "$URL/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": $TOKENS, \
 \"temperature\": 0, \"speculate\": $2}" |
 		jq -r '.timings | (.predicted_n / .predicted_ms * 1000)'
 }
@@ -104,7 +104,7 @@ many() {
 	local t0 t1 k pids=()
 	t0=$(date +%s.%N)
 	for k in $(seq 16); do
-		curl -sf "$URL/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": $TOKENS, \
+		curl -sf -H "Content-Type: application/json" "$URL/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": $TOKENS, \
 \"temperature\": 0, \"speculate\": $2}" >/dev/null &
 		pids+=($!)
 	done

@@ -20,7 +20,10 @@ vocab="$LM_SHARED/tokenizer/ggml-vocab-phi-3.gguf"
 model="$dir/phi3.gguf"
 "$LM_BIN" synth --out "$model" --dim 64 --layers 4 --heads 4 --ffn 128 --vocab 32064 \
 	--type q8_0 --vocab-from "$vocab" >/dev/null
-LM_SLOTS=2 LM_MAX_SEQ=256 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4
+# worker_timeout is long: "a client that leaves" holds w0 with SIGSTOP, which the liveness
+# probe would otherwise take for a hung worker and restart.
+LM_SLOTS=2 LM_MAX_SEQ=256 LM_WORKER_TIMEOUT=120 lm_mesh_toml "$dir/mesh.toml" "$model" ipc \
+	"$(lm_port)" 0:2 2:4
 sed -i '/^\[coordinator\]/a max_queued = 2\nhttp_read_timeout = 2\nhttp_idle_timeout = 3\nmax_connections = 64' \
 	"$dir/mesh.toml"
 lm_up "$dir/mesh.toml" "$dir/up.log"

@@ -87,6 +87,7 @@ echo "readyz after the truncation: $body"
 grep -qE "past the end|ends past" <<<"$body" || fail "/readyz lost the worker's own error: $body"
 ! grep -q "signal 9" <<<"$body" || fail "/readyz reports the kill, not the cause: $body"
 code=$(curl -s -o "$dir/trunc.json" -w '%{http_code}' "$LM_URL/v1/completions" \
+	-H "Content-Type: application/json" \
 	-d '{"prompt": "Once upon a time", "max_tokens": 8}')
 [ "$code" = 503 ] && jq -e '.error.message | test("past the end|ends past")' "$dir/trunc.json" \
 	>/dev/null || fail "the 503 body lost the worker's own error: HTTP $code $(cat "$dir/trunc.json")"

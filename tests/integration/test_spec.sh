@@ -62,7 +62,7 @@ run_case() {
 		pids+=($!)
 	done
 	# One more that does not speculate, beside the others.
-	curl -sf "$LM_URL/v1/completions" -d "{\"prompt\": \"${prompts[0]}\", \"max_tokens\": $n, \
+	curl -sf -H "Content-Type: application/json" "$LM_URL/v1/completions" -d "{\"prompt\": \"${prompts[0]}\", \"max_tokens\": $n, \
 \"temperature\": 0, \"speculate\": false}" >"$dir/plain.json" || fail "$name: a request with speculate false"
 	for i in "${!pids[@]}"; do
 		wait "${pids[$i]}" || fail "$name: request $i failed: $(cat "$dir/mesh.$i.err")"

@@ -66,8 +66,10 @@ echo "ok: a worker without a slice is alive, not ready, and says why"
 dir="$LM_TMP/mesh"
 mkdir -p "$dir"
 max_seq=256 slots=16
-LM_MAX_SEQ=$max_seq LM_SLOTS=$slots lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" \
-	0:2 2:4 4:5
+# worker_timeout is long: "a worker that does not answer" stops w1 with SIGSTOP to see its
+# /status reported missing, which the liveness probe would otherwise end by restarting it.
+LM_MAX_SEQ=$max_seq LM_SLOTS=$slots LM_WORKER_TIMEOUT=60 lm_mesh_toml "$dir/mesh.toml" "$model" \
+	ipc "$(lm_port)" 0:2 2:4 4:5
 lm_up "$dir/mesh.toml" "$dir/up.log"
 
 n_req=6
@@ -208,12 +210,13 @@ for j in 0 1 2; do
 	# KV MiB, tokens and the compute p50 as the worker says them.
 	kv=$(awk -v k="$kv_layer" -v n=$((b - a)) 'BEGIN { printf "%.2f", k * n / 1048576 }')
 	read -r -a f <<<"${row//[\[\),]/ }"
-	# name state pid start end KV weights resident active tokens p50 p99
-	[ "${f[5]}" = "$kv" ] || fail "w$j: KV MiB ${f[5]}, not $kv"
-	[ "${f[8]}" = "0" ] || fail "w$j: active ${f[8]}"
-	[ "${f[9]}" = "$tokens0" ] || fail "w$j: tokens ${f[9]}, not $tokens0"
-	[[ "${f[10]}" =~ ^[0-9]+\.[0-9]{3}$ && "${f[11]}" =~ ^[0-9]+\.[0-9]{3}$ ]] ||
-		fail "w$j: compute percentiles '${f[10]}' '${f[11]}'"
+	# name state pid start end restarts KV weights resident active tokens p50 p99
+	[ "${f[5]}" = "0/0" ] || fail "w$j: restarts ${f[5]}, not 0/0"
+	[ "${f[6]}" = "$kv" ] || fail "w$j: KV MiB ${f[6]}, not $kv"
+	[ "${f[9]}" = "0" ] || fail "w$j: active ${f[9]}"
+	[ "${f[10]}" = "$tokens0" ] || fail "w$j: tokens ${f[10]}, not $tokens0"
+	[[ "${f[11]}" =~ ^[0-9]+\.[0-9]{3}$ && "${f[12]}" =~ ^[0-9]+\.[0-9]{3}$ ]] ||
+		fail "w$j: compute percentiles '${f[11]}' '${f[12]}'"
 done
 grep -q "^scheduler: $n_req requests, 0 active, 0 queued, $generated tokens generated, $batches batches, 0 ring errors, 0 replays, 0 batches forgotten, 0 drafted, 0 accepted$" <<<"$out" ||
 	fail "the scheduler line"
