@@ -35,8 +35,9 @@
  *                                    estimate from the model and max_batch
  *   chat_template string             the chat format to render conversations with instead of
  *                                    the one recognised in the model's tokenizer.chat_template:
- *                                    "chatml", "qwen2.5", "qwen3", "llama3", "llama3.1",
- *                                    "gemma", "gemma4", "mistral" or "phi3"
+ *                                    "chatml", "qwen2", "qwen2.5", "qwen3", "llama3",
+ *                                    "llama3.1", "gemma", "gemma4", "gemma4-unmerged",
+ *                                    "mistral", "phi3" or "phi3.5"
  *                                    (coordinator/chat_template.h); default: recognised
  *
  *   [coordinator]

@@ -18,6 +18,7 @@
  */
 #include "common/wire/httpd.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -322,7 +323,10 @@ static void conn_head(struct httpd_conn *c, uint16_t status, const char *content
 		lm_buf_adds(o, "Connection: keep-alive\r\n");
 	const char *origin = c->cors_ok ? lm_http_field(&c->head, "Origin") : NULL;
 	if (origin != NULL)
-		lm_buf_printf(o, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", origin);
+		lm_buf_printf(o,
+			      "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n"
+			      "Access-Control-Expose-Headers: Retry-After\r\n",
+			      origin);
 	if (c->extra.len > 0)
 		lm_buf_add(o, c->extra.p, c->extra.len);
 	lm_buf_adds(o, "\r\n");
@@ -490,6 +494,20 @@ static const struct httpd_route *httpd_find(const struct httpd *s, const char *p
 
 /* Under c->mu, the head parsed: origin, route, method, media type and body size. Returns true
  * when the request goes on to its body and handler; otherwise a response is on its way. */
+/* The request headers a preflight from an allowed origin may send: the ones it asks for
+ * (a browser client sends its own, such as the openai SDK's x-stainless-*), when they are a
+ * plain list of header names; else the two the API reads. */
+static const char *httpd_allow_headers(const struct lm_http_head *h)
+{
+	const char *want = lm_http_field(h, "Access-Control-Request-Headers");
+	if (want == NULL || want[0] == '\0' || strlen(want) > 1000)
+		return "Authorization, Content-Type";
+	for (const char *p = want; *p != '\0'; p++)
+		if (!isalnum((unsigned char)*p) && strchr("-_, \t", *p) == NULL)
+			return "Authorization, Content-Type";
+	return want;
+}
+
 static bool conn_route(struct httpd_conn *c)
 {
 	struct httpd *s = c->srv;
@@ -517,12 +535,11 @@ static bool conn_route(struct httpd_conn *c)
 	}
 	if (r == NULL && strcmp(h->method, "OPTIONS") == 0) {
 		if (c->cors_ok && lm_http_field(h, "Access-Control-Request-Method") != NULL)
-			lm_buf_printf(
-				&c->extra,
-				"Access-Control-Allow-Methods: %s\r\n"
-				"Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
-				"Access-Control-Max-Age: 600\r\n",
-				allow);
+			lm_buf_printf(&c->extra,
+				      "Access-Control-Allow-Methods: %s\r\n"
+				      "Access-Control-Allow-Headers: %s\r\n"
+				      "Access-Control-Max-Age: 600\r\n",
+				      allow, httpd_allow_headers(h));
 		lm_buf_printf(&c->extra, "Allow: %s, OPTIONS\r\n", allow);
 		c->state = C_WRITE;
 		conn_respond(c, 204, NULL, NULL, 0);
