@@ -13,9 +13,9 @@
  *              mesh runs: KEEPER_BACKOFF_MIN_MS doubling to KEEPER_BACKOFF_MAX_MS while it
  *              dies soon after each start, back to the minimum once it stayed up for
  *              KEEPER_STABLE_MS. KEEPER_FAIL_STREAK starts in a row that never got ready (or
- *              one refused for another model) mark it failed: the mesh then says why at
- *              once and fails requests fast, and the keeper goes on trying at the capped
- *              interval.
+ *              one refused for another slice than the mesh serves) mark it failed: the mesh
+ *              then says why at once and fails requests fast, and the keeper goes on trying
+ *              every KEEPER_BACKOFF_MAX_MS until it is ready again.
  *
  * The progress check: when the scheduler's oldest batch has been travelling for longer than
  * worker_timeout, each keeper asks its worker's STATUS for the ids of the last ring message it
@@ -43,7 +43,7 @@
 #include "coordinator/scheduler.h"
 
 /* Starts in a row that never got ready before the worker is reported failed (it is still
- * started again, every KEEPER_BACKOFF_MAX_MS). */
+ * started again, every KEEPER_BACKOFF_MAX_MS while it is failed). */
 #define KEEPER_FAIL_STREAK 5
 /* A worker that was up this long before it died restarts at the minimum backoff. */
 #define KEEPER_STABLE_MS      1000
@@ -297,20 +297,30 @@ static int64_t keeper_backoff(int quick)
 	return b < KEEPER_BACKOFF_MAX_MS ? b : KEEPER_BACKOFF_MAX_MS;
 }
 
-/* After a loss or a failed start: the state the mesh shows and the log line. */
-static void keeper_report(struct keeper *k, int failed_starts, const char *why)
+/* After a loss or a failed start: the state the mesh shows, and a log line when the worker
+ * becomes failed. It is failed after KEEPER_FAIL_STREAK starts in a row that never got ready,
+ * at once when it was refused for holding another slice than the mesh serves (`refused`: its
+ * fingerprint or its digest; the file will not change by trying again soon), and it stays
+ * failed until it is ready again (`was_failed`). A refusal's message gives no count: one
+ * refusal is enough. Returns whether the worker is failed. */
+static bool keeper_report(struct keeper *k, int failed_starts, bool refused, bool was_failed,
+			  const char *why)
 {
 	struct mesh *m = k->m;
-	if (failed_starts < KEEPER_FAIL_STREAK) {
+	if (!refused && !was_failed && failed_starts < KEEPER_FAIL_STREAK) {
 		mesh_worker_set_state(m, k->j, MESH_WORKER_DOWN, NULL);
-		return;
+		return false;
 	}
 	char msg[800];
-	snprintf(msg, sizeof msg, "worker %s cannot start (%d tries in a row): %s", keeper_name(k),
-		 failed_starts, why);
+	if (refused)
+		snprintf(msg, sizeof msg, "worker %s cannot serve: %s", keeper_name(k), why);
+	else
+		snprintf(msg, sizeof msg, "worker %s cannot start (%d tries in a row): %s",
+			 keeper_name(k), failed_starts, why);
 	mesh_worker_set_state(m, k->j, MESH_WORKER_FAILED, msg);
-	if (failed_starts == KEEPER_FAIL_STREAK)
+	if (!was_failed)
 		lm_error("%s; trying again every %d s", msg, KEEPER_BACKOFF_MAX_MS / 1000);
+	return true;
 }
 
 static void *keeper_main(void *arg)
@@ -318,6 +328,7 @@ static void *keeper_main(void *arg)
 	struct keeper *k = arg;
 	struct mesh *m = k->m;
 	int failed_starts = 0, quick = 0;
+	bool failed = false;
 
 	while (!mesh_stopping(m)) {
 		lm_diag d = {{0}};
@@ -332,6 +343,7 @@ static void *keeper_main(void *arg)
 		if (rc == 0) {
 			int64_t since = lm_now_ms();
 			failed_starts = 0;
+			failed = false;
 			mesh_worker_set_state(m, k->j, MESH_WORKER_READY, "");
 			keeper_watch(k);
 			if (mesh_stopping(m))
@@ -340,10 +352,7 @@ static void *keeper_main(void *arg)
 			mesh_worker_why(m, k->j, why, sizeof why);
 			lm_error("worker %s is down: %s", keeper_name(k), why);
 		} else {
-			/* Another model's slice will not get better by trying quickly. */
-			failed_starts = rc == LM_EFINGERPRINT && failed_starts < KEEPER_FAIL_STREAK
-						? KEEPER_FAIL_STREAK
-						: failed_starts + 1;
+			failed_starts++;
 			quick++;
 			snprintf(why, sizeof why, "%s", lm_diag_str(&d, rc));
 			lm_error("%s", why);
@@ -351,8 +360,10 @@ static void *keeper_main(void *arg)
 		}
 		mesh_worker_kill(m, k->j);
 		mesh_worker_note_restart(m, k->j, quick);
-		keeper_report(k, failed_starts, why);
-		int64_t backoff = keeper_backoff(quick);
+		failed = keeper_report(k, failed_starts, rc == LM_EFINGERPRINT, failed, why);
+		/* A failed worker is tried at the capped interval at once, not after the doubling
+		 * reaches it: that is the interval the log line promises. */
+		int64_t backoff = failed ? KEEPER_BACKOFF_MAX_MS : keeper_backoff(quick);
 		lm_info("%s: starting again in %lld ms (restart %d of this streak)", keeper_name(k),
 			(long long)backoff, quick);
 		mesh_sleep(m, backoff);

@@ -42,7 +42,8 @@ cmp -s "$dir/solo" "$dir/before" || fail "the mesh differs from the single proce
 cp "$dir/model.gguf" "$dir/original.gguf"
 "$LM_GGUF_EDIT" "$dir/original.gguf" "$dir/model.gguf" blk.2.attn_q.weight perturb
 kill -KILL "$(worker_pid w1 "$dir")"
-body=$(readyz_wait "digest") || true
+# One refusal marks it failed, and the report counts no tries: there was one.
+body=$(readyz_wait "cannot serve: .*digest") || true
 echo "readyz after the swap: $body"
 t0=$(date +%s%N)
 rc=0
@@ -52,7 +53,9 @@ echo "a request after the swap: exit $rc in $ms ms: $(cat "$dir/after.err")"
 if [ "$rc" -eq 0 ] && ! cmp -s "$dir/solo" "$dir/after"; then
 	fail "the mesh answered with the replaced weights: $(cat "$dir/after")"
 fi
-grep -q "digest" <<<"$body" || fail "/readyz does not say the slice changed: $body"
+grep -q "w1 cannot serve: .*digest" <<<"$body" ||
+	fail "/readyz does not say the slice changed: $body"
+! grep -q "tries in a row" <<<"$body" || fail "/readyz counts tries after one refusal: $body"
 [ "$(grep -oE '[0-9a-f]{16}' <<<"$body" | sort -u | wc -l)" -ge 2 ] ||
 	fail "/readyz does not give both digests: $body"
 [ "$rc" -ne 0 ] || fail "a request was served by a mesh with a replaced slice"
