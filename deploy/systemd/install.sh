@@ -127,7 +127,10 @@ if [ ${#tls_files[@]} -gt 0 ]; then
 	done
 fi
 
+# The instances are WantedBy layermesh-workers.target, which layermesh.target wants: enabling
+# layermesh.target is what brings them up at boot, on a host that runs only workers too.
 echo "installed into $unitdir: the units and MemoryMax for ${names[*]}${tls_files:+, the [tls] credentials}. Then:"
 echo "  systemctl daemon-reload"
-for name in "${names[@]}"; do echo "  systemctl enable --now layermesh-worker@$name.service"; done
-echo "  systemctl enable --now layermesh-coordinator.service   # on the coordinator's host"
+echo "  systemctl enable$(printf ' layermesh-worker@%s' "${names[@]}")"
+echo "  systemctl enable layermesh-coordinator   # on the coordinator's host"
+echo "  systemctl enable --now layermesh.target"

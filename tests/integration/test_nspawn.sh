@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # layermesh under systemd as PID 1: Debian 12 containers booted with systemd-nspawn, the units
 # installed by deploy/systemd/install.sh as on a real host.
-#   1. one host: `systemctl start layermesh.target` brings three workers and the coordinator
+#   1. one host: `systemctl enable --now layermesh.target` brings three workers and the coordinator
 #      up; a completion equals `layermesh run`'s;
 #   2. a worker SIGKILLed: systemd's Restart= brings it back (NRestarts), the coordinator
 #      re-attaches (it serves again, the worker's restarts_total counts it);
@@ -138,7 +138,7 @@ unit_state() {
 		tr '\n' ' '
 }
 # install NAME WORKERS COORDINATOR(0/1): mesh.toml (and [tls] files) into /etc/layermesh, the
-# units by install.sh, enabled, and layermesh.target started.
+# units by install.sh, enabled, and layermesh.target enabled and started (README's commands).
 install_host() {
 	local name=$1 workers=$2 coord=$3 w
 	in_c "$name" sh -c "mkdir -p /etc/layermesh && cp /opt/lm/etc/$name/* /etc/layermesh/ &&
@@ -148,7 +148,7 @@ install_host() {
 	in_c "$name" systemctl daemon-reload
 	for w in $workers; do in_c "$name" systemctl enable -q "layermesh-worker@$w.service"; done
 	[ "$coord" = 0 ] || in_c "$name" systemctl enable -q layermesh-coordinator.service
-	in_c "$name" systemctl start layermesh.target
+	in_c "$name" systemctl enable -q --now layermesh.target
 }
 # readyz NAME: the coordinator's /readyz body, from inside the container.
 readyz() { in_c "$1" curl -s -m 2 http://127.0.0.1:8080/readyz || true; }
