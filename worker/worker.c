@@ -123,7 +123,7 @@ static void worker_log_refusal(struct worker *w, nng_msg *in, const struct wire_
 	if (held > 0)
 		snprintf(more, sizeof more, " (and %llu more like it since the last line)",
 			 (unsigned long long)held);
-	lm_warn("%s a %s message from %s%s: %s", malformed ? "dropped a malformed" : "refused",
+	lm_warn("%s %s message from %s%s: %s", malformed ? "dropped a malformed" : "refused a",
 		wire_type_name(h->type), peer, more, lm_diag_str(d, rc));
 }
 
