@@ -15,9 +15,12 @@ set -euo pipefail
 
 LM_TMP=$(mktemp -d "${TMPDIR:-/tmp}/lm-test.XXXXXX")
 # A sanitizer build runs several times slower: its liveness probes get 3 s instead of 1 s, so a
-# worker starved by the instrumentation is not taken for a hung one.
-if [ -z "${LM_WORKER_TIMEOUT:-}" ] && ldd "$LM_WORKER" 2>/dev/null | grep -q libasan; then
-	LM_WORKER_TIMEOUT=3
+# worker starved by the instrumentation is not taken for a hung one. LM_ASAN=1 tells the tests
+# whose bounds are the normal build's (resident memory, a 60-worker redeploy's timeouts).
+LM_ASAN=0
+if ldd "$LM_WORKER" 2>/dev/null | grep -q libasan; then
+	LM_ASAN=1
+	[ -n "${LM_WORKER_TIMEOUT:-}" ] || LM_WORKER_TIMEOUT=3
 fi
 LM_PIDS=()
 
