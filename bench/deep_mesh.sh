@@ -170,7 +170,7 @@ for cut in 1x60 20x3 60x1; do
 	awk -v c="$cut" -v h="$h" -v l="${lat[$cut]}" -v a="$compute" -v b="$hop" \
 		-v t1="${tp1[$cut]}" -v t16="${tp16[$cut]}" -v t64="${tp64[$cut]}" 'BEGIN {
 		printf "| %s | %d | %.2f | %.2f + %d x %.3f = %.2f | %d | %d | %d | %.1fx |\n",
-			c, h, l, a, h, b, a + h * b, t1, t16, t64, t1 > 0 ? t64 / t1 : 0 }'
+			c, h, l, a, h, b, a + h * b, t1, t16, t64, (t1 > 0 ? t64 / t1 : 0) }'
 done
 echo
 echo "Fitted hop cost $hop ms (the coordinator's push and pull count as hops); compute" \
