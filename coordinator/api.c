@@ -8,6 +8,7 @@
 
 #include "common/base/buf.h"
 #include "common/base/metrics.h"
+#include "common/base/utf8.h"
 #include "coordinator/api_impl.h"
 #include "coordinator/api_json.h"
 
@@ -91,29 +92,6 @@ static const char *api_piece(const struct api *a, int32_t id, size_t *len)
 	return tok_piece(a->cfg.vocab, id, len);
 }
 
-static bool api_valid_utf8(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n;) {
-		uint8_t b = (uint8_t)s[i];
-		size_t k = b < 0x80                 ? 1
-			   : b >= 0xc2 && b <= 0xdf ? 2
-			   : b >= 0xe0 && b <= 0xef ? 3
-			   : b >= 0xf0 && b <= 0xf4 ? 4
-						    : 0;
-		if (k == 0 || n - i < k)
-			return false;
-		uint8_t lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
-		uint8_t hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
-		if (k > 1 && (s[i + 1] < lo || s[i + 1] > hi))
-			return false;
-		for (size_t j = 2; j < k; j++)
-			if ((s[i + j] & 0xc0) != 0x80)
-				return false;
-		i += k;
-	}
-	return true;
-}
-
 /* Reads an optional boolean field of a tokenize body. */
 static bool api_flag(const cJSON *o, const char *key, bool dflt, bool *ok)
 {
@@ -174,7 +152,7 @@ static void api_tokenize(nng_aio *aio)
 		const char *p = api_piece(a, ids[i], &pl);
 		cJSON *t = cJSON_CreateObject();
 		cJSON_AddNumberToObject(t, "id", ids[i]);
-		if (p != NULL && api_valid_utf8(p, pl) && memchr(p, '\0', pl) == NULL) {
+		if (p != NULL && lm_utf8_valid(p, pl) && memchr(p, '\0', pl) == NULL) {
 			char *s = strndup(p, pl);
 			cJSON_AddStringToObject(t, "piece", s != NULL ? s : "");
 			free(s);
@@ -224,10 +202,10 @@ static void api_detokenize(nng_aio *aio)
 		size_t k = 1;
 		while (k < 4 && i + k < raw.len && ((uint8_t)raw.p[i + k] >> 6) == 2)
 			k++;
-		while (k > 1 && !api_valid_utf8(raw.p + i, k))
+		while (k > 1 && !lm_utf8_valid(raw.p + i, k))
 			k--;
 		/* (A NUL byte cannot travel in the JSON string cJSON writes.) */
-		if (api_valid_utf8(raw.p + i, k) && raw.p[i] != '\0')
+		if (lm_utf8_valid(raw.p + i, k) && raw.p[i] != '\0')
 			lm_buf_add(&text, raw.p + i, k);
 		else
 			lm_buf_adds(&text, "\xef\xbf\xbd");

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/utf8.h"
+
 struct jr {
 	const char *s, *p, *end;
 	char *why;
@@ -81,27 +83,6 @@ static size_t jr_put_utf8(char *o, uint32_t cp)
 	o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
 	o[3] = (char)(0x80 | (cp & 0x3f));
 	return 4;
-}
-
-/* The length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
-static size_t jr_utf8_len(const unsigned char *p, size_t n)
-{
-	unsigned char b = p[0];
-	size_t k = b < 0x80                 ? 1
-		   : b >= 0xc2 && b <= 0xdf ? 2
-		   : b >= 0xe0 && b <= 0xef ? 3
-		   : b >= 0xf0 && b <= 0xf4 ? 4
-					    : 0;
-	if (k == 0 || k > n)
-		return 0;
-	unsigned char lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
-	unsigned char hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
-	if (k > 1 && (p[1] < lo || p[1] > hi))
-		return 0;
-	for (size_t j = 2; j < k; j++)
-		if ((p[j] & 0xc0) != 0x80)
-			return 0;
-	return k;
 }
 
 /* One \u escape (p at the 'u'), a surrogate pair taken whole; the code point in *cp. */
@@ -179,7 +160,7 @@ static char *jr_string_raw(struct jr *r, size_t *len)
 			n += jr_put_utf8(out + n, cp);
 			continue;
 		}
-		size_t k = jr_utf8_len((const unsigned char *)r->p, (size_t)(r->end - r->p));
+		size_t k = lm_utf8_len((const uint8_t *)r->p, (size_t)(r->end - r->p));
 		if (k == 0) {
 			free(out);
 			jr_fail(r, "a string that is not valid UTF-8");

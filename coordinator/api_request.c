@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/base/err.h"
+#include "common/base/utf8.h"
 #include "coordinator/api_json.h"
 
 /* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
@@ -184,30 +185,6 @@ static int api_prompt(const cJSON *req, const struct api_limits *lim, const tok_
 	return api_prompt_fits(r, lim, err);
 }
 
-/* Strict UTF-8: no overlong forms, surrogates or values past U+10FFFF. */
-static bool api_utf8_valid(const uint8_t *s, size_t n)
-{
-	for (size_t i = 0; i < n;) {
-		uint8_t b = s[i];
-		size_t k = b < 0x80                 ? 1
-			   : b >= 0xc2 && b <= 0xdf ? 2
-			   : b >= 0xe0 && b <= 0xef ? 3
-			   : b >= 0xf0 && b <= 0xf4 ? 4
-						    : 0;
-		if (k == 0 || n - i < k)
-			return false;
-		uint8_t lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
-		uint8_t hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
-		if (k > 1 && (s[i + 1] < lo || s[i + 1] > hi))
-			return false;
-		for (size_t j = 2; j < k; j++)
-			if ((s[i + j] & 0xc0) != 0x80)
-				return false;
-		i += k;
-	}
-	return true;
-}
-
 /* Stop strings must be valid UTF-8: the text they are matched against always is, and a
  * malformed one (a stray continuation byte) could match inside a character and cut it, sending
  * the client half a character. */
@@ -226,7 +203,7 @@ static int api_stops(const cJSON *req, struct api_request *r, struct api_error *
 					       API_MAX_STOPS, API_MAX_STOP_LEN);
 			if (len != api_json_len(e))
 				return API_BAD(err, "stop", "'stop' strings may not hold U+0000");
-			if (!api_utf8_valid((const uint8_t *)e->valuestring, len))
+			if (!lm_utf8_valid((const uint8_t *)e->valuestring, len))
 				return API_BAD(err, "stop", "'stop' strings must be valid UTF-8");
 			if ((r->stops[r->n_stops] = strdup(e->valuestring)) == NULL)
 				return API_NOMEM(err);
