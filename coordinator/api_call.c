@@ -21,6 +21,7 @@
 
 #include "common/base/buf.h"
 #include "common/base/clock.h"
+#include "common/base/utf8.h"
 #include "coordinator/api_impl.h"
 
 struct api_call {
@@ -102,32 +103,13 @@ static void api_gone(void *arg)
 
 /* ------------------------------------------------------------------ token texts */
 
-static bool api_utf8_ok(const char *p, size_t len)
-{
-	for (size_t i = 0; i < len;) {
-		uint8_t c = (uint8_t)p[i];
-		size_t n = c < 0x80         ? 1
-			   : (c >> 5) == 6  ? 2
-			   : (c >> 4) == 14 ? 3
-			   : (c >> 3) == 30 ? 4
-					    : 0;
-		if (n == 0 || i + n > len)
-			return false;
-		for (size_t k = 1; k < n; k++)
-			if (((uint8_t)p[i + k] >> 6) != 2)
-				return false;
-		i += n;
-	}
-	return true;
-}
-
 /* A token's text as completions' logprobs show it: valid UTF-8 as is, else "bytes:\xNN...". */
 static cJSON *api_token_string(const struct api *a, int32_t token)
 {
 	size_t len = 0;
 	const char *p = tok_piece(a->cfg.vocab, token, &len);
 	char buf[512];
-	if (p != NULL && api_utf8_ok(p, len) && len < sizeof buf) {
+	if (p != NULL && lm_utf8_valid(p, len) && len < sizeof buf) {
 		memcpy(buf, p, len);
 		buf[len] = '\0';
 		return cJSON_CreateString(buf);
@@ -149,11 +131,11 @@ static cJSON *api_token_entry(const struct api *a, int32_t token, float logprob)
 	cJSON *o = cJSON_CreateObject();
 	struct lm_buf t = {0};
 	for (size_t i = 0; i < len; i++) {
-		if (api_utf8_ok(p + i, 1) || ((uint8_t)p[i] >= 0xc0 && i + 1 < len)) {
+		if (lm_utf8_valid(p + i, 1) || ((uint8_t)p[i] >= 0xc0 && i + 1 < len)) {
 			size_t n = 1;
 			while (i + n < len && ((uint8_t)p[i + n] >> 6) == 2 && n < 4)
 				n++;
-			if (api_utf8_ok(p + i, n)) {
+			if (lm_utf8_valid(p + i, n)) {
 				lm_buf_add(&t, p + i, n);
 				i += n - 1;
 				continue;
