@@ -33,6 +33,7 @@
 #include "common/model/hparams.h"
 #include "common/plan/fence.h"
 #include "common/tok/tokenizer.h"
+#include "common/wire/link.h"
 #include "common/wire/transport.h"
 #include "coordinator/api.h"
 #include "coordinator/keeper.h"
@@ -121,7 +122,7 @@ struct mesh {
 	struct mesh_proc *procs;
 	int32_t n_procs;
 	nng_socket push, pull;
-	nng_dialer push_dialer; /* to the first worker, under mu; a redeploy of it re-points it */
+	struct lm_link head; /* push's dial to the first worker; a redeploy of it re-points it */
 	bool push_open, pull_open;
 	bool pull_listening; /* data_in is ours: its socket file may be cleaned up at the end */
 	struct sched *sched; /* under mu: set once, when the mesh starts serving */
@@ -269,7 +270,8 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 200);
-	if ((rc = lm_dial(m->push, m->procs[0].at.data, &m->tls, &m->push_dialer, d)) != 0)
+	if ((rc = lm_link_init(&m->head, m->push, &m->tls, d)) != 0 ||
+	    (rc = lm_link_dial(&m->head, m->procs[0].at.data, d)) != 0)
 		return rc;
 	struct sched_cfg sc = {.fingerprint = m->fingerprint,
 			       .max_queued = m->cfg.max_queued,
@@ -288,7 +290,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .n_workers = m->n_procs,
 			       .draft = m->draft,
 			       .max_draft = m->cfg.max_draft,
-			       .push = m->push,
+			       .push = &m->head,
 			       .pull = m->pull};
 	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,
 	 * <|im_end|>, <turn|>, ...: the set llama.cpp's vocabulary load builds) or at BOS. */
@@ -1108,16 +1110,7 @@ struct mesh_child *mesh_commit(struct mesh *m, int32_t j, struct mesh_child *c,
 
 int mesh_repoint_head(struct mesh *m, const char *addr, lm_diag *d)
 {
-	nng_dialer nd;
-	int rc = lm_dial(m->push, addr, &m->tls, &nd, d);
-	if (rc != 0)
-		return rc;
-	pthread_mutex_lock(&m->mu);
-	nng_dialer old = m->push_dialer;
-	m->push_dialer = nd;
-	pthread_mutex_unlock(&m->mu);
-	nng_dialer_close(old);
-	return 0;
+	return lm_link_dial(&m->head, addr, d);
 }
 
 /* ------------------------------------------------------------------ up */
@@ -1273,6 +1266,8 @@ early:
 	/* Bounded: a close NNG cannot finish must not keep a stopped coordinator alive. */
 	if (m->push_open && lm_close_bounded(m->push, LM_CLOSE_MS) != 0)
 		lm_warn("closing the data ring's first socket took over 2 s; exiting anyway");
+	else
+		lm_link_fini(&m->head); /* its pipe callbacks are done (not so after a timeout) */
 	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
 		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 	/* What the workers left behind (a killed one cannot remove its sockets), and only that:

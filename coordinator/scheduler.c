@@ -432,7 +432,7 @@ static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *p
 		nng_msg_free(m);
 		return LM_ENOMEM;
 	}
-	int rv = nng_sendmsg(s->cfg.push, m, 0);
+	int rv = lm_link_send(s->cfg.push, m);
 	if (rv != 0) {
 		nng_msg_free(m);
 		return rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO;

@@ -33,6 +33,7 @@
 #include "common/base/err.h"
 #include "common/base/metrics.h"
 #include "common/model/sampling.h"
+#include "common/wire/link.h"
 #include "common/wire/wire.h"
 #include "coordinator/spec.h"
 
@@ -97,8 +98,8 @@ struct sched_cfg {
 	 * source on its own thread; it stays the caller's. */
 	struct spec_source draft;
 	int32_t max_draft;
-	nng_socket push; /* to the first worker; opened and dialled by the caller */
-	nng_socket pull; /* from the last worker; opened and listening */
+	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
+	nng_socket pull;      /* from the last worker; opened and listening */
 };
 
 struct sched_stats {

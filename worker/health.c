@@ -11,42 +11,24 @@
 
 /* ------------------------------------------------------------------ the successor's pipes */
 
-/* NNG calls this on its own threads as pipes to the successor come and go. REM_POST also comes
- * for pipes that never reached ADD_POST, hence the set of ids rather than a counter. */
-static void health_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+void health_watch_successor(struct health *h, struct lm_link *next)
 {
-	struct health *h = arg;
-	uint32_t id = (uint32_t)nng_pipe_id(p);
 	pthread_mutex_lock(&h->mu);
-	if (ev == NNG_PIPE_EV_ADD_POST && h->n_pipes < HEALTH_MAX_PIPES) {
-		h->pipes[h->n_pipes++] = id;
-	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		for (int i = 0; i < h->n_pipes; i++)
-			if (h->pipes[i] == id) {
-				h->pipes[i] = h->pipes[--h->n_pipes];
-				break;
-			}
-	}
+	h->next = next;
 	pthread_mutex_unlock(&h->mu);
 }
 
-int health_watch_successor(struct health *h, nng_socket push, lm_diag *d)
+static struct lm_link *health_next(struct health *h)
 {
-	int rv = nng_pipe_notify(push, NNG_PIPE_EV_ADD_POST, health_pipe_cb, h);
-	if (rv == 0)
-		rv = nng_pipe_notify(push, NNG_PIPE_EV_REM_POST, health_pipe_cb, h);
-	if (rv != 0)
-		return lm_fail(d, LM_EIO, "cannot watch the successor's connection: %s",
-			       nng_strerror(rv));
-	return 0;
+	pthread_mutex_lock(&h->mu);
+	struct lm_link *next = h->next;
+	pthread_mutex_unlock(&h->mu);
+	return next;
 }
 
 static int health_pipes(struct health *h)
 {
-	pthread_mutex_lock(&h->mu);
-	int n = h->n_pipes;
-	pthread_mutex_unlock(&h->mu);
-	return n;
+	return lm_link_pipes(health_next(h));
 }
 
 /* ------------------------------------------------------------------ documents */
@@ -141,6 +123,7 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 	if (!ready)
 		cJSON_AddStringToObject(o, "not_ready", why);
 	cJSON_AddBoolToObject(o, "successor_connected", pipes > 0);
+	cJSON_AddNumberToObject(o, "successor_redials", (double)lm_link_redials(health_next(h)));
 	if (s->phase == HEALTH_ASSIGNED) {
 		const struct wire_assign *a = &s->assign;
 		char fp[32];
@@ -253,6 +236,10 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 			 "Ring messages that could not be processed or forwarded.", s->dropped);
 	lm_mtext_counter(&t, "layermesh_worker_releases_total", "RELEASE messages applied.",
 			 s->releases);
+	lm_mtext_counter(&t, "layermesh_worker_successor_redials_total",
+			 "Dials to the successor started afresh after it had no connection for "
+			 "2 s (link.h).",
+			 lm_link_redials(health_next(h)));
 	lm_mtext_gauge(&t, "layermesh_worker_active_sequences", "KV slots holding positions.",
 		       s->active_sequences);
 	lm_mtext_gauge(&t, "layermesh_worker_resident_bytes", "Resident memory of the process.",

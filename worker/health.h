@@ -30,9 +30,10 @@
 #include <stdint.h>
 
 #include "common/base/err.h"
-#include "common/wire/httpd.h"
 #include "common/base/metrics.h"
 #include "common/model/hparams.h"
+#include "common/wire/httpd.h"
+#include "common/wire/link.h"
 #include "common/wire/wire.h"
 
 enum health_phase {
@@ -80,17 +81,14 @@ struct health_ops {
 	void (*snapshot)(void *arg, struct health_snapshot *s);
 };
 
-#define HEALTH_MAX_PIPES 16
-
 struct health {
 	struct health_ops ops;
 	struct lm_hist recv, compute, send; /* see above */
 	pthread_mutex_t mu;
 	pthread_cond_t idle;
-	uint32_t pipes[HEALTH_MAX_PIPES]; /* under mu: the successor socket's connected pipes */
-	int n_pipes;
-	int busy;      /* under mu: handlers running */
-	bool stopping; /* under mu */
+	struct lm_link *next; /* under mu: the dial to the successor, once there is one */
+	int busy;             /* under mu: handlers running */
+	bool stopping;        /* under mu */
 	struct lm_httpd httpd;
 	bool inited;
 };
@@ -98,8 +96,8 @@ struct health {
 void health_init(struct health *h, const struct health_ops *ops);
 /* Serves the endpoints at addr ("host:port"). */
 int health_serve(struct health *h, const char *addr, lm_diag *d);
-/* Tracks the connected pipes of the socket that dials the successor. Call before dialling. */
-int health_watch_successor(struct health *h, nng_socket push, lm_diag *d);
+/* Reports the successor as connected while next has a pipe (and its redials). */
+void health_watch_successor(struct health *h, struct lm_link *next);
 /* True when ready; otherwise false and why. */
 bool health_ready(struct health *h, const struct health_snapshot *s, char *why, size_t cap);
 /* The status document: identity, build and protocol versions, slice, KV and weight bytes,

@@ -16,8 +16,9 @@
 #include <unistd.h>
 
 #include "common/base/log.h"
-#include "common/wire/transport.h"
 #include "common/base/metrics.h"
+#include "common/wire/link.h"
+#include "common/wire/transport.h"
 #include "lm_config.h"
 #include "worker/health.h"
 #include "worker/recvq.h"
@@ -38,8 +39,7 @@ struct worker {
 	struct stage st;    /* under mu */
 	nng_socket ctl, pull, push;
 	bool push_open;
-	nng_dialer next_dialer; /* to the successor; replaced by REPOINT */
-	bool next_dialed;
+	struct lm_link next; /* push's dial to the successor; re-pointed by REPOINT */
 	pthread_t data_thread;
 	bool data_started;
 	struct wire_buf cbuf; /* control replies (control thread only) */
@@ -80,11 +80,12 @@ static void worker_on_signal(int sig)
 
 /* ------------------------------------------------------------------ the data ring */
 
-/* Sends on the PUSH socket, retrying while the successor is away, until sent or stopping. */
+/* Sends on the PUSH socket, retrying while the successor is away (the link redials a dialer
+ * that gave up), until sent or stopping. */
 static int worker_push(struct worker *w, nng_msg *m)
 {
 	for (;;) {
-		int rv = nng_sendmsg(w->push, m, 0);
+		int rv = lm_link_send(&w->next, m);
 		if (rv == 0)
 			return 0;
 		if (rv != NNG_ETIMEDOUT || worker_stop) {
@@ -298,14 +299,14 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 		nng_socket_set_ms(w->push, NNG_OPT_RECONNMINT, 10);
 		nng_socket_set_ms(w->push, NNG_OPT_RECONNMAXT, 200);
 		w->push_open = true;
-		if ((rv = health_watch_successor(&w->health, w->push, d)) != 0)
+		if ((rv = lm_link_init(&w->next, w->push, &w->o->tls, d)) != 0)
 			return rv;
+		health_watch_successor(&w->health, &w->next);
 	}
-	if ((rv = lm_dial(w->push, next, &w->o->tls, &w->next_dialer, d)) != 0) {
+	if ((rv = lm_link_dial(&w->next, next, d)) != 0) {
 		lm_diag_prefix(d, "the successor");
 		return rv;
 	}
-	w->next_dialed = true;
 	return 0;
 }
 
@@ -451,20 +452,10 @@ static int worker_on_repoint(struct worker *w, const void *body, size_t len, uin
 					  "no assignment yet");
 	}
 	rc = wire_decode_repoint(body, len, &w->st.lim, &r, &d);
-	if (rc == 0) {
-		nng_dialer old = w->next_dialer;
-		bool had = w->next_dialed;
-		w->next_dialed = false;
-		rc = worker_connect_next(w, r.next, &d);
-		if (rc == 0 && had)
-			nng_dialer_close(old);
-		if (rc == 0) {
-			snprintf(w->st.assign.next, sizeof w->st.assign.next, "%s", r.next);
-			lm_info("successor is now %s", r.next);
-		} else if (had) {
-			w->next_dialer = old; /* keep sending where we did */
-			w->next_dialed = true;
-		}
+	/* On failure the link keeps sending where it did. */
+	if (rc == 0 && (rc = worker_connect_next(w, r.next, &d)) == 0) {
+		snprintf(w->st.assign.next, sizeof w->st.assign.next, "%s", r.next);
+		lm_info("successor is now %s", r.next);
 	}
 	uint64_t fp = w->assigned ? w->st.eng.model.fingerprint : 0;
 	pthread_mutex_unlock(&w->mu);
@@ -741,7 +732,8 @@ out:
 	recvq_fini(&w.rq);
 	if (w.push_open)
 		nng_close(w.push);
-	health_fini(&w.health); /* after the push socket: its pipe callbacks use the health */
+	lm_link_fini(&w.next); /* after the push socket: its pipe callbacks use the link */
+	health_fini(&w.health);
 	if (w.assigned)
 		stage_fini(&w.st);
 	wire_buf_fini(&w.cbuf);

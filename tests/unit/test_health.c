@@ -102,11 +102,13 @@ Test(health, the_successor_is_connected_while_a_pipe_is_up, .timeout = 10)
 	nng_socket push, pull;
 	init(&h);
 	fake_assigned();
+	struct lm_link next;
 	cr_assert_eq(nng_push0_open(&push), 0);
-	cr_assert_eq(health_watch_successor(&h, push, NULL), 0);
+	cr_assert_eq(lm_link_init(&next, push, NULL, NULL), 0);
+	health_watch_successor(&h, &next);
 	cr_assert_eq(nng_pull0_open(&pull), 0);
 	cr_assert_eq(nng_listen(pull, "inproc://health-next", NULL, 0), 0);
-	cr_assert_eq(nng_dial(push, "inproc://health-next", NULL, 0), 0);
+	cr_assert_eq(lm_link_dial(&next, "inproc://health-next", NULL), 0);
 	bool up = false;
 	for (int i = 0; i < 200 && !(up = ready(&h, why, sizeof why)); i++)
 		usleep(5000);
@@ -117,6 +119,7 @@ Test(health, the_successor_is_connected_while_a_pipe_is_up, .timeout = 10)
 	cr_expect_not(up);
 	cr_expect_str_eq(why, "the successor at ipc:///tmp/next is not connected");
 	nng_close(push);
+	lm_link_fini(&next);
 	health_fini(&h);
 }
 

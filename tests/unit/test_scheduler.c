@@ -229,6 +229,7 @@ struct hop {
 struct ring {
 	struct hop hop[T_HOPS];
 	nng_socket push, pull; /* the scheduler's */
+	struct lm_link link;   /* push's dial */
 	struct sched_cfg cfg;
 	struct sched *s;
 };
@@ -423,11 +424,12 @@ static void ring_up(struct ring *r, const struct sched_cfg *cfg)
 	}
 	cr_assert_eq(nng_push0_open(&r->push), 0);
 	nng_socket_set_ms(r->push, NNG_OPT_SENDTIMEO, 1000);
-	cr_assert_eq(nng_dial(r->push, url_of(0), NULL, 0), 0);
+	cr_assert_eq(lm_link_init(&r->link, r->push, NULL, NULL), 0);
+	cr_assert_eq(lm_link_dial(&r->link, url_of(0), NULL), 0);
 
 	r->cfg = *cfg;
 	r->cfg.fingerprint = r->hop[0].st.eng.model.fingerprint;
-	r->cfg.push = r->push;
+	r->cfg.push = &r->link;
 	r->cfg.pull = r->pull;
 	lm_diag d = {{0}};
 	cr_assert_eq(sched_start(&r->s, &r->cfg, &d), 0, "%s", d.msg);
@@ -448,7 +450,8 @@ static void ring_down(struct ring *r)
 		wire_buf_fini(&h->ebuf);
 		pthread_mutex_destroy(&h->mu);
 	}
-	lm_close_bounded(r->push, 2000);
+	if (lm_close_bounded(r->push, 2000) == 0)
+		lm_link_fini(&r->link);
 	lm_close_bounded(r->pull, 2000);
 	spec_source_fini(&r->cfg.draft);
 	ref_close();
