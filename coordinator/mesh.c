@@ -268,8 +268,6 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
 	m->push_open = true;
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
-	nng_socket_set_ms(m->push, NNG_OPT_RECONNMINT, 10);
-	nng_socket_set_ms(m->push, NNG_OPT_RECONNMAXT, 200);
 	if ((rc = lm_link_init(&m->head, m->push, &m->tls, d)) != 0 ||
 	    (rc = lm_link_dial(&m->head, m->procs[0].at.data, d)) != 0)
 		return rc;

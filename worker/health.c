@@ -238,7 +238,7 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 			 s->releases);
 	lm_mtext_counter(&t, "layermesh_worker_successor_redials_total",
 			 "Dials to the successor started afresh after it had no connection for "
-			 "2 s (link.h).",
+			 "a while (link.h).",
 			 lm_link_redials(health_next(h)));
 	lm_mtext_gauge(&t, "layermesh_worker_active_sequences", "KV slots holding positions.",
 		       s->active_sequences);

@@ -296,8 +296,6 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 		if ((rv = nng_push0_open(&w->push)) != 0)
 			return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
 		nng_socket_set_ms(w->push, NNG_OPT_SENDTIMEO, 1000);
-		nng_socket_set_ms(w->push, NNG_OPT_RECONNMINT, 10);
-		nng_socket_set_ms(w->push, NNG_OPT_RECONNMAXT, 200);
 		w->push_open = true;
 		if ((rv = lm_link_init(&w->next, w->push, &w->o->tls, d)) != 0)
 			return rv;

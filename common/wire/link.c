@@ -37,6 +37,8 @@ int lm_link_init(struct lm_link *l, nng_socket s, const struct lm_tls *tls, lm_d
 	l->alone_since_ms = lm_now_ms();
 	pthread_mutex_init(&l->mu, NULL);
 	l->inited = true;
+	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, LM_LINK_RECONN_MIN_MS);
+	nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, LM_LINK_RECONN_MAX_MS);
 	int rv = nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, link_pipe_cb, l);
 	if (rv == 0)
 		rv = nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, link_pipe_cb, l);

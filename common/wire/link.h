@@ -11,7 +11,7 @@
  *
  * A link counts the socket's pipes. lm_link_send is one nng_sendmsg; when it times out and the
  * socket has had no pipe for LM_LINK_REDIAL_MS, the link closes its dialer and dials afresh. A
- * working dialer reconnects within NNG_OPT_RECONNMAXT (200 ms in the mesh), so this touches only
+ * working dialer reconnects within LM_LINK_RECONN_MAX_MS (200 ms), so this touches only
  * a dialer that is stuck or one whose peer is away, where redialling costs nothing; and with no
  * pipe, nothing in flight is lost.
  *
@@ -30,6 +30,10 @@
 
 /* How long a sender waits with no pipe before the dialer is replaced. */
 #define LM_LINK_REDIAL_MS 2000
+/* NNG's own redial times, which the link sets on its socket: a working dialer tries again
+ * within LM_LINK_RECONN_MAX_MS, well inside LM_LINK_REDIAL_MS. */
+#define LM_LINK_RECONN_MIN_MS 10
+#define LM_LINK_RECONN_MAX_MS 200
 /* Pipes tracked at once (one peer: one pipe, and one more while it is replaced). */
 #define LM_LINK_MAX_PIPES 16
 
@@ -48,7 +52,8 @@ struct lm_link {
 	bool inited;
 };
 
-/* Watches s (a PUSH socket, open, not yet dialled) for pipes. 0 or LM_EIO. */
+/* Watches s (a PUSH socket, open, not yet dialled) for pipes and sets its redial times
+ * (LM_LINK_RECONN_*). 0 or LM_EIO. */
 int lm_link_init(struct lm_link *l, nng_socket s, const struct lm_tls *tls, lm_diag *d);
 /* Dials url, the first time or instead of the address dialled so far (a re-point): the old
  * dialer closes once the new one is started; on failure the old one is kept. */

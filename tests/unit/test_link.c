@@ -30,8 +30,6 @@ static nng_socket open_push(int send_timeout_ms)
 	nng_socket s;
 	cr_assert_eq(nng_push0_open(&s), 0);
 	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, send_timeout_ms);
-	nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 10);
-	nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 200);
 	return s;
 }
 
