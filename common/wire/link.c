@@ -47,22 +47,43 @@ int lm_link_init(struct lm_link *l, nng_socket s, const struct lm_tls *tls, lm_d
 	return 0;
 }
 
+/* Makes dl the link's dialer, for url, and closes the one it replaces. A redial takes only
+ * while the link still dials url (it was not re-pointed meanwhile; else dl is closed) and
+ * counts, with *streak the redials since the last pipe. Whether dl took. */
+static bool link_install(struct lm_link *l, nng_dialer dl, const char *url, bool redial,
+			 uint32_t *streak)
+{
+	pthread_mutex_lock(&l->mu);
+	bool take = !redial || strcmp(url, l->url) == 0;
+	bool had = l->dialed;
+	nng_dialer old = l->dl;
+	if (take) {
+		l->dl = dl;
+		l->dialed = true;
+		snprintf(l->url, sizeof l->url, "%s", url);
+		if (redial) {
+			l->redials++;
+			l->streak++;
+			l->alone_since_ms = lm_now_ms();
+		}
+	}
+	if (streak != NULL)
+		*streak = l->streak;
+	pthread_mutex_unlock(&l->mu);
+	if (!take)
+		nng_dialer_close(dl);
+	else if (had)
+		nng_dialer_close(old);
+	return take;
+}
+
 int lm_link_dial(struct lm_link *l, const char *url, lm_diag *d)
 {
 	nng_dialer dl;
 	int rc = lm_dial(l->s, url, l->tls, &dl, d);
-	if (rc != 0)
-		return rc;
-	pthread_mutex_lock(&l->mu);
-	nng_dialer old = l->dl;
-	bool had = l->dialed;
-	l->dl = dl;
-	l->dialed = true;
-	snprintf(l->url, sizeof l->url, "%s", url);
-	pthread_mutex_unlock(&l->mu);
-	if (had)
-		nng_dialer_close(old);
-	return 0;
+	if (rc == 0)
+		link_install(l, dl, url, false, NULL);
+	return rc;
 }
 
 /* Replaces a dialer that has left the socket without a pipe for LM_LINK_REDIAL_MS. */
@@ -78,26 +99,15 @@ static void link_heal(struct lm_link *l)
 		return;
 	lm_diag d = {{0}};
 	nng_dialer dl;
+	uint32_t streak;
 	if (lm_dial(l->s, url, l->tls, &dl, &d) != 0) {
 		lm_warn("no connection to %s for %.1f s, and it cannot be dialled afresh: %s", url,
 			(double)alone / 1000.0, d.msg);
 		return;
 	}
-	pthread_mutex_lock(&l->mu);
-	nng_dialer old = l->dl;
-	bool same = strcmp(url, l->url) == 0; /* not re-pointed meanwhile */
-	if (same) {
-		l->dl = dl;
-		l->redials++;
-		l->streak++;
-		l->alone_since_ms = lm_now_ms();
-	}
-	uint32_t streak = l->streak;
-	pthread_mutex_unlock(&l->mu);
-	nng_dialer_close(same ? old : dl);
 	/* One line per absence: a peer that is away for long (restarting, loading) is redialled
 	 * every LM_LINK_REDIAL_MS meanwhile. */
-	if (same)
+	if (link_install(l, dl, url, true, &streak))
 		lm_log(streak == 1 ? LM_LOG_INFO : LM_LOG_DEBUG,
 		       "no connection to %s for %.1f s: dialling it afresh (and every %.0f s while "
 		       "it stays away)",
