@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/base/clock.h"
 #include "common/wire/http_parse.h"
 #include "common/wire/httpd.h"
 
@@ -162,9 +163,19 @@ Test(http_parse, chunked_bodies)
 static struct lm_httpd srv;
 static int port;
 static pthread_mutex_t tmu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t tcv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t tcv; /* on the monotonic clock (lm_cond_init, in start) */
+static pthread_once_t tcv_once = PTHREAD_ONCE_INIT;
 static nng_aio *held;
 static atomic_int gone_calls;
+
+/* How long a test waits for the server to do something before it fails, rather than hanging
+ * until the suite's timeout with no word of what it was waiting for. */
+#define WAIT_MS 10000
+
+static void tcv_init(void)
+{
+	lm_cond_init(&tcv);
+}
 
 static void h_get(nng_aio *aio)
 {
@@ -218,6 +229,7 @@ static void h_stream(nng_aio *aio)
 static void start(const struct lm_httpd_limits *lim)
 {
 	lm_diag d = {{0}};
+	pthread_once(&tcv_once, tcv_init);
 	atomic_store(&gone_calls, 0);
 	held = NULL;
 	cr_assert_eq(lm_httpd_init_limits(&srv, "127.0.0.1:0", lim, &d), 0, "%s", d.msg);
@@ -496,15 +508,42 @@ static void *stop_server(void *arg)
 	return NULL;
 }
 
+/* The request the /hold handler keeps, once it has been called. */
 static nng_aio *wait_held(void)
 {
+	int64_t until = lm_now_ms() + WAIT_MS;
 	pthread_mutex_lock(&tmu);
-	while (held == NULL)
-		pthread_cond_wait(&tcv, &tmu);
+	while (held == NULL && lm_now_ms() < until)
+		lm_cond_wait_until(&tcv, &tmu, until);
 	nng_aio *a = held;
 	held = NULL;
 	pthread_mutex_unlock(&tmu);
+	cr_assert(a != NULL, "the /hold handler was not called within %d ms", WAIT_MS);
 	return a;
+}
+
+/* Until the on_gone callback has been called more than `calls` times. */
+static void wait_gone_past(int calls)
+{
+	int64_t until = lm_now_ms() + WAIT_MS;
+	pthread_mutex_lock(&tmu);
+	while (atomic_load(&gone_calls) <= calls && lm_now_ms() < until)
+		lm_cond_wait_until(&tcv, &tmu, until);
+	pthread_mutex_unlock(&tmu);
+	cr_assert(atomic_load(&gone_calls) > calls, "no client-gone call within %d ms", WAIT_MS);
+}
+
+/* Until the server counts `n` open connections. A client's close reaches the server's read
+ * callback some time after close() returns, later still on a loaded machine. */
+static void wait_connections(int64_t n)
+{
+	int64_t until = lm_now_ms() + WAIT_MS;
+	while (atomic_load(&lm_httpd_stats(&srv)->connections) != n && lm_now_ms() < until)
+		usleep(1000);
+	cr_assert_eq(atomic_load(&lm_httpd_stats(&srv)->connections), n,
+		     "the server holds %lld connections, not %lld, after %d ms",
+		     (long long)atomic_load(&lm_httpd_stats(&srv)->connections), (long long)n,
+		     WAIT_MS);
 }
 
 Test(httpd, connection_cap)
@@ -520,6 +559,9 @@ Test(httpd, connection_cap)
 	cr_assert(at_eof(idle[0]), "the oldest idle connection was closed for the new one");
 	for (int i = 0; i < 3; i++)
 		close(idle[i]);
+	/* The server must have seen those clients go first: a connection whose last response is
+	 * still being written is not idle, and would be counted against the cap below. */
+	wait_connections(0);
 	/* Connections with a request being answered are not idle: past the cap a new one gets
 	 * 503. */
 	nng_aio *aios[3];
@@ -548,10 +590,7 @@ Test(httpd, a_client_gone_is_reported)
 	say(fd, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
 	nng_aio *aio = wait_held();
 	close(fd);
-	pthread_mutex_lock(&tmu);
-	while (atomic_load(&gone_calls) == 0)
-		pthread_cond_wait(&tcv, &tmu);
-	pthread_mutex_unlock(&tmu);
+	wait_gone_past(0);
 	lm_httpd_reply(aio, 200, "text/plain", "late", 4);
 	cr_assert_eq(atomic_load(&gone_calls), 1);
 	/* Answered before the client leaves: no call. */
@@ -570,10 +609,7 @@ Test(httpd, a_client_gone_is_reported)
 	aio = wait_held();
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, stop_server, &srv), 0);
-	pthread_mutex_lock(&tmu);
-	while (atomic_load(&gone_calls) == 1)
-		pthread_cond_wait(&tcv, &tmu);
-	pthread_mutex_unlock(&tmu);
+	wait_gone_past(1);
 	lm_httpd_reply(aio, 200, "text/plain", "bye", 3);
 	pthread_join(t, NULL);
 	close(fd);
