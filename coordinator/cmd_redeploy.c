@@ -251,9 +251,13 @@ static int redeploy_follow(const char *url, const char *token)
 		if (strcmp(state, "running") != 0) {
 			int status = strcmp(state, "succeeded") == 0 ? 0 : 1;
 			if (status == 0)
-				printf("succeeded; longest pause %.1f ms\n",
+				printf("succeeded; longest pause %.1f ms; %.0f sequences' KV moved "
+				       "(%.0f bytes, each read back bit for bit)\n",
+				       cJSON_GetNumberValue(cJSON_GetObjectItem(o, "max_pause_ms")),
 				       cJSON_GetNumberValue(
-					       cJSON_GetObjectItem(o, "max_pause_ms")));
+					       cJSON_GetObjectItem(o, "moved_sequences")),
+				       cJSON_GetNumberValue(
+					       cJSON_GetObjectItem(o, "moved_kv_bytes")));
 			else
 				fprintf(stderr,
 					"layermesh redeploy: failed at %s of %s: %s (the old build "

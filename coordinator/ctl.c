@@ -278,9 +278,11 @@ int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerp
 }
 
 /* A TRACE or KV_EXPORT exchange that brings rows back. */
+/* A KV_EXPORT or TRACE exchange: the reply's row count, high-water mark (hi may be NULL) and a
+ * copy of its payload. */
 static int ctl_rows(struct ctl_conn *c, enum wire_type t, uint64_t fingerprint,
-		    const struct wire_limits *lim, int32_t slot, int32_t *len, void **data,
-		    size_t *bytes, lm_diag *d)
+		    const struct wire_limits *lim, int32_t slot, int32_t *len, int32_t *hi,
+		    void **data, size_t *bytes, lm_diag *d)
 {
 	struct wire_buf b = {0};
 	struct wire_kv k = {.id = 1, .fingerprint = fingerprint, .slot = slot};
@@ -300,6 +302,8 @@ static int ctl_rows(struct ctl_conn *c, enum wire_type t, uint64_t fingerprint,
 				memcpy(*data, k.payload, k.payload_len);
 			*bytes = k.payload_len;
 			*len = k.len;
+			if (hi != NULL)
+				*hi = k.hi;
 		}
 	}
 	if (r != NULL)
@@ -310,25 +314,28 @@ static int ctl_rows(struct ctl_conn *c, enum wire_type t, uint64_t fingerprint,
 int ctl_trace(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim, int32_t slot,
 	      int32_t *rows, void **data, size_t *bytes, lm_diag *d)
 {
-	return ctl_rows(c, WIRE_TRACE, fingerprint, lim, slot, rows, data, bytes, d);
+	return ctl_rows(c, WIRE_TRACE, fingerprint, lim, slot, rows, NULL, data, bytes, d);
 }
 
 int ctl_kv_export(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim,
-		  int32_t slot, int32_t *len, void **data, size_t *bytes, lm_diag *d)
+		  int32_t slot, struct ctl_kv_rows *rows, lm_diag *d)
 {
-	return ctl_rows(c, WIRE_KV_EXPORT, fingerprint, lim, slot, len, data, bytes, d);
+	*rows = (struct ctl_kv_rows){0};
+	return ctl_rows(c, WIRE_KV_EXPORT, fingerprint, lim, slot, &rows->len, &rows->hi,
+			&rows->data, &rows->bytes, d);
 }
 
-int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot, int32_t len,
-		  const void *data, size_t bytes, lm_diag *d)
+int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot,
+		  const struct ctl_kv_rows *rows, lm_diag *d)
 {
 	struct wire_buf b = {0};
 	struct wire_kv k = {.id = 1,
 			    .fingerprint = fingerprint,
 			    .slot = slot,
-			    .len = len,
-			    .payload = data,
-			    .payload_len = bytes};
+			    .len = rows->len,
+			    .hi = rows->hi,
+			    .payload = rows->data,
+			    .payload_len = rows->bytes};
 	nng_msg *r = NULL;
 	int rc = wire_encode_kv(&b, WIRE_KV_IMPORT, &k);
 	if (rc == 0)

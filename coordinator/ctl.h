@@ -66,12 +66,20 @@ int ctl_assign(struct ctl_conn *c, const struct wire_assign *a, uint64_t fingerp
  * count and *data a malloc'd copy of the payload the caller frees. */
 int ctl_trace(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim, int32_t slot,
 	      int32_t *rows, void **data, size_t *bytes, lm_diag *d);
-/* KV_EXPORT of one slot: *len positions, *data a malloc'd copy of the rows. */
+/* One slot's rows as KV_EXPORT gives them and KV_IMPORT takes them: `len` positions, written up
+ * to `hi` (its high-water mark, >= len: engine/kv_cache.h), and the rows themselves, `bytes`
+ * of them in the cache's own types. */
+struct ctl_kv_rows {
+	int32_t len, hi;
+	void *data; /* ctl_kv_export: malloc'd, the caller frees */
+	size_t bytes;
+};
+/* KV_EXPORT of one slot into *rows. */
 int ctl_kv_export(struct ctl_conn *c, uint64_t fingerprint, const struct wire_limits *lim,
-		  int32_t slot, int32_t *len, void **data, size_t *bytes, lm_diag *d);
-/* KV_IMPORT of one slot's rows. */
-int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot, int32_t len,
-		  const void *data, size_t bytes, lm_diag *d);
+		  int32_t slot, struct ctl_kv_rows *rows, lm_diag *d);
+/* KV_IMPORT of one slot's rows, its high-water mark with them. */
+int ctl_kv_import(struct ctl_conn *c, uint64_t fingerprint, int32_t slot,
+		  const struct ctl_kv_rows *rows, lm_diag *d);
 /* REPOINT: the worker sends the ring's messages to `next` from now on. */
 int ctl_repoint(struct ctl_conn *c, uint64_t fingerprint, const char *next, lm_diag *d);
 /* STATUS: the worker's status document (worker/health.h), which the caller frees; NULL with d

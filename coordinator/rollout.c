@@ -66,6 +66,8 @@ struct rollout {
 	char error[600];
 	int32_t failed_worker;
 	double max_pause_ms;
+	int64_t moved_seqs;   /* sequences whose KV rows moved to a new process, and were */
+	uint64_t moved_bytes; /* read back from it bit for bit (ro_move_kv), and their bytes */
 	int64_t started_ms, finished_ms;
 	struct ro_worker *w; /* [mesh_n_workers] */
 	char sink[200];      /* where candidates send during their smoke test */
@@ -539,10 +541,42 @@ static bool ro_in_batch(const struct ro_cand *cs, int32_t nc, int32_t j)
 	return false;
 }
 
+/* Takes a moved slot only if the new process holds what the old one gave: its length, its
+ * high-water mark and its rows, bit for bit, in the cache's own types. */
+static int ro_check_moved(const char *name, int32_t slot, const struct ctl_kv_rows *sent,
+			  const struct ctl_kv_rows *back, lm_diag *d)
+{
+	if (back->len != sent->len || back->hi != sent->hi || back->bytes != sent->bytes)
+		return lm_fail(d, LM_EPROTO,
+			       "%s: slot %d: the new process holds %d positions written up to %d "
+			       "(%zu bytes) after importing %d written up to %d (%zu bytes)",
+			       name, slot, back->len, back->hi, back->bytes, sent->len, sent->hi,
+			       sent->bytes);
+	const uint8_t *a = sent->data, *b = back->data;
+	for (size_t i = 0; i < sent->bytes; i++)
+		if (a[i] != b[i])
+			return lm_fail(d, LM_EPROTO,
+				       "%s: slot %d: the new process holds other KV rows than the "
+				       "old one exported: byte %zu of %zu differs",
+				       name, slot, i, sent->bytes);
+	return 0;
+}
+
+/* What a switch moved. */
+struct ro_moved {
+	int32_t seqs;
+	uint64_t bytes;
+};
+
 /* Every live sequence's rows move from the old processes to the new ones (the ring is
- * quiesced). old[k] is the connection to candidate k's serving process. */
+ * quiesced). old[k] is the connection to candidate k's serving process. Each slot is read back
+ * from the new process and compared with what was sent (ro_check_moved): a move that would let
+ * a sequence go on from other state than it had fails the switch, and the old build serves on.
+ * The read-back doubles the bytes moved in the pause; they are a few MiB per sequence on the
+ * mission's slices, against a pause that is bounded by a step. */
 static int ro_move_kv(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl_conn *old,
-		      const struct sched_slot *live, int32_t n_live, lm_diag *d)
+		      const struct sched_slot *live, int32_t n_live, struct ro_moved *moved,
+		      lm_diag *d)
 {
 	uint64_t fingerprint = mesh_fingerprint(m);
 	struct wire_limits lim = ro_limits(m);
@@ -556,15 +590,22 @@ static int ro_move_kv(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl
 		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
 			if (live[i].len <= 0)
 				continue;
-			int32_t len = 0;
-			void *rows = NULL;
-			size_t bytes = 0;
-			rc = ctl_kv_export(&old[k], fingerprint, &lim, live[i].slot, &len, &rows,
-					   &bytes, d);
+			struct ctl_kv_rows sent = {0}, back = {0};
+			rc = ctl_kv_export(&old[k], fingerprint, &lim, live[i].slot, &sent, d);
 			if (rc == 0)
-				rc = ctl_kv_import(&cs[k].ctl, fingerprint, live[i].slot, len, rows,
-						   bytes, d);
-			free(rows);
+				rc = ctl_kv_import(&cs[k].ctl, fingerprint, live[i].slot, &sent, d);
+			if (rc == 0)
+				rc = ctl_kv_export(&cs[k].ctl, fingerprint, &lim, live[i].slot,
+						   &back, d);
+			if (rc == 0)
+				rc = ro_check_moved(ro_name(m, cs[k].j), live[i].slot, &sent, &back,
+						    d);
+			if (rc == 0) {
+				moved->seqs++;
+				moved->bytes += sent.bytes;
+			}
+			free(sent.data);
+			free(back.data);
 		}
 	}
 	return rc;
@@ -629,6 +670,7 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 	struct ctl_conn *pred = calloc((size_t)nc, sizeof *pred);
 	struct ro_undo *undo = calloc((size_t)nc + 1, sizeof *undo);
 	int32_t n_undo = 0;
+	struct ro_moved moved = {0};
 	int rc = 0;
 
 	if (live == NULL || old == NULL || pred == NULL || undo == NULL) {
@@ -638,7 +680,7 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 	int64_t t0 = lm_now_ms();
 	if ((rc = sched_quiesce(sched, ROLLOUT_QUIESCE_MS, live, cap, &n_live, d)) != 0)
 		goto out;
-	rc = ro_move_kv(m, cs, nc, old, live, n_live, d);
+	rc = ro_move_kv(m, cs, nc, old, live, n_live, &moved, d);
 	/* The new processes send where the old ones did (or to each other within the batch). */
 	for (int32_t k = 0; rc == 0 && k < nc; k++) {
 		char next[256];
@@ -665,6 +707,10 @@ static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *
 	}
 	sched_resume(sched, false);
 	*pause_ms = (double)(lm_now_ms() - t0);
+	pthread_mutex_lock(&r->rs->mu);
+	r->moved_seqs += moved.seqs;
+	r->moved_bytes += moved.bytes;
+	pthread_mutex_unlock(&r->rs->mu);
 	for (int32_t i = 0; i < n_retired; i++)
 		mesh_child_retire(m, retired[i], SIGTERM);
 out:
@@ -762,8 +808,10 @@ static void *ro_main(void *arg)
 	pthread_mutex_lock(&r->rs->mu);
 	snprintf(r->state, sizeof r->state, "succeeded");
 	pthread_mutex_unlock(&r->rs->mu);
-	lm_info("redeploy succeeded: %d workers, longest pause %.1f ms", r->n_order,
-		r->max_pause_ms);
+	lm_info("redeploy succeeded: %d workers, longest pause %.1f ms, %lld sequences' KV moved "
+		"(%llu bytes, each read back bit for bit)",
+		r->n_order, r->max_pause_ms, (long long)r->moved_seqs,
+		(unsigned long long)r->moved_bytes);
 out:
 	if (sink_open && lm_close_bounded(sink, LM_CLOSE_MS) != 0)
 		lm_warn("redeploy: closing the smoke sink took over %d ms", LM_CLOSE_MS);
@@ -1099,6 +1147,8 @@ cJSON *rollout_status(struct rollouts *rs)
 	cJSON_AddStringToObject(o, "binary", r->bin);
 	cJSON_AddItemToObject(o, "plan", ro_plan_json(m, r));
 	cJSON_AddNumberToObject(o, "max_pause_ms", r->max_pause_ms);
+	cJSON_AddNumberToObject(o, "moved_sequences", (double)r->moved_seqs);
+	cJSON_AddNumberToObject(o, "moved_kv_bytes", (double)r->moved_bytes);
 	int64_t end = r->running ? lm_now_ms() : r->finished_ms;
 	cJSON_AddNumberToObject(o, "elapsed_ms", (double)(end - r->started_ms));
 	if (r->error[0]) {

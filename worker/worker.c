@@ -525,6 +525,14 @@ static int worker_on_kv_import(struct worker *w, const void *body, size_t len, u
 	if (rc == 0)
 		rc = kv_cache_import(&w->st.eng.kv, k.slot, k.len, k.hi, k.payload, k.payload_len,
 				     &d);
+#ifdef LM_TEST_CORRUPT_IMPORT
+	/* A build that flips one bit of every slot it imports (test_redeploy.sh): the rollout
+	 * reads the rows back and must refuse the move. */
+	if (rc == 0 && k.payload_len > 0) {
+		struct lm_kv_layer *l = &w->st.eng.kv.layers[0];
+		((uint8_t *)l->k)[(size_t)k.slot * l->ctx * l->k_row_bytes] ^= 1;
+	}
+#endif
 	uint64_t fp = w->st.eng.model.fingerprint;
 	pthread_mutex_unlock(&w->mu);
 	if (rc != 0)

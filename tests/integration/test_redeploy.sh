@@ -2,11 +2,13 @@
 # Rolling redeploys with real processes and a bounded load running throughout (32 concurrent
 # greedy requests, round after round): redeploying every worker fails no request and changes no
 # output; the longest pause is reported. Broken builds -- one that exits at start, one that
-# speaks another protocol version, one for another model, one whose numerics are wrong -- are
-# each rolled back automatically at the right step while traffic keeps flowing.
+# speaks another protocol version, one for another model, one whose numerics are wrong, one that
+# corrupts the KV rows it imports -- are each rolled back automatically at the right step while
+# traffic keeps flowing. Every sequence live at a switch has its KV rows moved and read back.
 source "$(dirname "$0")/lib.sh"
 
-: "${LM_WORKER_BADPROTO:?}" "${LM_WORKER_OTHERMODEL:?}" "${LM_WORKER_BADMATH:?}"
+: "${LM_WORKER_BADPROTO:?}" "${LM_WORKER_OTHERMODEL:?}" "${LM_WORKER_BADMATH:?}" \
+	"${LM_WORKER_BADIMPORT:?}"
 model="$LM_SHARED/models/stories260K.gguf"
 dir="$LM_TMP/redeploy"
 mkdir -p "$dir/load"
@@ -62,6 +64,10 @@ expect_rollback() { # STEP NEEDLE ARGS...
 	local step=$1 needle=$2
 	shift 2
 	if redeploy "$@"; then fail "a broken build ($*) was rolled out"; fi
+	rolled_back "$step" "$needle"
+}
+rolled_back() { # STEP NEEDLE: what the failed redeploy said, and the mesh after it
+	local step=$1 needle=$2
 	grep -q "failed at $step" "$dir/rd.out" || fail "expected a failure at '$step'"
 	grep -q -- "$needle" "$dir/rd.out" || fail "the failure does not say '$needle'"
 	curl -sf "$LM_URL/readyz" >/dev/null || fail "the mesh is not ready after a rollback"
@@ -74,9 +80,12 @@ expect_rollback() { # STEP NEEDLE ARGS...
 	[ "$n" -eq 3 ] || fail "$n worker processes run after a rollback; 3 should"
 }
 
+moved() { curl -sf "$LM_URL/v1/admin/redeploy" | jq -r "$1"; }
+
 echo "1. every worker, the same build"
 redeploy --all || fail "the redeploy failed"
-pause1=$(curl -sf "$LM_URL/v1/admin/redeploy" | jq '.max_pause_ms')
+pause1=$(moved '.max_pause_ms')
+moved1=$(moved '"\(.moved_sequences) sequences, \(.moved_kv_bytes) bytes"')
 wait_rounds 1
 # Every worker now serves at its alternate address: /v1/status asks it there.
 st=$(curl -sf "$LM_URL/v1/status")
@@ -101,9 +110,27 @@ echo "5. a build whose numerics are wrong"
 expect_rollback smoke "differs from the old build" --workers w1 --binary "$LM_WORKER_BADMATH"
 wait_rounds 1
 
-echo "6. every worker again, two at a time after the canary"
+echo "6. a build that corrupts the KV rows it imports"
+# The read-back needs a sequence live at the switch. The load leaves none only between its
+# rounds; a switch that moved nothing (the build then serves w1 until step 7) is tried again.
+for attempt in 1 2 3 4; do
+	if redeploy --workers w1 --binary "$LM_WORKER_BADIMPORT"; then
+		[ "$(moved '.moved_sequences')" = 0 ] ||
+			fail "a build that corrupts the KV rows it imports was rolled out"
+		[ "$attempt" -lt 4 ] || fail "no sequence was live at 4 switches"
+		echo "    (no sequence was live at the switch: again)"
+		wait_rounds 1
+		continue
+	fi
+	rolled_back switch "holds other KV rows than the old one exported"
+	break
+done
+wait_rounds 1
+
+echo "7. every worker again, two at a time after the canary"
 redeploy --all --batch 2 --canary w2 || fail "the second redeploy failed"
-pause2=$(curl -sf "$LM_URL/v1/admin/redeploy" | jq '.max_pause_ms')
+pause2=$(moved '.max_pause_ms')
+moved2=$(moved '"\(.moved_sequences) sequences, \(.moved_kv_bytes) bytes"')
 wait_rounds 1
 
 touch "$dir/stop"
@@ -119,5 +146,6 @@ done
 [ "$bad" -eq 0 ] || fail "$bad outputs differ from a run without redeploys"
 echo "load: $rounds rounds of 32 requests, $((rounds * 32)) requests, 0 failed, all identical"
 echo "longest pause: ${pause1} ms (one at a time), ${pause2} ms (two at a time)"
+echo "KV moved and read back bit for bit: $moved1 (one at a time), $moved2 (two at a time)"
 lm_down "$dir"
 echo "ok: redeploy"

@@ -141,11 +141,19 @@ wait_round() {
 	fail "the load stopped making progress"
 }
 wait_round
-"$LM_BIN" redeploy --url "$LM_URL" --all >"$dir/rd1.out" 2>&1 || fail "redeploy: $(cat "$dir/rd1.out")"
-wait_round
-"$LM_BIN" redeploy --url "$LM_URL" --all --batch 2 >"$dir/rd2.out" 2>&1 ||
-	fail "redeploy: $(cat "$dir/rd2.out")"
-wait_round
+moved=0 moved_bytes=0
+for args in "--all" "--all --batch 2"; do
+	# shellcheck disable=SC2086 # the arguments are words
+	"$LM_BIN" redeploy --url "$LM_URL" $args >"$dir/rd.out" 2>&1 || fail "redeploy: $(cat "$dir/rd.out")"
+	st=$(curl -sf "$LM_URL/v1/admin/redeploy")
+	moved=$((moved + $(jq '.moved_sequences' <<<"$st")))
+	moved_bytes=$((moved_bytes + $(jq '.moved_kv_bytes' <<<"$st")))
+	wait_round
+done
+# Each moved slot was read back from the new process and compared byte for byte with what the
+# old one exported (fp8, q8_0 and q5_1 rows): a redeploy that prefilled the sequences again
+# instead would move none.
+[ "$moved" -gt 0 ] || fail "the redeploys moved no sequence's KV rows"
 touch "$dir/stop"
 wait "$loader" || true
 [ ! -f "$dir/load/failed" ] || fail "requests failed across the redeploys: $(head -3 "$dir/load/failed")"
@@ -158,7 +166,8 @@ for f in "$dir"/load/*.*; do
 done
 [ "$bad" -eq 0 ] || fail "$bad of $n outputs differ from the run without speculation or redeploys"
 pause=$(curl -sf "$LM_URL/v1/admin/redeploy" | jq '.max_pause_ms')
-echo "quantized mesh: 2 redeploys of 3 workers under load (longest pause $pause ms), $n" \
+echo "quantized mesh: 2 redeploys of 3 workers under load (longest pause $pause ms;" \
+	"$moved sequences' KV moved, $moved_bytes bytes, read back bit for bit), $n" \
 	"requests identical; $(metric layermesh_spec_drafted_tokens_total) drafted," \
 	"$(metric layermesh_spec_accepted_tokens_total) accepted"
 lm_down "$dir"

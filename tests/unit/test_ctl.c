@@ -33,6 +33,7 @@ enum stub_answer {
 	ANSWER_READY,       /* READY with fingerprint `fp` (the ASSIGN is kept in `assign`) */
 	ANSWER_TRACE,       /* TRACE rows: `rows` rows of `payload` (the slot asked kept) */
 	ANSWER_TRACE_HELLO, /* a HELLO reply to anything */
+	ANSWER_KV,          /* KV_IMPORT keeps its slot in `kv`; KV_EXPORT gives `kv` back */
 };
 
 struct stub {
@@ -52,6 +53,8 @@ struct stub {
 	_Atomic uint32_t last_type;
 	struct wire_assign assign;
 	_Atomic int32_t slot_asked;
+	struct wire_kv kv; /* ANSWER_KV's one slot: payload points into kv_rows */
+	uint8_t kv_rows[64];
 	struct wire_buf out;
 	char bad[256]; /* what went wrong on the stub's thread (no asserts there), checked at the end */
 };
@@ -140,6 +143,33 @@ static void stub_build(struct stub *s, const void *body, size_t len, const struc
 				    .payload_len = sizeof s->payload};
 		if (wire_encode_kv(&s->out, WIRE_TRACE, &r) != 0)
 			stub_bad(s, "encoding TRACE");
+		break;
+	}
+	case ANSWER_KV: {
+		struct wire_limits lim = stub_limits();
+		struct wire_kv k = {0};
+		if (wire_decode_kv(body, len, &lim, &k, NULL) != 0) {
+			stub_bad(s, "decoding KV");
+			break;
+		}
+		atomic_store(&s->slot_asked, k.slot);
+		if (h->type == WIRE_KV_IMPORT) {
+			if (k.payload_len > sizeof s->kv_rows) {
+				stub_bad(s, "KV_IMPORT past the stub's room");
+				break;
+			}
+			memcpy(s->kv_rows, k.payload, k.payload_len);
+			s->kv = k;
+			s->kv.payload = s->kv_rows;
+			if (wire_encode_simple(&s->out, WIRE_KV_IMPORT, h->id, FP_MESH) != 0)
+				stub_bad(s, "encoding the KV_IMPORT ack");
+		} else {
+			struct wire_kv r = s->kv;
+			r.id = h->id;
+			r.fingerprint = FP_MESH;
+			if (wire_encode_kv(&s->out, WIRE_KV_EXPORT, &r) != 0)
+				stub_bad(s, "encoding KV_EXPORT");
+		}
 		break;
 	}
 	}
@@ -272,7 +302,8 @@ Test(ctl, an_error_reply_becomes_a_failure_with_the_workers_message, .timeout = 
 
 	d.msg[0] = '\0';
 	float rows[4] = {1, 2, 3, 4};
-	cr_expect_eq(ctl_kv_import(&c, FP_MESH, 1, 1, rows, sizeof rows, &d), LM_EBUSY);
+	struct ctl_kv_rows kr = {.len = 1, .hi = 1, .data = rows, .bytes = sizeof rows};
+	cr_expect_eq(ctl_kv_import(&c, FP_MESH, 1, &kr, &d), LM_EBUSY);
 	expect_in(d.msg, "already holds layers [0, 2)");
 	cr_expect_eq(atomic_load(&s.last_type), WIRE_KV_IMPORT);
 
@@ -419,6 +450,39 @@ Test(ctl, trace_rows_are_copied_out, .timeout = 15)
 	/* Arming only (rows NULL): nothing is copied. */
 	cr_expect_eq(ctl_trace(&c, FP_MESH, &lim, 1, NULL, NULL, NULL, &d), 0, "%s", d.msg);
 	cr_expect_eq(atomic_load(&s.slot_asked), 1);
+	ctl_close(&c);
+	stub_down(&s);
+}
+
+/* KV_IMPORT then KV_EXPORT of a slot: the length, the high-water mark (a rejected draft's rows
+ * past the length, which a redeploy must carry) and the rows cross both ways unchanged. */
+Test(ctl, kv_rows_and_their_high_water_mark_cross_both_ways, .timeout = 15)
+{
+	struct stub s;
+	struct ctl_conn c;
+	stub_up(&s, ANSWER_KV);
+	conn_open(&c);
+	struct wire_limits lim = stub_limits();
+	uint8_t rows[48];
+	for (size_t i = 0; i < sizeof rows; i++)
+		rows[i] = (uint8_t)(i * 37 + 11);
+	struct ctl_kv_rows sent = {.len = 3, .hi = 7, .data = rows, .bytes = sizeof rows};
+	lm_diag d = {{0}};
+	cr_assert_eq(ctl_kv_import(&c, FP_MESH, 2, &sent, &d), 0, "%s", d.msg);
+	cr_expect_eq(atomic_load(&s.slot_asked), 2);
+	cr_expect(s.kv.len == 3 && s.kv.hi == 7, "the worker got len %d hi %d", s.kv.len, s.kv.hi);
+	struct ctl_kv_rows back;
+	cr_assert_eq(ctl_kv_export(&c, FP_MESH, &lim, 2, &back, &d), 0, "%s", d.msg);
+	cr_expect(back.len == 3 && back.hi == 7, "exported len %d hi %d", back.len, back.hi);
+	cr_assert_eq(back.bytes, sizeof rows);
+	cr_expect_eq(memcmp(back.data, rows, sizeof rows), 0);
+	free(back.data);
+	/* Without rows past the length, hi is the length. */
+	sent.hi = 3;
+	cr_assert_eq(ctl_kv_import(&c, FP_MESH, 2, &sent, &d), 0, "%s", d.msg);
+	cr_assert_eq(ctl_kv_export(&c, FP_MESH, &lim, 2, &back, &d), 0, "%s", d.msg);
+	cr_expect(back.len == 3 && back.hi == 3, "exported len %d hi %d", back.len, back.hi);
+	free(back.data);
 	ctl_close(&c);
 	stub_down(&s);
 }
