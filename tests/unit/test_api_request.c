@@ -782,3 +782,56 @@ Test(api_request, chat_renders_tokenizes_and_stops)
 	tok_free(v);
 	gguf_close(f);
 }
+
+/* The end-of-turn tokens a chat stops on, for each family whose vocabulary ../shared carries:
+ * each is the vocabulary's own token of that text (checked by its text, not by the lookup
+ * that found it), a control token, and one the vocabulary lacks is left out. */
+Test(api_request, chat_stops_on_each_familys_end_of_turn_tokens)
+{
+	static const struct {
+		const char *vocab;
+		enum chat_format fmt;
+		const char *stops[3];
+	} cases[] = {
+		{"gemma-4", CHAT_GEMMA4, {"<turn|>"}},
+		{"qwen2", CHAT_QWEN25, {"<|im_end|>"}},
+		/* Llama 3.0's vocabulary has no <|eom_id|> (3.1's tool-call end). */
+		{"llama-bpe", CHAT_LLAMA31, {"<|eot_id|>"}},
+		{"phi-3", CHAT_PHI3, {"<|end|>", "<|endoftext|>"}},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s/tokenizer/ggml-vocab-%s.gguf", getenv("LM_SHARED"),
+			 cases[c].vocab);
+		gguf_file *f;
+		tok_vocab *v;
+		lm_diag d = {{0}};
+		cr_assert_eq(gguf_open(path, &f, &d), 0, "%s", d.msg);
+		cr_assert_eq(tok_load(f, &v, &d), 0, "%s", d.msg);
+		const struct api_limits l = {
+			.max_seq = 512, .max_token_bytes = 64, .chat = cases[c].fmt};
+		struct api_request r;
+		struct api_error err;
+		const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}";
+		cr_assert_eq(chat_parse(&l, v, body, &r, &err), 0, "%s: %s", cases[c].vocab,
+			     err.message);
+		int want = 0;
+		while (want < 3 && cases[c].stops[want] != NULL)
+			want++;
+		cr_assert_eq(r.n_stop_ids, want, "%s: %d stop ids", cases[c].vocab, r.n_stop_ids);
+		for (int i = 0; i < want; i++) {
+			size_t n = 0;
+			const char *t = tok_text(v, r.stop_ids[i], &n);
+			cr_expect(t != NULL && n == strlen(cases[c].stops[i]) &&
+					  memcmp(t, cases[c].stops[i], n) == 0,
+				  "%s: stop %d is id %d, '%.*s', not %s", cases[c].vocab, i,
+				  r.stop_ids[i], (int)n, t != NULL ? t : "", cases[c].stops[i]);
+			cr_expect(tok_attr(v, r.stop_ids[i]) & TOK_ATTR_CONTROL,
+				  "%s: %s is not a control token", cases[c].vocab,
+				  cases[c].stops[i]);
+		}
+		api_request_fini(&r);
+		tok_free(v);
+		gguf_close(f);
+	}
+}
