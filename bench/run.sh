@@ -585,7 +585,11 @@ CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)
 FLAGS=$(sed -n 's/^flags[^:]*: //p' /proc/cpuinfo | head -n 1 | tr ' ' '\n' |
 	grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avx512vbmi|gfni|amx_tile|amx_int8|amx_bf16' |
 	tr '\n' ' ' | sed 's/ $//')
-CPU="$CPU [$FLAGS]"
+# The family and model name the microarchitecture where the model name does not ("AMD EPYC"
+# in these VMs: family 25 is Zen 3 and Zen 4, family 26 Zen 5).
+FAMILY=$(sed -n 's/^cpu family[^:]*: //p' /proc/cpuinfo | head -n 1)
+MODEL=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+CPU="$CPU (family $FAMILY model $MODEL) [$FLAGS]"
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
