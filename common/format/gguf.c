@@ -40,14 +40,25 @@ struct gguf_arena_block {
 	max_align_t data[];
 };
 
-static void *gguf_arena_alloc(struct gguf_arena_block **head, size_t n)
+/* Blocks are 1 MiB, but the first of a small file's: every string and array entry the reader
+ * copies takes at most 4 times its bytes in the file here (an empty string is 8 bytes there,
+ * and a pointer, a length and a 16-byte slot here), so a file of a few KiB is not given a
+ * megabyte (which a sanitizer build maps afresh for each), and a large one gets the blocks it
+ * always got. */
+#define GGUF_ARENA_BLOCK (1u << 20)
+
+static void *gguf_arena_alloc(struct gguf_arena_block **head, size_t n, uint64_t file_size)
 {
 	struct gguf_arena_block *b = *head;
 	n = (n + 15) & ~(size_t)15;
 	if (n == 0)
 		n = 16;
 	if (b == NULL || b->cap - b->used < n) {
-		size_t cap = n > (1u << 20) ? n : (1u << 20);
+		size_t cap = GGUF_ARENA_BLOCK;
+		if (b == NULL && file_size < GGUF_ARENA_BLOCK / 4)
+			cap = (size_t)file_size * 4 + 4096;
+		if (cap < n)
+			cap = n;
 		b = malloc(sizeof *b + cap);
 		if (b == NULL)
 			return NULL;
@@ -198,7 +209,7 @@ static int gguf_read_str(struct gguf_cur *c, const char **out, uint64_t *out_len
 			       (unsigned long long)max);
 	if ((rc = gguf_need(c, len, what)) != 0)
 		return rc;
-	char *s = gguf_arena_alloc(&c->f->arena, len + 1);
+	char *s = gguf_arena_alloc(&c->f->arena, len + 1, c->f->file_size);
 	if (s == NULL)
 		return lm_fail(c->d, LM_ENOMEM, "offset %llu: %s: out of memory for %llu bytes",
 			       (unsigned long long)at, what, (unsigned long long)len);
@@ -365,8 +376,9 @@ static int gguf_read_arr(struct gguf_cur *c, struct gguf_arr *a, int depth, cons
 				"offset %llu: %s: array of %llu strings runs past the end of "
 				"the file",
 				(unsigned long long)at, key, (unsigned long long)n);
-		const char **strs = gguf_arena_alloc(&c->f->arena, n * sizeof *strs);
-		uint64_t *lens = gguf_arena_alloc(&c->f->arena, n * sizeof *lens);
+		const char **strs =
+			gguf_arena_alloc(&c->f->arena, n * sizeof *strs, c->f->file_size);
+		uint64_t *lens = gguf_arena_alloc(&c->f->arena, n * sizeof *lens, c->f->file_size);
 		if (strs == NULL || lens == NULL)
 			return lm_fail(c->d, LM_ENOMEM, "%s: out of memory for %llu strings", key,
 				       (unsigned long long)n);
@@ -383,7 +395,7 @@ static int gguf_read_arr(struct gguf_cur *c, struct gguf_arr *a, int depth, cons
 			c->d, LM_EFORMAT,
 			"offset %llu: %s: array of %llu arrays runs past the end of the file",
 			(unsigned long long)at, key, (unsigned long long)n);
-	struct gguf_arr *arrs = gguf_arena_alloc(&c->f->arena, n * sizeof *arrs);
+	struct gguf_arr *arrs = gguf_arena_alloc(&c->f->arena, n * sizeof *arrs, c->f->file_size);
 	if (arrs == NULL)
 		return lm_fail(c->d, LM_ENOMEM, "%s: out of memory for %llu arrays", key,
 			       (unsigned long long)n);
