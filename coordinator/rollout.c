@@ -448,14 +448,17 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 	msg = NULL;
 	wire_buf_fini(&b);
 	free(payload);
+	/* Its output arrives at the sink: hidden rows, or the last stage's token. The push stays
+	 * open until then: a send is done when a pipe has taken the message, not when it is on
+	 * the wire, and closing the socket aborts a write still in progress (over tls+tcp, on a
+	 * loaded machine, the candidate then never sees the input). */
+	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
+		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
+			     nng_strerror(rv));
 	/* Bounded: the candidate may be dying with the message half taken (see transport.h). */
 	if (lm_close_bounded(push, LM_CLOSE_MS) != 0)
 		lm_warn("redeploy: closing the smoke socket to %s took over %d ms", c->at.data,
 			LM_CLOSE_MS);
-	/* Its output arrives at the sink: hidden rows, or the last stage's token. */
-	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
-		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
-			     nng_strerror(rv));
 	if (rc == 0 && c->j == mesh_n_workers(m) - 1) {
 		struct wire_scratch s;
 		struct wire_tokens t;
