@@ -23,6 +23,7 @@
 #include "common/base/clock.h"
 #include "common/base/utf8.h"
 #include "coordinator/api_impl.h"
+#include "coordinator/api_json.h"
 
 struct api_call {
 	struct api *api;
@@ -184,7 +185,7 @@ static cJSON *api_head(const struct api_call *c, const char *object)
 	cJSON_AddNumberToObject(o, "created", (double)c->created);
 	cJSON_AddStringToObject(o, "model", c->api->cfg.model_name);
 	cJSON_AddStringToObject(o, "system_fingerprint", c->api->system_fingerprint);
-	cJSON_AddNumberToObject(o, "seed", (double)c->req.sampling.seed);
+	api_json_add_u64(o, "seed", c->req.sampling.seed);
 	return o;
 }
 

@@ -6,6 +6,7 @@
  */
 #include "coordinator/api_json.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -396,4 +397,11 @@ cJSON *api_json_parse(const char *text, size_t len, char *why, size_t cap)
 size_t api_json_len(const cJSON *item)
 {
 	return cJSON_IsString(item) && item->valueint > 0 ? (size_t)item->valueint : 0;
+}
+
+cJSON *api_json_add_u64(cJSON *o, const char *name, uint64_t v)
+{
+	char digits[24];
+	snprintf(digits, sizeof digits, "%" PRIu64, v);
+	return cJSON_AddRawToObject(o, name, digits);
 }

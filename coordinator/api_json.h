@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define API_JSON_MAX_DEPTH 64
 
@@ -27,5 +28,11 @@ cJSON *api_json_parse(const char *text, size_t len, char *why, size_t cap);
  * made otherwise is not known here, so only pass items of api_json_parse's trees. 0 for
  * anything but a string. */
 size_t api_json_len(const cJSON *item);
+
+/* Adds an unsigned integer to an object exactly, as its decimal digits; the item, or NULL when
+ * out of memory. cJSON writes a number with 15 significant digits wherever a relative
+ * comparison lets it, which turns a 16-digit seed into another one, and a seed is reported so
+ * that it can be sent back. */
+cJSON *api_json_add_u64(cJSON *o, const char *name, uint64_t v);
 
 #endif

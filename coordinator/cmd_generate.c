@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/api_json.h"
 #include "coordinator/cli.h"
 #include "coordinator/cmds.h"
 #include "coordinator/http_client.h"
@@ -140,7 +141,7 @@ int cmd_generate(int argc, char **argv)
 	cJSON_AddNumberToObject(req, "top_k", g.sampling.top_k);
 	cJSON_AddNumberToObject(req, "top_p", g.sampling.top_p);
 	cJSON_AddNumberToObject(req, "min_p", g.sampling.min_p);
-	cJSON_AddNumberToObject(req, "seed", (double)g.sampling.seed);
+	api_json_add_u64(req, "seed", g.sampling.seed);
 	cJSON_AddBoolToObject(req, "stream", !g.print_ids);
 	cJSON_AddBoolToObject(req, "return_token_ids", g.print_ids);
 	char *body = cJSON_PrintUnformatted(req);

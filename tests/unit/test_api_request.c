@@ -12,6 +12,7 @@
 #include "common/format/gguf.h"
 #include "common/wire/httpd.h"
 #include "common/tok/tokenizer.h"
+#include "coordinator/api_json.h"
 #include "coordinator/api_request.h"
 #include "tests/support/gguf_samples.h"
 
@@ -833,5 +834,30 @@ Test(api_request, chat_stops_on_each_familys_end_of_turn_tokens)
 		api_request_fini(&r);
 		tok_free(v);
 		gguf_close(f);
+	}
+}
+
+/* A reported seed is written digit for digit, so that sending it back repeats the text: cJSON's
+ * own number writer gives 15 significant digits where it can, and 7439697383528243 came out as
+ * 7.43969738352824e+15, another seed. */
+Test(api_request, seeds_are_written_exactly)
+{
+	static const uint64_t seeds[] = {0, 1, 7439697383528243ull, 6167191181566931ull,
+					 (1ull << 53) - 1};
+	for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+		cJSON *o = cJSON_CreateObject();
+		cr_assert_not_null(api_json_add_u64(o, "seed", seeds[i]));
+		char *text = cJSON_PrintUnformatted(o);
+		char want[64];
+		snprintf(want, sizeof want, "{\"seed\":%llu}", (unsigned long long)seeds[i]);
+		cr_expect_str_eq(text, want);
+		/* And the request reader takes it back as the same seed. */
+		char why[128];
+		cJSON *back = api_json_parse(text, strlen(text), why, sizeof why);
+		cr_assert_not_null(back, "%s", why);
+		cr_expect_eq((uint64_t)cJSON_GetObjectItem(back, "seed")->valuedouble, seeds[i]);
+		cJSON_Delete(back);
+		cJSON_free(text);
+		cJSON_Delete(o);
 	}
 }
