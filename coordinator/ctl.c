@@ -18,6 +18,9 @@
 #define CTL_DATA_MS  30000
 /* How long a reopen waits for the old socket's close (see ctl_reopen). */
 #define CTL_REOPEN_CLOSE_MS 100
+/* ctl_hello_wait's first try, and its longest. */
+#define CTL_HELLO_TRY_MS     250
+#define CTL_HELLO_TRY_MAX_MS 4000
 
 int ctl_open(struct ctl_conn *c, const char *name, const char *addr, lm_diag *d)
 {
@@ -153,22 +156,38 @@ int ctl_hello_wait(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *
 		   int timeout_ms, bool (*alive)(void *arg), void *arg, lm_diag *d)
 {
 	int64_t deadline = lm_now_ms() + timeout_ms;
+	/* Each try waits twice as long as the last, up to CTL_HELLO_TRY_MAX_MS: a worker that
+	 * starts quickly is found within a quarter second, and on a machine so loaded that one
+	 * exchange takes longer than that (tens of processes on two CPUs) the tries still get
+	 * through, where fixed short tries would each give up before their answer came. */
+	int try_ms = CTL_HELLO_TRY_MS, tries = 0;
 	for (;;) {
 		if (alive != NULL && !alive(arg))
 			return lm_fail(d, LM_EUNAVAILABLE, "worker %s exited during start-up",
 				       c->name);
-		int rc = ctl_hello(c, fingerprint, hello, 250, d);
+		int64_t left = deadline - lm_now_ms();
+		int wait = left < try_ms ? (left > CTL_HELLO_TRY_MS ? (int)left : CTL_HELLO_TRY_MS)
+					 : try_ms;
+		int rc = ctl_hello(c, fingerprint, hello, wait, d);
+		tries++;
 		/* An answer that is wrong will not get better: only silence is retried. */
 		if (rc != LM_ETIMEOUT && rc != LM_EIO)
 			return rc;
-		if (lm_now_ms() >= deadline)
+		if (lm_now_ms() >= deadline) {
+			char last[sizeof d->msg];
+			memcpy(last, d->msg, sizeof last);
+			last[sizeof last - 1] = '\0';
 			return lm_fail(d, LM_ETIMEOUT,
-				       "worker %s did not answer at %s within %d s%s", c->name,
-				       c->addr, timeout_ms / 1000,
+				       "worker %s did not answer at %s within %d s (%d tries, the "
+				       "last: %s)%s",
+				       c->name, c->addr, timeout_ms / 1000, tries, last,
 				       lm_url_is_tls(c->addr)
 					       ? " (not listening, or one side refused the other's "
 						 "certificate)"
 					       : "");
+		}
+		if (try_ms < CTL_HELLO_TRY_MAX_MS)
+			try_ms *= 2;
 	}
 }
 
