@@ -34,6 +34,7 @@
 #include "common/plan/fence.h"
 #include "common/tok/tokenizer.h"
 #include "common/wire/link.h"
+#include "common/wire/listen_guard.h"
 #include "common/wire/transport.h"
 #include "coordinator/api.h"
 #include "coordinator/keeper.h"
@@ -125,7 +126,8 @@ struct mesh {
 	struct lm_link head; /* push's dial to the first worker; a redeploy of it re-points it */
 	bool push_open, pull_open;
 	bool pull_listening; /* data_in is ours: its socket file may be cleaned up at the end */
-	struct sched *sched; /* under mu: set once, when the mesh starts serving */
+	struct lm_listen_guard pull_guard; /* keeps data_in accepting */
+	struct sched *sched;               /* under mu: set once, when the mesh starts serving */
 	struct api *api;
 	struct rollouts ro; /* its own lock */
 
@@ -1129,7 +1131,8 @@ static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
 	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
 	/* A stale data_in socket from a coordinator that was killed is replaced by lm_listen,
 	 * which says so; one that a running process listens on is refused, never removed. */
-	if ((rc = lm_listen(m->pull, data_in, &m->tls, NULL, d)) != 0)
+	if ((rc = lm_listen_guarded(&m->pull_guard, m->pull, data_in, &m->tls, nng_push0_open,
+				    "data_in", d)) != 0)
 		return rc;
 	m->pull_listening = true;
 	/* What comes back is TOKENS, RELEASE and ERROR: bounded by the slots and the logprobs. */
@@ -1140,6 +1143,14 @@ static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
 				   .max_logprobs = WIRE_MAX_LOGPROBS};
 	nng_socket_set_size(m->pull, NNG_OPT_RECVMAXSZ, wire_max_data_message(&back));
 	return 0;
+}
+
+/* Bounded: a close NNG cannot finish must not keep a stopped coordinator alive. */
+static void mesh_close_data_in(struct mesh *m)
+{
+	lm_listen_guard_stop(&m->pull_guard);
+	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
+		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 }
 
 static void mesh_close_walk(uv_handle_t *h, void *arg)
@@ -1266,8 +1277,7 @@ early:
 		lm_warn("closing the data ring's first socket took over 2 s; exiting anyway");
 	else
 		lm_link_fini(&m->head); /* its pipe callbacks are done (not so after a timeout) */
-	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
-		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
+	mesh_close_data_in(m);
 	/* What the workers left behind (a killed one cannot remove its sockets), and only that:
 	 * a socket that a live process still listens on is another's and stays. */
 	for (int32_t i = 0; m->procs != NULL && i < m->n_procs; i++) {

@@ -6,6 +6,7 @@
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@
 #include "common/base/log.h"
 #include "common/base/metrics.h"
 #include "common/wire/link.h"
+#include "common/wire/listen_guard.h"
 #include "common/wire/transport.h"
 #include "lm_config.h"
 #include "worker/health.h"
@@ -38,6 +40,7 @@ struct worker {
 	bool assigned;      /* under mu */
 	struct stage st;    /* under mu */
 	nng_socket ctl, pull, push;
+	struct lm_listen_guard ctl_guard, pull_guard; /* keep ctl and pull accepting */
 	bool push_open;
 	struct lm_link next; /* push's dial to the successor; re-pointed by REPOINT */
 	pthread_t data_thread;
@@ -645,11 +648,11 @@ static bool worker_plain_beyond_loopback(const char *addr)
 	       strncmp(h, "[::1]:", 6) != 0;
 }
 
-static int worker_listen(const struct worker_opts *o, nng_socket s, const char *addr,
-			 const char *what)
+static int worker_listen(const struct worker_opts *o, struct lm_listen_guard *g, nng_socket s,
+			 const char *addr, int (*peer_open)(nng_socket *), const char *what)
 {
 	lm_diag d = {{0}};
-	int rc = lm_listen(s, addr, &o->tls, NULL, &d);
+	int rc = lm_listen_guarded(g, s, addr, &o->tls, peer_open, what, &d);
 	if (rc != 0)
 		lm_error("%s: %s", what, lm_diag_str(&d, rc));
 	return rc;
@@ -683,8 +686,8 @@ int worker_run(const struct worker_opts *o)
 	nng_socket_set_ms(w.ctl, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
 	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED);
 	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED);
-	if (worker_listen(o, w.ctl, o->control, "control") != 0 ||
-	    worker_listen(o, w.pull, o->data, "data") != 0)
+	if (worker_listen(o, &w.ctl_guard, w.ctl, o->control, nng_req0_open, "control") != 0 ||
+	    worker_listen(o, &w.pull_guard, w.pull, o->data, nng_push0_open, "data") != 0)
 		goto out;
 	if (recvq_init(&w.rq, w.pull) != 0) {
 		lm_error("cannot start receiving on the data socket");
@@ -731,6 +734,8 @@ int worker_run(const struct worker_opts *o)
 	lm_info("stopping");
 out:
 	worker_stop = 1;
+	lm_listen_guard_stop(&w.ctl_guard);
+	lm_listen_guard_stop(&w.pull_guard);
 	nng_close(w.ctl);
 	nng_close(w.pull);
 	if (w.data_started)

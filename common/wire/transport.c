@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <nng/supplemental/tls/tls.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +21,8 @@
 #define TRANSPORT_PEM_MAX (1 << 20)
 /* An ipc:// path fits sockaddr_un's 108 bytes; its directory name fits this. */
 #define PATH_MAX_IPC 256
+/* How long the stale check waits for a live listener's handshake header (lm_ipc_clear_stale). */
+#define TRANSPORT_STALE_WAIT_MS 250
 
 bool lm_url_is_tls(const char *url)
 {
@@ -121,6 +124,15 @@ int lm_ipc_clear_stale(const char *url, bool *removed, lm_diag *d)
 	if (fd < 0)
 		return lm_fail(d, LM_EOS, "socket: %s", strerror(errno));
 	int r = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
+	if (r == 0) {
+		/* Someone listens. Let its SP handshake get as far as its own header before this
+		 * end closes: NNG 1.5.2 stops a listener for good whose header write meets a peer
+		 * that has gone (listen_guard.h). */
+		char head[8];
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (poll(&pfd, 1, TRANSPORT_STALE_WAIT_MS) == 1)
+			(void)!recv(fd, head, sizeof head, MSG_WAITALL | MSG_DONTWAIT);
+	}
 	close(fd);
 	if (r == 0 || (e != ECONNREFUSED && e != ENOENT))
 		return lm_fail(d, LM_EBUSY,

@@ -11,7 +11,10 @@
 #      the same counter, and the replays per worker;
 #   5. a SIGKILLed coordinator leaves its data_in socket: the next `up` removes it, says so,
 #      and serves; a second mesh configured onto a running mesh's data_in is refused and the
-#      running mesh keeps its socket and serves on.
+#      running mesh keeps its socket and serves on;
+#   6. a peer that connects to a worker and is gone before the worker answers its handshake
+#      (NNG 1.5.2 then stops accepting there for good): the worker's listener guard listens
+#      again, and a w0 restarted afterwards reaches it, with the same answers as before.
 source "$(dirname "$0")/lib.sh"
 
 model="$LM_SHARED/models/stories260K.gguf"
@@ -136,5 +139,34 @@ grep -q "in use" "$other/up.log" || fail "the refusal does not say why: $(tail -
 "$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 16 --temp 0 --timeout 30 >/dev/null ||
 	fail "the running mesh stopped serving"
 echo "a second mesh on the same data_in: $(grep -m1 'in use' "$other/up.log")"
+
+# ---------------------------------------------------------------- 6. a handshake cut short
+# The connections are made and closed while w1 is stopped, so its listeners meet a peer that
+# has gone when they write their half of the handshake: the write fails with EPIPE.
+want=$("$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 16 --temp 0 --ids --timeout 30) ||
+	fail "no answer before the cut handshakes"
+pid=$(worker_pid w1 "$dir")
+kill -STOP "$pid"
+python3 - "$dir/w1.ctl" "$dir/w1.data" <<'PY' || { kill -CONT "$pid"; fail "cannot connect to w1"; }
+import socket, sys
+for path in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.close()
+PY
+kill -CONT "$pid"
+relistened() { grep -c "listener at ipc://$dir/w1\.\(ctl\|data\) stopped accepting" "$dir/up2.log"; }
+for ((i = 0; i < 200; i++)); do
+	[ "$(relistened)" -lt 2 ] || break
+	sleep 0.1
+done
+[ "$(relistened)" -ge 2 ] || fail "w1 did not listen again after the cut handshakes (log: $(relistened))"
+kill -KILL "$(worker_pid w0 "$dir")"
+lm_ready_wait "$LM_URL" 30 >/dev/null || fail "not ready after w0's restart"
+got=$("$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 16 --temp 0 --ids --timeout 30) ||
+	fail "no answer after w0's restart"
+[ "$got" = "$want" ] || fail "after the cut handshakes the mesh answers $got instead of $want"
+echo "cut handshakes: w1's control and data listeners listened again; a restarted w0 reached" \
+	"w1 and the mesh answers the same"
 lm_down "$dir"
 echo "ok: dataplane"
