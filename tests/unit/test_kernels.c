@@ -240,7 +240,7 @@ Test(kernels, matmul_quantizes_activations_first)
 /* n tokens in one call equal n single-token calls, bit for bit, in every kernel set: a token's
  * result does not depend on the batch it rides in. Where the set has a multi-token GEMM for the
  * type, the batch is compared with the generic kernels instead (which it equals bit for bit, see
- * gemm_equals_generic_bit_for_bit), since a single token takes the one-token kernel. */
+ * quantized_matmul_equals_generic_bit_for_bit), since a single token takes the one-token kernel. */
 Test(kernels, batched_matmul_equals_single_calls)
 {
 	struct test_rng r = {13};
@@ -428,7 +428,7 @@ Test(kernels, quantized_matmul_equals_generic_bit_for_bit)
  * scalar kernels (within rounding). Where the set's GEMM takes a two-token batch (amx), the batch is computed by
  * the avx512 set instead: amx is avx512 plus the GEMMs, so its row kernels are the ones the
  * one-token kernel must equal, and the GEMM follows the generic order (see
- * gemm_equals_generic_bit_for_bit). The weights are allocated to the byte, so a read past the
+ * quantized_matmul_equals_generic_bit_for_bit). The weights are allocated to the byte, so a read past the
  * matrix shows under ASan. */
 Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
 {
