@@ -700,3 +700,44 @@ Test(mesh_config, api_keys)
 		       "is not an origin (scheme://host[:port], no path, e.g. "
 		       "\"https://app.example:8443\")");
 }
+
+/* The hosts that plain tcp:// reaches beyond this one, which `plan` warns about: tls+tcp://,
+ * ipc:// and loopback never count as plain; the workers' hosts are counted once each, this one
+ * (loopback and ipc://) included. */
+Test(mesh_config, plain_hosts_beyond_loopback)
+{
+	static const char text[] = MODEL
+		"[coordinator]\ndata_in = \"tcp://127.0.0.1:7000\"\n"
+		"[tls]\nca_file = \"ca.pem\"\ncert_file = \"mesh.pem\"\nkey_file = \"mesh.key\"\n"
+		"[[worker]]\nname = \"a\"\ndata = \"tcp://10.0.0.1:7001\"\n"
+		"control = \"tcp://10.0.0.1:7002\"\nhttp = \"127.0.0.1:9000\"\n"
+		"memory_limit = \"8MiB\"\n"
+		"[[worker]]\nname = \"b\"\ndata = \"tls+tcp://10.0.0.2:7001\"\n"
+		"control = \"tls+tcp://10.0.0.2:7002\"\nhttp = \"127.0.0.1:9001\"\n"
+		"memory_limit = \"8MiB\"\n"
+		"[[worker]]\nname = \"c\"\ndata = \"ipc:///tmp/c.data\"\n"
+		"control = \"tcp://localhost:7003\"\nhttp = \"127.0.0.1:9002\"\n"
+		"memory_limit = \"8MiB\"\n"
+		"[[worker]]\nname = \"d\"\ndata = \"tcp://10.0.0.3:7001\"\n"
+		"control = \"tcp://10.0.0.3:7002\"\nhttp = \"127.0.0.1:9003\"\n"
+		"memory_limit = \"8MiB\"\n";
+	struct mesh_config cfg;
+	lm_diag d = {{0}};
+	cr_assert_eq(parse(&cfg, text, &d), 0, "%s", d.msg);
+	char hosts[64];
+	int32_t workers = -1;
+	cr_expect_eq(mesh_config_plain_hosts(&cfg, hosts, sizeof hosts, &workers), 2);
+	cr_expect_str_eq(hosts, "10.0.0.1, 10.0.0.3");
+	cr_expect_eq(workers, 4, "10.0.0.1, 10.0.0.2, 10.0.0.3 and this host: %d", workers);
+	char small[6];
+	cr_expect_eq(mesh_config_plain_hosts(&cfg, small, sizeof small, NULL), 2);
+	cr_expect_eq(strlen(small), sizeof small - 1, "cut to fit, terminated: '%s'", small);
+	mesh_config_fini(&cfg);
+
+	cr_assert_eq(parse(&cfg, MODEL COORD WORKER("a", "9000") WORKER("b", "9001"), &d), 0, "%s",
+		     d.msg);
+	cr_expect_eq(mesh_config_plain_hosts(&cfg, hosts, sizeof hosts, &workers), 0);
+	cr_expect_str_eq(hosts, "");
+	cr_expect_eq(workers, 1);
+	mesh_config_fini(&cfg);
+}
