@@ -120,11 +120,6 @@ static struct httpd_conn *httpd_conn_of(nng_aio *aio)
 	return nng_aio_get_input(aio, 0);
 }
 
-static int64_t httpd_now_ms(void)
-{
-	return (int64_t)(lm_now_ns() / 1000000);
-}
-
 static void httpd_count_status(struct httpd *s, uint16_t status)
 {
 	int i = 0;
@@ -691,7 +686,7 @@ static bool conn_advance(struct httpd_conn *c)
 			return true;
 		}
 		c->state = C_HEAD;
-		c->deadline_ms = httpd_now_ms() + c->srv->lim.read_timeout_ms;
+		c->deadline_ms = lm_now_ms() + c->srv->lim.read_timeout_ms;
 	}
 	if (c->state == C_HEAD) {
 		int rc = conn_head_in(c);
@@ -883,7 +878,7 @@ static void httpd_sweep_cb(void *arg)
 	struct httpd *s = arg;
 	if (nng_aio_result(s->sweep) == NNG_ECANCELED)
 		return;
-	int64_t now = httpd_now_ms();
+	int64_t now = lm_now_ms();
 	pthread_mutex_lock(&s->mu);
 	if (s->stopping) {
 		pthread_mutex_unlock(&s->mu);
