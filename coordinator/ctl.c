@@ -60,9 +60,9 @@ void ctl_close(struct ctl_conn *c)
 {
 	if (c != NULL && c->open) {
 		if (lm_close_bounded(c->s, LM_CLOSE_MS) != 0)
-			lm_warn("worker %s: closing the control connection took over %d ms; it "
-				"goes on in the background",
-				c->name, LM_CLOSE_MS);
+			lm_warn("worker %s: closing the control connection did not finish in "
+				"time; it goes on in the background",
+				c->name);
 		c->open = false;
 	}
 }

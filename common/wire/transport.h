@@ -51,7 +51,10 @@ int lm_dial(nng_socket s, const char *url, const struct lm_tls *tls, nng_dialer 
  * nanomsg/nng#648 and #1543); then the close goes on in a detached thread, this returns
  * LM_ETIMEOUT and the socket is left to the process's exit. 0 once closed. */
 int lm_close_bounded(nng_socket s, int timeout_ms);
-/* The bound the mesh's processes give a close. */
-#define LM_CLOSE_MS 2000
+/* The bound the mesh's processes give a close. Once a close has run past its bound, NNG's
+ * reaper is taken for stuck and later closes wait at most LM_CLOSE_STUCK_MS, until one
+ * finishes again. */
+#define LM_CLOSE_MS       2000
+#define LM_CLOSE_STUCK_MS 100
 
 #endif
