@@ -34,7 +34,6 @@
 #include "common/plan/fence.h"
 #include "common/tok/tokenizer.h"
 #include "common/wire/link.h"
-#include "common/wire/listen_guard.h"
 #include "common/wire/transport.h"
 #include "coordinator/api.h"
 #include "coordinator/keeper.h"
@@ -126,8 +125,7 @@ struct mesh {
 	struct lm_link head; /* push's dial to the first worker; a redeploy of it re-points it */
 	bool push_open, pull_open;
 	bool pull_listening; /* data_in is ours: its socket file may be cleaned up at the end */
-	struct lm_listen_guard pull_guard; /* keeps data_in accepting */
-	struct sched *sched;               /* under mu: set once, when the mesh starts serving */
+	struct sched *sched; /* under mu: set once, when the mesh starts serving */
 	struct api *api;
 	struct rollouts ro; /* its own lock */
 
@@ -1131,8 +1129,10 @@ static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
 	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
 	/* A stale data_in socket from a coordinator that was killed is replaced by lm_listen,
 	 * which says so; one that a running process listens on is refused, never removed. */
-	if ((rc = lm_listen_guarded(&m->pull_guard, m->pull, data_in, &m->tls, nng_push0_open,
-				    "data_in", d)) != 0)
+	/* Not guarded (listen_guard.h): a probe of the coordinator's own data_in left NNG's reaper
+	 * stuck in a 60-worker mesh under ASan. What stopped it before, the stale-socket check of
+	 * a second `up`, no longer cuts a handshake (lm_ipc_clear_stale). */
+	if ((rc = lm_listen(m->pull, data_in, &m->tls, NULL, d)) != 0)
 		return rc;
 	m->pull_listening = true;
 	/* What comes back is TOKENS, RELEASE and ERROR: bounded by the slots and the logprobs. */
@@ -1148,7 +1148,6 @@ static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
 /* Bounded: a close NNG cannot finish must not keep a stopped coordinator alive. */
 static void mesh_close_data_in(struct mesh *m)
 {
-	lm_listen_guard_stop(&m->pull_guard);
 	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
 		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 }

@@ -6,7 +6,6 @@
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <nng/protocol/reqrep0/rep.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -649,10 +648,10 @@ static bool worker_plain_beyond_loopback(const char *addr)
 }
 
 static int worker_listen(const struct worker_opts *o, struct lm_listen_guard *g, nng_socket s,
-			 const char *addr, int (*peer_open)(nng_socket *), const char *what)
+			 const char *addr, uint16_t peer_proto, const char *what)
 {
 	lm_diag d = {{0}};
-	int rc = lm_listen_guarded(g, s, addr, &o->tls, peer_open, what, &d);
+	int rc = lm_listen_guarded(g, s, addr, &o->tls, peer_proto, what, &d);
 	if (rc != 0)
 		lm_error("%s: %s", what, lm_diag_str(&d, rc));
 	return rc;
@@ -686,8 +685,8 @@ int worker_run(const struct worker_opts *o)
 	nng_socket_set_ms(w.ctl, NNG_OPT_RECVTIMEO, WORKER_POLL_MS);
 	nng_socket_set_size(w.pull, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED);
 	nng_socket_set_size(w.ctl, NNG_OPT_RECVMAXSZ, WORKER_RECV_UNASSIGNED);
-	if (worker_listen(o, &w.ctl_guard, w.ctl, o->control, nng_req0_open, "control") != 0 ||
-	    worker_listen(o, &w.pull_guard, w.pull, o->data, nng_push0_open, "data") != 0)
+	if (worker_listen(o, &w.ctl_guard, w.ctl, o->control, LM_SP_REQ0, "control") != 0 ||
+	    worker_listen(o, &w.pull_guard, w.pull, o->data, LM_SP_PUSH0, "data") != 0)
 		goto out;
 	if (recvq_init(&w.rq, w.pull) != 0) {
 		lm_error("cannot start receiving on the data socket");

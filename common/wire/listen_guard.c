@@ -1,8 +1,14 @@
 /* listen_guard.c — a listener that keeps accepting. See listen_guard.h. */
 #include "common/wire/listen_guard.h"
 
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "common/base/clock.h"
 #include "common/base/log.h"
@@ -38,43 +44,117 @@ static uint64_t guard_stat(nng_listener l, const char *name)
 	return n;
 }
 
-static void guard_probe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+/* A plain stream connection to url (ipc:// or tcp://, whose host may be a name), made within
+ * LM_LISTEN_PROBE_MS; -1 when it cannot be made. An address of every interface is the local
+ * host to connect(2) on Linux. */
+static int guard_connect(const char *url)
 {
-	(void)p;
-	(void)ev;
-	atomic_store(&((struct lm_listen_guard *)arg)->probe_up, true);
+	struct sockaddr_storage ss;
+	socklen_t len = 0;
+	memset(&ss, 0, sizeof ss);
+	if (strncmp(url, "ipc://", 6) == 0) {
+		struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+		if (strlen(url + 6) >= sizeof un->sun_path)
+			return -1;
+		un->sun_family = AF_UNIX;
+		strcpy(un->sun_path, url + 6);
+		len = sizeof *un;
+	} else if (strncmp(url, "tcp://", 6) == 0) {
+		char host[256];
+		const char *h = url + 6, *colon = strrchr(h, ':');
+		if (colon == NULL || (size_t)(colon - h) >= sizeof host)
+			return -1;
+		if (h[0] == '[' && colon > h + 1 && colon[-1] == ']')
+			snprintf(host, sizeof host, "%.*s", (int)(colon - h - 2), h + 1);
+		else
+			snprintf(host, sizeof host, "%.*s", (int)(colon - h), h);
+		struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+		if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0 || ai == NULL)
+			return -1;
+		if (ai->ai_addrlen <= sizeof ss) {
+			memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+			len = ai->ai_addrlen;
+		}
+		freeaddrinfo(ai);
+		if (len == 0)
+			return -1;
+	} else {
+		return -1;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&ss, len) != 0) {
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		int err = 0;
+		socklen_t el = sizeof err;
+		if (errno != EINPROGRESS || poll(&pfd, 1, LM_LISTEN_PROBE_MS) != 1 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
+			close(fd);
+			return -1;
+		}
+	}
+	return fd;
 }
 
-/* Whether the listener still accepts: a probe socket dials it, and once the probe's pipe is up
- * (the transport's handshake is done, which NNG goes on doing for a stopped listener) the
- * listener must count one more accepted connection. The probe closes only once connected, or
- * once given up: one that answers never leaves in the middle of a handshake. */
-static bool guard_answers(struct lm_listen_guard *g, nng_listener l)
+/* Reads or writes all n bytes within LM_LISTEN_PROBE_MS; whether it did. */
+static bool guard_io(int fd, void *buf, size_t n, bool out)
 {
-	nng_socket p;
-	lm_diag d = {{0}};
-	if (g->peer_open(&p) != 0)
-		return true; /* cannot tell: leave the listener be */
+	int64_t until = lm_now_ms() + LM_LISTEN_PROBE_MS;
+	size_t done = 0;
+	while (done < n) {
+		int64_t left = until - lm_now_ms();
+		struct pollfd pfd = {.fd = fd, .events = out ? POLLOUT : POLLIN};
+		if (left <= 0 || poll(&pfd, 1, (int)left) != 1)
+			return false;
+		ssize_t r = out ? send(fd, (char *)buf + done, n - done, MSG_NOSIGNAL)
+				: recv(fd, (char *)buf + done, n - done, 0);
+		if (r <= 0)
+			return false;
+		done += (size_t)r;
+	}
+	return true;
+}
+
+/* Whether the listener has stopped. A probe connects with a plain socket and speaks the SP
+ * handshake as a peer of the listener's socket would (NNG's transport goes on with the
+ * handshakes of a stopped listener); then the listener must count one more accepted
+ * connection within LM_LISTEN_PROBE_MS. A probe that gets no handshake tells nothing (a loaded
+ * machine, a process out of descriptors): the listener is left as it is. The probe is a plain
+ * socket, so it adds no NNG socket or dialer to the process it watches. It closes only after
+ * both headers have crossed, so it never cuts a handshake short itself. */
+static bool guard_stopped(struct lm_listen_guard *g, nng_listener l)
+{
 	uint64_t accepted = guard_stat(l, "accept");
-	atomic_store(&g->probe_up, false);
-	nng_pipe_notify(p, NNG_PIPE_EV_ADD_POST, guard_probe_cb, g);
-	bool up = true;
-	if (lm_dial(p, g->url, &g->tls, NULL, &d) == 0) {
+	int fd = guard_connect(g->url);
+	if (fd < 0)
+		return false;
+	unsigned char theirs[8], mine[8] = {0,
+					    'S',
+					    'P',
+					    0,
+					    (unsigned char)(g->peer_proto >> 8),
+					    (unsigned char)(g->peer_proto & 0xff),
+					    0,
+					    0};
+	bool stopped = false;
+	if (guard_io(fd, theirs, sizeof theirs, false) && guard_io(fd, mine, sizeof mine, true)) {
 		int64_t until = lm_now_ms() + LM_LISTEN_PROBE_MS;
+		stopped = true;
 		pthread_mutex_lock(&g->mu);
-		for (;;) {
-			up = atomic_load(&g->probe_up) && guard_stat(l, "accept") != accepted;
-			if (up || g->stop || lm_now_ms() >= until)
+		while (!g->stop && lm_now_ms() < until) {
+			if (guard_stat(l, "accept") != accepted) {
+				stopped = false;
 				break;
+			}
 			lm_cond_wait_ms(&g->cv, &g->mu, 10);
 		}
 		if (g->stop)
-			up = true; /* stopping: decide nothing */
+			stopped = false;
 		pthread_mutex_unlock(&g->mu);
 	}
-	nng_pipe_notify(p, NNG_PIPE_EV_ADD_POST, NULL, NULL);
-	lm_close_bounded(p, LM_CLOSE_MS);
-	return up;
+	close(fd);
+	return stopped;
 }
 
 /* Closes the stopped listener and listens again; on failure (the address is still held) the
@@ -111,6 +191,7 @@ static void guard_relisten(struct lm_listen_guard *g)
 static void *guard_main(void *arg)
 {
 	struct lm_listen_guard *g = arg;
+	int64_t next_probe = 0;
 	pthread_mutex_lock(&g->mu);
 	while (!g->stop) {
 		lm_cond_wait_ms(&g->cv, &g->mu, LM_LISTEN_GUARD_MS);
@@ -121,11 +202,14 @@ static void *guard_main(void *arg)
 		uint64_t seen = g->failures_seen;
 		pthread_mutex_unlock(&g->mu);
 		uint64_t now = listening ? guard_stat(l, "other") : seen;
-		bool stopped = !listening || (now != seen && !guard_answers(g, l));
+		bool probe = listening && now != seen && lm_now_ms() >= next_probe;
+		bool stopped = !listening || (probe && guard_stopped(g, l));
+		if (probe)
+			next_probe = lm_now_ms() + LM_LISTEN_PROBE_GAP_MS;
 		if (stopped)
 			guard_relisten(g);
 		pthread_mutex_lock(&g->mu);
-		if (!stopped)
+		if (probe && !stopped)
 			g->failures_seen = now;
 	}
 	pthread_mutex_unlock(&g->mu);
@@ -133,13 +217,12 @@ static void *guard_main(void *arg)
 }
 
 int lm_listen_guarded(struct lm_listen_guard *g, nng_socket s, const char *url,
-		      const struct lm_tls *tls, int (*peer_open)(nng_socket *), const char *what,
-		      lm_diag *d)
+		      const struct lm_tls *tls, uint16_t peer_proto, const char *what, lm_diag *d)
 {
 	memset(g, 0, sizeof *g);
 	g->s = s;
 	g->tls = *tls;
-	g->peer_open = peer_open;
+	g->peer_proto = peer_proto;
 	snprintf(g->what, sizeof g->what, "%s", what);
 	if (snprintf(g->url, sizeof g->url, "%s", url) >= (int)sizeof g->url)
 		return lm_fail(d, LM_ERANGE, "%s address %s is too long", what, url);
@@ -147,6 +230,8 @@ int lm_listen_guarded(struct lm_listen_guard *g, nng_socket s, const char *url,
 	if (rc != 0)
 		return rc;
 	g->listening = true;
+	if (lm_url_is_tls(url))
+		return 0; /* its probe would have to speak TLS: unguarded (listen_guard.h) */
 	g->failures_seen = guard_stat(g->l, "other");
 	pthread_mutex_init(&g->mu, NULL);
 	lm_cond_init(&g->cv);
