@@ -1128,10 +1128,9 @@ static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
 	m->pull_open = true;
 	m->tls = (struct lm_tls){m->cfg.tls_ca_file, m->cfg.tls_cert_file, m->cfg.tls_key_file};
 	/* A stale data_in socket from a coordinator that was killed is replaced by lm_listen,
-	 * which says so; one that a running process listens on is refused, never removed. */
-	/* Not guarded (listen_guard.h): a probe of the coordinator's own data_in left NNG's reaper
-	 * stuck in a 60-worker mesh under ASan. What stopped it before, the stale-socket check of
-	 * a second `up`, no longer cuts a handshake (lm_ipc_clear_stale). */
+	 * which says so; one that a running process listens on is refused, never removed. Not
+	 * guarded (listen_guard.h): probing the coordinator's own data_in left NNG's reaper stuck
+	 * in a 60-worker mesh under ASan. */
 	if ((rc = lm_listen(m->pull, data_in, &m->tls, NULL, d)) != 0)
 		return rc;
 	m->pull_listening = true;
@@ -1143,13 +1142,6 @@ static int mesh_listen_data_in(struct mesh *m, lm_diag *d)
 				   .max_logprobs = WIRE_MAX_LOGPROBS};
 	nng_socket_set_size(m->pull, NNG_OPT_RECVMAXSZ, wire_max_data_message(&back));
 	return 0;
-}
-
-/* Bounded: a close NNG cannot finish must not keep a stopped coordinator alive. */
-static void mesh_close_data_in(struct mesh *m)
-{
-	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
-		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 }
 
 static void mesh_close_walk(uv_handle_t *h, void *arg)
@@ -1276,7 +1268,8 @@ early:
 		lm_warn("closing the data ring's first socket took over 2 s; exiting anyway");
 	else
 		lm_link_fini(&m->head); /* its pipe callbacks are done (not so after a timeout) */
-	mesh_close_data_in(m);
+	if (m->pull_open && lm_close_bounded(m->pull, LM_CLOSE_MS) != 0)
+		lm_warn("closing the data ring's last socket took over 2 s; exiting anyway");
 	/* What the workers left behind (a killed one cannot remove its sockets), and only that:
 	 * a socket that a live process still listens on is another's and stays. */
 	for (int32_t i = 0; m->procs != NULL && i < m->n_procs; i++) {

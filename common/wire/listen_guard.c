@@ -147,7 +147,7 @@ static bool guard_stopped(struct lm_listen_guard *g, nng_listener l)
 				stopped = false;
 				break;
 			}
-			lm_cond_wait_ms(&g->cv, &g->mu, 10);
+			lm_cond_wait_ms(&g->cv, &g->mu, LM_LISTEN_PROBE_POLL_MS);
 		}
 		if (g->stop)
 			stopped = false;

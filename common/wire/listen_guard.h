@@ -48,6 +48,9 @@
 #define LM_LISTEN_GUARD_MS 250
 /* How long its probe waits for its pipe, and then for the listener to count it. */
 #define LM_LISTEN_PROBE_MS 3000
+/* How often a probe reads the listener's count of accepted connections (a snapshot of all of
+ * NNG's statistics each time). */
+#define LM_LISTEN_PROBE_POLL_MS 50
 /* The least time between two probes of one listener. */
 #define LM_LISTEN_PROBE_GAP_MS 2000
 

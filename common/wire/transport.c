@@ -132,7 +132,7 @@ int lm_ipc_clear_stale(const char *url, bool *removed, lm_diag *d)
 		char head[8];
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
 		if (poll(&pfd, 1, TRANSPORT_STALE_WAIT_MS) == 1)
-			(void)!recv(fd, head, sizeof head, MSG_WAITALL | MSG_DONTWAIT);
+			(void)!recv(fd, head, sizeof head, MSG_DONTWAIT);
 	}
 	close(fd);
 	if (r == 0 || (e != ECONNREFUSED && e != ENOENT))
