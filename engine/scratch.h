@@ -1,6 +1,6 @@
 /* scratch.h — what a stage of the mesh allocates besides its weights and its KV cache.
  *
- * One estimate, used by the planner to price every worker (coordinator/planner.c) and held by
+ * One estimate, used by the planner to price every worker (coordinator/plan/planner.c) and held by
  * tests/unit/test_stage.c to what a real stage allocates. It is the sum of
  *     forward   the engine's activation buffers (engine/forward.c) for max_batch tokens
  *     backend   the backend's own scratch at most (lm_backend_scratch_bound: converted

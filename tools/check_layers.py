@@ -15,7 +15,13 @@ lists; DESIGN.md: common <- kernels <- engine <- worker, coordinator):
     common/config                    base, format, model, plan (mesh.toml: the plan's input)
     kernels                          common
     engine                           common, kernels
-    worker, coordinator              common, kernels, engine (and never each other)
+    worker                           common, kernels, engine (and never the coordinator)
+    coordinator/plan, coordinator/sched
+                                     common, kernels, engine
+    coordinator/api                  the above and coordinator/sched
+    coordinator/supervise            the above and coordinator/plan, coordinator/sched
+    coordinator/mesh                 the above and coordinator/api, coordinator/supervise
+    coordinator/cli                  the above and coordinator/mesh
     tests, bench, tools              anything
 
 Besides the layers: no header may reach itself through its includes (a cycle), and the graph of
@@ -40,14 +46,21 @@ COMMON = set(ALLOWED)
 ALLOWED['kernels'] = COMMON
 ALLOWED['engine'] = COMMON | {'kernels'}
 ALLOWED['worker'] = COMMON | {'kernels', 'engine'}
-ALLOWED['coordinator'] = COMMON | {'kernels', 'engine'}
+BELOW = COMMON | {'kernels', 'engine'}
+ALLOWED['coordinator/plan'] = BELOW
+ALLOWED['coordinator/sched'] = BELOW
+ALLOWED['coordinator/api'] = BELOW | {'coordinator/sched'}
+ALLOWED['coordinator/supervise'] = BELOW | {'coordinator/plan', 'coordinator/sched'}
+ALLOWED['coordinator/mesh'] = ALLOWED['coordinator/supervise'] | {'coordinator/api',
+                                                                 'coordinator/supervise'}
+ALLOWED['coordinator/cli'] = ALLOWED['coordinator/mesh'] | {'coordinator/mesh'}
 FREE = ('tests', 'bench', 'tools')
 
 
 def folder(path):
     parts = path.split('/')
-    if parts[0] == 'common' and len(parts) > 2:
-        return 'common/' + parts[1]
+    if parts[0] in ('common', 'coordinator') and len(parts) > 2:
+        return parts[0] + '/' + parts[1]
     if parts[0] == 'kernels':
         return 'kernels'
     return parts[0]

@@ -38,7 +38,7 @@
  *                                    "chatml", "qwen2", "qwen2.5", "qwen3", "llama3",
  *                                    "llama3.1", "gemma", "gemma4", "gemma4-unmerged",
  *                                    "mistral", "phi3" or "phi3.5"
- *                                    (coordinator/chat_template.h); default: recognised
+ *                                    (coordinator/api/chat_template.h); default: recognised
  *
  *   [coordinator]
  *   http          host:port          the API; default "127.0.0.1:8080"
@@ -105,7 +105,7 @@
  *                                    scratch, embedding/head (the planner enforces it). For
  *                                    backend "cuda" it is device memory, and optional: left
  *                                    out (0), the planner takes the device's free memory
- *                                    (coordinator/planner.h)
+ *                                    (coordinator/plan/planner.h)
  *   speed         number             relative throughput for the balanced plan; default 1.0
  *   layers        [start, end]       pinned strategy only (and then required): the worker runs
  *                                    layers start .. end-1, a half-open range like the fence

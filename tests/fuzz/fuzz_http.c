@@ -1,5 +1,5 @@
 /* fuzz_http.c — libFuzzer target for the HTTP API's request handling: any bytes as a
- * /v1/completions body through api_request_parse (coordinator/api_request.h), and, for an
+ * /v1/completions body through api_request_parse (coordinator/api/api_request.h), and, for an
  * accepted request, its stop strings over the text of its own prompt ids as if the model had
  * generated them (tok_stream_push, then api_stop_cut, as api_call.c drives them); the same
  * bytes as a /v1/chat/completions body (api_chat_parse, in a chat format picked by the input's
@@ -31,7 +31,7 @@
 #include "common/wire/http_parse.h"
 #include "common/wire/httpd.h"
 #include "common/model/sampling.h"
-#include "coordinator/api_request.h"
+#include "coordinator/api/api_request.h"
 #include "tests/support/gguf_samples.h"
 
 #define CHECK(cond)                       \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chat formats of coordinator/chat_template.h against each model's own Jinja template,
+# The chat formats of coordinator/api/chat_template.h against each model's own Jinja template,
 # rendered by @huggingface/jinja (npm, pinned in tests/node/package.json): every conversation of
 # tests/chat/conversations.json (system or none, multi-turn, empty content, unicode, white space
 # at the ends, text parts, thinking tags, roles a template refuses, with and without the

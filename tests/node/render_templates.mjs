@@ -6,7 +6,7 @@
 //   node render_templates.mjs TEMPLATE.jinja FORMAT BOS EOS CONVERSATIONS.json OURS.json
 //
 // The messages reach the template as the chat API hands them to its formatter
-// (coordinator/api_request.h): "developer" is "system"; null content is ""; an array of text
+// (coordinator/api/api_request.h): "developer" is "system"; null content is ""; an array of text
 // parts stays an array for Gemma 4's user and model turns (its template iterates them) and is
 // joined with "\n" everywhere else (an empty start takes no newline, as llama.cpp joins them);
 // other message fields are dropped (the templates here do not render them).

@@ -12,8 +12,8 @@
 #include "common/format/gguf.h"
 #include "common/wire/httpd.h"
 #include "common/tok/tokenizer.h"
-#include "coordinator/api_json.h"
-#include "coordinator/api_request.h"
+#include "coordinator/api/api_json.h"
+#include "coordinator/api/api_request.h"
 #include "tests/support/gguf_samples.h"
 
 static gguf_file *file;

@@ -9,7 +9,7 @@
 
 #include "common/base/buf.h"
 #include "common/format/gguf.h"
-#include "coordinator/chat_template.h"
+#include "coordinator/api/chat_template.h"
 
 static char *slurp(const char *rel, size_t *n)
 {

@@ -20,7 +20,7 @@
 
 #include "common/base/clock.h"
 #include "common/wire/transport.h"
-#include "coordinator/ctl.h"
+#include "coordinator/supervise/ctl.h"
 
 #define STUB_URL "inproc://ctl-stub"
 #define FP_MESH  0xaaaabbbbccccddddull

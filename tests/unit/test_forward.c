@@ -10,7 +10,7 @@
 
 #include "engine/model.h"
 #include "engine/forward.h"
-#include "coordinator/synth.h"
+#include "common/format/synth.h"
 
 static const char *shared(const char *rel)
 {

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/planner.h"
-#include "coordinator/synth.h"
+#include "coordinator/plan/planner.h"
+#include "common/format/synth.h"
 #include "engine/scratch.h"
 
 /* The same K and V types on every layer, as fence_kv_costs takes them. */

@@ -1,6 +1,6 @@
 /* test_scheduler.c — coordinator/scheduler: the real scheduler against a real ring.
  *
- * The ring is two real stages (worker/stage.h) of a synthetic f32 llama (coordinator/synth.h)
+ * The ring is two real stages (worker/stage.h) of a synthetic f32 llama (common/format/synth.h)
  * on inproc:// sockets: scheduler PUSH -> hop 0 [0, 2) -> hop 1 [2, 4) + head -> scheduler
  * PULL. Each hop is a thread that pulls a message, calls stage_handle and pushes the result on,
  * as worker/worker.c does; a message the stage refuses goes on as an ERROR about it, as there.
@@ -27,8 +27,8 @@
 
 #include "common/base/clock.h"
 #include "common/wire/transport.h"
-#include "coordinator/scheduler.h"
-#include "coordinator/synth.h"
+#include "coordinator/sched/scheduler.h"
+#include "common/format/synth.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "worker/stage.h"

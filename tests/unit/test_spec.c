@@ -1,4 +1,4 @@
-/* test_spec.c — the draft sources of speculative decoding (coordinator/spec.h).
+/* test_spec.c — the draft sources of speculative decoding (coordinator/sched/spec.h).
  *
  * N-gram lookup against hand-made sequences; the draft model against the single-process engine
  * run greedily on the same file (its drafts must be the model's own greedy continuation, also
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/spec.h"
-#include "coordinator/synth.h"
+#include "coordinator/sched/spec.h"
+#include "common/format/synth.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 

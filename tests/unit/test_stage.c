@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coordinator/synth.h"
+#include "common/format/synth.h"
 #include "engine/scratch.h"
 #include "worker/stage.h"
 

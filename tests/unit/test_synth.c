@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/format/gguf.h"
-#include "coordinator/synth.h"
+#include "common/format/synth.h"
 #include "common/format/quant.h"
 
 static char tmpdir[64];

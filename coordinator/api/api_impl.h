@@ -1,0 +1,32 @@
+/* api_impl.h — what api.c (the server, its small endpoints) and api_call.c (generation calls)
+ * share. Internal to the API. */
+#ifndef LM_API_IMPL_H
+#define LM_API_IMPL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "coordinator/api/api.h"
+#include "coordinator/api/api_request.h"
+
+#define API_MAX_BODY (4u << 20)
+
+struct api {
+	struct api_cfg cfg;
+	struct lm_httpd httpd;
+	struct api_limits lim;
+	char bos_text[256], eos_text[256];
+	char system_fingerprint[32]; /* "fp_" and the model's fingerprint */
+	_Atomic uint64_t next_id;
+};
+
+/* POST /v1/completions and /v1/chat/completions: parse, submit, answer (api_call.c). */
+void api_generate(nng_aio *aio, struct api *a, enum api_kind kind);
+
+/* A seed for a request that gave none: 53 random bits (JSON numbers hold them exactly). */
+uint64_t api_random_seed(void);
+
+/* Replies 401 and returns false unless the request carries the bearer token (when one is set). */
+bool api_authorized(nng_aio *aio, const struct api *a);
+
+#endif

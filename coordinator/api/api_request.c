@@ -1,0 +1,731 @@
+/* api_request.c — parsing and validating completion and chat requests. See api_request.h.
+ *
+ * The checks run in a fixed order (unknown fields, the prompt or the messages, the numbers,
+ * the flags, stop, the adjustments) so that a request with several mistakes always gets the
+ * same answer: the first mistake in that order.
+ */
+#include "coordinator/api/api_request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/err.h"
+#include "common/base/utf8.h"
+#include "coordinator/api/api_json.h"
+
+/* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
+static int api_refuse(struct api_error *err, int code, uint16_t status, const char *type,
+		      enum lm_http_refusal reason, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+
+static int api_refuse(struct api_error *err, int code, uint16_t status, const char *type,
+		      enum lm_http_refusal reason, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+	err->status = status;
+	err->type = type;
+	err->reason = reason;
+	err->param = param != NULL ? strdup(param) : NULL;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof err->message, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+#define API_BAD(err, param, ...)                                                           \
+	api_refuse((err), LM_EINVAL, 400, "invalid_request_error", LM_HTTP_REFUSE_INVALID, \
+		   (param), __VA_ARGS__)
+#define API_TOO_LONG(err, ...)                                                             \
+	api_refuse((err), LM_EINVAL, 400, "invalid_request_error", LM_HTTP_REFUSE_CONTEXT, \
+		   "prompt", __VA_ARGS__)
+#define API_NOMEM(err)                                                                   \
+	api_refuse((err), LM_ENOMEM, 500, "server_error", LM_HTTP_REFUSE_INTERNAL, NULL, \
+		   "out of memory")
+
+/* Reads an optional number field with bounds into *out (left alone when absent or null). */
+static int api_number(const cJSON *req, const char *key, double lo, double hi, bool integer,
+		      double *out, struct api_error *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+		return API_BAD(err, key, "'%s' must be a number", key);
+	double x = v->valuedouble;
+	if ((integer && x != floor(x)) || x < lo || x > hi)
+		return API_BAD(err, key, "'%s' must be %s in [%g, %g], got %g", key,
+			       integer ? "an integer" : "a number", lo, hi, x);
+	*out = x;
+	return 0;
+}
+
+/* An optional boolean into *out (left alone when absent or null). */
+static int api_bool(const cJSON *req, const char *key, bool *out, struct api_error *err)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+	if (v == NULL || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsBool(v))
+		return API_BAD(err, key, "'%s' must be true or false", key);
+	*out = cJSON_IsTrue(v);
+	return 0;
+}
+
+static const char *const api_common_keys[] = {
+	"model",
+	"max_tokens",
+	"temperature",
+	"top_p",
+	"top_k",
+	"min_p",
+	"seed",
+	"stop",
+	"stream",
+	"stream_options",
+	"return_token_ids",
+	"n",
+	"user",
+	"presence_penalty",
+	"frequency_penalty",
+	"repeat_penalty",
+	"repeat_last_n",
+	"logit_bias",
+	"logprobs",
+	"speculate",
+	NULL,
+};
+static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
+static const char *const api_chat_keys[] = {
+	"messages", "max_completion_tokens", "top_logprobs",        "response_format",
+	"tools",    "tool_choice",           "parallel_tool_calls", NULL,
+};
+
+static bool api_listed(const char *const *list, const char *key)
+{
+	for (int i = 0; list[i] != NULL; i++)
+		if (strcmp(key, list[i]) == 0)
+			return true;
+	return false;
+}
+
+static int api_known_fields(const cJSON *req, enum api_kind kind, struct api_error *err)
+{
+	if (!cJSON_IsObject(req))
+		return API_BAD(err, NULL, "the request body must be a JSON object");
+	const char *const *own = kind == API_CHAT ? api_chat_keys : api_completion_keys;
+	for (const cJSON *k = req->child; k != NULL; k = k->next)
+		if (!api_listed(api_common_keys, k->string) && !api_listed(own, k->string))
+			return API_BAD(err, k->string, "unknown field '%s'", k->string);
+	return 0;
+}
+
+/* A prompt of `bytes` input bytes is at least bytes / max_token_bytes tokens. */
+static int api_length_precheck(size_t bytes, const struct api_limits *lim, struct api_error *err)
+{
+	if (lim->max_token_bytes == 0 || bytes / lim->max_token_bytes < (size_t)lim->max_seq)
+		return 0;
+	return API_TOO_LONG(err,
+			    "the prompt has at least %zu tokens (%zu bytes); the context holds %d",
+			    bytes / lim->max_token_bytes, bytes, lim->max_seq);
+}
+
+static int api_prompt_fits(const struct api_request *r, const struct api_limits *lim,
+			   struct api_error *err)
+{
+	if (r->n_prompt == 0)
+		return API_BAD(err, "prompt", "the prompt has no tokens");
+	if (r->n_prompt >= lim->max_seq)
+		return API_TOO_LONG(err, "the prompt has %d tokens; the context holds %d",
+				    r->n_prompt, lim->max_seq);
+	return 0;
+}
+
+/* The prompt: a string, or an array of token ids. */
+static int api_prompt(const cJSON *req, const struct api_limits *lim, const tok_vocab *vocab,
+		      struct api_request *r, struct api_error *err)
+{
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+	lm_diag d = {{0}};
+	int rc;
+	if (cJSON_IsString(p)) {
+		size_t n = 0, len = api_json_len(p);
+		if ((rc = api_length_precheck(len, lim, err)) != 0)
+			return rc;
+		rc = tok_encode_alloc(vocab, p->valuestring, len, tok_add_bos(vocab), &r->prompt,
+				      &n, &d);
+		if (rc != 0)
+			return API_BAD(err, "prompt", "%s", lm_diag_str(&d, rc));
+		if (n > INT32_MAX)
+			return API_TOO_LONG(err, "the prompt has %zu tokens; the context holds %d",
+					    n, lim->max_seq);
+		r->n_prompt = (int32_t)n;
+	} else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 &&
+		   cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+		int n = cJSON_GetArraySize(p);
+		r->prompt = malloc((size_t)n * sizeof *r->prompt);
+		if (r->prompt == NULL)
+			return API_NOMEM(err);
+		int i = 0;
+		for (const cJSON *e = p->child; e != NULL; e = e->next, i++) {
+			if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+			    e->valuedouble < 0 || e->valuedouble >= tok_n_vocab(vocab))
+				return API_BAD(err, "prompt",
+					       "prompt[%d] is not a token id of this model", i);
+			r->prompt[i] = (int32_t)e->valuedouble;
+		}
+		r->n_prompt = n;
+	} else {
+		return API_BAD(err, "prompt",
+			       "'prompt' must be a string or an array of token ids (one prompt "
+			       "per request)");
+	}
+	return api_prompt_fits(r, lim, err);
+}
+
+/* Stop strings must be valid UTF-8: the text they are matched against always is, and a
+ * malformed one (a stray continuation byte) could match inside a character and cut it, sending
+ * the client half a character. */
+static int api_stops(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
+	if (cJSON_IsString(stop) || cJSON_IsArray(stop)) {
+		const cJSON *e = cJSON_IsString(stop) ? stop : stop->child;
+		for (; e != NULL; e = cJSON_IsString(stop) ? NULL : e->next) {
+			size_t len = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
+			if (!cJSON_IsString(e) || len == 0 || len > API_MAX_STOP_LEN ||
+			    r->n_stops == API_MAX_STOPS)
+				return API_BAD(err, "stop",
+					       "'stop' must be up to %d non-empty strings of at "
+					       "most %d bytes",
+					       API_MAX_STOPS, API_MAX_STOP_LEN);
+			if (len != api_json_len(e))
+				return API_BAD(err, "stop", "'stop' strings may not hold U+0000");
+			if (!lm_utf8_valid((const uint8_t *)e->valuestring, len))
+				return API_BAD(err, "stop", "'stop' strings must be valid UTF-8");
+			if ((r->stops[r->n_stops] = strdup(e->valuestring)) == NULL)
+				return API_NOMEM(err);
+			r->n_stops++;
+			if (len > r->max_stop)
+				r->max_stop = len;
+		}
+	} else if (stop != NULL && !cJSON_IsNull(stop)) {
+		return API_BAD(err, "stop", "'stop' must be a string or an array of strings");
+	}
+	return 0;
+}
+
+/* logit_bias: {"<token id>": bias, ...}. */
+static int api_logit_bias(const cJSON *req, const tok_vocab *vocab, struct api_request *r,
+			  struct api_error *err)
+{
+	const cJSON *lb = cJSON_GetObjectItemCaseSensitive(req, "logit_bias");
+	if (lb == NULL || cJSON_IsNull(lb))
+		return 0;
+	if (!cJSON_IsObject(lb))
+		return API_BAD(err, "logit_bias",
+			       "'logit_bias' must be an object of token ids to biases");
+	int n = cJSON_GetArraySize(lb);
+	if (n > API_MAX_LOGIT_BIAS)
+		return API_BAD(err, "logit_bias", "'logit_bias' has %d entries, at most %d", n,
+			       API_MAX_LOGIT_BIAS);
+	if (n == 0)
+		return 0;
+	if ((r->bias = calloc((size_t)n, sizeof *r->bias)) == NULL)
+		return API_NOMEM(err);
+	for (const cJSON *e = lb->child; e != NULL; e = e->next) {
+		char *end;
+		long id = strtol(e->string, &end, 10);
+		if (e->string[0] < '0' || e->string[0] > '9' || *end != '\0' || id < 0 ||
+		    id >= tok_n_vocab(vocab))
+			return API_BAD(err, "logit_bias",
+				       "'logit_bias' key '%.40s' is not a token id of this model",
+				       e->string);
+		if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+			return API_BAD(err, "logit_bias",
+				       "'logit_bias' values must be numbers in [-100, 100]");
+		r->bias[r->n_bias++] = (struct lm_logit_bias){(int32_t)id, (float)e->valuedouble};
+	}
+	return 0;
+}
+
+/* presence_penalty, frequency_penalty, repeat_penalty, repeat_last_n. */
+static int api_penalties(const cJSON *req, const struct api_limits *lim, struct api_request *r,
+			 struct api_error *err)
+{
+	double presence = 0, frequency = 0, repeat = 1, last_n = 64;
+	int rc;
+	if ((rc = api_number(req, "presence_penalty", -2, 2, false, &presence, err)) != 0 ||
+	    (rc = api_number(req, "frequency_penalty", -2, 2, false, &frequency, err)) != 0 ||
+	    (rc = api_number(req, "repeat_penalty", 1e-6, 10, false, &repeat, err)) != 0 ||
+	    (rc = api_number(req, "repeat_last_n", -1, API_MAX_PENALTY_WINDOW, true, &last_n,
+			     err)) != 0)
+		return rc;
+	if (last_n == -1) {
+		if (lim->max_seq > API_MAX_PENALTY_WINDOW)
+			return API_BAD(err, "repeat_last_n",
+				       "'repeat_last_n' -1 means the whole context, %d tokens; "
+				       "at most %d are supported",
+				       lim->max_seq, API_MAX_PENALTY_WINDOW);
+		last_n = lim->max_seq;
+	}
+	r->penalties = (struct lm_penalties){.presence = (float)presence,
+					     .frequency = (float)frequency,
+					     .repeat = (float)repeat,
+					     .last_n = (int32_t)last_n};
+	return 0;
+}
+
+/* stream, stream_options, return_token_ids, n. */
+static int api_flags(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	double n = 1;
+	int rc;
+	if ((rc = api_number(req, "n", 1, 1, true, &n, err)) != 0 ||
+	    (rc = api_bool(req, "stream", &r->stream, err)) != 0 ||
+	    (rc = api_bool(req, "return_token_ids", &r->want_ids, err)) != 0)
+		return rc;
+	bool speculate = true;
+	if ((rc = api_bool(req, "speculate", &speculate, err)) != 0)
+		return rc;
+	r->no_speculate = !speculate;
+	const cJSON *so = cJSON_GetObjectItemCaseSensitive(req, "stream_options");
+	if (so != NULL && !cJSON_IsNull(so)) {
+		if (!r->stream)
+			return API_BAD(err, "stream_options",
+				       "'stream_options' is only allowed with 'stream': true");
+		if (!cJSON_IsObject(so))
+			return API_BAD(err, "stream_options", "'stream_options' must be an object");
+		for (const cJSON *k = so->child; k != NULL; k = k->next)
+			if (strcmp(k->string, "include_usage") != 0)
+				return API_BAD(err, "stream_options",
+					       "unknown field 'stream_options.%.40s'", k->string);
+		if ((rc = api_bool(so, "include_usage", &r->include_usage, err)) != 0)
+			return rc;
+	}
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(req, "model");
+	const cJSON *user = cJSON_GetObjectItemCaseSensitive(req, "user");
+	if ((model != NULL && !cJSON_IsString(model) && !cJSON_IsNull(model)) ||
+	    (user != NULL && !cJSON_IsString(user) && !cJSON_IsNull(user)))
+		return API_BAD(err, model != NULL && !cJSON_IsString(model) ? "model" : "user",
+			       "must be a string");
+	return 0;
+}
+
+/* What both endpoints share, after the prompt: numbers, flags, stops, adjustments. */
+static int api_common(const cJSON *req, const struct api_limits *lim, const tok_vocab *vocab,
+		      double max_tokens, struct api_request *r, struct api_error *err)
+{
+	double temp = 1, top_p = 1, top_k = 0, min_p = 0, seed = -1;
+	int rc;
+	if ((rc = api_number(req, "max_tokens", 0, lim->max_seq, true, &max_tokens, err)) != 0 ||
+	    (rc = api_number(req, "temperature", 0, 100, false, &temp, err)) != 0 ||
+	    (rc = api_number(req, "top_p", 1e-9, 1, false, &top_p, err)) != 0 ||
+	    (rc = api_number(req, "top_k", 0, 1e9, true, &top_k, err)) != 0 ||
+	    (rc = api_number(req, "min_p", 0, 1, false, &min_p, err)) != 0 ||
+	    (rc = api_number(req, "seed", 0, 9007199254740991.0, true, &seed, err)) != 0)
+		return rc;
+	if (r->n_prompt + max_tokens > lim->max_seq)
+		max_tokens = lim->max_seq - r->n_prompt; /* ends with finish_reason "length" */
+	if ((rc = api_flags(req, r, err)) != 0 || (rc = api_stops(req, r, err)) != 0 ||
+	    (rc = api_penalties(req, lim, r, err)) != 0 ||
+	    (rc = api_logit_bias(req, vocab, r, err)) != 0)
+		return rc;
+	r->max_tokens = (int32_t)max_tokens;
+	r->seed_given = seed >= 0;
+	r->sampling = (struct lm_sampling){.temperature = (float)temp,
+					   .top_k = (int32_t)top_k,
+					   .top_p = (float)top_p,
+					   .min_p = (float)min_p,
+					   .seed = seed >= 0 ? (uint64_t)seed : 0};
+	return 0;
+}
+
+static int api_completion_fields(const cJSON *req, const struct api_limits *lim,
+				 const tok_vocab *vocab, struct api_request *r,
+				 struct api_error *err)
+{
+	int rc;
+	double lp = 0;
+	r->kind = API_COMPLETION;
+	if ((rc = api_known_fields(req, API_COMPLETION, err)) != 0 ||
+	    (rc = api_prompt(req, lim, vocab, r, err)) != 0 ||
+	    (rc = api_common(req, lim, vocab, 16, r, err)) != 0 ||
+	    (rc = api_number(req, "logprobs", 0, API_MAX_LOGPROBS, true, &lp, err)) != 0)
+		return rc;
+	const cJSON *bo = cJSON_GetObjectItemCaseSensitive(req, "best_of");
+	if (bo != NULL && !cJSON_IsNull(bo) && (!cJSON_IsNumber(bo) || bo->valuedouble != 1))
+		return API_BAD(err, "best_of",
+			       "'best_of' other than 1 is not supported (one completion is "
+			       "generated per request)");
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "echo")))
+		return API_BAD(err, "echo", "echo is not supported");
+	const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(req, "suffix");
+	if (suffix != NULL && !cJSON_IsNull(suffix) &&
+	    !(cJSON_IsString(suffix) && api_json_len(suffix) == 0))
+		return API_BAD(err, "suffix",
+			       "'suffix' is not supported (this server does no insertion)");
+	r->n_logprobs = (int32_t)lp;
+	r->logprobs = r->n_logprobs > 0;
+	return 0;
+}
+
+int api_request_parse(const char *body, size_t len, const struct api_limits *lim,
+		      const tok_vocab *vocab, struct api_request *out, struct api_error *err)
+{
+	memset(out, 0, sizeof *out);
+	memset(err, 0, sizeof *err);
+	char why[200];
+	cJSON *req = api_json_parse(body, len, why, sizeof why);
+	if (req == NULL)
+		return API_BAD(err, NULL, "the request body is not valid JSON: %s", why);
+	int rc = api_completion_fields(req, lim, vocab, out, err);
+	cJSON_Delete(req);
+	if (rc != 0)
+		api_request_fini(out);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ chat */
+
+/* A message's content: a string, null, or an array of text parts; joined (parts with "\n"
+ * between them, none after an empty start, as llama.cpp joins them) into `joined` at *off. */
+static int api_content(const cJSON *c, int i, struct chat_part *parts, int *n_parts,
+		       struct lm_buf *joined, size_t *off, size_t *len, struct api_error *err)
+{
+	char param[48];
+	snprintf(param, sizeof param, "messages[%d].content", i);
+	*off = joined->len;
+	if (c == NULL || cJSON_IsNull(c)) {
+		*len = 0;
+		return 0;
+	}
+	if (cJSON_IsString(c)) {
+		*len = api_json_len(c);
+		return lm_buf_add(joined, c->valuestring, *len) == 0 ? 0 : API_NOMEM(err);
+	}
+	if (!cJSON_IsArray(c))
+		return API_BAD(err, param, "'%s' must be a string or an array of text parts",
+			       param);
+	int k = 0;
+	for (const cJSON *p = c->child; p != NULL; p = p->next, k++) {
+		const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
+		const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
+		if (!cJSON_IsObject(p) || !cJSON_IsString(type) ||
+		    strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text) ||
+		    cJSON_GetArraySize(p) != 2)
+			return API_BAD(err, param,
+				       "'%s[%d]' must be {\"type\": \"text\", \"text\": ...}: only "
+				       "text content is supported",
+				       param, k);
+		size_t n = api_json_len(text);
+		if (joined->len > *off && lm_buf_addc(joined, '\n') != 0)
+			return API_NOMEM(err);
+		if (lm_buf_add(joined, text->valuestring, n) != 0)
+			return API_NOMEM(err);
+		parts[(*n_parts)++] = (struct chat_part){text->valuestring, n};
+	}
+	*len = joined->len - *off;
+	return 0;
+}
+
+/* The fields of a message besides role and content that may come back from a response the
+ * client appends to its history: accepted when empty (name: any string, which the templates
+ * do not render either). */
+static int api_message_extras(const cJSON *m, int i, struct api_error *err)
+{
+	for (const cJSON *k = m->child; k != NULL; k = k->next) {
+		const char *key = k->string;
+		bool empty = cJSON_IsNull(k) || (cJSON_IsArray(k) && cJSON_GetArraySize(k) == 0);
+		if (strcmp(key, "role") == 0 || strcmp(key, "content") == 0 ||
+		    (strcmp(key, "name") == 0 && cJSON_IsString(k)))
+			continue;
+		if (empty && (strcmp(key, "refusal") == 0 || strcmp(key, "annotations") == 0 ||
+			      strcmp(key, "tool_calls") == 0 || strcmp(key, "function_call") == 0 ||
+			      strcmp(key, "audio") == 0))
+			continue;
+		char param[64];
+		snprintf(param, sizeof param, "messages[%d].%.40s", i, key);
+		return API_BAD(err, param, "'%s' is not supported%s", param,
+			       strncmp(key, "tool", 4) == 0 || strcmp(key, "function_call") == 0
+				       ? " (this server does not call tools)"
+				       : "");
+	}
+	return 0;
+}
+
+static int api_role(const cJSON *m, int i, enum chat_role *role, struct api_error *err)
+{
+	char param[48];
+	snprintf(param, sizeof param, "messages[%d].role", i);
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+	const char *s = cJSON_IsString(r) ? r->valuestring : "";
+	if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
+		*role = CHAT_SYSTEM;
+	else if (strcmp(s, "user") == 0)
+		*role = CHAT_USER;
+	else if (strcmp(s, "assistant") == 0)
+		*role = CHAT_ASSISTANT;
+	else if (strcmp(s, "tool") == 0 || strcmp(s, "function") == 0)
+		return API_BAD(err, param,
+			       "role '%s' is not supported (this server does not call "
+			       "tools)",
+			       s);
+	else
+		return API_BAD(err, param,
+			       "'%s' must be \"system\", \"developer\", \"user\" or \"assistant\"",
+			       param);
+	return 0;
+}
+
+int api_chat_messages(const cJSON *messages, enum chat_format f, struct chat_msg **msgs,
+		      int *n_msgs, struct chat_part **parts, struct lm_buf *joined,
+		      struct api_error *err)
+{
+	*msgs = NULL;
+	*parts = NULL;
+	*n_msgs = 0;
+	int n = cJSON_IsArray(messages) ? cJSON_GetArraySize(messages) : 0;
+	if (n == 0 || n > API_MAX_MESSAGES)
+		return API_BAD(err, "messages", "'messages' must be an array of 1 to %d messages",
+			       API_MAX_MESSAGES);
+	int n_parts_max = 0;
+	for (const cJSON *m = messages->child; m != NULL; m = m->next) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+		n_parts_max += cJSON_IsArray(c) ? cJSON_GetArraySize(c) : 0;
+	}
+	struct chat_msg *out = calloc((size_t)n, sizeof *out);
+	struct chat_part *pt = calloc((size_t)n_parts_max + 1, sizeof *pt);
+	size_t *off = calloc((size_t)n, sizeof *off);
+	int *first_part = calloc((size_t)n + 1, sizeof *first_part);
+	int rc = out && pt && off && first_part ? 0 : API_NOMEM(err);
+	int i = 0, np = 0;
+	for (const cJSON *m = messages->child; rc == 0 && m != NULL; m = m->next, i++) {
+		if (!cJSON_IsObject(m)) {
+			char param[32];
+			snprintf(param, sizeof param, "messages[%d]", i);
+			rc = API_BAD(err, param, "'%s' must be an object", param);
+			break;
+		}
+		first_part[i] = np;
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+		if ((rc = api_role(m, i, &out[i].role, err)) != 0 ||
+		    (rc = api_message_extras(m, i, err)) != 0 ||
+		    (rc = api_content(c, i, pt, &np, joined, &off[i], &out[i].len, err)) != 0)
+			break;
+		/* Gemma 4's template takes the parts of a user or model turn as they are. */
+		out[i].n_parts = cJSON_IsArray(c) &&
+						 (f == CHAT_GEMMA4 || f == CHAT_GEMMA4_UNMERGED) &&
+						 out[i].role != CHAT_SYSTEM
+					 ? np - first_part[i]
+					 : 0;
+	}
+	/* The joined texts have their final place now that the buffer is done growing. */
+	for (int k = 0; rc == 0 && k < n; k++) {
+		out[k].text = joined->p != NULL ? joined->p + off[k] : "";
+		out[k].parts = out[k].n_parts > 0 ? pt + first_part[k] : NULL;
+	}
+	free(off);
+	free(first_part);
+	if (rc != 0) {
+		free(out);
+		free(pt);
+		return rc;
+	}
+	*msgs = out;
+	*parts = pt;
+	*n_msgs = n;
+	return 0;
+}
+
+/* The fields of OpenAI's chat API that stand for features this server does not have: their
+ * neutral values are accepted, anything else refused. */
+static int api_chat_unsupported(const cJSON *req, struct api_error *err)
+{
+	const cJSON *rf = cJSON_GetObjectItemCaseSensitive(req, "response_format");
+	const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rf, "type");
+	if (rf != NULL && !cJSON_IsNull(rf) &&
+	    !(cJSON_IsObject(rf) && cJSON_GetArraySize(rf) == 1 && cJSON_IsString(rt) &&
+	      strcmp(rt->valuestring, "text") == 0))
+		return API_BAD(err, "response_format",
+			       "only 'response_format' {\"type\": \"text\"} is supported");
+	const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
+	if (tools != NULL && !cJSON_IsNull(tools) &&
+	    !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0))
+		return API_BAD(err, "tools",
+			       "'tools' is not supported (this server does not call "
+			       "tools)");
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(req, "tool_choice");
+	if (tc != NULL && !cJSON_IsNull(tc) &&
+	    !(cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0))
+		return API_BAD(err, "tool_choice", "only 'tool_choice' \"none\" is supported");
+	const cJSON *ptc = cJSON_GetObjectItemCaseSensitive(req, "parallel_tool_calls");
+	if (ptc != NULL && !cJSON_IsNull(ptc))
+		return API_BAD(err, "parallel_tool_calls",
+			       "'parallel_tool_calls' is not supported (this server does not call "
+			       "tools)");
+	return 0;
+}
+
+/* The rendered conversation into ids: special-token text parsed (the template's markers), BOS
+ * once: a leading BOS text is the tokenizer's to add when the vocabulary adds one. */
+static int api_chat_tokens(const struct lm_buf *text, const struct api_limits *lim,
+			   const tok_vocab *vocab, struct api_request *r, struct api_error *err)
+{
+	const char *p = text->p != NULL ? text->p : "";
+	const char *bos_text = lim->bos_text != NULL ? lim->bos_text : "";
+	size_t n = text->len, bos = strlen(bos_text);
+	unsigned flags = TOK_ENC_PARSE_SPECIAL;
+	if (tok_add_bos(vocab)) {
+		flags |= TOK_ENC_ADD_BOS;
+		if (bos > 0 && n >= bos && memcmp(p, bos_text, bos) == 0) {
+			p += bos;
+			n -= bos;
+		}
+	}
+	int rc = api_length_precheck(n, lim, err);
+	if (rc != 0)
+		return rc;
+	lm_diag d = {{0}};
+	size_t count = 0;
+	if ((rc = tok_encode_alloc_ex(vocab, p, n, flags, &r->prompt, &count, &d)) != 0)
+		return API_BAD(err, "messages", "%s", lm_diag_str(&d, rc));
+	if (count > INT32_MAX)
+		return API_TOO_LONG(err, "the prompt has %zu tokens; the context holds %d", count,
+				    lim->max_seq);
+	r->n_prompt = (int32_t)count;
+	return api_prompt_fits(r, lim, err);
+}
+
+/* The template's end-of-turn tokens that the vocabulary has. */
+static void api_chat_stops(const struct api_limits *lim, const tok_vocab *vocab,
+			   struct api_request *r)
+{
+	const char *stops[4];
+	chat_format_stops(lim->chat, lim->eos_text != NULL ? lim->eos_text : "", stops);
+	for (int i = 0; i < 4 && stops[i] != NULL && r->n_stop_ids < API_MAX_TEMPLATE_STOPS; i++) {
+		int32_t id = stops[i][0] != '\0' ? tok_find(vocab, stops[i], strlen(stops[i])) : -1;
+		if (id >= 0)
+			r->stop_ids[r->n_stop_ids++] = id;
+	}
+}
+
+static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const tok_vocab *vocab,
+			   struct api_request *r, struct api_error *err)
+{
+	int rc;
+	r->kind = API_CHAT;
+	if ((rc = api_known_fields(req, API_CHAT, err)) != 0)
+		return rc;
+	if (lim->chat == CHAT_NONE)
+		return api_refuse(err, LM_EINVAL, 400, "invalid_request_error",
+				  LM_HTTP_REFUSE_TEMPLATE, "messages", "%s",
+				  lim->chat_why != NULL ? lim->chat_why
+							: "this model has no chat template");
+	struct chat_msg *msgs = NULL;
+	struct chat_part *parts = NULL;
+	struct lm_buf joined = {0}, text = {0};
+	int n = 0;
+	rc = api_chat_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), lim->chat, &msgs,
+			       &n, &parts, &joined, err);
+	lm_diag d = {{0}};
+	const char *bos = lim->bos_text != NULL ? lim->bos_text : "";
+	const char *eos = lim->eos_text != NULL ? lim->eos_text : "";
+	if (rc == 0 && (rc = chat_render(lim->chat, bos, eos, msgs, n, true, &text, &d)) != 0)
+		rc = rc == LM_ENOMEM ? API_NOMEM(err)
+				     : api_refuse(err, LM_EINVAL, 400, "invalid_request_error",
+						  LM_HTTP_REFUSE_TEMPLATE, "messages", "%s", d.msg);
+	free(msgs);
+	free(parts);
+	lm_buf_fini(&joined);
+	if (rc == 0)
+		rc = api_chat_tokens(&text, lim, vocab, r, err);
+	lm_buf_fini(&text);
+	if (rc != 0)
+		return rc;
+
+	double mt = -1, mct = -1, top = 0;
+	if ((rc = api_number(req, "max_tokens", 0, lim->max_seq, true, &mt, err)) != 0 ||
+	    (rc = api_number(req, "max_completion_tokens", 0, lim->max_seq, true, &mct, err)) != 0)
+		return rc;
+	if (mt >= 0 && mct >= 0 && mt != mct)
+		return API_BAD(err, "max_completion_tokens",
+			       "'max_tokens' and 'max_completion_tokens' disagree");
+	/* api_common reads max_tokens when given; else this is its default. */
+	double max_tokens = mct >= 0 ? mct : lim->max_seq - r->n_prompt;
+	if ((rc = api_common(req, lim, vocab, max_tokens, r, err)) != 0 ||
+	    (rc = api_bool(req, "logprobs", &r->logprobs, err)) != 0 ||
+	    (rc = api_number(req, "top_logprobs", 0, API_MAX_LOGPROBS, true, &top, err)) != 0 ||
+	    (rc = api_chat_unsupported(req, err)) != 0)
+		return rc;
+	if (top > 0 && !r->logprobs)
+		return API_BAD(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+	r->n_logprobs = (int32_t)top;
+	api_chat_stops(lim, vocab, r);
+	return 0;
+}
+
+int api_chat_parse(const char *body, size_t len, const struct api_limits *lim,
+		   const tok_vocab *vocab, struct api_request *out, struct api_error *err)
+{
+	memset(out, 0, sizeof *out);
+	memset(err, 0, sizeof *err);
+	char why[200];
+	cJSON *req = api_json_parse(body, len, why, sizeof why);
+	if (req == NULL)
+		return API_BAD(err, NULL, "the request body is not valid JSON: %s", why);
+	int rc = api_chat_fields(req, lim, vocab, out, err);
+	cJSON_Delete(req);
+	if (rc != 0)
+		api_request_fini(out);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ both */
+
+void api_request_fini(struct api_request *r)
+{
+	if (r == NULL)
+		return;
+	free(r->prompt);
+	free(r->bias);
+	for (int i = 0; i < r->n_stops; i++)
+		free(r->stops[i]);
+	memset(r, 0, sizeof *r);
+}
+
+void api_error_fini(struct api_error *e)
+{
+	if (e == NULL)
+		return;
+	free(e->param);
+	e->param = NULL;
+}
+
+size_t api_stop_cut(const struct api_request *r, const char *p, size_t len, bool final, bool *hit)
+{
+	size_t cut = len;
+	*hit = false;
+	for (int i = 0; i < r->n_stops && len > 0; i++) {
+		const char *at = memmem(p, len, r->stops[i], strlen(r->stops[i]));
+		if (at != NULL && (size_t)(at - p) < cut) {
+			cut = (size_t)(at - p);
+			*hit = true;
+		}
+	}
+	if (*hit || final || r->max_stop <= 1)
+		return cut;
+	/* Hold back only what could really start a stop string: the longest tail (shorter than
+	 * the longest stop) that is a prefix of one. */
+	size_t keep = r->max_stop - 1;
+	cut = len > keep ? len - keep : 0;
+	for (; cut < len; cut++)
+		for (int i = 0; i < r->n_stops; i++) {
+			size_t n = len - cut;
+			if (n <= strlen(r->stops[i]) && memcmp(p + cut, r->stops[i], n) == 0)
+				return cut;
+		}
+	return cut;
+}

@@ -1,0 +1,141 @@
+/* api_request.h — completion and chat request bodies, parsed and validated; and the stop-string
+ * hold-back of the text going back to the client. Pure functions: no NNG, no scheduler, so the
+ * unit tests and the fuzz target (tests/fuzz/fuzz_http.c) call them directly.
+ *
+ * The body is read by api_json.h (strict JSON: nothing after the value, no key twice, valid
+ * UTF-8; strings keep U+0000). Fields of both endpoints (null is the same as absent):
+ *     max_tokens        integer in [0, context]; default 16 for completions, the rest of the
+ *                       context for chat; lowered so that prompt + max_tokens fits the
+ *                       context (the answer then ends with finish_reason "length")
+ *     temperature       [0, 100], default 1      top_p   [1e-9, 1], default 1
+ *     top_k             integer [0, 1e9], 0 off  min_p   [0, 1], default 0
+ *     seed              integer [0, 2^53 - 1]; absent: the API draws one per request and
+ *                       reports it (api.h)
+ *     presence_penalty, frequency_penalty   [-2, 2], default 0
+ *     repeat_penalty    (0, 10], default 1 (llama.cpp's)
+ *     repeat_last_n     the penalties' window in tokens, prompt included: integer in
+ *                       [0, API_MAX_PENALTY_WINDOW], or -1 for the whole context when it is
+ *                       no longer; default 64 (llama-server's)
+ *     logit_bias        {"token id": bias in [-100, 100], ...}, at most API_MAX_LOGIT_BIAS
+ *     stop              a string or an array of up to API_MAX_STOPS non-empty strings of at
+ *                       most API_MAX_STOP_LEN bytes, valid UTF-8, without U+0000
+ *     stream            true or false; stream_options {"include_usage": bool} only with it
+ *     n                 1 only                   user, model   any string (one model)
+ *     return_token_ids  true or false
+ * POST /v1/completions also takes:
+ *     prompt            a string (tokenized here, with BOS when the vocabulary wants one;
+ *                       special-token text stays text) or a non-empty array of token ids
+ *     logprobs          integer [0, API_MAX_LOGPROBS]   echo  false only
+ *     best_of           1 only                          suffix  null or "" only
+ * POST /v1/chat/completions also takes:
+ *     messages          a non-empty array of {"role": "system"|"developer"|"user"|"assistant",
+ *                       "content": a string, an array of {"type": "text", "text": ...} parts,
+ *                       or null (assistant)}; developer is system. Rendered by the model's chat
+ *                       template (chat_template.h) with the generation prompt, then tokenized
+ *                       with special-token parsing (the template's markers become their ids;
+ *                       BOS once, where the vocabulary wants it)
+ *     max_completion_tokens   as max_tokens (both: they must agree)
+ *     logprobs          true or false; top_logprobs [0, API_MAX_LOGPROBS], with logprobs only
+ *     response_format   {"type": "text"} only    tools  null or []   tool_choice  "none" only
+ * Any other field is refused, naming it. A string prompt (or a rendered conversation) longer
+ * in bytes than the context could hold in tokens is refused before it is tokenized.
+ */
+#ifndef LM_API_REQUEST_H
+#define LM_API_REQUEST_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/base/buf.h"
+#include "common/model/sampling.h"
+#include "common/tok/tokenizer.h"
+#include "common/wire/httpd.h"
+#include "common/wire/wire.h"
+#include "coordinator/api/chat_template.h"
+
+#define API_MAX_STOPS          4
+#define API_MAX_STOP_LEN       256
+#define API_MAX_LOGPROBS       WIRE_MAX_LOGPROBS
+#define API_MAX_LOGIT_BIAS     LM_MAX_LOGIT_BIAS
+#define API_MAX_PENALTY_WINDOW LM_MAX_PENALTY_WINDOW
+#define API_MAX_MESSAGES       1024
+#define API_MAX_TEMPLATE_STOPS 4
+
+enum api_kind { API_COMPLETION, API_CHAT };
+
+struct api_limits {
+	int32_t max_seq; /* the context of one sequence: prompt plus generated tokens */
+	/* The most input bytes one token covers (tok_max_piece, and the longest special token's
+	 * text): a prompt of more than max_seq times this many bytes cannot fit. 0: no check. */
+	size_t max_token_bytes;
+	/* Chat: the format, and the vocabulary's texts of BOS and EOS ("" when none). CHAT_NONE
+	 * refuses chat requests with chat_why. */
+	enum chat_format chat;
+	const char *chat_why;
+	const char *bos_text, *eos_text;
+};
+
+struct api_request {
+	enum api_kind kind;
+	int32_t *prompt; /* [n_prompt] token ids, each < the vocabulary's size; owned */
+	int32_t n_prompt;
+	int32_t max_tokens; /* n_prompt + max_tokens <= max_seq */
+	struct lm_sampling sampling;
+	bool seed_given; /* else the caller draws sampling.seed */
+	struct lm_penalties penalties;
+	struct lm_logit_bias *bias; /* [n_bias] owned */
+	int32_t n_bias;
+	int32_t n_logprobs;         /* alternatives per token, 0..API_MAX_LOGPROBS */
+	bool logprobs;              /* each token's logprob (completions: n_logprobs > 0) */
+	bool stream;                /* server-sent events */
+	bool include_usage;         /* stream_options.include_usage */
+	bool want_ids;              /* return_token_ids */
+	bool no_speculate;          /* "speculate": false: no drafts for this request */
+	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
+	int n_stops;
+	size_t max_stop; /* the longest stop string's length; 0 without stops */
+	int32_t stop_ids[API_MAX_TEMPLATE_STOPS]; /* chat: the template's end-of-turn ids */
+	int32_t n_stop_ids;
+};
+
+/* Why a request was refused: what the HTTP reply says. */
+struct api_error {
+	uint16_t status;  /* 400 for the client's mistakes, 500 for ours (out of memory) */
+	const char *type; /* "invalid_request_error" or "server_error" (static strings) */
+	enum lm_http_refusal reason; /* for the refusal counters */
+	char *param;                 /* the offending field, or NULL; owned */
+	char message[512];
+};
+
+/* Parses a /v1/completions body (any bytes). Returns 0 and fills *out (the caller calls
+ * api_request_fini), or a negative LM_E* code (LM_EINVAL for a bad request, LM_ENOMEM) with
+ * *out zeroed and *err filled (the caller calls api_error_fini). */
+int api_request_parse(const char *body, size_t len, const struct api_limits *lim,
+		      const tok_vocab *vocab, struct api_request *out, struct api_error *err);
+/* The same for /v1/chat/completions. */
+int api_chat_parse(const char *body, size_t len, const struct api_limits *lim,
+		   const tok_vocab *vocab, struct api_request *out, struct api_error *err);
+/* Frees what a parsed request owns and zeroes it; harmless on a zeroed request. */
+void api_request_fini(struct api_request *r);
+/* Frees the error's param; harmless on a zeroed error. */
+void api_error_fini(struct api_error *e);
+
+/* The messages of a chat request as the templates take them (chat_template.h: roles mapped,
+ * parts kept for Gemma 4, joined for the rest), pointing into the cJSON tree `messages` (from
+ * api_json_parse); *msgs and *parts are malloc'd, the caller frees both. Returns 0, or
+ * LM_EINVAL / LM_ENOMEM with *err filled. Shared with `layermesh template`. */
+int api_chat_messages(const cJSON *messages, enum chat_format f, struct chat_msg **msgs,
+		      int *n_msgs, struct chat_part **parts, struct lm_buf *joined,
+		      struct api_error *err);
+
+/* How much of the pending text p[0..len) (decoded, not yet sent) can go to the client.
+ * When a stop string of r occurs in it, *hit is set and the result is where the earliest one
+ * starts: the text before it goes out, the rest is dropped. Otherwise the result holds back the
+ * longest tail that could still begin a stop string (nothing when `final`), so at most
+ * r->max_stop - 1 bytes wait. Stop strings that are valid UTF-8 never cut valid UTF-8
+ * text inside a character. */
+size_t api_stop_cut(const struct api_request *r, const char *p, size_t len, bool final, bool *hit);
+
+#endif

@@ -1,0 +1,217 @@
+/* cmd_template.c — `layermesh template`: which chat format a template is recognised as, and the
+ * prompts it renders conversations into, exactly as POST /v1/chat/completions renders them
+ * (the same message handling and formatter: coordinator/api/api_request.h, chat_template.h). The
+ * comparison with each model's own Jinja template (tests/integration/test_chat_templates.sh)
+ * runs through it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/buf.h"
+#include "common/format/gguf.h"
+#include "common/tok/tokenizer.h"
+#include "coordinator/api/api_json.h"
+#include "coordinator/api/api_request.h"
+#include "coordinator/api/chat_template.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/cli/cmds.h"
+
+static const char template_usage[] =
+	"usage: layermesh template (--template FILE | --model M.gguf) [--bos TEXT] [--eos TEXT]\n"
+	"                          [--format NAME]\n"
+	"                          (--detect | --print | --tokens | --conversations FILE)\n"
+	"\n"
+	"Recognises a chat template's format, or renders conversations with it as the chat\n"
+	"API does.\n"
+	"\n"
+	"  --template FILE       a Jinja chat template (tokenizer.chat_template's text)\n"
+	"  --model M.gguf        the template, BOS and EOS of a GGUF's vocabulary\n"
+	"  --bos, --eos TEXT     the template's bos_token and eos_token (default: the model's,\n"
+	"                        or empty)\n"
+	"  --format NAME         render as this format instead of the recognised one (as\n"
+	"                        mesh.toml's [model] chat_template)\n"
+	"  --detect              print the recognised format and exit (1 when none)\n"
+	"  --print               print the template's text and exit\n"
+	"  --tokens              print {\"bos_token\", \"eos_token\"} as used, and exit\n"
+	"  --conversations FILE  a JSON array of {\"messages\": [...], \"add_generation_prompt\":\n"
+	"                        bool}; prints a JSON array with, for each, {\"text\": the\n"
+	"                        prompt} or {\"error\": why the template refuses it}\n"
+	"  -h, --help            this text\n";
+
+struct tmpl_opts {
+	const char *tmpl_path, *model, *bos, *eos, *format, *convs;
+	bool detect, print, tokens;
+};
+
+static int tmpl_read(const char *path, struct lm_buf *out)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		fprintf(stderr, "layermesh template: %s: cannot open it\n", path);
+		return 1;
+	}
+	char buf[65536];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+		lm_buf_add(out, buf, n);
+	fclose(f);
+	return 0;
+}
+
+/* One conversation into its result object. */
+static cJSON *tmpl_render_one(const cJSON *conv, enum chat_format f, const char *bos,
+			      const char *eos)
+{
+	cJSON *res = cJSON_CreateObject();
+	struct api_error err = {0};
+	struct chat_msg *msgs = NULL;
+	struct chat_part *parts = NULL;
+	struct lm_buf joined = {0}, text = {0};
+	int n = 0;
+	const cJSON *gen = cJSON_GetObjectItemCaseSensitive(conv, "add_generation_prompt");
+	int rc = api_chat_messages(cJSON_GetObjectItemCaseSensitive(conv, "messages"), f, &msgs, &n,
+				   &parts, &joined, &err);
+	lm_diag d = {{0}};
+	if (rc != 0)
+		snprintf(d.msg, sizeof d.msg, "%s", err.message);
+	else
+		rc = chat_render(f, bos, eos, msgs, n, cJSON_IsTrue(gen), &text, &d);
+	if (rc == 0) {
+		char *s = strndup(text.p != NULL ? text.p : "", text.len);
+		cJSON_AddStringToObject(res, "text", s != NULL ? s : "");
+		free(s);
+	} else {
+		cJSON_AddStringToObject(res, "error", d.msg);
+	}
+	api_error_fini(&err);
+	free(msgs);
+	free(parts);
+	lm_buf_fini(&joined);
+	lm_buf_fini(&text);
+	return res;
+}
+
+static int tmpl_parse(int argc, char **argv, struct tmpl_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char **dst = strcmp(a, "--template") == 0        ? &o->tmpl_path
+				   : strcmp(a, "--model") == 0         ? &o->model
+				   : strcmp(a, "--bos") == 0           ? &o->bos
+				   : strcmp(a, "--eos") == 0           ? &o->eos
+				   : strcmp(a, "--format") == 0        ? &o->format
+				   : strcmp(a, "--conversations") == 0 ? &o->convs
+								       : NULL;
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			fputs(template_usage, stdout);
+			return -1;
+		} else if (strcmp(a, "--detect") == 0) {
+			o->detect = true;
+		} else if (strcmp(a, "--print") == 0) {
+			o->print = true;
+		} else if (strcmp(a, "--tokens") == 0) {
+			o->tokens = true;
+		} else if (dst != NULL && i + 1 < argc) {
+			*dst = argv[++i];
+		} else {
+			return lm_cli_usage_error("template", "unexpected argument '%s'", a);
+		}
+	}
+	if ((o->tmpl_path == NULL) == (o->model == NULL))
+		return lm_cli_usage_error("template", "give one of --template and --model");
+	if (!o->detect && !o->print && !o->tokens && o->convs == NULL)
+		return lm_cli_usage_error("template",
+					  "give --detect, --print, --tokens or --conversations");
+	return 0;
+}
+
+/* The template, BOS and EOS of --model or --template. */
+static int tmpl_source(const struct tmpl_opts *o, struct lm_buf *tmpl, char *bos, char *eos,
+		       size_t cap)
+{
+	snprintf(bos, cap, "%s", o->bos != NULL ? o->bos : "");
+	snprintf(eos, cap, "%s", o->eos != NULL ? o->eos : "");
+	if (o->tmpl_path != NULL)
+		return tmpl_read(o->tmpl_path, tmpl);
+	gguf_file *f = NULL;
+	tok_vocab *v = NULL;
+	lm_diag d = {{0}};
+	const char *t = NULL;
+	if (gguf_open(o->model, &f, &d) != 0 || tok_load(f, &v, &d) != 0 ||
+	    gguf_get_str(f, "tokenizer.chat_template", &t, &d) != 0) {
+		fprintf(stderr, "layermesh template: %s: %s\n", o->model, d.msg);
+		tok_free(v);
+		gguf_close(f);
+		return 1;
+	}
+	lm_buf_adds(tmpl, t);
+	size_t n;
+	if (o->bos == NULL && tok_bos(v) >= 0)
+		snprintf(bos, cap, "%s", tok_text(v, tok_bos(v), &n));
+	if (o->eos == NULL && tok_eos(v) >= 0)
+		snprintf(eos, cap, "%s", tok_text(v, tok_eos(v), &n));
+	tok_free(v);
+	gguf_close(f);
+	return 0;
+}
+
+int cmd_template(int argc, char **argv)
+{
+	struct tmpl_opts o;
+	int rc = tmpl_parse(argc, argv, &o);
+	if (rc != 0)
+		return rc < 0 ? 0 : rc;
+	struct lm_buf tmpl = {0}, convs = {0};
+	char bos[256], eos[256], why[300];
+	if (tmpl_source(&o, &tmpl, bos, eos, sizeof bos) != 0)
+		return 1;
+	if (o.print || o.tokens) {
+		if (o.print)
+			fwrite(tmpl.p != NULL ? tmpl.p : "", 1, tmpl.len, stdout);
+		lm_buf_fini(&tmpl);
+		if (o.tokens) {
+			cJSON *t = cJSON_CreateObject();
+			cJSON_AddStringToObject(t, "bos_token", bos);
+			cJSON_AddStringToObject(t, "eos_token", eos);
+			char *s = cJSON_PrintUnformatted(t);
+			printf("%s\n", s != NULL ? s : "{}");
+			free(s);
+			cJSON_Delete(t);
+		}
+		return 0;
+	}
+	enum chat_format f = o.format != NULL ? chat_format_by_name(o.format)
+					      : chat_template_detect(tmpl.p != NULL ? tmpl.p : "",
+								     tmpl.len, why, sizeof why);
+	lm_buf_fini(&tmpl);
+	if (f == CHAT_NONE) {
+		fprintf(stderr, "layermesh template: %s\n",
+			o.format != NULL ? "no such format" : why);
+		return 1;
+	}
+	if (o.detect) {
+		printf("%s\n", chat_format_name(f));
+		return 0;
+	}
+	if (tmpl_read(o.convs, &convs) != 0)
+		return 1;
+	cJSON *list = api_json_parse(convs.p, convs.len, why, sizeof why);
+	lm_buf_fini(&convs);
+	if (!cJSON_IsArray(list)) {
+		fprintf(stderr, "layermesh template: %s: %s\n", o.convs,
+			list == NULL ? why : "not a JSON array");
+		cJSON_Delete(list);
+		return 1;
+	}
+	cJSON *out = cJSON_CreateArray();
+	for (const cJSON *c = list->child; c != NULL; c = c->next)
+		cJSON_AddItemToArray(out, tmpl_render_one(c, f, bos, eos));
+	char *s = cJSON_PrintUnformatted(out);
+	if (s != NULL)
+		printf("%s\n", s);
+	free(s);
+	cJSON_Delete(out);
+	cJSON_Delete(list);
+	return s != NULL ? 0 : 1;
+}

@@ -1,0 +1,239 @@
+/* mesh_status.c — the mesh's /readyz, /v1/status and /metrics. See mesh_status.h. */
+#include "coordinator/mesh/mesh_status.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/base/metrics.h"
+#include "common/config/mesh_config.h"
+#include "common/plan/fence.h"
+#include "coordinator/supervise/mesh_ops.h"
+#include "coordinator/supervise/probe.h"
+#include "coordinator/supervise/rollout.h"
+#include "coordinator/sched/scheduler.h"
+
+/* How long /v1/status waits for a worker's own /status (connect, then answer). */
+#define MESH_STATUS_PROBE_MS 500
+
+/* By enum mesh_worker_state. */
+static const char *const mesh_status_state_names[] = {"starting", "ready", "restarting", "failed"};
+
+bool mesh_status_ready(void *arg, char *why, size_t cap)
+{
+	struct mesh *m = arg;
+	if (mesh_stopping(m)) {
+		snprintf(why, cap, "the coordinator is stopping");
+		return false;
+	}
+	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
+		struct mesh_worker_view v;
+		mesh_worker_view(m, i, &v);
+		if (v.state != MESH_WORKER_READY) {
+			snprintf(why, cap, "worker %s is %s%s%s%s", mesh_worker_cfg(m, i)->name,
+				 mesh_status_state_names[v.state], v.why[0] ? " (" : "", v.why,
+				 v.why[0] ? ")" : "");
+			return false;
+		}
+	}
+	snprintf(why, cap, "%s", mesh_plain_note(m));
+	return true;
+}
+
+static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_stats *s)
+{
+	cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
+	cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
+	cJSON_AddNumberToObject(q, "active", atomic_load(&s->active));
+	cJSON_AddNumberToObject(q, "queued", atomic_load(&s->queued));
+	cJSON_AddNumberToObject(q, "tokens_generated", (double)atomic_load(&s->tokens_generated));
+	cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
+	cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));
+	cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
+	/* The rollout comes in the middle of the scheduler's fields: that is where /v1/status
+	 * has always shown it. */
+	cJSON *ro = rollout_status(mesh_rollouts(m));
+	if (ro != NULL)
+		cJSON_AddItemToObject(o, "rollout", ro);
+	cJSON_AddNumberToObject(q, "batches_forgotten", (double)atomic_load(&s->batches_forgotten));
+	cJSON_AddNumberToObject(q, "spec_drafted", (double)atomic_load(&s->spec_drafted));
+	cJSON_AddNumberToObject(q, "spec_accepted", (double)atomic_load(&s->spec_accepted));
+	cJSON_AddNumberToObject(q, "spec_steps", (double)atomic_load(&s->spec_steps));
+}
+
+cJSON *mesh_status_json(void *arg)
+{
+	struct mesh *m = arg;
+	int32_t W = mesh_n_workers(m);
+	const struct fence_plan *plan = mesh_plan(m);
+	/* Every worker's own view, asked in parallel before anything is built. */
+	/* A worker a redeploy moved serves at its alternate address: ask where it is now. */
+	const char **addrs = calloc((size_t)W + 1, sizeof *addrs);
+	struct mesh_addrs *cur = calloc((size_t)W + 1, sizeof *cur);
+	struct probe_result *probes = calloc((size_t)W + 1, sizeof *probes);
+	struct mesh_worker_view *views = calloc((size_t)W + 1, sizeof *views);
+	if (addrs == NULL || cur == NULL || probes == NULL || views == NULL) {
+		free(addrs);
+		free(cur);
+		free(probes);
+		free(views);
+		return NULL;
+	}
+	for (int32_t i = 0; i < W; i++) {
+		mesh_worker_addrs(m, i, &cur[i]);
+		addrs[i] = cur[i].http;
+	}
+	probe_status_all(addrs, W, MESH_STATUS_PROBE_MS, probes);
+	free(addrs);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "model", mesh_model_name(m));
+	char fp[32];
+	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)mesh_fingerprint(m));
+	cJSON_AddStringToObject(o, "fingerprint", fp);
+	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(plan));
+	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
+	mesh_workers_view(m, views);
+	struct sched *sched = mesh_sched(m);
+	const struct sched_stats *stats = sched != NULL ? sched_stats(sched) : NULL;
+	for (int32_t i = 0; i < W; i++) {
+		const struct mesh_worker_view *v = &views[i];
+		cJSON *w = cJSON_CreateObject();
+		cJSON_AddStringToObject(w, "name", mesh_worker_cfg(m, i)->name);
+		cJSON_AddStringToObject(w, "state", mesh_status_state_names[v->state]);
+		cJSON_AddNumberToObject(w, "pid", v->pid);
+		cJSON_AddNumberToObject(w, "restarts", v->restarts);
+		cJSON_AddNumberToObject(w, "restarts_total", (double)v->restarts_total);
+		if (stats != NULL)
+			cJSON_AddNumberToObject(w, "replays",
+						(double)atomic_load(&stats->worker_replays[i]));
+		if (v->digest != 0) {
+			char dig[32];
+			snprintf(dig, sizeof dig, "%016llx", (unsigned long long)v->digest);
+			cJSON_AddStringToObject(w, "digest", dig);
+		}
+		cJSON_AddNumberToObject(w, "start", plan->stages[i].start);
+		cJSON_AddNumberToObject(w, "end", plan->stages[i].end);
+		cJSON_AddNumberToObject(w, "kv_bytes", (double)v->ready.kv_bytes);
+		cJSON_AddNumberToObject(w, "weight_bytes", (double)v->ready.weight_bytes);
+		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)v->ready.rss_bytes);
+		if (v->why[0])
+			cJSON_AddStringToObject(w, "why", v->why);
+		cJSON_AddStringToObject(w, "http", cur[i].http);
+		if (probes[i].status != NULL)
+			cJSON_AddItemToObject(w, "status", probes[i].status);
+		else
+			cJSON_AddStringToObject(w, "status_error", probes[i].error);
+		cJSON_AddItemToArray(ws, w);
+	}
+	free(views);
+	free(cur);
+	free(probes);
+	if (stats != NULL)
+		mesh_status_scheduler(o, m, stats);
+	return o;
+}
+
+static void mesh_status_hist(struct lm_mtext *t, const char *name, const char *help,
+			     const struct lm_hist *h)
+{
+	struct lm_hist_snap s;
+	lm_hist_snapshot(h, &s);
+	lm_mtext_family(t, name, "histogram", help);
+	lm_mtext_hist(t, name, NULL, &s);
+}
+
+/* A counter per worker: one family, one sample per worker. */
+static void mesh_status_per_worker(struct lm_mtext *t, struct mesh *m, const char *name,
+				   const char *help, const uint64_t *values)
+{
+	lm_mtext_family(t, name, "counter", help);
+	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
+		char label[300];
+		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_sample(t, name, label, (double)values[i]);
+	}
+}
+
+/* The workers' gauges and counters, from one view of them all so that they agree. */
+static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
+				      struct mesh_worker_view *views, const struct sched_stats *s)
+{
+	int32_t W = mesh_n_workers(m);
+	mesh_workers_view(m, views);
+	int32_t ready = 0;
+	for (int32_t i = 0; i < W; i++)
+		ready += views[i].state == MESH_WORKER_READY;
+	lm_mtext_gauge(t, "layermesh_workers_ready", "Workers that are ready.", ready);
+	lm_mtext_family(t, "layermesh_worker_up", "gauge",
+			"1 while the worker is assigned and serving, 0 while it starts, restarts "
+			"or has failed.");
+	for (int32_t i = 0; i < W; i++) {
+		char label[300];
+		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_sample(t, "layermesh_worker_up", label,
+				views[i].state == MESH_WORKER_READY ? 1 : 0);
+	}
+	uint64_t *values = calloc((size_t)W + 1, sizeof *values);
+	if (values == NULL)
+		return;
+	for (int32_t i = 0; i < W; i++)
+		values[i] = views[i].restarts_total;
+	mesh_status_per_worker(t, m, "layermesh_worker_restarts_total",
+			       "Restarts of the worker since the mesh came up.", values);
+	for (int32_t i = 0; i < W; i++)
+		values[i] = atomic_load(&s->worker_replays[i]);
+	mesh_status_per_worker(t, m, "layermesh_worker_replays_total",
+			       "Sequences replayed because the worker went down.", values);
+	free(values);
+}
+
+char *mesh_status_metrics(void *arg)
+{
+	struct mesh *m = arg;
+	struct sched *sched = mesh_sched(m);
+	if (sched == NULL)
+		return NULL;
+	struct mesh_worker_view *views = calloc((size_t)mesh_n_workers(m) + 1, sizeof *views);
+	if (views == NULL)
+		return NULL;
+	const struct sched_stats *s = sched_stats(sched);
+	struct lm_mtext t = {0};
+	lm_mtext_counter(&t, "layermesh_requests_total", "Completion requests accepted.",
+			 atomic_load(&s->requests));
+	lm_mtext_counter(&t, "layermesh_tokens_generated_total", "Tokens sampled by the mesh.",
+			 atomic_load(&s->tokens_generated));
+	lm_mtext_counter(&t, "layermesh_prompt_tokens_total", "Prompt tokens of accepted requests.",
+			 atomic_load(&s->prompt_tokens));
+	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
+			 atomic_load(&s->batches));
+	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",
+			 atomic_load(&s->ring_errors));
+	lm_mtext_counter(&t, "layermesh_replays_total",
+			 "Sequences prefilled again after a worker fault.",
+			 atomic_load(&s->replays));
+	lm_mtext_counter(&t, "layermesh_batches_forgotten_total",
+			 "Batches in flight when a worker went down.",
+			 atomic_load(&s->batches_forgotten));
+	lm_mtext_counter(&t, "layermesh_spec_drafted_tokens_total",
+			 "Speculative tokens drafted and sent for verification.",
+			 atomic_load(&s->spec_drafted));
+	lm_mtext_counter(&t, "layermesh_spec_accepted_tokens_total",
+			 "Drafted tokens the last worker accepted.",
+			 atomic_load(&s->spec_accepted));
+	lm_mtext_counter(&t, "layermesh_spec_steps_total", "Sequence steps that carried a draft.",
+			 atomic_load(&s->spec_steps));
+	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
+		       atomic_load(&s->active));
+	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
+		       atomic_load(&s->queued));
+	mesh_status_worker_gauges(&t, m, views, s);
+	free(views);
+	mesh_status_hist(&t, "layermesh_time_to_first_token_seconds",
+			 "From a request's arrival to its first generated token.", &s->ttft);
+	mesh_status_hist(&t, "layermesh_token_decode_seconds",
+			 "Between consecutive generated tokens of a request.", &s->token);
+	mesh_status_hist(&t, "layermesh_request_duration_seconds",
+			 "From a request's arrival to its end, for any reason.", &s->duration);
+	return lm_mtext_take(&t);
+}

@@ -1,0 +1,1365 @@
+/* scheduler.c — continuous batching over the data ring. See scheduler.h. */
+#include "coordinator/sched/scheduler.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/base/clock.h"
+#include "common/base/log.h"
+
+#define SCHED_MAX_INFLIGHT 64 /* a 60-stage ring keeps every stage busy */
+#define SCHED_IDLE_WAIT_MS 50
+
+struct sched_seq {
+	uint64_t id;
+	int32_t slot; /* -1 while queued */
+	int32_t *tok; /* [cap]: prompt then generated tokens */
+	int32_t n_tok, cap;
+	int32_t n_prompt, n_gen;
+	int32_t n_done; /* positions whose KV rows the workers hold */
+	int32_t max_tokens;
+	int32_t n_logprobs;
+	struct lm_sampling sampling;
+	struct lm_penalties pen;
+	struct lm_logit_bias *bias; /* [n_bias] */
+	struct lm_logit_adjust adj; /* what the next sampled step sends */
+	int32_t stop_ids[SCHED_MAX_REQ_STOPS];
+	int32_t n_bias, n_stop_ids;
+	void (*on_token)(void *, int32_t, float, const int32_t *, const float *, int32_t);
+	void (*on_done)(void *, enum sched_finish, int, const char *);
+	void *arg;
+	bool inflight;
+	bool cancel;
+	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
+	bool spec; /* may speculate (the request did not opt out) */
+	int64_t progress_ms; /* lm_now_ms at submit and whenever a batch of it came back */
+	int32_t retries;     /* batches of this sequence a worker refused */
+	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
+	struct sched_seq *next;          /* inbox / wait queue link */
+};
+
+struct sched_batch {
+	uint64_t id;
+	int64_t sent_ms;
+	int32_t n;
+	struct sched_seq **seqs; /* [slots] */
+	int32_t *chunk;          /* [slots] tokens of each sequence in the batch */
+	bool *sample;            /* [slots] */
+	int32_t *n_draft;        /* [slots] drafted tokens among a sequence's chunk */
+	int32_t *draft_at;       /* [slots] where its drafts start in `drafts` */
+	int32_t *drafts;         /* [max_batch] every drafted id of the batch, in order */
+	int32_t n_drafts;
+};
+
+struct sched {
+	struct sched_cfg cfg;
+	pthread_t thread;
+	bool locks_ready; /* mu, cv and qcv are initialised (sched_fini destroys them) */
+	bool running;     /* the thread and the receive run (sched_stop ends them) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* Shared with other threads, under mu. */
+	bool stopping, available;
+	bool paused, replay_pending;
+	bool quiesce,
+		quiesced;   /* sched_quiesce asked / the thread stopped with nothing in flight */
+	pthread_cond_t qcv; /* signalled when `quiesced` becomes true */
+	struct sched_slot *snap; /* [slots]: the live slots when quiesced */
+	int32_t n_snap;
+	uint64_t pauses; /* counts sched_pause calls: a pause lifted before the thread woke up
+			  * must still make it forget the batches in flight */
+	char why[256];
+	struct sched_seq *inbox, *inbox_tail;
+	uint64_t *cancels;
+	int32_t n_cancels, cap_cancels;
+	nng_msg **rx;
+	int32_t n_rx, cap_rx;
+	uint64_t next_seq_id;
+	/* The scheduler thread's own. */
+	struct sched_seq **slot_seq; /* [slots] */
+	struct sched_seq *wait_head, *wait_tail;
+	struct sched_batch inflight[SCHED_MAX_INFLIGHT];
+	int32_t n_inflight;
+	int64_t send_failing_ms; /* since when FORWARDs cannot be sent; 0 while they can */
+	int32_t rr;              /* round-robin start for fairness */
+	uint64_t next_batch_id;
+	int32_t *release; /* [slots] slots to empty on the workers */
+	int32_t n_release;
+	nng_aio *rx_aio;
+	struct wire_buf buf;
+	struct wire_scratch scratch;
+	struct wire_limits lim;
+	struct wire_seq *wseqs;     /* [slots] */
+	int32_t *ids;               /* [max_batch] */
+	uint64_t pauses_seen;       /* the thread's copy of `pauses` */
+	int64_t paused_since_ms;    /* the thread's: when the current hold began (0: not held) */
+	bool *blamed;               /* [n_workers], under mu: causes of the next replay */
+	bool *turn_blamed;          /* [n_workers], the thread's copy for one turn */
+	_Atomic uint64_t oldest_id; /* the batch travelling longest (0: none) ... */
+	_Atomic int64_t oldest_sent_ms; /* ... and when it was sent */
+	struct lm_log_limit log_limit;  /* what peers make the scheduler say, once a second */
+	struct sched_stats stats;
+};
+
+/* A warning a peer can make the scheduler repeat: one line a second per kind. */
+#define sched_warn_limited(s, kind, code, fmt, ...)                                              \
+	do {                                                                                     \
+		uint64_t held_ = 0;                                                              \
+		if (lm_log_limit_pass(&(s)->log_limit, lm_log_key(kind, code), &held_)) {        \
+			if (held_ > 0)                                                           \
+				lm_warn(fmt " (and %llu more since the last line)", __VA_ARGS__, \
+					(unsigned long long)held_);                              \
+			else                                                                     \
+				lm_warn(fmt, __VA_ARGS__);                                       \
+		}                                                                                \
+	} while (0)
+
+static void sched_free_seq(struct sched_seq *q)
+{
+	if (q != NULL) {
+		free(q->tok);
+		free(q->bias);
+		free(q);
+	}
+}
+
+/* ------------------------------------------------------------------ the receive side */
+
+static void sched_rx_cb(void *arg)
+{
+	struct sched *s = arg;
+	int rv = nng_aio_result(s->rx_aio);
+	if (rv != 0) {
+		if (rv != NNG_ECLOSED && rv != NNG_ECANCELED) {
+			lm_warn("ring receive failed: %s", nng_strerror(rv));
+			nng_recv_aio(s->cfg.pull, s->rx_aio);
+		}
+		return;
+	}
+	nng_msg *m = nng_aio_get_msg(s->rx_aio);
+	pthread_mutex_lock(&s->mu);
+	if (s->n_rx == s->cap_rx) {
+		int32_t cap = s->cap_rx ? s->cap_rx * 2 : 64;
+		nng_msg **rx = realloc(s->rx, (size_t)cap * sizeof *rx);
+		if (rx == NULL) {
+			pthread_mutex_unlock(&s->mu);
+			nng_msg_free(m); /* its batch will time out and fail cleanly */
+			nng_recv_aio(s->cfg.pull, s->rx_aio);
+			return;
+		}
+		s->rx = rx;
+		s->cap_rx = cap;
+	}
+	s->rx[s->n_rx++] = m;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	nng_recv_aio(s->cfg.pull, s->rx_aio);
+}
+
+/* ------------------------------------------------------------------ sequence ends */
+
+static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish why, int code,
+			 const char *msg)
+{
+	if (q->slot >= 0) {
+		if (s->cfg.draft.iface != NULL && s->cfg.draft.iface->release != NULL)
+			s->cfg.draft.iface->release(s->cfg.draft.ctx, q->slot);
+		s->slot_seq[q->slot] = NULL;
+		bool listed = false;
+		for (int32_t i = 0; i < s->n_release; i++)
+			listed |= s->release[i] == q->slot;
+		if (!listed)
+			s->release[s->n_release++] = q->slot;
+		atomic_fetch_sub(&s->stats.active, 1);
+	}
+	lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
+	q->on_done(q->arg, why, code, msg);
+	sched_free_seq(q);
+}
+
+static struct sched_batch *sched_find_batch(struct sched *s, uint64_t id, int32_t *index)
+{
+	for (int32_t i = 0; i < s->n_inflight; i++)
+		if (s->inflight[i].id == id) {
+			*index = i;
+			return &s->inflight[i];
+		}
+	return NULL;
+}
+
+static void sched_drop_batch(struct sched *s, int32_t i)
+{
+	struct sched_batch tmp = s->inflight[i];
+	memmove(&s->inflight[i], &s->inflight[i + 1],
+		(size_t)(s->n_inflight - i - 1) * sizeof s->inflight[0]);
+	s->inflight[--s->n_inflight] = tmp; /* keep its arrays for reuse */
+}
+
+/* Fails every sequence of batch i with code/msg. */
+static void sched_fail_batch(struct sched *s, int32_t i, int code, const char *msg)
+{
+	struct sched_batch *b = &s->inflight[i];
+	for (int32_t k = 0; k < b->n; k++)
+		sched_finish(s, b->seqs[k], SCHED_FINISH_ERROR, code, msg);
+	sched_drop_batch(s, i);
+}
+
+static bool sched_is_stop(const struct sched *s, const struct sched_seq *q, int32_t token)
+{
+	for (int32_t i = 0; i < s->cfg.n_stop_ids; i++)
+		if (s->cfg.stop_ids[i] == token)
+			return true;
+	for (int32_t i = 0; i < q->n_stop_ids; i++)
+		if (q->stop_ids[i] == token)
+			return true;
+	return false;
+}
+
+/* One generated token into sequence q (its alternatives at top, in the TOKENS payload's
+ * layout): false when the sequence ended with it (finished and freed). */
+static bool sched_take_token(struct sched *s, struct sched_seq *q, const struct wire_token *tk,
+			     const uint8_t *top)
+{
+	int32_t top_ids[64];
+	float top_lp[64];
+	int32_t n_top = tk->n_top < 64 ? tk->n_top : 64;
+	for (int32_t j = 0; j < n_top; j++) {
+		memcpy(&top_ids[j], top + 4 * j, 4);
+		memcpy(&top_lp[j], top + 4 * (tk->n_top + j), 4);
+	}
+	if (q->cancel) {
+		sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		return false;
+	}
+	if (sched_is_stop(s, q, tk->token)) {
+		sched_finish(s, q, SCHED_FINISH_STOP, 0, NULL);
+		return false;
+	}
+	q->tok[q->n_tok++] = tk->token;
+	q->n_gen++;
+	atomic_fetch_add(&s->stats.tokens_generated, 1);
+	uint64_t now = lm_now_ns();
+	if (q->n_gen == 1)
+		lm_hist_observe(&s->stats.ttft, now - q->t_submit_ns);
+	else
+		lm_hist_observe(&s->stats.token, now - q->t_last_ns);
+	q->t_last_ns = now;
+	q->on_token(q->arg, tk->token, tk->logprob, top_ids, top_lp, n_top);
+	if (q->cancel)
+		sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+	else if (q->n_gen >= q->max_tokens || q->n_tok >= s->cfg.max_seq)
+		sched_finish(s, q, SCHED_FINISH_LENGTH, 0, NULL);
+	else
+		return true;
+	return false;
+}
+
+/* The entries of sequence k of batch b, from t->toks[*ti]: one token, or for a speculating
+ * sequence its accepted drafts (which must be the drafts it sent, in order) and the token after
+ * them. Its cache then holds its chunk less the rejected drafts: the next batch starts there,
+ * which is the rollback. */
+static void sched_take_tokens(struct sched *s, struct sched_batch *b, int32_t k,
+			      const struct wire_tokens *t, int32_t *ti, const uint8_t **top)
+{
+	struct sched_seq *q = b->seqs[k];
+	const int32_t nd = b->n_draft[k];
+	const int32_t *dr = b->drafts + b->draft_at[k];
+	int32_t m = 0;
+	while (*ti + m < t->n && m <= nd && t->toks[*ti + m].seq_id == q->id)
+		m++;
+	bool ok = m >= 1;
+	for (int32_t j = 0; ok && j + 1 < m; j++)
+		ok = t->toks[*ti + j].token == dr[j];
+	if (!ok) {
+		*ti += m;
+		sched_finish(s, q, SCHED_FINISH_ERROR, LM_EPROTO,
+			     m == 0 ? "the last worker did not return a token for this sequence"
+				    : "the last worker accepted tokens that were not the drafts");
+		return;
+	}
+	q->n_done += b->chunk[k] - (nd - (m - 1));
+	if (nd > 0) {
+		atomic_fetch_add(&s->stats.spec_steps, 1);
+		atomic_fetch_add(&s->stats.spec_drafted, (uint64_t)nd);
+		atomic_fetch_add(&s->stats.spec_accepted, (uint64_t)(m - 1));
+	}
+	bool live = true;
+	for (int32_t j = 0; j < m; j++) {
+		const struct wire_token *tk = &t->toks[*ti + j];
+		if (live)
+			live = sched_take_token(s, q, tk, *top);
+		*top += 8 * (size_t)tk->n_top;
+	}
+	*ti += m;
+}
+
+static void sched_on_tokens(struct sched *s, nng_msg *m)
+{
+	struct wire_tokens t;
+	lm_diag d = {{0}};
+	int rc = wire_decode_tokens(nng_msg_body(m), nng_msg_len(m), &s->lim, &s->scratch, &t, &d);
+	if (rc != 0) {
+		atomic_fetch_add(&s->stats.ring_errors, 1);
+		sched_warn_limited(s, "tokens", rc, "dropped a malformed TOKENS message: %s",
+				   lm_diag_str(&d, rc));
+		return; /* its batch times out */
+	}
+	int32_t bi;
+	struct sched_batch *b = sched_find_batch(s, t.batch_id, &bi);
+	if (b == NULL) {
+		lm_debug("TOKENS for batch %llu, which is no longer waited for",
+			 (unsigned long long)t.batch_id);
+		return;
+	}
+	const uint8_t *top = t.payload;
+	int32_t ti = 0;
+	int64_t now_ms = lm_now_ms();
+	for (int32_t k = 0; k < b->n; k++) {
+		struct sched_seq *q = b->seqs[k];
+		q->inflight = false;
+		q->progress_ms = now_ms;
+		if (!b->sample[k]) {
+			q->n_done += b->chunk[k];
+			if (q->cancel)
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+			continue;
+		}
+		sched_take_tokens(s, b, k, &t, &ti, &top);
+	}
+	sched_drop_batch(s, bi);
+}
+
+/* A worker found a NaN or an infinity in batch bi. Retrying the same numbers is pointless: a
+ * sequence that was alone in its batch fails at once with the worker's words (which name it
+ * and the layer); the others of a shared batch go again alone, so only the sequence that makes
+ * the value fails and the ones that merely shared its batch finish. */
+static void sched_on_nonfinite(struct sched *s, int32_t bi, const struct wire_error *e)
+{
+	struct sched_batch *b = &s->inflight[bi];
+	lm_warn("batch %llu: %s", (unsigned long long)e->id, e->msg);
+	for (int32_t k = 0; k < b->n; k++) {
+		struct sched_seq *q = b->seqs[k];
+		q->inflight = false;
+		if (q->cancel) {
+			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		} else if (b->n == 1 || q->solo) {
+			sched_finish(s, q, SCHED_FINISH_ERROR, LM_ENONFINITE, e->msg);
+		} else {
+			q->solo = true;
+			q->n_done = 0;
+			atomic_fetch_add(&s->stats.replays, 1);
+		}
+	}
+	sched_drop_batch(s, bi);
+}
+
+static void sched_on_ring_error(struct sched *s, nng_msg *m)
+{
+	struct wire_error e;
+	lm_diag d = {{0}};
+	atomic_fetch_add(&s->stats.ring_errors, 1);
+	if (wire_decode_error(nng_msg_body(m), nng_msg_len(m), &e, &d) != 0) {
+		sched_warn_limited(s, "error", LM_EPROTO, "dropped a malformed ERROR message: %s",
+				   d.msg);
+		return;
+	}
+	int32_t bi;
+	if (sched_find_batch(s, e.id, &bi) == NULL) {
+		sched_warn_limited(s, "refused", e.code, "a worker refused message %llu (%s): %s",
+				   (unsigned long long)e.id, wire_type_name(e.about), e.msg);
+		return;
+	}
+	if (e.code == LM_ENONFINITE) {
+		sched_on_nonfinite(s, bi, &e);
+		return;
+	}
+	/* A refused batch means a worker's cache no longer matches the sequence (a worker came back
+	 * empty while the batch was on its way, say). Prefilling the sequence again from position 0
+	 * is always valid, so each sequence gets two such retries before the request fails. */
+	struct sched_batch *b = &s->inflight[bi];
+	char msg[600];
+	snprintf(msg, sizeof msg, "a worker refused the batch: %s", e.msg);
+	sched_warn_limited(s, "batch", e.code, "batch %llu refused: %s", (unsigned long long)e.id,
+			   e.msg);
+	for (int32_t k = 0; k < b->n; k++) {
+		struct sched_seq *q = b->seqs[k];
+		q->inflight = false;
+		if (q->cancel) {
+			sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		} else if (q->retries < 2) {
+			q->retries++;
+			q->n_done = 0;
+			atomic_fetch_add(&s->stats.replays, 1);
+		} else {
+			sched_finish(s, q, SCHED_FINISH_ERROR, e.code < 0 ? e.code : LM_EPROTO,
+				     msg);
+		}
+	}
+	sched_drop_batch(s, bi);
+}
+
+static void sched_on_msg(struct sched *s, nng_msg *m)
+{
+	struct wire_head h;
+	lm_diag d = {{0}};
+	if (wire_peek(nng_msg_body(m), nng_msg_len(m), &h, &d) != 0) {
+		atomic_fetch_add(&s->stats.ring_errors, 1);
+		sched_warn_limited(s, "ring", LM_EPROTO, "dropped a ring message: %s", d.msg);
+	} else if (h.type == WIRE_TOKENS) {
+		sched_on_tokens(s, m);
+	} else if (h.type == WIRE_ERROR) {
+		sched_on_ring_error(s, m);
+	} else if (h.type != WIRE_RELEASE) { /* RELEASE coming home is its acknowledgement */
+		atomic_fetch_add(&s->stats.ring_errors, 1);
+		sched_warn_limited(s, "unexpected", (int64_t)h.type, "unexpected %s on the ring",
+				   wire_type_name(h.type));
+	}
+	nng_msg_free(m);
+}
+
+/* ------------------------------------------------------------------ the send side */
+
+static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *payload, size_t len)
+{
+	nng_msg *m;
+	if (nng_msg_alloc(&m, 0) != 0)
+		return LM_ENOMEM;
+	if (nng_msg_append(m, hdr->data, hdr->len) != 0 ||
+	    (len > 0 && nng_msg_append(m, payload, len) != 0)) {
+		nng_msg_free(m);
+		return LM_ENOMEM;
+	}
+	int rv = lm_link_send(s->cfg.push, m);
+	if (rv != 0) {
+		nng_msg_free(m);
+		return rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO;
+	}
+	return 0;
+}
+
+static void sched_send_release(struct sched *s)
+{
+	if (s->n_release == 0)
+		return;
+	struct wire_release r = {.id = s->next_batch_id++,
+				 .fingerprint = s->cfg.fingerprint,
+				 .n = s->n_release,
+				 .slots = s->release};
+	wire_buf_reset(&s->buf);
+	if (wire_encode_release(&s->buf, &r) == 0 && sched_send(s, &s->buf, NULL, 0) == 0)
+		s->n_release = 0;
+	/* On failure the slots stay listed and go with the next RELEASE; a new sequence in a
+	 * slot starts at position 0 and needs no release to be correct. */
+}
+
+/* Asks the draft source for up to `room` tokens to follow decoding sequence q, into the batch's
+ * drafts (not counted in yet); how many. No more than the request may still generate (the
+ * last worker's own token comes on top) or the context holds. */
+static int32_t sched_draft(struct sched *s, struct sched_seq *q, int32_t room,
+			   struct sched_batch *b)
+{
+	/* A request with logit adjustments does not speculate: its penalty window would move
+	 * with every accepted draft, and the wire carries one adjustment per sequence. */
+	if (s->cfg.draft.iface == NULL || !q->spec || s->cfg.max_draft <= 0 || q->n_bias > 0 ||
+	    lm_penalties_active(&q->pen))
+		return 0;
+	int32_t most = s->cfg.max_draft;
+	most = room < most ? room : most;
+	most = q->max_tokens - q->n_gen - 1 < most ? q->max_tokens - q->n_gen - 1 : most;
+	most = s->cfg.max_seq - q->n_tok < most ? s->cfg.max_seq - q->n_tok : most;
+	if (most <= 0)
+		return 0;
+	int32_t k = s->cfg.draft.iface->propose(s->cfg.draft.ctx, q->slot, q->tok, q->n_tok, most,
+						b->drafts + b->n_drafts);
+	return k < 0 ? 0 : k > most ? most : k;
+}
+
+/* Packs the next batch from sequences not in flight. Returns false when there is none. */
+static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n_tokens)
+{
+	int32_t slots = s->cfg.slots, active = 0, ready = 0;
+	for (int32_t i = 0; i < slots; i++)
+		if (s->slot_seq[i] != NULL) {
+			active++;
+			ready += !s->slot_seq[i]->inflight;
+		}
+	if (ready == 0)
+		return false;
+	/* Spread the active sequences over the batches in flight so each stage has work: a
+	 * batch takes at most its share of them. */
+	int32_t share = (active + s->cfg.max_inflight - 1) / s->cfg.max_inflight;
+	int32_t budget = s->cfg.max_batch, n = 0;
+	b->n = 0;
+	b->n_drafts = 0;
+	for (int32_t k = 0; k < slots && b->n < share && budget > 0; k++) {
+		struct sched_seq *q = s->slot_seq[(s->rr + k) % slots];
+		if (q == NULL || q->inflight || (q->solo && b->n > 0))
+			continue;
+		int32_t remaining = q->n_tok - q->n_done;
+		int32_t chunk = remaining;
+		if (chunk > s->cfg.prefill_chunk)
+			chunk = s->cfg.prefill_chunk;
+		if (chunk > budget)
+			chunk = budget;
+		memcpy(s->ids + n, q->tok + q->n_done, (size_t)chunk * sizeof *s->ids);
+		/* A decoding sequence's last token may bring a draft after it. */
+		const int32_t nd = remaining == 1 ? sched_draft(s, q, budget - 1, b) : 0;
+		memcpy(s->ids + n + 1, b->drafts + b->n_drafts, (size_t)nd * sizeof *s->ids);
+		chunk += nd;
+		struct wire_seq *w = &s->wseqs[b->n];
+		*w = (struct wire_seq){.seq_id = q->id,
+				       .slot = q->slot,
+				       .pos = q->n_done,
+				       .n_tokens = chunk,
+				       .sample = q->n_done + chunk - nd == q->n_tok,
+				       .step = (uint64_t)q->n_gen,
+				       .n_logprobs = q->n_logprobs,
+				       .sampling = q->sampling,
+				       .n_draft = nd};
+		if (w->sample && (q->n_bias > 0 || lm_penalties_active(&q->pen))) {
+			/* The window: the sequence's last tokens, prompt included, as llama-server
+			 * feeds its sampler. */
+			int32_t win = lm_penalties_active(&q->pen) ? q->pen.last_n : 0;
+			if (win > q->n_tok)
+				win = q->n_tok;
+			q->adj = (struct lm_logit_adjust){.presence = q->pen.presence,
+							  .frequency = q->pen.frequency,
+							  .repeat = q->pen.repeat,
+							  .hist = q->tok + q->n_tok - win,
+							  .n_hist = win,
+							  .bias = q->bias,
+							  .n_bias = q->n_bias};
+			w->adjust = &q->adj;
+		}
+		b->seqs[b->n] = q;
+		b->chunk[b->n] = chunk;
+		b->sample[b->n] = w->sample;
+		b->n_draft[b->n] = nd;
+		b->draft_at[b->n] = b->n_drafts;
+		b->n_drafts += nd;
+		b->n++;
+		n += chunk;
+		budget -= chunk;
+		if (q->solo)
+			break;
+	}
+	s->rr = (s->rr + 1) % slots;
+	*n_tokens = n;
+	return b->n > 0;
+}
+
+static void sched_dispatch(struct sched *s)
+{
+	while (s->n_inflight < s->cfg.max_inflight) {
+		struct sched_batch *b = &s->inflight[s->n_inflight];
+		int32_t n = 0;
+		if (!sched_build_batch(s, b, &n))
+			return;
+		b->id = s->next_batch_id++;
+		struct wire_forward f = {.batch_id = b->id,
+					 .fingerprint = s->cfg.fingerprint,
+					 .n_seqs = b->n,
+					 .seqs = s->wseqs,
+					 .n_drafts = b->n_drafts,
+					 .drafts = b->drafts,
+					 .n_tokens = n,
+					 .dtype = WIRE_DT_I32,
+					 .dim = 1,
+					 .payload = NULL,
+					 .payload_len = (size_t)n * sizeof(int32_t)};
+		wire_buf_reset(&s->buf);
+		int rc = wire_encode_forward(&s->buf, &f);
+		if (rc == 0)
+			rc = sched_send(s, &s->buf, s->ids, f.payload_len);
+		if (rc != 0) {
+			/* The first worker is not taking messages: try again on the next turn. The
+			 * main loop gives up after batch_timeout_ms of this. */
+			lm_debug("FORWARD not sent: %s", lm_strerror(rc));
+			if (s->send_failing_ms == 0)
+				s->send_failing_ms = lm_now_ms();
+			return;
+		}
+		s->send_failing_ms = 0;
+		b->sent_ms = lm_now_ms();
+		for (int32_t k = 0; k < b->n; k++)
+			b->seqs[k]->inflight = true;
+		s->n_inflight++;
+		atomic_fetch_add(&s->stats.batches, 1);
+	}
+}
+
+/* ------------------------------------------------------------------ the thread */
+
+static void sched_admit(struct sched *s)
+{
+	for (int32_t i = 0; i < s->cfg.slots - s->cfg.reserved_slots && s->wait_head != NULL; i++) {
+		if (s->slot_seq[i] != NULL)
+			continue;
+		struct sched_seq *q = s->wait_head;
+		s->wait_head = q->next;
+		if (s->wait_head == NULL)
+			s->wait_tail = NULL;
+		q->next = NULL;
+		q->slot = i;
+		s->slot_seq[i] = q;
+		atomic_fetch_sub(&s->stats.queued, 1);
+		atomic_fetch_add(&s->stats.active, 1);
+		lm_hist_observe(&s->stats.queue_wait, lm_now_ns() - q->t_submit_ns);
+	}
+}
+
+static void sched_apply_cancel(struct sched *s, uint64_t id)
+{
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q != NULL && q->id == id) {
+			if (q->inflight)
+				q->cancel = true; /* ends when its batch comes back */
+			else
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+			return;
+		}
+	}
+	for (struct sched_seq **p = &s->wait_head; *p != NULL; p = &(*p)->next) {
+		if ((*p)->id != id)
+			continue;
+		struct sched_seq *q = *p;
+		*p = q->next;
+		if (s->wait_tail == q) {
+			s->wait_tail = NULL;
+			for (struct sched_seq *t = s->wait_head; t != NULL; t = t->next)
+				s->wait_tail = t;
+		}
+		atomic_fetch_sub(&s->stats.queued, 1);
+		sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		return;
+	}
+}
+
+static void sched_fail_all(struct sched *s, int code, const char *msg)
+{
+	while (s->n_inflight > 0)
+		sched_fail_batch(s, 0, code, msg);
+	for (int32_t i = 0; i < s->cfg.slots; i++)
+		if (s->slot_seq[i] != NULL)
+			sched_finish(s, s->slot_seq[i], SCHED_FINISH_ERROR, code, msg);
+	while (s->wait_head != NULL) {
+		struct sched_seq *q = s->wait_head;
+		s->wait_head = q->next;
+		atomic_fetch_sub(&s->stats.queued, 1);
+		sched_finish(s, q, SCHED_FINISH_ERROR, code, msg);
+	}
+	s->wait_tail = NULL;
+}
+
+/* A worker went down: every batch in flight is lost with it (or will be refused by the
+ * restarted worker). Its sequences become ready to send again; their KV positions are as the
+ * last completed batch left them. */
+static void sched_forget_inflight(struct sched *s)
+{
+	while (s->n_inflight > 0) {
+		struct sched_batch *b = &s->inflight[0];
+		for (int32_t k = 0; k < b->n; k++) {
+			struct sched_seq *q = b->seqs[k];
+			q->inflight = false;
+			if (q->cancel)
+				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
+		}
+		atomic_fetch_add(&s->stats.batches_forgotten, 1);
+		sched_drop_batch(s, 0);
+	}
+}
+
+/* Every live sequence prefills again from position 0: its tokens so far are its history. The
+ * workers blamed for the fault (sched_blame, taken with the turn) count them. */
+static void sched_replay(struct sched *s, const bool *blamed)
+{
+	uint64_t n = 0;
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q != NULL && q->n_done > 0) {
+			q->n_done = 0;
+			n++;
+		}
+	}
+	atomic_fetch_add(&s->stats.replays, n);
+	for (int32_t j = 0; j < s->stats.n_workers; j++)
+		if (blamed[j])
+			atomic_fetch_add(&s->stats.worker_replays[j], n);
+}
+
+/* While dispatch is held, requests that have waited request_timeout without progress fail with
+ * the reason the mesh gives (a worker down and why). Counted from the later of the request's
+ * last progress and the start of the hold. */
+static void sched_check_held(struct sched *s, const char *why)
+{
+	int64_t now = lm_now_ms(), limit = s->cfg.request_timeout_ms;
+	char msg[400];
+	snprintf(msg, sizeof msg, "%s; no progress for %.1f s ([coordinator] request_timeout)",
+		 why[0] ? why : "the mesh is held", (double)limit / 1000.0);
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *q = s->slot_seq[i];
+		if (q == NULL || q->inflight)
+			continue;
+		int64_t since =
+			q->progress_ms > s->paused_since_ms ? q->progress_ms : s->paused_since_ms;
+		if (now - since > limit)
+			sched_finish(s, q, SCHED_FINISH_ERROR, LM_EUNAVAILABLE, msg);
+	}
+	for (struct sched_seq **p = &s->wait_head; *p != NULL;) {
+		struct sched_seq *q = *p;
+		int64_t since =
+			q->progress_ms > s->paused_since_ms ? q->progress_ms : s->paused_since_ms;
+		if (now - since <= limit) {
+			p = &q->next;
+			continue;
+		}
+		*p = q->next;
+		if (s->wait_tail == q) {
+			s->wait_tail = NULL;
+			for (struct sched_seq *w = s->wait_head; w != NULL; w = w->next)
+				s->wait_tail = w;
+		}
+		atomic_fetch_sub(&s->stats.queued, 1);
+		sched_finish(s, q, SCHED_FINISH_ERROR, LM_EUNAVAILABLE, msg);
+	}
+}
+
+/* The batch travelling longest, for sched_oldest (the keepers' progress check). */
+static void sched_publish_oldest(struct sched *s)
+{
+	uint64_t id = 0;
+	int64_t sent = 0;
+	for (int32_t i = 0; i < s->n_inflight; i++)
+		if (id == 0 || s->inflight[i].sent_ms < sent) {
+			id = s->inflight[i].id;
+			sent = s->inflight[i].sent_ms;
+		}
+	atomic_store(&s->oldest_sent_ms, sent);
+	atomic_store(&s->oldest_id, id);
+}
+
+/* One turn of the thread, step by step. Each step is a function below, in the order the turn
+ * takes them:
+ *
+ *   take        under mu: what other threads handed over (requests, cancels, ring messages)
+ *               and the mesh's state, so the rest of the turn runs without the lock
+ *   enqueue     new requests join the wait queue (a probe goes straight to its slot)
+ *   receive     ring messages: TOKENS and ERROR answers end the batches they name
+ *   cancel      requested cancels
+ *   mesh state  down: everything fails; a pause forgets what was in flight; a resume replays
+ *   timeouts    batches not back in time fail, and so does a ring that takes nothing
+ *   admit       queued requests take free slots
+ *   dispatch    RELEASE for ended sequences, then new FORWARD batches up to max_inflight
+ *               (while paused only `admit` of these three runs; while quiescing, no FORWARD)
+ *   quiesce     once nothing is in flight, the live slots are published to sched_quiesce
+ *   wait        under mu: until something arrives, at most SCHED_IDLE_WAIT_MS
+ */
+
+/* What one turn took from the other threads, and its buffers (kept across turns). */
+struct sched_turn {
+	struct sched_seq *in; /* new requests, in submit order */
+	uint64_t *cancels;    /* [cap_c] */
+	int32_t n_cancels, cap_c;
+	nng_msg **rx; /* [cap_r] ring messages, in arrival order */
+	int32_t n_rx, cap_r;
+	bool up, paused, replay, quiesce, quiesced;
+	uint64_t pauses;
+	char why[256];
+	bool *blamed; /* [n_workers]: causes of this turn's replay */
+};
+
+/* A turn buffer of `size`-byte items grown to hold `want` (at *cap); on failure the old one,
+ * and the turn takes fewer items (the rest wait for the next turn). */
+static void *sched_turn_grow(void *buf, int32_t *cap, int32_t want, size_t size)
+{
+	if (want <= *cap)
+		return buf;
+	void *p = realloc(buf, (size_t)want * size);
+	if (p == NULL)
+		return buf;
+	*cap = want;
+	return p;
+}
+
+/* Under mu: moves what other threads handed over into t, and copies the mesh's state. */
+static void sched_take(struct sched *s, struct sched_turn *t)
+{
+	t->in = s->inbox;
+	s->inbox = s->inbox_tail = NULL;
+	t->cancels = sched_turn_grow(t->cancels, &t->cap_c, s->n_cancels, sizeof *t->cancels);
+	t->rx = sched_turn_grow(t->rx, &t->cap_r, s->n_rx, sizeof *t->rx);
+	int32_t nc = s->n_cancels < t->cap_c ? s->n_cancels : t->cap_c;
+	int32_t nr = s->n_rx < t->cap_r ? s->n_rx : t->cap_r;
+	/* (Empty copies are skipped: the buffers may still be NULL, and memcpy's pointers must be
+	 * valid even for zero bytes.) */
+	if (nc > 0) {
+		memcpy(t->cancels, s->cancels, (size_t)nc * sizeof *t->cancels);
+		memmove(s->cancels, s->cancels + nc,
+			(size_t)(s->n_cancels - nc) * sizeof *s->cancels);
+		s->n_cancels -= nc;
+	}
+	if (nr > 0) {
+		memcpy(t->rx, s->rx, (size_t)nr * sizeof *t->rx);
+		memmove(s->rx, s->rx + nr, (size_t)(s->n_rx - nr) * sizeof *s->rx);
+		s->n_rx -= nr;
+	}
+	t->n_cancels = nc;
+	t->n_rx = nr;
+	t->up = s->available;
+	t->paused = s->paused;
+	t->replay = s->replay_pending;
+	t->quiesce = s->quiesce;
+	t->quiesced = s->quiesced;
+	t->pauses = s->pauses;
+	if (t->replay)
+		for (int32_t j = 0; j < s->stats.n_workers; j++) {
+			t->blamed[j] = s->blamed[j];
+			s->blamed[j] = false;
+		}
+	s->replay_pending = false;
+	memcpy(t->why, s->why, sizeof t->why);
+}
+
+/* New requests wait for a slot in submit order; a probe takes its reserved slot at once, or
+ * fails when another probe holds it. */
+static void sched_enqueue(struct sched *s, struct sched_seq *in)
+{
+	while (in != NULL) {
+		struct sched_seq *q = in;
+		in = in->next;
+		q->next = NULL;
+		if (q->slot >= 0) { /* a probe with its own reserved slot */
+			if (s->slot_seq[q->slot] != NULL) {
+				sched_finish(s, q, SCHED_FINISH_ERROR, LM_EBUSY,
+					     "the probe slot is in use");
+				continue;
+			}
+			s->slot_seq[q->slot] = q;
+			atomic_fetch_sub(&s->stats.queued, 1);
+			atomic_fetch_add(&s->stats.active, 1);
+			continue;
+		}
+		if (s->wait_tail != NULL)
+			s->wait_tail->next = q;
+		else
+			s->wait_head = q;
+		s->wait_tail = q;
+	}
+}
+
+/* Ring messages, in arrival order (each is freed). */
+static void sched_receive(struct sched *s, const struct sched_turn *t)
+{
+	for (int32_t i = 0; i < t->n_rx; i++)
+		sched_on_msg(s, t->rx[i]);
+}
+
+static void sched_apply_cancels(struct sched *s, const struct sched_turn *t)
+{
+	for (int32_t i = 0; i < t->n_cancels; i++)
+		sched_apply_cancel(s, t->cancels[i]);
+}
+
+/* The mesh went down (everything live fails with the reason), or a pause or a resume with
+ * replay happened since the last turn. */
+static void sched_apply_mesh_state(struct sched *s, const struct sched_turn *t)
+{
+	if (!t->up) {
+		sched_fail_all(s, LM_EUNAVAILABLE, t->why);
+		return;
+	}
+	/* Forget what was in flight on every pause, even one already lifted: a worker restarted
+	 * meanwhile and those batches will not come back whole. */
+	if (t->pauses != s->pauses_seen) {
+		sched_forget_inflight(s);
+		s->pauses_seen = t->pauses;
+	}
+	if (t->replay && !t->paused)
+		sched_replay(s, t->blamed);
+	if (t->paused && s->paused_since_ms == 0)
+		s->paused_since_ms = lm_now_ms();
+	else if (!t->paused)
+		s->paused_since_ms = 0;
+}
+
+/* A batch not back within batch_timeout_ms fails its sequences; so does everything when the
+ * first worker has taken no batch for that long. */
+static void sched_check_timeouts(struct sched *s)
+{
+	int64_t now = lm_now_ms();
+	for (int32_t i = 0; i < s->n_inflight;) {
+		if (now - s->inflight[i].sent_ms > s->cfg.batch_timeout_ms) {
+			char msg[160];
+			snprintf(msg, sizeof msg,
+				 "the mesh did not return batch %llu within %lld ms",
+				 (unsigned long long)s->inflight[i].id,
+				 (long long)s->cfg.batch_timeout_ms);
+			lm_warn("%s", msg);
+			sched_fail_batch(s, i, LM_ETIMEOUT, msg);
+		} else {
+			i++;
+		}
+	}
+	/* A ring that takes nothing (its first worker gone and not coming back, a transport that
+	 * never connects) must not hold requests forever. */
+	if (s->send_failing_ms != 0 && now - s->send_failing_ms > s->cfg.batch_timeout_ms) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "the first worker has taken no batch for %lld ms",
+			 (long long)(now - s->send_failing_ms));
+		lm_warn("%s", msg);
+		sched_fail_all(s, LM_ETIMEOUT, msg);
+		s->send_failing_ms = 0;
+	}
+}
+
+/* Once sched_quiesce asked and nothing is in flight: the live slots and their lengths, for
+ * sched_quiesce to return. */
+static void sched_publish_quiesced(struct sched *s)
+{
+	if (s->n_inflight > 0)
+		return;
+	int32_t k = 0;
+	for (int32_t i = 0; i < s->cfg.slots; i++)
+		if (s->slot_seq[i] != NULL)
+			s->snap[k++] = (struct sched_slot){i, s->slot_seq[i]->n_done};
+	pthread_mutex_lock(&s->mu);
+	s->n_snap = k;
+	s->quiesced = s->quiesce;
+	pthread_cond_broadcast(&s->qcv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: sleeps until another thread hands something over (or SCHED_IDLE_WAIT_MS, for the
+ * timeouts), unless something already waits. */
+static void sched_wait(struct sched *s)
+{
+	if (s->inbox == NULL && s->n_cancels == 0 && s->n_rx == 0 && !s->stopping)
+		lm_cond_wait_ms(&s->cv, &s->mu, SCHED_IDLE_WAIT_MS);
+}
+
+static void *sched_main(void *arg)
+{
+	struct sched *s = arg;
+	struct sched_turn t = {.blamed = s->turn_blamed};
+
+	pthread_mutex_lock(&s->mu);
+	while (!s->stopping) {
+		sched_take(s, &t);
+		pthread_mutex_unlock(&s->mu);
+
+		sched_enqueue(s, t.in);
+		sched_receive(s, &t);
+		sched_apply_cancels(s, &t);
+		sched_apply_mesh_state(s, &t);
+		if (t.up && t.paused) {
+			/* Held: requests take slots, nothing is sent; those held too long fail. */
+			sched_admit(s);
+			sched_check_held(s, t.why);
+			s->send_failing_ms = 0; /* a pause is not the ring failing */
+		} else if (t.up) {
+			sched_check_timeouts(s);
+			sched_admit(s);
+			sched_send_release(s);
+			if (!t.quiesce)
+				sched_dispatch(s);
+		}
+		if (t.quiesce && !t.quiesced)
+			sched_publish_quiesced(s);
+		sched_publish_oldest(s);
+
+		pthread_mutex_lock(&s->mu);
+		sched_wait(s);
+	}
+	pthread_mutex_unlock(&s->mu);
+	free(t.cancels);
+	free(t.rx);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ public */
+
+int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
+{
+	int rc;
+	struct sched *s = calloc(1, sizeof *s);
+	*out = NULL;
+	if (s == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	s->cfg = *cfg;
+	if (s->cfg.max_inflight < 1)
+		s->cfg.max_inflight = 1;
+	if (s->cfg.max_inflight > SCHED_MAX_INFLIGHT)
+		s->cfg.max_inflight = SCHED_MAX_INFLIGHT;
+	if (s->cfg.prefill_chunk < 1)
+		s->cfg.prefill_chunk = s->cfg.max_batch;
+	if (s->cfg.batch_timeout_ms <= 0)
+		s->cfg.batch_timeout_ms = 30000;
+	if (s->cfg.request_timeout_ms <= 0)
+		s->cfg.request_timeout_ms = s->cfg.batch_timeout_ms;
+	if (s->cfg.n_workers < 0)
+		s->cfg.n_workers = 0;
+	s->stats.n_workers = s->cfg.n_workers;
+	if (s->cfg.max_draft >= s->cfg.max_batch)
+		s->cfg.max_draft = s->cfg.max_batch - 1;
+	s->available = true;
+	s->next_seq_id = 1;
+	s->next_batch_id = 1;
+	s->lim = (struct wire_limits){.fingerprint = cfg->fingerprint,
+				      .slots = cfg->slots,
+				      .max_seq = cfg->max_seq,
+				      .dim = 1,
+				      .n_vocab = cfg->n_vocab,
+				      .max_batch = cfg->max_batch,
+				      .max_seqs = cfg->slots,
+				      .max_logprobs = cfg->max_logprobs,
+				      .max_draft = cfg->max_draft};
+	int32_t slots = cfg->slots;
+	s->slot_seq = calloc((size_t)slots, sizeof *s->slot_seq);
+	s->snap = calloc((size_t)slots, sizeof *s->snap);
+	s->release = calloc((size_t)slots * 2, sizeof *s->release);
+	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
+	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
+	size_t nw = (size_t)s->cfg.n_workers + 1;
+	s->blamed = calloc(nw, sizeof *s->blamed);
+	s->turn_blamed = calloc(nw, sizeof *s->turn_blamed);
+	s->stats.worker_replays = calloc(nw, sizeof *s->stats.worker_replays);
+	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids && s->blamed &&
+		  s->turn_blamed && s->stats.worker_replays &&
+		  wire_scratch_init_rows(&s->scratch, slots,
+					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
+	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
+		struct sched_batch *b = &s->inflight[i];
+		b->seqs = calloc((size_t)slots, sizeof *b->seqs);
+		b->chunk = calloc((size_t)slots, sizeof *b->chunk);
+		b->sample = calloc((size_t)slots, sizeof *b->sample);
+		b->n_draft = calloc((size_t)slots, sizeof *b->n_draft);
+		b->draft_at = calloc((size_t)slots, sizeof *b->draft_at);
+		b->drafts = calloc((size_t)cfg->max_batch, sizeof *b->drafts);
+		ok = b->seqs && b->chunk && b->sample && b->n_draft && b->draft_at && b->drafts;
+	}
+	if (!ok || nng_aio_alloc(&s->rx_aio, sched_rx_cb, s) != 0)
+		goto nomem;
+	pthread_mutex_init(&s->mu, NULL);
+	lm_cond_init(&s->cv);
+	lm_cond_init(&s->qcv);
+	lm_log_limit_init(&s->log_limit, 1000);
+	s->locks_ready = true;
+	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+		rc = lm_fail(d, LM_EOS, "cannot start the scheduler thread");
+		goto fail;
+	}
+	s->running = true;
+	nng_recv_aio(cfg->pull, s->rx_aio);
+	*out = s;
+	return 0;
+nomem:
+	rc = lm_fail(d, LM_ENOMEM, "out of memory");
+fail:
+	sched_fini(s); /* not running: frees only what was allocated */
+	return rc;
+}
+
+void sched_stop(struct sched *s)
+{
+	if (s == NULL || !s->running)
+		return;
+	s->running = false;
+	/* No receive callback runs after this, so nothing more reaches s->rx. */
+	nng_aio_stop(s->rx_aio);
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true; /* sched_submit refuses from now on */
+	pthread_cond_signal(&s->cv);
+	struct sched_seq *in = s->inbox;
+	s->inbox = s->inbox_tail = NULL;
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->thread, NULL);
+	/* Everything still live ends now, on this thread, with its callbacks called. (The inbox
+	 * was taken after `stopping` was set, so no request can join it later; the thread, which
+	 * takes the inbox only while not stopping, had left it alone.) */
+	while (in != NULL) {
+		struct sched_seq *q = in;
+		in = q->next;
+		q->next = NULL;
+		q->slot = -1;
+		q->on_done(q->arg, SCHED_FINISH_ERROR, LM_ECANCELED, "the coordinator is stopping");
+		sched_free_seq(q);
+	}
+	sched_fail_all(s, LM_ECANCELED, "the coordinator is stopping");
+}
+
+void sched_fini(struct sched *s)
+{
+	if (s == NULL)
+		return;
+	sched_stop(s);
+	if (s->rx_aio != NULL)
+		nng_aio_free(s->rx_aio);
+	for (int32_t i = 0; i < s->n_rx; i++)
+		nng_msg_free(s->rx[i]);
+	if (s->locks_ready) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->cv);
+		pthread_cond_destroy(&s->qcv);
+		lm_log_limit_fini(&s->log_limit);
+	}
+	free(s->blamed);
+	free(s->turn_blamed);
+	free((void *)s->stats.worker_replays);
+	for (int32_t i = 0; i < SCHED_MAX_INFLIGHT; i++) {
+		free(s->inflight[i].seqs);
+		free(s->inflight[i].chunk);
+		free(s->inflight[i].sample);
+		free(s->inflight[i].n_draft);
+		free(s->inflight[i].draft_at);
+		free(s->inflight[i].drafts);
+	}
+	free(s->slot_seq);
+	free(s->snap);
+	free(s->release);
+	free(s->wseqs);
+	free(s->ids);
+	free(s->cancels);
+	free(s->rx);
+	wire_scratch_fini(&s->scratch);
+	wire_buf_fini(&s->buf);
+	free(s);
+}
+
+/* The request's penalties, biases and stop ids. */
+static int sched_check_adjust(const struct sched *s, const struct sched_req *r,
+			      struct lm_penalties *pen, lm_diag *d)
+{
+	*pen = r->penalties;
+	if (pen->repeat == 0)
+		pen->repeat = 1; /* a zeroed struct: no penalty */
+	const struct lm_penalties *p = pen;
+	if (p->last_n < 0 || p->last_n > LM_MAX_PENALTY_WINDOW)
+		return lm_fail(d, LM_EINVAL, "a penalty window of %d tokens (at most %d)",
+			       p->last_n, LM_MAX_PENALTY_WINDOW);
+	if (r->n_bias < 0 || (r->n_bias > 0 && r->bias == NULL) || r->n_stop_ids < 0 ||
+	    r->n_stop_ids > SCHED_MAX_REQ_STOPS || (r->n_stop_ids > 0 && r->stop_ids == NULL))
+		return lm_fail(d, LM_EINVAL, "malformed biases or stop ids");
+	const struct lm_logit_adjust a = {.presence = p->presence,
+					  .frequency = p->frequency,
+					  .repeat = p->repeat,
+					  .bias = r->bias,
+					  .n_bias = r->n_bias};
+	int rc = lm_logit_adjust_check(&a, s->cfg.n_vocab, d);
+	if (rc != 0)
+		return rc;
+	for (int32_t i = 0; i < r->n_stop_ids; i++)
+		if (r->stop_ids[i] < 0 || r->stop_ids[i] >= s->cfg.n_vocab)
+			return lm_fail(d, LM_EINVAL, "stop id %d is not in the vocabulary",
+				       r->stop_ids[i]);
+	return 0;
+}
+
+int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d)
+{
+	int rc;
+	if (r->n_prompt < 1)
+		return lm_fail(d, LM_EINVAL, "the prompt has no tokens");
+	if (r->n_prompt >= s->cfg.max_seq)
+		return lm_fail(
+			d, LM_EINVAL,
+			"the prompt has %d tokens; the context holds %d (prompt plus at least "
+			"one generated token)",
+			r->n_prompt, s->cfg.max_seq);
+	for (int32_t i = 0; i < r->n_prompt; i++)
+		if (r->prompt[i] < 0 || r->prompt[i] >= s->cfg.n_vocab)
+			return lm_fail(d, LM_EINVAL,
+				       "prompt token %d (id %d) is not in the vocabulary", i,
+				       r->prompt[i]);
+	if (r->max_tokens < 0)
+		return lm_fail(d, LM_EINVAL, "max_tokens must not be negative");
+	if (r->n_logprobs < 0 || r->n_logprobs > s->cfg.max_logprobs)
+		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
+	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
+		return rc;
+	struct lm_penalties pen;
+	if ((rc = sched_check_adjust(s, r, &pen, d)) != 0)
+		return rc;
+
+	struct sched_seq *q = calloc(1, sizeof *q);
+	if (q == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	if (r->n_bias > 0) {
+		q->bias = malloc((size_t)r->n_bias * sizeof *q->bias);
+		if (q->bias == NULL) {
+			free(q);
+			return lm_fail(d, LM_ENOMEM, "out of memory");
+		}
+		memcpy(q->bias, r->bias, (size_t)r->n_bias * sizeof *q->bias);
+		q->n_bias = r->n_bias;
+	}
+	q->pen = pen;
+	q->n_stop_ids = r->n_stop_ids;
+	if (r->n_stop_ids > 0) /* stop_ids may be NULL then, which memcpy must not see */
+		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
+	q->cap = s->cfg.max_seq;
+	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
+	if (q->tok == NULL) {
+		sched_free_seq(q);
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	}
+	memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
+	q->n_tok = q->n_prompt = r->n_prompt;
+	q->slot = -1;
+	if (r->probe) {
+		if (s->cfg.reserved_slots < 1) {
+			sched_free_seq(q);
+			return lm_fail(d, LM_EINVAL, "this scheduler keeps no slot for probes");
+		}
+		q->slot = s->cfg.slots - s->cfg.reserved_slots;
+	}
+	q->max_tokens = r->max_tokens;
+	q->spec = !r->no_speculate && !r->probe;
+	q->n_logprobs = r->n_logprobs;
+	q->sampling = r->sampling;
+	q->on_token = r->on_token;
+	q->on_done = r->on_done;
+	q->arg = r->arg;
+	q->t_submit_ns = lm_now_ns();
+	q->progress_ms = lm_now_ms();
+
+	pthread_mutex_lock(&s->mu);
+	if (!s->available || s->stopping) {
+		rc = lm_fail(d, LM_EUNAVAILABLE, "%s",
+			     s->stopping ? "the coordinator is stopping" : s->why);
+		pthread_mutex_unlock(&s->mu);
+		sched_free_seq(q);
+		return rc;
+	}
+	/* Requests not yet admitted count against the bound only past the free slots they are
+	 * about to take. */
+	int32_t free_slots = s->cfg.slots - s->cfg.reserved_slots - atomic_load(&s->stats.active);
+	if (!r->probe && s->cfg.max_queued > 0 &&
+	    atomic_load(&s->stats.queued) - (free_slots > 0 ? free_slots : 0) >=
+		    s->cfg.max_queued) {
+		rc = lm_fail(d, LM_EBUSY,
+			     "%d requests wait for a slot already, the limit ([coordinator] "
+			     "max_queued); try again shortly",
+			     (int)s->cfg.max_queued);
+		pthread_mutex_unlock(&s->mu);
+		sched_free_seq(q);
+		return rc;
+	}
+	q->id = s->next_seq_id++;
+	*seq_id = q->id;
+	if (r->max_tokens == 0) {
+		/* Nothing to generate: done without touching the mesh. */
+		pthread_mutex_unlock(&s->mu);
+		atomic_fetch_add(&s->stats.requests, 1);
+		lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
+		q->on_done(q->arg, SCHED_FINISH_LENGTH, 0, NULL);
+		sched_free_seq(q);
+		return 0;
+	}
+	if (s->inbox_tail != NULL)
+		s->inbox_tail->next = q;
+	else
+		s->inbox = q;
+	s->inbox_tail = q;
+	atomic_fetch_add(&s->stats.requests, 1);
+	atomic_fetch_add(&s->stats.queued, 1);
+	atomic_fetch_add(&s->stats.prompt_tokens, (uint64_t)r->n_prompt);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void sched_cancel(struct sched *s, uint64_t seq_id)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->n_cancels == s->cap_cancels) {
+		int32_t cap = s->cap_cancels ? s->cap_cancels * 2 : 16;
+		uint64_t *c = realloc(s->cancels, (size_t)cap * sizeof *c);
+		if (c == NULL) {
+			pthread_mutex_unlock(&s->mu);
+			return; /* the request runs to its end instead */
+		}
+		s->cancels = c;
+		s->cap_cancels = cap;
+	}
+	s->cancels[s->n_cancels++] = seq_id;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_set_available(struct sched *s, bool up, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	s->available = up;
+	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_pause(struct sched *s, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	s->paused = true;
+	s->pauses++;
+	snprintf(s->why, sizeof s->why, "%s", why != NULL ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, int32_t cap,
+		  int32_t *n, lm_diag *d)
+{
+	int64_t until = lm_now_ms() + timeout_ms;
+	pthread_mutex_lock(&s->mu);
+	s->quiesce = true;
+	s->quiesced = false;
+	pthread_cond_signal(&s->cv);
+	while (!s->quiesced && lm_cond_wait_until(&s->qcv, &s->mu, until))
+		;
+	if (!s->quiesced) {
+		s->quiesce = false;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		return lm_fail(d, LM_ETIMEOUT, "batches were still in flight after %lld ms",
+			       (long long)timeout_ms);
+	}
+	*n = s->n_snap < cap ? s->n_snap : cap;
+	memcpy(out, s->snap, (size_t)*n * sizeof *out);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+void sched_resume(struct sched *s, bool replay)
+{
+	pthread_mutex_lock(&s->mu);
+	s->paused = false;
+	s->quiesce = false;
+	s->quiesced = false;
+	s->replay_pending |= replay;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void sched_blame(struct sched *s, int32_t j)
+{
+	if (j < 0 || j >= s->cfg.n_workers)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->blamed[j] = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
+bool sched_oldest(const struct sched *s, uint64_t *batch_id, int64_t *sent_ms)
+{
+	*sent_ms = atomic_load(&((struct sched *)s)->oldest_sent_ms);
+	*batch_id = atomic_load(&((struct sched *)s)->oldest_id);
+	return *batch_id != 0;
+}
+
+const struct sched_stats *sched_stats(const struct sched *s)
+{
+	return &s->stats;
+}

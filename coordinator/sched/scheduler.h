@@ -1,0 +1,183 @@
+/* scheduler.h — the coordinator's scheduler: sequences, continuous batching and the data ring.
+ *
+ * One thread owns every sequence. Each step it packs the next token of every decoding sequence
+ * and chunks of prefilling ones into one FORWARD batch (continuous batching), sends it into the
+ * ring at the first worker, and keeps up to `max_inflight` batches travelling so every stage
+ * has work (micro-batch pipelining). The last worker samples and sends TOKENS back; the
+ * scheduler appends each token to its sequence and reports it through the request's callbacks.
+ *
+ * A sequence holds one KV slot, the same slot index on every worker, from admission to its end.
+ * The scheduler keeps every sequence's tokens (prompt and generated): that history is what a
+ * restarted worker's cache is rebuilt from.
+ *
+ * Speculation (cfg.draft, coordinator/sched/spec.h). A decoding sequence that may speculate sends its
+ * last token and up to max_draft drafted ones in one batch, beside sequences that do not; the
+ * last worker returns the drafts it accepted and its own next token, all of which the request
+ * receives in order (each through on_token, each checked for a stop). Its next batch starts
+ * right after what was accepted, which rolls every worker's cache back past the rejected
+ * drafts (wire.h): nothing else is sent. The tokens are the ones plain decoding gives: the last
+ * worker draws each from the draw plain decoding would make at that step.
+ *
+ * Threads. sched_submit and sched_cancel may be called from any thread. Callbacks run on the
+ * scheduler thread: they must not block, and may call sched_cancel.
+ */
+#ifndef LM_SCHEDULER_H
+#define LM_SCHEDULER_H
+
+#include <nng/nng.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/base/err.h"
+#include "common/base/metrics.h"
+#include "common/model/sampling.h"
+#include "common/wire/link.h"
+#include "common/wire/wire.h"
+#include "coordinator/sched/spec.h"
+
+enum sched_finish {
+	SCHED_FINISH_LENGTH = 0, /* max_tokens or the context filled up */
+	SCHED_FINISH_STOP = 1,   /* the model ended the text (EOS, EOT or BOS) */
+	SCHED_FINISH_CANCEL = 2, /* sched_cancel (client gone, stop string matched) */
+	SCHED_FINISH_ERROR = 3,  /* the mesh failed the request: see the message */
+};
+
+struct sched_req {
+	const int32_t *prompt; /* copied at submit */
+	int32_t n_prompt;
+	int32_t max_tokens;
+	struct lm_sampling sampling;
+	int32_t n_logprobs;
+	/* Presence, frequency and repeat penalties over the sequence's last penalties.last_n
+	 * tokens (zeroed: none; a repeat of 0 is taken as 1), and logit biases (copied; at most
+	 * LM_MAX_LOGIT_BIAS): sent to the last worker with every sampled step. */
+	struct lm_penalties penalties;
+	const struct lm_logit_bias *bias;
+	int32_t n_bias;
+	/* Token ids that end this sequence besides the scheduler's (a chat template's end of
+	 * turn), at most SCHED_MAX_REQ_STOPS; copied. */
+	const int32_t *stop_ids;
+	int32_t n_stop_ids;
+	bool probe; /* run in the reserved slot (smoke tests, diffs); fails with LM_EBUSY if taken */
+	bool no_speculate; /* decode one token a step even where the scheduler has drafts */
+	/* One generated token; top_ids/top_lp hold n_top alternatives. */
+	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
+			 const float *top_lp, int32_t n_top);
+	/* The end, exactly once. code is 0 or an LM_E* value with `msg`. */
+	void (*on_done)(void *arg, enum sched_finish why, int code, const char *msg);
+	void *arg;
+};
+
+#define SCHED_MAX_REQ_STOPS 4
+
+struct sched_cfg {
+	uint64_t fingerprint;
+	int32_t max_queued; /* requests waiting for a slot at most (sched_submit: LM_EBUSY); 0: no
+			     * bound */
+	int32_t slots;      /* KV slots per worker */
+	int32_t reserved_slots; /* the last ones, kept for probes, never admitted */
+	int32_t max_seq;        /* context per sequence */
+	int32_t max_batch;      /* tokens per FORWARD */
+	int32_t max_inflight; /* batches travelling at once (>= 1; the stage count is a good value) */
+	int32_t prefill_chunk; /* prompt tokens of one sequence per batch */
+	int32_t n_vocab;
+	int32_t max_logprobs;
+	/* Token ids that end a sequence (every end-of-generation id, and BOS), at most 32. */
+	int32_t stop_ids[32];
+	int32_t n_stop_ids;
+	int64_t batch_timeout_ms; /* a batch not back by then fails its sequences */
+	/* While dispatch is held (a worker down), a request that has gone this long without
+	 * progress fails with LM_EUNAVAILABLE and the reason ([coordinator] request_timeout);
+	 * 0: batch_timeout_ms. */
+	int64_t request_timeout_ms;
+	int32_t n_workers; /* for the replays counted per worker (sched_blame); may be 0 */
+	/* Speculative decoding: drafts of up to max_draft tokens (< max_batch, and no more than
+	 * the workers were assigned) from `draft`; iface NULL: none. The scheduler uses the
+	 * source on its own thread; it stays the caller's. */
+	struct spec_source draft;
+	int32_t max_draft;
+	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
+	nng_socket pull;      /* from the last worker; opened and listening */
+};
+
+struct sched_stats {
+	_Atomic uint64_t requests, tokens_generated, prompt_tokens, batches, ring_errors;
+	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
+	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
+	/* Speculation: tokens drafted and sent, drafts the last worker accepted, and the
+	 * sequence-steps that carried a draft. */
+	_Atomic uint64_t spec_drafted, spec_accepted, spec_steps;
+	_Atomic int32_t active, queued;
+	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
+	 * that took several workers down at once counts for each of them. */
+	_Atomic uint64_t *worker_replays;
+	int32_t n_workers;
+	/* Per request, in nanoseconds from sched_submit: to its first generated token (ttft), and
+	 * to its end for any reason (duration); per generated token after the first, the time
+	 * since the one before (token). ttft and token together count tokens_generated. */
+	struct lm_hist ttft, token, duration;
+	/* Per request, from sched_submit to taking a slot. */
+	struct lm_hist queue_wait;
+};
+
+struct sched;
+
+/* Lifecycle (STYLE.md's verbs): start, then stop (waits), then fini (frees).
+ *
+ * sched_start allocates the scheduler, starts its thread and posts the first receive on
+ * cfg->pull; on failure nothing is left allocated. The sockets stay the caller's. */
+int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d);
+/* Stops receiving, joins the thread, then fails every live request (queued, admitted or in
+ * flight) with LM_ECANCELED "the coordinator is stopping", calling their on_done on the
+ * caller's thread. Frees nothing: after it, sched_submit refuses (LM_EUNAVAILABLE) and the
+ * other calls are harmless until sched_fini. Call it from the owner's thread; a second call
+ * does nothing. NULL is harmless. */
+void sched_stop(struct sched *s);
+/* Frees the scheduler (and the ring messages it received but never handled). Stops it first
+ * if sched_stop was not called. NULL is harmless. */
+void sched_fini(struct sched *s);
+
+/* Queues a request. LM_EINVAL for a bad prompt (empty, too long for the context, ids out of
+ * the vocabulary) or sampling parameters with d saying why; LM_EUNAVAILABLE when the mesh is
+ * down; LM_EBUSY when max_queued requests wait already. On success the
+ * request's on_done will be called exactly once; *seq_id names it for sched_cancel. */
+int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d);
+/* Ends a request early (its on_done reports SCHED_FINISH_CANCEL). Unknown ids are ignored. */
+void sched_cancel(struct sched *s, uint64_t seq_id);
+
+/* Marks the mesh up or down. While down, new requests get LM_EUNAVAILABLE with `why`, and live
+ * ones fail with it. */
+void sched_set_available(struct sched *s, bool up, const char *why);
+
+/* Holds dispatch while a worker is down or restarting. Batches in flight are forgotten (their
+ * sequences are sent again later; a late answer to a forgotten batch is ignored), new requests
+ * are accepted and wait. */
+void sched_pause(struct sched *s, const char *why);
+/* Names worker j (0 <= j < cfg.n_workers) as a cause of the next replay: the sequences it
+ * rebuilds count in stats.worker_replays[j]. */
+void sched_blame(struct sched *s, int32_t j);
+/* The batch that has been travelling longest: its id and when it was sent (lm_now_ms); false
+ * when none is in flight. As of the scheduler's last turn; from any thread. */
+bool sched_oldest(const struct sched *s, uint64_t *batch_id, int64_t *sent_ms);
+/* Dispatches again. With `replay`, every live sequence's KV rows are rebuilt on every worker
+ * from the token history the scheduler keeps (a restarted worker lost its cache): each
+ * sequence is prefilled again from position 0 and then samples its next token with the same
+ * (seed, step), so greedy and seeded requests finish exactly as without the fault. */
+void sched_resume(struct sched *s, bool replay);
+
+/* A live sequence's place in the workers' caches, as sched_quiesce reports it. */
+struct sched_slot {
+	int32_t slot;
+	int32_t len; /* positions the workers hold */
+};
+/* Stops dispatching and waits until no batch is in flight (at most timeout_ms: LM_ETIMEOUT,
+ * and dispatch resumes). Then every worker sits between two batches with a consistent cache:
+ * *n slots (at most cap) are listed in out with their lengths. sched_resume(s, false) ends it. */
+int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, int32_t cap,
+		  int32_t *n, lm_diag *d);
+
+const struct sched_stats *sched_stats(const struct sched *s);
+
+#endif
