@@ -161,6 +161,13 @@ static char *jr_string_raw(struct jr *r, size_t *len)
 			n += jr_put_utf8(out + n, cp);
 			continue;
 		}
+		if (c < 0x20) { /* RFC 8259, section 7: control characters must be escaped */
+			free(out);
+			jr_fail(r,
+				"a raw control character U+%04X in a string (write it as \\u%04X)",
+				c, c);
+			return NULL;
+		}
 		size_t k = lm_utf8_len((const uint8_t *)r->p, (size_t)(r->end - r->p));
 		if (k == 0) {
 			free(out);

@@ -525,9 +525,10 @@ Test(api_request, stop_cut_respects_characters)
 
 /* ------------------------------------------------------------ U+0000, sampling extras */
 
-/* A prompt's U+0000, escaped or raw, is a character like any other: the prompt is tokenized by
- * its length, not cut at the NUL. */
-Test(api_request, nul_in_a_prompt_is_kept)
+/* A prompt's escaped U+0000 is a character like any other: the prompt is tokenized by its
+ * length, not cut at the NUL. A raw one (or any raw control character in a string) is not
+ * JSON (RFC 8259, section 7), and is refused naming it. */
+Test(api_request, nul_in_a_prompt_is_kept_escaped_and_refused_raw)
 {
 	int32_t want[16];
 	size_t n;
@@ -540,11 +541,20 @@ Test(api_request, nul_in_a_prompt_is_kept)
 	api_request_fini(&r);
 	static const char raw[] = "{\"prompt\": \"ab\0cd\"}";
 	struct api_error err;
-	cr_assert_eq(api_request_parse(raw, sizeof raw - 1, &lim, vocab, &r, &err), 0, "%s",
-		     err.message);
-	cr_assert_eq(r.n_prompt, (int32_t)n);
-	cr_assert_arr_eq(r.prompt, want, n * sizeof want[0]);
-	api_request_fini(&r);
+	cr_assert_neq(api_request_parse(raw, sizeof raw - 1, &lim, vocab, &r, &err), 0);
+	cr_expect_eq(err.status, 400);
+	cr_expect_str_eq(err.message, "the request body is not valid JSON: a raw control character "
+				      "U+0000 in a string (write it as \\u0000) at byte 14");
+	static const char *const raws[] = {"{\"prompt\": \"a\nb\"}", "{\"prompt\": \"a\tb\"}",
+					   "{\"prompt\": \"a\x1f\"}",
+					   "{\"prompt\": [1], \"x\x01\": 1}"};
+	for (size_t i = 0; i < sizeof raws / sizeof raws[0]; i++) {
+		cr_assert_neq(api_request_parse(raws[i], strlen(raws[i]), &lim, vocab, &r, &err), 0,
+			      "%s", raws[i]);
+		cr_expect_eq(err.status, 400);
+		cr_expect(strstr(err.message, "a raw control character U+00") != NULL, "%s",
+			  err.message);
+	}
 	/* The cut prompt would be shorter. */
 	size_t cut;
 	cr_assert_eq(tok_encode(vocab, "ab", 2, true, want, 16, &cut, &d), 0);
