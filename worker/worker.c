@@ -271,7 +271,7 @@ static void worker_hello_fill(struct worker *w, struct wire_hello *h, uint64_t i
 	snprintf(h->build, sizeof h->build, "%s", LM_VERSION);
 	h->pid = (int32_t)getpid();
 	if (atomic_load_explicit(&w->slice_published, memory_order_acquire)) {
-		h->fingerprint = w->slice_info.fingerprint;
+		h->fingerprint = wire_hello_proof(w->slice_info.fingerprint, id);
 		h->has_slice = true;
 		h->begin = w->slice_info.begin;
 		h->end = w->slice_info.end;

@@ -294,6 +294,17 @@ static int mc_int(struct mc *m, const struct toml_value *tab, const char *key, i
 	return 0;
 }
 
+static int mc_bool(struct mc *m, const struct toml_value *tab, const char *key, bool *out)
+{
+	const struct toml_value *v = toml_get(tab, key);
+	if (v == NULL)
+		return 0;
+	int rc = toml_expect(m->doc, v, TOML_BOOL, m->d);
+	if (rc == 0)
+		*out = v->u.b;
+	return rc;
+}
+
 /* One of `names` (NULL-terminated); *out is the index. */
 static int mc_choice(struct mc *m, const struct toml_value *tab, const char *key,
 		     const char *const *names, int *out)
@@ -542,6 +553,7 @@ static int mc_coordinator(struct mc *m)
 					   "cors_origins",
 					   "request_timeout",
 					   "worker_timeout",
+					   "insecure",
 					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
@@ -572,7 +584,8 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_int(m, t, "max_connections", 1, 100000, &cfg->max_connections)) != 0 ||
 	    (rc = mc_origins(m, t)) != 0 ||
 	    (rc = mc_millis(m, t, "request_timeout", 0.1, 86400, &cfg->request_timeout_ms)) != 0 ||
-	    (rc = mc_millis(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0)
+	    (rc = mc_millis(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0 ||
+	    (rc = mc_bool(m, t, "insecure", &cfg->insecure)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {
@@ -931,6 +944,17 @@ static int mc_check(struct mc *m)
 		return MC_FAIL(m, toml_get(m->doc->root, "tls"),
 			       "[tls] is set, but no address uses tls+tcp://: traffic would not be "
 			       "encrypted");
+	/* Secure by default off the host: a plane that leaves loopback in the clear lets anyone
+	 * who reaches a worker forge ring messages, so it is asked for in so many words. */
+	char hosts[200];
+	if (!cfg->insecure && mesh_config_plain_hosts(cfg, hosts, sizeof hosts, NULL) > 0)
+		return lm_fail(
+			m->d, LM_ECONFIG,
+			"%s: the control and data planes reach %s over plain tcp://, where "
+			"anyone who can reach a worker can forge ring messages: use "
+			"tls+tcp:// with a [tls] table, or set [coordinator] insecure = true "
+			"to run in the clear anyway",
+			m->doc->name, hosts);
 	/* An API reachable from elsewhere must ask for a token. */
 	if (!mc_loopback(cfg->http) && cfg->auth_token == NULL)
 		return MC_FAIL(

@@ -73,6 +73,10 @@
  *                                    liveness probe unanswered before it is declared down
  *                                    (killed if the coordinator started it, its sequences
  *                                    replayed); 0.1 to 3600, default 1
+ *   insecure      boolean            allow the control and data planes to reach other hosts
+ *                                    over plain tcp:// (default false: such a mesh is refused,
+ *                                    since anyone who can reach a worker could forge ring
+ *                                    messages; when true, every start warns instead)
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -120,7 +124,7 @@
  * Checked beyond types and ranges: worker names unique; no two endpoints the same (a TCP port
  * counts once whether HTTP, tcp:// or tls+tcp://); layers only with the pinned strategy and then
  * on every worker; [tls] present exactly when needed; a non-loopback API only with an
- * auth_token. Errors are LM_ECONFIG (LM_EUNSUPPORTED, LM_ERANGE, ... from the TOML reader,
+ * auth_token; plain tcp:// beyond loopback only with insecure = true. Errors are LM_ECONFIG (LM_EUNSUPPORTED, LM_ERANGE, ... from the TOML reader,
  * LM_ENOENT/LM_EIO for the file) with messages like
  *     mesh.toml:12:16: worker[1].memory_limit: invalid size "12 XB": unknown unit 'XB' ...
  */
@@ -214,6 +218,7 @@ struct mesh_config {
 	char **cors_origins; /* [n_cors] */
 	int32_t n_cors;
 	int32_t request_timeout_ms, worker_timeout_ms;
+	bool insecure; /* plain tcp:// beyond loopback allowed (a warning at every start) */
 
 	/* [plan] */
 	enum fence_strategy strategy;

@@ -10,14 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 3 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
- * "dig", ASSIGN's per-kind cache types and "drf", and the bound on data-ring messages). Changing
+/* The values below are protocol version 4 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
+ * "dig", ASSIGN's per-kind cache types and "drf", and the bound on data-ring messages; 4 the
+ * HELLO reply's "fp" as a proof, wire_hello_proof, not the fingerprint itself). Changing
  * any of them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in
  * wire.h and update this table with it, so two builds that disagree refuse each other at HELLO
  * instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
-	static_assert(WIRE_VERSION_CURRENT == 3 && (name) == (value), #name \
-		      " is pinned by protocol version 3: bump WIRE_VERSION and update wire.c")
+	static_assert(WIRE_VERSION_CURRENT == 4 && (name) == (value), #name \
+		      " is pinned by protocol version 4: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -179,4 +180,68 @@ size_t wire_max_data_message(const struct wire_limits *lim)
 	size_t rows = (size_t)lim->max_batch * width * sizeof(float);
 	size_t top = seqs * (size_t)lim->max_logprobs * 8;
 	return head + (rows > top ? rows : top);
+}
+
+/* SipHash-2-4 (Aumasson and Bernstein, 2012) of one 64-bit word: a keyed pseudo-random function,
+ * so a proof tells nothing of its key, and a peer that chose the word still cannot work the key
+ * back out of the answer. */
+#define WIRE_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+static void wire_sipround(uint64_t v[4])
+{
+	v[0] += v[1];
+	v[1] = WIRE_ROTL(v[1], 13);
+	v[1] ^= v[0];
+	v[0] = WIRE_ROTL(v[0], 32);
+	v[2] += v[3];
+	v[3] = WIRE_ROTL(v[3], 16);
+	v[3] ^= v[2];
+	v[0] += v[3];
+	v[3] = WIRE_ROTL(v[3], 21);
+	v[3] ^= v[0];
+	v[2] += v[1];
+	v[1] = WIRE_ROTL(v[1], 17);
+	v[1] ^= v[2];
+	v[2] = WIRE_ROTL(v[2], 32);
+}
+
+uint64_t wire_siphash24(uint64_t k0, uint64_t k1, const void *msg, size_t len)
+{
+	const uint8_t *in = msg;
+	uint64_t v[4] = {k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL,
+			 k0 ^ 0x6c7967656e657261ULL, k1 ^ 0x7465646279746573ULL};
+	size_t whole = len - len % 8;
+	for (size_t i = 0; i < whole; i += 8) {
+		uint64_t m = 0;
+		for (int b = 0; b < 8; b++)
+			m |= (uint64_t)in[i + (size_t)b] << (8 * b);
+		v[3] ^= m;
+		wire_sipround(v);
+		wire_sipround(v);
+		v[0] ^= m;
+	}
+	uint64_t last = (uint64_t)(len & 0xff) << 56;
+	for (size_t b = 0; b < len % 8; b++)
+		last |= (uint64_t)in[whole + b] << (8 * b);
+	v[3] ^= last;
+	wire_sipround(v);
+	wire_sipround(v);
+	v[0] ^= last;
+	v[2] ^= 0xff;
+	for (int r = 0; r < 4; r++)
+		wire_sipround(v);
+	return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+uint64_t wire_hello_proof(uint64_t fingerprint, uint64_t id)
+{
+	if (fingerprint == 0)
+		return 0;
+	uint8_t word[8];
+	for (int b = 0; b < 8; b++)
+		word[b] = (uint8_t)(id >> (8 * b));
+	/* The second half of the key only keeps these proofs apart from any other use of the
+	 * same hash: "lm-hello" in ASCII. */
+	uint64_t p = wire_siphash24(fingerprint, 0x6f6c6c65682d6d6cULL, word, sizeof word);
+	return p != 0 ? p : 1; /* 0 means "no model yet" */
 }

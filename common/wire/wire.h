@@ -63,7 +63,7 @@
 #include "common/model/sampling.h"
 #include "common/base/dtype.h"
 
-#define WIRE_VERSION_CURRENT 3
+#define WIRE_VERSION_CURRENT 4
 /* A test build may claim another version (tests/integration: a redeploy of a build that speaks
  * another protocol must be refused at HELLO, both versions named). */
 #ifdef LM_TEST_WIRE_VERSION
@@ -209,6 +209,9 @@ struct wire_tokens {
 /* HELLO request (coordinator -> worker): only "v", "t", "id". HELLO reply (worker ->
  * coordinator): "name", "build", "fp", "slice" [begin, end, embedding, head] or absent before
  * ASSIGN, "pid". The version check happens on HELLO: a mismatch gets ERROR naming both.
+ * Anyone who can connect may ask HELLO, so since version 4 the reply's "fp" is not the model's
+ * fingerprint but wire_hello_proof(fingerprint, the request's id): the coordinator, which
+ * knows the fingerprint, checks it; a stranger learns nothing it could put in a FORWARD.
  * The decoder takes a message with none of the reply keys as a request (name and build empty,
  * pid 0); with any of them, "name", "build", "fp" and "pid" (> 0) are all required. A slice is
  * layers [begin, end) with 0 <= begin <= end, not empty unless it has the embedding or head. */
@@ -377,6 +380,12 @@ int wire_decode_tokens(const void *buf, size_t len, const struct wire_limits *li
 int wire_decode_release(const void *buf, size_t len, const struct wire_limits *lim,
 			struct wire_scratch *s, struct wire_release *r, lm_diag *d);
 int wire_decode_hello(const void *buf, size_t len, struct wire_hello *h, lm_diag *d);
+/* What a HELLO reply's "fp" carries for a model of `fingerprint` asked with request id `id`:
+ * SipHash-2-4 of id keyed by the fingerprint (never 0), or 0 for fingerprint 0 (no model). */
+uint64_t wire_hello_proof(uint64_t fingerprint, uint64_t id);
+/* SipHash-2-4 of msg[len] under the 128-bit key (k0, k1), as its authors' reference computes it
+ * (key bytes little-endian: k0 holds bytes 0..7). */
+uint64_t wire_siphash24(uint64_t k0, uint64_t k1, const void *msg, size_t len);
 int wire_decode_assign(const void *buf, size_t len, struct wire_assign *a, lm_diag *d);
 int wire_decode_ready(const void *buf, size_t len, struct wire_ready *r, lm_diag *d);
 int wire_decode_error(const void *buf, size_t len, struct wire_error *e, lm_diag *d);

@@ -503,8 +503,8 @@ int wd_walk(struct wd *c, const struct wd_spec *spec, struct wd_head *w)
 		if (spec->fp != 0 && w->h.fingerprint != spec->fp)
 			return wd_fail(c, LM_EFINGERPRINT,
 				       "model fingerprint mismatch: the message's is 0x%016" PRIx64
-				       ", this side's is 0x%016" PRIx64,
-				       w->h.fingerprint, spec->fp);
+				       ", not this side's model",
+				       w->h.fingerprint);
 	}
 	if ((w->seen & WK_BIT(WK_ID)) == 0) {
 		c->key = WK_ID;

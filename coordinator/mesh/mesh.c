@@ -1188,10 +1188,9 @@ int mesh_up(const struct mesh_opts *o)
 	char hosts[200];
 	if (mesh_config_plain_hosts(&m->cfg, hosts, sizeof hosts, NULL) > 0) {
 		snprintf(m->plain_note, sizeof m->plain_note,
-			 "no TLS: the control and data planes reach %s over plain tcp://, where "
-			 "HELLO tells anyone the protocol and the model's fingerprint and anyone "
-			 "who "
-			 "can reach a worker can forge ring messages (use tls+tcp:// and [tls])",
+			 "no TLS (insecure = true): the control and data planes reach %s over "
+			 "plain tcp://, where anyone who can reach a worker can read the hidden "
+			 "states and forge ring messages (use tls+tcp:// and [tls])",
 			 hosts);
 		lm_warn("%s", m->plain_note);
 	}

@@ -331,12 +331,9 @@ int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 	if (n_hosts > 1 && cfg.tls_ca_file == NULL && plain > 0)
 		fprintf(err,
 			"layermesh plan: warning: %s puts the workers on %d hosts over plain "
-			"tcp:// "
-			"(%s) and has no [tls]: anything that can reach them can read the hidden "
-			"states, learn the model's fingerprint from HELLO and forge ring and "
-			"control "
-			"messages; use tls+tcp:// addresses and a [tls] table (README.md, "
-			"\"Security\")\n",
+			"tcp:// (%s) with insecure = true: anything that can reach them can read "
+			"the hidden states and forge ring and control messages; use tls+tcp:// "
+			"addresses and a [tls] table (README.md, \"Security\")\n",
 			mesh_path, (int)n_hosts, hosts);
 	if (json) {
 		rc = planner_print_json(&info, &cfg, &plan, out);

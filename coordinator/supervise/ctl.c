@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/base/clock.h"
 #include "common/base/log.h"
@@ -120,11 +122,24 @@ int ctl_call(struct ctl_conn *c, const struct wire_buf *req, uint32_t want, nng_
 	return rc;
 }
 
+/* A request id no peer can guess ahead: from the kernel's random source, or, should that
+ * fail, the clock and a counter. */
+static uint64_t ctl_nonce(void)
+{
+	static _Atomic uint64_t counter;
+	uint64_t n = 0;
+	if (getrandom(&n, sizeof n, GRND_NONBLOCK) == (ssize_t)sizeof n && n != 0)
+		return n;
+	uint64_t k = (uint64_t)lm_now_ns() ^ atomic_fetch_add(&counter, 1);
+	return wire_siphash24(k, (uint64_t)getpid(), &k, sizeof k);
+}
+
 int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello, int timeout_ms,
 	      lm_diag *d)
 {
 	struct wire_buf b = {0};
-	struct wire_hello me = {.version = WIRE_VERSION, .id = 1};
+	/* A fresh id each time: the reply's proof of the model holds for this question only. */
+	struct wire_hello me = {.version = WIRE_VERSION, .id = ctl_nonce()};
 	nng_msg *r = NULL;
 	snprintf(me.name, sizeof me.name, "coordinator");
 	snprintf(me.build, sizeof me.build, "%s", LM_VERSION);
@@ -142,13 +157,14 @@ int ctl_hello(struct ctl_conn *c, uint64_t fingerprint, struct wire_hello *hello
 		return lm_fail(d, LM_EVERSION,
 			       "worker %s speaks protocol version %u; this coordinator speaks %u",
 			       c->name, hello->version, WIRE_VERSION);
+	/* The reply proves the fingerprint it holds (wire.h, HELLO) instead of telling it, so
+	 * the mismatch names the mesh's side alone; the worker's own is on its /status. */
 	if (fingerprint != 0 && hello->has_slice && hello->fingerprint != 0 &&
-	    hello->fingerprint != fingerprint)
+	    hello->fingerprint != wire_hello_proof(fingerprint, me.id))
 		return lm_fail(d, LM_EFINGERPRINT,
-			       "worker %s holds a model with fingerprint %016llx; the mesh's model "
-			       "has %016llx",
-			       c->name, (unsigned long long)hello->fingerprint,
-			       (unsigned long long)fingerprint);
+			       "worker %s holds a model of another fingerprint than the mesh's "
+			       "%016llx (its HELLO does not prove this one)",
+			       c->name, (unsigned long long)fingerprint);
 	return 0;
 }
 

@@ -4,6 +4,8 @@
 #      batch can legally carry (the frame is refused at its header);
 #   2. the mesh's ipc sockets are owner-only, and a process of another user cannot connect (that
 #      part needs root, for setpriv --reuid=nobody, and is skipped without it);
+#      The owner's own process, asking HELLO as a stranger would, learns no fingerprint it could
+#      forge FORWARDs with: all are refused and counted;
 #   3. 20,000 malformed messages into a worker's data socket while 16 clients keep requests in
 #      flight fail no request and make no live batch refused; the log holds a few lines about
 #      them (rate-limited, with the count held back) while the counters hold all 20,000;
@@ -74,6 +76,26 @@ else
 		echo "sockets: mode 600; another user: $(head -n 1 "$dir/nobody.err")"
 	fi
 fi
+
+# The mesh's own user asks w0's HELLO like a stranger and forges FORWARDs with what it said:
+# HELLO proves the fingerprint without telling it, so every forgery is refused at w0 and
+# counted, and the mesh serves on.
+w0_fp=$(curl -sf "$LM_URL/v1/status" | jq -r '.workers[0].status.fingerprint')
+errors0=$(curl -sf "$LM_URL/v1/status" | jq '.workers[0].status.ring_errors')
+"$LM_INJECT" forge "ipc://$dir/w0.data" "ipc://$dir/w0.ctl" 50 0 >"$dir/forge" ||
+	fail "the forger could not send: $(cat "$dir/forge")"
+told=$(sed -n 's/^forge: fingerprint \([0-9a-f]*\),.*/\1/p' "$dir/forge")
+[ -n "$w0_fp" ] && [ "$w0_fp" != null ] && [ -n "$told" ] || fail "no fingerprints: '$w0_fp' '$told'"
+[ "$told" != "$w0_fp" ] || fail "HELLO told a stranger the model's fingerprint $w0_fp"
+for _ in $(seq 50); do
+	errors=$(($(curl -sf "$LM_URL/v1/status" | jq '.workers[0].status.ring_errors') - errors0))
+	[ "$errors" -ge 50 ] && break
+	sleep 0.1
+done
+[ "$errors" -eq 50 ] || fail "w0 counted $errors of 50 forged FORWARDs"
+out=$("$LM_BIN" generate --url "$LM_URL" --prompt "Once" -n 8 --temp 0 2>&1) ||
+	fail "the mesh does not serve after the forgeries: $out"
+echo "forged: HELLO said $told, not $w0_fp; w0 refused all 50 FORWARDs and serves on"
 
 # ---------------------------------------------------------------- 3. malformed messages
 lines0=$(wc -l <"$dir/up.log")

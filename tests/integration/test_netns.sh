@@ -80,10 +80,18 @@ for i in "${!prompts[@]}"; do
 		fail "'${prompts[$i]}' across namespaces: $(cat "$LM_TMP/got.$i"), run: $(cat "$LM_TMP/want.$i")"
 done
 echo "plain: ${#prompts[@]} prompts, greedy ids equal to layermesh run"
-# Without [tls] the planes leave every host in the clear: plan warns, up and /readyz say so.
+# Without [tls] the planes leave every host in the clear: the mesh had to ask for it with
+# insecure = true, and even so plan warns, up and /readyz say so. Without that key, plan
+# refuses the same file.
 "$LM_BIN" plan "$state/mesh.toml" >/dev/null 2>"$LM_TMP/plan.err" || true
 grep -q "warning: .* hosts over plain tcp://" "$LM_TMP/plan.err" ||
 	fail "plan does not warn about plain tcp across hosts: $(cat "$LM_TMP/plan.err")"
+grep -v '^insecure = true$' "$state/mesh.toml" >"$LM_TMP/secure.toml"
+if "$LM_BIN" plan "$LM_TMP/secure.toml" >/dev/null 2>"$LM_TMP/plan.err"; then
+	fail "plan took plain tcp:// across hosts without insecure = true"
+fi
+grep -q "insecure = true" "$LM_TMP/plan.err" ||
+	fail "plan's refusal does not say how to allow it: $(cat "$LM_TMP/plan.err")"
 grep -q "no TLS" <<<"$(readyz)" || fail "/readyz does not say there is no TLS: $(readyz)"
 grep -q "warn: no TLS" "$state/coord.log" || fail "the coordinator's log does not say it"
 echo "no TLS: plan warns; /readyz says: $(readyz)"

@@ -45,6 +45,7 @@ struct stub {
 	_Atomic int silent; /* requests left to leave unanswered */
 	_Atomic int delay_ms;
 	uint64_t fp;
+	bool raw_fp; /* HELLO tells the fingerprint itself, as protocol version 3 did */
 	const char *err;
 	float payload[2 * 3 * 4]; /* [layers 2][rows 3][dim 4] */
 	int32_t rows;
@@ -80,7 +81,7 @@ static void stub_bad(struct stub *s, const char *what)
 static void stub_hello(struct stub *s, uint64_t id)
 {
 	struct wire_hello h = {.id = id,
-			       .fingerprint = s->fp,
+			       .fingerprint = s->raw_fp ? s->fp : wire_hello_proof(s->fp, id),
 			       .pid = 4242,
 			       .has_slice = true,
 			       .begin = 0,
@@ -261,9 +262,10 @@ Test(ctl, hello_of_another_protocol_version_fails_naming_both, .timeout = 15)
 	stub_down(&s);
 }
 
-/* A worker that already holds a slice of another model is refused, both fingerprints named;
- * one of the same model (or a check asked without a fingerprint) passes with its identity. */
-Test(ctl, hello_with_another_models_fingerprint_fails_naming_both, .timeout = 15)
+/* A worker that already holds a slice of another model is refused, the mesh's fingerprint
+ * named (the worker's HELLO proves which it holds, it does not tell it); one of the same model
+ * (or a check asked without a fingerprint) passes with its identity. */
+Test(ctl, hello_with_another_models_fingerprint_fails_naming_the_meshs, .timeout = 15)
 {
 	struct stub s;
 	struct ctl_conn c;
@@ -273,9 +275,10 @@ Test(ctl, hello_with_another_models_fingerprint_fails_naming_both, .timeout = 15
 	struct wire_hello h;
 	lm_diag d = {{0}};
 	cr_expect_eq(ctl_hello(&c, FP_MESH, &h, 2000, &d), LM_EFINGERPRINT, "%s", d.msg);
-	expect_in(d.msg, "1111222233334444");
 	expect_in(d.msg, "aaaabbbbccccdddd");
+	expect_in(d.msg, "another fingerprint");
 	expect_in(d.msg, "w0");
+	cr_expect(strstr(d.msg, "1111222233334444") == NULL, "%s", d.msg);
 	cr_expect_eq(ctl_hello(&c, 0, &h, 2000, &d), 0, "%s", d.msg);
 	cr_expect_eq(ctl_hello(&c, FP_OTHER, &h, 2000, &d), 0, "%s", d.msg);
 	cr_expect_str_eq(h.name, "w0");
@@ -283,6 +286,31 @@ Test(ctl, hello_with_another_models_fingerprint_fails_naming_both, .timeout = 15
 	cr_expect_eq(h.pid, 4242);
 	cr_expect(h.has_slice && h.begin == 0 && h.end == 2 && h.embedding && !h.head);
 	cr_expect_eq(atomic_load(&s.n_requests), 3);
+	ctl_close(&c);
+	stub_down(&s);
+}
+
+/* HELLO proves the fingerprint and never tells it: each exchange asks with a fresh id, the
+ * proof of one id is not that of another, and a reply that tells the fingerprint itself (or a
+ * proof of another model) is refused. */
+Test(ctl, hello_proves_the_fingerprint_without_telling_it, .timeout = 15)
+{
+	struct stub s;
+	struct ctl_conn c;
+	stub_up(&s, ANSWER_HELLO);
+	conn_open(&c);
+	struct wire_hello h1, h2;
+	lm_diag d = {{0}};
+	cr_assert_eq(ctl_hello(&c, FP_MESH, &h1, 2000, &d), 0, "%s", d.msg);
+	cr_assert_eq(ctl_hello(&c, FP_MESH, &h2, 2000, &d), 0, "%s", d.msg);
+	cr_expect_neq(h1.id, h2.id, "two exchanges asked with the same id");
+	cr_expect_neq(h1.fingerprint, FP_MESH);
+	cr_expect_neq(h1.fingerprint, h2.fingerprint);
+	cr_expect_eq(h1.fingerprint, wire_hello_proof(FP_MESH, h1.id));
+	cr_expect_neq(wire_hello_proof(FP_MESH, h1.id), wire_hello_proof(FP_OTHER, h1.id));
+	cr_expect_eq(wire_hello_proof(0, h1.id), 0, "no model, no proof");
+	s.raw_fp = true;
+	cr_expect_eq(ctl_hello(&c, FP_MESH, &h1, 2000, &d), LM_EFINGERPRINT, "%s", d.msg);
 	ctl_close(&c);
 	stub_down(&s);
 }

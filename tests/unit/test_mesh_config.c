@@ -94,6 +94,7 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.batches_in_flight, 0);
 	cr_expect_eq(cfg.request_timeout_ms, 30000);
 	cr_expect_eq(cfg.worker_timeout_ms, 1000);
+	cr_expect(!cfg.insecure);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_eq(cfg.workers[0].threads, 1);
 	cr_expect_eq(cfg.workers[0].kernels, MESH_KERNELS_AUTO);
@@ -107,7 +108,7 @@ Test(mesh_config, defaults_and_every_key)
 		"max_batch = 32\nscratch_bytes = '1.5MiB'\n"
 		"[coordinator]\nhttp = '0.0.0.0:8081'\ndata_in = 'tls+tcp://10.0.0.1:7000'\n"
 		"auth_token = 's3cret-token'\nlog_level = 'debug'\nbatches_in_flight = 1\n"
-		"request_timeout = 2.5\nworker_timeout = 3\n"
+		"request_timeout = 2.5\nworker_timeout = 3\ninsecure = true\n"
 		"[plan]\nstrategy = 'pinned'\n"
 		"[tls]\nca_file = 'ca.pem'\ncert_file = 'certs/me.pem'\nkey_file = "
 		"'/keys/me.key'\n"
@@ -138,6 +139,7 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.batches_in_flight, 1);
 	cr_expect_eq(cfg.request_timeout_ms, 2500);
 	cr_expect_eq(cfg.worker_timeout_ms, 3000);
+	cr_expect(cfg.insecure);
 	cr_expect_eq(cfg.strategy, FENCE_PINNED);
 	cr_expect_str_eq(cfg.tls_ca_file, "/srv/mesh/ca.pem");
 	cr_expect_str_eq(cfg.tls_cert_file, "/srv/mesh/certs/me.pem");
@@ -503,8 +505,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
 		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
 		"http_read_timeout, http_idle_timeout, max_connections, cors_origins, "
-		"request_timeout, "
-		"worker_timeout)");
+		"request_timeout, worker_timeout, insecure)");
 }
 
 Test(mesh_config, workers)
@@ -707,7 +708,7 @@ Test(mesh_config, api_keys)
 Test(mesh_config, plain_hosts_beyond_loopback)
 {
 	static const char text[] = MODEL
-		"[coordinator]\ndata_in = \"tcp://127.0.0.1:7000\"\n"
+		"[coordinator]\ndata_in = \"tcp://127.0.0.1:7000\"\ninsecure = true\n"
 		"[tls]\nca_file = \"ca.pem\"\ncert_file = \"mesh.pem\"\nkey_file = \"mesh.key\"\n"
 		"[[worker]]\nname = \"a\"\ndata = \"tcp://10.0.0.1:7001\"\n"
 		"control = \"tcp://10.0.0.1:7002\"\nhttp = \"127.0.0.1:9000\"\n"
@@ -740,4 +741,42 @@ Test(mesh_config, plain_hosts_beyond_loopback)
 	cr_expect_str_eq(hosts, "");
 	cr_expect_eq(workers, 1);
 	mesh_config_fini(&cfg);
+}
+
+/* Secure by default off the host: a ring or control plane that reaches another host over plain
+ * tcp:// is refused, naming the hosts and both ways out, until insecure = true asks for it;
+ * loopback, ipc:// and tls+tcp:// never need it. */
+Test(mesh_config, plain_tcp_beyond_loopback_needs_insecure)
+{
+#define FAR_WORKER                                                   \
+	"[[worker]]\nname = \"a\"\ndata = \"tcp://10.9.0.1:7001\"\n" \
+	"control = \"tcp://10.9.0.1:7002\"\nhttp = \"127.0.0.1:9000\"\nmemory_limit = \"8MiB\"\n"
+	expect_refused(MODEL COORD FAR_WORKER,
+		       "/srv/mesh/mesh.toml: the control and data planes reach 10.9.0.1 over "
+		       "plain tcp://, where anyone who can reach a worker can forge ring "
+		       "messages: use tls+tcp:// with a [tls] table, or set [coordinator] "
+		       "insecure = true to run in the clear anyway");
+	expect_refused(MODEL
+		       "[coordinator]\ndata_in = \"tcp://10.9.0.9:7000\"\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml: the control and data planes reach 10.9.0.9 over "
+		       "plain tcp://, where anyone who can reach a worker can forge ring "
+		       "messages: use tls+tcp:// with a [tls] table, or set [coordinator] "
+		       "insecure = true to run in the clear anyway");
+	expect_refused(MODEL COORD "insecure = 'yes'\n" FAR_WORKER,
+		       "/srv/mesh/mesh.toml:5:12: coordinator.insecure: expected a boolean, found "
+		       "string");
+	struct mesh_config cfg;
+	lm_diag d = {{0}};
+	cr_assert_eq(parse(&cfg, MODEL COORD "insecure = true\n" FAR_WORKER, &d), 0, "%s", d.msg);
+	cr_expect(cfg.insecure);
+	mesh_config_fini(&cfg);
+	cr_assert_eq(parse(&cfg,
+			   MODEL "[coordinator]\ndata_in = \"tcp://127.0.0.1:7000\"\n"
+				 "[[worker]]\nname = \"a\"\ndata = \"tcp://localhost:7001\"\n"
+				 "control = \"ipc:///tmp/a.ctl\"\nhttp = \"127.0.0.1:9000\"\n"
+				 "memory_limit = \"8MiB\"\n",
+			   &d),
+		     0, "%s", d.msg);
+	mesh_config_fini(&cfg);
+#undef FAR_WORKER
 }

@@ -235,6 +235,19 @@ Test(wire, release_round_trip)
 	cr_assert_eq(r.fingerprint, 0);
 }
 
+/* SipHash-2-4 against its authors' published vectors: key 00 01 .. 0f, message 00 01 .. of
+ * length 0, 8 and 15 (the last is the paper's worked example, a129ca6149be45e5). */
+Test(wire, siphash24_matches_the_reference_vectors)
+{
+	const uint64_t k0 = 0x0706050403020100ull, k1 = 0x0f0e0d0c0b0a0908ull;
+	uint8_t msg[15];
+	for (int i = 0; i < 15; i++)
+		msg[i] = (uint8_t)i;
+	cr_expect_eq(wire_siphash24(k0, k1, msg, 0), 0x726fdb47dd0e0e31ull);
+	cr_expect_eq(wire_siphash24(k0, k1, msg, 8), 0x93f5f5799a932462ull);
+	cr_expect_eq(wire_siphash24(k0, k1, msg, 15), 0xa129ca6149be45e5ull);
+}
+
 Test(wire, hello_round_trips)
 {
 	struct wire_hello h;
