@@ -31,6 +31,9 @@ static const char worker_usage[] =
 	"  --listen-any         listen on every interface at the ports of the tcp:// and http\n"
 	"                       addresses, whose hosts then only say where peers dial\n"
 	"  --show-config        print the settings this worker would run with, then exit\n"
+	"  --insecure           allow plain tcp:// control and data addresses beyond loopback,\n"
+	"                       where anyone who reaches them can forge ring messages (refused\n"
+	"                       without it, unless mesh.toml says [coordinator] insecure = true)\n"
 	"  --name NAME          worker name (as in mesh.toml)\n"
 	"  --control ADDR       control address, e.g. ipc:///tmp/lm-w0.ctl or "
 	"tcp://127.0.0.1:7001\n"
@@ -148,7 +151,7 @@ struct worker_args {
 	struct worker_opts o;
 	int level;
 	bool any_slice_flag, threads_given, backend_given, kernels_given, device_given;
-	bool listen_any, show;
+	bool listen_any, show, insecure;
 	const char *config, *pick_name;
 	int32_t pick_index;
 };
@@ -182,6 +185,7 @@ static const struct option worker_flags[] = {
 	{"index", required_argument, NULL, 'i'},
 	{"listen-any", no_argument, NULL, 'a'},
 	{"show-config", no_argument, NULL, 'z'},
+	{"insecure", no_argument, NULL, 1005},
 	{"help", no_argument, NULL, 'h'},
 	{0},
 };
@@ -289,6 +293,9 @@ static int worker_parse(int argc, char **argv, struct worker_args *w)
 		case 'z':
 			w->show = true;
 			break;
+		case 1005:
+			w->insecure = true;
+			break;
 		case 1004:
 			if (worker_int(optarg, 0, 255, &o->backend_opts.device) != 0)
 				return worker_bad("--device expects a CUDA device 0..255, got",
@@ -346,6 +353,16 @@ static int worker_parse(int argc, char **argv, struct worker_args *w)
 	if (optind < argc)
 		return worker_bad("unexpected argument", argv[optind]);
 	return -1;
+}
+
+/* Whether addr is plain tcp:// to a host other than loopback. */
+static bool worker_plain_beyond_loopback(const char *addr)
+{
+	if (strncmp(addr, "tcp://", 6) != 0)
+		return false;
+	const char *h = addr + 6;
+	return strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 &&
+	       strncmp(h, "[::1]:", 6) != 0;
 }
 
 /* --show-config: key=value lines for scripts (deploy/systemd/install.sh reads memory_limit):
@@ -420,6 +437,20 @@ int main(int argc, char **argv)
 		if ((rc = worker_listen_at(listen[i], i == 2, w.listen_any, listen_addr[i],
 					   sizeof listen_addr[i])) != 0)
 			goto done;
+	/* Secure by default off the host, as mesh.toml is (common/config/mesh_config.h). */
+	const char *plain = worker_plain_beyond_loopback(dial[0])   ? dial[0]
+			    : worker_plain_beyond_loopback(dial[1]) ? dial[1]
+			    : worker_plain_beyond_loopback(a->next) ? a->next
+								    : NULL;
+	if (plain != NULL && !w.insecure && !cfg.insecure) {
+		fprintf(stderr,
+			"layermesh-worker: %s is plain tcp:// beyond loopback, where anyone who "
+			"can reach it can forge ring messages: use tls+tcp:// with --tls-ca, "
+			"--tls-cert and --tls-key, or pass --insecure to run in the clear anyway\n",
+			plain);
+		rc = 2;
+		goto done;
+	}
 	if (w.any_slice_flag) {
 		if (a->model[0] == '\0' || a->begin < 0 || a->next[0] == '\0') {
 			fprintf(stderr,

@@ -713,10 +713,9 @@ int worker_run(const struct worker_opts *o)
 	lm_info("listening: control %s, data %s%s%s", o->control, o->data,
 		o->http != NULL ? ", http " : "", o->http != NULL ? o->http : "");
 	if (worker_plain_beyond_loopback(o->control) || worker_plain_beyond_loopback(o->data))
-		lm_warn("no TLS: control %s and data %s are plain tcp:// beyond loopback, where "
-			"HELLO "
-			"tells anyone the protocol and the model's fingerprint and anyone who can "
-			"reach this worker can forge ring messages (use tls+tcp:// and [tls])",
+		lm_warn("no TLS (insecure): control %s and data %s are plain tcp:// beyond "
+			"loopback, where anyone who can reach this worker can read the hidden "
+			"states and forge ring messages (use tls+tcp:// and [tls])",
 			o->control, o->data);
 
 	while (!worker_stop) {

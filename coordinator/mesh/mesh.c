@@ -556,7 +556,8 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 				.kernels = p->cfg->kernels,
 				.parent_pid = (int)getpid(),
 				.log_level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info",
-				.tls = &m->tls};
+				.tls = &m->tls,
+				.insecure = m->cfg.insecure};
 	struct worker_argv args;
 	worker_cmd_argv(&wc, &args);
 	struct mesh_child *c = calloc(1, sizeof *c);

@@ -34,6 +34,8 @@ void worker_cmd_argv(const struct worker_cmd *c, struct worker_argv *o)
 		wc_add(o, "--threads", o->num[0]);
 	}
 	wc_add(o, "--kernels", mesh_kernels_name(c->kernels));
+	if (c->insecure)
+		wc_add(o, "--insecure", NULL);
 	if (c->parent_pid > 0) {
 		snprintf(o->num[1], sizeof o->num[1], "%d", c->parent_pid);
 		wc_add(o, "--parent-pid", o->num[1]);

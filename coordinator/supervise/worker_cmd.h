@@ -25,6 +25,7 @@ struct worker_cmd {
 	int parent_pid;             /* --parent-pid; 0: none */
 	const char *log_level;      /* --log-level; NULL: left to the worker */
 	const struct lm_tls *tls;   /* --tls-*; NULL (or no CA): none */
+	bool insecure;              /* --insecure: mesh.toml allows plain tcp:// off the host */
 };
 
 /* The argument vector: argv[0..argc) and a NULL. Pointers into the worker_cmd's strings and the

@@ -86,6 +86,14 @@ printf '[model]\npath = "m.gguf"\nslots = "x"\n' >"$dir/bad.toml"
 refused "$LM_WORKER" --config "$dir/bad.toml" --worker w0 "bad.toml:3:"
 refused "$LM_WORKER" --name a --control tcp://a_b:1 --data tcp://h:2 --listen-any \
 	"'_' cannot appear in a host name"
+# Plain tcp:// beyond loopback is refused unless asked for, and --insecure asks.
+refused "$LM_WORKER" --name a --control tcp://10.9.0.1:7001 --data ipc:///tmp/lm-x.data \
+	"tcp://10.9.0.1:7001 is plain tcp:// beyond loopback"
+refused "$LM_WORKER" --name a --control ipc:///tmp/lm-x.ctl --data tcp://10.9.0.1:7002 \
+	"pass --insecure to run in the clear anyway"
+out=$("$LM_WORKER" --name a --control tcp://10.9.0.1:7001 --data tcp://10.9.0.1:7002 \
+	--insecure --show-config) || fail "--insecure did not allow plain tcp://"
+[ "$(shown "$out" control)" = "tcp://10.9.0.1:7001" ] || fail "--insecure: $out"
 
 # ---------------------------------------------------------------- 2. a mesh of such workers
 # w2 dials the coordinator at data_in's host name; `up --listen-any` listens on the wildcard.
