@@ -11,7 +11,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -66,6 +68,12 @@ struct worker {
 	_Atomic uint64_t ring_in, ring_out;
 	_Atomic int64_t busy_since_ms, send_since_ms; /* the latter while its push blocks */
 	struct lm_log_limit refusals;
+	/* The model file, watched from the load on (inotify, IN_MODIFY): a write into the bytes
+	 * this worker has mapped changes its weights under it, so it stops before anything it
+	 * computed from them goes on (worker_weights_changed). -1: not watched. */
+	int model_watch;
+	_Atomic bool weights_changed;
+	char model_path[sizeof((struct wire_assign *)0)->model];
 #ifdef LM_TEST_DROP_DATA
 	bool dropping; /* the test build's cue was seen: every data message is dropped */
 #endif
@@ -73,6 +81,46 @@ struct worker {
 
 /* Set from the signal handler; read by both loops. */
 static volatile sig_atomic_t worker_stop;
+
+/* Whether the model file has been written since the load. The first time it has, says so and
+ * stops the worker: its mapping shows the new bytes at once, so the only way never to serve
+ * them is not to serve at all. The keeper restarts it, and the new process's slice digest
+ * (READY) tells whether the slice is still the one the mesh serves. One read(2) of a
+ * non-blocking descriptor: about a system call's cost per batch. */
+static bool worker_weights_changed(struct worker *w)
+{
+	if (atomic_load(&w->weights_changed))
+		return true;
+	if (w->model_watch < 0)
+		return false;
+	char ev[sizeof(struct inotify_event) + NAME_MAX + 1]
+		__attribute__((aligned(__alignof__(struct inotify_event))));
+	if (read(w->model_watch, ev, sizeof ev) <= 0)
+		return false;
+	if (!atomic_exchange(&w->weights_changed, true))
+		lm_error("the model file %s was written while this worker serves it: stopping, so "
+			 "that nothing computed from changed weights goes on (a restart checks "
+			 "the slice's digest)",
+			 w->model_path);
+	worker_stop = 1;
+	return true;
+}
+
+static void worker_watch_model(struct worker *w, const char *path)
+{
+	if (w->model_watch >= 0)
+		return;
+	snprintf(w->model_path, sizeof w->model_path, "%s", path);
+	w->model_watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (w->model_watch >= 0 && inotify_add_watch(w->model_watch, path, IN_MODIFY) >= 0)
+		return;
+	lm_warn("cannot watch %s for writes (%s): weights written in place under this worker "
+		"would go unseen until it restarts",
+		path, strerror(errno));
+	if (w->model_watch >= 0)
+		close(w->model_watch);
+	w->model_watch = -1;
+}
 
 static void worker_on_signal(int sig)
 {
@@ -216,6 +264,11 @@ static void *worker_data_main(void *arg)
 				continue;
 			}
 		}
+		if (worker_weights_changed(w)) {
+			nng_msg_free(out);
+			atomic_store(&w->busy_since_ms, 0);
+			break;
+		}
 		uint64_t t1 = lm_now_ns();
 		atomic_store(&w->send_since_ms, lm_now_ms());
 		rv = worker_push(w, out);
@@ -327,6 +380,7 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	w->assigned = true;
+	worker_watch_model(w, a->model);
 	/* From now on a frame may be as large as a legal message of this slice, and no larger:
 	 * a partial or oversized frame costs nothing beyond what a batch can carry. (NNG applies
 	 * the limit to the pipes already connected, too.) */
@@ -659,7 +713,7 @@ static int worker_listen(const struct worker_opts *o, struct lm_listen_guard *g,
 
 int worker_run(const struct worker_opts *o)
 {
-	struct worker w = {.o = o, .started_ns = lm_now_ns()};
+	struct worker w = {.o = o, .started_ns = lm_now_ns(), .model_watch = -1};
 	struct health_ops hops = {.arg = &w, .snapshot = worker_snapshot};
 	struct sigaction sa = {.sa_handler = worker_on_signal};
 	int status = 1;
@@ -718,7 +772,7 @@ int worker_run(const struct worker_opts *o)
 			"states and forge ring messages (use tls+tcp:// and [tls])",
 			o->control, o->data);
 
-	while (!worker_stop) {
+	while (!worker_stop && !worker_weights_changed(&w)) {
 		nng_msg *m;
 		int rv = nng_recvmsg(w.ctl, &m, 0);
 		if (rv == NNG_ETIMEDOUT)
@@ -728,7 +782,7 @@ int worker_run(const struct worker_opts *o)
 		worker_on_control(&w, m);
 		nng_msg_free(m);
 	}
-	status = 0;
+	status = atomic_load(&w.weights_changed) ? WORKER_EXIT_WEIGHTS_CHANGED : 0;
 	lm_info("stopping");
 out:
 	worker_stop = 1;
@@ -748,6 +802,8 @@ out:
 	wire_buf_fini(&w.cbuf);
 	wire_buf_fini(&w.ebuf);
 	lm_log_limit_fini(&w.refusals);
+	if (w.model_watch >= 0)
+		close(w.model_watch);
 	pthread_mutex_destroy(&w.mu);
 	return status;
 }

@@ -40,7 +40,12 @@ struct worker_opts {
 	int parent_pid;
 };
 
-/* Runs until SIGTERM or SIGINT; returns the process exit status. */
+/* The exit status of a worker that stopped because its model file was written while it
+ * served (worker.c, worker_weights_changed). */
+#define WORKER_EXIT_WEIGHTS_CHANGED 3
+
+/* Runs until SIGTERM or SIGINT, or until the model file is written in place; returns the
+ * process exit status. */
 int worker_run(const struct worker_opts *o);
 
 #endif

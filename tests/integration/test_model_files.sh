@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The model a worker serves, and bad files and numbers:
-#   1. the weights are replaced under a running mesh (same layout and metadata, so the same
+#   1. a change written in place, into the file the workers have mapped: every worker stops
+#      before serving it, the restarted w1 is refused by its digest, and the original bytes
+#      written back heal the mesh; then the weights are replaced under a running mesh (same layout and metadata, so the same
 #      fingerprint) and a worker restarts: its slice's digest no longer matches, it is refused
 #      with both values (/readyz, /v1/status, the 503 body, the log), nothing answers with the
 #      other weights, a redeploy onto the new file is refused too, and putting the file back
@@ -30,7 +32,6 @@ readyz_wait() {
 }
 gen() { "$LM_BIN" generate --url "$LM_URL" --prompt "Once upon a time" -n 32 --temp 0 --timeout 30; }
 
-# ---------------------------------------------------------------- 1. replaced weights
 dir="$LM_TMP/swap"
 mkdir -p "$dir"
 cp "$model" "$dir/model.gguf"
@@ -39,6 +40,33 @@ lm_up "$dir/mesh.toml" "$dir/up.log"
 "$LM_BIN" run --model "$model" --prompt "Once upon a time" -n 32 --temp 0 >"$dir/solo" 2>/dev/null
 gen >"$dir/before" 2>/dev/null || fail "the mesh does not serve"
 cmp -s "$dir/solo" "$dir/before" || fail "the mesh differs from the single process"
+
+# ---------------------------------------------------------------- 1. written in place
+# A change written into the file the workers have mapped (same inode): they see it
+# at once through their mappings, so each stops before anything computed from it goes on
+# (exit status 3, saying why), and the restarted w1 is refused by its digest. No request is
+# answered with the changed weights. Writing the original bytes back in place heals it.
+cp "$dir/model.gguf" "$dir/original.gguf"
+"$LM_GGUF_EDIT" "$dir/original.gguf" "$dir/perturbed.gguf" blk.2.attn_q.weight perturb
+dd if="$dir/perturbed.gguf" of="$dir/model.gguf" conv=notrunc status=none
+rc=0
+gen >"$dir/inplace" 2>"$dir/inplace.err" || rc=$?
+if [ "$rc" -eq 0 ] && ! cmp -s "$dir/solo" "$dir/inplace"; then
+	fail "the mesh answered with weights written in place: $(cat "$dir/inplace")"
+fi
+body=$(readyz_wait "w1 cannot serve: .*digest") ||
+	fail "/readyz does not say w1's slice changed: $body"
+grep -q "was written while this worker serves it" "$dir/up.log" ||
+	fail "no worker said the model file was written under it"
+dd if="$dir/original.gguf" of="$dir/model.gguf" conv=notrunc status=none
+ready_ms=$(lm_ready_wait "$LM_URL" 30) || fail "the mesh did not heal once the bytes were back"
+gen >"$dir/healed2" 2>/dev/null || fail "the healed mesh does not serve"
+cmp -s "$dir/solo" "$dir/healed2" || fail "the healed mesh differs from the single process"
+echo "written in place: a request then exited $rc; $(grep -c "was written while" "$dir/up.log") stops logged;" \
+	"/readyz: ${body:0:120}; the bytes back: ready after $ready_ms ms"
+rm -f "$dir/original.gguf" "$dir/perturbed.gguf"
+
+# ---------------------------------------------------------------- 1. replaced weights
 cp "$dir/model.gguf" "$dir/original.gguf"
 "$LM_GGUF_EDIT" "$dir/original.gguf" "$dir/model.gguf" blk.2.attn_q.weight perturb
 kill -KILL "$(worker_pid w1 "$dir")"
