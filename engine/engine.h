@@ -36,6 +36,10 @@ struct lm_engine_cfg {
 	int32_t max_batch;            /* tokens per forward */
 	int32_t max_draft;            /* speculative tokens a sequence's forward may carry */
 	struct kv_types kv_types;     /* K and V types, global and sliding layers */
+	/* Optional: every layer's own types, indexed by absolute layer (at least up to the
+	 * slice's end), as the workers of a mesh with per-worker types store them; NULL:
+	 * kv_types on every layer. */
+	const struct kv_types *layer_kv_types;
 };
 
 struct lm_engine {

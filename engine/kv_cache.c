@@ -50,7 +50,8 @@ int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct 
 	}
 	for (int32_t i = 0; i < cfg->num_layers; i++) {
 		const struct kv_geom *g = &cfg->geom[i];
-		const struct kv_pair t = kv_types_for(&cfg->types, g);
+		const struct kv_pair t = kv_types_for(
+			cfg->layer_types != NULL ? &cfg->layer_types[i] : &cfg->types, g);
 		struct lm_kv_layer *l = &kv->layers[i];
 		uint64_t kr, vr;
 		int32_t layer = cfg->base_layer + i;

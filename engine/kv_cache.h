@@ -42,6 +42,10 @@ struct kv_cache_cfg {
 	int32_t ring_extra;         /* rows a sliding ring keeps beyond its window (kv_geom.h) */
 	int32_t slots;              /* concurrent sequences */
 	struct kv_types types;      /* K and V types of global and of sliding layers */
+	/* Optional: each layer's own ([num_layers], indexed locally), for a process that holds
+	 * the layers of several workers of a mesh whose workers differ in their types; NULL:
+	 * `types` on every layer. */
+	const struct kv_types *layer_types;
 };
 
 struct kv_cache {

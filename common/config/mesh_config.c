@@ -192,6 +192,7 @@ struct mc {
 	const struct toml_doc *doc;
 	lm_diag *d;
 	struct mesh_config *cfg;
+	bool k_swa_given, v_swa_given; /* [model] kv_type_k_swa, kv_type_v_swa */
 };
 
 #define MC_FAIL(m, v, ...) toml_fail_at((m)->d, LM_ECONFIG, (m)->doc, (v), __VA_ARGS__)
@@ -467,6 +468,8 @@ static int mc_model(struct mc *m)
 		return rc;
 	/* The sliding layers take the global layers' types unless they have their own. */
 	cfg->kv.swa = cfg->kv.global;
+	m->k_swa_given = toml_get(t, "kv_type_k_swa") != NULL;
+	m->v_swa_given = toml_get(t, "kv_type_v_swa") != NULL;
 	if ((rc = MC_DTYPE(m, t, "kv_type_k_swa", kv_types, &cfg->kv.swa.k)) != 0 ||
 	    (rc = MC_DTYPE(m, t, "kv_type_v_swa", kv_types, &cfg->kv.swa.v)) != 0)
 		return rc;
@@ -695,11 +698,33 @@ static int mc_layers(struct mc *m, const struct toml_value *v, struct mesh_worke
 	return 0;
 }
 
+/* A worker's cache types: its own kv_type_* over [model]'s, key by key. Its sliding layers take
+ * its kv_type_k / kv_type_v unless it or [model] names sliding types: the rule of [model], one
+ * level down, so a worker that sets only kv_type_k = "q8_0" stores K in q8_0 on every layer. */
+static int mc_worker_kv(struct mc *m, const struct toml_value *t, struct mesh_worker *w)
+{
+	const struct kv_types *model = &m->cfg->kv;
+	int rc;
+	w->kv.global = model->global;
+	if ((rc = MC_DTYPE(m, t, "kv_type_k", kv_types, &w->kv.global.k)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_v", kv_types, &w->kv.global.v)) != 0)
+		return rc;
+	w->kv.swa.k = m->k_swa_given ? model->swa.k : w->kv.global.k;
+	w->kv.swa.v = m->v_swa_given ? model->swa.v : w->kv.global.v;
+	if ((rc = MC_DTYPE(m, t, "kv_type_k_swa", kv_types, &w->kv.swa.k)) != 0 ||
+	    (rc = MC_DTYPE(m, t, "kv_type_v_swa", kv_types, &w->kv.swa.v)) != 0)
+		return rc;
+	w->own_kv = memcmp(&w->kv, model, sizeof w->kv) != 0;
+	return 0;
+}
+
 static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worker *w)
 {
-	static const char *const keys[] = {"name",         "data",    "control", "http",
-					   "memory_limit", "speed",   "layers",  "backend",
-					   "device",       "threads", "kernels", NULL};
+	static const char *const keys[] = {
+		"name",         "data",          "control",       "http",
+		"memory_limit", "speed",         "layers",        "backend",
+		"device",       "threads",       "kernels",       "kv_type_k",
+		"kv_type_v",    "kv_type_k_swa", "kv_type_v_swa", NULL};
 	static const char *const backends[] = {"cpu", "cuda", NULL};
 	static const char *const kernel_sets[] = {"auto", "scalar", "amx", NULL};
 	int rc = toml_expect(m->doc, t, TOML_TABLE, m->d);
@@ -756,7 +781,7 @@ static int mc_worker(struct mc *m, const struct toml_value *t, struct mesh_worke
 	const struct toml_value *ly = toml_get(t, "layers");
 	if (ly != NULL && (rc = mc_layers(m, ly, w)) != 0)
 		return rc;
-	return 0;
+	return mc_worker_kv(m, t, w);
 }
 
 static int mc_workers(struct mc *m)
@@ -1143,4 +1168,56 @@ int32_t mesh_config_plain_hosts(const struct mesh_config *cfg, char *hosts, size
 		*worker_hosts = n_all;
 	free(plain);
 	return n_plain;
+}
+
+/* ------------------------------------------------------------------ ephemeral ports */
+
+int mesh_local_port_range(const char *path, int32_t *lo, int32_t *hi)
+{
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return LM_ENOENT;
+	char line[64];
+	bool got = fgets(line, sizeof line, f) != NULL;
+	fclose(f);
+	long a, b;
+	char tail;
+	/* Two port numbers, separated by blanks (the kernel writes a tab). */
+	if (!got || sscanf(line, "%ld %ld %c", &a, &b, &tail) != 2 || a < 1 || b > 65535 || a > b)
+		return LM_EFORMAT;
+	*lo = (int32_t)a;
+	*hi = (int32_t)b;
+	return 0;
+}
+
+int32_t mesh_config_ephemeral_ports(const struct mesh_config *cfg, int32_t lo, int32_t hi,
+				    char *out, size_t cap)
+{
+	int32_t n = 0;
+	size_t at = 0;
+	if (out != NULL && cap > 0)
+		out[0] = '\0';
+	for (int32_t i = 0; i <= cfg->n_workers; i++) {
+		const bool coord = i == cfg->n_workers;
+		const struct mesh_worker *w = coord ? NULL : &cfg->workers[i];
+		const char *const addrs[3] = {coord ? cfg->data_in : w->data,
+					      coord ? cfg->http : w->http,
+					      coord ? NULL : w->control};
+		static const char *const what[3] = {"data", "http", "control"};
+		for (int k = 0; k < 3; k++) {
+			struct mc_endpoint e;
+			if (addrs[k] == NULL)
+				continue;
+			mc_endpoint_of(addrs[k], k == 1, &e);
+			if (e.kind != 't' || e.port < lo || e.port > hi)
+				continue;
+			n++;
+			if (out != NULL && at < cap)
+				at += (size_t)snprintf(
+					out + at, cap - at, "%s%s%s %s %s", n > 1 ? ", " : "",
+					coord ? "[coordinator]" : "worker ", coord ? "" : w->name,
+					coord && k == 0 ? "data_in" : what[k], addrs[k]);
+		}
+	}
+	return n;
 }

@@ -120,6 +120,14 @@
  *                                    adds the AMX GEMMs: faster batches, but a token's result
  *                                    then depends on its batch by rounding, so batching and
  *                                    fault replay reproduce a lone run only up to rounding
+ *   kv_type_k, kv_type_v, kv_type_k_swa, kv_type_v_swa   cache types
+ *                                    this worker's own cache types (a small worker in a mixed
+ *                                    fleet), each over [model]'s key of the same name; its
+ *                                    sliding layers take its kv_type_k / kv_type_v unless it
+ *                                    or [model] names sliding types. The planner prices the
+ *                                    worker's layers in them, its ASSIGN carries them, and
+ *                                    `layermesh run --kv-layers A:B=TYPES` gives the single
+ *                                    process the same per-layer types
  *
  * Checked beyond types and ranges: worker names unique; no two endpoints the same (a TCP port
  * counts once whether HTTP, tcp:// or tls+tcp://); layers only with the pinned strategy and then
@@ -189,7 +197,9 @@ struct mesh_worker {
 	int32_t device;
 	int32_t threads;
 	enum mesh_kernels kernels;
-	int32_t line; /* of its [[worker]] header, for messages */
+	struct kv_types kv; /* its cache types: its own kv_type_* over [model]'s */
+	bool own_kv;        /* kv differs from [model]'s */
+	int32_t line;       /* of its [[worker]] header, for messages */
 };
 
 struct mesh_config {
@@ -254,6 +264,20 @@ void mesh_config_fini(struct mesh_config *cfg);
  * reach a worker can forge ring messages: `layermesh plan` warns, `up` says so. */
 int32_t mesh_config_plain_hosts(const struct mesh_config *cfg, char *hosts, size_t cap,
 				int32_t *worker_hosts);
+
+/* The kernel's range of ephemeral ports: where a machine's outgoing connections take their local
+ * port, so a listener configured there may find it taken by a stranger's connection (seen in a
+ * measured run). */
+#define MESH_PORT_RANGE_FILE "/proc/sys/net/ipv4/ip_local_port_range"
+/* Reads such a file ("32768\t60999\n") into [*lo, *hi]: 0, LM_ENOENT when it cannot be read,
+ * LM_EFORMAT when it does not hold two ports lo <= hi. */
+int mesh_local_port_range(const char *path, int32_t *lo, int32_t *hi);
+/* How many of the mesh's TCP listeners (each worker's data, control and http, [coordinator]
+ * data_in and http) have a port in [lo, hi], named into `out` ("worker w1 data
+ * tcp://127.0.0.1:40000, [coordinator] http 127.0.0.1:50000"; may be NULL). `layermesh plan`
+ * warns of them. */
+int32_t mesh_config_ephemeral_ports(const struct mesh_config *cfg, int32_t lo, int32_t hi,
+				    char *out, size_t cap);
 
 /* The worker called `name`, or NULL. */
 const struct mesh_worker *mesh_config_worker(const struct mesh_config *cfg, const char *name);

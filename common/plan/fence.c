@@ -108,7 +108,17 @@ struct fence_ctx {
 	int32_t L, W;
 	uint64_t *pw, *pk, *pf; /* [L + 1] prefix sums of weight bytes, KV bytes and flops */
 	uint64_t *ps;           /* [L + 1] prefix sums of the layers' scratch */
+	/* [W]: worker j's prefix sums of KV bytes, pk or those of its own kv_layers (one array
+	 * per distinct kv_layers, in own). */
+	const uint64_t **pkw;
+	uint64_t *own;
 };
+
+/* KV bytes of worker j running layers [a, b). */
+static uint64_t stage_kv(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
+{
+	return c->pkw[j][b] - c->pkw[j][a];
+}
 
 static uint64_t stage_extra_bytes(const struct fence_ctx *c, int32_t j)
 {
@@ -124,7 +134,7 @@ static uint64_t stage_scratch(const struct fence_ctx *c, int32_t j, int32_t a, i
 /* Bytes of worker j running layers [a, b). */
 static uint64_t stage_bytes(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
 {
-	uint64_t layers = sat_add(c->pw[b] - c->pw[a], c->pk[b] - c->pk[a]);
+	uint64_t layers = sat_add(c->pw[b] - c->pw[a], stage_kv(c, j, a, b));
 	return sat_add(sat_add(layers, stage_scratch(c, j, a, b)), stage_extra_bytes(c, j));
 }
 
@@ -181,7 +191,7 @@ static int fail_stage(const struct fence_ctx *c, lm_diag *d, int32_t j, int32_t 
 		"%sworker '%s' (layers [%d, %d)) needs %s = %llu bytes (weights %s + KV %s + "
 		"scratch %s%s) against its memory_limit of %s = %llu bytes",
 		lead, WNAME(c, j), (int)a, (int)b, FMT_B(total), (unsigned long long)total,
-		FMT_B(c->pw[b] - c->pw[a]), FMT_B(c->pk[b] - c->pk[a]),
+		FMT_B(c->pw[b] - c->pw[a]), FMT_B(stage_kv(c, j, a, b)),
 		FMT_B(stage_scratch(c, j, a, b)), extra, FMT_B(c->in->workers[j].memory_limit),
 		(unsigned long long)c->in->workers[j].memory_limit);
 }
@@ -271,8 +281,17 @@ static int explain_balanced(const struct fence_ctx *c, lm_diag *d)
 			return fail_stage(c, d, j, best, best + 1,
 					  "no fence fits: the smallest single-layer slice of ");
 	}
-	/* The limits together are smaller than the model. */
-	uint64_t need = sat_add(sat_add(c->pw[c->L], c->pk[c->L]), c->ps[c->L]), have = 0;
+	/* The limits together are smaller than the model. A layer costs at least its cheapest
+	 * worker's KV (the model's KV when every worker has the same types). */
+	uint64_t kv = 0;
+	for (int32_t i = 0; i < c->L; i++) {
+		uint64_t least = UINT64_MAX;
+		for (int32_t j = 0; j < c->W; j++)
+			if (stage_kv(c, j, i, i + 1) < least)
+				least = stage_kv(c, j, i, i + 1);
+		kv = sat_add(kv, least);
+	}
+	uint64_t need = sat_add(sat_add(c->pw[c->L], kv), c->ps[c->L]), have = 0;
 	need = sat_add(need, sat_add(c->in->first_bytes, c->in->last_bytes));
 	for (int32_t j = 0; j < c->W; j++) {
 		need = sat_add(need, c->in->workers[j].scratch_bytes);
@@ -284,9 +303,9 @@ static int explain_balanced(const struct fence_ctx *c, lm_diag *d)
 			"no fence fits: the model needs %s = %llu bytes in all (weights %s + "
 			"KV %s + embedding %s + head %s + scratch), but the workers' "
 			"memory_limits add up to %s = %llu bytes",
-			FMT_B(need), (unsigned long long)need, FMT_B(c->pw[c->L]),
-			FMT_B(c->pk[c->L]), FMT_B(c->in->first_bytes), FMT_B(c->in->last_bytes),
-			FMT_B(have), (unsigned long long)have);
+			FMT_B(need), (unsigned long long)need, FMT_B(c->pw[c->L]), FMT_B(kv),
+			FMT_B(c->in->first_bytes), FMT_B(c->in->last_bytes), FMT_B(have),
+			(unsigned long long)have);
 	/* Otherwise the layers do not pack: fill the workers in order, each taking as many
 	 * layers as fit, and say where that stops. */
 	char msg[sizeof d->msg];
@@ -310,24 +329,40 @@ static int explain_balanced(const struct fence_ctx *c, lm_diag *d)
 	return lm_fail(d, LM_EINFEASIBLE, "%s", msg);
 }
 
-static int plan_balanced(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
+/* How full a stage is: bytes of limit. Fullness compares exactly, by cross-multiplying in 128
+ * bits, so two stages that are equally full compare equal whatever their limits. */
+struct fence_use {
+	uint64_t bytes, limit;
+};
+
+static struct fence_use stage_use(const struct fence_ctx *c, int32_t j, int32_t a, int32_t b)
 {
-	int32_t L = c->L, W = c->W;
-	size_t cells = (size_t)(W + 1) * (size_t)(L + 1);
-	double *best = malloc(cells * sizeof *best);
-	unsigned char *reach = calloc(cells, 1);
-	unsigned char *ok = calloc(cells, 1);
-	int rc = 0;
-	if (best == NULL || reach == NULL || ok == NULL) {
-		rc = lm_fail(d, LM_ENOMEM, "planning %d layers over %d workers: out of memory",
-			     (int)L, (int)W);
-		goto out;
-	}
+	uint64_t limit = c->in->workers[j].memory_limit;
+	/* A limit of 0 holds nothing; were it to hold a stage of 0 bytes, that stage is empty. */
+	return (struct fence_use){stage_bytes(c, j, a, b), limit != 0 ? limit : 1};
+}
+
+/* a is fuller than b. */
+static bool use_above(struct fence_use a, struct fence_use b)
+{
+	return (unsigned __int128)a.bytes * b.limit > (unsigned __int128)b.bytes * a.limit;
+}
+
+/* The fuller of a and b. */
+static struct fence_use use_max(struct fence_use a, struct fence_use b)
+{
+	return use_above(a, b) ? a : b;
+}
+
+/* best[j][x]: the smallest slowest-stage time with which workers 0..j-1 can run layers [0, x),
+ * each within its limit and with at least one layer; reach says whether any fence does it at
+ * all. */
+/* The cell (j, x) of the balanced programme's (W + 1) x (L + 1) tables, L in scope. */
 #define AT(j, x) ((size_t)(j) * (size_t)(L + 1) + (size_t)(x))
 
-	/* best[j][x]: the smallest slowest-stage time with which workers 0..j-1 can run layers
-	 * [0, x), each within its limit and with at least one layer; reach says whether any
-	 * fence does it at all. */
+static void balanced_times(const struct fence_ctx *c, double *best, unsigned char *reach)
+{
+	int32_t L = c->L, W = c->W;
 	reach[AT(0, 0)] = 1;
 	best[AT(0, 0)] = 0.0;
 	for (int32_t j = 1; j <= W; j++) {
@@ -349,34 +384,66 @@ static int plan_balanced(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
 			}
 		}
 	}
-	if (!reach[AT(W, L)]) {
-		rc = explain_balanced(c, d);
-		goto out;
-	}
-	double opt = best[AT(W, L)];
+}
 
-	/* ok[j][x]: workers j..W-1 can run [x, L) with every stage within its limit and no slower
-	 * than the optimum. Then the lexicographically smallest optimal fence is built greedily:
-	 * each cut as early as the rest still allows. */
+/* use[j][x]: the least fullness of the fullest worker with which workers j..W-1 can run
+ * [x, L), every stage within its limit and no slower than opt; ok says whether any can. */
+static void balanced_headroom(const struct fence_ctx *c, double opt, struct fence_use *use,
+			      unsigned char *ok)
+{
+	int32_t L = c->L, W = c->W;
 	ok[AT(W, L)] = 1;
+	use[AT(W, L)] = (struct fence_use){0, 1};
 	for (int32_t j = W - 1; j >= 0; j--) {
 		for (int32_t x = j; x <= L - (W - j); x++) {
 			for (int32_t b = x + 1; b <= L - (W - j - 1); b++) {
 				if (!stage_fits(c, j, x, b))
 					break;
-				if (ok[AT(j + 1, b)] && stage_time(c, j, x, b) <= opt) {
+				if (!ok[AT(j + 1, b)] || stage_time(c, j, x, b) > opt)
+					continue;
+				struct fence_use u =
+					use_max(stage_use(c, j, x, b), use[AT(j + 1, b)]);
+				if (!ok[AT(j, x)] || use_above(use[AT(j, x)], u)) {
+					use[AT(j, x)] = u;
 					ok[AT(j, x)] = 1;
-					break;
 				}
 			}
 		}
 	}
+}
+
+static int plan_balanced(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
+{
+	int32_t L = c->L, W = c->W;
+	size_t cells = (size_t)(W + 1) * (size_t)(L + 1);
+	double *best = malloc(cells * sizeof *best);
+	struct fence_use *use = malloc(cells * sizeof *use);
+	unsigned char *reach = calloc(cells, 1);
+	unsigned char *ok = calloc(cells, 1);
+	int rc = 0;
+	if (best == NULL || use == NULL || reach == NULL || ok == NULL) {
+		rc = lm_fail(d, LM_ENOMEM, "planning %d layers over %d workers: out of memory",
+			     (int)L, (int)W);
+		goto out;
+	}
+	balanced_times(c, best, reach);
+	if (!reach[AT(W, L)]) {
+		rc = explain_balanced(c, d);
+		goto out;
+	}
+	double opt = best[AT(W, L)];
+	balanced_headroom(c, opt, use, ok);
+	const struct fence_use top = use[AT(0, 0)];
+
+	/* The lexicographically smallest fence that reaches both optima, built greedily: each cut
+	 * as early as the rest still allows. */
 	cuts[0] = 0;
 	for (int32_t j = 0; j < W; j++) {
 		int32_t b = cuts[j] + 1;
-		while (b <= L - (W - j - 1) &&
-		       !(ok[AT(j + 1, b)] && stage_time(c, j, cuts[j], b) <= opt &&
-			 stage_fits(c, j, cuts[j], b)))
+		while (b <= L - (W - j - 1) && !(ok[AT(j + 1, b)] && stage_fits(c, j, cuts[j], b) &&
+						 stage_time(c, j, cuts[j], b) <= opt &&
+						 !use_above(stage_use(c, j, cuts[j], b), top) &&
+						 !use_above(use[AT(j + 1, b)], top)))
 			b++;
 		if (b > L - (W - j - 1)) {
 			/* Cannot happen: the optimal fence satisfies every test above. */
@@ -388,6 +455,7 @@ static int plan_balanced(const struct fence_ctx *c, int32_t *cuts, lm_diag *d)
 #undef AT
 out:
 	free(best);
+	free(use);
 	free(reach);
 	free(ok);
 	return rc;
@@ -434,6 +502,50 @@ static int check_input(const struct fence_input *in, lm_diag *d)
 	return 0;
 }
 
+/* Prefix sums of KV bytes of a worker's own costs into pk; LM_EOVERFLOW as prefix_sums. */
+static int prefix_kv(const struct fence_layer *kv, int32_t L, uint64_t *pk, lm_diag *d)
+{
+	pk[0] = 0;
+	for (int32_t i = 0; i < L; i++) {
+		if (pk[i] > UINT64_MAX - kv[i].kv_bytes)
+			return lm_fail(
+				d, LM_EOVERFLOW,
+				"layer %d: a worker's KV bytes up to it do not fit in 64 bits",
+				(int)i);
+		pk[i + 1] = pk[i] + kv[i].kv_bytes;
+	}
+	return 0;
+}
+
+/* Each worker's KV prefix sums: the layers' own, or one array per distinct kv_layers. */
+static int prefix_workers(struct fence_ctx *c, lm_diag *d)
+{
+	size_t n = (size_t)c->L + 1, n_own = 0, n_with = 0;
+	for (int32_t j = 0; j < c->W; j++)
+		n_with += c->in->workers[j].kv_layers != NULL;
+	for (int32_t j = 0; j < c->W; j++) {
+		const struct fence_layer *kv = c->in->workers[j].kv_layers;
+		c->pkw[j] = c->pk;
+		if (kv == NULL)
+			continue;
+		int32_t k = 0;
+		while (k < j && c->in->workers[k].kv_layers != kv)
+			k++;
+		if (k < j) {
+			c->pkw[j] = c->pkw[k];
+			continue;
+		}
+		if (c->own == NULL && (c->own = malloc(n_with * n * sizeof *c->own)) == NULL)
+			return lm_fail(d, LM_ENOMEM, "planning: out of memory");
+		uint64_t *pk = c->own + n_own++ * n;
+		int rc = prefix_kv(kv, c->L, pk, d);
+		if (rc != 0)
+			return rc;
+		c->pkw[j] = pk;
+	}
+	return 0;
+}
+
 /* Prefix sums; LM_EOVERFLOW when a model-wide total does not fit in 64 bits. */
 static int prefix_sums(struct fence_ctx *c, lm_diag *d)
 {
@@ -453,7 +565,7 @@ static int prefix_sums(struct fence_ctx *c, lm_diag *d)
 		c->pf[i + 1] = c->pf[i] + l->flops;
 		c->ps[i + 1] = c->ps[i] + l->scratch_bytes;
 	}
-	return 0;
+	return prefix_workers(c, d);
 }
 
 int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_diag *d)
@@ -465,9 +577,10 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 	struct fence_ctx c = {.in = in, .L = in->n_layers, .W = in->n_workers};
 	size_t n = (size_t)c.L + 1;
 	c.pw = malloc(4 * n * sizeof *c.pw);
+	c.pkw = calloc((size_t)c.W, sizeof *c.pkw);
 	plan->cuts = calloc((size_t)c.W + 1, sizeof *plan->cuts);
 	plan->stages = calloc((size_t)c.W, sizeof *plan->stages);
-	if (c.pw == NULL || plan->cuts == NULL || plan->stages == NULL) {
+	if (c.pw == NULL || c.pkw == NULL || plan->cuts == NULL || plan->stages == NULL) {
 		rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
 		goto fail;
 	}
@@ -510,9 +623,14 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 		s->start = a;
 		s->end = b;
 		s->weight_bytes = c.pw[b] - c.pw[a];
-		s->kv_bytes = c.pk[b] - c.pk[a];
+		s->kv_bytes = stage_kv(&c, j, a, b);
+		const struct fence_layer *kv =
+			in->workers[j].kv_layers != NULL ? in->workers[j].kv_layers : in->layers;
+		s->kv_types =
+			in->workers[j].kv_layers != NULL ? in->workers[j].kv_types : in->kv_types;
+		plan->mixed_kv |= memcmp(&s->kv_types, &in->kv_types, sizeof s->kv_types) != 0;
 		for (int32_t i = a; i < b; i++) {
-			const struct fence_layer *l = &in->layers[i];
+			const struct fence_layer *l = &kv[i];
 			const int kind = l->sliding ? FENCE_KV_SLIDING : FENCE_KV_GLOBAL;
 			s->kv_kind[kind][0] = sat_add(s->kv_kind[kind][0], l->kv_k_bytes);
 			s->kv_kind[kind][1] = sat_add(s->kv_kind[kind][1], l->kv_v_bytes);
@@ -530,9 +648,13 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 			plan->max_time = s->time;
 	}
 	free(c.pw);
+	free(c.pkw);
+	free(c.own);
 	return 0;
 fail:
 	free(c.pw);
+	free(c.pkw);
+	free(c.own);
 	fence_plan_fini(plan);
 	return rc;
 }

@@ -10,15 +10,22 @@
  * and takes time_j = flops_j / speed_j per token, where flops_j sums its layers' flops plus
  * first_flops / last_flops on the end workers. KV bytes are per layer, so layers of different
  * geometry (sliding-window layers, other KV head counts or head sizes) weigh what they hold:
- * fence_kv_costs() fills them from kv_layer_bytes().
+ * fence_kv_costs() fills them from kv_layer_bytes(). They are per worker too: a worker with
+ * cache types of its own (a small worker in a mixed fleet) brings its own KV cost of every
+ * layer (fence_worker.kv_layers), and a layer weighs on it what it would hold there. Stage
+ * costs were always a function of (worker, first layer, end layer), so every strategy, the
+ * balanced programme included, stays exact with them.
  *
  * Strategies:
  *   FENCE_UNIFORM   equal layer counts; the first L mod W workers take one layer more.
  *   FENCE_BALANCED  minimise the slowest stage, max_j time_j, subject to bytes_j <= limit_j for
  *                   every worker: an exact dynamic programme over (worker, layer) in
- *                   O(W L^2). Among the fences that reach the optimum, the lexicographically
- *                   smallest (c1 as small as possible, then c2, ...) is chosen, so equal inputs
- *                   always give the same plan.
+ *                   O(W L^2). Among the fences that reach the optimum, the one whose fullest
+ *                   worker is least full (the smallest max_j bytes_j / limit_j, compared
+ *                   exactly) is chosen: equal speed is worth nothing if it leaves a worker
+ *                   with no headroom for what the estimate missed. Among those, the
+ *                   lexicographically smallest (c1 as small as possible, then c2, ...), so
+ *                   equal inputs always give the same plan.
  *   FENCE_PINNED    the ranges given per worker are checked: in worker order, contiguous,
  *                   covering [0, L) exactly, each within its worker's memory limit.
  *
@@ -71,6 +78,11 @@ struct fence_worker {
 	uint64_t scratch_bytes; /* activation scratch, whatever its layers */
 	int32_t pin_start;      /* FENCE_PINNED: layers [pin_start, pin_end) */
 	int32_t pin_end;
+	/* Optional: the worker's own KV cost of every layer ([n_layers], the KV fields as
+	 * fence_kv_costs fills them in kv_types), for a worker whose cache types are not the
+	 * input's; NULL: the layers' own. Workers may share one array. */
+	const struct fence_layer *kv_layers;
+	struct kv_types kv_types; /* the types kv_layers was priced in; unused when it is NULL */
 };
 
 struct fence_input {
@@ -83,20 +95,21 @@ struct fence_input {
 	uint64_t last_flops;              /* per token, on worker W-1: the lm_head */
 	int32_t n_workers;
 	const struct fence_worker *workers; /* [n_workers] */
-	struct kv_types kv_types;           /* the cache types, for the table's columns */
+	struct kv_types kv_types;           /* the layers' cache types, for the table's columns */
 };
 
 /* One worker's share of a plan. */
 struct fence_stage {
-	char *name;             /* owned by the plan */
-	int32_t start, end;     /* layers [start, end) */
-	uint64_t weight_bytes;  /* of its layers */
-	uint64_t kv_bytes;      /* of its layers */
-	uint64_t kv_kind[2][2]; /* kv_bytes by layer kind and K/V (FENCE_KV_*) */
-	uint64_t kv_f32_bytes;  /* its layers' K and V in f32 */
-	uint64_t scratch_bytes; /* the worker's and its layers' */
-	uint64_t extra_bytes;   /* embedding and/or head */
-	uint64_t total_bytes;   /* the four above */
+	char *name;               /* owned by the plan */
+	int32_t start, end;       /* layers [start, end) */
+	uint64_t weight_bytes;    /* of its layers */
+	uint64_t kv_bytes;        /* of its layers */
+	uint64_t kv_kind[2][2];   /* kv_bytes by layer kind and K/V (FENCE_KV_*) */
+	uint64_t kv_f32_bytes;    /* its layers' K and V in f32 */
+	struct kv_types kv_types; /* the types its cache is priced in (its own, or the input's) */
+	uint64_t scratch_bytes;   /* the worker's and its layers' */
+	uint64_t extra_bytes;     /* embedding and/or head */
+	uint64_t total_bytes;     /* the four above */
 	uint64_t memory_limit;
 	uint64_t flops; /* per token, first_flops/last_flops included */
 	double speed;
@@ -107,6 +120,7 @@ struct fence_plan {
 	enum fence_strategy strategy;
 	int32_t n_layers, n_workers;
 	struct kv_types kv_types;   /* the input's */
+	bool mixed_kv;              /* some worker's cache types are not the input's */
 	bool has_sliding;           /* some layer slides */
 	int32_t *cuts;              /* [n_workers + 1]: c0 = 0 ... cW = n_layers */
 	struct fence_stage *stages; /* [n_workers] */
@@ -141,6 +155,8 @@ const char *fence_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
  * and a footer with the totals and the slowest stage; then the KV cache by type, one row per
  * worker and a total:
  *     worker  global K <t>  global V <t>  [sliding K <t>  sliding V <t>]  KV MiB  as f32 MiB  saved
+ * where workers differ in their types (mixed_kv), the headers name no type and each worker's
+ * cell its own ("q8_0 1.50").
  * Returns 0 or LM_EIO. */
 int fence_plan_write_table(const struct fence_plan *plan, FILE *out);
 /* The plan as a cJSON object (the caller cJSON_Delete()s it); NULL when out of memory:

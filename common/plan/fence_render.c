@@ -32,12 +32,20 @@ static const char *fmt_flops(uint64_t f, char *buf, size_t cap)
 	return buf;
 }
 
-/* "global K q8_0" and the like: the column of one layer kind's K or V. */
+/* The type of one layer kind's K (kv 0) or V (kv 1) in types t. */
+static enum lm_dtype kv_type_of(const struct kv_types *t, int kind, int kv)
+{
+	const struct kv_pair *p = kind == FENCE_KV_SLIDING ? &t->swa : &t->global;
+	return kv ? p->v : p->k;
+}
+
+/* "global K q8_0" and the like: the column of one layer kind's K or V; where the workers'
+ * types differ, "global K", each cell naming its own. */
 static const char *kv_column(const struct fence_plan *p, int kind, int kv, char *buf, size_t cap)
 {
-	const struct kv_pair *t = kind == FENCE_KV_SLIDING ? &p->kv_types.swa : &p->kv_types.global;
-	snprintf(buf, cap, "%s %s %s", kind == FENCE_KV_SLIDING ? "sliding" : "global",
-		 kv ? "V" : "K", lm_dtype_name(kv ? t->v : t->k));
+	snprintf(buf, cap, "%s %s%s%s", kind == FENCE_KV_SLIDING ? "sliding" : "global",
+		 kv ? "V" : "K", p->mixed_kv ? "" : " ",
+		 p->mixed_kv ? "" : lm_dtype_name(kv_type_of(&p->kv_types, kind, kv)));
 	return buf;
 }
 
@@ -61,7 +69,12 @@ static void kv_table(const struct fence_plan *p, FILE *out, int nw)
 		for (int kind = 0; kind < kinds; kind++)
 			for (int kv = 0; kv < 2; kv++) {
 				uint64_t b = total ? tot[kind][kv] : s->kv_kind[kind][kv];
-				fprintf(out, " %17.2f", mib(b));
+				if (p->mixed_kv && !total)
+					fprintf(out, " %5s %11.2f",
+						lm_dtype_name(kv_type_of(&s->kv_types, kind, kv)),
+						mib(b));
+				else
+					fprintf(out, " %17.2f", mib(b));
 				if (!total)
 					tot[kind][kv] += b;
 			}
@@ -134,11 +147,11 @@ static bool kv_json(const struct fence_plan *p, cJSON *w, const struct fence_sta
 		  cJSON_AddNumberToObject(w, "kv_f32_bytes", (double)s->kv_f32_bytes) != NULL;
 	for (int kind = 0; ok && kind < (p->has_sliding ? 2 : 1); kind++)
 		for (int kv = 0; ok && kv < 2; kv++) {
-			const struct kv_pair *t =
-				kind == FENCE_KV_SLIDING ? &p->kv_types.swa : &p->kv_types.global;
 			cJSON *e = cJSON_AddObjectToObject(by, names[kind][kv]);
 			ok = e != NULL &&
-			     cJSON_AddStringToObject(e, "type", lm_dtype_name(kv ? t->v : t->k)) &&
+			     cJSON_AddStringToObject(
+				     e, "type",
+				     lm_dtype_name(kv_type_of(&s->kv_types, kind, kv))) &&
 			     cJSON_AddNumberToObject(e, "bytes", (double)s->kv_kind[kind][kv]);
 		}
 	return ok;

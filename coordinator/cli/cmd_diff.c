@@ -89,14 +89,21 @@ static void diff_hook(void *arg, int32_t il, const float *x, int32_t n)
 
 static int diff_single(struct diff_ctx *c, lm_diag *d)
 {
+	/* Every layer in the types of the worker that holds it, as the mesh stores it. */
+	struct kv_types *layer_kv = malloc((size_t)c->plan.n_layers * sizeof *layer_kv);
+	if (layer_kv == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	planner_layer_kv_types(&c->cfg, &c->plan, layer_kv);
 	struct lm_engine_cfg ec = {.model = c->cfg.model_path,
 				   .bo = {.n_threads = 1},
 				   .max_seq = c->n + 1,
 				   .slots = 1,
 				   .max_batch = c->n,
-				   .kv_types = c->cfg.kv};
-	int rc;
-	if ((rc = lm_engine_open(&c->eng, &ec, d)) != 0)
+				   .kv_types = c->cfg.kv,
+				   .layer_kv_types = layer_kv};
+	int rc = lm_engine_open(&c->eng, &ec, d);
+	free(layer_kv);
+	if (rc != 0)
 		return rc;
 	const struct lm_hparams *hp = &c->eng.model.hp;
 	c->n_layer = hp->n_layer;

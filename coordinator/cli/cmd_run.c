@@ -18,6 +18,7 @@
 #include "coordinator/cli/cmds.h"
 #include "engine/engine.h"
 #include "common/base/buf.h"
+#include "common/model/hparams.h"
 
 static const char run_usage[] =
 	"usage: layermesh run --model M.gguf --prompt TEXT [options]\n"
@@ -42,6 +43,12 @@ static const char run_usage[] =
 	"  --ctk T, --ctv T   K (V) cache type alone, as llama.cpp's -ctk/-ctv\n"
 	"  --ctk-swa T        K cache type of the sliding-window layers (default: --ctk's)\n"
 	"  --ctv-swa T        V cache type of the sliding-window layers (default: --ctv's)\n"
+	"  --kv-layers A:B=T  layers A to B-1 in cache types of their own, over the options\n"
+	"                     above: T is one type for K and V, K,V for K and V, or\n"
+	"                     K,V,K_SWA,V_SWA with the sliding layers' apart (repeatable;\n"
+	"                     ranges may not overlap). The per-layer types of a mesh whose\n"
+	"                     [[worker]]s set their own kv_type_*, layer ranges as\n"
+	"                     `layermesh plan` shows them\n"
 	"  --batch N          prompt tokens per forward pass (default 256)\n"
 	"  --backend B        cpu or cuda (default cpu)\n"
 	"  --kernels K        auto, scalar or amx (default auto). scalar: the reference\n"
@@ -68,9 +75,19 @@ static int run_write_logits(const char *path, const float *logits, int32_t n, lm
 	return 0;
 }
 
+#define RUN_MAX_KV_RANGES 64
+
+/* --kv-layers A:B=TYPES: layers [a, b) in types t. */
+struct run_kv_range {
+	int32_t a, b;
+	struct kv_types t;
+};
+
 /* What `run` was asked for, and the state of one generation. */
 struct run_ctx {
 	struct lm_gen_args g;
+	struct run_kv_range kv_ranges[RUN_MAX_KV_RANGES];
+	int32_t n_kv_ranges;
 	const char *model_path, *backend_name, *logits_path, *prompt_ids, *logits_all;
 	int32_t batch;
 	struct lm_backend_opts kern; /* --kernels */
@@ -83,6 +100,66 @@ struct run_ctx {
 	float *logits;
 	double t_prefill, t_decode; /* seconds */
 };
+
+/* One --kv-layers A:B=T | A:B=K,V | A:B=K,V,K_SWA,V_SWA: 0, or 2 after the usage error. */
+static int run_kv_layers(struct run_ctx *r, const char *arg)
+{
+	static const char usage[] = "--kv-layers expects A:B=T, A:B=K,V or A:B=K,V,K_SWA,V_SWA "
+				    "(layers A to B-1, A < B <= %d; types %s), got '%s'";
+	char buf[128], *eq, *colon, *save = NULL;
+	snprintf(buf, sizeof buf, "%s", arg);
+	struct run_kv_range k = {0};
+	int n = 0, t[4];
+	if (strlen(arg) >= sizeof buf || (eq = strchr(buf, '=')) == NULL ||
+	    (colon = strchr(buf, ':')) == NULL || colon > eq)
+		return lm_cli_usage_error("run", usage, LM_MAX_LAYERS, kv_type_names(), arg);
+	*eq = *colon = '\0';
+	if (lm_cli_int(buf, 0, LM_MAX_LAYERS - 1, &k.a) != 0 ||
+	    lm_cli_int(colon + 1, 1, LM_MAX_LAYERS, &k.b) != 0 || k.a >= k.b)
+		return lm_cli_usage_error("run", usage, LM_MAX_LAYERS, kv_type_names(), arg);
+	for (char *tok = strtok_r(eq + 1, ",", &save); tok != NULL;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (n == 4 || (t[n] = lm_dtype_parse(tok)) < 0 ||
+		    !kv_type_supported((enum lm_dtype)t[n]))
+			return lm_cli_usage_error("run", usage, LM_MAX_LAYERS, kv_type_names(),
+						  arg);
+		n++;
+	}
+	if (n != 1 && n != 2 && n != 4)
+		return lm_cli_usage_error("run", usage, LM_MAX_LAYERS, kv_type_names(), arg);
+	k.t = n == 1 ? kv_types_uniform((enum lm_dtype)t[0], (enum lm_dtype)t[0])
+		     : kv_types_uniform((enum lm_dtype)t[0], (enum lm_dtype)t[1]);
+	if (n == 4)
+		k.t.swa = (struct kv_pair){(enum lm_dtype)t[2], (enum lm_dtype)t[3]};
+	for (int32_t i = 0; i < r->n_kv_ranges; i++)
+		if (k.a < r->kv_ranges[i].b && r->kv_ranges[i].a < k.b)
+			return lm_cli_usage_error("run", "--kv-layers %d:%d overlaps %d:%d",
+						  (int)k.a, (int)k.b, (int)r->kv_ranges[i].a,
+						  (int)r->kv_ranges[i].b);
+	if (r->n_kv_ranges == RUN_MAX_KV_RANGES)
+		return lm_cli_usage_error("run", "at most %d --kv-layers", RUN_MAX_KV_RANGES);
+	r->kv_ranges[r->n_kv_ranges++] = k;
+	return 0;
+}
+
+/* The cache types of every layer --kv-layers names, the others' from --kv-type and the rest;
+ * NULL (every layer the same) without --kv-layers. */
+static int run_layer_kv(const struct run_ctx *r, struct kv_types **out, lm_diag *d)
+{
+	*out = NULL;
+	if (r->n_kv_ranges == 0)
+		return 0;
+	struct kv_types *t = malloc(LM_MAX_LAYERS * sizeof *t);
+	if (t == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < LM_MAX_LAYERS; i++)
+		t[i] = lm_gen_args_kv_types(&r->g);
+	for (int32_t k = 0; k < r->n_kv_ranges; k++)
+		for (int32_t i = r->kv_ranges[k].a; i < r->kv_ranges[k].b; i++)
+			t[i] = r->kv_ranges[k].t;
+	*out = t;
+	return 0;
+}
 
 /* -1 to go on, or the exit status. */
 static int run_parse(struct run_ctx *r, int argc, char **argv)
@@ -103,6 +180,7 @@ static int run_parse(struct run_ctx *r, int argc, char **argv)
 		{"ctv", required_argument, NULL, LM_OPT_CTV},
 		{"ctk-swa", required_argument, NULL, LM_OPT_CTK_SWA},
 		{"ctv-swa", required_argument, NULL, LM_OPT_CTV_SWA},
+		{"kv-layers", required_argument, NULL, 'Y'},
 		{"batch", required_argument, NULL, 'b'},
 		{"backend", required_argument, NULL, 'B'},
 		{"kernels", required_argument, NULL, 'G'},
@@ -145,6 +223,10 @@ static int run_parse(struct run_ctx *r, int argc, char **argv)
 		case 'A':
 			r->logits_all = optarg;
 			break;
+		case 'Y':
+			if ((rc = run_kv_layers(r, optarg)) != 0)
+				return rc;
+			break;
 		case 'h':
 			fputs(run_usage, stdout);
 			return 0;
@@ -177,10 +259,21 @@ static int run_open(struct run_ctx *r, lm_diag *d)
 				   .slots = 1,
 				   .max_batch = r->batch,
 				   .kv_types = lm_gen_args_kv_types(&r->g)};
-	int rc;
-	if ((rc = lm_engine_open(&r->eng, &ec, d)) != 0)
+	struct kv_types *layer_kv;
+	int rc = run_layer_kv(r, &layer_kv, d);
+	if (rc != 0)
+		return rc;
+	ec.layer_kv_types = layer_kv;
+	rc = lm_engine_open(&r->eng, &ec, d);
+	free(layer_kv);
+	if (rc != 0)
 		return rc;
 	const struct lm_model *model = &r->eng.model;
+	for (int32_t k = 0; k < r->n_kv_ranges; k++)
+		if (r->kv_ranges[k].b > model->hp.n_layer)
+			return lm_fail(d, LM_ERANGE, "--kv-layers %d:%d: %s has %d layers",
+				       (int)r->kv_ranges[k].a, (int)r->kv_ranges[k].b,
+				       r->model_path, (int)model->hp.n_layer);
 	if ((rc = tok_load(model->file, &r->vocab, d)) != 0) {
 		lm_diag_prefix(d, "%s", r->model_path);
 		return rc;

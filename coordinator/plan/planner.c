@@ -59,10 +59,10 @@ void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *
 				  .head = j == plan->n_workers - 1,
 				  .max_seq = max_seq,
 				  .slots = slots,
-				  .k_type = cfg->kv.global.k,
-				  .v_type = cfg->kv.global.v,
-				  .k_type_swa = cfg->kv.swa.k,
-				  .v_type_swa = cfg->kv.swa.v,
+				  .k_type = cfg->workers[j].kv.global.k,
+				  .v_type = cfg->workers[j].kv.global.v,
+				  .k_type_swa = cfg->workers[j].kv.swa.k,
+				  .v_type_swa = cfg->workers[j].kv.swa.v,
 				  .wire_dtype = wire_dtype_of(cfg->wire_dtype),
 				  .max_batch = cfg->max_batch,
 				  .max_draft = cfg->max_draft};
@@ -105,6 +105,59 @@ static int planner_limit(const struct mesh_config *cfg, int32_t j, planner_mem_f
 	return 0;
 }
 
+/* Each worker as the fence sees it: its limit, speed, scratch and pins. A worker with cache
+ * types of its own brings its layers' KV costs in them, one array per distinct set of types
+ * in *own (L layers each; the caller frees it). */
+static int planner_workers(const struct mesh_config *cfg, const struct lm_hparams *hp,
+			   const struct kv_geom *geom, int32_t max_seq, planner_mem_fn mem,
+			   void *mem_arg, struct fence_worker *workers, struct fence_layer **own,
+			   lm_diag *d)
+{
+	int32_t L = hp->n_layer, W = cfg->n_workers, n_own = 0;
+	for (int32_t j = 0; j < W; j++)
+		n_own += cfg->workers[j].own_kv;
+	if (n_own > 0 && (*own = calloc((size_t)n_own * (size_t)L, sizeof **own)) == NULL)
+		return lm_fail(d, LM_ENOMEM, "planning: out of memory");
+	n_own = 0;
+	for (int32_t j = 0; j < W; j++) {
+		const struct mesh_worker *mw = &cfg->workers[j];
+		uint64_t limit;
+		int rc = planner_limit(cfg, j, mem, mem_arg, &limit, d);
+		if (rc != 0)
+			return rc;
+		workers[j] = (struct fence_worker){
+			.name = mw->name,
+			.memory_limit = limit,
+			.speed = mw->speed,
+			.scratch_bytes = cfg->scratch_bytes != 0
+						 ? cfg->scratch_bytes
+						 : planner_scratch_bytes(cfg, hp, j, max_seq),
+			.pin_start = mw->layer_start,
+			.pin_end = mw->layer_end,
+			.kv_types = mw->kv,
+		};
+		if (!mw->own_kv)
+			continue;
+		for (int32_t k = 0; k < j && workers[j].kv_layers == NULL; k++)
+			if (cfg->workers[k].own_kv &&
+			    memcmp(&cfg->workers[k].kv, &mw->kv, sizeof mw->kv) == 0)
+				workers[j].kv_layers = workers[k].kv_layers;
+		if (workers[j].kv_layers != NULL)
+			continue;
+		struct fence_layer *kv = *own + (size_t)n_own++ * (size_t)L;
+		rc = fence_kv_costs(kv, L, geom, max_seq,
+				    kv_ring_extra(cfg->max_batch, cfg->max_draft),
+				    cfg->slots + MESH_PROBE_SLOTS, &mw->kv, d);
+		if (rc != 0) {
+			lm_diag_prefix(d, "%s: worker %s (line %d), in its own cache types",
+				       cfg->path, mw->name, (int)mw->line);
+			return rc;
+		}
+		workers[j].kv_layers = kv;
+	}
+	return 0;
+}
+
 int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		      struct planner_info *info, planner_mem_fn mem, void *mem_arg, lm_diag *d)
 {
@@ -115,6 +168,7 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 	struct fence_layer *layers = NULL;
 	struct kv_geom *geom = NULL;
 	struct fence_worker *workers = NULL;
+	struct fence_layer *own = NULL; /* the KV costs of workers with their own types */
 	int rc;
 	if (hp == NULL) {
 		rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
@@ -164,22 +218,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		lm_diag_prefix(d, "%s", cfg->model_path);
 		goto out;
 	}
-	for (int32_t j = 0; j < W; j++) {
-		const struct mesh_worker *mw = &cfg->workers[j];
-		uint64_t limit;
-		if ((rc = planner_limit(cfg, j, mem, mem_arg, &limit, d)) != 0)
-			goto out;
-		workers[j] = (struct fence_worker){
-			.name = mw->name,
-			.memory_limit = limit,
-			.speed = mw->speed,
-			.scratch_bytes = cfg->scratch_bytes != 0
-						 ? cfg->scratch_bytes
-						 : planner_scratch_bytes(cfg, hp, j, max_seq),
-			.pin_start = mw->layer_start,
-			.pin_end = mw->layer_end,
-		};
-	}
+	if ((rc = planner_workers(cfg, hp, geom, max_seq, mem, mem_arg, workers, &own, d)) != 0)
+		goto out;
 	struct fence_input in = {
 		.strategy = cfg->strategy,
 		.n_layers = L,
@@ -217,6 +257,7 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		}
 	}
 out:
+	free(own);
 	free(workers);
 	free(geom);
 	free(layers);
@@ -305,6 +346,46 @@ static void planner_print_header(const struct planner_info *info, const struct m
 		fence_fmt_bytes(info->weight_bytes, b, sizeof b),
 		fence_fmt_bytes(info->embd_bytes, c, sizeof c),
 		fence_fmt_bytes(info->head_bytes, (char[32]){0}, 32));
+	for (int32_t j = 0; j < cfg->n_workers; j++) {
+		const struct mesh_worker *w = &cfg->workers[j];
+		if (!w->own_kv)
+			continue;
+		if (info->has_sliding)
+			snprintf(types, sizeof types,
+				 "global layers K %s, V %s; sliding layers K %s, V %s",
+				 lm_dtype_name(w->kv.global.k), lm_dtype_name(w->kv.global.v),
+				 lm_dtype_name(w->kv.swa.k), lm_dtype_name(w->kv.swa.v));
+		else
+			snprintf(types, sizeof types, "K %s, V %s", lm_dtype_name(w->kv.global.k),
+				 lm_dtype_name(w->kv.global.v));
+		fprintf(out, "cache of worker %s: its own types, %s\n", w->name, types);
+	}
+}
+
+int32_t planner_warn_ephemeral(const struct mesh_config *cfg, const char *range_file, FILE *err)
+{
+	int32_t lo, hi;
+	if (mesh_local_port_range(range_file, &lo, &hi) != 0)
+		return 0; /* not Linux, or not readable: nothing to say */
+	char ports[1024];
+	int32_t n = mesh_config_ephemeral_ports(cfg, lo, hi, ports, sizeof ports);
+	if (n > 0)
+		fprintf(err,
+			"layermesh plan: warning: %s: %d port%s lie%s in this machine's ephemeral "
+			"range %d-%d (%s), where the kernel takes local ports for outgoing "
+			"connections: a busy machine may hold one when the mesh starts, and the "
+			"listener fails: %s; move them below %d (or shrink the range)\n",
+			cfg->path, (int)n, n == 1 ? "" : "s", n == 1 ? "s" : "", (int)lo, (int)hi,
+			range_file, ports, (int)lo);
+	return n;
+}
+
+void planner_layer_kv_types(const struct mesh_config *cfg, const struct fence_plan *plan,
+			    struct kv_types *types)
+{
+	for (int32_t j = 0; j < plan->n_workers; j++)
+		for (int32_t i = plan->stages[j].start; i < plan->stages[j].end; i++)
+			types[i] = cfg->workers[j].kv;
 }
 
 int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
@@ -335,6 +416,7 @@ int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err)
 			"the hidden states and forge ring and control messages; use tls+tcp:// "
 			"addresses and a [tls] table (README.md, \"Security\")\n",
 			mesh_path, (int)n_hosts, hosts);
+	planner_warn_ephemeral(&cfg, MESH_PORT_RANGE_FILE, err);
 	if (json) {
 		rc = planner_print_json(&info, &cfg, &plan, out);
 	} else {

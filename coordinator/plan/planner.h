@@ -74,6 +74,16 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *plan, int32_t j,
 			int32_t max_seq, int32_t slots, const char *next, struct wire_assign *a);
 
+/* The cache types of every layer of a plan ([plan->n_layers]): those of the worker that holds
+ * it. The single process given them (`layermesh diff`) stores each layer as the mesh does. */
+void planner_layer_kv_types(const struct mesh_config *cfg, const struct fence_plan *plan,
+			    struct kv_types *types);
+
+/* Warns on err of cfg's TCP listeners whose ports lie in the ephemeral range that range_file
+ * (MESH_PORT_RANGE_FILE, or a test's) gives; says nothing when it cannot be read. Returns how
+ * many. */
+int32_t planner_warn_ephemeral(const struct mesh_config *cfg, const char *range_file, FILE *err);
+
 /* `layermesh plan`: loads mesh_path, plans, and writes the table (or JSON) to out; messages go
  * to err. Returns the exit status: 0 planned, 1 failed. */
 int planner_cmd(const char *mesh_path, bool json, FILE *out, FILE *err);

@@ -93,12 +93,15 @@ lm_wait_exit() {
 # certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key). $LM_AUTH_TOKEN, when set, becomes
 # [coordinator] auth_token; $LM_REQUEST_TIMEOUT and $LM_WORKER_TIMEOUT (seconds), [coordinator]
 # request_timeout and worker_timeout; $LM_KV_TYPE_K, $LM_KV_TYPE_V, $LM_KV_TYPE_K_SWA and
-# $LM_KV_TYPE_V_SWA, [model] kv_type_k, kv_type_v, kv_type_k_swa and kv_type_v_swa.
+# $LM_KV_TYPE_V_SWA, [model] kv_type_k, kv_type_v, kv_type_k_swa and kv_type_v_swa;
+# $LM_WORKER_KV, one word per worker in order ("q4_0 - f16,f32"), the worker's own kv_type_k and
+# kv_type_v: T for both, K,V apart, "-" for none.
 lm_mesh_toml() {
 	local file=$1 model=$2 transport=$3 http=$4
 	shift 4
-	local dir scheme=$transport
+	local dir scheme=$transport kv=()
 	dir=$(dirname "$file")
+	read -r -a kv <<<"${LM_WORKER_KV:-}"
 	[ "$transport" != tls ] || scheme=tls+tcp
 	{
 		echo "[model]"
@@ -147,6 +150,10 @@ lm_mesh_toml() {
 			echo "http = \"127.0.0.1:$(lm_port)\""
 			echo "memory_limit = \"1GiB\""
 			echo "layers = [${r%%:*}, ${r##*:}]"
+			if [ -n "${kv[$i]:-}" ] && [ "${kv[$i]}" != - ]; then
+				echo "kv_type_k = \"${kv[$i]%%,*}\""
+				echo "kv_type_v = \"${kv[$i]##*,}\""
+			fi
 			i=$((i + 1))
 		done
 	} >"$file"

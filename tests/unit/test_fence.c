@@ -163,6 +163,107 @@ static void expect_cuts(const struct fence_plan *p, const int32_t *want, int n)
 			     want[i]);
 }
 
+/* A worker with cache types of its own: its layers weigh their KV in its types, its stage says
+ * its types, and the table and JSON show each worker's. Four global layers of 2 KV heads x 32,
+ * 4096 positions, 1 slot: a row is 256 bytes in f32 and 68 in q8_0 (2 blocks of 34), so a
+ * layer takes 2 x 4096 x 256 = 2 MiB in f32 and 2 x 4096 x 68 = 557,056 bytes in q8_0. */
+Test(fence_kv, per_worker_types)
+{
+	struct kv_geom geom[4];
+	struct fence_layer layers[4], small[4];
+	memset(layers, 0, sizeof layers);
+	memset(small, 0, sizeof small);
+	for (int i = 0; i < 4; i++)
+		geom[i] = (struct kv_geom){.n_kv_heads = 2, .head_dim = 32};
+	lm_diag d = {{0}};
+	cr_assert_eq(fence_kv_costs(layers, 4, geom, 4096, 0, 1, KV_TYPES(LM_F32, LM_F32), &d), 0,
+		     "%s", d.msg);
+	cr_assert_eq(fence_kv_costs(small, 4, geom, 4096, 0, 1, KV_TYPES(LM_Q8_0, LM_Q8_0), &d), 0,
+		     "%s", d.msg);
+	for (int i = 0; i < 4; i++) {
+		layers[i].weight_bytes = 1000;
+		layers[i].flops = 1;
+	}
+	struct fence_worker w[2] = {
+		{.name = "big", .memory_limit = 64 * MiB, .speed = 1},
+		{.name = "small",
+		 .memory_limit = 64 * MiB,
+		 .speed = 1,
+		 .kv_layers = small,
+		 .kv_types = *KV_TYPES(LM_Q8_0, LM_Q8_0)},
+	};
+	struct fence_input in = {.strategy = FENCE_UNIFORM,
+				 .n_layers = 4,
+				 .layers = layers,
+				 .n_workers = 2,
+				 .workers = w,
+				 .kv_types = *KV_TYPES(LM_F32, LM_F32)};
+	struct fence_plan p;
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	cr_expect(p.mixed_kv);
+	cr_expect_eq(p.stages[0].kv_bytes, 4 * MiB);
+	cr_expect_eq(p.stages[1].kv_bytes, 2 * 557056ull);
+	cr_expect_eq(p.stages[1].kv_kind[FENCE_KV_GLOBAL][0], 557056ull);
+	cr_expect_eq(p.stages[1].kv_kind[FENCE_KV_GLOBAL][1], 557056ull);
+	cr_expect_eq(p.stages[1].kv_f32_bytes, 4 * MiB);
+	cr_expect_eq(p.stages[1].total_bytes, 2000 + 2 * 557056ull);
+	cr_expect_eq(p.stages[1].kv_types.global.k, LM_Q8_0);
+	cr_expect_eq(p.stages[0].kv_types.global.k, LM_F32);
+
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	cr_assert_eq(fence_plan_write_table(&p, f), 0);
+	fclose(f);
+	cr_expect(strstr(text, "worker          global K          global V     KV MiB  as f32 MiB "
+			       "  saved\n") != NULL,
+		  "%s", text);
+	/* 1,114,112 of 4 MiB: 73.4% saved. */
+	cr_expect(strstr(text, "small   q8_0        0.53  q8_0        0.53       1.06        4.00"
+			       "   73.4%\n") != NULL,
+		  "%s", text);
+	cr_expect(strstr(text, "big      f32        2.00   f32        2.00       4.00        4.00"
+			       "    0.0%\n") != NULL,
+		  "%s", text);
+	free(text);
+	cJSON *j = fence_plan_to_json(&p);
+	cr_assert_not_null(j);
+	cJSON *ws = cJSON_GetObjectItem(j, "workers");
+	cJSON *gk = cJSON_GetObjectItem(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(ws, 1), "kv_by_type"), "global_k");
+	cr_expect_str_eq(cJSON_GetObjectItem(gk, "type")->valuestring, "q8_0");
+	cr_expect_eq(cJSON_GetObjectItem(gk, "bytes")->valuedouble, 557056);
+	gk = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(ws, 0), "kv_by_type"),
+				 "global_k");
+	cr_expect_str_eq(cJSON_GetObjectItem(gk, "type")->valuestring, "f32");
+	cJSON_Delete(j);
+	fence_plan_fini(&p);
+
+	/* The same types as the input's are no mix: the headers name them. */
+	w[1].kv_types = in.kv_types;
+	w[1].kv_layers = layers;
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	cr_expect(!p.mixed_kv);
+	fence_plan_fini(&p);
+
+	/* The limits decide with each worker's own KV: the small worker, 3 times as fast, would
+	 * take 3 layers (3,000 + 3 x 557,056 bytes); one byte less and it takes 2. */
+	w[1].kv_types = *KV_TYPES(LM_Q8_0, LM_Q8_0);
+	w[1].kv_layers = small;
+	w[0].memory_limit = 2000 + 4 * MiB;
+	w[1].memory_limit = 3000 + 3 * 557056;
+	in.strategy = FENCE_BALANCED;
+	in.last_flops = 0;
+	w[1].speed = 3;
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	expect_cuts(&p, (int32_t[]){0, 1, 4}, 3);
+	fence_plan_fini(&p);
+	w[1].memory_limit = 3000 + 3 * 557056 - 1;
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	expect_cuts(&p, (int32_t[]){0, 2, 4}, 3);
+	fence_plan_fini(&p);
+}
+
 /* ---- uniform and pinned ------------------------------------------------------------------- */
 
 Test(fence_uniform, equal_counts_remainder_first)
@@ -352,12 +453,13 @@ Test(fence_balanced, speed_weighted)
 	fence_plan_fini(&p);
 }
 
-Test(fence_balanced, ties_take_the_lexicographically_smallest_fence)
+Test(fence_balanced, ties_take_the_most_headroom_then_the_smallest_fence)
 {
 	/* Six equal layers, three equal workers with a 3-layer limit: the optimum is 2 layers a
 	 * worker (time 2); [0, 2, 4, 6] is the only fence that reaches it. With the limit lifted
 	 * and a head that costs 1 layer, the optimum 3 is reached by (3,2,1), (2,3,1),
-	 * (1,3,1)...: the smallest c1 that still allows it wins. */
+	 * (1,3,2), (2,2,2)...: (2,2,2) leaves the fullest worker the most room. Where every fence
+	 * is as full (layers of no bytes), the smallest c1 that still allows it wins. */
 	struct fence_layer layers[6];
 	for (int i = 0; i < 6; i++)
 		layers[i] = flat_layer(1, 0, 1);
@@ -377,20 +479,64 @@ Test(fence_balanced, ties_take_the_lexicographically_smallest_fence)
 	for (int j = 0; j < 3; j++)
 		w[j].memory_limit = 100;
 	in.last_flops = 1;
-	/* Optimum 3 (the last worker has 2 layers + head = 3, or fewer): workers 0 and 1 must
-	 * cover at least 4 layers with at most 3 each: c1 = 1 leaves 5 for two workers, which
-	 * the last (at most 2) and the middle (at most 3) can take: [0, 1, 4, 6]. */
+	/* Optimum 3 (the last worker has 2 layers + head = 3, or fewer). Of the fences that
+	 * reach it, two layers each holds at most 2 bytes of 100 on a worker: [0, 2, 4, 6]. */
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	expect_cuts(&p, (int32_t[]){0, 2, 4, 6}, 4);
+	cr_expect_eq(p.max_time, 3.0);
+	fence_plan_fini(&p);
+	/* Layers of no bytes: every fence is as full, so workers 0 and 1 must cover at least 4
+	 * layers with at most 3 each: c1 = 1 leaves 5 for two workers, which the last (at most
+	 * 2) and the middle (at most 3) can take: [0, 1, 4, 6]. */
+	for (int i = 0; i < 6; i++)
+		layers[i] = flat_layer(0, 0, 1);
 	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
 	expect_cuts(&p, (int32_t[]){0, 1, 4, 6}, 4);
 	cr_expect_eq(p.max_time, 3.0);
 	fence_plan_fini(&p);
 }
 
-/* The reference: every fence, in lexicographic order; the first with the smallest slowest
- * stage among those within every limit. Costs are summed here independently of the planner. */
+/* Headroom is fullness, bytes of each worker's own limit. Four layers of 1 flop and 2 bytes;
+ * worker a at speed 1, worker b at speed 2 with a head of 1 flop. Splits (1, 3) and (2, 2) tie
+ * at a slowest stage of 2 ((1, 3): a 1, b (3 + 1) / 2; (2, 2): a 2, b 1.5); (3, 1) takes 3.
+ * Limits a 10, b 20: (1, 3) fills a 20% and b 30%; (2, 2) fills a 40%: (1, 3), though its
+ * fullest worker holds more bytes (6 against 4). Limits swapped: (1, 3) fills b 60%, (2, 2)
+ * a 20% and b 40%: (2, 2), over the lexicographically smaller (1, 3). */
+Test(fence_balanced, headroom_is_bytes_of_each_limit)
+{
+	struct fence_layer layers[4];
+	for (int i = 0; i < 4; i++)
+		layers[i] = flat_layer(2, 0, 1);
+	struct fence_worker w[2] = {{.name = "a", .memory_limit = 10, .speed = 1},
+				    {.name = "b", .memory_limit = 20, .speed = 2}};
+	struct fence_input in = {.strategy = FENCE_BALANCED,
+				 .n_layers = 4,
+				 .layers = layers,
+				 .last_flops = 1,
+				 .n_workers = 2,
+				 .workers = w};
+	struct fence_plan p;
+	lm_diag d = {{0}};
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	expect_cuts(&p, (int32_t[]){0, 1, 4}, 3);
+	cr_expect_eq(p.max_time, 2.0);
+	fence_plan_fini(&p);
+	w[0].memory_limit = 20;
+	w[1].memory_limit = 10;
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	expect_cuts(&p, (int32_t[]){0, 2, 4}, 3);
+	cr_expect_eq(p.max_time, 2.0);
+	fence_plan_fini(&p);
+}
+
+/* The reference: every fence, in lexicographic order; among those within every limit, the
+ * first with the smallest slowest stage and, of those, the least full fullest worker (bytes of
+ * its limit, compared as fractions in long double: the numbers here are small). Costs are
+ * summed here independently of the planner, each worker's KV from its own kv_layers. */
 struct brute {
 	int32_t best[8];
 	double best_time;
+	long double best_use;
 	bool found;
 };
 
@@ -399,10 +545,14 @@ static void brute_visit(const struct fence_input *in, int32_t *cuts, int32_t j, 
 	int32_t L = in->n_layers, W = in->n_workers;
 	if (j == W) {
 		double worst = 0;
+		long double fullest = 0;
 		for (int32_t k = 0; k < W; k++) {
 			uint64_t bytes = in->workers[k].scratch_bytes, flops = 0;
+			const struct fence_layer *kv = in->workers[k].kv_layers != NULL
+							       ? in->workers[k].kv_layers
+							       : in->layers;
 			for (int32_t l = cuts[k]; l < cuts[k + 1]; l++) {
-				bytes += in->layers[l].weight_bytes + in->layers[l].kv_bytes;
+				bytes += in->layers[l].weight_bytes + kv[l].kv_bytes;
 				flops += in->layers[l].flops;
 			}
 			if (k == 0) {
@@ -418,10 +568,16 @@ static void brute_visit(const struct fence_input *in, int32_t *cuts, int32_t j, 
 			double t = (double)flops / in->workers[k].speed;
 			if (t > worst)
 				worst = t;
+			long double u =
+				(long double)bytes / (long double)in->workers[k].memory_limit;
+			if (u > fullest)
+				fullest = u;
 		}
-		if (!b->found || worst < b->best_time) {
+		if (!b->found || worst < b->best_time ||
+		    (worst == b->best_time && fullest < b->best_use)) {
 			b->found = true;
 			b->best_time = worst;
+			b->best_use = fullest;
 			memcpy(b->best, cuts, (size_t)(W + 1) * sizeof *cuts);
 		}
 		return;
@@ -449,7 +605,7 @@ Test(fence_balanced, optimal_against_brute_force)
 	for (int round = 0; round < 4000; round++) {
 		int32_t L = 1 + (int32_t)(rnd(&seed) % 9);
 		int32_t W = 1 + (int32_t)(rnd(&seed) % (uint64_t)(L < 5 ? L : 5));
-		struct fence_layer layers[9];
+		struct fence_layer layers[9], own[2][9];
 		struct fence_worker w[5];
 		/* Few distinct values make ties common, which is where tie-breaking is tested. */
 		uint64_t spread = round % 2 ? 4 : 1000;
@@ -459,12 +615,19 @@ Test(fence_balanced, optimal_against_brute_force)
 		uint64_t total = 0;
 		for (int32_t i = 0; i < L; i++)
 			total += layers[i].weight_bytes + layers[i].kv_bytes;
+		/* Half the rounds, workers with cache types of their own: two other sets of
+		 * per-layer KV bytes, each worker taking one of the three at random. */
+		for (int k = 0; k < 2; k++)
+			for (int32_t i = 0; i < L; i++)
+				own[k][i] = flat_layer(0, rnd(&seed) % spread, 0);
 		for (int32_t j = 0; j < W; j++) {
 			static const double speeds[] = {1.0, 0.5, 2.0, 3.0, 1.5};
+			uint64_t pick = round % 4 < 2 ? 0 : rnd(&seed) % 3;
 			w[j] = (struct fence_worker){
 				.memory_limit = rnd(&seed) % (2 * total / (uint64_t)W + spread + 1),
 				.speed = speeds[rnd(&seed) % 5],
 				.scratch_bytes = rnd(&seed) % 3,
+				.kv_layers = pick == 0 ? NULL : own[pick - 1],
 			};
 		}
 		struct fence_input in = {.strategy = FENCE_BALANCED,

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/config/mesh_config.h"
 
@@ -375,6 +376,123 @@ Test(mesh_config, cache_types_per_layer_kind)
 	mesh_config_fini(&cfg);
 }
 
+/* A worker's own cache types, key by key over [model]'s; its sliding layers follow its own
+ * kv_type_k / kv_type_v unless it or [model] names sliding types. */
+Test(mesh_config, cache_types_per_worker)
+{
+	struct mesh_config cfg;
+	lm_diag d = {{0}};
+	cr_assert_eq(
+		parse(&cfg,
+		      MODEL "kv_type_k = 'f16'\nkv_type_v = 'f16'\n" COORD WORKER("a", "9000")
+			      WORKER("b", "9001") "kv_type_k = 'q8_0'\nkv_type_v = 'q4_0'\n" WORKER(
+				      "x", "9002") "kv_type_v = 'bf16'\nkv_type_k_swa = 'fp8'\n",
+		      &d),
+		0, "%s", d.msg);
+	/* a: [model]'s, as it was. */
+	cr_expect(!cfg.workers[0].own_kv);
+	cr_expect_eq(cfg.workers[0].kv.global.k, LM_F16);
+	cr_expect_eq(cfg.workers[0].kv.swa.v, LM_F16);
+	/* b: its own on every layer. */
+	cr_expect(cfg.workers[1].own_kv);
+	cr_expect_eq(cfg.workers[1].kv.global.k, LM_Q8_0);
+	cr_expect_eq(cfg.workers[1].kv.global.v, LM_Q4_0);
+	cr_expect_eq(cfg.workers[1].kv.swa.k, LM_Q8_0);
+	cr_expect_eq(cfg.workers[1].kv.swa.v, LM_Q4_0);
+	/* x: K from [model], V its own; sliding K its own, sliding V its V. */
+	cr_expect(cfg.workers[2].own_kv);
+	cr_expect_eq(cfg.workers[2].kv.global.k, LM_F16);
+	cr_expect_eq(cfg.workers[2].kv.global.v, LM_BF16);
+	cr_expect_eq(cfg.workers[2].kv.swa.k, LM_FP8_E4M3);
+	cr_expect_eq(cfg.workers[2].kv.swa.v, LM_BF16);
+	/* The mesh's own types are untouched. */
+	cr_expect_eq(cfg.kv.global.v, LM_F16);
+	cr_expect_eq(cfg.kv.swa.k, LM_F16);
+	mesh_config_fini(&cfg);
+
+	/* [model] names its sliding types: a worker that sets only kv_type_k keeps them. */
+	cr_assert_eq(parse(&cfg,
+			   MODEL "kv_type_k_swa = 'q8_0'\n" COORD WORKER(
+				   "a", "9000") "kv_type_k = 'f16'\n",
+			   &d),
+		     0, "%s", d.msg);
+	cr_expect_eq(cfg.workers[0].kv.global.k, LM_F16);
+	cr_expect_eq(cfg.workers[0].kv.global.v, LM_F32);
+	cr_expect_eq(cfg.workers[0].kv.swa.k, LM_Q8_0);
+	cr_expect_eq(cfg.workers[0].kv.swa.v, LM_F32);
+	mesh_config_fini(&cfg);
+
+	/* Setting [model]'s own type again is no type of its own. */
+	cr_assert_eq(parse(&cfg, MODEL COORD WORKER("a", "9000") "kv_type_v = 'f32'\n", &d), 0,
+		     "%s", d.msg);
+	cr_expect(!cfg.workers[0].own_kv);
+	mesh_config_fini(&cfg);
+
+	/* Bad values name the file, line, column and worker. */
+	expect_refused(MODEL COORD WORKER("a", "9000") WORKER("b", "9001") "kv_type_k = 'q4_K'\n",
+		       "/srv/mesh/mesh.toml:17:13: worker[1].kv_type_k: must be \"f32\", \"f16\", "
+		       "\"bf16\", \"q8_0\", \"q5_1\", \"q4_0\" or \"fp8\", not \"q4_K\"");
+	expect_refused(MODEL COORD WORKER("a", "9000") "kv_type_v_swa = 8\n",
+		       "/srv/mesh/mesh.toml:11:17: worker[0].kv_type_v_swa: expected a string, "
+		       "found integer");
+}
+
+/* The ports of the mesh's TCP listeners that lie in an ephemeral range, and the range read from
+ * a file as the kernel writes it. */
+Test(mesh_config, ephemeral_ports)
+{
+	struct mesh_config cfg;
+	lm_diag d = {{0}};
+	cr_assert_eq(parse(&cfg,
+			   MODEL "[coordinator]\ndata_in = 'tcp://127.0.0.1:40000'\n"
+				 "http = '127.0.0.1:8080'\n"
+				 "[[worker]]\nname = 'w0'\ndata = 'tcp://127.0.0.1:32767'\n"
+				 "control = 'tls+tcp://127.0.0.1:32768'\nhttp = '127.0.0.1:60999'\n"
+				 "memory_limit = '8MiB'\n"
+				 "[[worker]]\nname = 'w1'\ndata = 'ipc:///tmp/w1.data'\n"
+				 "control = 'tcp://127.0.0.1:61000'\nhttp = '127.0.0.1:9001'\n"
+				 "memory_limit = '8MiB'\n"
+				 "[tls]\nca_file = 'ca'\ncert_file = 'c'\nkey_file = 'k'\n",
+			   &d),
+		     0, "%s", d.msg);
+	char out[512];
+	/* Linux's default range: both ends count, the ports next to them do not. */
+	cr_expect_eq(mesh_config_ephemeral_ports(&cfg, 32768, 60999, out, sizeof out), 3);
+	cr_expect_str_eq(out, "worker w0 http 127.0.0.1:60999, worker w0 control "
+			      "tls+tcp://127.0.0.1:32768, [coordinator] data_in "
+			      "tcp://127.0.0.1:40000");
+	cr_expect_eq(mesh_config_ephemeral_ports(&cfg, 1024, 65535, NULL, 0), 7);
+	cr_expect_eq(mesh_config_ephemeral_ports(&cfg, 61001, 65535, out, sizeof out), 0);
+	cr_expect_str_eq(out, "");
+	/* A short buffer is cut, never overrun; the count is whole. */
+	char small[16];
+	cr_expect_eq(mesh_config_ephemeral_ports(&cfg, 32768, 60999, small, sizeof small), 3);
+	cr_expect_eq(strlen(small), sizeof small - 1);
+	mesh_config_fini(&cfg);
+
+	char path[] = "/tmp/lm_test_port_range_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fputs("32768\t60999\n", f);
+	fclose(f);
+	int32_t lo = 0, hi = 0;
+	cr_expect_eq(mesh_local_port_range(path, &lo, &hi), 0);
+	cr_expect_eq(lo, 32768);
+	cr_expect_eq(hi, 60999);
+	static const char *const bad[] = {"60999\t32768\n", "0 100\n", "1 70000\n", "5\n",
+					  "1 2 3\n",        "x y\n",   ""};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		f = fopen(path, "w");
+		fputs(bad[i], f);
+		fclose(f);
+		cr_expect_eq(mesh_local_port_range(path, &lo, &hi), LM_EFORMAT, "'%s'", bad[i]);
+	}
+	unlink(path);
+	cr_expect_eq(mesh_local_port_range("/nonexistent/ip_local_port_range", &lo, &hi),
+		     LM_ENOENT);
+}
+
 Test(mesh_config, speculative_section)
 {
 	struct mesh_config cfg;
@@ -428,7 +546,8 @@ Test(mesh_config, unknown_keys_name_line_column_and_key)
 		MODEL COORD WORKER("a", "9000") "memory_limt = 5\n",
 		"/srv/mesh/mesh.toml:11:1: worker[0].memory_limt: unknown key; did you mean "
 		"'memory_limit'? ([[worker]] takes: name, data, control, http, memory_limit, "
-		"speed, layers, backend, device, threads, kernels)");
+		"speed, layers, backend, device, threads, kernels, kv_type_k, kv_type_v, "
+		"kv_type_k_swa, kv_type_v_swa)");
 	expect_refused(MODEL COORD WORKER("a", "9000") "[models]\n",
 		       "/srv/mesh/mesh.toml:11:2: models: unknown key; did you mean 'model'? "
 		       "(mesh.toml takes: model, coordinator, plan, speculative, tls, worker)");

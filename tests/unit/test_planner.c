@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "coordinator/plan/planner.h"
@@ -270,6 +271,174 @@ Test(planner, plan_command)
 			 "layermesh plan: /nonexistent/mesh.toml: No such file or directory\n");
 	free(text);
 	free(errs);
+}
+
+/* Writes a balanced mesh of 3 workers over the shared stories260K, each of memory_limit `limit`
+ * and worker j's body extended by extra[j], its http port http_base + j. */
+static void write_mesh_own(const char *limit, const char *const extra[3], int http_base)
+{
+	const char *shared = getenv("LM_SHARED");
+	cr_assert_not_null(shared, "LM_SHARED is not set");
+	snprintf(mesh_path, sizeof mesh_path, "/tmp/lm_test_planner_XXXXXX");
+	int fd = mkstemp(mesh_path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fprintf(f, "[model]\npath = \"%s/models/stories260K.gguf\"\n", shared);
+	fprintf(f, "[coordinator]\ndata_in = \"ipc:///tmp/lm-test-planner-c\"\n");
+	for (int j = 0; j < 3; j++)
+		fprintf(f,
+			"[[worker]]\nname = \"w%d\"\ndata = \"ipc:///tmp/lm-tp-%d.data\"\n"
+			"control = \"ipc:///tmp/lm-tp-%d.ctl\"\nhttp = \"127.0.0.1:%d\"\n"
+			"memory_limit = \"%s\"\n%s",
+			j, j, j, http_base + j, limit, extra[j]);
+	fclose(f);
+}
+
+/* Each worker priced in its own cache types. At 3.5 MiB a worker holds one layer of f32 cache
+ * and two of f16 (memory_limits_decide): the first two workers in f16 and the last in f32 can
+ * hold the 5 layers; the last alone in f16 cannot. The plan, the command's table and each
+ * worker's ASSIGN carry the types. */
+Test(planner, per_worker_cache_types)
+{
+	static const char *const small_first[3] = {"kv_type_k = \"f16\"\nkv_type_v = \"f16\"\n",
+						   "kv_type_k = \"f16\"\nkv_type_v = \"f16\"\n",
+						   ""};
+	write_mesh_own("3.5MiB", small_first, 19100);
+	struct mesh_config cfg;
+	load(&cfg);
+	struct fence_plan p;
+	struct planner_info info;
+	lm_diag d = {{0}};
+	cr_assert_eq(planner_plan(&cfg, &p, &info, &d), 0, "%s", d.msg);
+	cr_expect_eq(p.cuts[1], 2);
+	cr_expect_eq(p.cuts[2], 4);
+	cr_expect(p.mixed_kv);
+	cr_expect_eq(p.stages[0].kv_bytes, 2 * LAYER_KV / 2);
+	cr_expect_eq(p.stages[1].kv_bytes, 2 * LAYER_KV / 2);
+	cr_expect_eq(p.stages[2].kv_bytes, LAYER_KV);
+	cr_expect_eq(p.stages[0].kv_types.global.v, LM_F16);
+	cr_expect_eq(p.stages[2].kv_types.global.v, LM_F32);
+	/* What one process of the whole model holds: [model]'s types. */
+	cr_expect_eq(info.kv_bytes, 5 * LAYER_KV);
+	struct wire_assign a;
+	planner_assignment(&cfg, &p, 0, 512, 17, "ipc:///tmp/next", &a);
+	cr_expect_eq(a.k_type, LM_F16);
+	cr_expect_eq(a.v_type_swa, LM_F16);
+	planner_assignment(&cfg, &p, 2, 512, 17, "ipc:///tmp/next", &a);
+	cr_expect_eq(a.k_type, LM_F32);
+	cr_expect_eq(a.v_type, LM_F32);
+	struct kv_types layer_kv[5];
+	planner_layer_kv_types(&cfg, &p, layer_kv);
+	for (int i = 0; i < 5; i++)
+		cr_expect_eq(layer_kv[i].global.k, i < 4 ? LM_F16 : LM_F32, "layer %d", i);
+	fence_plan_fini(&p);
+	mesh_config_fini(&cfg);
+
+	static const char *const small_last[3] = {"", "",
+						  "kv_type_k = \"f16\"\nkv_type_v = \"f16\"\n"};
+	write_mesh_own("3.5MiB", small_last, 19100);
+	load(&cfg);
+	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINFEASIBLE);
+	cr_expect(strstr(d.msg, "no fence fits") != NULL, "%s", d.msg);
+	mesh_config_fini(&cfg);
+
+	/* A type a worker's layers cannot hold names the file, the worker and its line. */
+	static const char *const untileable[3] = {"", "kv_type_k = \"q8_0\"\n", ""};
+	write_mesh_own("64MiB", untileable, 19100);
+	load(&cfg);
+	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINVAL);
+	char want[160];
+	snprintf(want, sizeof want, "%s: worker w1 (line 11), in its own cache types: layer 0",
+		 mesh_path);
+	cr_expect(strstr(d.msg, want) != NULL, "%s (want %s)", d.msg, want);
+	cr_expect(strstr(d.msg, "no q8_0 K / f32 V cache") != NULL, "%s", d.msg);
+	mesh_config_fini(&cfg);
+
+	/* `layermesh plan` says which workers have types of their own, and each worker's cell of
+	 * the KV table names its type. */
+	write_mesh_own("3.5MiB", small_first, 19100);
+	char *text = NULL, *errs = NULL;
+	size_t n = 0, en = 0;
+	FILE *out = open_memstream(&text, &n), *err = open_memstream(&errs, &en);
+	cr_expect_eq(planner_cmd(mesh_path, false, out, err), 0);
+	fclose(out);
+	fclose(err);
+	cr_expect(strstr(text, "cache of worker w0: its own types, K f16, V f16\n") != NULL, "%s",
+		  text);
+	cr_expect(strstr(text, "cache of worker w1: its own types, K f16, V f16\n") != NULL, "%s",
+		  text);
+	cr_expect(strstr(text, "cache of worker w2") == NULL, "%s", text);
+	/* 2 layers x 1,114,112 bytes of f16 K and V (1.06 MiB each), against 4.25 MiB in f32. */
+	cr_expect(strstr(text, "w0       f16        1.06   f16        1.06       2.12        4.25"
+			       "   50.0%\n") != NULL,
+		  "%s", text);
+	cr_expect(strstr(text, "w2       f32        1.06   f32        1.06       2.12        2.12"
+			       "    0.0%\n") != NULL,
+		  "%s", text);
+	free(text);
+	free(errs);
+	unlink(mesh_path);
+}
+
+/* A port in the kernel's ephemeral range draws a warning that names it and the range; the range
+ * comes from a file, here a test's. */
+Test(planner, ephemeral_ports_warned)
+{
+	static const char *const none[3] = {"", "", ""};
+	write_mesh_own("8MiB", none, 40000);
+	struct mesh_config cfg;
+	load(&cfg);
+	char range[] = "/tmp/lm_test_range_XXXXXX";
+	int fd = mkstemp(range);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "32768\t60999\n", 12), 12);
+	close(fd);
+	char *errs = NULL;
+	size_t en = 0;
+	FILE *err = open_memstream(&errs, &en);
+	cr_expect_eq(planner_warn_ephemeral(&cfg, range, err), 3);
+	fclose(err);
+	char want[512];
+	snprintf(
+		want, sizeof want,
+		"layermesh plan: warning: %s: 3 ports lie in this machine's ephemeral range "
+		"32768-60999 (%s), where the kernel takes local ports for outgoing connections: a "
+		"busy machine may hold one when the mesh starts, and the listener fails: worker w0 "
+		"http 127.0.0.1:40000, worker w1 http 127.0.0.1:40001, worker w2 http "
+		"127.0.0.1:40002; move them below 32768 (or shrink the range)\n",
+		mesh_path, range);
+	cr_expect_str_eq(errs, want);
+	free(errs);
+	/* Below the range, and without a range to read: nothing. */
+	err = open_memstream(&errs, &en);
+	cr_expect_eq(planner_warn_ephemeral(&cfg, "/nonexistent/range", err), 0);
+	fd = open(range, O_WRONLY | O_TRUNC);
+	cr_assert_eq(write(fd, "40003 60999\n", 12), 12);
+	close(fd);
+	cr_expect_eq(planner_warn_ephemeral(&cfg, range, err), 0);
+	fclose(err);
+	cr_expect_eq(en, 0, "%s", errs);
+	free(errs);
+	unlink(range);
+	mesh_config_fini(&cfg);
+
+	/* `layermesh plan` asks this machine's kernel, where it can. */
+	int32_t lo, hi;
+	if (mesh_local_port_range(MESH_PORT_RANGE_FILE, &lo, &hi) == 0) {
+		write_mesh_own("8MiB", none, lo);
+		char *text = NULL;
+		size_t n = 0;
+		FILE *out = open_memstream(&text, &n);
+		err = open_memstream(&errs, &en);
+		cr_expect_eq(planner_cmd(mesh_path, false, out, err), 0);
+		fclose(out);
+		fclose(err);
+		cr_expect(strstr(errs, "ports lie in this machine's ephemeral range") != NULL, "%s",
+			  errs);
+		free(text);
+		free(errs);
+		unlink(mesh_path);
+	}
 }
 
 /* The mission's model: Gemma 4's 60 layers, 50 sliding (window 1024, 16 KV heads x 256) and 10
