@@ -31,6 +31,8 @@
 #include "common/wire/http_parse.h"
 
 #define HTTPD_READ_ROOM 4096
+/* How long a connection that has not begun a request is kept from httpd_evict_idle. */
+#define HTTPD_FRESH_GRACE_MS 1000
 
 static const char *const httpd_refusal_names[] = {
 #define LM_HTTP_REFUSAL_NAME_(name, text) text,
@@ -101,6 +103,13 @@ struct httpd_conn {
 	bool body_read; /* the request's body is consumed (else the connection closes) */
 	struct lm_http_chunked ch;
 	uint64_t idle_since_ns; /* when it last became idle */
+	/* No request has begun on it yet: its first bytes may be on their way, so it is not idle
+	 * (httpd_evict_idle) until HTTPD_FRESH_GRACE_MS have gone by. */
+	bool fresh;
+	/* Accepted past max_conns with nothing idle to close: its request is read whole, then
+	 * answered 503 (reading it first keeps the close from resetting the connection, which
+	 * would lose the 503 with the unread request). */
+	bool over_cap;
 	const struct httpd_route *route;
 	char *sub; /* lm_httpd_subpath */
 	size_t sub_cap;
@@ -575,6 +584,14 @@ static bool conn_route(struct httpd_conn *c)
  * the lock, and c must not be touched after it is called. */
 static void conn_dispatch(struct httpd_conn *c)
 {
+	if (c->over_cap) {
+		c->head.minor = 1;
+		conn_refuse(c, LM_HTTP_REFUSE_CONNECTIONS, 503, true,
+			    "the server holds %d connections, its limit",
+			    (int)c->srv->lim.max_conns);
+		conn_unlock(c);
+		return;
+	}
 	/* Room to watch the connection while the handler runs (the buffer cannot move then). */
 	conn_room(c, HTTPD_READ_ROOM);
 	c->state = C_HANDLER;
@@ -686,6 +703,7 @@ static bool conn_advance(struct httpd_conn *c)
 			return true;
 		}
 		c->state = C_HEAD;
+		c->fresh = false;
 		c->deadline_ms = lm_now_ms() + c->srv->lim.read_timeout_ms;
 	}
 	if (c->state == C_HEAD) {
@@ -767,6 +785,7 @@ static struct httpd_conn *conn_new(struct httpd *s, nng_stream *st)
 	c->body_read = true;
 	c->state = C_IDLE;
 	c->idle_since_ns = lm_now_ns();
+	c->fresh = true;
 	c->cap = HTTPD_READ_ROOM;
 	c->buf = malloc(c->cap);
 	if (c->buf == NULL || nng_aio_alloc(&c->rx, conn_rx_cb, c) != 0 ||
@@ -784,15 +803,19 @@ static struct httpd_conn *conn_new(struct httpd *s, nng_stream *st)
 	return c;
 }
 
-/* Under s->mu: closes the idle connection waiting longest; false when none is idle. */
+/* Under s->mu: closes the idle connection waiting longest; false when none is idle. A
+ * connection that has not begun a request is idle only once it has been open for
+ * HTTPD_FRESH_GRACE_MS: a client's first bytes may not have been read yet when the next
+ * connection arrives, and closing it then would reset a request that is on its way. */
 static bool httpd_evict_idle(struct httpd *s)
 {
 	struct httpd_conn *oldest = NULL;
 	uint64_t since = UINT64_MAX;
+	uint64_t grace = lm_now_ns() - (uint64_t)HTTPD_FRESH_GRACE_MS * 1000000u;
 	for (struct httpd_conn *c = s->conns; c != NULL; c = c->next) {
 		pthread_mutex_lock(&c->mu);
-		if (!c->closing && c->state == C_IDLE && c->len == c->start &&
-		    c->idle_since_ns < since) {
+		if (!c->closing && !c->over_cap && c->state == C_IDLE && c->len == c->start &&
+		    (!c->fresh || c->idle_since_ns < grace) && c->idle_since_ns < since) {
 			oldest = c;
 			since = c->idle_since_ns;
 		}
@@ -832,7 +855,9 @@ static void httpd_accept_cb(void *arg)
 	int64_t open = atomic_load(&s->stats.connections);
 	bool refuse = open >= s->lim.max_conns && !httpd_evict_idle(s);
 	struct httpd_conn *c = NULL;
-	if (!refuse || s->n_conns < s->lim.max_conns + s->lim.max_conns / 8 + 8)
+	/* Past the cap, a connection is still taken to be told 503, up to a quarter more (and 64)
+	 * of them; beyond that it is closed unanswered, and counted the same. */
+	if (!refuse || s->n_conns < s->lim.max_conns + s->lim.max_conns / 4 + 64)
 		c = conn_new(s, st);
 	if (c == NULL) {
 		nng_stream_free(st);
@@ -851,13 +876,8 @@ static void httpd_accept_cb(void *arg)
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&c->mu);
-	if (refuse) {
-		c->head.minor = 1;
-		conn_refuse(c, LM_HTTP_REFUSE_CONNECTIONS, 503, true,
-			    "the server holds %d connections, its limit", (int)s->lim.max_conns);
-	} else {
-		conn_read(c, HTTPD_READ_ROOM);
-	}
+	c->over_cap = refuse;
+	conn_read(c, HTTPD_READ_ROOM);
 	conn_unlock(c);
 }
 

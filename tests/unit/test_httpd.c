@@ -551,10 +551,16 @@ Test(httpd, connection_cap)
 	const struct lm_httpd_limits lim = {.max_conns = 3};
 	start(&lim);
 	int idle[3], busy[3];
-	for (int i = 0; i < 3; i++)
+	struct resp r;
+	for (int i = 0; i < 3; i++) {
 		idle[i] = dial();
-	/* Idle connections make room for new ones, the one idle longest first. */
-	struct resp r = roundtrip("GET /get HTTP/1.1\r\nHost: x\r\n\r\n");
+		say(idle[i], "GET /get HTTP/1.1\r\nHost: x\r\n\r\n");
+		cr_assert(get_resp(idle[i], &r));
+		usleep(2000); /* so that "idle longest" is idle[0] beyond a doubt */
+	}
+	/* Idle connections (kept alive after a request) make room for new ones, the one idle
+	 * longest first. */
+	r = roundtrip("GET /get HTTP/1.1\r\nHost: x\r\n\r\n");
 	cr_assert_eq(r.status, 200);
 	cr_assert(at_eof(idle[0]), "the oldest idle connection was closed for the new one");
 	for (int i = 0; i < 3; i++)
@@ -579,6 +585,58 @@ Test(httpd, connection_cap)
 		cr_assert(get_resp(busy[i], &r));
 		cr_assert_eq(r.status, 200);
 		close(busy[i]);
+	}
+	lm_httpd_fini(&srv);
+}
+
+/* Past the cap, every new connection gets the 503 (JSON, counted), never a reset: a burst of
+ * clients that each send their request at once, while the cap's worth are busy. And a client
+ * just connected, whose request has not been read yet, is not taken for idle and closed to
+ * make room (it was, and its request got a reset). */
+Test(httpd, past_the_cap_every_client_is_told_503)
+{
+	const struct lm_httpd_limits lim = {.max_conns = 4};
+	start(&lim);
+	nng_aio *aios[4];
+	int busy[4], over[12];
+	for (int i = 0; i < 4; i++) {
+		busy[i] = dial();
+		say(busy[i], "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+		aios[i] = wait_held();
+	}
+	for (int i = 0; i < 12; i++) {
+		over[i] = dial();
+		say(over[i], "GET /get HTTP/1.1\r\nHost: x\r\n\r\n");
+	}
+	struct resp r;
+	for (int i = 0; i < 12; i++) {
+		cr_assert(get_resp(over[i], &r), "client %d got no response (reset?)", i);
+		cr_assert_eq(r.status, 503);
+		assert_json_error(&r);
+		cr_assert(at_eof(over[i]), "a refused connection is closed after its 503");
+		close(over[i]);
+	}
+	cr_expect_eq(atomic_load(&lm_httpd_stats(&srv)->refused[LM_HTTP_REFUSE_CONNECTIONS]), 12);
+	for (int i = 0; i < 4; i++) {
+		lm_httpd_reply(aios[i], 200, "text/plain", "ok", 2);
+		cr_assert(get_resp(busy[i], &r));
+		cr_assert_eq(r.status, 200);
+		close(busy[i]);
+	}
+	wait_connections(0);
+	/* Four clients connect; a fifth comes before any of them has said a word. The four are
+	 * not idle yet: the fifth is told 503, and each of the four is then served. */
+	int fresh[4];
+	for (int i = 0; i < 4; i++)
+		fresh[i] = dial();
+	wait_connections(4);
+	r = roundtrip("GET /get HTTP/1.1\r\nHost: x\r\n\r\n");
+	cr_expect_eq(r.status, 503);
+	for (int i = 0; i < 4; i++) {
+		say(fresh[i], "GET /get HTTP/1.1\r\nHost: x\r\n\r\n");
+		cr_assert(get_resp(fresh[i], &r), "fresh client %d was closed", i);
+		cr_expect_eq(r.status, 200);
+		close(fresh[i]);
 	}
 	lm_httpd_fini(&srv);
 }
