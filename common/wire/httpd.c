@@ -31,8 +31,6 @@
 #include "common/wire/http_parse.h"
 
 #define HTTPD_READ_ROOM 4096
-/* How long a connection that has not begun a request is kept from httpd_evict_idle. */
-#define HTTPD_FRESH_GRACE_MS 1000
 
 static const char *const httpd_refusal_names[] = {
 #define LM_HTTP_REFUSAL_NAME_(name, text) text,
@@ -104,11 +102,12 @@ struct httpd_conn {
 	struct lm_http_chunked ch;
 	uint64_t idle_since_ns; /* when it last became idle */
 	/* No request has begun on it yet: its first bytes may be on their way, so it is not idle
-	 * (httpd_evict_idle) until HTTPD_FRESH_GRACE_MS have gone by. */
+	 * (httpd_evict_idle) until fresh_grace_ms have gone by. */
 	bool fresh;
 	/* Accepted past max_conns with nothing idle to close: its request is read whole, then
 	 * answered 503 (reading it first keeps the close from resetting the connection, which
-	 * would lose the 503 with the unread request). */
+	 * would lose the 503 with the unread request); silent past fresh_grace_ms, it is
+	 * answered 503 by the sweep. */
 	bool over_cap;
 	const struct httpd_route *route;
 	char *sub; /* lm_httpd_subpath */
@@ -559,11 +558,20 @@ static bool conn_route(struct httpd_conn *c)
 	if (r->json && strcmp(h->method, "POST") == 0) {
 		const char *ct = lm_http_field(h, "Content-Type");
 		size_t n = ct != NULL ? strcspn(ct, "; \t") : 0;
-		if (ct == NULL || n != 16 || strncasecmp(ct, "application/json", 16) != 0) {
+		/* The body is parsed as strict JSON whatever it is labelled, so the label is
+		 * checked only to keep browsers out: a page may send text/plain or a form without
+		 * a CORS preflight, and then the request would run before the browser asked. So
+		 * no Content-Type is JSON, and so is curl -d's own
+		 * application/x-www-form-urlencoded from a client that sends no Origin (a browser
+		 * always sends one with a POST); any other type is a 415. */
+		bool form =
+			n == 33 && strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0;
+		if (ct != NULL && (n != 16 || strncasecmp(ct, "application/json", 16) != 0) &&
+		    !(form && lm_http_field(h, "Origin") == NULL)) {
 			conn_refuse(c, LM_HTTP_REFUSE_MEDIA_TYPE, 415, has_body,
 				    "the body must be JSON: send Content-Type: application/json "
 				    "(got %.60s)",
-				    ct != NULL ? ct : "none");
+				    ct);
 			return false;
 		}
 	}
@@ -805,13 +813,13 @@ static struct httpd_conn *conn_new(struct httpd *s, nng_stream *st)
 
 /* Under s->mu: closes the idle connection waiting longest; false when none is idle. A
  * connection that has not begun a request is idle only once it has been open for
- * HTTPD_FRESH_GRACE_MS: a client's first bytes may not have been read yet when the next
+ * fresh_grace_ms: a client's first bytes may not have been read yet when the next
  * connection arrives, and closing it then would reset a request that is on its way. */
 static bool httpd_evict_idle(struct httpd *s)
 {
 	struct httpd_conn *oldest = NULL;
 	uint64_t since = UINT64_MAX;
-	uint64_t grace = lm_now_ns() - (uint64_t)HTTPD_FRESH_GRACE_MS * 1000000u;
+	uint64_t grace = lm_now_ns() - (uint64_t)s->lim.fresh_grace_ms * 1000000u;
 	for (struct httpd_conn *c = s->conns; c != NULL; c = c->next) {
 		pthread_mutex_lock(&c->mu);
 		if (!c->closing && !c->over_cap && c->state == C_IDLE && c->len == c->start &&
@@ -912,6 +920,14 @@ static void httpd_sweep_cb(void *arg)
 			conn_refuse(c, LM_HTTP_REFUSE_TIMEOUT, 408, true,
 				    "the request did not arrive within %lld ms",
 				    (long long)s->lim.read_timeout_ms);
+		} else if (c->state == C_IDLE && c->over_cap &&
+			   (int64_t)((lm_now_ns() - c->idle_since_ns) / 1000000) >
+				   s->lim.fresh_grace_ms) {
+			/* Past the cap and silent: told 503 now rather than holding its place. */
+			c->head.minor = 1;
+			conn_refuse(c, LM_HTTP_REFUSE_CONNECTIONS, 503, true,
+				    "the server holds %d connections, its limit",
+				    (int)s->lim.max_conns);
 		} else if (c->state == C_IDLE && (int64_t)((lm_now_ns() - c->idle_since_ns) /
 							   1000000) > s->lim.idle_timeout_ms) {
 			conn_close(c);
@@ -941,6 +957,8 @@ static int httpd_set_limits(struct httpd *s, const struct lm_httpd_limits *lim)
 		s->lim.max_conns = LM_HTTPD_MAX_CONNS;
 	if (s->lim.max_head == 0)
 		s->lim.max_head = LM_HTTPD_MAX_HEAD;
+	if (s->lim.fresh_grace_ms <= 0)
+		s->lim.fresh_grace_ms = LM_HTTPD_FRESH_GRACE_MS;
 	s->lim.cors_origins = NULL;
 	if (s->lim.n_cors <= 0 || lim == NULL || lim->cors_origins == NULL) {
 		s->lim.n_cors = 0;

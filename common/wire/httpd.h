@@ -49,6 +49,7 @@
 #define LM_HTTPD_IDLE_TIMEOUT_MS 30000
 #define LM_HTTPD_MAX_CONNS       512
 #define LM_HTTPD_MAX_HEAD        (16u << 10)
+#define LM_HTTPD_FRESH_GRACE_MS  200
 /* A write that makes no progress for this long means the client stopped reading. */
 #define LM_HTTPD_WRITE_TIMEOUT_MS 30000
 /* A stream whose client reads slower than it is written to is dropped past this backlog. */
@@ -59,6 +60,10 @@ struct lm_httpd_limits {
 	int64_t idle_timeout_ms; /* 0: LM_HTTPD_IDLE_TIMEOUT_MS */
 	int32_t max_conns;       /* 0: LM_HTTPD_MAX_CONNS */
 	size_t max_head;         /* 0: LM_HTTPD_MAX_HEAD */
+	/* How long a connection that has not begun a request is not taken for idle (its first
+	 * bytes may be on their way), and how long one past max_conns may stay silent before it
+	 * is told 503. 0: LM_HTTPD_FRESH_GRACE_MS. */
+	int64_t fresh_grace_ms;
 	/* Origins ("https://app.example:8443", exactly as browsers send them) allowed to call
 	 * across origins; copied. NULL or none: no request carrying an Origin is served. */
 	const char *const *cors_origins;

@@ -46,6 +46,8 @@ static cJSON *api_model(const struct api *a)
 	if (a->cfg.chat != CHAT_NONE) {
 		cJSON_AddStringToObject(m, "chat_template", chat_format_name(a->cfg.chat));
 		cJSON_AddStringToObject(m, "chat_template_family", chat_format_family(a->cfg.chat));
+		if (a->cfg.chat_why != NULL && a->cfg.chat_why[0] != '\0')
+			cJSON_AddStringToObject(m, "chat_template_warning", a->cfg.chat_why);
 	} else {
 		cJSON_AddNullToObject(m, "chat_template");
 		cJSON_AddNullToObject(m, "chat_template_family");
@@ -266,6 +268,8 @@ static void api_status(nng_aio *aio)
 		if (a->cfg.chat != CHAT_NONE) {
 			cJSON_AddStringToObject(t, "format", chat_format_name(a->cfg.chat));
 			cJSON_AddStringToObject(t, "family", chat_format_family(a->cfg.chat));
+			if (a->cfg.chat_why != NULL && a->cfg.chat_why[0] != '\0')
+				cJSON_AddStringToObject(t, "warning", a->cfg.chat_why);
 		} else {
 			cJSON_AddNullToObject(t, "format");
 			cJSON_AddStringToObject(t, "why", a->cfg.chat_why ? a->cfg.chat_why : "");
@@ -402,6 +406,11 @@ static int api_routes(struct api *a, lm_diag *d)
 		{"GET", "/healthz", api_healthz, a, 0, false},
 		{"GET", "/readyz", api_readyz, a, 0, false},
 		{"GET", "/v1/status", api_status, a, 0, false},
+		/* Without /v1, as many clients send them (llama-server answers both). */
+		{"POST", "/completions", api_completions, a, API_MAX_BODY, true},
+		{"POST", "/chat/completions", api_chat, a, API_MAX_BODY, true},
+		{"GET", "/models", api_models, a, 0, false},
+		{"GET", "/models/", api_model_one, a, 0, false},
 		{"GET", "/metrics", api_metrics, a, 0, false},
 		{"POST", "/v1/admin/redeploy", api_redeploy, a, 65536, true},
 		{"GET", "/v1/admin/redeploy", api_redeploy, a, 0, false},

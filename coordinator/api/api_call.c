@@ -21,6 +21,7 @@
 
 #include "common/base/buf.h"
 #include "common/base/clock.h"
+#include "common/base/log.h"
 #include "common/base/utf8.h"
 #include "coordinator/api/api_impl.h"
 #include "coordinator/api/api_json.h"
@@ -588,6 +589,11 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 				err.message);
 		api_error_fini(&err);
 		return;
+	}
+	if (req.ignored[0] != '\0') {
+		lm_httpd_add_header(aio, "X-Layermesh-Ignored-Fields", req.ignored);
+		lm_debug("%s: ignored unknown fields: %s",
+			 kind == API_CHAT ? "chat completion" : "completion", req.ignored);
 	}
 	struct api_call *c = api_call_new(a, &req);
 	if (c == NULL) {

@@ -1,6 +1,6 @@
 /* api_request.c — parsing and validating completion and chat requests. See api_request.h.
  *
- * The checks run in a fixed order (unknown fields, the prompt or the messages, the numbers,
+ * The checks run in a fixed order (the body is an object; the prompt or the messages, the numbers,
  * the flags, stop, the adjustments) so that a request with several mistakes always gets the
  * same answer: the first mistake in that order.
  */
@@ -111,14 +111,29 @@ static bool api_listed(const char *const *list, const char *key)
 	return false;
 }
 
-static int api_known_fields(const cJSON *req, enum api_kind kind, struct api_error *err)
+/* Notes a field this server does not know in r->ignored ("store, metadata"; cut with "..."
+ * past its size): OpenAI's API grows fields faster than servers do, and clients send them,
+ * so an unknown field is ignored and named (a response header, a debug log line), as
+ * llama-server and vLLM do. A known field with a bad value stays a 400. */
+static void api_ignore(struct api_request *r, const char *prefix, const char *name)
+{
+	size_t at = strlen(r->ignored), cap = sizeof r->ignored;
+	if (at + 4 >= cap)
+		return;
+	int n = snprintf(r->ignored + at, cap - at, "%s%s%.60s", at > 0 ? ", " : "", prefix, name);
+	if (n < 0 || (size_t)n >= cap - at)
+		snprintf(r->ignored + cap - 4, 4, "...");
+}
+
+static int api_known_fields(const cJSON *req, enum api_kind kind, struct api_request *r,
+			    struct api_error *err)
 {
 	if (!cJSON_IsObject(req))
 		return API_BAD(err, NULL, "the request body must be a JSON object");
 	const char *const *own = kind == API_CHAT ? api_chat_keys : api_completion_keys;
 	for (const cJSON *k = req->child; k != NULL; k = k->next)
 		if (!api_listed(api_common_keys, k->string) && !api_listed(own, k->string))
-			return API_BAD(err, k->string, "unknown field '%s'", k->string);
+			api_ignore(r, "", k->string);
 	return 0;
 }
 
@@ -300,8 +315,7 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 			return API_BAD(err, "stream_options", "'stream_options' must be an object");
 		for (const cJSON *k = so->child; k != NULL; k = k->next)
 			if (strcmp(k->string, "include_usage") != 0)
-				return API_BAD(err, "stream_options",
-					       "unknown field 'stream_options.%.40s'", k->string);
+				api_ignore(r, "stream_options.", k->string);
 		if ((rc = api_bool(so, "include_usage", &r->include_usage, err)) != 0)
 			return rc;
 	}
@@ -350,7 +364,7 @@ static int api_completion_fields(const cJSON *req, const struct api_limits *lim,
 	int rc;
 	double lp = 0;
 	r->kind = API_COMPLETION;
-	if ((rc = api_known_fields(req, API_COMPLETION, err)) != 0 ||
+	if ((rc = api_known_fields(req, API_COMPLETION, r, err)) != 0 ||
 	    (rc = api_prompt(req, lim, vocab, r, err)) != 0 ||
 	    (rc = api_common(req, lim, vocab, 16, r, err)) != 0 ||
 	    (rc = api_number(req, "logprobs", 0, API_MAX_LOGPROBS, true, &lp, err)) != 0)
@@ -617,7 +631,7 @@ static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const
 {
 	int rc;
 	r->kind = API_CHAT;
-	if ((rc = api_known_fields(req, API_CHAT, err)) != 0)
+	if ((rc = api_known_fields(req, API_CHAT, r, err)) != 0)
 		return rc;
 	if (lim->chat == CHAT_NONE)
 		return api_refuse(err, LM_EINVAL, 400, "invalid_request_error",

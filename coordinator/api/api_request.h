@@ -98,6 +98,7 @@ struct api_request {
 	size_t max_stop; /* the longest stop string's length; 0 without stops */
 	int32_t stop_ids[API_MAX_TEMPLATE_STOPS]; /* chat: the template's end-of-turn ids */
 	int32_t n_stop_ids;
+	char ignored[256]; /* the fields this server does not know, ignored: "store, user" */
 };
 
 /* Why a request was refused: what the HTTP reply says. */

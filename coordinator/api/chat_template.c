@@ -161,9 +161,12 @@ int chat_format_resolve(const char *override, const struct gguf_file *f, enum ch
 	const char *t = NULL;
 	if (gguf_find(f, "tokenizer.chat_template") == NULL ||
 	    gguf_get_str(f, "tokenizer.chat_template", &t, NULL) != 0) {
+		/* As llama-server does: a model without a template chats in ChatML, and the
+		 * note says so wherever the format is shown. */
+		*out = CHAT_CHATML;
 		snprintf(why, cap,
-			 "the model has no chat template (tokenizer.chat_template); set [model] "
-			 "chat_template in mesh.toml to one of: %s",
+			 "the model has no chat template (tokenizer.chat_template), so chat falls "
+			 "back to ChatML; set [model] chat_template in mesh.toml to one of: %s",
 			 chat_format_names());
 		return 0;
 	}

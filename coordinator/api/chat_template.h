@@ -112,8 +112,9 @@ enum chat_format chat_template_detect(const char *tmpl, size_t len, char *why, s
 
 /* The format a model's conversations are rendered in: `override` (mesh.toml's [model]
  * chat_template) when given, which must name a format (LM_ECONFIG otherwise), else the one
- * recognised in the GGUF's tokenizer.chat_template. CHAT_NONE, with the reason in why, when
- * the model has no template or one that is not recognised: chat requests are then refused. */
+ * recognised in the GGUF's tokenizer.chat_template. A model without a template falls back to
+ * CHAT_CHATML, with a note saying so in why (a warning to show). CHAT_NONE, with the reason in
+ * why, when its template is not recognised: chat requests are then refused. */
 struct gguf_file;
 int chat_format_resolve(const char *override, const struct gguf_file *f, enum chat_format *out,
 			char *why, size_t cap, lm_diag *d);

@@ -224,7 +224,9 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 		lm_diag_prefix(d, "%s", m->cfg.path);
 		return rc;
 	}
-	if (m->chat != CHAT_NONE)
+	if (m->chat != CHAT_NONE && m->chat_why[0] != '\0')
+		lm_warn("chat template: %s: %s", chat_format_name(m->chat), m->chat_why);
+	else if (m->chat != CHAT_NONE)
 		lm_info("chat template: %s%s", chat_format_name(m->chat),
 			m->cfg.chat_template != NULL ? " (mesh.toml)" : "");
 	else

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Bad input everywhere, against real processes:
 #   HTTP: invalid JSON, wrong types, negative or huge max_tokens, a prompt longer than the
-#   context, unknown fields -> 4xx with an OpenAI-style JSON error; the mesh keeps serving.
+#   context, raw control characters in a string -> 4xx with an OpenAI-style JSON error; the
+#   mesh keeps serving. Unknown fields are ignored and named in a response header; the paths
+#   without /v1 answer; a model without a chat template chats in ChatML, with a warning.
 #   A client that disconnects mid-stream frees its sequence on the coordinator and on every
 #   worker.
 #   Files: a corrupt GGUF or a bad mesh.toml -> `layermesh up` fails before starting anything,
@@ -46,7 +48,27 @@ expect 400 top_p '{"prompt": "The cat", "top_p": 2}'
 expect 400 stream '{"prompt": "The cat", "stream": "yes"}'
 expect 400 stop '{"prompt": "The cat", "stop": [1, 2]}'
 expect 400 n '{"prompt": "The cat", "n": 3}'
-expect 400 frobnicate '{"prompt": "The cat", "frobnicate": true}'
+printf '{"prompt": "The \001cat"}' >"$dir/raw_ctl"
+expect 400 - "$(cat "$dir/raw_ctl")"
+# An unknown field is ignored and named in a response header (and a debug log line).
+curl -s -D "$dir/h" -o "$dir/resp.json" "$LM_URL/v1/completions" -H 'Content-Type: application/json' \
+	-d '{"prompt": "The cat", "max_tokens": 2, "frobnicate": true, "store": false}'
+grep -qi '^X-Layermesh-Ignored-Fields: frobnicate, store' "$dir/h" ||
+	fail "unknown fields not named: $(cat "$dir/h" "$dir/resp.json")"
+jq -e '.choices[0].text | type == "string"' "$dir/resp.json" >/dev/null ||
+	fail "a request with unknown fields was not served: $(cat "$dir/resp.json")"
+echo "ok: unknown fields ignored and named: $(grep -i '^X-Layermesh-Ignored' "$dir/h" | tr -d '\r')"
+# The paths without /v1, and chat on a model with no template: ChatML, with the warning.
+curl -sf "$LM_URL/models" | jq -e '.data[0].chat_template == "chatml" and
+	(.data[0].chat_template_warning | test("falls back to ChatML"))' >/dev/null ||
+	fail "/models: $(curl -s "$LM_URL/models")"
+curl -sf "$LM_URL/completions" -d '{"prompt": "The cat", "max_tokens": 2}' |
+	jq -e '.choices[0].text | type == "string"' >/dev/null || fail "/completions without /v1"
+curl -sf "$LM_URL/chat/completions" -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}' |
+	jq -e '.choices[0].message.role == "assistant"' >/dev/null || fail "/chat/completions (ChatML)"
+grep -q "warn: chat template: chatml: the model has no chat template" "$dir/up.log" ||
+	fail "the log does not warn of the ChatML fallback"
+echo "ok: /models, /completions, /chat/completions without /v1; ChatML for a model without a template"
 long=$(printf 'Once upon a time %.0s' $(seq 80))
 expect 400 prompt "{\"prompt\": \"$long\"}"
 curl -sf "$LM_URL/v1/completions" -H 'Content-Type: application/json' \

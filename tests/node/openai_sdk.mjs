@@ -163,9 +163,16 @@ await refused("chat.completions.create", "POST /v1/chat/completions", "role tool
 	"role 'tool' is not supported");
 await refused("chat.completions.create", "POST /v1/chat/completions", "top_logprobs without logprobs",
 	() => client.chat.completions.create({ model, messages: hello, top_logprobs: 2 }), "top_logprobs");
-await refused("chat.completions.create", "POST /v1/chat/completions", "reasoning_effort",
-	() => client.chat.completions.create({ model, messages: hello, reasoning_effort: "low" }),
-	"unknown field 'reasoning_effort'");
+await row("chat.completions.create", "POST /v1/chat/completions", "store, metadata, user, service_tier (unknown here)", async () => {
+	const { data, response } = await client.chat.completions.create({
+		model, messages: hello, max_tokens: 4, store: false, metadata: { k: "v" },
+		user: "u1", service_tier: "auto",
+	}).withResponse();
+	must(data.choices[0].message.role === "assistant", JSON.stringify(data));
+	const ignored = response.headers.get("x-layermesh-ignored-fields");
+	must(ignored === "store, metadata, service_tier", `X-Layermesh-Ignored-Fields: ${ignored}`);
+	return `works, ignored and named: X-Layermesh-Ignored-Fields: ${ignored}`;
+});
 await refused("completions.create", "POST /v1/completions", "best_of 2",
 	() => client.completions.create({ model, prompt: "x", best_of: 2 }), "'best_of' other than 1");
 await refused("completions.create", "POST /v1/completions", "suffix",

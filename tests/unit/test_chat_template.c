@@ -60,7 +60,7 @@ Test(chat_template, vocabularies_with_a_template)
 		{"tokenizer/ggml-vocab-gemma-4.gguf", CHAT_GEMMA4_UNMERGED},
 		{"tokenizer/ggml-vocab-phi-3.gguf", CHAT_PHI3},
 		{"tokenizer/ggml-vocab-qwen2.gguf", CHAT_QWEN2},
-		{"models/stories260K.gguf", CHAT_NONE},
+		{"models/stories260K.gguf", CHAT_CHATML}, /* no template: the fallback */
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char path[4096], why[400];
@@ -71,8 +71,12 @@ Test(chat_template, vocabularies_with_a_template)
 		enum chat_format f;
 		cr_assert_eq(chat_format_resolve(NULL, g, &f, why, sizeof why, &d), 0);
 		cr_expect_eq(f, cases[i].f, "%s: %s", cases[i].file, chat_format_name(f));
-		if (f == CHAT_NONE)
-			cr_expect(strstr(why, "set [model] chat_template") != NULL, "%s", why);
+		if (i == 3)
+			cr_expect(strstr(why, "no chat template (tokenizer.chat_template), so chat "
+					      "falls back to ChatML") != NULL,
+				  "%s", why);
+		else
+			cr_expect_str_eq(why, "", "a recognised template needs no note");
 		/* mesh.toml's override wins, and must name a format. */
 		cr_assert_eq(chat_format_resolve("chatml", g, &f, why, sizeof why, &d), 0);
 		cr_expect_eq(f, CHAT_CHATML);

@@ -423,11 +423,14 @@ Test(httpd, errors_are_json)
 	cr_assert_eq(r.status, 505);
 	assert_json_error(&r);
 	r = roundtrip("POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
-	cr_assert_eq(r.status, 415, "a JSON route without Content-Type");
-	assert_json_error(&r);
+	cr_assert_eq(r.status, 200, "a JSON route without Content-Type takes the body as JSON");
+	r = roundtrip("POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: "
+		      "application/x-www-form-urlencoded\r\nContent-Length: 2\r\n\r\n{}");
+	cr_assert_eq(r.status, 200, "curl -d's own type");
 	r = roundtrip("POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
 		      "Content-Length: 2\r\n\r\n{}");
-	cr_assert_eq(r.status, 415);
+	cr_assert_eq(r.status, 415, "another type");
+	assert_json_error(&r);
 	r = roundtrip("POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: Application/JSON; "
 		      "charset=utf-8\r\nContent-Length: 2\r\n\r\n{}");
 	cr_assert_eq(r.status, 200);
@@ -443,7 +446,7 @@ Test(httpd, errors_are_json)
 	cr_assert_eq(r.status, 413, "a body where the route takes none");
 	const struct lm_httpd_stats *st = lm_httpd_stats(&srv);
 	cr_assert(atomic_load(&st->refused[LM_HTTP_REFUSE_NOT_FOUND]) == 1);
-	cr_assert(atomic_load(&st->refused[LM_HTTP_REFUSE_MEDIA_TYPE]) == 2);
+	cr_assert(atomic_load(&st->refused[LM_HTTP_REFUSE_MEDIA_TYPE]) == 1);
 	lm_httpd_fini(&srv);
 }
 
@@ -595,7 +598,8 @@ Test(httpd, connection_cap)
  * make room (it was, and its request got a reset). */
 Test(httpd, past_the_cap_every_client_is_told_503)
 {
-	const struct lm_httpd_limits lim = {.max_conns = 4};
+	/* A long grace, so that a slow machine cannot age the fresh clients below into idle. */
+	const struct lm_httpd_limits lim = {.max_conns = 4, .fresh_grace_ms = 30000};
 	start(&lim);
 	nng_aio *aios[4];
 	int busy[4], over[12];
