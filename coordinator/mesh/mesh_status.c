@@ -60,6 +60,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	cJSON_AddNumberToObject(q, "spec_drafted", (double)atomic_load(&s->spec_drafted));
 	cJSON_AddNumberToObject(q, "spec_accepted", (double)atomic_load(&s->spec_accepted));
 	cJSON_AddNumberToObject(q, "spec_steps", (double)atomic_load(&s->spec_steps));
+	cJSON_AddNumberToObject(q, "spec_shadowed", (double)atomic_load(&s->spec_shadowed));
 }
 
 cJSON *mesh_status_json(void *arg)
@@ -223,6 +224,9 @@ char *mesh_status_metrics(void *arg)
 			 atomic_load(&s->spec_accepted));
 	lm_mtext_counter(&t, "layermesh_spec_steps_total", "Sequence steps that carried a draft.",
 			 atomic_load(&s->spec_steps));
+	lm_mtext_counter(&t, "layermesh_spec_shadow_drafts_total",
+			 "Drafts asked for and not sent, by sequences whose drafts stopped paying.",
+			 atomic_load(&s->spec_shadowed));
 	lm_mtext_gauge(&t, "layermesh_active_sequences", "Sequences holding a KV slot.",
 		       atomic_load(&s->active));
 	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",

@@ -35,8 +35,9 @@ struct sched_seq {
 	bool cancel;
 	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
 	bool spec; /* may speculate (the request did not opt out) */
-	int64_t progress_ms; /* lm_now_ms at submit and whenever a batch of it came back */
-	int32_t retries;     /* batches of this sequence a worker refused */
+	struct spec_adapt adapt; /* how many tokens it drafts next (spec_adapt.h) */
+	int64_t progress_ms;     /* lm_now_ms at submit and whenever a batch of it came back */
+	int32_t retries;         /* batches of this sequence a worker refused */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
 	struct sched_seq *next;          /* inbox / wait queue link */
 };
@@ -285,6 +286,9 @@ static void sched_take_tokens(struct sched *s, struct sched_batch *b, int32_t k,
 		atomic_fetch_add(&s->stats.spec_steps, 1);
 		atomic_fetch_add(&s->stats.spec_drafted, (uint64_t)nd);
 		atomic_fetch_add(&s->stats.spec_accepted, (uint64_t)(m - 1));
+		spec_adapt_verified(&q->adapt, nd, m - 1);
+	} else if (b->sample[k]) {
+		spec_adapt_token(&q->adapt, q->n_tok, t->toks[*ti].token);
 	}
 	bool live = true;
 	for (int32_t j = 0; j < m; j++) {
@@ -472,8 +476,23 @@ static int32_t sched_draft(struct sched *s, struct sched_seq *q, int32_t room,
 	most = s->cfg.max_seq - q->n_tok < most ? s->cfg.max_seq - q->n_tok : most;
 	if (most <= 0)
 		return 0;
-	int32_t k = s->cfg.draft.iface->propose(s->cfg.draft.ctx, q->slot, q->tok, q->n_tok, most,
-						b->drafts + b->n_drafts);
+	/* As many as this sequence's drafts have earned; none while they keep failing, but then
+	 * a shadow draft, compared with the token the step brings, tells when they would pay
+	 * again. */
+	const struct spec_source_i *src = s->cfg.draft.iface;
+	int32_t earned = spec_adapt_k(&q->adapt);
+	if (earned == 0) {
+		int32_t t;
+		if (spec_adapt_shadow_due(&q->adapt, src->cheap) &&
+		    src->propose(s->cfg.draft.ctx, q->slot, q->tok, q->n_tok, 1, &t) == 1) {
+			spec_adapt_shadow(&q->adapt, q->n_tok, t);
+			atomic_fetch_add(&s->stats.spec_shadowed, 1);
+		}
+		return 0;
+	}
+	most = earned < most ? earned : most;
+	int32_t k = src->propose(s->cfg.draft.ctx, q->slot, q->tok, q->n_tok, most,
+				 b->drafts + b->n_drafts);
 	return k < 0 ? 0 : k > most ? most : k;
 }
 
@@ -1218,6 +1237,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	}
 	q->max_tokens = r->max_tokens;
 	q->spec = !r->no_speculate && !r->probe;
+	spec_adapt_init(&q->adapt, s->cfg.max_draft);
 	q->n_logprobs = r->n_logprobs;
 	q->sampling = r->sampling;
 	q->on_token = r->on_token;

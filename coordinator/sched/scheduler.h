@@ -36,6 +36,7 @@
 #include "common/wire/link.h"
 #include "common/wire/wire.h"
 #include "coordinator/sched/spec.h"
+#include "coordinator/sched/spec_adapt.h"
 
 enum sched_finish {
 	SCHED_FINISH_LENGTH = 0, /* max_tokens or the context filled up */
@@ -106,9 +107,10 @@ struct sched_stats {
 	_Atomic uint64_t requests, tokens_generated, prompt_tokens, batches, ring_errors;
 	_Atomic uint64_t replays;           /* sequences re-prefilled after a worker fault */
 	_Atomic uint64_t batches_forgotten; /* in flight when a worker went down */
-	/* Speculation: tokens drafted and sent, drafts the last worker accepted, and the
-	 * sequence-steps that carried a draft. */
-	_Atomic uint64_t spec_drafted, spec_accepted, spec_steps;
+	/* Speculation: tokens drafted and sent, drafts the last worker accepted, the
+	 * sequence-steps that carried a draft, and the shadow drafts of sequences that had
+	 * stopped drafting (spec_adapt.h: asked, never sent). */
+	_Atomic uint64_t spec_drafted, spec_accepted, spec_steps, spec_shadowed;
 	_Atomic int32_t active, queued;
 	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
 	 * that took several workers down at once counts for each of them. */

@@ -31,6 +31,9 @@
 
 struct spec_source_i {
 	const char *name; /* "ngram", "model" */
+	/* Whether a proposal costs nothing worth counting (a lookup, not a model's forward): the
+	 * scheduler may then ask for shadow drafts at every step (spec_adapt.h). */
+	bool cheap;
 	/* Up to `max` (>= 1) tokens to follow tok[0..n) (n >= 1) of the sequence in `slot`, into
 	 * out[0..max); returns how many (0: no draft this time). Must not fail the sequence: a
 	 * source that cannot draft returns 0. Required. */

@@ -128,6 +128,7 @@ static void draft_fini(void *ctx)
 
 static const struct spec_source_i draft_iface = {
 	.name = "model",
+	.cheap = false,
 	.propose = draft_propose,
 	.release = draft_release,
 	.fini = draft_fini,

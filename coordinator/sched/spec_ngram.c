@@ -43,6 +43,7 @@ static void ngram_fini(void *ctx)
 
 static const struct spec_source_i ngram_iface = {
 	.name = "ngram",
+	.cheap = true,
 	.propose = ngram_propose,
 	.release = NULL,
 	.fini = ngram_fini,

@@ -758,6 +758,61 @@ Test(scheduler, speculation_from_either_source_gives_the_plain_tokens, .timeout 
 	}
 }
 
+/* A draft source that is always wrong: it proposes the token after the sequence's last
+ * (the reference model's greedy choice almost never is). */
+static int32_t wrong_propose(void *ctx, int32_t slot, const int32_t *tok, int32_t n, int32_t max,
+			     int32_t *out)
+{
+	(void)ctx;
+	(void)slot;
+	for (int32_t i = 0; i < max; i++)
+		out[i] = 3 + (tok[n - 1] + 1 + i) % (T_VOCAB - 3);
+	return max;
+}
+
+static void wrong_fini(void *ctx)
+{
+	(void)ctx;
+}
+
+static const struct spec_source_i wrong_iface = {
+	.name = "wrong", .cheap = true, .propose = wrong_propose, .fini = wrong_fini};
+
+/* Drafts that keep failing stop within a few steps of each sequence, and shadow drafts (never
+ * sent) take their place; the tokens are the plain ones. */
+Test(scheduler, drafts_that_keep_failing_stop, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.max_draft = T_MAX_DRAFT;
+	cfg.draft = (struct spec_source){.iface = &wrong_iface};
+	cfg.max_inflight = 1;
+	ring_up(&r, &cfg);
+	struct req q[3];
+	for (int k = 0; k < 3; k++) {
+		req_init(&q[k], 40 + k, 9, 40);
+		prompt_of(40 + k, q[k].n_prompt, q[k].prompt);
+		req_start(&r, &q[k]);
+	}
+	for (int k = 0; k < 3; k++)
+		expect_like_reference(&q[k], NULL, 0);
+	const struct sched_stats *st = sched_stats(r.s);
+	uint64_t drafted = atomic_load(&st->spec_drafted);
+	uint64_t accepted = atomic_load(&st->spec_accepted);
+	uint64_t shadowed = atomic_load(&st->spec_shadowed);
+	cr_log_info("always wrong: %llu drafted, %llu accepted, %llu shadow drafts",
+		    (unsigned long long)drafted, (unsigned long long)accepted,
+		    (unsigned long long)shadowed);
+	/* Each sequence starts at one draft a step and stops after two misses: a handful, not
+	 * one a step for 40 steps. */
+	cr_expect_leq(drafted, 3 * 3, "%llu drafted", (unsigned long long)drafted);
+	cr_expect_gt(shadowed, 3 * 20, "stopped sequences keep watching with shadow drafts");
+	cr_expect_eq(atomic_load(&st->ring_errors), 0);
+	ring_down(&r);
+	for (int k = 0; k < 3; k++)
+		req_fini(&q[k]);
+}
+
 /* A worker lost while sequences speculate: the replay rebuilds every cache from the tokens
  * accepted (never from a draft), and the requests end with the plain tokens. */
 Test(scheduler, a_fault_while_speculating_replays_to_the_same_tokens, .timeout = 30)
