@@ -73,6 +73,9 @@
  *                                    liveness probe unanswered before it is declared down
  *                                    (killed if the coordinator started it, its sequences
  *                                    replayed); 0.1 to 3600, default 1
+ *   prefix_cache  boolean            keep an ended sequence's KV rows in its slot, so that a
+ *                                    request sharing their prefix computes only the rest
+ *                                    (coordinator/sched/prefix.h); default true
  *   insecure      boolean            allow the control and data planes to reach other hosts
  *                                    over plain tcp:// (default false: such a mesh is refused,
  *                                    since anyone who can reach a worker could forge ring
@@ -229,6 +232,7 @@ struct mesh_config {
 	int32_t n_cors;
 	int32_t request_timeout_ms, worker_timeout_ms;
 	bool insecure; /* plain tcp:// beyond loopback allowed (a warning at every start) */
+	bool prefix_cache;
 
 	/* [plan] */
 	enum fence_strategy strategy;

@@ -42,7 +42,8 @@ struct api_call {
 	/* Plain requests with logprobs: completions' four arrays, chat's content entries. */
 	cJSON *lp_tokens, *lp_values, *lp_top, *lp_offsets, *lp_content;
 	uint64_t t_submit, t_first, t_done; /* lm_now_ns */
-	nng_aio *aio;                       /* plain requests: replied in on_done */
+	int32_t cached; /* prompt tokens reused from a slot's rows (the scheduler writes it) */
+	nng_aio *aio;   /* plain requests: replied in on_done */
 	/* Streams, under mu: the stream once started, events queued before it, and whether the
 	 * scheduler is done (then whoever comes second frees the call). */
 	pthread_mutex_t mu;
@@ -225,6 +226,8 @@ static void api_add_usage(const struct api_call *c, cJSON *o, bool timings)
 	cJSON_AddNumberToObject(u, "prompt_tokens", c->req.n_prompt);
 	cJSON_AddNumberToObject(u, "completion_tokens", c->n_gen);
 	cJSON_AddNumberToObject(u, "total_tokens", c->req.n_prompt + c->n_gen);
+	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"),
+				"cached_tokens", c->cached);
 	if (!timings)
 		return;
 	/* Timings in the manner of llama.cpp's server: prefill is submit to first token. */
@@ -613,6 +616,8 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 			      .stop_ids = c->req.stop_ids,
 			      .n_stop_ids = c->req.n_stop_ids,
 			      .no_speculate = c->req.no_speculate,
+			      .no_cache = c->req.no_cache,
+			      .cached = &c->cached,
 			      .on_token = api_on_token,
 			      .on_done = api_on_done,
 			      .arg = c};

@@ -95,6 +95,7 @@ static const char *const api_common_keys[] = {
 	"logit_bias",
 	"logprobs",
 	"speculate",
+	"cache_prompt",
 	NULL,
 };
 static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
@@ -306,6 +307,10 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 	if ((rc = api_bool(req, "speculate", &speculate, err)) != 0)
 		return rc;
 	r->no_speculate = !speculate;
+	bool cache = true;
+	if ((rc = api_bool(req, "cache_prompt", &cache, err)) != 0)
+		return rc;
+	r->no_cache = !cache;
 	const cJSON *so = cJSON_GetObjectItemCaseSensitive(req, "stream_options");
 	if (so != NULL && !cJSON_IsNull(so)) {
 		if (!r->stream)

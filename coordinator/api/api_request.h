@@ -87,12 +87,13 @@ struct api_request {
 	struct lm_penalties penalties;
 	struct lm_logit_bias *bias; /* [n_bias] owned */
 	int32_t n_bias;
-	int32_t n_logprobs;         /* alternatives per token, 0..API_MAX_LOGPROBS */
-	bool logprobs;              /* each token's logprob (completions: n_logprobs > 0) */
-	bool stream;                /* server-sent events */
-	bool include_usage;         /* stream_options.include_usage */
-	bool want_ids;              /* return_token_ids */
-	bool no_speculate;          /* "speculate": false: no drafts for this request */
+	int32_t n_logprobs; /* alternatives per token, 0..API_MAX_LOGPROBS */
+	bool logprobs;      /* each token's logprob (completions: n_logprobs > 0) */
+	bool stream;        /* server-sent events */
+	bool include_usage; /* stream_options.include_usage */
+	bool want_ids;      /* return_token_ids */
+	bool no_speculate;  /* "speculate": false: no drafts for this request */
+	bool no_cache;      /* "cache_prompt": false: reuse no slot's rows (llama-server's field) */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

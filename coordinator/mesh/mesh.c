@@ -216,6 +216,16 @@ static cJSON *mesh_rollout(void *arg)
 /* ------------------------------------------------------------------ serving */
 
 /* The chat format: mesh.toml's [model] chat_template, or the model's template recognised. */
+/* How far below its high-water mark a slot's sliding-window rings can roll back (the prefix
+ * cache's bound, sched_cfg.ring_rollback); -1 when no layer slides. */
+static int32_t mesh_ring_rollback(const struct mesh *m)
+{
+	for (int32_t l = 0; l < m->hp.n_layer; l++)
+		if (m->hp.layer[l].window > 0)
+			return kv_ring_extra(m->cfg.max_batch, m->cfg.max_draft) + 1;
+	return -1;
+}
+
 static int mesh_chat_format(struct mesh *m, lm_diag *d)
 {
 	int rc = chat_format_resolve(m->cfg.chat_template, m->file, &m->chat, m->chat_why,
@@ -290,6 +300,8 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .n_workers = m->n_procs,
 			       .draft = m->draft,
 			       .max_draft = m->cfg.max_draft,
+			       .prefix_cache = m->cfg.prefix_cache,
+			       .ring_rollback = mesh_ring_rollback(m),
 			       .push = &m->head,
 			       .pull = m->pull};
 	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,

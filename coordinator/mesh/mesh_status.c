@@ -61,6 +61,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	cJSON_AddNumberToObject(q, "spec_accepted", (double)atomic_load(&s->spec_accepted));
 	cJSON_AddNumberToObject(q, "spec_steps", (double)atomic_load(&s->spec_steps));
 	cJSON_AddNumberToObject(q, "spec_shadowed", (double)atomic_load(&s->spec_shadowed));
+	cJSON_AddNumberToObject(q, "prompt_tokens_cached", (double)atomic_load(&s->prompt_cached));
 }
 
 cJSON *mesh_status_json(void *arg)
@@ -206,6 +207,11 @@ char *mesh_status_metrics(void *arg)
 			 atomic_load(&s->tokens_generated));
 	lm_mtext_counter(&t, "layermesh_prompt_tokens_total", "Prompt tokens of accepted requests.",
 			 atomic_load(&s->prompt_tokens));
+	lm_mtext_counter(
+		&t, "layermesh_prompt_tokens_cached_total",
+		"Prompt tokens whose KV rows a slot still held (the prefix cache): reused, "
+		"not computed.",
+		atomic_load(&s->prompt_cached));
 	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
 			 atomic_load(&s->batches));
 	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",

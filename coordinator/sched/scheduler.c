@@ -36,6 +36,9 @@ struct sched_seq {
 	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
 	bool spec; /* may speculate (the request did not opt out) */
 	struct spec_adapt adapt; /* how many tokens it drafts next (spec_adapt.h) */
+	bool no_cache;           /* reuses no slot's rows */
+	int32_t *cached;         /* sched_req.cached */
+	int32_t hi;              /* the highest position its batches wrote in its slot */
 	int64_t progress_ms;     /* lm_now_ms at submit and whenever a batch of it came back */
 	int32_t retries;         /* batches of this sequence a worker refused */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
@@ -89,6 +92,8 @@ struct sched {
 	uint64_t next_batch_id;
 	int32_t *release; /* [slots] slots to empty on the workers */
 	int32_t n_release;
+	struct prefix_index prefix; /* what idle slots hold (cfg.prefix_cache) */
+	bool *free_slot;            /* [slots] scratch for sched_admit */
 	nng_aio *rx_aio;
 	struct wire_buf buf;
 	struct wire_scratch scratch;
@@ -169,11 +174,22 @@ static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish
 		if (s->cfg.draft.iface != NULL && s->cfg.draft.iface->release != NULL)
 			s->cfg.draft.iface->release(s->cfg.draft.ctx, q->slot);
 		s->slot_seq[q->slot] = NULL;
-		bool listed = false;
-		for (int32_t i = 0; i < s->n_release; i++)
-			listed |= s->release[i] == q->slot;
-		if (!listed)
-			s->release[s->n_release++] = q->slot;
+		/* The prefix cache keeps the rows of a sequence that ended well (in its own
+		 * slot, not a probe's) for the next request that shares them; any other slot
+		 * is emptied on the workers. */
+		bool keep = s->cfg.prefix_cache && why != SCHED_FINISH_ERROR &&
+			    q->slot < s->cfg.slots - s->cfg.reserved_slots && !q->inflight;
+		if (keep) {
+			prefix_keep(&s->prefix, q->slot, q->tok, q->n_done, q->hi);
+		} else {
+			if (s->cfg.prefix_cache)
+				prefix_drop(&s->prefix, q->slot);
+			bool listed = false;
+			for (int32_t i = 0; i < s->n_release; i++)
+				listed |= s->release[i] == q->slot;
+			if (!listed)
+				s->release[s->n_release++] = q->slot;
+		}
 		atomic_fetch_sub(&s->stats.active, 1);
 	}
 	lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
@@ -528,6 +544,8 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 		const int32_t nd = remaining == 1 ? sched_draft(s, q, budget - 1, b) : 0;
 		memcpy(s->ids + n + 1, b->drafts + b->n_drafts, (size_t)nd * sizeof *s->ids);
 		chunk += nd;
+		if (q->n_done + chunk > q->hi)
+			q->hi = q->n_done + chunk;
 		struct wire_seq *w = &s->wseqs[b->n];
 		*w = (struct wire_seq){.seq_id = q->id,
 				       .slot = q->slot,
@@ -612,11 +630,30 @@ static void sched_dispatch(struct sched *s)
 
 /* ------------------------------------------------------------------ the thread */
 
+/* The slot waiting request q takes, or -1 when none is free: with the prefix cache, the one
+ * whose rows it can reuse most of (*reuse of them), else the first free one. */
+static int32_t sched_pick_slot(struct sched *s, const struct sched_seq *q, int32_t *reuse)
+{
+	const int32_t open = s->cfg.slots - s->cfg.reserved_slots;
+	*reuse = 0;
+	if (!s->cfg.prefix_cache) {
+		for (int32_t i = 0; i < open; i++)
+			if (s->slot_seq[i] == NULL)
+				return i;
+		return -1;
+	}
+	for (int32_t i = 0; i < s->cfg.slots; i++)
+		s->free_slot[i] = i < open && s->slot_seq[i] == NULL;
+	int32_t slot = prefix_choose(&s->prefix, s->free_slot, q->tok, q->n_prompt, reuse);
+	if (q->no_cache)
+		*reuse = 0;
+	return slot;
+}
+
 static void sched_admit(struct sched *s)
 {
-	for (int32_t i = 0; i < s->cfg.slots - s->cfg.reserved_slots && s->wait_head != NULL; i++) {
-		if (s->slot_seq[i] != NULL)
-			continue;
+	int32_t reuse, i;
+	while (s->wait_head != NULL && (i = sched_pick_slot(s, s->wait_head, &reuse)) >= 0) {
 		struct sched_seq *q = s->wait_head;
 		s->wait_head = q->next;
 		if (s->wait_head == NULL)
@@ -624,6 +661,16 @@ static void sched_admit(struct sched *s)
 		q->next = NULL;
 		q->slot = i;
 		s->slot_seq[i] = q;
+		if (s->cfg.prefix_cache) {
+			/* Its first FORWARD starts at `reuse`: every stage truncates the slot there
+			 * and keeps the rows before it. The rings' high-water mark stays. */
+			q->n_done = reuse;
+			q->hi = reuse > 0 ? s->prefix.slot[i].hi : 0;
+			prefix_drop(&s->prefix, i);
+			atomic_fetch_add(&s->stats.prompt_cached, (uint64_t)reuse);
+		}
+		if (q->cached != NULL)
+			*q->cached = reuse;
 		atomic_fetch_sub(&s->stats.queued, 1);
 		atomic_fetch_add(&s->stats.active, 1);
 		lm_hist_observe(&s->stats.queue_wait, lm_now_ns() - q->t_submit_ns);
@@ -893,10 +940,15 @@ static void sched_apply_mesh_state(struct sched *s, const struct sched_turn *t)
 	}
 	/* Forget what was in flight on every pause, even one already lifted: a worker restarted
 	 * meanwhile and those batches will not come back whole. */
-	if (t->pauses != s->pauses_seen) {
+	bool paused = t->pauses != s->pauses_seen;
+	if (paused) {
 		sched_forget_inflight(s);
 		s->pauses_seen = t->pauses;
 	}
+	/* A pause (a worker away) or a quiesce (a redeploy replacing a worker) may leave a
+	 * process that holds none of the idle slots' rows: the prefix cache forgets them all. */
+	if (s->cfg.prefix_cache && (paused || t->paused || t->quiesce || t->replay))
+		prefix_forget_all(&s->prefix);
 	if (t->replay && !t->paused)
 		sched_replay(s, t->blamed);
 	if (t->paused && s->paused_since_ms == 0)
@@ -1040,14 +1092,17 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->slot_seq = calloc((size_t)slots, sizeof *s->slot_seq);
 	s->snap = calloc((size_t)slots, sizeof *s->snap);
 	s->release = calloc((size_t)slots * 2, sizeof *s->release);
+	s->free_slot = calloc((size_t)slots, sizeof *s->free_slot);
 	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
 	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
 	size_t nw = (size_t)s->cfg.n_workers + 1;
 	s->blamed = calloc(nw, sizeof *s->blamed);
 	s->turn_blamed = calloc(nw, sizeof *s->turn_blamed);
 	s->stats.worker_replays = calloc(nw, sizeof *s->stats.worker_replays);
-	bool ok = s->slot_seq && s->snap && s->release && s->wseqs && s->ids && s->blamed &&
-		  s->turn_blamed && s->stats.worker_replays &&
+	bool ok = s->slot_seq && s->snap && s->release && s->free_slot && s->wseqs && s->ids &&
+		  s->blamed && s->turn_blamed && s->stats.worker_replays &&
+		  (!cfg->prefix_cache ||
+		   prefix_init(&s->prefix, slots, cfg->max_seq, cfg->ring_rollback, NULL) == 0) &&
 		  wire_scratch_init_rows(&s->scratch, slots,
 					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
@@ -1139,6 +1194,8 @@ void sched_fini(struct sched *s)
 	free(s->slot_seq);
 	free(s->snap);
 	free(s->release);
+	free(s->free_slot);
+	prefix_fini(&s->prefix);
 	free(s->wseqs);
 	free(s->ids);
 	free(s->cancels);
@@ -1237,6 +1294,8 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	}
 	q->max_tokens = r->max_tokens;
 	q->spec = !r->no_speculate && !r->probe;
+	q->no_cache = r->no_cache || r->probe;
+	q->cached = r->cached;
 	spec_adapt_init(&q->adapt, s->cfg.max_draft);
 	q->n_logprobs = r->n_logprobs;
 	q->sampling = r->sampling;

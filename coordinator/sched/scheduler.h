@@ -36,6 +36,7 @@
 #include "common/wire/link.h"
 #include "common/wire/wire.h"
 #include "coordinator/sched/spec.h"
+#include "coordinator/sched/prefix.h"
 #include "coordinator/sched/spec_adapt.h"
 
 enum sched_finish {
@@ -62,6 +63,10 @@ struct sched_req {
 	const int32_t *stop_ids;
 	int32_t n_stop_ids;
 	bool probe; /* run in the reserved slot (smoke tests, diffs); fails with LM_EBUSY if taken */
+	bool no_cache; /* compute the whole prompt, reusing no slot's rows (cache_prompt false) */
+	/* Where the scheduler writes how many prompt tokens it reused from a slot's rows (the
+	 * prefix cache), when the request takes its slot, before any on_token. May be NULL. */
+	int32_t *cached;
 	bool no_speculate; /* decode one token a step even where the scheduler has drafts */
 	/* One generated token; top_ids/top_lp hold n_top alternatives. */
 	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
@@ -99,6 +104,12 @@ struct sched_cfg {
 	 * source on its own thread; it stays the caller's. */
 	struct spec_source draft;
 	int32_t max_draft;
+	/* The prefix cache (prefix.h): an ended sequence's rows stay in its slot, and a request
+	 * that shares their prefix starts after it. ring_rollback: how many rows below a slot's
+	 * high-water mark its sliding-window rings can roll back (kv_ring_extra + 1); < 0 when
+	 * the model has no sliding-window layer. */
+	bool prefix_cache;
+	int32_t ring_rollback;
 	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
 	nng_socket pull;      /* from the last worker; opened and listening */
 };
@@ -111,6 +122,9 @@ struct sched_stats {
 	 * sequence-steps that carried a draft, and the shadow drafts of sequences that had
 	 * stopped drafting (spec_adapt.h: asked, never sent). */
 	_Atomic uint64_t spec_drafted, spec_accepted, spec_steps, spec_shadowed;
+	/* Prompt tokens whose rows a slot still held from an earlier sequence (the prefix cache):
+	 * counted in prompt_tokens, never computed. */
+	_Atomic uint64_t prompt_cached;
 	_Atomic int32_t active, queued;
 	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
 	 * that took several workers down at once counts for each of them. */

@@ -8,6 +8,8 @@
 #     logit_bias changes the draw; refused parameters name their field; U+0000 in a prompt is
 #     tokenized, not cut; /tokenize, /detokenize, /health, /v1/models/{id};
 #   - a client that leaves, plain or streaming, frees its sequence within a step;
+#   - a conversation reuses its rows through the prefix cache, with the same answers, also
+#     across a worker's restart;
 #   - the queue bound; slow senders (slowloris) and idle connections are bounded;
 #   - /metrics counts responses by status and refusals by reason and passes promtool's check
 #     (when Debian's prometheus package is installed) and the tests' strict reader.
@@ -211,6 +213,45 @@ for pid in "${pids[@]}"; do wait "$pid" || fail "a queued request failed"; done
 [ "$(metric 'layermesh_http_refused_total{reason="queue_full"}')" = 1 ] || fail "queue_full not counted"
 [ "$(metric 'layermesh_http_responses_total{code="429"}')" = 1 ] || fail "429 not counted"
 echo "ok: past max_queued a request gets 429 with Retry-After; the queued ones complete"
+
+# ---------------------------------------------------------------- the prefix cache
+# A conversation of three turns, each prompt the last one's prompt and answer and more: with
+# cache_prompt (the default) each turn reuses the rows its predecessor left, and the answers
+# and logprobs are those of cache_prompt false. A worker killed before the third turn took
+# its rows with it: the third turn reuses nothing and still answers the same.
+turn() { # turn IDS CACHE: prints the answer's ids, its logprobs and its cached token count
+	local r
+	r=$(curl -sf "${json[@]}" "$LM_URL/v1/completions" -d "{\"prompt\": $1, \"max_tokens\": 8,
+		\"temperature\": 0, \"logprobs\": 1, \"return_token_ids\": true, \"cache_prompt\": $2}") ||
+		fail "a turn failed: $1"
+	jq -c '[.token_ids, .choices[0].logprobs.token_logprobs,
+		.usage.prompt_tokens_details.cached_tokens]' <<<"$r"
+}
+conversation() { # conversation CACHE KILL: the three turns, one JSON line each
+	local ids='[1, 306, 763, 29871, 13, 1576, 278, 4799]' out i
+	for i in 1 2 3; do
+		if [ "$i" = 3 ] && [ "$2" = kill ]; then
+			kill -KILL "$(pgrep -f "layermesh-worker --name w1 .*$dir" | head -n 1)"
+			sleep 0.3
+			lm_ready_wait "$LM_URL" 30 >/dev/null || fail "the mesh did not come back"
+		fi
+		out=$(turn "$ids" "$1")
+		echo "$out"
+		ids=$(jq -c --argjson a "$out" '. + $a[0] + [4799, 278]' <<<"$ids")
+	done
+}
+conversation false keep >"$dir/conv.off"
+conversation true kill >"$dir/conv.on"
+cmp -s <(jq -c '.[0:2]' "$dir/conv.off") <(jq -c '.[0:2]' "$dir/conv.on") ||
+	fail "the cache changed the answers: $(cat "$dir/conv.off" "$dir/conv.on")"
+cached=$(jq -c '.[2]' "$dir/conv.on" | tr '\n' ' ')
+# (The first turn may reuse what the same turn without the cache left in a slot.)
+[ "$(jq -s '[.[] | .[2]] | .[1] > 8 and .[2] == 0' "$dir/conv.on")" = true ] ||
+	fail "cached tokens per turn: $cached (want the first turn's rows, then 0 after the kill)"
+[ "$(jq -s '[.[] | .[2]] | add' "$dir/conv.off")" = 0 ] || fail "cache_prompt false reused rows"
+[ "$(metric layermesh_prompt_tokens_cached_total)" -ge "$(jq -s '.[1][2]' "$dir/conv.on")" ] ||
+	fail "/metrics does not count the reused prompt tokens"
+echo "ok: prefix cache: cached tokens per turn $cached; the same ids and logprobs as without it"
 
 # ---------------------------------------------------------------- slow and idle clients
 python3 "$here/http_clients.py" slowloris "$host" "$port" 50 >"$dir/slow" &

@@ -624,7 +624,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
 		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
 		"http_read_timeout, http_idle_timeout, max_connections, cors_origins, "
-		"request_timeout, worker_timeout, insecure)");
+		"request_timeout, worker_timeout, insecure, prefix_cache)");
 }
 
 Test(mesh_config, workers)

@@ -472,6 +472,7 @@ struct req {
 	char msg[512];
 	uint64_t id;
 	bool no_speculate;
+	int32_t cached; /* prompt tokens the prefix cache reused (the scheduler writes it) */
 };
 
 /* The most sequences the scheduler held in slots at any token (read on its thread). */
@@ -557,6 +558,7 @@ static int req_submit(struct ring *r, struct req *q, lm_diag *d)
 			       .sampling = {.temperature = 0, .top_p = 1},
 			       .n_logprobs = 2,
 			       .no_speculate = q->no_speculate,
+			       .cached = &q->cached,
 			       .on_token = req_on_token,
 			       .on_done = req_on_done,
 			       .arg = q};
@@ -811,6 +813,73 @@ Test(scheduler, drafts_that_keep_failing_stop, .timeout = 30)
 	ring_down(&r);
 	for (int k = 0; k < 3; k++)
 		req_fini(&q[k]);
+}
+
+/* Three turns of a conversation, each prompt the last one's prompt and answer and more: with
+ * the prefix cache each turn reuses the rows the last one left in its slot and computes only
+ * the rest, and every token and logprob is the same bits as without it, with and without
+ * speculation. A pause (a worker away) forgets what the slots held. */
+static void conversation(bool cache, bool spec, struct req turns[3])
+{
+	struct ring r;
+	struct sched_cfg cfg = spec ? spec_cfg(default_cfg(), false) : default_cfg();
+	cfg.prefix_cache = cache;
+	cfg.ring_rollback = -1;
+	ring_up(&r, &cfg);
+	for (int t = 0; t < 3; t++) {
+		struct req *q = &turns[t];
+		req_init(q, 50, 12, 10);
+		if (t > 0) {
+			const struct req *p = &turns[t - 1];
+			memcpy(q->prompt, p->prompt, (size_t)p->n_prompt * sizeof *q->prompt);
+			memcpy(q->prompt + p->n_prompt, p->tok, (size_t)p->n * sizeof *q->prompt);
+			q->n_prompt = p->n_prompt + p->n;
+			for (int32_t i = 0; i < 5; i++)
+				q->prompt[q->n_prompt++] = 3 + (t * 7 + i * 13) % (T_VOCAB - 3);
+		}
+		if (t == 2)
+			sched_pause(r.s, "test: a worker away"), sched_resume(r.s, false);
+		req_start(&r, q);
+		expect_like_reference(q, NULL, 0);
+	}
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_eq(atomic_load(&st->prompt_cached),
+		     (uint64_t)(turns[0].cached + turns[1].cached + turns[2].cached));
+	/* Reused, never repaired: no stage refused a batch, nothing was computed twice. */
+	cr_expect_eq(atomic_load(&st->ring_errors), 0);
+	cr_expect_eq(atomic_load(&st->replays), 0);
+	cr_expect_eq(atomic_load(&st->batches_forgotten), 0);
+	ring_down(&r);
+	model_path[0] = '\0';
+}
+
+Test(scheduler, a_conversation_reuses_its_rows_with_the_same_bits, .timeout = 60)
+{
+	for (int spec = 0; spec <= 1; spec++) {
+		struct req off[3], on[3];
+		conversation(false, spec, off);
+		conversation(true, spec, on);
+		for (int t = 0; t < 3; t++) {
+			cr_expect_eq(off[t].cached, 0);
+			cr_assert_eq(on[t].n, off[t].n, "turn %d", t);
+			for (int32_t i = 0; i < on[t].n; i++) {
+				cr_expect_eq(on[t].tok[i], off[t].tok[i], "turn %d token %d", t, i);
+				cr_expect(memcmp(&on[t].lp[i], &off[t].lp[i], sizeof(float)) == 0,
+					  "turn %d token %d: logprob %a with the cache, %a without",
+					  t, i, (double)on[t].lp[i], (double)off[t].lp[i]);
+			}
+		}
+		/* Turn 2 reuses all turn 1 computed: its prompt and its answer less the last
+		 * token, which was sampled and never fed back. Turn 3 follows a pause: nothing. */
+		cr_expect_eq(on[0].cached, 0);
+		cr_expect_eq(on[1].cached, on[0].n_prompt + on[0].n - 1, "spec %d: %d reused", spec,
+			     on[1].cached);
+		cr_expect_eq(on[2].cached, 0, "after a pause the slots' rows are not trusted");
+		for (int t = 0; t < 3; t++) {
+			req_fini(&off[t]);
+			req_fini(&on[t]);
+		}
+	}
 }
 
 /* A worker lost while sequences speculate: the replay rebuilds every cache from the tokens

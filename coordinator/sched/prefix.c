@@ -1,0 +1,103 @@
+/* prefix.c — the prefix cache's index. See prefix.h. */
+#include "coordinator/sched/prefix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int prefix_init(struct prefix_index *x, int32_t slots, int32_t max_seq, int32_t rollback,
+		lm_diag *d)
+{
+	memset(x, 0, sizeof *x);
+	if (slots <= 0 || max_seq <= 0)
+		return lm_fail(d, LM_EINVAL, "prefix index: %d slots of %d positions", slots,
+			       max_seq);
+	x->slot = calloc((size_t)slots, sizeof *x->slot);
+	if (x->slot == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	x->slots = slots;
+	x->max_seq = max_seq;
+	x->rollback = rollback;
+	return 0;
+}
+
+void prefix_fini(struct prefix_index *x)
+{
+	if (x == NULL || x->slot == NULL)
+		return;
+	for (int32_t i = 0; i < x->slots; i++)
+		free(x->slot[i].tok);
+	free(x->slot);
+	memset(x, 0, sizeof *x);
+}
+
+void prefix_drop(struct prefix_index *x, int32_t slot)
+{
+	if (slot < 0 || slot >= x->slots)
+		return;
+	x->slot[slot].n = 0;
+	x->slot[slot].hi = 0;
+}
+
+void prefix_keep(struct prefix_index *x, int32_t slot, const int32_t *tok, int32_t n, int32_t hi)
+{
+	if (slot < 0 || slot >= x->slots)
+		return;
+	struct prefix_slot *p = &x->slot[slot];
+	if (n <= 0 || n > x->max_seq) {
+		prefix_drop(x, slot);
+		return;
+	}
+	if (p->tok == NULL && (p->tok = malloc((size_t)x->max_seq * sizeof *p->tok)) == NULL) {
+		prefix_drop(x, slot);
+		return;
+	}
+	memcpy(p->tok, tok, (size_t)n * sizeof *tok);
+	p->n = n;
+	p->hi = hi > n ? hi : n;
+	p->used = ++x->clock;
+}
+
+void prefix_forget_all(struct prefix_index *x)
+{
+	for (int32_t i = 0; i < x->slots; i++)
+		prefix_drop(x, i);
+}
+
+int32_t prefix_usable(const struct prefix_index *x, int32_t slot, const int32_t *tok, int32_t n)
+{
+	if (slot < 0 || slot >= x->slots || n <= 1)
+		return 0;
+	const struct prefix_slot *p = &x->slot[slot];
+	int32_t most = p->n < n - 1 ? p->n : n - 1;
+	int32_t c = 0;
+	while (c < most && p->tok[c] == tok[c])
+		c++;
+	if (c > 0 && x->rollback >= 0 && p->hi - c > x->rollback)
+		return 0; /* a sliding ring no longer holds what the continuation reads */
+	return c;
+}
+
+int32_t prefix_choose(const struct prefix_index *x, const bool *free, const int32_t *tok, int32_t n,
+		      int32_t *reuse)
+{
+	int32_t best = -1, best_reuse = 0, empty = -1, oldest = -1;
+	for (int32_t i = 0; i < x->slots; i++) {
+		if (!free[i])
+			continue;
+		int32_t r = prefix_usable(x, i, tok, n);
+		if (r > best_reuse) {
+			best = i;
+			best_reuse = r;
+		}
+		if (x->slot[i].n == 0) {
+			if (empty < 0)
+				empty = i;
+		} else if (oldest < 0 || x->slot[i].used < x->slot[oldest].used) {
+			oldest = i;
+		}
+	}
+	*reuse = best_reuse;
+	if (best >= 0)
+		return best;
+	return empty >= 0 ? empty : oldest;
+}
