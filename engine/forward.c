@@ -190,9 +190,8 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 	/* The cache now holds every token of the batch: each slot's length is past its last one. */
 	for (int32_t t = 0; fw->kv != NULL && t < b->n; t++) {
 		const struct lm_tok_loc *l = &b->loc[t];
-		fw->kv->len[l->slot] = l->pos + 1;
-		if (fw->kv->hi[l->slot] < l->pos + 1)
-			fw->kv->hi[l->slot] = l->pos + 1;
+		if ((rc = kv_cache_set_len(fw->kv, l->slot, l->pos + 1, d)) != 0)
+			return rc;
 	}
 
 	if (!m->slice.head) {
