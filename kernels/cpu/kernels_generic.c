@@ -193,7 +193,7 @@ GEN_MM(q4_K, cpu_vec_dot_q4_K_generic)
 GEN_MM(q6_K, cpu_vec_dot_q6_K_generic)
 
 /* ------------------------------------------------------------------------------------------ */
-/* Attention's softmax (the cache types' kernels are in kv_generic.c)                          */
+/* Attention's softmax (the cache types' kernels are in attention_generic.c)                          */
 
 double cpu_softmax_exp_generic(float *s, int n, float max)
 {
