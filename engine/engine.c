@@ -42,14 +42,14 @@ int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag
 		struct kv_geom geom[LM_MAX_LAYERS];
 		for (int32_t il = s->begin; il < s->end; il++)
 			geom[il - s->begin] = lm_hparams_kv_geom(hp, il);
-		struct kv_cache_cfg kc = {.base_layer = s->begin,
-					  .num_layers = s->end - s->begin,
-					  .geom = geom,
-					  .max_seq = max_seq,
-					  .ring_extra =
-						  kv_ring_extra(cfg->max_batch, cfg->max_draft),
-					  .slots = cfg->slots > 0 ? cfg->slots : 1,
-					  .types = cfg->kv_types};
+		struct kv_cache_cfg kc = {
+			.base_layer = s->begin,
+			.num_layers = s->end - s->begin,
+			.geom = geom,
+			.max_seq = max_seq,
+			.ring_extra = kv_geom_ring_extra(cfg->max_batch, cfg->max_draft),
+			.slots = cfg->slots > 0 ? cfg->slots : 1,
+			.types = cfg->kv_types};
 		if ((rc = kv_cache_init(&e->kv, &e->be, &kc, d)) != 0)
 			goto fail;
 	}

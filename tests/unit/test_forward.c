@@ -71,7 +71,7 @@ static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, 
 				  .num_layers = r->m.slice.end - r->m.slice.begin,
 				  .geom = g,
 				  .max_seq = 128,
-				  .ring_extra = kv_ring_extra(max_batch, 0),
+				  .ring_extra = kv_geom_ring_extra(max_batch, 0),
 				  .slots = slots,
 				  .types = {{LM_F32, LM_F32}, {LM_F32, LM_F32}}};
 	cr_assert_eq(kv_cache_init(&r->kv, &r->be, &kc, &d), 0, "%s", d.msg);
