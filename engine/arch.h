@@ -15,7 +15,7 @@
 
 #include "common/base/err.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 
 /* A tensor's dimension, in the layer's own hyperparameters. */
 enum lm_dim {
@@ -54,7 +54,7 @@ struct lm_arch {
 	const struct lm_tensor_spec *tensors;
 	size_t n_tensors;
 	/* Tensors with their own refusal message, ended by {NULL}; any other tensor the table
-	 * does not list is refused too (engine/model.c). */
+	 * does not list is refused too (engine/weights.c). */
 	const struct lm_refusal *refused;
 	/* Runs absolute layer il of the slice over batch b, reading and updating fw->x (the
 	 * residual stream, [n][n_embd]) with fw's scratch. */

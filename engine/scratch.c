@@ -2,7 +2,7 @@
 #include "engine/scratch.h"
 
 #include "common/wire/wire.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 
 uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
 				  bool head, int32_t max_batch)

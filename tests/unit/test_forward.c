@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/model.h"
+#include "engine/weights.h"
 #include "engine/forward.h"
 #include "coordinator/synth.h"
 
