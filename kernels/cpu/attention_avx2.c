@@ -99,19 +99,6 @@ static void attn_store_q8_0(const float *x, void *dst, int64_t n)
 	}
 }
 
-static void attn_q_f16(const float *x, void *dst, int64_t n)
-{
-	float *y = dst;
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		const __m128i h =
-			_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
-		_mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
-	}
-	for (; i < n; i++)
-		y[i] = lm_f16_to_f32(lm_f32_to_f16(x[i]));
-}
-
 static void attn_q_bf16(const float *x, void *dst, int64_t n)
 {
 	float *y = dst;
@@ -526,7 +513,7 @@ void cpu_attn_avx2_fill(struct cpu_kernels *k)
 	t[LM_F32].values = attn_values_f32;
 	t[LM_F16] = (struct cpu_attn_ops){.store = attn_store_f16,
 					  .q_bytes = attn_q_f32_bytes,
-					  .q_conv = attn_q_f16,
+					  .q_conv = cpu_round_f16_avx2,
 					  .scores = attn_scores_f16,
 					  .values = attn_values_f16};
 	t[LM_BF16] = (struct cpu_attn_ops){.store = t[LM_BF16].store,

@@ -20,50 +20,11 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Stores: f32 row -> the cache's bytes                                                       */
 
+/* The other types store through GGUF's reference quantizers (common/format/quant.c), the same
+ * functions the matmul's activations convert with. */
 static void attn_store_f32(const float *x, void *dst, int64_t n)
 {
 	memcpy(dst, x, (size_t)n * sizeof(float));
-}
-
-static void attn_store_f16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_f16(x[i]);
-}
-
-static void attn_store_bf16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_bf16(x[i]);
-}
-
-static void attn_store_q8_0(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q8_0_ref(x, dst, n);
-}
-
-static void attn_store_q4_0(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q4_0_ref(x, dst, n);
-}
-
-static void attn_store_q5_1(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q5_1_ref(x, dst, n);
-}
-
-static void attn_store_q8_1(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q8_1_ref(x, dst, n);
-}
-
-static void attn_store_fp8(const float *x, void *dst, int64_t n)
-{
-	uint8_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_fp8(x[i]);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -259,32 +220,32 @@ void cpu_attn_generic_fill(struct cpu_kernels *k)
 					  .q_bytes = attn_q_f32,
 					  .scores = attn_scores_f32,
 					  .values = attn_values_f32};
-	t[LM_F16] = (struct cpu_attn_ops){.store = attn_store_f16,
+	t[LM_F16] = (struct cpu_attn_ops){.store = lm_quantize_f16_ref,
 					  .q_bytes = attn_q_16,
-					  .q_conv = attn_store_f16,
+					  .q_conv = lm_quantize_f16_ref,
 					  .scores = attn_scores_f16,
 					  .values = attn_values_f16};
-	t[LM_BF16] = (struct cpu_attn_ops){.store = attn_store_bf16,
+	t[LM_BF16] = (struct cpu_attn_ops){.store = lm_quantize_bf16_ref,
 					   .q_bytes = attn_q_16,
-					   .q_conv = attn_store_bf16,
+					   .q_conv = lm_quantize_bf16_ref,
 					   .scores = attn_scores_bf16,
 					   .values = attn_values_bf16};
-	t[LM_Q8_0] = (struct cpu_attn_ops){.store = attn_store_q8_0,
+	t[LM_Q8_0] = (struct cpu_attn_ops){.store = lm_quantize_q8_0_ref,
 					   .q_bytes = attn_q_q8_0,
-					   .q_conv = attn_store_q8_0,
+					   .q_conv = lm_quantize_q8_0_ref,
 					   .scores = attn_scores_q8_0,
 					   .values = attn_values_q8_0};
-	t[LM_Q4_0] = (struct cpu_attn_ops){.store = attn_store_q4_0,
+	t[LM_Q4_0] = (struct cpu_attn_ops){.store = lm_quantize_q4_0_ref,
 					   .q_bytes = attn_q_q8_0,
-					   .q_conv = attn_store_q8_0,
+					   .q_conv = lm_quantize_q8_0_ref,
 					   .scores = attn_scores_q4_0,
 					   .values = attn_values_q4_0};
-	t[LM_Q5_1] = (struct cpu_attn_ops){.store = attn_store_q5_1,
+	t[LM_Q5_1] = (struct cpu_attn_ops){.store = lm_quantize_q5_1_ref,
 					   .q_bytes = attn_q_q8_1,
-					   .q_conv = attn_store_q8_1,
+					   .q_conv = lm_quantize_q8_1_ref,
 					   .scores = attn_scores_q5_1,
 					   .values = attn_values_q5_1};
-	t[LM_FP8_E4M3] = (struct cpu_attn_ops){.store = attn_store_fp8,
+	t[LM_FP8_E4M3] = (struct cpu_attn_ops){.store = lm_quantize_fp8_ref,
 					       .q_bytes = attn_q_f32,
 					       .scores = attn_scores_fp8,
 					       .values = attn_values_fp8};

@@ -151,6 +151,9 @@ extern const struct cpu_kernels cpu_kernels_generic;
 void cpu_attn_generic_fill(struct cpu_kernels *k);
 /* The AVX2 cache kernels (attention_avx2.c), over the generic ones; x86-64 builds only. */
 void cpu_attn_avx2_fill(struct cpu_kernels *k);
+/* n floats rounded to f16 and back, as f32 into dst (kernels_avx2.c; x86-64 builds only): the
+ * F16 weights' activations and the F16 cache's q alike. */
+void cpu_round_f16_avx2(const float *x, void *dst, int64_t n);
 /* e4m3's 256 values as f32 (the reference decoding of LM_FP8_E4M3). */
 const float *cpu_fp8_table(void);
 
