@@ -19,24 +19,10 @@
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/simd_x86.h"
 
-#define P_T8       8
-#define P_TK       6
-#define P_CHUNK    64
-#define P_INL      static inline __attribute__((always_inline))
-
-#define REC_Q8_0   (16 * 34)
-#define REC_Q4_0   (16 * 18)
-#define REC_Q4_K   (16 * 144)
-#define REC_Q6_K   (16 * 210)
-#define Q6_TRIPLES 256
-#define Q6_D       (256 + 16 * 192)
-#define P_PF_BYTES 3072
-
-P_INL void p_prefetch(const uint8_t *p, size_t bytes)
-{
-	for (size_t o = 0; o < bytes; o += 64)
-		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
-}
+#define P_T8      8
+#define P_TK      6
+#define P_CHUNK   64
+#define P_INL     static inline __attribute__((always_inline))
 
 #define PT_W      8
 #define PT_HALVES 2

@@ -24,6 +24,26 @@
 #ifndef LM_PANEL_TILES_H
 #define LM_PANEL_TILES_H
 
+/* Record bytes of one block of a group (16 x the GGUF block). */
+#define REC_Q8_0 (16 * 34)
+#define REC_Q4_0 (16 * 18)
+#define REC_Q4_K (16 * 144)
+#define REC_Q6_K (16 * 210)
+/* Q6_K's record: the scales (4 vectors), 16 triples of quant vectors, d (panel.c). */
+#define Q6_TRIPLES 256
+#define Q6_D       (256 + 16 * 192)
+
+/* How far ahead of the weight stream the L2 prefetches run: one core has few L1 miss buffers,
+ * requests into L2 keep more misses in flight (simd_x86.h, SIMD_PF_BYTES). */
+#define P_PF_BYTES 3072
+
+/* Prefetches the cache lines of [p, p + bytes) from P_PF_BYTES ahead. */
+PT_INL void p_prefetch(const uint8_t *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
+}
+
 /* Accumulators of one half's tokens in a single-tile batch (group_k_direct). */
 #define PT_TK_STRIDE P_TK
 
