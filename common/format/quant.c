@@ -559,47 +559,25 @@ static void quant_dequantize_f32(const void *src, float *y, int64_t n)
 	memcpy(y, src, (size_t)n * sizeof(float));
 }
 
-void lm_quantize_f16_ref(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_f16(x[i]);
-}
+/* The per-element types, a value at a time both ways: f16 and bf16 (round to nearest even) and
+ * fp8 (e4m3), with dtype.h's scalar conversions. */
+#define QUANT_ELEMENTWISE(name, elem_t, from_f32, to_f32)                         \
+	void lm_quantize_##name##_ref(const float *x, void *dst, int64_t n)       \
+	{                                                                         \
+		elem_t *y = dst;                                                  \
+		for (int64_t i = 0; i < n; i++)                                   \
+			y[i] = from_f32(x[i]);                                    \
+	}                                                                         \
+	static void quant_dequantize_##name(const void *src, float *y, int64_t n) \
+	{                                                                         \
+		const elem_t *x = src;                                            \
+		for (int64_t i = 0; i < n; i++)                                   \
+			y[i] = to_f32(x[i]);                                      \
+	}
 
-static void quant_dequantize_f16(const void *src, float *y, int64_t n)
-{
-	const uint16_t *x = src;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f16_to_f32(x[i]);
-}
-
-void lm_quantize_bf16_ref(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_bf16(x[i]);
-}
-
-static void quant_dequantize_bf16(const void *src, float *y, int64_t n)
-{
-	const uint16_t *x = src;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_bf16_to_f32(x[i]);
-}
-
-void lm_quantize_fp8_ref(const float *x, void *dst, int64_t n)
-{
-	uint8_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_fp8(x[i]);
-}
-
-static void quant_dequantize_fp8(const void *src, float *y, int64_t n)
-{
-	const uint8_t *x = src;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_fp8_to_f32(x[i]);
-}
+QUANT_ELEMENTWISE(f16, uint16_t, lm_f32_to_f16, lm_f16_to_f32)
+QUANT_ELEMENTWISE(bf16, uint16_t, lm_f32_to_bf16, lm_bf16_to_f32)
+QUANT_ELEMENTWISE(fp8, uint8_t, lm_f32_to_fp8, lm_fp8_to_f32)
 
 /* The types lm_quantize_row and lm_dequantize_row convert, and how; a type without an entry is
  * LM_EUNSUPPORTED. Block sizes are dtype.c's table's. */
