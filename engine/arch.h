@@ -15,7 +15,7 @@
 
 #include "common/base/err.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 
 /* A tensor's dimension, in the layer's own hyperparameters. */
 enum lm_dim {
@@ -54,7 +54,7 @@ struct lm_arch {
 	const struct lm_tensor_spec *tensors;
 	size_t n_tensors;
 	/* Tensors with their own refusal message, ended by {NULL}; any other tensor the table
-	 * does not list is refused too (engine/model.c). */
+	 * does not list is refused too (engine/weights.c). */
 	const struct lm_refusal *refused;
 	/* Runs absolute layer il of the slice over batch b, reading and updating fw->x (the
 	 * residual stream, [n][n_embd]) with fw's scratch. */
@@ -62,6 +62,13 @@ struct lm_arch {
 };
 
 /* ---- the steps of a layer (engine/layer.c), on fw's scratch for the batch's n tokens ---- */
+
+/* rc, the failure of backend op `what` in layer il, with d naming the layer, the op and the
+ * backend's own message where it has one (a CUDA error). Every step reports through it:
+ *     if ((rc = be->iface->matmul(...)) != 0)
+ *             return lm_layer_fail(fw, rc, il, "ffn_up", d);
+ */
+int lm_layer_fail(const struct lm_forward *fw, int rc, int32_t il, const char *what, lm_diag *d);
 
 /* y = rmsnorm(x) * w over rows of n_embd (w NULL: unweighted). */
 int lm_layer_norm(struct lm_forward *fw, float *y, const float *x, const struct lm_weight *w,
@@ -98,15 +105,5 @@ extern const struct lm_refusal lm_refused_moe[];
 
 extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_gemma3,
 	lm_arch_gemma4;
-
-/* The status of a backend op inside a layer function, with the op and the layer named and the
- * backend's own message where it has one (a CUDA error); il, `fw` and `d` must be in scope. */
-#define LM_FW_OP(call, what)                                                        \
-	do {                                                                        \
-		int rc_ = (call);                                                   \
-		if (rc_ != 0)                                                       \
-			return lm_fail(d, rc_, "layer %d: %s failed: %s", il, what, \
-				       lm_backend_strerror(fw->be, rc_));           \
-	} while (0)
 
 #endif

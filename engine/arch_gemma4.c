@@ -61,8 +61,8 @@ static int gemma4_attention(struct lm_forward *fw, int32_t il, const struct lm_b
 		return rc;
 	if (w->wv.data != NULL)
 		rc = lm_layer_proj(fw, fw->v, &w->wv, NULL, fw->h, il, n, "attn_v", d);
-	else
-		LM_FW_OP(fw->be->iface->copy(fw->be->ctx, fw->v, fw->k, kv_len), "v = k");
+	else if ((rc = fw->be->iface->copy(fw->be->ctx, fw->v, fw->k, kv_len)) != 0)
+		return lm_layer_fail(fw, rc, il, "v = k", d);
 	if (rc != 0 ||
 	    (rc = lm_layer_head_norm(fw, fw->k, &w->k_norm, l->n_head_kv, il, n, "k_norm", d)) ||
 	    (rc = lm_layer_head_norm(fw, fw->v, NULL, l->n_head_kv, il, n, "v_norm", d)) ||

@@ -47,7 +47,7 @@ int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag
 			.num_layers = s->end - s->begin,
 			.geom = geom,
 			.max_seq = max_seq,
-			.ring_extra = kv_ring_extra(cfg->max_batch, cfg->max_draft),
+			.ring_extra = kv_geom_ring_extra(cfg->max_batch, cfg->max_draft),
 			.slots = cfg->slots > 0 ? cfg->slots : 1,
 			.types = cfg->kv_types,
 			.layer_types = cfg->layer_kv_types != NULL ? cfg->layer_kv_types + s->begin

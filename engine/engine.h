@@ -18,7 +18,7 @@
 #include "common/base/err.h"
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 #include "kernels/backend.h"
 
 /* Positions per sequence when the caller leaves it to the model: its trained context, at most

@@ -148,15 +148,75 @@ static void fw_softcap(float *logits, size_t n, float cap)
 		logits[i] = tanhf(logits[i] * inv) * cap;
 }
 
-int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
-		   float *hidden_out, float *logits, lm_diag *d)
+/* rc, the failure of backend op `what` outside the layers, with the part of the stage it
+ * served ("embedding", "input", "head", "output") and the backend's own message where it has
+ * one (a CUDA error). Inside a layer, lm_layer_fail names the layer instead. */
+static int fw_fail(const struct lm_forward *fw, int rc, const char *where, const char *what,
+		   lm_diag *d)
+{
+	return lm_fail(d, rc, "%s: %s failed: %s", where, what, lm_backend_strerror(fw->be, rc));
+}
+
+/* x = the batch's rows: its tokens' embeddings (scaled where the model scales them) on the
+ * first stage, else the previous stage's hidden states. */
+static int fw_input(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
+		    lm_diag *d)
+{
+	const struct lm_model *m = fw->model;
+	const struct lm_backend *be = fw->be;
+	const size_t len = (size_t)b->n * (size_t)m->hp.n_embd;
+	int rc;
+	if (!m->slice.embedding) {
+		if ((rc = be->iface->upload(be->ctx, fw->x, hidden_in, len * sizeof(float))) != 0)
+			return fw_fail(fw, rc, "input", "upload", d);
+		return 0;
+	}
+	if ((rc = be->iface->get_rows(be->ctx, fw->x, &m->tok_embd, b->ids, b->n)) != 0)
+		return fw_fail(fw, rc, "embedding", "token_embd", d);
+	if (m->hp.embd_scale != 1.0f &&
+	    (rc = be->iface->scale(be->ctx, fw->x, m->hp.embd_scale, len)) != 0)
+		return fw_fail(fw, rc, "embedding", "scale", d);
+	return 0;
+}
+
+/* The head: logits of the batch's n_out requested rows into the host's `logits`, and every
+ * row's hidden state into hidden_out where it is not NULL. */
+static int fw_head(struct lm_forward *fw, const struct lm_batch *b, float *hidden_out,
+		   float *logits, lm_diag *d)
 {
 	const struct lm_model *m = fw->model;
 	const struct lm_hparams *hp = &m->hp;
 	const struct lm_backend_i *be = fw->be->iface;
 	void *ctx = fw->be->ctx;
-	size_t row = (size_t)hp->n_embd * sizeof(float);
-	int32_t il = m->slice.begin; /* for FW_OP messages outside layers */
+	const size_t n_logits = (size_t)b->n_out * (size_t)hp->n_vocab;
+	int rc;
+	/* Only the requested rows go through the final norm and the vocabulary projection: the
+	 * norm gathers them into h, so the lm_head reads its weights once for n_out rows. */
+	for (int32_t i = 0; i < b->n_out; i++)
+		if ((rc = be->rmsnorm(ctx, fw->h + (size_t)i * hp->n_embd,
+				      fw->x + (size_t)b->out_rows[i] * hp->n_embd,
+				      m->output_norm.data, hp->n_embd, 1, hp->rms_eps)) != 0)
+			return fw_fail(fw, rc, "head", "output_norm", d);
+	if ((rc = be->matmul(ctx, fw->logits, &m->output, fw->h, b->n_out)) != 0)
+		return fw_fail(fw, rc, "head", "output", d);
+	if ((rc = be->download(ctx, logits, fw->logits, n_logits * sizeof(float))) != 0)
+		return fw_fail(fw, rc, "head", "download", d);
+	if (hidden_out != NULL &&
+	    (rc = be->download(ctx, hidden_out, fw->x,
+			       (size_t)b->n * (size_t)hp->n_embd * sizeof(float))) != 0)
+		return fw_fail(fw, rc, "output", "download", d);
+	if ((rc = lm_backend_sync(fw->be)) != 0)
+		return fw_fail(fw, rc, "output", "sync", d);
+	if (hp->final_softcap > 0)
+		fw_softcap(logits, n_logits, hp->final_softcap);
+	return 0;
+}
+
+int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
+		   float *hidden_out, float *logits, lm_diag *d)
+{
+	const struct lm_model *m = fw->model;
+	struct lm_backend *be = fw->be;
 	int rc;
 
 	if ((rc = fw_check(fw, b, d)) != 0)
@@ -170,57 +230,34 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 		    (rc = kv_cache_truncate(fw->kv, l->slot, l->pos, d)) != 0)
 			return rc;
 	}
-	if (m->slice.embedding) {
-		LM_FW_OP(be->get_rows(ctx, fw->x, &m->tok_embd, b->ids, b->n), "token_embd");
-		if (hp->embd_scale != 1.0f)
-			LM_FW_OP(be->scale(ctx, fw->x, hp->embd_scale,
-					   (size_t)b->n * (size_t)hp->n_embd),
-				 "embedding scale");
-	} else
-		LM_FW_OP(be->upload(ctx, fw->x, hidden_in, (size_t)b->n * row), "upload");
+	if ((rc = fw_input(fw, b, hidden_in, d)) != 0)
+		return rc;
 
-	for (il = m->slice.begin; il < m->slice.end; il++) {
+	for (int32_t il = m->slice.begin; il < m->slice.end; il++) {
 		if ((rc = m->arch->layer(fw, il, b, d)) != 0)
 			return rc;
 		if (fw->hook != NULL) {
-			LM_FW_OP(lm_backend_sync(fw->be), "sync");
+			if ((rc = lm_backend_sync(be)) != 0)
+				return lm_layer_fail(fw, rc, il, "sync", d);
 			fw->hook(fw->hook_arg, il, fw->x, b->n);
 		}
 	}
 	/* The cache now holds every token of the batch: each slot's length is past its last one. */
 	for (int32_t t = 0; fw->kv != NULL && t < b->n; t++) {
 		const struct lm_tok_loc *l = &b->loc[t];
-		fw->kv->len[l->slot] = l->pos + 1;
-		if (fw->kv->hi[l->slot] < l->pos + 1)
-			fw->kv->hi[l->slot] = l->pos + 1;
+		if ((rc = kv_cache_set_len(fw->kv, l->slot, l->pos + 1, d)) != 0)
+			return rc;
 	}
 
-	if (!m->slice.head) {
-		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
-		LM_FW_OP(lm_backend_sync(fw->be), "sync");
-		return 0;
-	}
-	if (b->n_out == 0) { /* a prefill chunk that samples nothing: its KV rows were the point */
-		LM_FW_OP(lm_backend_sync(fw->be), "sync");
-		return 0;
-	}
-	/* Only the requested rows go through the final norm and the vocabulary projection: the
-	 * norm gathers them into h, so the lm_head reads its weights once for n_out rows. */
-	for (int32_t i = 0; i < b->n_out; i++)
-		LM_FW_OP(be->rmsnorm(ctx, fw->h + (size_t)i * hp->n_embd,
-				     fw->x + (size_t)b->out_rows[i] * hp->n_embd,
-				     m->output_norm.data, hp->n_embd, 1, hp->rms_eps),
-			 "output_norm");
-	LM_FW_OP(be->matmul(ctx, fw->logits, &m->output, fw->h, b->n_out), "output");
-	LM_FW_OP(be->download(ctx, logits, fw->logits,
-			      (size_t)b->n_out * (size_t)hp->n_vocab * sizeof(float)),
-		 "download");
-	if (hidden_out != NULL)
-		LM_FW_OP(be->download(ctx, hidden_out, fw->x, (size_t)b->n * row), "download");
-	if ((rc = lm_backend_sync(fw->be)) != 0)
-		return lm_fail(d, rc, "sync failed: %s", lm_backend_strerror(fw->be, rc));
-	if (hp->final_softcap > 0)
-		fw_softcap(logits, (size_t)b->n_out * (size_t)hp->n_vocab, hp->final_softcap);
+	if (m->slice.head && b->n_out > 0)
+		return fw_head(fw, b, hidden_out, logits, d);
+	/* A middle stage's rows out; a prefill chunk that samples nothing has only its KV rows. */
+	if (!m->slice.head &&
+	    (rc = be->iface->download(be->ctx, hidden_out, fw->x,
+				      (size_t)b->n * (size_t)m->hp.n_embd * sizeof(float))) != 0)
+		return fw_fail(fw, rc, "output", "download", d);
+	if ((rc = lm_backend_sync(be)) != 0)
+		return fw_fail(fw, rc, "output", "sync", d);
 	return 0;
 }
 

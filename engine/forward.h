@@ -23,7 +23,7 @@
 
 #include "common/base/err.h"
 #include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 #include "kernels/backend.h"
 
 struct lm_batch {

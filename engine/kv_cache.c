@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *kv_alloc(struct lm_backend *b, size_t n)
+static void *kv_cache_mem_alloc(struct lm_backend *b, size_t n)
 {
 	if (b != NULL)
 		return b->iface->malloc(b->ctx, n);
@@ -16,7 +16,7 @@ static void *kv_alloc(struct lm_backend *b, size_t n)
 	return p;
 }
 
-static void kv_free(struct lm_backend *b, void *p)
+static void kv_cache_mem_free(struct lm_backend *b, void *p)
 {
 	if (b != NULL)
 		b->iface->mfree(b->ctx, p);
@@ -71,7 +71,7 @@ int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct 
 		l->v_type = t.v;
 		l->n_kv_heads = g->n_kv_heads;
 		l->head_dim = g->head_dim;
-		l->ctx = kv_layer_ctx(g, cfg->max_seq, cfg->ring_extra);
+		l->ctx = kv_geom_ctx(g, cfg->max_seq, cfg->ring_extra);
 		l->window = g->window;
 		l->slots = cfg->slots;
 		l->k_row_bytes = (size_t)kr;
@@ -81,8 +81,8 @@ int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct 
 			kv_cache_fini(kv);
 			return lm_fail(d, LM_EOVERFLOW, "kv cache: layer %d is too large", layer);
 		}
-		l->k = kv_alloc(backend, (size_t)(rows * kr));
-		l->v = kv_alloc(backend, (size_t)(rows * vr));
+		l->k = kv_cache_mem_alloc(backend, (size_t)(rows * kr));
+		l->v = kv_cache_mem_alloc(backend, (size_t)(rows * vr));
 		if (l->k == NULL || l->v == NULL) {
 			uint64_t need = rows * (kr + vr);
 			kv_cache_fini(kv);
@@ -101,8 +101,8 @@ void kv_cache_fini(struct kv_cache *kv)
 		return;
 	if (kv->layers != NULL)
 		for (int32_t i = 0; i < kv->num_layers; i++) {
-			kv_free(kv->backend, kv->layers[i].k);
-			kv_free(kv->backend, kv->layers[i].v);
+			kv_cache_mem_free(kv->backend, kv->layers[i].k);
+			kv_cache_mem_free(kv->backend, kv->layers[i].v);
 		}
 	free(kv->layers);
 	free(kv->len);
@@ -182,7 +182,7 @@ int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d
 }
 
 /* Rows of a slot that hold data for its current length, per layer. */
-static uint64_t kv_rows_held(const struct lm_kv_layer *l, int32_t len)
+static uint64_t kv_cache_rows_held(const struct lm_kv_layer *l, int32_t len)
 {
 	return (uint64_t)(len < l->ctx ? len : l->ctx);
 }
@@ -194,7 +194,7 @@ uint64_t kv_cache_export_bytes(const struct kv_cache *kv, int32_t slot)
 		return 0;
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		const struct lm_kv_layer *l = &kv->layers[i];
-		total += kv_rows_held(l, kv->len[slot]) * (l->k_row_bytes + l->v_row_bytes);
+		total += kv_cache_rows_held(l, kv->len[slot]) * (l->k_row_bytes + l->v_row_bytes);
 	}
 	return total;
 }
@@ -215,7 +215,7 @@ int kv_cache_export(const struct kv_cache *kv, int32_t slot, void *buf, uint64_t
 	uint8_t *p = buf;
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		const struct lm_kv_layer *l = &kv->layers[i];
-		uint64_t rows = kv_rows_held(l, kv->len[slot]);
+		uint64_t rows = kv_cache_rows_held(l, kv->len[slot]);
 		const uint8_t *k = (const uint8_t *)l->k + (size_t)slot * l->ctx * l->k_row_bytes;
 		const uint8_t *v = (const uint8_t *)l->v + (size_t)slot * l->ctx * l->v_row_bytes;
 		size_t kn = (size_t)(rows * l->k_row_bytes), vn = (size_t)(rows * l->v_row_bytes);
@@ -256,7 +256,7 @@ int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, int32_t hi, 
 	const uint8_t *p = buf;
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		struct lm_kv_layer *l = &kv->layers[i];
-		uint64_t rows = kv_rows_held(l, len);
+		uint64_t rows = kv_cache_rows_held(l, len);
 		uint8_t *k = (uint8_t *)l->k + (size_t)slot * l->ctx * l->k_row_bytes;
 		uint8_t *v = (uint8_t *)l->v + (size_t)slot * l->ctx * l->v_row_bytes;
 		size_t kn = (size_t)(rows * l->k_row_bytes), vn = (size_t)(rows * l->v_row_bytes);

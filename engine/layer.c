@@ -9,13 +9,19 @@
 #include "engine/arch.h"
 #include "engine/kv_cache.h"
 
+int lm_layer_fail(const struct lm_forward *fw, int rc, int32_t il, const char *what, lm_diag *d)
+{
+	return lm_fail(d, rc, "layer %d: %s failed: %s", il, what, lm_backend_strerror(fw->be, rc));
+}
+
 int lm_layer_norm(struct lm_forward *fw, float *y, const float *x, const struct lm_weight *w,
 		  float eps, int32_t il, int32_t n, const char *what, lm_diag *d)
 {
 	const struct lm_backend *be = fw->be;
-	LM_FW_OP(be->iface->rmsnorm(be->ctx, y, x, w != NULL ? w->data : NULL, fw->model->hp.n_embd,
-				    n, eps),
-		 what);
+	int rc = be->iface->rmsnorm(be->ctx, y, x, w != NULL ? w->data : NULL, fw->model->hp.n_embd,
+				    n, eps);
+	if (rc != 0)
+		return lm_layer_fail(fw, rc, il, what, d);
 	return 0;
 }
 
@@ -24,9 +30,11 @@ int lm_layer_proj(struct lm_forward *fw, float *y, const struct lm_weight *w,
 		  const char *what, lm_diag *d)
 {
 	const struct lm_backend *be = fw->be;
-	LM_FW_OP(be->iface->matmul(be->ctx, y, w, x, n), what);
-	if (bias != NULL && bias->data != NULL)
-		LM_FW_OP(be->iface->add_rows(be->ctx, y, bias->data, (int)w->ne1, n), what);
+	int rc = be->iface->matmul(be->ctx, y, w, x, n);
+	if (rc == 0 && bias != NULL && bias->data != NULL)
+		rc = be->iface->add_rows(be->ctx, y, bias->data, (int)w->ne1, n);
+	if (rc != 0)
+		return lm_layer_fail(fw, rc, il, what, d);
 	return 0;
 }
 
@@ -35,9 +43,10 @@ int lm_layer_head_norm(struct lm_forward *fw, float *x, const struct lm_weight *
 {
 	const struct lm_backend *be = fw->be;
 	const struct lm_layer_hparams *l = &fw->model->hp.layer[il];
-	LM_FW_OP(be->iface->rmsnorm(be->ctx, x, x, w != NULL ? w->data : NULL, l->head_dim,
-				    n * heads, fw->model->hp.rms_eps),
-		 what);
+	int rc = be->iface->rmsnorm(be->ctx, x, x, w != NULL ? w->data : NULL, l->head_dim,
+				    n * heads, fw->model->hp.rms_eps);
+	if (rc != 0)
+		return lm_layer_fail(fw, rc, il, what, d);
 	return 0;
 }
 
@@ -48,7 +57,9 @@ int lm_layer_rope(struct lm_forward *fw, float *x, int32_t heads, int32_t il,
 	const struct lm_layer_hparams *l = &fw->model->hp.layer[il];
 	struct lm_rope_params rp = l->rope;
 	rp.freq_factors = l->rope_factors ? fw->model->rope_freqs.data : NULL;
-	LM_FW_OP(be->iface->rope(be->ctx, x, heads, l->head_dim, b->loc, b->n, &rp), what);
+	int rc = be->iface->rope(be->ctx, x, heads, l->head_dim, b->loc, b->n, &rp);
+	if (rc != 0)
+		return lm_layer_fail(fw, rc, il, what, d);
 	return 0;
 }
 
@@ -61,10 +72,11 @@ int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b,
 	int rc;
 	if ((rc = kv_cache_layer(fw->kv, il, &kvl, d)) != 0)
 		return rc;
-	LM_FW_OP(be->iface->kv_store(be->ctx, kvl, fw->k, fw->v, b->loc, b->n), "kv_store");
-	LM_FW_OP(be->iface->attention(be->ctx, fw->att, fw->q, kvl, b->loc, b->n,
-				      fw->model->hp.layer[il].n_head, scale),
-		 "attention");
+	if ((rc = be->iface->kv_store(be->ctx, kvl, fw->k, fw->v, b->loc, b->n)) != 0)
+		return lm_layer_fail(fw, rc, il, "kv_store", d);
+	if ((rc = be->iface->attention(be->ctx, fw->att, fw->q, kvl, b->loc, b->n,
+				       fw->model->hp.layer[il].n_head, scale)) != 0)
+		return lm_layer_fail(fw, rc, il, "attention", d);
 	return lm_layer_proj(fw, fw->h, &w->wo, &w->bo, fw->att, il, b->n, "attn_output", d);
 }
 
@@ -73,21 +85,26 @@ int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_dia
 	const struct lm_backend *be = fw->be;
 	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
 	size_t len = (size_t)n * (size_t)fw->model->hp.layer[il].n_ff;
-	LM_FW_OP(be->iface->matmul(be->ctx, fw->gate, &w->w_gate, fw->h, n), "ffn_gate");
-	LM_FW_OP(be->iface->matmul(be->ctx, fw->up, &w->w_up, fw->h, n), "ffn_up");
-	if (gelu)
-		LM_FW_OP(be->iface->gelu_mul(be->ctx, fw->gate, fw->gate, fw->up, len), "gelu_mul");
-	else
-		LM_FW_OP(be->iface->silu_mul(be->ctx, fw->gate, fw->gate, fw->up, len), "silu_mul");
-	LM_FW_OP(be->iface->matmul(be->ctx, fw->h, &w->w_down, fw->gate, n), "ffn_down");
+	int rc;
+	if ((rc = be->iface->matmul(be->ctx, fw->gate, &w->w_gate, fw->h, n)) != 0)
+		return lm_layer_fail(fw, rc, il, "ffn_gate", d);
+	if ((rc = be->iface->matmul(be->ctx, fw->up, &w->w_up, fw->h, n)) != 0)
+		return lm_layer_fail(fw, rc, il, "ffn_up", d);
+	if (gelu && (rc = be->iface->gelu_mul(be->ctx, fw->gate, fw->gate, fw->up, len)) != 0)
+		return lm_layer_fail(fw, rc, il, "gelu_mul", d);
+	if (!gelu && (rc = be->iface->silu_mul(be->ctx, fw->gate, fw->gate, fw->up, len)) != 0)
+		return lm_layer_fail(fw, rc, il, "silu_mul", d);
+	if ((rc = be->iface->matmul(be->ctx, fw->h, &w->w_down, fw->gate, n)) != 0)
+		return lm_layer_fail(fw, rc, il, "ffn_down", d);
 	return 0;
 }
 
 int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
 {
 	const struct lm_backend *be = fw->be;
-	LM_FW_OP(be->iface->add(be->ctx, fw->x, fw->h, (size_t)n * (size_t)fw->model->hp.n_embd),
-		 "residual");
+	int rc = be->iface->add(be->ctx, fw->x, fw->h, (size_t)n * (size_t)fw->model->hp.n_embd);
+	if (rc != 0)
+		return lm_layer_fail(fw, rc, il, "residual", d);
 	return 0;
 }
 
@@ -95,6 +112,8 @@ int lm_layer_scale(struct lm_forward *fw, float *y, float s, size_t len, int32_t
 		   const char *what, lm_diag *d)
 {
 	const struct lm_backend *be = fw->be;
-	LM_FW_OP(be->iface->scale(be->ctx, y, s, len), what);
+	int rc = be->iface->scale(be->ctx, y, s, len);
+	if (rc != 0)
+		return lm_layer_fail(fw, rc, il, what, d);
 	return 0;
 }

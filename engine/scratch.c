@@ -2,7 +2,7 @@
 #include "engine/scratch.h"
 
 #include "common/wire/wire.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 
 uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
 				  bool head, int32_t max_batch)
@@ -52,10 +52,8 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 	/* ids and loc per token; hin and hout rows; the decoder's per-sequence scratch and its
 	 * per-row TOKENS entries and drafted ids; the rows to sample and their tokens. */
 	const uint64_t n_out = (uint64_t)lm_stage_out_rows(c->max_batch, c->slots, c->max_draft);
-	uint64_t rows = b > slots ? b : slots;
 	uint64_t stage = b * (sizeof(int32_t) + sizeof(struct lm_tok_loc)) + 2 * b * e * 4;
-	stage += slots * (sizeof(struct wire_seq) + sizeof(int32_t)) +
-		 rows * (sizeof(struct wire_token) + sizeof(int32_t)) +
+	stage += wire_scratch_bytes(c->slots, c->max_batch > c->slots ? c->max_batch : c->slots) +
 		 n_out * (sizeof(int32_t) + sizeof(struct wire_token) + sizeof(int32_t));
 	if (c->head) /* logits of every row sampled, the sampler's candidates, top logprobs */
 		stage += n_out * v * 4 + v * 8 + n_out * WIRE_MAX_LOGPROBS * 8;
@@ -65,7 +63,7 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 	/* A full batch of hidden states (or of ids into the first stage), with its header. */
 	uint64_t wire = wire_dtype_size(wire_dtype_of(c->wire_dtype));
 	uint64_t payload = b * (e * wire > 4 ? e * wire : 4);
-	out->messages = LM_STAGE_MSGS_HELD * (payload + 1024 + slots * 64);
+	out->messages = WIRE_RING_HELD * (payload + 1024 + slots * 64);
 
 	out->total = out->forward + out->backend + out->stage + out->trace + out->messages;
 }

@@ -10,8 +10,8 @@
  *               the sampler and the top-logprob payload
  *     trace     per layer, the hidden states of a redeploy's probe (at most LM_PROBE_ROWS
  *               rows), recorded while a smoke test runs; the planner prices it per layer
- *     messages  LM_STAGE_MSGS_HELD data-ring messages of a full batch at once (the receive
- *               queue, the message being computed and the one being sent)
+ *     messages  WIRE_RING_HELD data-ring messages of a full batch at once (common/wire/wire.h:
+ *               the receive queue, the message being computed and the one being sent)
  * An estimate that must stay an upper bound: a plan that under-counts puts a worker past its
  * memory limit.
  */
@@ -30,9 +30,6 @@
 /* Tokens a redeploy's probe prompt may have: what the plan counts a trace for. (A diff traces
  * up to LM_TRACE_ROWS on a private mesh, which no memory limit binds.) */
 #define LM_PROBE_ROWS 64
-/* Data-ring messages a worker holds at once, at most: its receive queue (worker/recvq.h), the
- * one it computes and the one it sends. */
-#define LM_STAGE_MSGS_HELD 10
 
 struct lm_scratch_cfg {
 	int32_t begin, end;   /* the layers whose widths count */

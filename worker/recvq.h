@@ -16,9 +16,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Messages held at most. The ring keeps at most a few batches in flight (one per stage), so
- * this rarely fills; when it does, further messages wait inside NNG unstamped. */
-#define RECVQ_CAP 8
+#include "common/wire/wire.h"
+
+/* Messages held at most: the ring's figure (common/wire/wire.h), which the planner prices. The
+ * ring keeps at most a few batches in flight (one per stage), so this rarely fills; when it
+ * does, further messages wait inside NNG unstamped. */
+#define RECVQ_CAP WIRE_RING_QUEUED
 
 struct recvq {
 	nng_socket sock;

@@ -86,11 +86,9 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 			goto nomem;
 	}
 	/* What the stage holds besides the engine (for stage_scratch_held). */
-	st->host_bytes =
-		rows * (sizeof *st->ids + sizeof *st->loc + 2 * width * sizeof(float)) +
-		(size_t)a->slots * (sizeof *st->scratch.seqs + sizeof *st->scratch.slots) +
-		(size_t)st->scratch.rows * (sizeof *st->scratch.toks + sizeof *st->scratch.drafts) +
-		out * (sizeof *st->out_rows + sizeof *st->toks + sizeof *st->verified);
+	st->host_bytes = rows * (sizeof *st->ids + sizeof *st->loc + 2 * width * sizeof(float)) +
+			 wire_scratch_bytes(st->scratch.cap, st->scratch.rows) +
+			 out * (sizeof *st->out_rows + sizeof *st->toks + sizeof *st->verified);
 	if (a->head)
 		st->host_bytes += (out + 1) * (size_t)st->n_vocab * sizeof(float) + st->top_cap +
 				  (size_t)st->n_vocab * sizeof *st->sampler.cand;

@@ -44,8 +44,9 @@ static inline int quant_max(int a, int b)
 /* ------------------------------------------------------------------------------------------ */
 /* Q4_0 and Q8_0                                                                              */
 
-void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n)
+void lm_quantize_q4_0_ref(const float *x, void *dst, int64_t n)
 {
+	block_q4_0 *y = dst;
 	for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
 		/* The signed value of largest magnitude, first occurrence: its sign sets d's. */
 		float amax = 0.0f, max = 0.0f;
@@ -76,8 +77,9 @@ void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n)
  * (and, through the cache, every later token): the "exact or about 1e-2 off" logits seen
  * against those builds. layermesh follows the reference everywhere, so its scalar kernels give
  * the x64 build's logits bit for bit. */
-void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
+void lm_quantize_q8_0_ref(const float *x, void *dst, int64_t n)
 {
+	block_q8_0 *y = dst;
 	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
 		float amax = 0.0f;
 		for (int j = 0; j < QK8_0; j++)
@@ -91,8 +93,9 @@ void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n)
 }
 
 /* Q8_0's scale and rounding (so its quants are Q8_0's), plus the scaled sum of the quants. */
-void lm_quantize_q8_1_ref(const float *x, block_q8_1 *y, int64_t n)
+void lm_quantize_q8_1_ref(const float *x, void *dst, int64_t n)
 {
+	block_q8_1 *y = dst;
 	for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
 		float amax = 0.0f;
 		for (int j = 0; j < QK8_1; j++)
@@ -111,8 +114,9 @@ void lm_quantize_q8_1_ref(const float *x, block_q8_1 *y, int64_t n)
 
 /* The range of the block in 31 steps from its minimum; (int)(v + 0.5) is the reference's
  * rounding (v is never negative here). */
-void lm_quantize_q5_1_ref(const float *x, block_q5_1 *y, int64_t n)
+void lm_quantize_q5_1_ref(const float *x, void *dst, int64_t n)
 {
+	block_q5_1 *y = dst;
 	for (int64_t i = 0; i < n / QK5_1; i++, x += QK5_1) {
 		float min = 3.402823466e+38f, max = -3.402823466e+38f;
 		for (int j = 0; j < QK5_1; j++) {
@@ -135,8 +139,9 @@ void lm_quantize_q5_1_ref(const float *x, block_q5_1 *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q5_1(const block_q5_1 *x, float *y, int64_t n)
+static void quant_dequantize_q5_1(const void *src, float *y, int64_t n)
 {
+	const block_q5_1 *x = src;
 	for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
 		const float d = lm_f16_to_f32(x[i].d), m = lm_f16_to_f32(x[i].m);
 		uint32_t qh;
@@ -150,8 +155,9 @@ static void quant_dequantize_q5_1(const block_q5_1 *x, float *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q8_1(const block_q8_1 *x, float *y, int64_t n)
+static void quant_dequantize_q8_1(const void *src, float *y, int64_t n)
 {
+	const block_q8_1 *x = src;
 	for (int64_t i = 0; i < n / QK8_1; i++, y += QK8_1) {
 		const float d = lm_f16_to_f32(x[i].d);
 		for (int j = 0; j < QK8_1; j++)
@@ -159,8 +165,9 @@ static void quant_dequantize_q8_1(const block_q8_1 *x, float *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n)
+static void quant_dequantize_q4_0(const void *src, float *y, int64_t n)
 {
+	const block_q4_0 *x = src;
 	for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
 		const float d = lm_f16_to_f32(x[i].d);
 		for (int j = 0; j < QK4_0 / 2; j++) {
@@ -170,8 +177,9 @@ static void quant_dequantize_q4_0(const block_q4_0 *x, float *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q8_0(const block_q8_0 *x, float *y, int64_t n)
+static void quant_dequantize_q8_0(const void *src, float *y, int64_t n)
 {
+	const block_q8_0 *x = src;
 	for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
 		const float d = lm_f16_to_f32(x[i].d);
 		for (int j = 0; j < QK8_0; j++)
@@ -269,8 +277,9 @@ void lm_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 	}
 }
 
-static void quant_quantize_q4_K(const float *x, block_q4_K *y, int64_t n)
+static void quant_quantize_q4_K(const float *x, void *dst, int64_t n)
 {
+	block_q4_K *y = dst;
 	uint8_t L[QK_K];
 	uint8_t Laux[32];
 	float weights[32];
@@ -338,8 +347,9 @@ static void quant_quantize_q4_K(const float *x, block_q4_K *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q4_K(const block_q4_K *x, float *y, int64_t n)
+static void quant_dequantize_q4_K(const void *src, float *y, int64_t n)
 {
+	const block_q4_K *x = src;
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const uint8_t *q = x[i].qs;
 		const float d = lm_f16_to_f32(x[i].d);
@@ -415,8 +425,9 @@ static float quant_make_qx(int n, int nmax, const float *x, int8_t *L)
 	return scale;
 }
 
-static void quant_quantize_q6_K(const float *x, block_q6_K *y, int64_t n)
+static void quant_quantize_q6_K(const float *x, void *dst, int64_t n)
 {
+	block_q6_K *y = dst;
 	int8_t L[QK_K];
 	float scales[QK_K / 16];
 
@@ -469,8 +480,9 @@ static void quant_quantize_q6_K(const float *x, block_q6_K *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q6_K(const block_q6_K *x, float *y, int64_t n)
+static void quant_dequantize_q6_K(const void *src, float *y, int64_t n)
 {
+	const block_q6_K *x = src;
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const float d = lm_f16_to_f32(x[i].d);
 		const uint8_t *ql = x[i].ql;
@@ -495,8 +507,9 @@ static void quant_dequantize_q6_K(const block_q6_K *x, float *y, int64_t n)
 /* ------------------------------------------------------------------------------------------ */
 /* Q8_K                                                                                       */
 
-void lm_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n)
+void lm_quantize_q8_K_ref(const float *x, void *dst, int64_t n)
 {
+	block_q8_K *y = dst;
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
 		float max = 0;
 		float amax = 0;
@@ -525,8 +538,9 @@ void lm_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n)
 	}
 }
 
-static void quant_dequantize_q8_K(const block_q8_K *x, float *y, int64_t n)
+static void quant_dequantize_q8_K(const void *src, float *y, int64_t n)
 {
+	const block_q8_K *x = src;
 	for (int64_t i = 0; i < n / QK_K; i++, y += QK_K)
 		for (int j = 0; j < QK_K; j++)
 			y[j] = x[i].d * x[i].qs[j];
@@ -535,27 +549,62 @@ static void quant_dequantize_q8_K(const block_q8_K *x, float *y, int64_t n)
 /* ------------------------------------------------------------------------------------------ */
 /* Public entry points                                                                        */
 
+static void quant_quantize_f32(const float *x, void *dst, int64_t n)
+{
+	memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+static void quant_dequantize_f32(const void *src, float *y, int64_t n)
+{
+	memcpy(y, src, (size_t)n * sizeof(float));
+}
+
+/* The per-element types, a value at a time both ways: f16 and bf16 (round to nearest even) and
+ * fp8 (e4m3), with dtype.h's scalar conversions. */
+#define QUANT_ELEMENTWISE(name, elem_t, from_f32, to_f32)                         \
+	void lm_quantize_##name##_ref(const float *x, void *dst, int64_t n)       \
+	{                                                                         \
+		elem_t *y = dst;                                                  \
+		for (int64_t i = 0; i < n; i++)                                   \
+			y[i] = from_f32(x[i]);                                    \
+	}                                                                         \
+	static void quant_dequantize_##name(const void *src, float *y, int64_t n) \
+	{                                                                         \
+		const elem_t *x = src;                                            \
+		for (int64_t i = 0; i < n; i++)                                   \
+			y[i] = to_f32(x[i]);                                      \
+	}
+
+QUANT_ELEMENTWISE(f16, uint16_t, lm_f32_to_f16, lm_f16_to_f32)
+QUANT_ELEMENTWISE(bf16, uint16_t, lm_f32_to_bf16, lm_bf16_to_f32)
+QUANT_ELEMENTWISE(fp8, uint8_t, lm_f32_to_fp8, lm_fp8_to_f32)
+
+/* The types lm_quantize_row and lm_dequantize_row convert, and how; a type without an entry is
+ * LM_EUNSUPPORTED. Block sizes are dtype.c's table's. */
+static const struct {
+	lm_quantize_fn quantize;
+	void (*dequantize)(const void *src, float *y, int64_t n);
+} quant_table[LM_DTYPE_COUNT] = {
+	[LM_F32] = {quant_quantize_f32, quant_dequantize_f32},
+	[LM_F16] = {lm_quantize_f16_ref, quant_dequantize_f16},
+	[LM_BF16] = {lm_quantize_bf16_ref, quant_dequantize_bf16},
+	[LM_Q8_0] = {lm_quantize_q8_0_ref, quant_dequantize_q8_0},
+	[LM_Q4_0] = {lm_quantize_q4_0_ref, quant_dequantize_q4_0},
+	[LM_Q5_1] = {lm_quantize_q5_1_ref, quant_dequantize_q5_1},
+	[LM_Q8_1] = {lm_quantize_q8_1_ref, quant_dequantize_q8_1},
+	[LM_FP8_E4M3] = {lm_quantize_fp8_ref, quant_dequantize_fp8},
+	[LM_Q4_K] = {quant_quantize_q4_K, quant_dequantize_q4_K},
+	[LM_Q6_K] = {quant_quantize_q6_K, quant_dequantize_q6_K},
+	[LM_Q8_K] = {lm_quantize_q8_K_ref, quant_dequantize_q8_K},
+};
+
 static int quant_check(enum lm_dtype type, int64_t n)
 {
 	const struct lm_dtype_info *info = lm_dtype_info(type);
 	if (info == NULL || n < 0)
 		return LM_EINVAL;
-	switch (type) {
-	case LM_F32:
-	case LM_F16:
-	case LM_BF16:
-	case LM_Q8_0:
-	case LM_Q4_0:
-	case LM_Q5_1:
-	case LM_Q4_K:
-	case LM_Q6_K:
-	case LM_Q8_K:
-	case LM_Q8_1:
-	case LM_FP8_E4M3:
-		break;
-	default:
+	if (quant_table[type].quantize == NULL)
 		return LM_EUNSUPPORTED;
-	}
 	return n % info->blck == 0 ? 0 : LM_EINVAL;
 }
 
@@ -564,46 +613,7 @@ int lm_quantize_row(enum lm_dtype type, const float *src, void *dst, int64_t n)
 	int rc = quant_check(type, n);
 	if (rc < 0)
 		return rc;
-	switch (type) {
-	case LM_F32:
-		memcpy(dst, src, (size_t)n * sizeof(float));
-		break;
-	case LM_F16:
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = lm_f32_to_f16(src[i]);
-		break;
-	case LM_BF16:
-		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)dst)[i] = lm_f32_to_bf16(src[i]);
-		break;
-	case LM_Q8_0:
-		lm_quantize_q8_0_ref(src, dst, n);
-		break;
-	case LM_Q4_0:
-		lm_quantize_q4_0_ref(src, dst, n);
-		break;
-	case LM_Q5_1:
-		lm_quantize_q5_1_ref(src, dst, n);
-		break;
-	case LM_Q8_1:
-		lm_quantize_q8_1_ref(src, dst, n);
-		break;
-	case LM_FP8_E4M3:
-		for (int64_t i = 0; i < n; i++)
-			((uint8_t *)dst)[i] = lm_f32_to_fp8(src[i]);
-		break;
-	case LM_Q4_K:
-		quant_quantize_q4_K(src, dst, n);
-		break;
-	case LM_Q6_K:
-		quant_quantize_q6_K(src, dst, n);
-		break;
-	case LM_Q8_K:
-		lm_quantize_q8_K_ref(src, dst, n);
-		break;
-	default:
-		return LM_EUNSUPPORTED;
-	}
+	quant_table[type].quantize(src, dst, n);
 	return 0;
 }
 
@@ -612,45 +622,6 @@ int lm_dequantize_row(enum lm_dtype type, const void *src, float *dst, int64_t n
 	int rc = quant_check(type, n);
 	if (rc < 0)
 		return rc;
-	switch (type) {
-	case LM_F32:
-		memcpy(dst, src, (size_t)n * sizeof(float));
-		break;
-	case LM_F16:
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = lm_f16_to_f32(((const uint16_t *)src)[i]);
-		break;
-	case LM_BF16:
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = lm_bf16_to_f32(((const uint16_t *)src)[i]);
-		break;
-	case LM_Q8_0:
-		quant_dequantize_q8_0(src, dst, n);
-		break;
-	case LM_Q4_0:
-		quant_dequantize_q4_0(src, dst, n);
-		break;
-	case LM_Q5_1:
-		quant_dequantize_q5_1(src, dst, n);
-		break;
-	case LM_Q8_1:
-		quant_dequantize_q8_1(src, dst, n);
-		break;
-	case LM_FP8_E4M3:
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = lm_fp8_to_f32(((const uint8_t *)src)[i]);
-		break;
-	case LM_Q4_K:
-		quant_dequantize_q4_K(src, dst, n);
-		break;
-	case LM_Q6_K:
-		quant_dequantize_q6_K(src, dst, n);
-		break;
-	case LM_Q8_K:
-		quant_dequantize_q8_K(src, dst, n);
-		break;
-	default:
-		return LM_EUNSUPPORTED;
-	}
+	quant_table[type].dequantize(src, dst, n);
 	return 0;
 }

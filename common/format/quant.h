@@ -91,16 +91,23 @@ int lm_quantize_row(enum lm_dtype type, const float *src, void *dst, int64_t n);
 /* The inverse: n elements of `type` at src to floats. Same types. */
 int lm_dequantize_row(enum lm_dtype type, const void *src, float *dst, int64_t n);
 
-/* The reference quantizers of single types, which the kernels reuse. */
-void lm_quantize_q4_0_ref(const float *x, block_q4_0 *y, int64_t n);
+/* The reference quantizers of single types: lm_quantize_row's for that type, under the one
+ * signature the kernels' tables take, so the CPU kernels point at these (their weight
+ * activations and cache stores) rather than convert a second time. dst holds the type's blocks
+ * (block_q8_0 ... for the block types, uint16_t for F16 and BF16, a byte per value for FP8). */
+typedef void (*lm_quantize_fn)(const float *x, void *dst, int64_t n);
+void lm_quantize_f16_ref(const float *x, void *dst, int64_t n);
+void lm_quantize_bf16_ref(const float *x, void *dst, int64_t n);
+void lm_quantize_fp8_ref(const float *x, void *dst, int64_t n);
+void lm_quantize_q4_0_ref(const float *x, void *dst, int64_t n);
 /* Q8_0 as GGUF's reference: d = amax / 127, q = roundf(x / d) with 1 / d (half away from zero).
  * Also the activations' and the Q8_0 cache's quantizer (see quant.c for why). */
-void lm_quantize_q8_0_ref(const float *x, block_q8_0 *y, int64_t n);
-void lm_quantize_q8_K_ref(const float *x, block_q8_K *y, int64_t n);
+void lm_quantize_q8_0_ref(const float *x, void *dst, int64_t n);
+void lm_quantize_q8_K_ref(const float *x, void *dst, int64_t n);
 /* Q5_1 as GGUF's reference: d = (max - min) / 31, m = min, q = (int)((x - min) / d + 0.5). */
-void lm_quantize_q5_1_ref(const float *x, block_q5_1 *y, int64_t n);
+void lm_quantize_q5_1_ref(const float *x, void *dst, int64_t n);
 /* Q8_1 as GGUF's reference: Q8_0's d and quants, and s = f16(d * sum(qs)). */
-void lm_quantize_q8_1_ref(const float *x, block_q8_1 *y, int64_t n);
+void lm_quantize_q8_1_ref(const float *x, void *dst, int64_t n);
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
 void lm_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
 

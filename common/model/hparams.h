@@ -19,7 +19,7 @@
  * entry in hparams_arch.c; its tensors and its layer are in engine/arch_<name>.c.
  *
  * Nothing here maps a tensor or knows a device: the planner sizes a mesh from these before any
- * worker starts, and the engine (engine/model.h) binds the weights they describe.
+ * worker starts, and the engine (engine/weights.h) binds the weights they describe.
  */
 #ifndef LM_HPARAMS_H
 #define LM_HPARAMS_H

@@ -5,7 +5,7 @@
 
 #include "common/base/err.h"
 
-int32_t kv_layer_ctx(const struct kv_geom *g, int32_t max_seq, int32_t extra)
+int32_t kv_geom_ctx(const struct kv_geom *g, int32_t max_seq, int32_t extra)
 {
 	if (g->window > 0 && extra >= 0 && (int64_t)g->window + extra < max_seq)
 		return g->window + extra;
@@ -65,9 +65,9 @@ int kv_geom_row_bytes(const struct kv_geom *g, enum lm_dtype t, uint64_t *out)
 	return lm_dtype_row_bytes(t, n, out);
 }
 
-int kv_layer_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
-		      enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *k_bytes,
-		      uint64_t *v_bytes)
+int kv_geom_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
+		     enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *k_bytes,
+		     uint64_t *v_bytes)
 {
 	uint64_t kr, vr;
 	if (max_seq <= 0 || slots <= 0 || g->window < 0)
@@ -77,7 +77,7 @@ int kv_layer_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, i
 		rc = kv_geom_row_bytes(g, v_type, &vr);
 	if (rc != 0)
 		return rc;
-	uint64_t rows = (uint64_t)kv_layer_ctx(g, max_seq, extra) * (uint64_t)slots;
+	uint64_t rows = (uint64_t)kv_geom_ctx(g, max_seq, extra) * (uint64_t)slots;
 	if (kr + vr < kr || ((kr + vr) != 0 && rows > UINT64_MAX / (kr + vr)))
 		return LM_EOVERFLOW;
 	*k_bytes = rows * kr;
@@ -85,11 +85,11 @@ int kv_layer_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, i
 	return 0;
 }
 
-int kv_layer_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
-		   enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *bytes)
+int kv_geom_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
+		  enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *bytes)
 {
 	uint64_t k, v;
-	int rc = kv_layer_kv_bytes(g, max_seq, extra, slots, k_type, v_type, &k, &v);
+	int rc = kv_geom_kv_bytes(g, max_seq, extra, slots, k_type, v_type, &k, &v);
 	if (rc == 0)
 		*bytes = k + v;
 	return rc;

@@ -2,7 +2,7 @@
  *
  * A layer keeps, per sequence slot, ctx(l) rows of K and of V, each row n_kv_heads(l) x
  * head_dim(l) elements of its cache types: ctx(l) is max_seq for a global layer and its window
- * (plus the rows a batch writes ahead: kv_layer_ctx) for a sliding-window layer. Pure
+ * (plus the rows a batch writes ahead: kv_geom_ctx) for a sliding-window layer. Pure
  * arithmetic: the planner prices a worker with it before any process starts, and
  * engine/kv_cache.c allocates exactly what it says.
  *
@@ -12,6 +12,10 @@
  * block type (q8_0, q5_1, q4_0: 32 values per block) must tile each head: attention computes one
  * head's dot products block by block, so a block may not straddle two heads, and a head_dim that
  * is not a multiple of 32 is refused for it (kv_geom_check says why).
+ *
+ * Names. kv_geom_* is a layer's shape and bytes, kv_type* the types it stores. The cache those
+ * describe is engine/kv_cache.c (kv_cache_*); the kernels that store into it and attend over it
+ * are kernels/cpu/attention*.c (cpu_attn_*).
  */
 #ifndef LM_KV_GEOM_H
 #define LM_KV_GEOM_H
@@ -58,12 +62,12 @@ static inline struct kv_pair kv_types_for(const struct kv_types *t, const struct
  * overwrote; and those a speculative draft of k tokens writes past what is accepted: with
  * extra >= k, the rows a rejected draft overwrote are rows no position the rollback keeps
  * still reads (kv_cache_can_truncate). Never the full max_seq of llama.cpp's --swa-full. */
-int32_t kv_layer_ctx(const struct kv_geom *g, int32_t max_seq, int32_t extra);
+int32_t kv_geom_ctx(const struct kv_geom *g, int32_t max_seq, int32_t extra);
 
 /* The rows a sliding ring keeps beyond its window for batches of up to max_batch tokens and
  * drafts of up to max_draft tokens (one sequence's draft rides in one batch, so max_draft <
  * max_batch and the batch decides). */
-static inline int32_t kv_ring_extra(int32_t max_batch, int32_t max_draft)
+static inline int32_t kv_geom_ring_extra(int32_t max_batch, int32_t max_draft)
 {
 	int32_t e = max_batch > 1 ? max_batch - 1 : 0;
 	return max_draft > e ? max_draft : e;
@@ -71,12 +75,12 @@ static inline int32_t kv_ring_extra(int32_t max_batch, int32_t max_draft)
 
 /* Bytes of one layer's K and V for `slots` sequences. LM_EINVAL for a type that cannot hold the
  * geometry (kv_geom_check), LM_EOVERFLOW on overflow. */
-int kv_layer_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
-		   enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *bytes);
+int kv_geom_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
+		  enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *bytes);
 /* The same, K and V apart. */
-int kv_layer_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
-		      enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *k_bytes,
-		      uint64_t *v_bytes);
+int kv_geom_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, int32_t slots,
+		     enum lm_dtype k_type, enum lm_dtype v_type, uint64_t *k_bytes,
+		     uint64_t *v_bytes);
 
 /* Bytes of one position's K (or V) row of t for all KV heads: LM_EINVAL when t cannot hold the
  * geometry (kv_geom_check). */

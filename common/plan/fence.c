@@ -73,9 +73,9 @@ int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv
 				       (int)i, kind, (int)g->n_kv_heads, (int)g->head_dim,
 				       lm_dtype_name(t.k), lm_dtype_name(t.v), why);
 		uint64_t k = 0, v = 0, f = 0;
-		int rc = kv_layer_kv_bytes(g, max_seq, extra, slots, t.k, t.v, &k, &v);
+		int rc = kv_geom_kv_bytes(g, max_seq, extra, slots, t.k, t.v, &k, &v);
 		if (rc == 0)
-			rc = kv_layer_bytes(g, max_seq, extra, slots, LM_F32, LM_F32, &f);
+			rc = kv_geom_bytes(g, max_seq, extra, slots, LM_F32, LM_F32, &f);
 		if (rc == LM_EOVERFLOW)
 			return lm_fail(
 				d, rc,

@@ -10,7 +10,7 @@
  * and takes time_j = flops_j / speed_j per token, where flops_j sums its layers' flops plus
  * first_flops / last_flops on the end workers. KV bytes are per layer, so layers of different
  * geometry (sliding-window layers, other KV head counts or head sizes) weigh what they hold:
- * fence_kv_costs() fills them from kv_layer_bytes(). They are per worker too: a worker with
+ * fence_kv_costs() fills them from kv_geom_bytes(). They are per worker too: a worker with
  * cache types of its own (a small worker in a mixed fleet) brings its own KV cost of every
  * layer (fence_worker.kv_layers), and a layer weighs on it what it would hold there. Stage
  * costs were always a function of (worker, first layer, end layer), so every strategy, the
@@ -134,7 +134,7 @@ const char *fence_strategy_name(enum fence_strategy s);
 int fence_strategy_parse(const char *s);
 
 /* Sets layers[i].kv_bytes (and its K/V split, its f32 equivalent and its kind), i in
- * [0, n_layers), from kv_layer_kv_bytes() of geom[i] in its own types (types->swa for sliding
+ * [0, n_layers), from kv_geom_kv_bytes() of geom[i] in its own types (types->swa for sliding
  * layers, types->global for the others) for `slots` sequences of `max_seq` positions (sliding
  * rings `extra` rows beyond their window). A type that cannot hold a layer (a block that does
  * not tile its head_dim) is LM_EINVAL naming the layer, its kind, its geometry and why. */

@@ -132,6 +132,13 @@ fail:
 	return LM_ENOMEM;
 }
 
+uint64_t wire_scratch_bytes(int32_t cap, int32_t rows)
+{
+	const struct wire_scratch *s = NULL;
+	return (uint64_t)cap * (sizeof *s->seqs + sizeof *s->slots) +
+	       (uint64_t)rows * (sizeof *s->toks + sizeof *s->drafts);
+}
+
 int wire_scratch_init(struct wire_scratch *s, int32_t cap)
 {
 	return wire_scratch_init_rows(s, cap, cap);

@@ -321,6 +321,14 @@ struct wire_repoint {
  * anything is allocated for it. (test_wire holds it above the largest legal messages.) */
 size_t wire_max_data_message(const struct wire_limits *lim);
 
+/* Data-ring messages a worker holds at once, at most: WIRE_RING_QUEUED taken off its PULL socket
+ * and waiting to be computed (worker/recvq.h), the one it computes and the one it sends. Further
+ * messages wait inside NNG, so backpressure reaches the predecessor. A property of the ring, not
+ * of one process: the worker sizes its receive queue by it and the planner prices a stage's
+ * messages by it (engine/scratch.c), and neither may include the other's headers. */
+#define WIRE_RING_QUEUED 8
+#define WIRE_RING_HELD   (WIRE_RING_QUEUED + 2)
+
 /* ------------------------------------------------------------------ decoding */
 
 /* The fixed part every header has; enough to dispatch. */
@@ -352,6 +360,9 @@ int wire_scratch_init(struct wire_scratch *s, int32_t cap);
 /* cap sequences, `rows` (>= cap) TOKENS entries and drafted ids: size it (max(max_seqs, slots),
  * max_batch) for the receiver of speculative batches. */
 int wire_scratch_init_rows(struct wire_scratch *s, int32_t cap, int32_t rows);
+/* The bytes wire_scratch_init_rows(cap, rows) allocates (the "adj" arrays, allocated later and
+ * only for a message that has one, are not counted): what a stage and its estimate count. */
+uint64_t wire_scratch_bytes(int32_t cap, int32_t rows);
 void wire_scratch_fini(struct wire_scratch *s);
 
 /* Peeks at the version, type, fingerprint and id of a message of `len` bytes. Checks the

@@ -222,7 +222,7 @@ static int32_t mesh_ring_rollback(const struct mesh *m)
 {
 	for (int32_t l = 0; l < m->hp.n_layer; l++)
 		if (m->hp.layer[l].window > 0)
-			return kv_ring_extra(m->cfg.max_batch, m->cfg.max_draft) + 1;
+			return kv_geom_ring_extra(m->cfg.max_batch, m->cfg.max_draft) + 1;
 	return -1;
 }
 

@@ -146,7 +146,7 @@ static int planner_workers(const struct mesh_config *cfg, const struct lm_hparam
 			continue;
 		struct fence_layer *kv = *own + (size_t)n_own++ * (size_t)L;
 		rc = fence_kv_costs(kv, L, geom, max_seq,
-				    kv_ring_extra(cfg->max_batch, cfg->max_draft),
+				    kv_geom_ring_extra(cfg->max_batch, cfg->max_draft),
 				    cfg->slots + MESH_PROBE_SLOTS, &mw->kv, d);
 		if (rc != 0) {
 			lm_diag_prefix(d, "%s: worker %s (line %d), in its own cache types",
@@ -212,7 +212,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		geom[i] = lm_hparams_kv_geom(hp, i);
 	}
 	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
-	rc = fence_kv_costs(layers, L, geom, max_seq, kv_ring_extra(cfg->max_batch, cfg->max_draft),
+	rc = fence_kv_costs(layers, L, geom, max_seq,
+			    kv_geom_ring_extra(cfg->max_batch, cfg->max_draft),
 			    cfg->slots + MESH_PROBE_SLOTS, &cfg->kv, d);
 	if (rc != 0) {
 		lm_diag_prefix(d, "%s", cfg->model_path);

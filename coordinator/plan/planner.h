@@ -2,7 +2,7 @@
  *
  * The planner reads the model's tensor index (nothing is mapped), takes each layer's weight
  * bytes and flops from it (lm_model_costs), sizes each layer's KV cache for the mesh's slots and
- * positions from its own geometry (kv_layer_bytes through fence_kv_costs), estimates every
+ * positions from its own geometry (kv_geom_bytes through fence_kv_costs), estimates every
  * worker's activation scratch, and hands the lot to fence_plan_make() with the workers' memory
  * limits and speeds. `layermesh plan` prints the result; `layermesh up` will start the workers
  * on it.

@@ -11,7 +11,7 @@
  *   - at most the prompt less its last token: the step must compute one row to sample from;
  *   - on a model with sliding-window layers, only a rollback the ring still allows: a ring
  *     written up to position `hi` keeps its window plus ring_extra rows, so a continuation at
- *     p reads what it needs only if hi - p <= `rollback` (kv_ring_extra + 1, engine/kv_cache.c);
+ *     p reads what it needs only if hi - p <= `rollback` (kv_geom_ring_extra + 1, engine/kv_cache.c);
  *     otherwise nothing is reused and the prompt is computed from position 0.
  *
  * Never a stale row: the index describes processes that are alive. Any pause of the scheduler

@@ -106,7 +106,7 @@ struct sched_cfg {
 	int32_t max_draft;
 	/* The prefix cache (prefix.h): an ended sequence's rows stay in its slot, and a request
 	 * that shares their prefix starts after it. ring_rollback: how many rows below a slot's
-	 * high-water mark its sliding-window rings can roll back (kv_ring_extra + 1); < 0 when
+	 * high-water mark its sliding-window rings can roll back (kv_geom_ring_extra + 1); < 0 when
 	 * the model has no sliding-window layer. */
 	bool prefix_cache;
 	int32_t ring_rollback;

@@ -6,7 +6,7 @@
  * where lo = 0 for a global layer and max(0, p - window + 1) for a sliding one. Position j of a
  * slot lives in row j % ctx. The dot q . K[j] uses the K type's dot product with q converted to
  * that type's vec_dot type (f16 for an F16 cache, Q8_0 for Q8_0 and Q4_0, Q8_1 for Q5_1: see
- * kv_generic.c), as GGUF's reference computes K^T q, reading the cached rows in place; the
+ * attention_generic.c), as GGUF's reference computes K^T q, reading the cached rows in place; the
  * probabilities are normalised, then V rows accumulate into f32, dequantized block by block
  * inside the kernel. One work item is a token and a KV head with all the query heads that share
  * it, so each cached K and V row is read once per item.
@@ -30,15 +30,15 @@ size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_la
 	/* Per query head of a group: scores [ctx] and q in K's activation layout. */
 	const size_t group = (size_t)(n_heads / kv->n_kv_heads);
 	return group * (attn_round((size_t)kv->ctx * sizeof(float)) +
-			attn_round(k->kv[kv->k_type].q_bytes(kv->head_dim)));
+			attn_round(k->attn[kv->k_type].q_bytes(kv->head_dim)));
 }
 
 /* A cache type these kernels read, whose blocks tile one head (a block may not straddle two
  * heads: each head's dot product starts at a block). */
-bool cpu_kv_type_ok(const struct cpu_kernels *k, enum lm_dtype t, int32_t head_dim)
+bool cpu_attn_type_ok(const struct cpu_kernels *k, enum lm_dtype t, int32_t head_dim)
 {
 	const struct lm_dtype_info *info = lm_dtype_info(t);
-	return (unsigned)t < LM_DTYPE_COUNT && k->kv[t].scores != NULL && info != NULL &&
+	return (unsigned)t < LM_DTYPE_COUNT && k->attn[t].scores != NULL && info != NULL &&
 	       head_dim % (int32_t)info->blck == 0;
 }
 
@@ -46,8 +46,8 @@ int cpu_attn_check(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
 		   const struct lm_tok_loc *loc, int n, int n_heads)
 {
 	int rc = cpu_attn_check_ranges(kv, loc, n, n_heads);
-	if (rc == 0 && (!cpu_kv_type_ok(k, kv->k_type, kv->head_dim) ||
-			!cpu_kv_type_ok(k, kv->v_type, kv->head_dim)))
+	if (rc == 0 && (!cpu_attn_type_ok(k, kv->k_type, kv->head_dim) ||
+			!cpu_attn_type_ok(k, kv->v_type, kv->head_dim)))
 		rc = LM_EUNSUPPORTED;
 	return rc;
 }
@@ -81,8 +81,8 @@ int cpu_attn_check_ranges(const struct lm_kv_layer *kv, const struct lm_tok_loc 
 void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *scratch)
 {
 	const struct lm_kv_layer *kv = a->kv;
-	const struct cpu_kv_ops *kt = &a->k->kv[kv->k_type];
-	const struct cpu_kv_ops *vt = &a->k->kv[kv->v_type];
+	const struct cpu_attn_ops *kt = &a->k->attn[kv->k_type];
+	const struct cpu_attn_ops *vt = &a->k->attn[kv->v_type];
 	const int hd = kv->head_dim;
 	const int group = a->n_heads / kv->n_kv_heads;
 	const size_t k_head_bytes = kv->k_row_bytes / (size_t)kv->n_kv_heads;

@@ -510,7 +510,7 @@ static int cpu_op_kv_store(void *vctx, const struct lm_kv_layer *kv, const float
 			   const struct lm_tok_loc *loc, int n)
 {
 	struct cpu_ctx *c = vctx;
-	return cpu_kv_store(&c->k, kv, k, v, loc, n);
+	return cpu_attn_store(&c->k, kv, k, v, loc, n);
 }
 
 static int cpu_op_silu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
@@ -650,11 +650,11 @@ static enum cpu_level cpu_best_level(void)
 static void cpu_fill_kernels(struct cpu_kernels *k, enum cpu_level level)
 {
 	*k = cpu_kernels_generic;
-	cpu_kv_generic_fill(k);
+	cpu_attn_generic_fill(k);
 #ifdef LM_CPU_SIMD
 	if (level >= CPU_AVX2) {
 		cpu_kernels_avx2_fill(k);
-		cpu_kv_avx2_fill(k);
+		cpu_attn_avx2_fill(k);
 	}
 #endif
 #ifdef LM_CPU_AVX512
@@ -732,7 +732,7 @@ uint64_t lm_backend_cpu_scratch_bound(const struct lm_backend_opts *opts,
 	 * K type whose q layout is the widest (a stage's layers may have two K types). */
 	uint64_t attn = 0;
 	for (int t = 0; s->max_ctx > 0 && s->max_group > 0 && t < LM_DTYPE_COUNT; t++) {
-		if (k.kv[t].scores == NULL)
+		if (k.attn[t].scores == NULL)
 			continue;
 		struct lm_kv_layer kv = {.k_type = (enum lm_dtype)t,
 					 .n_kv_heads = 1,

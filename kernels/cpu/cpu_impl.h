@@ -121,7 +121,7 @@ struct cpu_gemm_ops {
  * kernel set, like the matmul's activations), scores read the K rows in place and values the V
  * rows, block by block, so no f32 copy of the cache is ever made. The matmul's layouts are not
  * used here, so the two families of kernels change independently. */
-struct cpu_kv_ops {
+struct cpu_attn_ops {
 	cpu_from_f32_fn store;    /* f32 row -> the cache's bytes (GGUF's block layout) */
 	cpu_act_bytes_fn q_bytes; /* bytes of one head of q in the layout `scores` reads */
 	cpu_from_f32_fn q_conv;   /* f32 -> that layout; NULL: scores read q as f32 */
@@ -132,7 +132,7 @@ struct cpu_kv_ops {
 struct cpu_kernels {
 	const char *name; /* "generic", "avx2", "avx512", "amx" */
 	struct cpu_type_ops type[LM_DTYPE_COUNT];
-	struct cpu_kv_ops kv[LM_DTYPE_COUNT];     /* the cache types: f32, f16, bf16, q8_0, q4_0,
+	struct cpu_attn_ops attn[LM_DTYPE_COUNT]; /* the cache types: f32, f16, bf16, q8_0, q4_0,
 					       * q5_1, fp8 */
 	struct cpu_gemm_ops gemm[LM_DTYPE_COUNT]; /* zeroed: no multi-token path */
 	/* y = x / sqrt(mean(x^2) + eps) * w over one row of dim. y may equal x. */
@@ -145,12 +145,15 @@ struct cpu_kernels {
 	void (*add)(float *y, const float *a, size_t len);
 };
 
-/* The scalar reference table (kernels_generic.c); its kv[] entries are filled by
- * cpu_kv_generic_fill (kv_generic.c), which every table starts from. */
+/* The scalar reference table (kernels_generic.c); its attn[] entries are filled by
+ * cpu_attn_generic_fill (attention_generic.c), which every table starts from. */
 extern const struct cpu_kernels cpu_kernels_generic;
-void cpu_kv_generic_fill(struct cpu_kernels *k);
-/* The AVX2 cache kernels (kv_avx2.c), over the generic ones; x86-64 builds only. */
-void cpu_kv_avx2_fill(struct cpu_kernels *k);
+void cpu_attn_generic_fill(struct cpu_kernels *k);
+/* The AVX2 cache kernels (attention_avx2.c), over the generic ones; x86-64 builds only. */
+void cpu_attn_avx2_fill(struct cpu_kernels *k);
+/* n floats rounded to f16 and back, as f32 into dst (kernels_avx2.c; x86-64 builds only): the
+ * F16 weights' activations and the F16 cache's q alike. */
+void cpu_round_f16_avx2(const float *x, void *dst, int64_t n);
 /* e4m3's 256 values as f32 (the reference decoding of LM_FP8_E4M3). */
 const float *cpu_fp8_table(void);
 
@@ -224,7 +227,7 @@ struct cpu_attn {
 size_t cpu_attn_scratch_bytes(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
 			      int n_heads);
 /* Whether k reads cache type t for heads of head_dim (its blocks tile a head). */
-bool cpu_kv_type_ok(const struct cpu_kernels *k, enum lm_dtype t, int32_t head_dim);
+bool cpu_attn_type_ok(const struct cpu_kernels *k, enum lm_dtype t, int32_t head_dim);
 /* Checks the batch against the cache (types, slots, positions, ring size); LM_ERANGE or
  * LM_EUNSUPPORTED on failure. */
 int cpu_attn_check(const struct cpu_kernels *k, const struct lm_kv_layer *kv,
@@ -239,7 +242,7 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 int cpu_get_rows(float *y, const struct lm_weight *table, const int32_t *ids, int n);
 void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc, int n,
 	      const struct lm_rope_params *rp);
-int cpu_kv_store(const struct cpu_kernels *k, const struct lm_kv_layer *kv, const float *kx,
-		 const float *vx, const struct lm_tok_loc *loc, int n);
+int cpu_attn_store(const struct cpu_kernels *k, const struct lm_kv_layer *kv, const float *kx,
+		   const float *vx, const struct lm_tok_loc *loc, int n);
 
 #endif

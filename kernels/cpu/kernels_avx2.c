@@ -52,8 +52,9 @@ static size_t avx2_act8k_bytes(int64_t n)
 	return act8k_bytes(n);
 }
 
-/* x rounded to f16 and back, kept as f32. */
-static void avx2_to_act_f16(const float *x, void *dst, int64_t n)
+/* x rounded to f16 and back, kept as f32: F16 weights' activations here, the F16 cache's q in
+ * attention_avx2.c (cpu_impl.h). */
+void cpu_round_f16_avx2(const float *x, void *dst, int64_t n)
 {
 	float *y = dst;
 	int64_t i = 0;
@@ -573,7 +574,7 @@ void cpu_kernels_avx2_fill(struct cpu_kernels *k)
 	};
 	t[LM_F16] = (struct cpu_type_ops){
 		.act_bytes = avx2_act_f32,
-		.to_act = avx2_to_act_f16,
+		.to_act = cpu_round_f16_avx2,
 		.vec_dot = avx2_dot_f16,
 		.mm = avx2_mm_f16,
 	};

@@ -11,33 +11,6 @@
 #include "kernels/cpu/cpu_impl.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* Activation conversions                                                                     */
-
-static void gen_from_f32_f16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_f16(x[i]);
-}
-
-static void gen_from_f32_bf16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_bf16(x[i]);
-}
-
-static void gen_from_f32_q8_0(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q8_0_ref(x, dst, n);
-}
-
-static void gen_from_f32_q8_K(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q8_K_ref(x, dst, n);
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Dot products                                                                               */
 
 float cpu_vec_dot_f32_generic(int64_t n, const void *w, const void *x)
@@ -193,7 +166,7 @@ GEN_MM(q4_K, cpu_vec_dot_q4_K_generic)
 GEN_MM(q6_K, cpu_vec_dot_q6_K_generic)
 
 /* ------------------------------------------------------------------------------------------ */
-/* Attention's softmax (the cache types' kernels are in kv_generic.c)                          */
+/* Attention's softmax (the cache types' kernels are in attention_generic.c)                          */
 
 double cpu_softmax_exp_generic(float *s, int n, float max)
 {
@@ -302,42 +275,42 @@ const struct cpu_kernels cpu_kernels_generic = {
 			[LM_F16] =
 				{
 					.act_bytes = gen_act_16,
-					.to_act = gen_from_f32_f16,
+					.to_act = lm_quantize_f16_ref,
 					.vec_dot = cpu_vec_dot_f16_generic,
 					.mm = gen_mm_f16,
 				},
 			[LM_BF16] =
 				{
 					.act_bytes = gen_act_16,
-					.to_act = gen_from_f32_bf16,
+					.to_act = lm_quantize_bf16_ref,
 					.vec_dot = cpu_vec_dot_bf16_generic,
 					.mm = gen_mm_bf16,
 				},
 			[LM_Q8_0] =
 				{
 					.act_bytes = gen_act_q8_0,
-					.to_act = gen_from_f32_q8_0,
+					.to_act = lm_quantize_q8_0_ref,
 					.vec_dot = cpu_vec_dot_q8_0_generic,
 					.mm = gen_mm_q8_0,
 				},
 			[LM_Q4_0] =
 				{
 					.act_bytes = gen_act_q8_0,
-					.to_act = gen_from_f32_q8_0,
+					.to_act = lm_quantize_q8_0_ref,
 					.vec_dot = cpu_vec_dot_q4_0_generic,
 					.mm = gen_mm_q4_0,
 				},
 			[LM_Q4_K] =
 				{
 					.act_bytes = gen_act_q8_K,
-					.to_act = gen_from_f32_q8_K,
+					.to_act = lm_quantize_q8_K_ref,
 					.vec_dot = cpu_vec_dot_q4_K_generic,
 					.mm = gen_mm_q4_K,
 				},
 			[LM_Q6_K] =
 				{
 					.act_bytes = gen_act_q8_K,
-					.to_act = gen_from_f32_q8_K,
+					.to_act = lm_quantize_q8_K_ref,
 					.vec_dot = cpu_vec_dot_q6_K_generic,
 					.mm = gen_mm_q6_K,
 				},

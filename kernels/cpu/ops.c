@@ -50,19 +50,19 @@ void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
 	}
 }
 
-int cpu_kv_store(const struct cpu_kernels *k, const struct lm_kv_layer *kv, const float *kx,
-		 const float *vx, const struct lm_tok_loc *loc, int n)
+int cpu_attn_store(const struct cpu_kernels *k, const struct lm_kv_layer *kv, const float *kx,
+		   const float *vx, const struct lm_tok_loc *loc, int n)
 {
 	const int64_t width = (int64_t)kv->n_kv_heads * kv->head_dim;
-	if (kv->n_kv_heads <= 0 || !cpu_kv_type_ok(k, kv->k_type, kv->head_dim) ||
-	    !cpu_kv_type_ok(k, kv->v_type, kv->head_dim))
+	if (kv->n_kv_heads <= 0 || !cpu_attn_type_ok(k, kv->k_type, kv->head_dim) ||
+	    !cpu_attn_type_ok(k, kv->v_type, kv->head_dim))
 		return LM_EUNSUPPORTED;
 	for (int t = 0; t < n; t++) {
 		if (loc[t].slot < 0 || loc[t].slot >= kv->slots || loc[t].pos < 0)
 			return LM_ERANGE;
 	}
-	const cpu_from_f32_fn kconv = k->kv[kv->k_type].store;
-	const cpu_from_f32_fn vconv = k->kv[kv->v_type].store;
+	const cpu_from_f32_fn kconv = k->attn[kv->k_type].store;
+	const cpu_from_f32_fn vconv = k->attn[kv->v_type].store;
 	for (int t = 0; t < n; t++) {
 		const size_t row =
 			(size_t)loc[t].slot * (size_t)kv->ctx + (size_t)(loc[t].pos % kv->ctx);

@@ -19,24 +19,10 @@
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/simd_x86.h"
 
-#define P_T8       8
-#define P_TK       6
-#define P_CHUNK    64
-#define P_INL      static inline __attribute__((always_inline))
-
-#define REC_Q8_0   (16 * 34)
-#define REC_Q4_0   (16 * 18)
-#define REC_Q4_K   (16 * 144)
-#define REC_Q6_K   (16 * 210)
-#define Q6_TRIPLES 256
-#define Q6_D       (256 + 16 * 192)
-#define P_PF_BYTES 3072
-
-P_INL void p_prefetch(const uint8_t *p, size_t bytes)
-{
-	for (size_t o = 0; o < bytes; o += 64)
-		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
-}
+#define P_T8      8
+#define P_TK      6
+#define P_CHUNK   64
+#define P_INL     static inline __attribute__((always_inline))
 
 #define PT_W      8
 #define PT_HALVES 2
@@ -100,48 +86,6 @@ P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
+#define PT_ROWS(t) cpu_ref_rows_##t
+#define PT_FILL    cpu_panel_avx2_fill
 #include "kernels/cpu/panel_tiles.h"
-
-static void pmm_q8_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q8_0, cpu_ref_rows_q8_0);
-}
-
-static void pmm_q4_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q4_0, cpu_ref_rows_q4_0);
-}
-
-static void pmm_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q4_K, cpu_ref_rows_q4_K);
-}
-
-static void pmm_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q6_K, cpu_ref_rows_q6_K);
-}
-
-static size_t gk_act_bytes(int64_t n)
-{
-	return gk_bytes(n);
-}
-
-static void gk_convert(const float *x, void *dst, int64_t n)
-{
-	simd_gk_row(x, dst, n);
-}
-
-void cpu_panel_avx2_fill(struct cpu_kernels *k)
-{
-	struct cpu_type_ops *t = k->type;
-	/* K-quant activations in the gk layout; the set's row kernels read its act8k part. */
-	t[LM_Q4_K].act_bytes = gk_act_bytes;
-	t[LM_Q4_K].to_act = gk_convert;
-	t[LM_Q6_K].act_bytes = gk_act_bytes;
-	t[LM_Q6_K].to_act = gk_convert;
-	t[LM_Q8_0].pmm = pmm_q8_0;
-	t[LM_Q4_0].pmm = pmm_q4_0;
-	t[LM_Q4_K].pmm = pmm_q4_K;
-	t[LM_Q6_K].pmm = pmm_q6_K;
-}

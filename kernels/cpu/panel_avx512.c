@@ -37,26 +37,6 @@
 
 #define P_INL   static inline __attribute__((always_inline))
 
-/* Record bytes of one block of a group (16 x the GGUF block). */
-#define REC_Q8_0 (16 * 34)
-#define REC_Q4_0 (16 * 18)
-#define REC_Q4_K (16 * 144)
-#define REC_Q6_K (16 * 210)
-/* Q6_K's record: the scales (4 vectors), 16 triples of quant vectors, d (panel.c). */
-#define Q6_TRIPLES 256
-#define Q6_D       (256 + 16 * 192)
-
-/* How far ahead of the weight stream the L2 prefetches run: one core has few L1 miss buffers,
- * requests into L2 keep more misses in flight (simd_x86.h, SIMD_PF_BYTES). */
-#define P_PF_BYTES 3072
-
-/* Prefetches the cache lines of [p, p + bytes) from P_PF_BYTES ahead. */
-P_INL void p_prefetch(const uint8_t *p, size_t bytes)
-{
-	for (size_t o = 0; o < bytes; o += 64)
-		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
-}
-
 /* The vector operations panel_tiles.h is written in, on 512-bit registers. */
 #define PT_W      16
 #define PT_HALVES 1
@@ -98,48 +78,6 @@ P_INL __m512i pt_bcast(const uint8_t *p)
 	return _mm512_set1_epi32(v);
 }
 
+#define PT_ROWS(t) cpu_avx512_rows_##t
+#define PT_FILL    cpu_panel_avx512_fill
 #include "kernels/cpu/panel_tiles.h"
-
-static void pmm_q8_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q8_0, cpu_avx512_rows_q8_0);
-}
-
-static void pmm_q4_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q4_0, cpu_avx512_rows_q4_0);
-}
-
-static void pmm_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q4_K, cpu_avx512_rows_q4_K);
-}
-
-static void pmm_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
-{
-	pmm(m, r0, r1, LM_Q6_K, cpu_avx512_rows_q6_K);
-}
-
-static size_t gk_act_bytes(int64_t n)
-{
-	return gk_bytes(n);
-}
-
-static void gk_convert(const float *x, void *dst, int64_t n)
-{
-	simd_gk_row(x, dst, n);
-}
-
-void cpu_panel_avx512_fill(struct cpu_kernels *k)
-{
-	struct cpu_type_ops *t = k->type;
-	/* Q4_K's row kernel reads the same activations (their act8k part, natural order). */
-	t[LM_Q4_K].act_bytes = gk_act_bytes;
-	t[LM_Q4_K].to_act = gk_convert;
-	t[LM_Q6_K].act_bytes = gk_act_bytes;
-	t[LM_Q6_K].to_act = gk_convert;
-	t[LM_Q8_0].pmm = pmm_q8_0;
-	t[LM_Q4_0].pmm = pmm_q4_0;
-	t[LM_Q4_K].pmm = pmm_q4_K;
-	t[LM_Q6_K].pmm = pmm_q6_K;
-}

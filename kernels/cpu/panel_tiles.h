@@ -17,9 +17,32 @@
  *   pt_dp(acc, w, x)   acc + the 4 products of unsigned bytes w (at most 63) and signed x
  *   pt_dp8(acc, w, x)  the same for Q8_0's stored quants (PT_Q8_OFF says what they hold)
  *   pt_dpw(acc, a, b)  acc + the 2 products of int16 pairs
+ *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
+ *                      rows after a weight's last whole group
+ *   PT_FILL            the name of the function that puts these kernels in a set's table
  */
 #ifndef LM_PANEL_TILES_H
 #define LM_PANEL_TILES_H
+
+/* Record bytes of one block of a group (16 x the GGUF block). */
+#define REC_Q8_0 (16 * 34)
+#define REC_Q4_0 (16 * 18)
+#define REC_Q4_K (16 * 144)
+#define REC_Q6_K (16 * 210)
+/* Q6_K's record: the scales (4 vectors), 16 triples of quant vectors, d (panel.c). */
+#define Q6_TRIPLES 256
+#define Q6_D       (256 + 16 * 192)
+
+/* How far ahead of the weight stream the L2 prefetches run: one core has few L1 miss buffers,
+ * requests into L2 keep more misses in flight (simd_x86.h, SIMD_PF_BYTES). */
+#define P_PF_BYTES 3072
+
+/* Prefetches the cache lines of [p, p + bytes) from P_PF_BYTES ahead. */
+PT_INL void p_prefetch(const uint8_t *p, size_t bytes)
+{
+	for (size_t o = 0; o < bytes; o += 64)
+		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
+}
 
 /* Accumulators of one half's tokens in a single-tile batch (group_k_direct). */
 #define PT_TK_STRIDE P_TK
@@ -552,6 +575,54 @@ PT_INL void pmm(const struct cpu_mm *m, int64_t r0, int64_t r1, enum lm_dtype ty
 	}
 	if (r1 > whole)
 		tail(m, r0 > whole ? r0 : whole, r1);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The set's entries                                                                          */
+
+static void pmm_q8_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	pmm(m, r0, r1, LM_Q8_0, PT_ROWS(q8_0));
+}
+
+static void pmm_q4_0(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	pmm(m, r0, r1, LM_Q4_0, PT_ROWS(q4_0));
+}
+
+static void pmm_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	pmm(m, r0, r1, LM_Q4_K, PT_ROWS(q4_K));
+}
+
+static void pmm_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1)
+{
+	pmm(m, r0, r1, LM_Q6_K, PT_ROWS(q6_K));
+}
+
+static size_t gk_act_bytes(int64_t n)
+{
+	return gk_bytes(n);
+}
+
+static void gk_convert(const float *x, void *dst, int64_t n)
+{
+	simd_gk_row(x, dst, n);
+}
+
+void PT_FILL(struct cpu_kernels *k)
+{
+	struct cpu_type_ops *t = k->type;
+	/* K-quant activations in the gk layout; the set's row kernels read its act8k part (natural
+	 * order), so Q4_K's and Q6_K's single-token paths take the same activations. */
+	t[LM_Q4_K].act_bytes = gk_act_bytes;
+	t[LM_Q4_K].to_act = gk_convert;
+	t[LM_Q6_K].act_bytes = gk_act_bytes;
+	t[LM_Q6_K].to_act = gk_convert;
+	t[LM_Q8_0].pmm = pmm_q8_0;
+	t[LM_Q4_0].pmm = pmm_q4_0;
+	t[LM_Q4_K].pmm = pmm_q4_K;
+	t[LM_Q6_K].pmm = pmm_q6_K;
 }
 
 #endif

@@ -1,8 +1,9 @@
 /* simd_x86.h — the activation layouts the x86 SIMD kernels share (included only by the files
  * compiled with SIMD flags).
  *
- * The values are those of the reference conversions (kernels_generic.c); only the arrangement
- * differs, so loads are aligned and scales need no conversion in the inner loops:
+ * The values are those of the reference conversions (common/format/quant.c, which the generic
+ * kernels take as they are); only the arrangement differs, so loads are aligned and scales need
+ * no conversion in the inner loops:
  *
  *   F16 and BF16 weights: x rounded to f16 (bf16) and stored back as f32, n floats.
  *   Q8_0 and Q4_0 weights ("act8"), nb = n / 32 blocks:

@@ -12,7 +12,7 @@
  *   - a failure with a code the function does not document, or without a message;
  *   - an accepted file whose header fields, strings, arrays or tensors lie outside the buffer,
  *     overlap, are misaligned, or disagree with their lookups (gguf_find, gguf_find_tensor);
- *   - loaded hyperparameters outside the ranges model.h promises;
+ *   - loaded hyperparameters outside the ranges common/model/hparams.h promises;
  *   - a vocabulary whose special ids, texts or pieces are out of range, or whose encoder
  *     returns ids outside the vocabulary or disagrees with itself (cap too small, alloc form);
  *   - lm_model_open giving another fingerprint, or binding a weight outside the file.
@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "common/format/gguf.h"
-#include "engine/model.h"
+#include "engine/weights.h"
 #include "common/tok/tokenizer.h"
 
 #define CHECK(cond)                       \
@@ -300,7 +300,7 @@ static void check_model_open(const uint8_t *data, size_t size, uint64_t fingerpr
 		CHECK(m.fingerprint == fingerprint);
 		CHECK(m.weight_bytes <= size);
 		check_hparams(&m.hp, m.file);
-		/* Shapes as model.h lists them. */
+		/* Shapes as engine/weights.h lists them. */
 		int64_t e = m.hp.n_embd, nv = m.hp.n_vocab;
 		CHECK(m.tok_embd.ne0 == e && m.tok_embd.ne1 == nv);
 		if (pass == 0)

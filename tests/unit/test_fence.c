@@ -102,7 +102,7 @@ Test(fence_kv, mixed_geometry_layer_by_layer)
 	 * stored whole before it reads); global layers are unchanged. */
 	struct fence_layer ringed[60];
 	memset(ringed, 0, sizeof ringed);
-	cr_assert_eq(fence_kv_costs(ringed, 60, geom, 8192, kv_ring_extra(64, 0), 2,
+	cr_assert_eq(fence_kv_costs(ringed, 60, geom, 8192, kv_geom_ring_extra(64, 0), 2,
 				    KV_TYPES(LM_F16, LM_F16), &d),
 		     0, "%s", d.msg);
 	cr_expect_eq(ringed[0].kv_bytes, 2ull * 8 * 256 * (1024 + 63) * 2 * 2);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/model.h"
+#include "engine/weights.h"
 #include "engine/forward.h"
 #include "common/format/synth.h"
 
@@ -71,7 +71,7 @@ static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, 
 				  .num_layers = r->m.slice.end - r->m.slice.begin,
 				  .geom = g,
 				  .max_seq = 128,
-				  .ring_extra = kv_ring_extra(max_batch, 0),
+				  .ring_extra = kv_geom_ring_extra(max_batch, 0),
 				  .slots = slots,
 				  .types = {{LM_F32, LM_F32}, {LM_F32, LM_F32}}};
 	cr_assert_eq(kv_cache_init(&r->kv, &r->be, &kc, &d), 0, "%s", d.msg);
@@ -357,5 +357,48 @@ Test(forward, bad_batches_are_refused)
 	b.n = 3;
 	rows[0] = 3;
 	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_ERANGE);
+	rig_close(&r);
+}
+
+/* A device that refuses one op: the embedding's row gather, or the residual add every layer
+ * ends its blocks with. */
+static int refuse_get_rows(void *ctx, float *y, const struct lm_weight *table, const int32_t *ids,
+			   int n)
+{
+	return LM_EDEVICE;
+}
+
+static int refuse_add(void *ctx, float *y, const float *a, size_t len)
+{
+	return LM_EDEVICE;
+}
+
+/* A failure is reported where it happened: the embedding is not a layer, and a layer's op names
+ * the layer it ran in. */
+Test(forward, backend_failures_name_the_embedding_or_the_layer)
+{
+	struct rig r;
+	rig_open(&r, shared("models/stories260K.gguf"), NULL, 1, 4, false);
+	struct lm_backend_i iface = *r.be.iface;
+	struct lm_backend refusing = {&iface, r.be.ctx};
+	r.fw.be = &refusing;
+	static float out[2 * 512];
+	int32_t ids[2] = {1, 2}, rows[1] = {1};
+	struct lm_tok_loc loc[2] = {{0, 0}, {0, 1}};
+	struct lm_batch b = {.n = 2, .ids = ids, .loc = loc, .n_out = 1, .out_rows = rows};
+	lm_diag d = {{0}};
+
+	iface.get_rows = refuse_get_rows;
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
+	cr_expect_str_eq(d.msg, "embedding: token_embd failed: device error");
+
+	iface.get_rows = r.be.iface->get_rows;
+	iface.add = refuse_add;
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
+	cr_expect_str_eq(d.msg, "layer 0: residual failed: device error");
+
+	iface.add = r.be.iface->add;
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, out, &d), 0, "%s", d.msg);
+	r.fw.be = &r.be;
 	rig_close(&r);
 }

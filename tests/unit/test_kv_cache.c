@@ -10,33 +10,33 @@ Test(kv_cache, mission_arithmetic)
 {
 	struct kv_geom g = {.n_kv_heads = 16, .head_dim = 512, .window = 0};
 	uint64_t per_layer = 0;
-	cr_assert_eq(kv_layer_bytes(&g, 128, 0, 1, LM_F32, LM_F32, &per_layer), 0);
+	cr_assert_eq(kv_geom_bytes(&g, 128, 0, 1, LM_F32, LM_F32, &per_layer), 0);
 	cr_expect_eq(per_layer, 8388608ull);
 	cr_expect_eq(per_layer * 3, 25165824ull);
 	cr_expect_eq(per_layer * 60, 503316480ull);
 	/* f16 halves it; a window of 64 halves it again; 4 slots multiply by 4. */
 	uint64_t b = 0;
-	cr_assert_eq(kv_layer_bytes(&g, 128, 0, 1, LM_F16, LM_F16, &b), 0);
+	cr_assert_eq(kv_geom_bytes(&g, 128, 0, 1, LM_F16, LM_F16, &b), 0);
 	cr_expect_eq(b, per_layer / 2);
 	g.window = 64;
-	cr_assert_eq(kv_layer_bytes(&g, 128, 0, 4, LM_F16, LM_F16, &b), 0);
+	cr_assert_eq(kv_geom_bytes(&g, 128, 0, 4, LM_F16, LM_F16, &b), 0);
 	cr_expect_eq(b, per_layer);
 	/* A window wider than the context holds only the context. */
 	g.window = 4096;
-	cr_assert_eq(kv_layer_bytes(&g, 128, 0, 1, LM_F32, LM_F32, &b), 0);
+	cr_assert_eq(kv_geom_bytes(&g, 128, 0, 1, LM_F32, LM_F32, &b), 0);
 	cr_expect_eq(b, per_layer);
 	/* q8_0 rows: 34 bytes per 32 values. */
 	g.window = 0;
-	cr_assert_eq(kv_layer_bytes(&g, 128, 0, 1, LM_Q8_0, LM_F32, &b), 0);
+	cr_assert_eq(kv_geom_bytes(&g, 128, 0, 1, LM_Q8_0, LM_F32, &b), 0);
 	cr_expect_eq(b, 128ull * (16 * 512 / 32 * 34 + 16 * 512 * 4));
 	/* q8_0 cannot hold heads of 6, nor of 8 though 4 x 8 = 32: a block may not straddle two
 	 * heads. */
 	struct kv_geom odd = {.n_kv_heads = 4, .head_dim = 8};
-	cr_expect_eq(kv_layer_bytes(&odd, 128, 0, 1, LM_Q8_0, LM_F32, &b), LM_EINVAL);
-	cr_expect_eq(kv_layer_bytes(&odd, 128, 0, 1, LM_Q4_0, LM_F32, &b), LM_EINVAL);
-	cr_expect_eq(kv_layer_bytes(&odd, 0, 0, 1, LM_F32, LM_F32, &b), LM_EINVAL);
+	cr_expect_eq(kv_geom_bytes(&odd, 128, 0, 1, LM_Q8_0, LM_F32, &b), LM_EINVAL);
+	cr_expect_eq(kv_geom_bytes(&odd, 128, 0, 1, LM_Q4_0, LM_F32, &b), LM_EINVAL);
+	cr_expect_eq(kv_geom_bytes(&odd, 0, 0, 1, LM_F32, LM_F32, &b), LM_EINVAL);
 	struct kv_geom huge = {.n_kv_heads = 1 << 30, .head_dim = 1 << 30};
-	cr_expect_eq(kv_layer_bytes(&huge, 1 << 30, 0, 1 << 30, LM_F32, LM_F32, &b), LM_EOVERFLOW);
+	cr_expect_eq(kv_geom_bytes(&huge, 1 << 30, 0, 1 << 30, LM_F32, LM_F32, &b), LM_EOVERFLOW);
 }
 
 static struct kv_cache make(int32_t base, int32_t n, struct kv_geom *geom, int32_t slots,
@@ -64,7 +64,7 @@ Test(kv_cache, allocates_only_the_slice)
 	struct kv_cache kv = make(57, 3, g, 2, LM_F32);
 	uint64_t want = 0, b;
 	for (int i = 0; i < 3; i++) {
-		cr_assert_eq(kv_layer_bytes(&g[i], 32, 0, 2, LM_F32, LM_F32, &b), 0);
+		cr_assert_eq(kv_geom_bytes(&g[i], 32, 0, 2, LM_F32, LM_F32, &b), 0);
 		want += b;
 	}
 	cr_expect_eq(kv.bytes, want);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model.h"
+#include "engine/weights.h"
 #include "tests/support/gguf_samples.h"
 
 static const char *model_path(void)

@@ -529,7 +529,7 @@ Test(planner, gemma4_mission_geometry, .timeout = 120)
 	uint64_t total = 0;
 	for (int i = 0; i < 60; i++)
 		geom[i] = lm_hparams_kv_geom(&hp, i);
-	cr_assert_eq(fence_kv_costs(layers, 60, geom, 128, kv_ring_extra(64, 0), 1,
+	cr_assert_eq(fence_kv_costs(layers, 60, geom, 128, kv_geom_ring_extra(64, 0), 1,
 				    KV_TYPES(LM_F32, LM_F32), &d),
 		     0, "%s", d.msg);
 	for (int i = 0; i < 60; i++) {
@@ -540,7 +540,7 @@ Test(planner, gemma4_mission_geometry, .timeout = 120)
 	cr_expect_eq(total, 220ull << 20);
 	struct kv_geom widest = {.n_kv_heads = 16, .head_dim = 512};
 	uint64_t legacy;
-	cr_assert_eq(kv_layer_bytes(&widest, 128, 0, 1, LM_F32, LM_F32, &legacy), 0);
+	cr_assert_eq(kv_geom_bytes(&widest, 128, 0, 1, LM_F32, LM_F32, &legacy), 0);
 	cr_expect_eq(60 * legacy, 503316480ull);
 
 	/* The planner over 60 single-layer, 20 three-layer and one 60-layer worker: each holds its

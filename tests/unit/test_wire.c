@@ -56,6 +56,20 @@ Test(wire, scratch_and_buf_lifecycle)
 	wire_buf_fini(NULL);
 }
 
+/* What a stage and the planner count for the decoder's scratch: its four arrays, by their own
+ * element sizes, and nothing for the "adj" arrays allocated only at a first adjustment. */
+Test(wire, scratch_bytes_counts_the_arrays_init_allocates)
+{
+	struct wire_scratch s;
+	cr_assert_eq(wire_scratch_init_rows(&s, 3, 40), 0);
+	cr_expect_eq(wire_scratch_bytes(s.cap, s.rows),
+		     3 * (sizeof *s.seqs + sizeof *s.slots) +
+			     40 * (sizeof *s.toks + sizeof *s.drafts));
+	cr_expect_null(s.adj);
+	wire_scratch_fini(&s);
+	cr_expect_eq(wire_scratch_bytes(0, 0), 0);
+}
+
 /* ---------------------------------------------------------------- round trips */
 
 static void check_seq(const struct wire_seq *a, const struct wire_seq *b, int i)

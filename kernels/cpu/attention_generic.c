@@ -1,4 +1,4 @@
-/* kv_generic.c — the scalar reference of the KV cache's types: how a K or V row is stored, how q
+/* attention_generic.c — the scalar reference of the KV cache's types: how a K or V row is stored, how q
  * meets a K row, how probabilities meet V rows.
  *
  * Every cache type is read in place, block by block, inside the dot product and the V
@@ -20,50 +20,11 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Stores: f32 row -> the cache's bytes                                                       */
 
-static void kv_store_f32(const float *x, void *dst, int64_t n)
+/* The other types store through GGUF's reference quantizers (common/format/quant.c), the same
+ * functions the matmul's activations convert with. */
+static void attn_store_f32(const float *x, void *dst, int64_t n)
 {
 	memcpy(dst, x, (size_t)n * sizeof(float));
-}
-
-static void kv_store_f16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_f16(x[i]);
-}
-
-static void kv_store_bf16(const float *x, void *dst, int64_t n)
-{
-	uint16_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_bf16(x[i]);
-}
-
-static void kv_store_q8_0(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q8_0_ref(x, dst, n);
-}
-
-static void kv_store_q4_0(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q4_0_ref(x, dst, n);
-}
-
-static void kv_store_q5_1(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q5_1_ref(x, dst, n);
-}
-
-static void kv_store_q8_1(const float *x, void *dst, int64_t n)
-{
-	lm_quantize_q8_1_ref(x, dst, n);
-}
-
-static void kv_store_fp8(const float *x, void *dst, int64_t n)
-{
-	uint8_t *y = dst;
-	for (int64_t i = 0; i < n; i++)
-		y[i] = lm_f32_to_fp8(x[i]);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -71,22 +32,22 @@ static void kv_store_fp8(const float *x, void *dst, int64_t n)
 
 /* e4m3's 256 values, built once (a lookup is the reference's decoding; the SIMD sets decode
  * through f16 and must agree with it). */
-static float kv_fp8_table[256];
-static pthread_once_t kv_fp8_once = PTHREAD_ONCE_INIT;
+static float attn_fp8_table[256];
+static pthread_once_t attn_fp8_once = PTHREAD_ONCE_INIT;
 
-static void kv_fp8_build(void)
+static void attn_fp8_build(void)
 {
 	for (int c = 0; c < 256; c++)
-		kv_fp8_table[c] = lm_fp8_to_f32((uint8_t)c);
+		attn_fp8_table[c] = lm_fp8_to_f32((uint8_t)c);
 }
 
 const float *cpu_fp8_table(void)
 {
-	pthread_once(&kv_fp8_once, kv_fp8_build);
-	return kv_fp8_table;
+	pthread_once(&attn_fp8_once, attn_fp8_build);
+	return attn_fp8_table;
 }
 
-static float kv_dot_fp8(int64_t n, const void *k, const void *q)
+static float attn_dot_fp8(int64_t n, const void *k, const void *q)
 {
 	const float *t = cpu_fp8_table();
 	const uint8_t *a = k;
@@ -99,7 +60,7 @@ static float kv_dot_fp8(int64_t n, const void *k, const void *q)
 
 /* Q5_1 . Q8_1: x = d_x q + m_x, so a block contributes d_x d_y sum(q y) + m_x (d_y sum(y)), the
  * last factor being the activation block's s. */
-static float kv_dot_q5_1(int64_t n, const void *k, const void *q)
+static float attn_dot_q5_1(int64_t n, const void *k, const void *q)
 {
 	const block_q5_1 *a = k;
 	const block_q8_1 *b = q;
@@ -121,10 +82,10 @@ static float kv_dot_q5_1(int64_t n, const void *k, const void *q)
 	return sum;
 }
 
-#define KV_SCORES(name, dot)                                                                       \
-	static void kv_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,           \
-				     const uint8_t *q, size_t q_stride, int nq, float *out,        \
-				     size_t out_stride)                                            \
+#define ATTN_SCORES(name, dot)                                                                     \
+	static void attn_scores_##name(int64_t hd, const uint8_t *k, size_t stride, int n,         \
+				       const uint8_t *q, size_t q_stride, int nq, float *out,      \
+				       size_t out_stride)                                          \
 	{                                                                                          \
 		for (int h = 0; h < nq; h++)                                                       \
 			for (int j = 0; j < n; j++)                                                \
@@ -132,39 +93,39 @@ static float kv_dot_q5_1(int64_t n, const void *k, const void *q)
 					dot(hd, k + (size_t)j * stride, q + (size_t)h * q_stride); \
 	}
 
-KV_SCORES(f32, cpu_vec_dot_f32_generic)
-KV_SCORES(f16, cpu_vec_dot_f16_generic)
-KV_SCORES(bf16, cpu_vec_dot_bf16_generic)
-KV_SCORES(q8_0, cpu_vec_dot_q8_0_generic)
-KV_SCORES(q4_0, cpu_vec_dot_q4_0_generic)
-KV_SCORES(q5_1, kv_dot_q5_1)
-KV_SCORES(fp8, kv_dot_fp8)
+ATTN_SCORES(f32, cpu_vec_dot_f32_generic)
+ATTN_SCORES(f16, cpu_vec_dot_f16_generic)
+ATTN_SCORES(bf16, cpu_vec_dot_bf16_generic)
+ATTN_SCORES(q8_0, cpu_vec_dot_q8_0_generic)
+ATTN_SCORES(q4_0, cpu_vec_dot_q4_0_generic)
+ATTN_SCORES(q5_1, attn_dot_q5_1)
+ATTN_SCORES(fp8, attn_dot_fp8)
 
 /* ------------------------------------------------------------------------------------------ */
 /* V accumulation: acc += a x V_j for one row                                                  */
 
-static void kv_axpy_f32(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_f32(int64_t n, float a, const void *v, float *acc)
 {
 	const float *x = v;
 	for (int64_t i = 0; i < n; i++)
 		acc[i] += a * x[i];
 }
 
-static void kv_axpy_f16(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_f16(int64_t n, float a, const void *v, float *acc)
 {
 	const uint16_t *x = v;
 	for (int64_t i = 0; i < n; i++)
 		acc[i] += a * lm_f16_to_f32(x[i]);
 }
 
-static void kv_axpy_bf16(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_bf16(int64_t n, float a, const void *v, float *acc)
 {
 	const uint16_t *x = v;
 	for (int64_t i = 0; i < n; i++)
 		acc[i] += a * lm_bf16_to_f32(x[i]);
 }
 
-static void kv_axpy_fp8(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_fp8(int64_t n, float a, const void *v, float *acc)
 {
 	const float *t = cpu_fp8_table();
 	const uint8_t *x = v;
@@ -172,7 +133,7 @@ static void kv_axpy_fp8(int64_t n, float a, const void *v, float *acc)
 		acc[i] += a * t[x[i]];
 }
 
-static void kv_axpy_q8_0(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_q8_0(int64_t n, float a, const void *v, float *acc)
 {
 	const block_q8_0 *x = v;
 	for (int64_t i = 0; i < n / QK8_0; i++, acc += QK8_0) {
@@ -182,7 +143,7 @@ static void kv_axpy_q8_0(int64_t n, float a, const void *v, float *acc)
 	}
 }
 
-static void kv_axpy_q4_0(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_q4_0(int64_t n, float a, const void *v, float *acc)
 {
 	const block_q4_0 *x = v;
 	for (int64_t i = 0; i < n / QK4_0; i++, acc += QK4_0) {
@@ -195,7 +156,7 @@ static void kv_axpy_q4_0(int64_t n, float a, const void *v, float *acc)
 }
 
 /* a (d q + m) = (a d) q + a m. */
-static void kv_axpy_q5_1(int64_t n, float a, const void *v, float *acc)
+static void attn_axpy_q5_1(int64_t n, float a, const void *v, float *acc)
 {
 	const block_q5_1 *x = v;
 	for (int64_t i = 0; i < n / QK5_1; i++, acc += QK5_1) {
@@ -211,9 +172,9 @@ static void kv_axpy_q5_1(int64_t n, float a, const void *v, float *acc)
 	}
 }
 
-#define KV_VALUES(name, axpy)                                                               \
-	static void kv_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,    \
-				     const float *p, size_t p_stride, int nq, float *acc)   \
+#define ATTN_VALUES(name, axpy)                                                             \
+	static void attn_values_##name(int64_t hd, const uint8_t *v, size_t stride, int n,  \
+				       const float *p, size_t p_stride, int nq, float *acc) \
 	{                                                                                   \
 		for (int h = 0; h < nq; h++)                                                \
 			for (int j = 0; j < n; j++)                                         \
@@ -221,71 +182,71 @@ static void kv_axpy_q5_1(int64_t n, float a, const void *v, float *acc)
 				     v + (size_t)j * stride, acc + (size_t)h * (size_t)hd); \
 	}
 
-KV_VALUES(f32, kv_axpy_f32)
-KV_VALUES(f16, kv_axpy_f16)
-KV_VALUES(bf16, kv_axpy_bf16)
-KV_VALUES(q8_0, kv_axpy_q8_0)
-KV_VALUES(q4_0, kv_axpy_q4_0)
-KV_VALUES(q5_1, kv_axpy_q5_1)
-KV_VALUES(fp8, kv_axpy_fp8)
+ATTN_VALUES(f32, attn_axpy_f32)
+ATTN_VALUES(f16, attn_axpy_f16)
+ATTN_VALUES(bf16, attn_axpy_bf16)
+ATTN_VALUES(q8_0, attn_axpy_q8_0)
+ATTN_VALUES(q4_0, attn_axpy_q4_0)
+ATTN_VALUES(q5_1, attn_axpy_q5_1)
+ATTN_VALUES(fp8, attn_axpy_fp8)
 
 /* ------------------------------------------------------------------------------------------ */
 /* The table                                                                                  */
 
-static size_t kv_q_f32(int64_t n)
+static size_t attn_q_f32(int64_t n)
 {
 	return (size_t)n * sizeof(float);
 }
 
-static size_t kv_q_16(int64_t n)
+static size_t attn_q_16(int64_t n)
 {
 	return (size_t)n * sizeof(uint16_t);
 }
 
-static size_t kv_q_q8_0(int64_t n)
+static size_t attn_q_q8_0(int64_t n)
 {
 	return (size_t)(n / QK8_0) * sizeof(block_q8_0);
 }
 
-static size_t kv_q_q8_1(int64_t n)
+static size_t attn_q_q8_1(int64_t n)
 {
 	return (size_t)(n / QK8_1) * sizeof(block_q8_1);
 }
 
-void cpu_kv_generic_fill(struct cpu_kernels *k)
+void cpu_attn_generic_fill(struct cpu_kernels *k)
 {
-	struct cpu_kv_ops *t = k->kv;
-	t[LM_F32] = (struct cpu_kv_ops){.store = kv_store_f32,
-					.q_bytes = kv_q_f32,
-					.scores = kv_scores_f32,
-					.values = kv_values_f32};
-	t[LM_F16] = (struct cpu_kv_ops){.store = kv_store_f16,
-					.q_bytes = kv_q_16,
-					.q_conv = kv_store_f16,
-					.scores = kv_scores_f16,
-					.values = kv_values_f16};
-	t[LM_BF16] = (struct cpu_kv_ops){.store = kv_store_bf16,
-					 .q_bytes = kv_q_16,
-					 .q_conv = kv_store_bf16,
-					 .scores = kv_scores_bf16,
-					 .values = kv_values_bf16};
-	t[LM_Q8_0] = (struct cpu_kv_ops){.store = kv_store_q8_0,
-					 .q_bytes = kv_q_q8_0,
-					 .q_conv = kv_store_q8_0,
-					 .scores = kv_scores_q8_0,
-					 .values = kv_values_q8_0};
-	t[LM_Q4_0] = (struct cpu_kv_ops){.store = kv_store_q4_0,
-					 .q_bytes = kv_q_q8_0,
-					 .q_conv = kv_store_q8_0,
-					 .scores = kv_scores_q4_0,
-					 .values = kv_values_q4_0};
-	t[LM_Q5_1] = (struct cpu_kv_ops){.store = kv_store_q5_1,
-					 .q_bytes = kv_q_q8_1,
-					 .q_conv = kv_store_q8_1,
-					 .scores = kv_scores_q5_1,
-					 .values = kv_values_q5_1};
-	t[LM_FP8_E4M3] = (struct cpu_kv_ops){.store = kv_store_fp8,
-					     .q_bytes = kv_q_f32,
-					     .scores = kv_scores_fp8,
-					     .values = kv_values_fp8};
+	struct cpu_attn_ops *t = k->attn;
+	t[LM_F32] = (struct cpu_attn_ops){.store = attn_store_f32,
+					  .q_bytes = attn_q_f32,
+					  .scores = attn_scores_f32,
+					  .values = attn_values_f32};
+	t[LM_F16] = (struct cpu_attn_ops){.store = lm_quantize_f16_ref,
+					  .q_bytes = attn_q_16,
+					  .q_conv = lm_quantize_f16_ref,
+					  .scores = attn_scores_f16,
+					  .values = attn_values_f16};
+	t[LM_BF16] = (struct cpu_attn_ops){.store = lm_quantize_bf16_ref,
+					   .q_bytes = attn_q_16,
+					   .q_conv = lm_quantize_bf16_ref,
+					   .scores = attn_scores_bf16,
+					   .values = attn_values_bf16};
+	t[LM_Q8_0] = (struct cpu_attn_ops){.store = lm_quantize_q8_0_ref,
+					   .q_bytes = attn_q_q8_0,
+					   .q_conv = lm_quantize_q8_0_ref,
+					   .scores = attn_scores_q8_0,
+					   .values = attn_values_q8_0};
+	t[LM_Q4_0] = (struct cpu_attn_ops){.store = lm_quantize_q4_0_ref,
+					   .q_bytes = attn_q_q8_0,
+					   .q_conv = lm_quantize_q8_0_ref,
+					   .scores = attn_scores_q4_0,
+					   .values = attn_values_q4_0};
+	t[LM_Q5_1] = (struct cpu_attn_ops){.store = lm_quantize_q5_1_ref,
+					   .q_bytes = attn_q_q8_1,
+					   .q_conv = lm_quantize_q8_1_ref,
+					   .scores = attn_scores_q5_1,
+					   .values = attn_values_q5_1};
+	t[LM_FP8_E4M3] = (struct cpu_attn_ops){.store = lm_quantize_fp8_ref,
+					       .q_bytes = attn_q_f32,
+					       .scores = attn_scores_fp8,
+					       .values = attn_values_fp8};
 }

@@ -1,4 +1,4 @@
-/* model.h — a model slice's weights, bound on a backend.
+/* weights.h — a model slice's weights, bound on a backend.
  *
  * Weights are bound by their GGUF names, shapes checked against the hyperparameters. The
  * tensors of a layer are the architecture's (its table in engine/arch_<name>.c says which it
@@ -12,8 +12,8 @@
  * A model is loaded for a slice: layers [begin, end) plus the embedding and/or the head. Only the
  * slice's tensors are mapped (gguf_map), so a worker's resident memory is its slice's bytes.
  */
-#ifndef LM_MODEL_H
-#define LM_MODEL_H
+#ifndef LM_WEIGHTS_H
+#define LM_WEIGHTS_H
 
 #include <stdbool.h>
 #include <stdint.h>

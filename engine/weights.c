@@ -1,5 +1,5 @@
-/* model.c — weight binding for a slice. See model.h. */
-#include "engine/model.h"
+/* weights.c — weight binding for a slice. See weights.h. */
+#include "engine/weights.h"
 
 #include <math.h>
 #include <stddef.h>
