@@ -67,5 +67,7 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 	uint64_t payload = b * (e * wire > 4 ? e * wire : 4);
 	out->messages = LM_STAGE_MSGS_HELD * (payload + 1024 + slots * 64);
 
-	out->total = out->forward + out->backend + out->stage + out->trace + out->messages;
+	out->process = LM_WORKER_BASE_BYTES;
+	out->total = out->forward + out->backend + out->stage + out->trace + out->messages +
+		     out->process;
 }

@@ -85,6 +85,18 @@ static void write_mesh(int n, const char *limit, const char *extra_model, const 
 	fclose(f);
 }
 
+/* A memory_limit of `mib` MiB for the model's share (weights, cache, scratch) plus the bytes
+ * of the worker process itself, which every worker's plan carries (LM_WORKER_BASE_BYTES). */
+static const char *limit_mib(double mib)
+{
+	static char buf[4][32];
+	static int k;
+	char *b = buf[k++ % 4];
+	snprintf(b, sizeof buf[0], "%llu",
+		 (unsigned long long)(mib * 1048576.0) + (unsigned long long)LM_WORKER_BASE_BYTES);
+	return b;
+}
+
 static void load(struct mesh_config *cfg)
 {
 	lm_diag d = {{0}};
@@ -94,7 +106,7 @@ static void load(struct mesh_config *cfg)
 
 Test(planner, stories260k_balanced_over_three_workers)
 {
-	write_mesh(3, "8MiB", "", "strategy = \"balanced\"", NULL);
+	write_mesh(3, limit_mib(8), "", "strategy = \"balanced\"", NULL);
 	struct mesh_config cfg;
 	load(&cfg);
 	struct fence_plan p;
@@ -126,7 +138,7 @@ Test(planner, stories260k_balanced_over_three_workers)
 	cr_expect_eq(p.stages[2].total_bytes, LAYER_W + LAYER_KV + s2 + TRACE + HEAD);
 	cr_expect_eq(p.stages[0].flops, 2 * LAYER_F);
 	cr_expect_eq(p.stages[2].flops, LAYER_F + HEAD_F);
-	cr_expect_eq(p.stages[2].memory_limit, 8ull << 20);
+	cr_expect_eq(p.stages[2].memory_limit, (8ull << 20) + LM_WORKER_BASE_BYTES);
 	cr_expect_str_eq(p.stages[2].name, "w2");
 	fence_plan_fini(&p);
 	mesh_config_fini(&cfg);
@@ -137,7 +149,7 @@ Test(planner, memory_limits_decide)
 	/* At 3.5 MiB a worker holds one layer at most (two need 4.9 MiB of f32 cache and weights):
 	 * three workers cannot hold five layers, and the model needs its 5 layers, embedding,
 	 * head and every worker's scratch in all. */
-	write_mesh(3, "3.5MiB", "", "", NULL);
+	write_mesh(3, limit_mib(3.5), "", "", NULL);
 	struct mesh_config cfg;
 	load(&cfg);
 	struct fence_plan p;
@@ -148,12 +160,15 @@ Test(planner, memory_limits_decide)
 	char want[96];
 	snprintf(want, sizeof want, "= %llu bytes in all", (unsigned long long)need);
 	cr_expect(strstr(d.msg, want) != NULL, "%s (want %s)", d.msg, want);
-	cr_expect(strstr(d.msg, "memory_limits add up to 10.50 MiB = 11010048 bytes") != NULL, "%s",
-		  d.msg);
+	uint64_t have = 3 * ((7ull << 19) + LM_WORKER_BASE_BYTES); /* 3 x (3.5 MiB + the base) */
+	char sz[32];
+	snprintf(want, sizeof want, "memory_limits add up to %s = %llu bytes",
+		 fence_fmt_bytes(have, sz, sizeof sz), (unsigned long long)have);
+	cr_expect(strstr(d.msg, want) != NULL, "%s (want %s)", d.msg, want);
 	mesh_config_fini(&cfg);
 
 	/* An f16 cache halves the KV bytes: two layers fit in 3.5 MiB, and the plan goes through. */
-	write_mesh(3, "3.5MiB", "kv_type_k = \"f16\"\nkv_type_v = \"f16\"", "", NULL);
+	write_mesh(3, limit_mib(3.5), "kv_type_k = \"f16\"\nkv_type_v = \"f16\"", "", NULL);
 	load(&cfg);
 	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "%s", d.msg);
 	cr_expect_eq(p.stages[0].kv_bytes, 2 * LAYER_KV / 2);
@@ -211,7 +226,7 @@ Test(planner, settings_reach_the_costs)
 
 Test(planner, plan_command)
 {
-	write_mesh(3, "8MiB", "", "", NULL);
+	write_mesh(3, limit_mib(8), "", "", NULL);
 	char *text = NULL, *errs = NULL;
 	size_t n = 0, en = 0;
 	FILE *out = open_memstream(&text, &n), *err = open_memstream(&errs, &en);
@@ -248,7 +263,7 @@ Test(planner, plan_command)
 	unlink(mesh_path);
 
 	/* Failures go to err, with the exit status 1. */
-	write_mesh(3, "3MiB", "", "", NULL);
+	write_mesh(3, limit_mib(3), "", "", NULL);
 	out = open_memstream(&text, &n);
 	err = open_memstream(&errs, &en);
 	cr_expect_eq(planner_cmd(mesh_path, false, out, err), 1);
