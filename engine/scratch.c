@@ -26,6 +26,12 @@ uint64_t lm_scratch_trace_bytes(const struct lm_hparams *hp, int32_t max_seq)
 	return 2 * rows * (uint64_t)hp->n_embd * sizeof(float);
 }
 
+uint64_t lm_scratch_layer_bytes(const struct lm_hparams *hp, int32_t max_seq, uint64_t kv_bytes,
+				int32_t slots)
+{
+	return lm_scratch_trace_bytes(hp, max_seq) + (slots > 0 ? kv_bytes / (uint64_t)slots : 0);
+}
+
 void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cfg *c,
 			 struct lm_scratch *out)
 {

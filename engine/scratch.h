@@ -10,6 +10,9 @@
  *               the sampler and the top-logprob payload
  *     trace     per layer, the hidden states of a redeploy's probe (at most LM_PROBE_ROWS
  *               rows), recorded while a smoke test runs; the planner prices it per layer
+ * and, per layer too (lm_scratch_layer_bytes, not in lm_scratch), one slot's K and V rows: a
+ * redeploy moves a sequence in one message (KV_EXPORT from the old process, KV_IMPORT into the
+ * new one), which the sender fills in place and the receiver holds while it imports.
  *     messages  LM_STAGE_MSGS_HELD data-ring messages of a full batch at once (the receive
  *               queue, the message being computed and the one being sent)
  *     process   the worker process itself, whatever its slice (LM_WORKER_BASE_BYTES)
@@ -71,6 +74,10 @@ static inline int32_t lm_stage_out_rows(int32_t max_batch, int32_t slots, int32_
 
 /* The probe trace of one layer. */
 uint64_t lm_scratch_trace_bytes(const struct lm_hparams *hp, int32_t max_seq);
+/* What the planner counts per layer besides its weights and cache: its probe trace and one of
+ * its `slots` slots' rows (kv_bytes / slots) in a moving sequence's message. */
+uint64_t lm_scratch_layer_bytes(const struct lm_hparams *hp, int32_t max_seq, uint64_t kv_bytes,
+				int32_t slots);
 
 /* The engine's activation buffers alone (what lm_forward_init allocates). */
 uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
