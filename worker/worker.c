@@ -467,13 +467,15 @@ static int worker_on_repoint(struct worker *w, const void *body, size_t len, uin
 	return worker_reply(w, &w->cbuf, NULL, 0);
 }
 
-/* KV_EXPORT: one slot's KV rows, for its sequence to move to another process. */
+/* KV_EXPORT: one slot's KV rows, for its sequence to move to another process. The rows are
+ * written straight into the reply's message, after its header: a slot's rows are megabytes
+ * (the plan counts them once per layer, engine/scratch.h), and a copy beside the message
+ * would hold them twice. */
 static int worker_on_kv_export(struct worker *w, const void *body, size_t len, uint64_t id)
 {
 	struct wire_kv k;
 	lm_diag d = {{0}};
-	void *rows = NULL;
-	uint64_t bytes = 0;
+	nng_msg *m = NULL;
 	int rc;
 	pthread_mutex_lock(&w->mu);
 	if (!w->assigned) {
@@ -483,32 +485,35 @@ static int worker_on_kv_export(struct worker *w, const void *body, size_t len, u
 	}
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0) {
-		bytes = kv_cache_export_bytes(&w->st.eng.kv, k.slot);
-		rows = malloc(bytes + 1);
-		if (rows == NULL)
-			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
-				     (unsigned long long)bytes);
-		else
-			rc = kv_cache_export(&w->st.eng.kv, k.slot, rows, bytes, &d);
-		k.len = w->st.eng.kv.len[k.slot];
-		k.hi = w->st.eng.kv.hi[k.slot];
-	}
-	uint64_t fp = w->st.eng.model.fingerprint;
-	pthread_mutex_unlock(&w->mu);
-	if (rc == 0) {
-		k.id = id;
-		k.fingerprint = fp;
-		k.payload = NULL;
-		k.payload_len = (size_t)bytes;
+		uint64_t bytes = kv_cache_export_bytes(&w->st.eng.kv, k.slot);
+		k = (struct wire_kv){.id = id,
+				     .fingerprint = w->st.eng.model.fingerprint,
+				     .slot = k.slot,
+				     .len = w->st.eng.kv.len[k.slot],
+				     .hi = w->st.eng.kv.hi[k.slot],
+				     .payload_len = (size_t)bytes};
 		wire_buf_reset(&w->cbuf);
 		rc = wire_encode_kv(&w->cbuf, WIRE_KV_EXPORT, &k);
-		if (rc == 0)
-			rc = worker_reply(w, &w->cbuf, rows, (size_t)bytes);
-		free(rows);
-		return rc;
+		if (rc == 0 && nng_msg_alloc(&m, w->cbuf.len + (size_t)bytes) != 0)
+			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
+				     (unsigned long long)bytes);
+		if (rc == 0) {
+			uint8_t *out = nng_msg_body(m);
+			memcpy(out, w->cbuf.data, w->cbuf.len);
+			rc = kv_cache_export(&w->st.eng.kv, k.slot, out + w->cbuf.len, bytes, &d);
+		}
 	}
-	free(rows);
-	return worker_reply_error(w, id, WIRE_KV_EXPORT, rc, lm_diag_str(&d, rc));
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0) {
+		if (m != NULL)
+			nng_msg_free(m);
+		return worker_reply_error(w, id, WIRE_KV_EXPORT, rc, lm_diag_str(&d, rc));
+	}
+	if (nng_sendmsg(w->ctl, m, 0) != 0) {
+		nng_msg_free(m);
+		return LM_EIO;
+	}
+	return 0;
 }
 
 /* KV_IMPORT: rows exported by another process of the same slice, into one slot. */
