@@ -556,6 +556,7 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 				.kernels = p->cfg->kernels,
 				.parent_pid = (int)getpid(),
 				.log_level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info",
+				.memory_limit = p->cfg->memory_limit,
 				.tls = &m->tls};
 	struct worker_argv args;
 	worker_cmd_argv(&wc, &args);

@@ -310,6 +310,26 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 	return 0;
 }
 
+/* Whether the worker, its slice loaded, is already resident past its memory_limit. The cgroup
+ * or isolate that enforces the limit would kill it at some later allocation, in the middle of
+ * a batch, and the plan that sent it this slice under-counted it: it says so now, with both
+ * figures, and refuses the slice (no READY), so that the mesh does not start on a promise it
+ * cannot keep. A CUDA worker's memory_limit is device memory, not this process's. */
+static int worker_check_limit(const struct worker *w, const struct wire_assign *a, lm_diag *d)
+{
+	uint64_t limit = w->o->memory_limit, rss = stage_rss_bytes();
+	if (limit == 0 || strcmp(w->o->backend, "cpu") != 0 || rss <= limit)
+		return 0;
+	return lm_fail(d, LM_EINFEASIBLE,
+		       "worker %s is resident at %llu bytes (%.2f MiB) with layers [%d, %d)%s%s "
+		       "loaded, over its memory_limit of %llu bytes (%.2f MiB): it refuses the "
+		       "slice rather than serve past its cap; give it a larger memory_limit or "
+		       "fewer layers",
+		       w->o->name, (unsigned long long)rss, (double)rss / 1048576.0, a->begin,
+		       a->end, a->embedding ? " + embedding" : "", a->head ? " + head" : "",
+		       (unsigned long long)limit, (double)limit / 1048576.0);
+}
+
 static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d)
 {
 	lm_info("loading layers [%d, %d)%s%s of %s", a->begin, a->end,
@@ -321,7 +341,8 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	stage_mem_refresh(&w->st);
-	if ((rc = worker_connect_next(w, a->next, d)) != 0) {
+	if ((rc = worker_check_limit(w, a, d)) != 0 ||
+	    (rc = worker_connect_next(w, a->next, d)) != 0) {
 		stage_fini(&w->st);
 		atomic_store(&w->phase, HEALTH_WAITING);
 		return rc;
