@@ -92,7 +92,7 @@ check_hwm() {
 		[ "$peak" -le $((planned + slack)) ] ||
 			fail "$what: w$j peaked at $peak bytes; its slice plans $planned (+ $slack allowed)"
 	done
-	echo "$what: every worker's VmHWM is within its plan $((WORST / 1024)) KiB"
+	echo "$what: VmHWM - plan is at most $((WORST / 1024)) KiB in every worker"
 }
 
 # Speculation: prompts that repeat themselves, so the n-gram drafter proposes and the last
@@ -153,7 +153,7 @@ for j in 0 10 19; do
 	peak=$(cat "$dir/old.$j")
 	[ "$peak" -le $((planned + slack)) ] ||
 		fail "the replaced w$j peaked at $peak bytes; its slice plans $planned (+ $slack allowed)"
-	echo "the replaced w$j: VmHWM within its plan $(((peak - planned) / 1024)) KiB"
+	echo "the replaced w$j: VmHWM - plan is $(((peak - planned) / 1024)) KiB"
 done
 echo "redeploy: ${moved:-0} sequences moved"
 check_hwm "after the redeploy"
@@ -168,9 +168,10 @@ lm_down "$dir"
 tight=$!
 LM_PIDS+=("$tight")
 lm_wait_exit "$tight" 60 || fail "a worker past its memory_limit kept running"
-grep -q "over its memory_limit of 4194304 bytes (4.00 MiB)" "$LM_TMP/tight.log" &&
-	grep -Eq "resident at [0-9]+ bytes" "$LM_TMP/tight.log" ||
+if ! grep -q "over its memory_limit of 4194304 bytes (4.00 MiB)" "$LM_TMP/tight.log" ||
+	! grep -Eq "resident at [0-9]+ bytes" "$LM_TMP/tight.log"; then
 	fail "no message with both figures: $(cat "$LM_TMP/tight.log")"
+fi
 ! grep -q "^.*ready:" "$LM_TMP/tight.log" || fail "it reported ready: $(cat "$LM_TMP/tight.log")"
 echo "past its memory_limit: $(grep -o 'resident at .*MiB)' "$LM_TMP/tight.log" | head -1)"
 
