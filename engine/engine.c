@@ -28,7 +28,9 @@ int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag
 		d->msg[0] = '\0';
 	if ((rc = lm_backend_open(&e->be, backend, &cfg->bo, d)) != 0)
 		return lm_engine_backend_error(d, rc, backend, &cfg->bo);
-	if ((rc = lm_model_open(&e->model, cfg->model, cfg->slice, &e->be, cfg->populate, d)) != 0)
+	unsigned flags =
+		(cfg->populate ? LM_MODEL_POPULATE : 0u) | (cfg->no_vocab ? LM_MODEL_NO_VOCAB : 0u);
+	if ((rc = lm_model_open(&e->model, cfg->model, cfg->slice, &e->be, flags, d)) != 0)
 		goto fail;
 
 	const struct lm_hparams *hp = &e->model.hp;

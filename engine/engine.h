@@ -31,6 +31,7 @@ struct lm_engine_cfg {
 	const char *backend;          /* "cpu" or "cuda"; NULL: "cpu" */
 	struct lm_backend_opts bo;    /* threads, device, kernels */
 	bool populate;                /* make the weights resident now (gguf_map) */
+	bool no_vocab;                /* leave the tokenizer unread (LM_MODEL_NO_VOCAB) */
 	int32_t max_seq;              /* positions per sequence; <= 0: the model's, capped */
 	int32_t slots;                /* sequences; <= 0: 1 */
 	int32_t max_batch;            /* tokens per forward */

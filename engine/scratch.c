@@ -26,6 +26,12 @@ uint64_t lm_scratch_trace_bytes(const struct lm_hparams *hp, int32_t max_seq)
 	return 2 * rows * (uint64_t)hp->n_embd * sizeof(float);
 }
 
+uint64_t lm_scratch_layer_bytes(const struct lm_hparams *hp, int32_t max_seq, uint64_t kv_bytes,
+				int32_t slots)
+{
+	return lm_scratch_trace_bytes(hp, max_seq) + (slots > 0 ? kv_bytes / (uint64_t)slots : 0);
+}
+
 void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cfg *c,
 			 struct lm_scratch *out)
 {
@@ -65,5 +71,7 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 	uint64_t payload = b * (e * wire > 4 ? e * wire : 4);
 	out->messages = WIRE_RING_HELD * (payload + 1024 + slots * 64);
 
-	out->total = out->forward + out->backend + out->stage + out->trace + out->messages;
+	out->process = LM_WORKER_BASE_BYTES;
+	out->total = out->forward + out->backend + out->stage + out->trace + out->messages +
+		     out->process;
 }

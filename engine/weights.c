@@ -203,13 +203,14 @@ static int model_bind_rope_freqs(struct lm_model *m, lm_diag *d)
 }
 
 int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *slice,
-		  struct lm_backend *backend, bool populate, lm_diag *d)
+		  struct lm_backend *backend, unsigned flags, lm_diag *d)
 {
 	int rc;
 
 	memset(m, 0, sizeof *m);
 	m->backend = backend;
-	if ((rc = gguf_open(path, &m->file, d)) != 0)
+	unsigned open_flags = (flags & LM_MODEL_NO_VOCAB) != 0 ? GGUF_OPEN_NO_VOCAB : 0;
+	if ((rc = gguf_open_with(path, open_flags, &m->file, d)) != 0)
 		return rc;
 	if ((rc = lm_hparams_load(m->file, &m->hp, d)) != 0)
 		goto fail;
@@ -228,7 +229,8 @@ int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *s
 		goto fail;
 	}
 	m->fingerprint = gguf_fingerprint(m->file);
-	if ((rc = gguf_map(m->file, model_want, m, populate, &m->mapped_bytes, d)) != 0)
+	if ((rc = gguf_map(m->file, model_want, m, (flags & LM_MODEL_POPULATE) != 0,
+			   &m->mapped_bytes, d)) != 0)
 		goto fail;
 	m->digest = gguf_tensor_digest(m->file);
 	m->layers = calloc((size_t)(m->slice.end - m->slice.begin) + 1, sizeof *m->layers);

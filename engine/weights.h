@@ -92,12 +92,20 @@ struct lm_model {
 	uint64_t digest; /* gguf_tensor_digest() of the slice's tensors, as loaded */
 };
 
+/* Flags of lm_model_open. */
+enum {
+	/* Make the weights resident now, in huge pages where the system has them (gguf_map). */
+	LM_MODEL_POPULATE = 1u << 0,
+	/* Leave the tokenizer's arrays unread (GGUF_OPEN_NO_VOCAB): for a process that never
+	 * tokenizes, such as a worker; tok_load() then refuses the file. */
+	LM_MODEL_NO_VOCAB = 1u << 1,
+};
+
 /* Opens `path`, reads the hyperparameters, maps and binds the slice's weights on `backend`.
- * slice == NULL loads the whole model (every layer, embedding and head). `populate` makes the
- * weights resident now, in huge pages where the system has them (gguf_map). On failure nothing
- * is left open. */
+ * slice == NULL loads the whole model (every layer, embedding and head). `flags` are
+ * LM_MODEL_*. On failure nothing is left open. */
 int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *slice,
-		  struct lm_backend *backend, bool populate, lm_diag *d);
+		  struct lm_backend *backend, unsigned flags, lm_diag *d);
 /* Unbinds and closes; harmless on a zeroed model. */
 void lm_model_close(struct lm_model *m);
 

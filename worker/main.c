@@ -44,6 +44,9 @@ static const char worker_usage[] =
 	"  --threads N          CPU threads (default 1)\n"
 	"  --kernels K          auto, scalar or amx (default auto; see `layermesh run --help`)\n"
 	"  --parent-pid PID     exit when process PID (the coordinator) exits\n"
+	"  --memory-limit SIZE  mesh.toml's memory_limit (\"256MiB\"); a CPU worker resident past\n"
+	"                       it once its slice is loaded refuses the slice, naming both\n"
+	"                       figures (--config: the [[worker]]'s)\n"
 	"  --log-level L        error, warn, info or debug (default info)\n"
 	"\n"
 	"The slice by flags (for systemd and Kubernetes; a later ASSIGN must match):\n"
@@ -121,6 +124,8 @@ static int worker_from_config(struct worker_opts *o, const struct mesh_config *c
 		lm_backend_opts_kernels(&o->backend_opts, mesh_kernels_name(w->kernels));
 	if (!device_given)
 		o->backend_opts.device = w->device;
+	if (o->memory_limit == 0)
+		o->memory_limit = w->memory_limit;
 	/* The mesh's [tls] files, unless flags named others (a per-host certificate). */
 	if (o->tls.ca_file == NULL)
 		o->tls.ca_file = cfg->tls_ca_file;
@@ -165,6 +170,7 @@ static const struct option worker_flags[] = {
 	{"threads", required_argument, NULL, 'T'},
 	{"kernels", required_argument, NULL, 'G'},
 	{"parent-pid", required_argument, NULL, 'P'},
+	{"memory-limit", required_argument, NULL, 1005},
 	{"log-level", required_argument, NULL, 'l'},
 	{"model", required_argument, NULL, 'm'},
 	{"layers", required_argument, NULL, 'L'},
@@ -185,7 +191,7 @@ static const struct option worker_flags[] = {
 	{"index", required_argument, NULL, 'i'},
 	{"listen-any", no_argument, NULL, 'a'},
 	{"show-config", no_argument, NULL, 'z'},
-	{"insecure", no_argument, NULL, 1005},
+	{"insecure", no_argument, NULL, 1006},
 	{"help", no_argument, NULL, 'h'},
 	{0},
 };
@@ -248,6 +254,29 @@ static int worker_slice_flag(struct worker_args *w, int c)
 	}
 }
 
+/* A flag about the process (--parent-pid, --log-level, --memory-limit): 0, or the exit status
+ * of a bad value. */
+static int worker_process_flag(struct worker_args *w, int c)
+{
+	char why[128];
+	switch (c) {
+	case 'P':
+		return worker_int(optarg, 1, 1 << 30, &w->o.parent_pid) == 0
+			       ? 0
+			       : worker_bad("--parent-pid expects a process id, got", optarg);
+	case 'l':
+		return (w->level = lm_log_level_parse(optarg)) >= 0
+			       ? 0
+			       : worker_bad("--log-level expects error, warn, info or debug, got",
+					    optarg);
+	default: /* --memory-limit */
+		return mesh_parse_size(optarg, &w->o.memory_limit, why, sizeof why) == 0
+			       ? 0
+			       : worker_bad("--memory-limit expects a size such as 256MiB, got",
+					    optarg);
+	}
+}
+
 /* Parses the command line into w: -1 to go on, or the exit status (0 for --help). */
 static int worker_parse(int argc, char **argv, struct worker_args *w)
 {
@@ -293,7 +322,7 @@ static int worker_parse(int argc, char **argv, struct worker_args *w)
 		case 'z':
 			w->show = true;
 			break;
-		case 1005:
+		case 1006:
 			w->insecure = true;
 			break;
 		case 1004:
@@ -309,15 +338,13 @@ static int worker_parse(int argc, char **argv, struct worker_args *w)
 			w->kernels_given = true;
 			break;
 		case 'P':
-			if (worker_int(optarg, 1, 1 << 30, &o->parent_pid) != 0)
-				return worker_bad("--parent-pid expects a process id, got", optarg);
-			break;
 		case 'l':
-			if ((w->level = lm_log_level_parse(optarg)) < 0)
-				return worker_bad(
-					"--log-level expects error, warn, info or debug, got",
-					optarg);
+		case 1005: {
+			int rc = worker_process_flag(w, c);
+			if (rc != 0)
+				return rc;
 			break;
+		}
 		case 'm':
 		case 'L':
 		case 'e':

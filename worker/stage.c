@@ -40,6 +40,9 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 		.backend = backend,
 		.bo = bo != NULL ? *bo : (struct lm_backend_opts){0},
 		.populate = true,
+		/* Text exists only in the coordinator: the vocabulary (15 MiB of Gemma 4's file,
+		 * more as strings) stays out of a worker's memory. */
+		.no_vocab = true,
 		.max_seq = a->max_seq,
 		.slots = a->slots,
 		.max_batch = a->max_batch,

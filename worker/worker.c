@@ -363,6 +363,26 @@ static int worker_connect_next(struct worker *w, const char *next, lm_diag *d)
 	return 0;
 }
 
+/* Whether the worker, its slice loaded, is already resident past its memory_limit. The cgroup
+ * or isolate that enforces the limit would kill it at some later allocation, in the middle of
+ * a batch, and the plan that sent it this slice under-counted it: it says so now, with both
+ * figures, and refuses the slice (no READY), so that the mesh does not start on a promise it
+ * cannot keep. A CUDA worker's memory_limit is device memory, not this process's. */
+static int worker_check_limit(const struct worker *w, const struct wire_assign *a, lm_diag *d)
+{
+	uint64_t limit = w->o->memory_limit, rss = stage_rss_bytes();
+	if (limit == 0 || strcmp(w->o->backend, "cpu") != 0 || rss <= limit)
+		return 0;
+	return lm_fail(d, LM_EINFEASIBLE,
+		       "worker %s is resident at %llu bytes (%.2f MiB) with layers [%d, %d)%s%s "
+		       "loaded, over its memory_limit of %llu bytes (%.2f MiB): it refuses the "
+		       "slice rather than serve past its cap; give it a larger memory_limit or "
+		       "fewer layers",
+		       w->o->name, (unsigned long long)rss, (double)rss / 1048576.0, a->begin,
+		       a->end, a->embedding ? " + embedding" : "", a->head ? " + head" : "",
+		       (unsigned long long)limit, (double)limit / 1048576.0);
+}
+
 static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d)
 {
 	lm_info("loading layers [%d, %d)%s%s of %s", a->begin, a->end,
@@ -374,7 +394,8 @@ static int worker_load(struct worker *w, const struct wire_assign *a, lm_diag *d
 		return rc;
 	}
 	stage_mem_refresh(&w->st);
-	if ((rc = worker_connect_next(w, a->next, d)) != 0) {
+	if ((rc = worker_check_limit(w, a, d)) != 0 ||
+	    (rc = worker_connect_next(w, a->next, d)) != 0) {
 		stage_fini(&w->st);
 		atomic_store(&w->phase, HEALTH_WAITING);
 		return rc;
@@ -521,13 +542,15 @@ static int worker_on_repoint(struct worker *w, const void *body, size_t len, uin
 	return worker_reply(w, &w->cbuf, NULL, 0);
 }
 
-/* KV_EXPORT: one slot's KV rows, for its sequence to move to another process. */
+/* KV_EXPORT: one slot's KV rows, for its sequence to move to another process. The rows are
+ * written straight into the reply's message, after its header: a slot's rows are megabytes
+ * (the plan counts them once per layer, engine/scratch.h), and a copy beside the message
+ * would hold them twice. */
 static int worker_on_kv_export(struct worker *w, const void *body, size_t len, uint64_t id)
 {
 	struct wire_kv k;
 	lm_diag d = {{0}};
-	void *rows = NULL;
-	uint64_t bytes = 0;
+	nng_msg *m = NULL;
 	int rc;
 	pthread_mutex_lock(&w->mu);
 	if (!w->assigned) {
@@ -537,32 +560,35 @@ static int worker_on_kv_export(struct worker *w, const void *body, size_t len, u
 	}
 	rc = wire_decode_kv(body, len, &w->st.lim, &k, &d);
 	if (rc == 0) {
-		bytes = kv_cache_export_bytes(&w->st.eng.kv, k.slot);
-		rows = malloc(bytes + 1);
-		if (rows == NULL)
-			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
-				     (unsigned long long)bytes);
-		else
-			rc = kv_cache_export(&w->st.eng.kv, k.slot, rows, bytes, &d);
-		k.len = w->st.eng.kv.len[k.slot];
-		k.hi = w->st.eng.kv.hi[k.slot];
-	}
-	uint64_t fp = w->st.eng.model.fingerprint;
-	pthread_mutex_unlock(&w->mu);
-	if (rc == 0) {
-		k.id = id;
-		k.fingerprint = fp;
-		k.payload = NULL;
-		k.payload_len = (size_t)bytes;
+		uint64_t bytes = kv_cache_export_bytes(&w->st.eng.kv, k.slot);
+		k = (struct wire_kv){.id = id,
+				     .fingerprint = w->st.eng.model.fingerprint,
+				     .slot = k.slot,
+				     .len = w->st.eng.kv.len[k.slot],
+				     .hi = w->st.eng.kv.hi[k.slot],
+				     .payload_len = (size_t)bytes};
 		wire_buf_reset(&w->cbuf);
 		rc = wire_encode_kv(&w->cbuf, WIRE_KV_EXPORT, &k);
-		if (rc == 0)
-			rc = worker_reply(w, &w->cbuf, rows, (size_t)bytes);
-		free(rows);
-		return rc;
+		if (rc == 0 && nng_msg_alloc(&m, w->cbuf.len + (size_t)bytes) != 0)
+			rc = lm_fail(&d, LM_ENOMEM, "out of memory for %llu bytes of KV",
+				     (unsigned long long)bytes);
+		if (rc == 0) {
+			uint8_t *out = nng_msg_body(m);
+			memcpy(out, w->cbuf.data, w->cbuf.len);
+			rc = kv_cache_export(&w->st.eng.kv, k.slot, out + w->cbuf.len, bytes, &d);
+		}
 	}
-	free(rows);
-	return worker_reply_error(w, id, WIRE_KV_EXPORT, rc, lm_diag_str(&d, rc));
+	pthread_mutex_unlock(&w->mu);
+	if (rc != 0) {
+		if (m != NULL)
+			nng_msg_free(m);
+		return worker_reply_error(w, id, WIRE_KV_EXPORT, rc, lm_diag_str(&d, rc));
+	}
+	if (nng_sendmsg(w->ctl, m, 0) != 0) {
+		nng_msg_free(m);
+		return LM_EIO;
+	}
+	return 0;
 }
 
 /* KV_IMPORT: rows exported by another process of the same slice, into one slot. */

@@ -38,6 +38,9 @@ struct worker_opts {
 	struct lm_tls tls;
 	/* The coordinator that spawned us: exit when it dies (no orphans). 0 for none. */
 	int parent_pid;
+	/* mesh.toml's memory_limit in bytes (--memory-limit, or --config's [[worker]]); 0 for
+	 * none. A CPU worker resident past it after loading refuses the slice (worker.c). */
+	uint64_t memory_limit;
 };
 
 /* The exit status of a worker that stopped because its model file was written while it

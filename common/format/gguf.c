@@ -8,6 +8,11 @@
  *
  * After parsing, the part of the mapping past the metadata is unmapped: tensor bytes are mapped
  * only on request (gguf_map), a page-aligned region per run of selected tensors.
+ *
+ * A file opened without its vocabulary (GGUF_OPEN_NO_VOCAB) is not mapped for its metadata at
+ * all: the cursor reads it with pread(2) through a small reused window, copying what it keeps
+ * (fixed-size arrays included), and walks over the tokenizer's arrays. A mapped page once
+ * touched is part of the resident set for good (VmHWM); bytes read into the window are not.
  */
 #include "common/format/gguf.h"
 
@@ -162,7 +167,15 @@ struct gguf_cur {
 	uint64_t off, len;
 	lm_diag *d;
 	struct gguf_file *f;
+	unsigned flags; /* GGUF_OPEN_* */
+	/* The window of skipped arrays: file bytes [win_at, win_at + win_len) (gguf_far_u64). */
+	uint8_t *win;
+	uint64_t win_at;
+	size_t win_len;
 };
+
+/* Bytes of the window a skipped array is read through. */
+#define GGUF_WIN_BYTES (64u << 10)
 
 static int gguf_need(struct gguf_cur *c, uint64_t n, const char *what)
 {
@@ -174,12 +187,47 @@ static int gguf_need(struct gguf_cur *c, uint64_t n, const char *what)
 	return 0;
 }
 
+/* Copies the n bytes at the cursor (gguf_need checked them) to dst, without moving it: from
+ * the mapping or buffer, or, when the file is read unmapped (c->p NULL, GGUF_OPEN_NO_VOCAB),
+ * through the window, refilled with pread(2) from the cursor on. */
+static int gguf_copy(struct gguf_cur *c, void *dst, uint64_t n, const char *what)
+{
+	if (c->p != NULL) {
+		memcpy(dst, c->p + c->off, (size_t)n);
+		return 0;
+	}
+	if (c->win == NULL && (c->win = malloc(GGUF_WIN_BYTES)) == NULL)
+		return lm_fail(c->d, LM_ENOMEM, "%s: out of memory for a read window", what);
+	uint64_t at = c->off, done = 0;
+	while (done < n) { /* each pass copies at least one byte or fails */
+		if (at < c->win_at || at >= c->win_at + c->win_len) {
+			uint64_t want = c->len - at < GGUF_WIN_BYTES ? c->len - at : GGUF_WIN_BYTES;
+			ssize_t r;
+			do
+				r = pread(c->f->fd, c->win, (size_t)want, (off_t)at);
+			while (r < 0 && errno == EINTR);
+			if (r <= 0)
+				return lm_fail(c->d, r < 0 ? lm_err_from_errno(errno) : LM_EIO,
+					       "offset %llu: %s: read: %s", (unsigned long long)at,
+					       what,
+					       r < 0 ? strerror(errno) : "the file got shorter");
+			c->win_at = at;
+			c->win_len = (size_t)r;
+		}
+		uint64_t k = c->win_at + c->win_len - at;
+		k = k < n - done ? k : n - done;
+		memcpy((uint8_t *)dst + done, c->win + (at - c->win_at), (size_t)k);
+		done += k;
+		at += k;
+	}
+	return 0;
+}
+
 static int gguf_read(struct gguf_cur *c, void *dst, uint64_t n, const char *what)
 {
 	int rc = gguf_need(c, n, what);
-	if (rc != 0)
+	if (rc != 0 || (rc = gguf_copy(c, dst, n, what)) != 0)
 		return rc;
-	memcpy(dst, c->p + c->off, n);
 	c->off += n;
 	return 0;
 }
@@ -213,7 +261,8 @@ static int gguf_read_str(struct gguf_cur *c, const char **out, uint64_t *out_len
 	if (s == NULL)
 		return lm_fail(c->d, LM_ENOMEM, "offset %llu: %s: out of memory for %llu bytes",
 			       (unsigned long long)at, what, (unsigned long long)len);
-	memcpy(s, c->p + c->off, len);
+	if ((rc = gguf_copy(c, s, len, what)) != 0)
+		return rc;
 	s[len] = '\0';
 	c->off += len;
 	*out = s;
@@ -326,8 +375,69 @@ static int gguf_read_scalar(struct gguf_cur *c, uint32_t type, struct gguf_kv *k
 	}
 }
 
-/* An array body: element type, count, elements. Counts are checked against the bytes left
- * before allocating: a string takes at least 8 bytes, a nested array at least 12. */
+/* An array's head: its element type and count, at most GGUF_MAX_ARRAY_DEPTH deep. */
+static int gguf_arr_head(struct gguf_cur *c, int depth, const char *key, uint32_t *type,
+			 uint64_t *n)
+{
+	uint64_t at = c->off;
+	int rc;
+	if (depth > GGUF_MAX_ARRAY_DEPTH)
+		return lm_fail(c->d, LM_EFORMAT, "offset %llu: %s: arrays nested deeper than %d",
+			       (unsigned long long)at, key, GGUF_MAX_ARRAY_DEPTH);
+	if ((rc = gguf_read_u32(c, type, key)) != 0 || (rc = gguf_read_u64(c, n, key)) != 0)
+		return rc;
+	if (*type >= GGUF_TYPE_COUNT)
+		return lm_fail(c->d, LM_EFORMAT, "offset %llu: %s: unknown array element type %u",
+			       (unsigned long long)at, key, *type);
+	return 0;
+}
+
+/* The body of an array not read (GGUF_OPEN_NO_VOCAB), after its type and count: the same
+ * bounds as gguf_read_arr; only the string lengths and nested arrays' heads are read. */
+static int gguf_skip_arr(struct gguf_cur *c, uint32_t type, uint64_t n, int depth, const char *key)
+{
+	uint64_t at = c->off - 12, left = c->len - c->off;
+	uint64_t esize = gguf_value_size(type);
+	int rc;
+	if (esize != 0) {
+		if (n > left / esize)
+			return lm_fail(c->d, LM_EFORMAT,
+				       "offset %llu: %s: array of %llu %s elements runs past the "
+				       "end of the file",
+				       (unsigned long long)at, key, (unsigned long long)n,
+				       gguf_type_name(type));
+		c->off += n * esize;
+		return 0;
+	}
+	if (n > left / (type == GGUF_TYPE_STRING ? 8 : 12))
+		return lm_fail(c->d, LM_EFORMAT,
+			       "offset %llu: %s: array of %llu %s runs past the end of the file",
+			       (unsigned long long)at, key, (unsigned long long)n,
+			       type == GGUF_TYPE_STRING ? "strings" : "arrays");
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t et;
+		uint64_t en;
+		if (type == GGUF_TYPE_STRING) {
+			if ((rc = gguf_read_u64(c, &en, key)) != 0 ||
+			    (rc = gguf_need(c, en, key)) != 0)
+				return rc;
+			c->off += en;
+		} else if ((rc = gguf_arr_head(c, depth + 1, key, &et, &en)) != 0 ||
+			   (rc = gguf_skip_arr(c, et, en, depth + 1, key)) != 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Whether the value of `key` is walked over rather than read (GGUF_OPEN_NO_VOCAB). */
+static bool gguf_skips(const struct gguf_cur *c, const char *key)
+{
+	return (c->flags & GGUF_OPEN_NO_VOCAB) != 0 && strncmp(key, "tokenizer.", 10) == 0;
+}
+
+/* An array: element type, count, elements. Counts are checked against the bytes left before
+ * allocating: a string takes at least 8 bytes, a nested array at least 12. */
 static int gguf_read_arr(struct gguf_cur *c, struct gguf_arr *a, int depth, const char *key)
 {
 	uint64_t at = c->off;
@@ -336,16 +446,14 @@ static int gguf_read_arr(struct gguf_cur *c, struct gguf_arr *a, int depth, cons
 	int rc;
 
 	memset(a, 0, sizeof *a);
-	if (depth > GGUF_MAX_ARRAY_DEPTH)
-		return lm_fail(c->d, LM_EFORMAT, "offset %llu: %s: arrays nested deeper than %d",
-			       (unsigned long long)at, key, GGUF_MAX_ARRAY_DEPTH);
-	if ((rc = gguf_read_u32(c, &type, key)) != 0 || (rc = gguf_read_u64(c, &n, key)) != 0)
+	if ((rc = gguf_arr_head(c, depth, key, &type, &n)) != 0)
 		return rc;
-	if (type >= GGUF_TYPE_COUNT)
-		return lm_fail(c->d, LM_EFORMAT, "offset %llu: %s: unknown array element type %u",
-			       (unsigned long long)at, key, type);
 	a->type = type;
 	a->n = n;
+	if (depth == 1 && gguf_skips(c, key)) {
+		a->skipped = true;
+		return gguf_skip_arr(c, type, n, depth, key);
+	}
 	uint64_t left = c->len - c->off;
 	uint64_t esize = gguf_value_size(type);
 	if (esize != 0) {
@@ -356,7 +464,18 @@ static int gguf_read_arr(struct gguf_cur *c, struct gguf_arr *a, int depth, cons
 				"of the file",
 				(unsigned long long)at, key, (unsigned long long)n,
 				gguf_type_name(type));
-		a->data = c->p + c->off;
+		if (c->p != NULL) {
+			a->data = c->p + c->off;
+		} else { /* read unmapped: the elements are copied, as strings are */
+			uint8_t *copy = gguf_arena_alloc(&c->f->arena, n * esize, c->f->file_size);
+			if (copy == NULL)
+				return lm_fail(c->d, LM_ENOMEM,
+					       "%s: out of memory for %llu elements", key,
+					       (unsigned long long)n);
+			if ((rc = gguf_copy(c, copy, n * esize, key)) != 0)
+				return rc;
+			a->data = copy;
+		}
 		if (type == GGUF_TYPE_BOOL)
 			for (uint64_t i = 0; i < n; i++)
 				if (a->data[i] > 1)
@@ -614,25 +733,35 @@ static int gguf_check_tensors(struct gguf_cur *c, struct gguf_file *f)
 	return rc;
 }
 
-static int gguf_parse(struct gguf_file *f, lm_diag *d)
+static int gguf_parse_cur(struct gguf_file *f, struct gguf_cur *c, lm_diag *d);
+
+static int gguf_parse(struct gguf_file *f, unsigned flags, lm_diag *d)
 {
-	struct gguf_cur c = {.p = f->base, .off = 0, .len = f->file_size, .d = d, .f = f};
+	struct gguf_cur c = {
+		.p = f->base, .off = 0, .len = f->file_size, .d = d, .f = f, .flags = flags};
+	int rc = gguf_parse_cur(f, &c, d);
+	free(c.win);
+	return rc;
+}
+
+static int gguf_parse_cur(struct gguf_file *f, struct gguf_cur *c, lm_diag *d)
+{
 	char magic[4];
 	int rc;
 
-	if ((rc = gguf_read(&c, magic, 4, "magic")) != 0)
+	if ((rc = gguf_read(c, magic, 4, "magic")) != 0)
 		return rc;
 	if (memcmp(magic, GGUF_MAGIC, 4) != 0)
 		return lm_fail(d, LM_EFORMAT, "offset 0: bad magic (not a GGUF file)");
-	if ((rc = gguf_read_u32(&c, &f->version, "version")) != 0)
+	if ((rc = gguf_read_u32(c, &f->version, "version")) != 0)
 		return rc;
 	if (f->version != 2 && f->version != 3)
 		return lm_fail(d, LM_EFORMAT, "offset 4: GGUF version %u is not supported (2 or 3)",
 			       f->version);
-	if ((rc = gguf_read_u64(&c, &f->n_tensors, "n_tensors")) != 0 ||
-	    (rc = gguf_read_u64(&c, &f->n_kv, "n_kv")) != 0)
+	if ((rc = gguf_read_u64(c, &f->n_tensors, "n_tensors")) != 0 ||
+	    (rc = gguf_read_u64(c, &f->n_kv, "n_kv")) != 0)
 		return rc;
-	if ((rc = gguf_parse_kvs(&c, f)) != 0)
+	if ((rc = gguf_parse_kvs(c, f)) != 0)
 		return rc;
 
 	f->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -650,7 +779,7 @@ static int gguf_parse(struct gguf_file *f, lm_diag *d)
 	}
 
 	/* A tensor info takes at least 8 + 4 + 8 + 4 + 8 bytes. */
-	if (f->n_tensors > (c.len - c.off) / 32)
+	if (f->n_tensors > (c->len - c->off) / 32)
 		return lm_fail(d, LM_EFORMAT,
 			       "offset 8: n_tensors %llu is more than the file could hold",
 			       (unsigned long long)f->n_tensors);
@@ -659,16 +788,16 @@ static int gguf_parse(struct gguf_file *f, lm_diag *d)
 		return lm_fail(d, LM_ENOMEM, "out of memory for %llu tensors",
 			       (unsigned long long)f->n_tensors);
 	for (uint64_t i = 0; i < f->n_tensors; i++)
-		if ((rc = gguf_parse_tensor(&c, f, &f->tensors[i])) != 0)
+		if ((rc = gguf_parse_tensor(c, f, &f->tensors[i])) != 0)
 			return rc;
-	f->index_end = c.off;
-	uint64_t pad = (f->alignment - c.off % f->alignment) % f->alignment;
-	if (f->n_tensors > 0 && pad > c.len - c.off)
+	f->index_end = c->off;
+	uint64_t pad = (f->alignment - c->off % f->alignment) % f->alignment;
+	if (f->n_tensors > 0 && pad > c->len - c->off)
 		return lm_fail(d, LM_EFORMAT,
 			       "offset %llu: the file ends before the aligned data section",
-			       (unsigned long long)c.off);
-	f->data_offset = c.off + (pad <= c.len - c.off ? pad : c.len - c.off);
-	if ((rc = gguf_check_tensors(&c, f)) != 0)
+			       (unsigned long long)c->off);
+	f->data_offset = c->off + (pad <= c->len - c->off ? pad : c->len - c->off);
+	if ((rc = gguf_check_tensors(c, f)) != 0)
 		return rc;
 	return gguf_build_hashes(f, d);
 }
@@ -688,6 +817,11 @@ static int gguf_new(const char *path, gguf_file **out, lm_diag *d)
 }
 
 int gguf_open(const char *path, gguf_file **out, lm_diag *d)
+{
+	return gguf_open_with(path, 0, out, d);
+}
+
+int gguf_open_with(const char *path, unsigned flags, gguf_file **out, lm_diag *d)
 {
 	gguf_file *f = NULL;
 	struct stat st;
@@ -718,23 +852,29 @@ int gguf_open(const char *path, gguf_file **out, lm_diag *d)
 		rc = lm_fail(d, LM_ERANGE, "%s: too large to map", path);
 		goto fail;
 	}
-	void *m = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_PRIVATE, f->fd, 0);
-	if (m == MAP_FAILED) {
-		rc = lm_fail(d, lm_err_from_errno(errno), "%s: mmap: %s", path, strerror(errno));
-		goto fail;
+	/* Without the vocabulary the metadata is read, not mapped: a first touch of a mapped page
+	 * would map the whole 2 MiB folio the page cache may hold it in, and every page touched
+	 * stays in the resident set (VmHWM). */
+	if ((flags & GGUF_OPEN_NO_VOCAB) == 0) {
+		void *m = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+		if (m == MAP_FAILED) {
+			rc = lm_fail(d, lm_err_from_errno(errno), "%s: mmap: %s", path,
+				     strerror(errno));
+			goto fail;
+		}
+		f->base = m;
+		f->base_len = (size_t)f->file_size;
+		f->base_mapped = true;
 	}
-	f->base = m;
-	f->base_len = (size_t)f->file_size;
-	f->base_mapped = true;
-	if ((rc = gguf_parse(f, d)) != 0) {
+	if ((rc = gguf_parse(f, flags, d)) != 0) {
 		lm_diag_prefix(d, "%s", path);
 		goto fail;
 	}
 	/* Keep only the metadata pages; tensor bytes are mapped on request. */
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t keep = ((size_t)f->index_end + page - 1) / page * page;
-	if (keep < f->base_len) {
-		munmap((uint8_t *)m + keep, f->base_len - keep);
+	if (f->base_mapped && keep < f->base_len) {
+		munmap((uint8_t *)f->base + keep, f->base_len - keep);
 		f->base_len = keep;
 	}
 	*out = f;
@@ -759,7 +899,7 @@ int gguf_open_mem(const void *buf, size_t len, gguf_file **out, lm_diag *d)
 		rc = lm_fail(d, LM_EFORMAT, "%zu bytes is too small for a GGUF header", len);
 		goto fail;
 	}
-	if ((rc = gguf_parse(f, d)) != 0)
+	if ((rc = gguf_parse(f, 0, d)) != 0)
 		goto fail;
 	*out = f;
 	return 0;
@@ -943,6 +1083,11 @@ int gguf_get_arr(const gguf_file *f, const char *key, enum gguf_type elem,
 		return LM_ENOTFOUND;
 	if (kv->type != GGUF_TYPE_ARRAY)
 		return gguf_wrong_type(kv, "array", d);
+	if (kv->v.arr.skipped)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "metadata '%s' (offset %llu) was not read: the file was opened "
+			       "without its vocabulary",
+			       key, (unsigned long long)kv->offset);
 	if (elem != GGUF_TYPE_COUNT && kv->v.arr.type != elem)
 		return lm_fail(d, LM_EFORMAT,
 			       "metadata '%s' (offset %llu) is an array of %s, expected %s", key,
@@ -1261,14 +1406,38 @@ int gguf_map(gguf_file *f, bool (*want)(const struct gguf_tensor *t, void *arg),
 	return rc;
 }
 
-uint64_t gguf_fingerprint(const gguf_file *f)
+static uint64_t gguf_fnv(uint64_t h, const uint8_t *p, size_t n)
 {
-	/* FNV-1a over the header, the metadata and the tensor index as stored in the file. */
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (uint64_t i = 0; i < f->index_end; i++) {
-		h ^= f->base[i];
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
 		h *= 0x100000001b3ull;
 	}
+	return h;
+}
+
+uint64_t gguf_fingerprint(const gguf_file *f)
+{
+	/* FNV-1a over the header, the metadata and the tensor index as stored in the file: read
+	 * with pread into a buffer, so that the pages of metadata the parse skipped are not
+	 * touched (a read that fails leaves the rest to the mapping, which holds the same bytes). */
+	uint64_t h = 0xcbf29ce484222325ull, at = 0;
+	uint8_t *buf = f->fd >= 0 ? malloc(GGUF_WIN_BYTES) : NULL;
+	while (buf != NULL && at < f->index_end) { /* each pass advances or stops */
+		size_t want = f->index_end - at < GGUF_WIN_BYTES ? (size_t)(f->index_end - at)
+								 : GGUF_WIN_BYTES;
+		ssize_t r = pread(f->fd, buf, want, (off_t)at);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		h = gguf_fnv(h, buf, (size_t)r);
+		at += (uint64_t)r;
+	}
+	free(buf);
+	if (f->base != NULL) /* a read failed (or none could be made): the same bytes, mapped */
+		h = gguf_fnv(h, f->base + at, (size_t)(f->index_end - at));
+	else if (at < f->index_end) /* unmapped and unreadable now: 0, HELLO's "no model" */
+		h = 0;
 #ifdef LM_TEST_FINGERPRINT_SALT
 	/* A test build that sees another model in the same file (tests/integration: a redeploy
 	 * of a build for another model must be refused, both fingerprints named). */

@@ -259,12 +259,13 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 		return lm_fail(d, LM_EFORMAT, "token_embd.weight has %lld rows",
 			       (long long)embd->ne[1]);
 	hp->n_vocab = (int32_t)embd->ne[1];
-	const struct gguf_arr *toks = NULL;
-	if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, NULL) == 0 &&
-	    toks->n != (uint64_t)hp->n_vocab)
+	/* The count only: a worker opens the file without the vocabulary's strings (gguf.h). */
+	const struct gguf_kv *toks = gguf_find(f, "tokenizer.ggml.tokens");
+	if (toks != NULL && toks->type == GGUF_TYPE_ARRAY && toks->v.arr.type == GGUF_TYPE_STRING &&
+	    toks->v.arr.n != (uint64_t)hp->n_vocab)
 		return lm_fail(d, LM_EFORMAT,
 			       "the vocabulary has %llu tokens but token_embd has %d",
-			       (unsigned long long)toks->n, hp->n_vocab);
+			       (unsigned long long)toks->v.arr.n, hp->n_vocab);
 	hp->tied = gguf_find_tensor(f, "output.weight") == NULL;
 	return 0;
 }

@@ -570,6 +570,7 @@ static int mesh_spawn(struct mesh *m, struct mesh_spawn *r, lm_diag *d)
 				.kernels = p->cfg->kernels,
 				.parent_pid = (int)getpid(),
 				.log_level = lm_log_get_level() >= LM_LOG_DEBUG ? "debug" : "info",
+				.memory_limit = p->cfg->memory_limit,
 				.tls = &m->tls,
 				.insecure = m->cfg.insecure};
 	struct worker_argv args;

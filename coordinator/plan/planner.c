@@ -70,6 +70,24 @@ void planner_assignment(const struct mesh_config *cfg, const struct fence_plan *
 	snprintf(a->next, sizeof a->next, "%s", next);
 }
 
+/* Each layer's scratch (lm_scratch_layer_bytes), once fence_kv_costs has its cache: one slot's
+ * rows in the largest types any worker may hold the layer in (a worker's own types may be
+ * larger than the model's). A scratch_bytes of mesh.toml replaces the whole estimate, the
+ * layers' too. */
+static void planner_layer_scratch(const struct mesh_config *cfg, const struct lm_hparams *hp,
+				  int32_t max_seq, struct fence_layer *layers, int32_t L,
+				  const struct fence_worker *workers, int32_t W)
+{
+	for (int32_t i = 0; i < L && cfg->scratch_bytes == 0; i++) {
+		uint64_t kv = layers[i].kv_bytes;
+		for (int32_t j = 0; j < W; j++)
+			if (workers[j].kv_layers != NULL && workers[j].kv_layers[i].kv_bytes > kv)
+				kv = workers[j].kv_layers[i].kv_bytes;
+		layers[i].scratch_bytes =
+			lm_scratch_layer_bytes(hp, max_seq, kv, cfg->slots + MESH_PROBE_SLOTS);
+	}
+}
+
 static int planner_default_mem(void *arg, const struct mesh_worker *w, struct lm_backend_mem *m,
 			       lm_diag *d)
 {
@@ -206,9 +224,6 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 	for (int32_t i = 0; i < L; i++) {
 		layers[i].weight_bytes = lc[i].weight_bytes;
 		layers[i].flops = lc[i].flops;
-		/* A scratch_bytes of mesh.toml replaces the whole estimate, the traces' too. */
-		layers[i].scratch_bytes =
-			cfg->scratch_bytes != 0 ? 0 : lm_scratch_trace_bytes(hp, max_seq);
 		geom[i] = lm_hparams_kv_geom(hp, i);
 	}
 	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
@@ -221,6 +236,7 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 	}
 	if ((rc = planner_workers(cfg, hp, geom, max_seq, mem, mem_arg, workers, &own, d)) != 0)
 		goto out;
+	planner_layer_scratch(cfg, hp, max_seq, layers, L, workers, W);
 	struct fence_input in = {
 		.strategy = cfg->strategy,
 		.n_layers = L,

@@ -42,6 +42,10 @@ void worker_cmd_argv(const struct worker_cmd *c, struct worker_argv *o)
 	}
 	if (c->log_level != NULL)
 		wc_add(o, "--log-level", c->log_level);
+	if (c->memory_limit > 0) {
+		snprintf(o->num[3], sizeof o->num[3], "%llu", (unsigned long long)c->memory_limit);
+		wc_add(o, "--memory-limit", o->num[3]);
+	}
 	if (c->tls != NULL && c->tls->ca_file != NULL) {
 		wc_add(o, "--tls-ca", c->tls->ca_file);
 		wc_add(o, "--tls-cert", c->tls->cert_file);

@@ -24,6 +24,7 @@ struct worker_cmd {
 	enum mesh_kernels kernels;  /* --kernels */
 	int parent_pid;             /* --parent-pid; 0: none */
 	const char *log_level;      /* --log-level; NULL: left to the worker */
+	uint64_t memory_limit;      /* --memory-limit in bytes; 0: none */
 	const struct lm_tls *tls;   /* --tls-*; NULL (or no CA): none */
 	bool insecure;              /* --insecure: mesh.toml allows plain tcp:// off the host */
 };

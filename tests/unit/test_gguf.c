@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/format/gguf.h"
 
@@ -668,4 +669,289 @@ Test(gguf, missing_file_names_the_path)
 	cr_expect_eq(gguf_open("/nonexistent/model.gguf", &f, &d), LM_ENOENT);
 	cr_expect(strstr(d.msg, "/nonexistent/model.gguf") != NULL, "%s", d.msg);
 	cr_expect_eq(gguf_open("/tmp", &f, &d), LM_EIO);
+}
+
+/* ------------------------------------------------------------ without the vocabulary */
+
+/* Writes the image to a fresh temporary file; the caller unlinks and frees the name. */
+static char *img_file(const struct img *m)
+{
+	char *path = strdup("/tmp/lm-test-gguf-XXXXXX");
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, m->p, m->len), (ssize_t)m->len);
+	close(fd);
+	return path;
+}
+
+/* Whether any mapping of this process is of `path` (/proc/self/maps). */
+static bool mapped_here(const char *path)
+{
+	FILE *fp = fopen("/proc/self/maps", "r");
+	cr_assert_not_null(fp);
+	char line[4096];
+	bool found = false;
+	while (!found && fgets(line, sizeof line, fp) != NULL)
+		found = strstr(line, path) != NULL;
+	fclose(fp);
+	return found;
+}
+
+/* Both opens of one file agree on everything but the tokenizer's arrays, which the second only
+ * counts: same keys in the same order, same scalars, strings and array elements, same tensor
+ * index and fingerprint. Returns how many arrays were skipped. */
+static int expect_same_but_vocab(const gguf_file *a, const gguf_file *b)
+{
+	int skipped = 0;
+	cr_assert_eq(gguf_n_kv(a), gguf_n_kv(b));
+	for (uint64_t i = 0; i < gguf_n_kv(a); i++) {
+		const struct gguf_kv *x = gguf_kv_at(a, i), *y = gguf_kv_at(b, i);
+		cr_assert_str_eq(x->key, y->key);
+		cr_assert_eq(x->type, y->type, "%s", x->key);
+		cr_expect_eq(x->offset, y->offset, "%s", x->key);
+		if (x->type == GGUF_TYPE_STRING) {
+			cr_expect_str_eq(x->v.str.ptr, y->v.str.ptr, "%s", x->key);
+			continue;
+		}
+		if (x->type != GGUF_TYPE_ARRAY) {
+			cr_expect_eq(x->v.u64, y->v.u64, "%s", x->key);
+			continue;
+		}
+		const struct gguf_arr *p = &x->v.arr, *q = &y->v.arr;
+		cr_expect_eq(p->type, q->type, "%s", x->key);
+		cr_expect_eq(p->n, q->n, "%s", x->key);
+		cr_expect_not(p->skipped, "%s: skipped by a plain open", x->key);
+		if (strncmp(x->key, "tokenizer.", 10) == 0) {
+			cr_expect(q->skipped, "%s was read", x->key);
+			cr_expect(q->data == NULL && q->strs == NULL && q->arrs == NULL, "%s",
+				  x->key);
+			lm_diag d = {{0}};
+			const struct gguf_arr *got = NULL;
+			cr_expect_eq(gguf_get_arr(b, x->key, GGUF_TYPE_COUNT, &got, &d),
+				     LM_EUNSUPPORTED, "%s", x->key);
+			cr_expect(strstr(d.msg, x->key) != NULL && strstr(d.msg, "vocabulary"),
+				  "%s", d.msg);
+			skipped++;
+			continue;
+		}
+		cr_expect_not(q->skipped, "%s", x->key);
+		size_t es = gguf_value_size(p->type);
+		if (es != 0)
+			cr_expect_eq(memcmp(p->data, q->data, (size_t)p->n * es), 0, "%s", x->key);
+		for (uint64_t k = 0; p->type == GGUF_TYPE_STRING && k < p->n; k++)
+			cr_expect_str_eq(p->strs[k], q->strs[k], "%s[%llu]", x->key,
+					 (unsigned long long)k);
+	}
+	cr_assert_eq(gguf_n_tensors(a), gguf_n_tensors(b));
+	for (uint64_t i = 0; i < gguf_n_tensors(a); i++) {
+		const struct gguf_tensor *s = gguf_tensor_at(a, i), *t = gguf_tensor_at(b, i);
+		cr_expect_str_eq(s->name, t->name);
+		cr_expect(s->type == t->type && s->offset == t->offset && s->size == t->size, "%s",
+			  s->name);
+	}
+	cr_expect_eq(gguf_data_offset(a), gguf_data_offset(b));
+	cr_expect_eq(gguf_fingerprint(a), gguf_fingerprint(b));
+	return skipped;
+}
+
+/* A worker's open (GGUF_OPEN_NO_VOCAB) of real files: Gemma 4's 262,144-token vocabulary and
+ * stories260K. The metadata is not mapped at all; the tokenizer's arrays are counted, not read;
+ * everything else reads as a plain open reads it, and tensors still map. */
+Test(gguf, opens_without_the_vocabulary, .timeout = 60)
+{
+	const char *const rel[] = {"tokenizer/ggml-vocab-gemma-4.gguf", "models/stories260K.gguf"};
+	for (size_t i = 0; i < 2; i++) {
+		const char *path = shared_path(rel[i]);
+		gguf_file *a = NULL, *b = NULL;
+		lm_diag d = {{0}};
+		cr_assert_eq(gguf_open(path, &a, &d), 0, "%s", d.msg);
+		cr_assert_eq(gguf_open_with(path, GGUF_OPEN_NO_VOCAB, &b, &d), 0, "%s", d.msg);
+		gguf_close(a);
+		cr_expect_not(mapped_here(path), "%s: the metadata is mapped", rel[i]);
+		cr_assert_eq(gguf_open(path, &a, &d), 0, "%s", d.msg);
+		cr_expect_geq(expect_same_but_vocab(a, b), 3, "%s", rel[i]);
+		const struct gguf_kv *toks = gguf_find(b, "tokenizer.ggml.tokens");
+		cr_assert_not_null(toks);
+		cr_expect_eq(toks->v.arr.n, i == 0 ? 262144u : 512u);
+		cr_assert_eq(gguf_map(b, NULL, NULL, false, NULL, &d), 0, "%s", d.msg);
+		for (uint64_t k = 0; k < gguf_n_tensors(b); k++) {
+			const struct gguf_tensor *s = gguf_tensor_at(a, k),
+						 *t = gguf_tensor_at(b, k);
+			cr_assert_eq(gguf_map(a, NULL, NULL, false, NULL, &d), 0, "%s", d.msg);
+			cr_expect_eq(memcmp(s->data, t->data, (size_t)s->size), 0, "%s", s->name);
+		}
+		gguf_close(a);
+		gguf_close(b);
+	}
+}
+
+/* An image whose tokenizer arrays are larger than the 64 KiB window the unmapped reader walks
+ * them through: strings of every length from 0 to 40 bytes, a nested array of strings, a
+ * float array; then, past them, a string array and an i16 array that are read, and a tensor. */
+static void put_vocab_img(struct img *m)
+{
+	put_header(m, 1, 6);
+	put_str(m, "tokenizer.ggml.tokens");
+	put_u32(m, GGUF_TYPE_ARRAY);
+	put_u32(m, GGUF_TYPE_STRING);
+	put_u64(m, 9000);
+	char s[64];
+	for (int i = 0; i < 9000; i++) {
+		int n = i % 41;
+		memset(s, 'a' + i % 26, (size_t)n);
+		s[n] = '\0';
+		put_str(m, s);
+	}
+	put_str(m, "tokenizer.ggml.scores");
+	put_u32(m, GGUF_TYPE_ARRAY);
+	put_u32(m, GGUF_TYPE_FLOAT32);
+	put_u64(m, 9000);
+	for (int i = 0; i < 9000; i++) {
+		float v = (float)-i;
+		put(m, &v, 4);
+	}
+	put_str(m, "tokenizer.nested");
+	put_u32(m, GGUF_TYPE_ARRAY);
+	put_u32(m, GGUF_TYPE_ARRAY);
+	put_u64(m, 2);
+	put_u32(m, GGUF_TYPE_STRING);
+	put_u64(m, 2);
+	put_str(m, "x");
+	put_str(m, "yz");
+	put_u32(m, GGUF_TYPE_INT8);
+	put_u64(m, 3);
+	put(m, "\1\2\3", 3);
+	put_str(m, "general.names"); /* read, across the window's refills */
+	put_u32(m, GGUF_TYPE_ARRAY);
+	put_u32(m, GGUF_TYPE_STRING);
+	put_u64(m, 3000);
+	for (int i = 0; i < 3000; i++) {
+		snprintf(s, sizeof s, "name-%d-%0*d", i, i % 30, 0);
+		put_str(m, s);
+	}
+	put_str(m, "x.arr");
+	put_u32(m, GGUF_TYPE_ARRAY);
+	put_u32(m, GGUF_TYPE_INT16);
+	put_u64(m, 2);
+	int16_t a16[2] = {1, -2};
+	put(m, a16, 4);
+	put_str(m, "general.alignment");
+	put_u32(m, GGUF_TYPE_UINT32);
+	put_u32(m, 32);
+	put_tensor(m, "blk.0.w", 4, 2, LM_F32, 0);
+	pad_to(m, 32);
+	float data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	put(m, data, sizeof data);
+}
+
+Test(gguf, skips_arrays_larger_than_its_window)
+{
+	struct img m = {0};
+	put_vocab_img(&m);
+	cr_assert_gt(m.len, 3 * 65536u);
+	char *path = img_file(&m);
+	gguf_file *a = NULL, *b = NULL;
+	lm_diag d = {{0}};
+	cr_assert_eq(gguf_open(path, &a, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_open_with(path, GGUF_OPEN_NO_VOCAB, &b, &d), 0, "%s", d.msg);
+	cr_expect_eq(expect_same_but_vocab(a, b), 3);
+	const struct gguf_arr *arr = NULL;
+	cr_assert_eq(gguf_get_arr(b, "x.arr", GGUF_TYPE_INT16, &arr, &d), 0, "%s", d.msg);
+	cr_expect_eq(gguf_arr_i64(arr, 1), -2);
+	cr_assert_eq(gguf_get_arr(b, "general.names", GGUF_TYPE_STRING, &arr, &d), 0);
+	cr_expect_str_eq(arr->strs[2999], "name-2999-00000000000000000000000000000");
+	cr_assert_eq(gguf_map(b, NULL, NULL, false, NULL, &d), 0, "%s", d.msg);
+	cr_expect_eq(((const float *)gguf_find_tensor(b, "blk.0.w")->data)[7], 8.0f);
+	gguf_close(a);
+	gguf_close(b);
+	unlink(path);
+	free(path);
+	free(m.p);
+}
+
+/* A skipped array is held to the bounds of a read one: a count or a string length past the
+ * end of the file, a nesting too deep or an unknown element type fail with the offset and the
+ * key, never a read past the end. Every truncation of the file fails too. */
+Test(gguf, skipped_arrays_are_checked, .timeout = 60)
+{
+	struct img m = {0};
+	put_header(&m, 0, 1);
+	put_str(&m, "tokenizer.t");
+	put_u32(&m, GGUF_TYPE_ARRAY);
+	put_u32(&m, GGUF_TYPE_ARRAY);
+	put_u64(&m, 2);
+	put_u32(&m, GGUF_TYPE_STRING);
+	put_u64(&m, 2);
+	put_str(&m, "ab");
+	put_str(&m, "c");
+	put_u32(&m, GGUF_TYPE_UINT16);
+	put_u64(&m, 2);
+	put_u32(&m, 0);
+	size_t full = m.len;
+	char *path = img_file(&m);
+	gguf_file *f = NULL;
+	lm_diag d = {{0}};
+	cr_assert_eq(gguf_open_with(path, GGUF_OPEN_NO_VOCAB, &f, &d), 0, "%s", d.msg);
+	cr_expect_eq(gguf_find(f, "tokenizer.t")->v.arr.n, 2);
+	gguf_close(f);
+	for (size_t n = full - 1; n >= 24;
+	     n--) { /* shorter each time: truncate(2) extends with zeros */
+		cr_assert_eq(truncate(path, (off_t)n), 0);
+		d.msg[0] = '\0';
+		cr_expect_eq(gguf_open_with(path, GGUF_OPEN_NO_VOCAB, &f, &d), LM_EFORMAT,
+			     "truncated to %zu bytes", n);
+		cr_expect_null(f);
+		cr_expect_neq(d.msg[0], '\0', "no message at %zu", n);
+	}
+	unlink(path);
+	free(path);
+
+	/* Hostile values, each at its place in the image: the offset of the nested string
+	 * array's count, of its first string's length, and of the u16 array's element type. */
+	const size_t count_at = 24 + 8 + 11 + 4 + 4 + 8 + 4, len_at = count_at + 8;
+	const size_t type_at = len_at + 10 + 9;
+	struct {
+		size_t at;
+		uint64_t v;
+		size_t bytes;
+		const char *needle;
+	} bad[] = {
+		{count_at, 1ull << 60, 8, "runs past the end"},
+		{len_at, 1ull << 40, 8, "needs"},
+		{type_at, 99, 4, "unknown array element type"},
+		{type_at, GGUF_TYPE_ARRAY, 4, "runs past the end"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct img h = {0};
+		put(&h, m.p, m.len);
+		memcpy(h.p + bad[i].at, &bad[i].v, bad[i].bytes);
+		path = img_file(&h);
+		cr_expect_eq(gguf_open_with(path, GGUF_OPEN_NO_VOCAB, &f, &d), LM_EFORMAT, "%zu",
+			     i);
+		cr_expect(strstr(d.msg, bad[i].needle) && strstr(d.msg, "tokenizer.t"),
+			  "case %zu: %s", i, d.msg);
+		/* A plain open finds the same fault. */
+		cr_expect_eq(gguf_open(path, &f, &d), LM_EFORMAT, "%zu", i);
+		unlink(path);
+		free(path);
+		free(h.p);
+	}
+	/* Arrays nested deeper than the reader allows, under tokenizer.: refused as well. */
+	struct img deep = {0};
+	put_header(&deep, 0, 1);
+	put_str(&deep, "tokenizer.deep");
+	put_u32(&deep, GGUF_TYPE_ARRAY);
+	for (int k = 0; k < 12; k++) {
+		put_u32(&deep, GGUF_TYPE_ARRAY);
+		put_u64(&deep, 1);
+	}
+	put_u32(&deep, GGUF_TYPE_UINT8);
+	put_u64(&deep, 0);
+	path = img_file(&deep);
+	cr_expect_eq(gguf_open_with(path, GGUF_OPEN_NO_VOCAB, &f, &d), LM_EFORMAT);
+	cr_expect(strstr(d.msg, "nested deeper") != NULL, "%s", d.msg);
+	unlink(path);
+	free(path);
+	free(deep.p);
+	free(m.p);
 }

@@ -33,6 +33,9 @@
 #define HEAD           131328ull
 #define HEAD_F         65536ull
 #define TRACE          32768ull
+/* What the planner counts per layer besides weights and cache (lm_scratch_layer_bytes): the
+ * probe's trace and one of the 17 slots' rows, which a redeploy moves in one message. */
+#define LAYER_SCRATCH (TRACE + LAYER_KV / 17)
 
 /* The engine's estimate of worker j's scratch in a mesh of n workers of cfg. */
 static uint64_t scratch(const struct mesh_config *cfg, int32_t j)
@@ -86,6 +89,18 @@ static void write_mesh(int n, const char *limit, const char *extra_model, const 
 	fclose(f);
 }
 
+/* A memory_limit of `mib` MiB for the model's share (weights, cache, scratch) plus the bytes
+ * of the worker process itself, which every worker's plan carries (LM_WORKER_BASE_BYTES). */
+static const char *limit_mib(double mib)
+{
+	static char buf[4][32];
+	static int k;
+	char *b = buf[k++ % 4];
+	snprintf(b, sizeof buf[0], "%llu",
+		 (unsigned long long)(mib * 1048576.0) + (unsigned long long)LM_WORKER_BASE_BYTES);
+	return b;
+}
+
 static void load(struct mesh_config *cfg)
 {
 	lm_diag d = {{0}};
@@ -95,7 +110,7 @@ static void load(struct mesh_config *cfg)
 
 Test(planner, stories260k_balanced_over_three_workers)
 {
-	write_mesh(3, "8MiB", "", "strategy = \"balanced\"", NULL);
+	write_mesh(3, limit_mib(8), "", "strategy = \"balanced\"", NULL);
 	struct mesh_config cfg;
 	load(&cfg);
 	struct fence_plan p;
@@ -121,13 +136,14 @@ Test(planner, stories260k_balanced_over_three_workers)
 	uint64_t s0 = scratch(&cfg, 0), s1 = scratch(&cfg, 1), s2 = scratch(&cfg, 2);
 	cr_expect_eq(s0, s1, "the first worker's embedding rows take no scratch of their own");
 	cr_expect_gt(s2, s1 + 64 * 512 * 4, "the head stage adds a batch of logits and more");
-	cr_expect_eq(p.stages[0].scratch_bytes, s0 + 2 * TRACE);
-	cr_expect_eq(p.stages[0].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + s0 + 2 * TRACE + EMBD);
-	cr_expect_eq(p.stages[1].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + s1 + 2 * TRACE);
-	cr_expect_eq(p.stages[2].total_bytes, LAYER_W + LAYER_KV + s2 + TRACE + HEAD);
+	cr_expect_eq(p.stages[0].scratch_bytes, s0 + 2 * LAYER_SCRATCH);
+	cr_expect_eq(p.stages[0].total_bytes,
+		     2 * LAYER_W + 2 * LAYER_KV + s0 + 2 * LAYER_SCRATCH + EMBD);
+	cr_expect_eq(p.stages[1].total_bytes, 2 * LAYER_W + 2 * LAYER_KV + s1 + 2 * LAYER_SCRATCH);
+	cr_expect_eq(p.stages[2].total_bytes, LAYER_W + LAYER_KV + s2 + LAYER_SCRATCH + HEAD);
 	cr_expect_eq(p.stages[0].flops, 2 * LAYER_F);
 	cr_expect_eq(p.stages[2].flops, LAYER_F + HEAD_F);
-	cr_expect_eq(p.stages[2].memory_limit, 8ull << 20);
+	cr_expect_eq(p.stages[2].memory_limit, (8ull << 20) + LM_WORKER_BASE_BYTES);
 	cr_expect_str_eq(p.stages[2].name, "w2");
 	fence_plan_fini(&p);
 	mesh_config_fini(&cfg);
@@ -138,23 +154,26 @@ Test(planner, memory_limits_decide)
 	/* At 3.5 MiB a worker holds one layer at most (two need 4.9 MiB of f32 cache and weights):
 	 * three workers cannot hold five layers, and the model needs its 5 layers, embedding,
 	 * head and every worker's scratch in all. */
-	write_mesh(3, "3.5MiB", "", "", NULL);
+	write_mesh(3, limit_mib(3.5), "", "", NULL);
 	struct mesh_config cfg;
 	load(&cfg);
 	struct fence_plan p;
 	lm_diag d = {{0}};
 	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINFEASIBLE);
-	uint64_t need = 5 * (LAYER_W + LAYER_KV + TRACE) + EMBD + HEAD + scratch(&cfg, 0) +
+	uint64_t need = 5 * (LAYER_W + LAYER_KV + LAYER_SCRATCH) + EMBD + HEAD + scratch(&cfg, 0) +
 			scratch(&cfg, 1) + scratch(&cfg, 2);
 	char want[96];
 	snprintf(want, sizeof want, "= %llu bytes in all", (unsigned long long)need);
 	cr_expect(strstr(d.msg, want) != NULL, "%s (want %s)", d.msg, want);
-	cr_expect(strstr(d.msg, "memory_limits add up to 10.50 MiB = 11010048 bytes") != NULL, "%s",
-		  d.msg);
+	uint64_t have = 3 * ((7ull << 19) + LM_WORKER_BASE_BYTES); /* 3 x (3.5 MiB + the base) */
+	char sz[32];
+	snprintf(want, sizeof want, "memory_limits add up to %s = %llu bytes",
+		 fence_fmt_bytes(have, sz, sizeof sz), (unsigned long long)have);
+	cr_expect(strstr(d.msg, want) != NULL, "%s (want %s)", d.msg, want);
 	mesh_config_fini(&cfg);
 
 	/* An f16 cache halves the KV bytes: two layers fit in 3.5 MiB, and the plan goes through. */
-	write_mesh(3, "3.5MiB", "kv_type_k = \"f16\"\nkv_type_v = \"f16\"", "", NULL);
+	write_mesh(3, limit_mib(3.5), "kv_type_k = \"f16\"\nkv_type_v = \"f16\"", "", NULL);
 	load(&cfg);
 	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "%s", d.msg);
 	cr_expect_eq(p.stages[0].kv_bytes, 2 * LAYER_KV / 2);
@@ -212,7 +231,7 @@ Test(planner, settings_reach_the_costs)
 
 Test(planner, plan_command)
 {
-	write_mesh(3, "8MiB", "", "", NULL);
+	write_mesh(3, limit_mib(8), "", "", NULL);
 	char *text = NULL, *errs = NULL;
 	size_t n = 0, en = 0;
 	FILE *out = open_memstream(&text, &n), *err = open_memstream(&errs, &en);
@@ -249,7 +268,7 @@ Test(planner, plan_command)
 	unlink(mesh_path);
 
 	/* Failures go to err, with the exit status 1. */
-	write_mesh(3, "3MiB", "", "", NULL);
+	write_mesh(3, limit_mib(3), "", "", NULL);
 	out = open_memstream(&text, &n);
 	err = open_memstream(&errs, &en);
 	cr_expect_eq(planner_cmd(mesh_path, false, out, err), 1);
@@ -294,7 +313,7 @@ static void write_mesh_own(const char *limit, const char *const extra[3], int ht
 	fclose(f);
 }
 
-/* Each worker priced in its own cache types. At 3.5 MiB a worker holds one layer of f32 cache
+/* Each worker priced in its own cache types. At 3.5 MiB (beyond the process itself) a worker holds one layer of f32 cache
  * and two of f16 (memory_limits_decide): the first two workers in f16 and the last in f32 can
  * hold the 5 layers; the last alone in f16 cannot. The plan, the command's table and each
  * worker's ASSIGN carry the types. */
@@ -303,7 +322,7 @@ Test(planner, per_worker_cache_types)
 	static const char *const small_first[3] = {"kv_type_k = \"f16\"\nkv_type_v = \"f16\"\n",
 						   "kv_type_k = \"f16\"\nkv_type_v = \"f16\"\n",
 						   ""};
-	write_mesh_own("3.5MiB", small_first, 19100);
+	write_mesh_own(limit_mib(3.5), small_first, 19100);
 	struct mesh_config cfg;
 	load(&cfg);
 	struct fence_plan p;
@@ -336,7 +355,7 @@ Test(planner, per_worker_cache_types)
 
 	static const char *const small_last[3] = {"", "",
 						  "kv_type_k = \"f16\"\nkv_type_v = \"f16\"\n"};
-	write_mesh_own("3.5MiB", small_last, 19100);
+	write_mesh_own(limit_mib(3.5), small_last, 19100);
 	load(&cfg);
 	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINFEASIBLE);
 	cr_expect(strstr(d.msg, "no fence fits") != NULL, "%s", d.msg);
@@ -344,7 +363,7 @@ Test(planner, per_worker_cache_types)
 
 	/* A type a worker's layers cannot hold names the file, the worker and its line. */
 	static const char *const untileable[3] = {"", "kv_type_k = \"q8_0\"\n", ""};
-	write_mesh_own("64MiB", untileable, 19100);
+	write_mesh_own(limit_mib(64), untileable, 19100);
 	load(&cfg);
 	cr_expect_eq(planner_plan(&cfg, &p, NULL, &d), LM_EINVAL);
 	char want[160];
@@ -356,7 +375,7 @@ Test(planner, per_worker_cache_types)
 
 	/* `layermesh plan` says which workers have types of their own, and each worker's cell of
 	 * the KV table names its type. */
-	write_mesh_own("3.5MiB", small_first, 19100);
+	write_mesh_own(limit_mib(3.5), small_first, 19100);
 	char *text = NULL, *errs = NULL;
 	size_t n = 0, en = 0;
 	FILE *out = open_memstream(&text, &n), *err = open_memstream(&errs, &en);
@@ -385,7 +404,7 @@ Test(planner, per_worker_cache_types)
 Test(planner, ephemeral_ports_warned)
 {
 	static const char *const none[3] = {"", "", ""};
-	write_mesh_own("8MiB", none, 40000);
+	write_mesh_own(limit_mib(8), none, 40000);
 	struct mesh_config cfg;
 	load(&cfg);
 	char range[] = "/tmp/lm_test_range_XXXXXX";
@@ -425,7 +444,7 @@ Test(planner, ephemeral_ports_warned)
 	/* `layermesh plan` asks this machine's kernel, where it can. */
 	int32_t lo, hi;
 	if (mesh_local_port_range(MESH_PORT_RANGE_FILE, &lo, &hi) == 0) {
-		write_mesh_own("8MiB", none, lo);
+		write_mesh_own(limit_mib(8), none, lo);
 		char *text = NULL;
 		size_t n = 0;
 		FILE *out = open_memstream(&text, &n);
@@ -651,7 +670,7 @@ Test(planner, cuda_workers_default_to_device_memory)
 		    (unsigned long long)s.forward, (unsigned long long)s.backend);
 	const uint64_t layers = (uint64_t)(p.cuts[2] - p.cuts[1]);
 	cr_expect_eq(p.stages[1].scratch_bytes,
-		     planner_scratch_bytes(&cfg, &hp, 1, max_seq) + layers * TRACE);
+		     planner_scratch_bytes(&cfg, &hp, 1, max_seq) + layers * LAYER_SCRATCH);
 	cr_expect_eq(planner_scratch_bytes(&cfg, &hp, 1, max_seq), s.forward + s.backend);
 	cr_expect_eq(p.stages[1].extra_bytes, HEAD);
 	fence_plan_fini(&p);
