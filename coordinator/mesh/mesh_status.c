@@ -62,6 +62,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	cJSON_AddNumberToObject(q, "spec_steps", (double)atomic_load(&s->spec_steps));
 	cJSON_AddNumberToObject(q, "spec_shadowed", (double)atomic_load(&s->spec_shadowed));
 	cJSON_AddNumberToObject(q, "prompt_tokens_cached", (double)atomic_load(&s->prompt_cached));
+	cJSON_AddNumberToObject(q, "cached_slots", (double)atomic_load(&s->cached_slots));
 }
 
 cJSON *mesh_status_json(void *arg)

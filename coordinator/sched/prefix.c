@@ -34,6 +34,7 @@ void prefix_drop(struct prefix_index *x, int32_t slot)
 {
 	if (slot < 0 || slot >= x->slots)
 		return;
+	x->n_held -= x->slot[slot].n > 0;
 	x->slot[slot].n = 0;
 	x->slot[slot].hi = 0;
 }
@@ -52,6 +53,7 @@ void prefix_keep(struct prefix_index *x, int32_t slot, const int32_t *tok, int32
 		return;
 	}
 	memcpy(p->tok, tok, (size_t)n * sizeof *tok);
+	x->n_held += p->n == 0;
 	p->n = n;
 	p->hi = hi > n ? hi : n;
 	p->used = ++x->clock;

@@ -44,6 +44,7 @@ struct prefix_index {
 	int32_t slots, max_seq;
 	int32_t rollback; /* rows below hi a sliding ring can roll back; < 0: no sliding layers */
 	uint64_t clock;
+	int32_t n_held; /* slots whose rows the index vouches for */
 };
 
 int prefix_init(struct prefix_index *x, int32_t slots, int32_t max_seq, int32_t rollback,

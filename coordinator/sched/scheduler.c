@@ -167,6 +167,27 @@ static void sched_rx_cb(void *arg)
 
 /* ------------------------------------------------------------------ sequence ends */
 
+/* Slot i's rows are to be emptied on the workers (a RELEASE goes with the next turn). */
+static void sched_release_slot(struct sched *s, int32_t i)
+{
+	for (int32_t k = 0; k < s->n_release; k++)
+		if (s->release[k] == i)
+			return;
+	s->release[s->n_release++] = i;
+}
+
+/* The prefix cache forgets every idle slot's rows (a worker that held them may be gone), and
+ * the workers empty those slots, so that what they report holding is what the coordinator
+ * knows of. */
+static void sched_forget_prefix(struct sched *s)
+{
+	for (int32_t i = 0; i < s->prefix.slots; i++)
+		if (s->prefix.slot[i].n > 0 && s->slot_seq[i] == NULL)
+			sched_release_slot(s, i);
+	prefix_forget_all(&s->prefix);
+	atomic_store(&s->stats.cached_slots, 0);
+}
+
 static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish why, int code,
 			 const char *msg)
 {
@@ -184,12 +205,10 @@ static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish
 		} else {
 			if (s->cfg.prefix_cache)
 				prefix_drop(&s->prefix, q->slot);
-			bool listed = false;
-			for (int32_t i = 0; i < s->n_release; i++)
-				listed |= s->release[i] == q->slot;
-			if (!listed)
-				s->release[s->n_release++] = q->slot;
+			sched_release_slot(s, q->slot);
 		}
+		if (s->cfg.prefix_cache)
+			atomic_store(&s->stats.cached_slots, s->prefix.n_held);
 		atomic_fetch_sub(&s->stats.active, 1);
 	}
 	lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
@@ -667,6 +686,7 @@ static void sched_admit(struct sched *s)
 			q->n_done = reuse;
 			q->hi = reuse > 0 ? s->prefix.slot[i].hi : 0;
 			prefix_drop(&s->prefix, i);
+			atomic_store(&s->stats.cached_slots, s->prefix.n_held);
 			atomic_fetch_add(&s->stats.prompt_cached, (uint64_t)reuse);
 		}
 		if (q->cached != NULL)
@@ -948,7 +968,7 @@ static void sched_apply_mesh_state(struct sched *s, const struct sched_turn *t)
 	/* A pause (a worker away) or a quiesce (a redeploy replacing a worker) may leave a
 	 * process that holds none of the idle slots' rows: the prefix cache forgets them all. */
 	if (s->cfg.prefix_cache && (paused || t->paused || t->quiesce || t->replay))
-		prefix_forget_all(&s->prefix);
+		sched_forget_prefix(s);
 	if (t->replay && !t->paused)
 		sched_replay(s, t->blamed);
 	if (t->paused && s->paused_since_ms == 0)

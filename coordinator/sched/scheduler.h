@@ -125,6 +125,7 @@ struct sched_stats {
 	/* Prompt tokens whose rows a slot still held from an earlier sequence (the prefix cache):
 	 * counted in prompt_tokens, never computed. */
 	_Atomic uint64_t prompt_cached;
+	_Atomic int32_t cached_slots; /* idle slots whose rows the prefix cache keeps */
 	_Atomic int32_t active, queued;
 	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
 	 * that took several workers down at once counts for each of them. */

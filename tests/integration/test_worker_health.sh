@@ -84,7 +84,8 @@ for pid in "${pids[@]}"; do
 	wait "$pid" || fail "a completion request failed"
 done
 
-# Idle: nothing active, every RELEASE back home, the counters still.
+# Idle: nothing active, every RELEASE back home, the counters still. The slots a worker still
+# holds are those whose rows the coordinator keeps for its prefix cache.
 for ((i = 0; i < 100; i++)); do
 	a=$(get "$LM_URL/v1/status" 200 | jq -c '[.scheduler, [.workers[].status.releases]]')
 	sleep 0.1
@@ -92,6 +93,8 @@ for ((i = 0; i < 100; i++)); do
 	[ "$a" = "$b" ] && jq -e '.[0].active == 0 and .[0].queued == 0' <<<"$a" >/dev/null && break
 done
 status=$(get "$LM_URL/v1/status" 200)
+[ "$(jq .scheduler.cached_slots <<<"$status")" -ge 1 ] ||
+	fail "no slot kept its rows for the prefix cache: $(jq -c .scheduler <<<"$status")"
 fingerprint=$(jq -r .fingerprint <<<"$status")
 build=$("$LM_BIN" version | awk '{print $2}')
 batches=$(jq .scheduler.batches <<<"$status")
@@ -114,6 +117,7 @@ for j in 0 1 2; do
 		>/dev/null || fail "w$j: /v1/status does not carry its /status"
 	jq -e --arg name "w$j" --arg build "$build" --arg fp "$fingerprint" \
 		--argjson a "$a" --argjson b "$b" --argjson kvl "$kv_layer" \
+		--argjson cached "$(jq .scheduler.cached_slots <<<"$status")" \
 		--argjson first "$([ "$j" = 0 ] && echo true || echo false)" \
 		--argjson last "$([ "$j" = 2 ] && echo true || echo false)" '
 		.name == $name and .build == $build and .protocol >= 1 and .fingerprint == $fp
@@ -128,7 +132,7 @@ for j in 0 1 2; do
 		and .backend_memory.total_bytes > 0 and .backend_memory.free_bytes > 0
 		and .backend_memory.free_bytes <= .backend_memory.total_bytes
 		and .backend_memory.used_bytes >= .kv_bytes
-		and .tokens_processed > 0 and .batches > 0 and .active_sequences == 0
+		and .tokens_processed > 0 and .batches > 0 and .active_sequences == $cached
 		and .ring_errors == 0 and .dropped == 0 and .uptime_s > 0
 		and all(.latency_ms.receive, .latency_ms.compute, .latency_ms.send;
 			.count > 0 and .p50 > 0 and .p50 <= .p90 and .p90 <= .p99
