@@ -77,6 +77,8 @@
  *                                    over plain tcp:// (default false: such a mesh is refused,
  *                                    since anyone who can reach a worker could forge ring
  *                                    messages; when true, every start warns instead)
+ *   ui            boolean            serve the pages for people: the mesh, live, at / and a
+ *                                    chat at /chat (coordinator/api/api_pages.h); default true
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -229,6 +231,7 @@ struct mesh_config {
 	int32_t n_cors;
 	int32_t request_timeout_ms, worker_timeout_ms;
 	bool insecure; /* plain tcp:// beyond loopback allowed (a warning at every start) */
+	bool ui;       /* the pages for people: GET / and /chat */
 
 	/* [plan] */
 	enum fence_strategy strategy;

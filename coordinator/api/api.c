@@ -11,6 +11,7 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_impl.h"
 #include "coordinator/api/api_json.h"
+#include "coordinator/api/api_pages.h"
 
 /* Every endpoint but /health, /healthz and /readyz (which orchestrators probe without
  * credentials) needs the bearer token when mesh.toml sets one. */
@@ -411,7 +412,7 @@ static int api_routes(struct api *a, lm_diag *d)
 		if (rc != 0)
 			return rc;
 	}
-	return 0;
+	return a->cfg.ui ? api_pages_add(&a->httpd, d) : 0;
 }
 
 int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
