@@ -37,6 +37,19 @@ extern const int api_n_assets;
 	"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " \
 	"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+/* The pages' own origins, which the API must allow: a browser sends Origin with every POST,
+ * one to the page's own server included, and the HTTP server refuses any origin it is not
+ * told of (httpd.h). For the address the API listens on, "host:port" or "http://host:port":
+ * "http://host:port" and, for a loopback host (127.0.0.1, localhost, [::1]), the other two
+ * loopback names with the same port. None for a wildcard host (0.0.0.0, [::]) or port 0: the
+ * names such an API is reached by are the operator's to list in cors_origins. No other site
+ * can send these origins (a page rebinding its own name to this address has its own name as
+ * its origin), so they open the API to the pages alone. Returns how many were written, at
+ * most API_PAGES_MAX_ORIGINS. */
+#define API_PAGES_MAX_ORIGINS 3
+#define API_PAGES_ORIGIN_CAP  300
+int api_pages_origins(const char *http, char out[][API_PAGES_ORIGIN_CAP]);
+
 /* The asset served at path, or NULL. */
 const struct api_asset *api_pages_find(const char *path);
 /* Adds a GET route for every asset. */

@@ -138,3 +138,26 @@ Test(api_pages, policy_allows_nothing_inline_nor_elsewhere)
 	cr_expect_null(strstr(csp, "*"));
 	cr_expect_null(strstr(csp, "data:"));
 }
+
+/* The origins the pages' own POSTs carry, and none a wildcard or unusable address could. */
+Test(api_pages, own_origins)
+{
+	char o[API_PAGES_MAX_ORIGINS][API_PAGES_ORIGIN_CAP];
+	cr_assert_eq(api_pages_origins("127.0.0.1:8080", o), 3);
+	cr_expect_str_eq(o[0], "http://127.0.0.1:8080");
+	cr_expect_str_eq(o[1], "http://localhost:8080");
+	cr_expect_str_eq(o[2], "http://[::1]:8080");
+	cr_assert_eq(api_pages_origins("http://localhost:9", o), 3);
+	cr_expect_str_eq(o[0], "http://127.0.0.1:9");
+	cr_assert_eq(api_pages_origins("[::1]:18080", o), 3);
+	cr_expect_str_eq(o[2], "http://[::1]:18080");
+	cr_assert_eq(api_pages_origins("10.1.2.3:8080", o), 1);
+	cr_expect_str_eq(o[0], "http://10.1.2.3:8080");
+	cr_assert_eq(api_pages_origins("mesh.example:443", o), 1);
+	cr_expect_str_eq(o[0], "http://mesh.example:443");
+	const char *none[] = {
+		"0.0.0.0:8080", "[::]:8080", "127.0.0.1:0",   "127.0.0.1:00", "127.0.0.1",
+		"127.0.0.1:",   ":8080",     "127.0.0.1:80a", "h:1234567"};
+	for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+		cr_expect_eq(api_pages_origins(none[i], o), 0, "%s", none[i]);
+}
