@@ -64,7 +64,9 @@
  *                                    default 512
  *   cors_origins  [string, ...]      origins allowed to call the API from a browser
  *                                    ("https://app.example", as browsers send them, or "null");
- *                                    default none: a request with any Origin header is refused
+ *                                    default none: a request with any Origin header is
+ *                                    refused (but for the pages' own origin while ui is on:
+ *                                    coordinator/api/api_pages.h)
  *   request_timeout  seconds          how long a request may go without progress (no batch of
  *                                    it coming back) before it fails with 503 and the reason,
  *                                    e.g. while a worker it needs is down and restarting;

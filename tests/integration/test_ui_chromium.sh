@@ -8,6 +8,7 @@
 #   - SIGKILL of a worker turns its box to restarting with the reason within 2 s, then back to
 #     ready (its restart is held back 3 s by a wrapper, as a large model's load would, so
 #     that the state is there to be seen);
+#   - SIGSTOP of another: its box shows it hung, with the reason, until it is ready again;
 #   - a chat reply streams, and Stop ends it: active_sequences returns to 0;
 #   - a prompt of <img src=x onerror=alert(1)> is shown as text (no element, no dialog);
 #   - a second reply streams to its end with its tokens per second.

@@ -220,6 +220,23 @@ async function checkKill(page, name) {
 	log(`${name} back to ready after ${up.ms} ms more: "${up.value}"`);
 }
 
+// SIGSTOP of a worker: once it leaves its liveness probe unanswered its box shows it hung,
+// with the reason; the keeper kills it and starts it again.
+async function checkHung(page, name) {
+	const pid = await workerPid(name);
+	fs.writeFileSync(env.SLOW, "");
+	process.kill(pid, "SIGSTOP");
+	const sel = `document.querySelector('.worker[data-name="${name}"]')`;
+	const hung = await page.until(`(() => { const b = ${sel};
+		return b && b.dataset.state === 'hung' && b.querySelector('.why').textContent; })()`,
+		10000, name + "'s box shows it hung");
+	fs.unlinkSync(env.SLOW);
+	if (!/did not answer its liveness probe/.test(hung.value))
+		throw new Error(name + "'s reason is " + JSON.stringify(hung.value));
+	log(`SIGSTOP of ${name}: its box showed hung, "${hung.value}", after ${hung.ms} ms`);
+	await page.until(`${sel}.dataset.state === 'ready'`, 30000, name + " back to ready");
+}
+
 async function checkChat(page) {
 	await page.goto("/chat");
 	await page.until("!document.getElementById('main').hidden", 5000, "the chat shows");
@@ -302,6 +319,7 @@ async function main() {
 			log(`a model without a chat template: "${r.value}"`);
 		} else if (mode === "chat") {
 			await checkChat(page);
+			if (process.argv[3]) await page.shot(process.argv[3]);
 		} else if (mode === "shot") {
 			await page.goto("/");
 			if (env.TOKEN) await signIn(page, workers);
@@ -314,6 +332,7 @@ async function main() {
 			if (env.TOKEN) await signIn(page, workers);
 			await checkRing(page, workers);
 			await checkKill(page, workers[1].name);
+			await checkHung(page, workers[2].name);
 			await checkChat(page);
 		}
 		page.check();

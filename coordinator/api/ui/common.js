@@ -83,11 +83,17 @@ const lm = {
 		const units = ["B", "KiB", "MiB", "GiB", "TiB"];
 		let u = 0;
 		while (n >= 1024 && u < units.length - 1) { n /= 1024; u++; }
-		return (u === 0 ? n.toFixed(0) : n.toFixed(n < 10 ? 2 : 1)) + " " + units[u];
+		return (u === 0 ? n.toFixed(0) : n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0)) + " " +
+			units[u];
+	},
+
+	/* Milliseconds to three significant digits or so; "–" for none. */
+	num(x) {
+		if (typeof x !== "number" || !isFinite(x)) return "–";
+		return x < 1 ? x.toFixed(3) : x < 100 ? x.toFixed(1) : x.toFixed(0);
 	},
 
 	ms(x) {
-		if (typeof x !== "number" || !isFinite(x)) return "–";
-		return x < 1 ? x.toFixed(3) + " ms" : x < 100 ? x.toFixed(1) + " ms" : x.toFixed(0) + " ms";
+		return lm.num(x) + (typeof x === "number" && isFinite(x) ? " ms" : "");
 	},
 };

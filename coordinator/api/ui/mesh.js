@@ -46,9 +46,10 @@ function quantile(metrics, name, q) {
 	return lo;
 }
 
+/* "p50 / p99 ms" of a latency summary (a worker's /status latency_ms). */
 function pair(lat) {
 	if (!lat || lat.count === 0) return "– / –";
-	return lm.ms(lat.p50) + " / " + lm.ms(lat.p99);
+	return lm.num(lat.p50) + " / " + lm.ms(lat.p99);
 }
 
 /* The state a box shows: the mesh's own (starting, ready, restarting, failed), or "hung" for
@@ -80,7 +81,8 @@ function memoryBar(box, plan, w) {
 	}
 	box.append(bar);
 	box.append(lm.el("p", "mem-text", "weights " + lm.bytes(parts[0][1]) + " · KV " +
-		lm.bytes(parts[1][1]) + " · scratch " + lm.bytes(parts[2][1])));
+		lm.bytes(parts[1][1])));
+	box.append(lm.el("p", "mem-text", "scratch " + lm.bytes(parts[2][1])));
 	box.append(lm.el("p", "mem-text", "resident " + (rss ? lm.bytes(rss) : "?") + " of " +
 		lm.bytes(limit)));
 }
@@ -91,7 +93,9 @@ function workerBox(w, plan, ro) {
 	box.dataset.name = w.name;
 	box.dataset.state = st;
 	const h = lm.el("h3");
-	h.append(lm.el("span", "name", w.name), lm.el("span", "badge state " + st, st));
+	const name = lm.el("span", "name", w.name);
+	if (w.pid) name.append(lm.el("span", "pid", " pid " + w.pid));
+	h.append(name, lm.el("span", "badge state " + st, st));
 	box.append(h);
 	box.append(lm.el("p", "slice", "layers [" + w.start + ", " + w.end + ")"));
 	if (Array.isArray(w.layer_kinds)) {
@@ -106,7 +110,7 @@ function workerBox(w, plan, ro) {
 	memoryBar(box, plan, w);
 	if (w.why) box.append(lm.el("p", "why", (st === "ready" ? "last ended: " : "") + w.why));
 	box.append(lm.el("p", "counts", "restarts " + (w.restarts_total || 0) + " · replays " +
-		(w.replays || 0) + (w.pid ? " · pid " + w.pid : "")));
+		(w.replays || 0)));
 	const lat = w.status && w.status.latency_ms;
 	if (lat) {
 		box.append(lm.el("p", "compute", "compute " + pair(lat.compute)));
@@ -138,12 +142,11 @@ function coordinatorBox(status, metrics) {
 	box.append(lm.el("p", "", "requests " + (q.requests || 0) + " · replays " +
 		(q.replays || 0)));
 	const sec = (x) => (x === null ? null : x * 1000);
-	box.append(lm.el("p", "", "per token " +
-		lm.ms(sec(quantile(metrics, "layermesh_token_decode_seconds", 0.5))) + " / " +
-		lm.ms(sec(quantile(metrics, "layermesh_token_decode_seconds", 0.99)))));
-	box.append(lm.el("p", "", "first token " +
-		lm.ms(sec(quantile(metrics, "layermesh_time_to_first_token_seconds", 0.5))) + " / " +
-		lm.ms(sec(quantile(metrics, "layermesh_time_to_first_token_seconds", 0.99)))));
+	for (const [what, name] of [["per token", "layermesh_token_decode_seconds"],
+		["first token", "layermesh_time_to_first_token_seconds"]]) {
+		box.append(lm.el("p", "", what + " " + lm.num(sec(quantile(metrics, name, 0.5))) +
+			" / " + lm.ms(sec(quantile(metrics, name, 0.99)))));
+	}
 	return box;
 }
 
@@ -220,8 +223,10 @@ function renderPlot() {
 		const dn = samples[i].tokens - samples[i - 1].tokens;
 		tps.push({t: samples[i].t, v: dt > 0 && dn >= 0 ? dn / dt : 0});
 	}
+	/* The span shown grows with what has been seen, from one minute to five. */
 	const t1 = samples.length ? samples[samples.length - 1].t : 0;
-	const x = (t) => W - (t1 - t) / (HISTORY * POLL_MS) * W;
+	const span = Math.min(HISTORY * POLL_MS, Math.max(60000, t1 - (samples[0] || {t: t1}).t));
+	const x = (t) => W - (t1 - t) / span * W;
 	const maxTps = Math.max(1, ...tps.map((s) => s.v));
 	const maxSeq = Math.max(1, ...samples.map((s) => Math.max(s.active, s.queued)));
 	const y = (v, max) => H - (H - top) * v / max;
@@ -232,6 +237,7 @@ function renderPlot() {
 		label(4, 11, maxTps.toFixed(0) + " tokens/s", "start"),
 		label(W - 4, 11, maxSeq + (maxSeq === 1 ? " sequence" : " sequences"), "end"));
 	const nowTps = tps.length ? tps[tps.length - 1].v : 0;
+	document.getElementById("span").textContent = Math.round(span / 1000) + " s";
 	document.getElementById("rate").textContent = "Now: " + nowTps.toFixed(1) +
 		" tokens/s, " + (samples.length ? samples[samples.length - 1].active : 0) + " active, " +
 		(samples.length ? samples[samples.length - 1].queued : 0) + " queued.";
@@ -259,7 +265,7 @@ function render(status, metrics, readyz) {
 function forget() {
 	for (const id of ["ring", "rollout-rows", "plot"])
 		document.getElementById(id).replaceChildren();
-	for (const id of ["model", "updated", "readyz", "rate", "rollout-summary", "error"])
+	for (const id of ["model", "updated", "readyz", "rate", "span", "rollout-summary", "error"])
 		document.getElementById(id).textContent = "";
 	document.getElementById("rollout").hidden = true;
 	samples.length = 0;
