@@ -25,9 +25,12 @@ fi
 command -v node >/dev/null || { echo "SKIP: node is not installed"; exit 77; }
 dir="$LM_TMP/ui"
 mkdir -p "$dir"
-model="$dir/phi3.gguf"
-"$LM_BIN" synth --out "$model" --dim 64 --layers 6 --heads 4 --ffn 128 --vocab 32064 \
-	--type q8_0 --vocab-from "$LM_SHARED/tokenizer/ggml-vocab-phi-3.gguf" >/dev/null
+# A Gemma 3 of sliding and global layers (every third global), with Phi-3's vocabulary and
+# chat template.
+model="$dir/gemma3.gguf"
+"$LM_BIN" synth --out "$model" --arch gemma3 --dim 64 --layers 6 --heads 4 --head-dim 16 \
+	--window 32 --swa-period 3 --ffn 128 --type q8_0 \
+	--vocab-from "$LM_SHARED/tokenizer/ggml-vocab-phi-3.gguf" >/dev/null
 # The workers start through a wrapper that waits 3 s first while $dir/slow exists.
 real_worker=$LM_WORKER
 cat >"$dir/worker.sh" <<EOF
@@ -57,9 +60,16 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "$LM_URL/v1/status")
 [ "$code" = 401 ] || fail "/v1/status without the token answered $code"
 echo "ok: / and /chat and their assets carry a policy without inline script; /v1/status needs the token"
 
-workers=$(curl -sf -H "Authorization: Bearer $token" "$LM_URL/v1/status" |
-	jq -c '[.workers[] | {name, start, "end": .end}]')
+# Each worker's slice, and its layers' kinds by Gemma 3's rule (layer i is global when i + 1 is
+# a multiple of the period).
+status=$(curl -sf -H "Authorization: Bearer $token" "$LM_URL/v1/status")
+workers=$(jq -c '[.workers[] | {name, start, "end": .end, kinds: [range(.start; .end) |
+	if (. + 1) % 3 == 0 then "global" else "sliding" end]}]' <<<"$status")
 [ "$(jq length <<<"$workers")" = 3 ] || fail "the mesh has not 3 workers: $workers"
+jq -e --argjson want "$workers" '[.workers[] | .layer_kinds] == [$want[] | .kinds]' \
+	<<<"$status" >/dev/null ||
+	fail "/v1/status's layer_kinds are $(jq -c '[.workers[].layer_kinds]' <<<"$status")"
+echo "ok: /v1/status gives each worker's layer kinds: $(jq -c '[.workers[].layer_kinds]' <<<"$status")"
 BROWSER=$browser URL=$LM_URL TOKEN=$token PROFILE="$dir/profile" WORKERS=$workers \
 	SLOW="$dir/slow" timeout 150 node "$root/tests/integration/ui_browser.mjs" mesh ||
 	fail "the pages failed in chromium"

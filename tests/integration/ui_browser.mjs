@@ -9,7 +9,7 @@
 //
 // Environment: BROWSER (the chromium binary), URL (the coordinator), TOKEN (its bearer token,
 // or empty), PROFILE (a fresh directory), WORKERS (JSON: [{name, start, end}] as /v1/status
-// says), SLOW (a file whose presence makes a worker's restart take seconds: see the shell
+// says, and optionally kinds: each layer's, "global" or "sliding", as its strip must show), SLOW (a file whose presence makes a worker's restart take seconds: see the shell
 // test), SIZE (the window, "1400,900").
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -183,15 +183,20 @@ async function checkRing(page, workers) {
 		const b = [...document.querySelectorAll('.worker')];
 		return b.length === ${workers.length} &&
 			b.map((e) => [e.dataset.name, e.querySelector('.slice').textContent,
-			e.dataset.state]); })()`, 5000, workers.length + " worker boxes");
+			e.dataset.state,
+			[...e.querySelectorAll('.layers span')].map((s) => s.className)]); })()`,
+		5000, workers.length + " worker boxes");
 	workers.forEach((w, i) => {
-		const want = [w.name, "layers [" + w.start + ", " + w.end + ")", "ready"];
+		const want = [w.name, "layers [" + w.start + ", " + w.end + ")", "ready",
+			w.kinds || boxes[i][3]];
 		if (JSON.stringify(boxes[i]) !== JSON.stringify(want))
 			throw new Error("box " + i + " shows " + JSON.stringify(boxes[i]) + ", not " +
 				JSON.stringify(want));
 	});
-	log(workers.length + " worker boxes with the slices of /v1/status: " +
-		boxes.map((b) => b[0] + " " + b[1]).join(", "));
+	log(workers.length + " worker boxes with the slices of /v1/status" +
+		(workers[0].kinds ? " and their layers' kinds" : "") + ": " +
+		boxes.map((b) => b[0] + " " + b[1] + (workers[0].kinds ? " " + b[3].join(",") : ""))
+			.join("; "));
 }
 
 // SIGKILL of a worker: its box turns to restarting with the reason, then back to ready.
