@@ -9,6 +9,7 @@
 #     ready (its restart is held back 3 s by a wrapper, as a large model's load would, so
 #     that the state is there to be seen);
 #   - SIGSTOP of another: its box shows it hung, with the reason, until it is ready again;
+#   - a rolling redeploy of every worker: its outcome, canary and each worker's status;
 #   - a chat reply streams, and Stop ends it: active_sequences returns to 0;
 #   - a prompt of <img src=x onerror=alert(1)> is shown as text (no element, no dialog);
 #   - a second reply streams to its end with its tokens per second.
@@ -71,7 +72,7 @@ jq -e --argjson want "$workers" '[.workers[] | .layer_kinds] == [$want[] | .kind
 	fail "/v1/status's layer_kinds are $(jq -c '[.workers[].layer_kinds]' <<<"$status")"
 echo "ok: /v1/status gives each worker's layer kinds: $(jq -c '[.workers[].layer_kinds]' <<<"$status")"
 BROWSER=$browser URL=$LM_URL TOKEN=$token PROFILE="$dir/profile" WORKERS=$workers \
-	SLOW="$dir/slow" timeout 150 node "$root/tests/integration/ui_browser.mjs" mesh ||
+	SLOW="$dir/slow" REDEPLOY_BIN=$real_worker timeout 150 node "$root/tests/integration/ui_browser.mjs" mesh ||
 	fail "the pages failed in chromium"
 lm_down "$dir"
 

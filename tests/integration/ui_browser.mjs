@@ -9,7 +9,8 @@
 //
 // Environment: BROWSER (the chromium binary), URL (the coordinator), TOKEN (its bearer token,
 // or empty), PROFILE (a fresh directory), WORKERS (JSON: [{name, start, end}] as /v1/status
-// says, and optionally kinds: each layer's, "global" or "sliding", as its strip must show), SLOW (a file whose presence makes a worker's restart take seconds: see the shell
+// says, and optionally kinds: each layer's, "global" or "sliding", as its strip must show),
+// REDEPLOY_BIN (the worker build a redeploy rolls out), SLOW (a file whose presence makes a worker's restart take seconds: see the shell
 // test), SIZE (the window, "1400,900").
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -242,6 +243,26 @@ async function checkHung(page, name) {
 	await page.until(`${sel}.dataset.state === 'ready'`, 30000, name + " back to ready");
 }
 
+// A rolling redeploy of every worker: the page shows its outcome, canary, and each worker's
+// status.
+async function checkRedeploy(page, workers) {
+	const post = await fetch(url + "/v1/admin/redeploy", {method: "POST",
+		headers: Object.assign({"Content-Type": "application/json"}, apiHeaders()),
+		body: JSON.stringify({binary: env.REDEPLOY_BIN, all: true})});
+	if (post.status !== 202) throw new Error("the redeploy was refused: " + (await post.text()));
+	const done = await page.until(`(() => {
+		const s = document.getElementById('rollout-summary').textContent;
+		return !document.getElementById('rollout').hidden && /^succeeded/.test(s) &&
+			[s, [...document.querySelectorAll('#rollout-rows tr')]
+				.map((r) => r.children[0].textContent + " " + r.children[1].textContent)];
+		})()`, 60000, "the redeploy's outcome shows");
+	const want = workers.map((w) => w.name + " replaced");
+	if (!done.value[0].includes("canary " + workers[0].name) ||
+	    JSON.stringify(done.value[1]) !== JSON.stringify(want))
+		throw new Error("the redeploy shows " + JSON.stringify(done.value));
+	log(`a redeploy of every worker: "${done.value[0]}", ${done.value[1].join(", ")}`);
+}
+
 async function checkChat(page) {
 	await page.goto("/chat");
 	await page.until("!document.getElementById('main').hidden", 5000, "the chat shows");
@@ -338,6 +359,7 @@ async function main() {
 			await checkRing(page, workers);
 			await checkKill(page, workers[1].name);
 			await checkHung(page, workers[2].name);
+			await checkRedeploy(page, workers);
 			await checkChat(page);
 		}
 		page.check();
