@@ -558,6 +558,7 @@ static int mc_coordinator(struct mc *m)
 					   "worker_timeout",
 					   "insecure",
 					   "prefix_cache",
+					   "ui",
 					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
@@ -590,7 +591,8 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_millis(m, t, "request_timeout", 0.1, 86400, &cfg->request_timeout_ms)) != 0 ||
 	    (rc = mc_millis(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0 ||
 	    (rc = mc_bool(m, t, "insecure", &cfg->insecure)) != 0 ||
-	    (rc = mc_bool(m, t, "prefix_cache", &cfg->prefix_cache)) != 0)
+	    (rc = mc_bool(m, t, "prefix_cache", &cfg->prefix_cache)) != 0 ||
+	    (rc = mc_bool(m, t, "ui", &cfg->ui)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {
@@ -1006,6 +1008,7 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 	cfg->http_read_timeout = 10;
 	cfg->http_idle_timeout = 30;
 	cfg->max_connections = 512;
+	cfg->ui = true;
 	cfg->request_timeout_ms = MESH_REQUEST_TIMEOUT_MS;
 	cfg->worker_timeout_ms = MESH_WORKER_TIMEOUT_MS;
 	cfg->prefix_cache = true;

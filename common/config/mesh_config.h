@@ -64,7 +64,9 @@
  *                                    default 512
  *   cors_origins  [string, ...]      origins allowed to call the API from a browser
  *                                    ("https://app.example", as browsers send them, or "null");
- *                                    default none: a request with any Origin header is refused
+ *                                    default none: a request with any Origin header is
+ *                                    refused (but for the pages' own origin while ui is on:
+ *                                    coordinator/api/api_pages.h)
  *   request_timeout  seconds          how long a request may go without progress (no batch of
  *                                    it coming back) before it fails with 503 and the reason,
  *                                    e.g. while a worker it needs is down and restarting;
@@ -80,6 +82,8 @@
  *                                    over plain tcp:// (default false: such a mesh is refused,
  *                                    since anyone who can reach a worker could forge ring
  *                                    messages; when true, every start warns instead)
+ *   ui            boolean            serve the pages for people: the mesh, live, at / and a
+ *                                    chat at /chat (coordinator/api/api_pages.h); default true
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -233,6 +237,7 @@ struct mesh_config {
 	int32_t request_timeout_ms, worker_timeout_ms;
 	bool insecure; /* plain tcp:// beyond loopback allowed (a warning at every start) */
 	bool prefix_cache;
+	bool ui; /* the pages for people: GET / and /chat */
 
 	/* [plan] */
 	enum fence_strategy strategy;

@@ -11,6 +11,7 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_impl.h"
 #include "coordinator/api/api_json.h"
+#include "coordinator/api/api_pages.h"
 
 /* Every endpoint but /health, /healthz and /readyz (which orchestrators probe without
  * credentials) needs the bearer token when mesh.toml sets one. */
@@ -420,7 +421,31 @@ static int api_routes(struct api *a, lm_diag *d)
 		if (rc != 0)
 			return rc;
 	}
-	return 0;
+	return a->cfg.ui ? api_pages_add(&a->httpd, d) : 0;
+}
+
+/* The HTTP server, with the pages' own origins allowed besides cors_origins when they are
+ * served (api_pages.h). */
+static int api_http_init(struct api *a, lm_diag *d)
+{
+	struct lm_httpd_limits lim = a->cfg.http_limits;
+	char own[API_PAGES_MAX_ORIGINS][API_PAGES_ORIGIN_CAP];
+	int n_own = a->cfg.ui ? api_pages_origins(a->cfg.http, own) : 0;
+	if (n_own == 0)
+		return lm_httpd_init_limits(&a->httpd, a->cfg.http, &lim, d);
+	int32_t n = lim.cors_origins != NULL && lim.n_cors > 0 ? lim.n_cors : 0;
+	const char **all = calloc((size_t)n + API_PAGES_MAX_ORIGINS, sizeof *all);
+	if (all == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < n; i++)
+		all[i] = lim.cors_origins[i];
+	for (int i = 0; i < n_own; i++)
+		all[n + i] = own[i];
+	lim.cors_origins = all;
+	lim.n_cors = n + n_own;
+	int rc = lm_httpd_init_limits(&a->httpd, a->cfg.http, &lim, d); /* it copies them */
+	free(all);
+	return rc;
 }
 
 int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
@@ -434,8 +459,8 @@ int api_start(struct api **out, const struct api_cfg *cfg, lm_diag *d)
 	snprintf(a->system_fingerprint, sizeof a->system_fingerprint, "fp_%016" PRIx64,
 		 cfg->fingerprint);
 	api_vocab_limits(a);
-	if ((rc = lm_httpd_init_limits(&a->httpd, cfg->http, &cfg->http_limits, d)) != 0 ||
-	    (rc = api_routes(a, d)) != 0 || (rc = lm_httpd_start(&a->httpd, d)) != 0) {
+	if ((rc = api_http_init(a, d)) != 0 || (rc = api_routes(a, d)) != 0 ||
+	    (rc = lm_httpd_start(&a->httpd, d)) != 0) {
 		api_free(a);
 		return rc;
 	}

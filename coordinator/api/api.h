@@ -21,6 +21,8 @@
  *                               by status, refusals by reason, connections, the queue)
  *   POST /v1/admin/redeploy     start a rolling redeploy (see coordinator/supervise/rollout.h)
  *   GET  /v1/admin/redeploy     its progress
+ *   GET  /, /chat, /ui/...      the pages for people, unless [coordinator] ui = false
+ *                               (coordinator/api/api_pages.h)
  *
  * Text exists only here: prompts are tokenized and tokens detokenized in the coordinator. Errors
  * are OpenAI-style JSON: {"error": {"message", "type", "param", "code"}}, for every status,
@@ -56,6 +58,7 @@ struct api_cfg {
 	/* The chat format (CHAT_NONE: chat requests are refused with chat_why). */
 	enum chat_format chat;
 	const char *chat_why;
+	bool ui; /* serve the pages for people, / and /chat (api_pages.h) */
 	/* The HTTP server's limits and CORS origins (httpd.h); copied. */
 	struct lm_httpd_limits http_limits;
 	/* Mesh-level endpoints, provided by the mesh (may be NULL). They run on HTTP threads. */

@@ -330,6 +330,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		.max_queued = m->cfg.max_queued,
 		.chat = m->chat,
 		.chat_why = m->chat_why,
+		.ui = m->cfg.ui,
 		.http_limits = {.read_timeout_ms = (int64_t)(m->cfg.http_read_timeout * 1000),
 				.idle_timeout_ms = (int64_t)(m->cfg.http_idle_timeout * 1000),
 				.max_conns = m->cfg.max_connections,

@@ -8,6 +8,7 @@
 
 #include "common/base/metrics.h"
 #include "common/config/mesh_config.h"
+#include "common/model/hparams.h"
 #include "common/plan/fence.h"
 #include "coordinator/supervise/mesh_ops.h"
 #include "coordinator/supervise/probe.h"
@@ -65,6 +66,18 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	cJSON_AddNumberToObject(q, "cached_slots", (double)atomic_load(&s->cached_slots));
 }
 
+/* "layer_kinds": what each layer of [start, end) is, "global" or "sliding" (a sliding-window
+ * layer); the mesh runs no other kind (recurrent and mixture-of-experts layers are refused
+ * when the model is loaded). */
+static void mesh_status_layer_kinds(cJSON *w, const struct lm_hparams *hp, int32_t start,
+				    int32_t end)
+{
+	cJSON *kinds = cJSON_AddArrayToObject(w, "layer_kinds");
+	for (int32_t il = start; kinds != NULL && il < end && il < LM_MAX_LAYERS; il++)
+		cJSON_AddItemToArray(
+			kinds, cJSON_CreateString(hp->layer[il].window > 0 ? "sliding" : "global"));
+}
+
 cJSON *mesh_status_json(void *arg)
 {
 	struct mesh *m = arg;
@@ -117,6 +130,8 @@ cJSON *mesh_status_json(void *arg)
 		}
 		cJSON_AddNumberToObject(w, "start", plan->stages[i].start);
 		cJSON_AddNumberToObject(w, "end", plan->stages[i].end);
+		mesh_status_layer_kinds(w, mesh_hparams(m), plan->stages[i].start,
+					plan->stages[i].end);
 		cJSON_AddNumberToObject(w, "kv_bytes", (double)v->ready.kv_bytes);
 		cJSON_AddNumberToObject(w, "weight_bytes", (double)v->ready.weight_bytes);
 		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)v->ready.rss_bytes);

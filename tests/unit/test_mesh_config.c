@@ -624,7 +624,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
 		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
 		"http_read_timeout, http_idle_timeout, max_connections, cors_origins, "
-		"request_timeout, worker_timeout, insecure, prefix_cache)");
+		"request_timeout, worker_timeout, insecure, prefix_cache, ui)");
 }
 
 Test(mesh_config, workers)
@@ -785,7 +785,8 @@ Test(mesh_config, api_keys)
 		"[model]\npath = 'm.gguf'\nchat_template = 'chatml'\n"
 		"[coordinator]\ndata_in = 'ipc:///tmp/c'\nmax_queued = 0\n"
 		"http_read_timeout = 2.5\nhttp_idle_timeout = 60\nmax_connections = 9\n"
-		"cors_origins = ['https://app.example:8443', 'null']\n" WORKER("a", "9000");
+		"cors_origins = ['https://app.example:8443', 'null']\nui = false\n" WORKER("a",
+											   "9000");
 	cr_assert_eq(mesh_config_parse(&c, "/srv/mesh/mesh.toml", text, strlen(text), &d), 0, "%s",
 		     d.msg);
 	cr_expect_str_eq(c.chat_template, "chatml");
@@ -796,6 +797,7 @@ Test(mesh_config, api_keys)
 	cr_assert_eq(c.n_cors, 2);
 	cr_expect_str_eq(c.cors_origins[0], "https://app.example:8443");
 	cr_expect_str_eq(c.cors_origins[1], "null");
+	cr_expect(!c.ui);
 	mesh_config_fini(&c);
 	/* The defaults. */
 	text = MODEL COORD WORKER("a", "9000");
@@ -807,7 +809,10 @@ Test(mesh_config, api_keys)
 	cr_expect_eq(c.http_idle_timeout, 30);
 	cr_expect_eq(c.max_connections, 512);
 	cr_expect_eq(c.n_cors, 0);
+	cr_expect(c.ui);
 	mesh_config_fini(&c);
+	expect_refused(MODEL COORD "ui = 'off'\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:6: coordinator.ui: expected a boolean, found string");
 	expect_refused(
 		MODEL "[coordinator]\ndata_in = 'ipc:///tmp/c'\nhttp_read_timeout = 0\n" WORKER(
 			"a", "9000"),
