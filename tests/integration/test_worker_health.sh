@@ -217,7 +217,8 @@ for j in 0 1 2; do
 	# name state pid start end restarts KV weights resident active tokens p50 p99
 	[ "${f[5]}" = "0/0" ] || fail "w$j: restarts ${f[5]}, not 0/0"
 	[ "${f[6]}" = "$kv" ] || fail "w$j: KV MiB ${f[6]}, not $kv"
-	[ "${f[9]}" = "0" ] || fail "w$j: active ${f[9]}"
+	cached=$(curl -sf "$LM_URL/v1/status" | jq .scheduler.cached_slots)
+	[ "${f[9]}" = "$cached" ] || fail "w$j: active ${f[9]}, the prefix cache keeps $cached"
 	[ "${f[10]}" = "$tokens0" ] || fail "w$j: tokens ${f[10]}, not $tokens0"
 	[[ "${f[11]}" =~ ^[0-9]+\.[0-9]{3}$ && "${f[12]}" =~ ^[0-9]+\.[0-9]{3}$ ]] ||
 		fail "w$j: compute percentiles '${f[11]}' '${f[12]}'"
