@@ -6,20 +6,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/base/buf.h"
 #include "common/format/gguf.h"
 #include "common/tok/tokenizer.h"
 #include "coordinator/api/api_json.h"
 #include "coordinator/api/api_request.h"
+#include "coordinator/api/chat_jinja.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/jinja.h"
 #include "coordinator/cli/cli.h"
 #include "coordinator/cli/cmds.h"
 
 static const char template_usage[] =
 	"usage: layermesh template (--template FILE | --model M.gguf) [--bos TEXT] [--eos TEXT]\n"
 	"                          [--format NAME]\n"
-	"                          (--detect | --print | --tokens | --conversations FILE)\n"
+	"                          (--detect | --print | --tokens | --conversations FILE |\n"
+	"                           --jinja FILE [--date YYYY-MM-DD])\n"
 	"\n"
 	"Recognises a chat template's format, or renders conversations with it as the chat\n"
 	"API does.\n"
@@ -36,10 +40,17 @@ static const char template_usage[] =
 	"  --conversations FILE  a JSON array of {\"messages\": [...], \"add_generation_prompt\":\n"
 	"                        bool}; prints a JSON array with, for each, {\"text\": the\n"
 	"                        prompt} or {\"error\": why the template refuses it}\n"
+	"  --jinja FILE          a JSON array of {\"messages\", \"tools\", "
+	"\"add_generation_prompt\",\n"
+	"                        \"chat_template_kwargs\"}, each rendered by the Jinja engine with "
+	"the\n"
+	"                        messages and tools as they are; prints a JSON array as\n"
+	"                        --conversations does (any template, recognised or not)\n"
+	"  --date YYYY-MM-DD     the date strftime_now() sees (default: today, local time)\n"
 	"  -h, --help            this text\n";
 
 struct tmpl_opts {
-	const char *tmpl_path, *model, *bos, *eos, *format, *convs;
+	const char *tmpl_path, *model, *bos, *eos, *format, *convs, *jinja, *date;
 	bool detect, print, tokens;
 };
 
@@ -102,6 +113,8 @@ static int tmpl_parse(int argc, char **argv, struct tmpl_opts *o)
 				   : strcmp(a, "--eos") == 0           ? &o->eos
 				   : strcmp(a, "--format") == 0        ? &o->format
 				   : strcmp(a, "--conversations") == 0 ? &o->convs
+				   : strcmp(a, "--jinja") == 0         ? &o->jinja
+				   : strcmp(a, "--date") == 0          ? &o->date
 								       : NULL;
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			fputs(template_usage, stdout);
@@ -120,9 +133,9 @@ static int tmpl_parse(int argc, char **argv, struct tmpl_opts *o)
 	}
 	if ((o->tmpl_path == NULL) == (o->model == NULL))
 		return lm_cli_usage_error("template", "give one of --template and --model");
-	if (!o->detect && !o->print && !o->tokens && o->convs == NULL)
-		return lm_cli_usage_error("template",
-					  "give --detect, --print, --tokens or --conversations");
+	if (!o->detect && !o->print && !o->tokens && o->convs == NULL && o->jinja == NULL)
+		return lm_cli_usage_error("template", "give --detect, --print, --tokens, "
+						      "--conversations or --jinja");
 	return 0;
 }
 
@@ -156,6 +169,86 @@ static int tmpl_source(const struct tmpl_opts *o, struct lm_buf *tmpl, char *bos
 	return 0;
 }
 
+/* --date, or today. */
+static int tmpl_date(const char *s, struct jinja_date *out)
+{
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	*out = (struct jinja_date){tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+				   tm.tm_min};
+	if (s == NULL)
+		return 0;
+	if (sscanf(s, "%d-%d-%d", &out->year, &out->month, &out->day) != 3 || out->month < 1 ||
+	    out->month > 12 || out->day < 1 || out->day > 31) {
+		fprintf(stderr, "layermesh template: --date %s: not YYYY-MM-DD\n", s);
+		return 1;
+	}
+	out->hour = out->minute = 0;
+	return 0;
+}
+
+/* One --jinja case into its result object. */
+static cJSON *tmpl_jinja_one(const jinja_tmpl *t, const char *parse_err, const cJSON *c,
+			     const char *bos, const char *eos, const struct jinja_date *date)
+{
+	cJSON *res = cJSON_CreateObject(), *vars = NULL;
+	lm_diag d = {{0}};
+	struct lm_buf text = {0};
+	int rc = t == NULL ? lm_fail(&d, LM_EINVAL, "%s", parse_err)
+			   : chat_jinja_vars(
+				     cJSON_GetObjectItemCaseSensitive(c, "messages"),
+				     cJSON_GetObjectItemCaseSensitive(c, "tools"),
+				     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+					     c, "add_generation_prompt")),
+				     cJSON_GetObjectItemCaseSensitive(c, "chat_template_kwargs"),
+				     bos, eos, &vars, &d);
+	if (rc == 0)
+		rc = jinja_render(t, vars, date, NULL, &text, &d);
+	if (rc == 0) {
+		char *s = strndup(text.p != NULL ? text.p : "", text.len);
+		cJSON_AddStringToObject(res, "text", s != NULL ? s : "");
+		free(s);
+	} else {
+		cJSON_AddStringToObject(res, "error", d.msg);
+	}
+	cJSON_Delete(vars);
+	lm_buf_fini(&text);
+	return res;
+}
+
+/* --jinja: every case rendered by the engine, as a JSON array on stdout. */
+static int tmpl_jinja(const struct tmpl_opts *o, const struct lm_buf *tmpl, const char *bos,
+		      const char *eos)
+{
+	struct jinja_date date;
+	struct lm_buf cases = {0};
+	char why[300];
+	if (tmpl_date(o->date, &date) != 0 || tmpl_read(o->jinja, &cases) != 0)
+		return 1;
+	cJSON *list = api_json_parse(cases.p, cases.len, why, sizeof why);
+	lm_buf_fini(&cases);
+	if (!cJSON_IsArray(list)) {
+		fprintf(stderr, "layermesh template: %s: %s\n", o->jinja,
+			list == NULL ? why : "not a JSON array");
+		cJSON_Delete(list);
+		return 1;
+	}
+	lm_diag d = {{0}};
+	jinja_tmpl *t = jinja_parse(tmpl->p != NULL ? tmpl->p : "", tmpl->len, &d);
+	cJSON *out = cJSON_CreateArray();
+	for (const cJSON *c = list->child; c != NULL; c = c->next)
+		cJSON_AddItemToArray(out, tmpl_jinja_one(t, d.msg, c, bos, eos, &date));
+	jinja_free(t);
+	char *s = cJSON_PrintUnformatted(out);
+	if (s != NULL)
+		printf("%s\n", s);
+	free(s);
+	cJSON_Delete(out);
+	cJSON_Delete(list);
+	return s != NULL ? 0 : 1;
+}
+
 int cmd_template(int argc, char **argv)
 {
 	struct tmpl_opts o;
@@ -180,6 +273,11 @@ int cmd_template(int argc, char **argv)
 			cJSON_Delete(t);
 		}
 		return 0;
+	}
+	if (o.jinja != NULL) {
+		rc = tmpl_jinja(&o, &tmpl, bos, eos);
+		lm_buf_fini(&tmpl);
+		return rc;
 	}
 	enum chat_format f = o.format != NULL ? chat_format_by_name(o.format)
 					      : chat_template_detect(tmpl.p != NULL ? tmpl.p : "",
