@@ -28,8 +28,11 @@ int chat_jinja_vars(const cJSON *messages, const cJSON *tools, bool gen, const c
 	if (vars == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	int rc = chat_jinja_add(vars, "messages", messages, d);
+	/* No tools is None, as transformers passes it ("tools is not none" in templates). */
 	if (rc == 0 && tools != NULL && !cJSON_IsNull(tools))
 		rc = chat_jinja_add(vars, "tools", tools, d);
+	else if (rc == 0 && cJSON_AddNullToObject(vars, "tools") == NULL)
+		rc = lm_fail(d, LM_ENOMEM, "out of memory");
 	if (rc == 0 && (cJSON_AddBoolToObject(vars, "add_generation_prompt", gen) == NULL ||
 			cJSON_AddStringToObject(vars, "bos_token", bos) == NULL ||
 			cJSON_AddStringToObject(vars, "eos_token", eos) == NULL))

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The Jinja engine (coordinator/api/jinja.h) against @huggingface/jinja (npm, pinned in
+# tests/node/package.json): the 68 templates of llama.cpp v0.4.0's models/templates/ (kept in
+# tests/chat/templates/) and the 7 of ../shared/chat-templates/, each over every chat request of
+# tests/chat/jinja_corpus.json (system or none, multi-turn, content parts, white space, unicode,
+# tool definitions, assistant turns with tool calls, tool results, reasoning, roles a template
+# refuses, with and without the generation prompt, and the templates' own knobs through
+# chat_template_kwargs: enable_thinking, reasoning_effort, thinking, functions and datetime).
+# Every case must render byte for byte the same, or be refused by both with the same message.
+# Prints one line per template.
+source "$(dirname "$0")/lib.sh"
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+node_dir="$root/tests/node"
+if ! command -v node >/dev/null; then
+	echo "SKIP: node is not installed (deploy/setup.sh test installs it)"
+	exit 77
+fi
+if [ ! -f "$node_dir/node_modules/@huggingface/jinja/package.json" ]; then
+	echo "SKIP: @huggingface/jinja is not installed (npm ci in tests/node; deploy/setup.sh does it)"
+	exit 77
+fi
+templates=("$root"/tests/chat/templates/*.jinja)
+[ "${#templates[@]}" = 68 ] || fail "expected the 68 templates of llama.cpp v0.4.0, found ${#templates[@]}"
+shared=()
+[ -d "$LM_SHARED/chat-templates" ] && shared=("$LM_SHARED"/chat-templates/*.jinja)
+node "$node_dir/render_jinja.mjs" "$LM_BIN" "$root/tests/chat/jinja_corpus.json" \
+	"${templates[@]}" "${shared[@]}" || fail "the engine and @huggingface/jinja disagree (above)"
+echo "ok: every template renders every case as @huggingface/jinja does"
