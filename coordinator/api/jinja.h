@@ -50,15 +50,18 @@ struct jinja_date {
 	int year, month, day, hour, minute;
 };
 
-/* Parses text[0..len). On failure NULL, with "line N: why" in d. */
+/* Parses text[0..len). On failure NULL, with "line N: why" in d (LM_EFORMAT; LM_ERANGE when
+ * it nests too deep; LM_ENOMEM). */
 jinja_tmpl *jinja_parse(const char *text, size_t len, lm_diag *d);
 void jinja_free(jinja_tmpl *t);
 
 /* Renders t with the variables of `vars` (a JSON object: messages, tools, add_generation_prompt,
  * bos_token, ...; each becomes a global of that name) and appends the text to out. `date`
- * is what strftime_now() sees (NULL: 26 Jul 2024 00:00, as llama.cpp's default). LM_EINVAL
- * with "line N: why" in d when the template raises or cannot go on; LM_ERANGE when a limit is
- * reached; LM_ENOMEM. out is left as it was on failure. */
+ * is what strftime_now() sees (NULL: 26 Jul 2024 00:00). On failure "line N: why" in d and
+ * LM_EINVAL when the template raises (raise_exception: why is its message), LM_EUNSUPPORTED
+ * when it cannot go on (an operation on an undefined value, a filter the reference lacks, ...:
+ * the reference's own message), LM_ERANGE when a limit is reached, LM_ENOMEM; out is then left
+ * as it was. */
 int jinja_render(const jinja_tmpl *t, const struct cJSON *vars, const struct jinja_date *date,
 		 const struct jinja_limits *lim, struct lm_buf *out, lm_diag *d);
 

@@ -514,7 +514,7 @@ struct jval jx_call_builtin(struct jctx *c, struct jfunc *f, struct jarr *args)
 		struct jsb b = {0};
 		if (args->n > 0 && args->v[0].t != J_UNDEF)
 			jx_raw_string(c, &b, args->v[0]);
-		jx_fail(c, "%s", b.p != NULL ? b.p : "");
+		jx_failc(c, LM_EINVAL, "%s", b.p != NULL ? b.p : "");
 	}
 	case F_RANGE:
 		return fn_range(c, args);

@@ -774,6 +774,7 @@ int jinja_render(const jinja_tmpl *t, const cJSON *vars, const struct jinja_date
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	c->ar = &ar;
 	c->line = 1;
+	c->fail_code = LM_EUNSUPPORTED;
 	if (lim != NULL)
 		c->lim = *lim;
 	c->lim.max_output = c->lim.max_output ? c->lim.max_output : (size_t)16 << 20;

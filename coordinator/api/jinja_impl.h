@@ -33,6 +33,7 @@ struct jctx {
 	struct jarena *ar;
 	jmp_buf jb;
 	int code;      /* the LM_E* code of the failure */
+	int fail_code; /* jx_fail's code: LM_EFORMAT parsing, LM_EUNSUPPORTED rendering */
 	char msg[480]; /* "line N: why" */
 	int line;      /* the template line being parsed or evaluated */
 	uint64_t steps;
@@ -47,7 +48,7 @@ enum { JX_NONE, JX_BREAK, JX_CONTINUE };
 
 void *jx_alloc(struct jctx *c, size_t n);
 void jx_arena_fini(struct jarena *a);
-/* Leaves the parse or render with LM_EINVAL and "line N: why". */
+/* Leaves the parse or render with c->fail_code and "line N: why". */
 _Noreturn void jx_fail(struct jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same with another code (LM_ERANGE for limits, LM_ENOMEM). */
 _Noreturn void jx_failc(struct jctx *c, int code, const char *fmt, ...)

@@ -1284,6 +1284,7 @@ jinja_tmpl *jinja_parse(const char *text, size_t len, lm_diag *d)
 	}
 	c->ar = &t->ar;
 	c->line = 1;
+	c->fail_code = LM_EFORMAT;
 	c->lim.max_output = len + 1; /* no text of the template is longer than it */
 	if (jp_run(c, t, text, len) != 0) {
 		lm_fail(d, c->code, "%s", c->msg);

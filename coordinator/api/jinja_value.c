@@ -69,7 +69,7 @@ void jx_fail(struct jctx *c, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	jx_vfail(c, LM_EINVAL, fmt, ap);
+	jx_vfail(c, c->fail_code, fmt, ap);
 }
 
 void jx_failc(struct jctx *c, int code, const char *fmt, ...)
