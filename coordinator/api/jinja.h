@@ -41,7 +41,7 @@ typedef struct jinja_tmpl jinja_tmpl;
 struct jinja_limits {
 	size_t max_output;  /* bytes of rendered text (0: 16 MiB) */
 	uint64_t max_steps; /* nodes evaluated plus items built (0: 20 million) */
-	int max_depth;      /* nesting of expressions and calls (0: 256) */
+	int max_depth;      /* nesting of macro and call-block calls (0: 64) */
 	size_t max_memory;  /* bytes the render may hold (0: 256 MiB) */
 };
 

@@ -485,7 +485,21 @@ static struct jval eval_literal(struct jctx *c, const struct jnode *n, struct je
 	return o;
 }
 
+/* Expressions nest at most 200 deep in the text; calls add to that. */
+#define JX_MAX_EVAL_DEPTH 2000
+
+static struct jval eval_node(struct jctx *c, const struct jnode *n, struct jenv *env);
+
 struct jval jx_eval(struct jctx *c, const struct jnode *n, struct jenv *env)
+{
+	if (++c->edepth > JX_MAX_EVAL_DEPTH)
+		jx_failc(c, LM_ERANGE, "expressions nest deeper than %d", JX_MAX_EVAL_DEPTH);
+	struct jval v = eval_node(c, n, env);
+	c->edepth--;
+	return v;
+}
+
+static struct jval eval_node(struct jctx *c, const struct jnode *n, struct jenv *env)
 {
 	c->line = n->line;
 	jx_step(c, 1);

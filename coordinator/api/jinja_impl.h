@@ -37,7 +37,8 @@ struct jctx {
 	char msg[480]; /* "line N: why" */
 	int line;      /* the template line being parsed or evaluated */
 	uint64_t steps;
-	int depth;
+	int depth;  /* macro and call-block calls under way */
+	int edepth; /* expressions under evaluation */
 	int ctrl; /* JX_BREAK or JX_CONTINUE while one unwinds to its loop */
 	struct jinja_limits lim;
 	struct jinja_date date;
