@@ -5,9 +5,12 @@
 # tests/chat/jinja_corpus.json (system or none, multi-turn, content parts, white space, unicode,
 # tool definitions, assistant turns with tool calls, tool results, reasoning, roles a template
 # refuses, with and without the generation prompt, and the templates' own knobs through
-# chat_template_kwargs: enable_thinking, reasoning_effort, thinking, functions and datetime).
+# chat_template_kwargs: enable_thinking, reasoning_effort, thinking, builtin_tools, documents,
+# model_identity, functions, datetime, ...).
+# The same again over the 40 conversations of tests/chat/conversations.json (those of
+# test_chat_templates.sh).
 # Every case must render byte for byte the same, or be refused by both with the same message.
-# Prints one line per template.
+# Prints one line per template and corpus.
 source "$(dirname "$0")/lib.sh"
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,6 +27,10 @@ templates=("$root"/tests/chat/templates/*.jinja)
 [ "${#templates[@]}" = 68 ] || fail "expected the 68 templates of llama.cpp v0.4.0, found ${#templates[@]}"
 shared=()
 [ -d "$LM_SHARED/chat-templates" ] && shared=("$LM_SHARED"/chat-templates/*.jinja)
-node "$node_dir/render_jinja.mjs" "$LM_BIN" "$root/tests/chat/jinja_corpus.json" \
-	"${templates[@]}" "${shared[@]}" || fail "the engine and @huggingface/jinja disagree (above)"
+for corpus in jinja_corpus.json conversations.json; do
+	echo "== tests/chat/$corpus"
+	node "$node_dir/render_jinja.mjs" "$LM_BIN" "$root/tests/chat/$corpus" \
+		"${templates[@]}" "${shared[@]}" ||
+		fail "the engine and @huggingface/jinja disagree on $corpus (above)"
+done
 echo "ok: every template renders every case as @huggingface/jinja does"
