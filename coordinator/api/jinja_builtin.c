@@ -944,7 +944,8 @@ static struct jval filter_call(struct jctx *c, struct jval v, const struct jnode
 			       struct jenv *env)
 {
 	if (call->a->k != N_IDENT)
-		jx_fail(c, "Unknown filter");
+		jx_fail(c, "Unknown filter: %s",
+			call->a->k == N_MEMBER ? "MemberExpression" : "CallExpression");
 	const char *f = call->a->s->p;
 	struct jarr args = {0};
 	struct jobj *kw;
@@ -1010,5 +1011,7 @@ struct jval jx_filter(struct jctx *c, struct jval v, const struct jnode *f, stru
 {
 	if (f->k == N_IDENT)
 		return filter_name(c, v, f->s->p);
+	if (f->k != N_CALL)
+		jx_fail(c, "Unknown filter: MemberExpression");
 	return filter_call(c, v, f, env);
 }

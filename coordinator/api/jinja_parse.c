@@ -1244,7 +1244,9 @@ static struct jnode *ps_primary(struct jparser *P)
 		return n;
 	case T_LPAREN:
 		n = ps_sequence(P, false);
-		ps_expect(P, T_RPAREN, "Expected closing parenthesis");
+		/* The reference's message, its unexpanded placeholder included. */
+		ps_expect(P, T_RPAREN,
+			  "Expected closing parenthesis, got ${tokens[current].type} instead.");
 		return n;
 	case T_LBRACK:
 		return ps_literal_list(P, false);

@@ -9,6 +9,8 @@
 # model_identity, functions, datetime, ...).
 # The same again over the 40 conversations of tests/chat/conversations.json (those of
 # test_chat_templates.sh).
+# And 400 random templates of tests/chat/random_templates.py (fixed seed), which reach the
+# corners real templates leave alone: operators, filters and methods on every kind of value.
 # Every case must render byte for byte the same, or be refused by both with the same message.
 # Prints one line per template and corpus.
 source "$(dirname "$0")/lib.sh"
@@ -33,4 +35,9 @@ for corpus in jinja_corpus.json conversations.json; do
 		"${templates[@]}" "${shared[@]}" ||
 		fail "the engine and @huggingface/jinja disagree on $corpus (above)"
 done
+echo "== 400 random templates"
+python3 "$root/tests/chat/random_templates.py" 20261206 400 "$LM_TMP/random"
+node "$node_dir/render_jinja.mjs" "$LM_BIN" "$LM_TMP/random/corpus.json" "$LM_TMP"/random/*.jinja \
+	>"$LM_TMP/random.txt" || { grep -v '^PASS' "$LM_TMP/random.txt"; fail "a random template differs"; }
+tail -n 1 "$LM_TMP/random.txt"
 echo "ok: every template renders every case as @huggingface/jinja does"
