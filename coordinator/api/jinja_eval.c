@@ -441,7 +441,7 @@ static struct jval eval_binary(struct jctx *c, const struct jnode *n, struct jen
 	struct jval r = jx_eval(c, n->b, env);
 	c->line = n->line;
 	if (n->op == OP_EQ || n->op == OP_NE)
-		return jv_bool(jx_loose_eq(l, r) == (n->op == OP_EQ));
+		return jv_bool(jx_loose_eq(c, l, r) == (n->op == OP_EQ));
 	if (l.t == J_UNDEF || r.t == J_UNDEF) {
 		if (r.t == J_UNDEF && (n->op == OP_IN || n->op == OP_NOTIN))
 			return jv_bool(n->op == OP_NOTIN);
@@ -570,10 +570,25 @@ static void bind_target(struct jctx *c, const struct jnode *t, struct jval v, st
 	}
 }
 
+/* A set's value. `first` or `last` of an empty list is JavaScript's undefined in the reference,
+ * which fails whatever uses it but a set, whose variable then reads as undefined. */
+static struct jval set_value(struct jctx *c, const struct jnode *n, struct jenv *env)
+{
+	const struct jnode *v = n->b;
+	if (v == NULL)
+		return jv_strs(render_block(c, &n->l1, env));
+	if (v->k == N_FILTER && v->b->k == N_IDENT &&
+	    (strcmp(v->b->s->p, "first") == 0 || strcmp(v->b->s->p, "last") == 0)) {
+		struct jval x = jx_eval(c, v->a, env);
+		c->line = v->line;
+		return jv_is_list(x) && x.a->n == 0 ? jv_undef() : jx_filter(c, x, v->b, env);
+	}
+	return jx_eval(c, v, env);
+}
+
 static void eval_set(struct jctx *c, const struct jnode *n, struct jenv *env)
 {
-	struct jval rhs =
-		n->b != NULL ? jx_eval(c, n->b, env) : jv_strs(render_block(c, &n->l1, env));
+	struct jval rhs = set_value(c, n, env);
 	if (c->ctrl != JX_NONE)
 		return;
 	const struct jnode *t = n->a;

@@ -190,7 +190,7 @@ void jx_tojson(struct jctx *c, struct jsb *b, struct jval v, const struct jjson_
 struct jval jx_from_json(struct jctx *c, const struct cJSON *j, int depth);
 
 /* JavaScript's == and === on the values the reference compares (v.value). */
-bool jx_loose_eq(struct jval a, struct jval b);
+bool jx_loose_eq(struct jctx *c, struct jval a, struct jval b);
 bool jx_strict_eq(struct jval a, struct jval b);
 /* The reference's compareRuntimeValues (sort, dictsort): -1, 0, 1 or a failure. */
 int jx_compare(struct jctx *c, struct jval a, struct jval b, bool case_sensitive);

@@ -792,17 +792,26 @@ bool jx_strict_eq(struct jval a, struct jval b)
 	}
 }
 
-bool jx_loose_eq(struct jval a, struct jval b)
+bool jx_loose_eq(struct jctx *c, struct jval a, struct jval b)
 {
 	bool an = a.t == J_NULL || a.t == J_UNDEF, bn = b.t == J_NULL || b.t == J_UNDEF;
 	if (an || bn)
 		return an && bn;
-	if (jx_is_container(a) || jx_is_container(b))
+	bool ac = jx_is_container(a), bc = jx_is_container(b);
+	if (ac && bc)
 		return jx_strict_eq(a, b);
+	if (ac || bc) {
+		/* A list or dict against a primitive: ToPrimitive makes it its string (the items'
+		 * own strings joined by ",", or "[object Map]"), which compares on. */
+		struct jsb s = {0};
+		jx_raw_string(c, &s, ac ? a : b);
+		struct jval str = jv_strs(jx_sb_str(c, &s));
+		return ac ? jx_loose_eq(c, str, b) : jx_loose_eq(c, a, str);
+	}
 	if (a.t == J_BOOL)
-		return jx_loose_eq(jv_int(a.b), b);
+		return jx_loose_eq(c, jv_int(a.b), b);
 	if (b.t == J_BOOL)
-		return jx_loose_eq(a, jv_int(b.b));
+		return jx_loose_eq(c, a, jv_int(b.b));
 	if (a.t == J_STR && b.t == J_STR)
 		return jx_strict_eq(a, b);
 	double x = a.t == J_STR ? jx_str_number(a.s) : a.num;

@@ -115,6 +115,14 @@ static const struct {
 	{"white space control", "a  {{- 'x' -}}  b{# c #}d{#- x -#} e", "{}", "axbde"},
 	{"loose equality", "{{ 1 == 1.0 }}{{ '1' == 1 }}{{ none == nothing }}{{ [] == [] }}", "{}",
 	 "truetruetruefalse"},
+	{"loose equality of a list or dict against a primitive",
+	 "{{ -0.0 != range(1) }}{{ [1] == '1' }}{{ {} == '[object Map]' }}{{ [1, 'a'] == '1,a' }}",
+	 "{}", "falsetruetruetrue"},
+	{"the first of an empty list, set, reads as undefined",
+	 "{% set t = []|first %}[{{ t }}]{% set ns = namespace() %}{% set ns.x = [1]|last %}{{ "
+	 "ns.x "
+	 "}}{{ t is defined }}",
+	 "{}", "[]1false"},
 	{"dict literal inside an expression", "{{ {'a': {'b': 1}}['a']['b'] }}", "{}", "1"},
 	{"ternary and select", "{{ 'y' if true else 'n' }}{{ 'z' if false }}.", "{}", "y."},
 	{"generation tag", "{% generation %}x{% endgeneration %}", "{}", "x"},
