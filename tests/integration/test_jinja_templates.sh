@@ -9,8 +9,10 @@
 # model_identity, functions, datetime, ...).
 # The same again over the 40 conversations of tests/chat/conversations.json (those of
 # test_chat_templates.sh).
-# And 400 random templates of tests/chat/random_templates.py (fixed seed), which reach the
-# corners real templates leave alone: operators, filters and methods on every kind of value.
+# Then 40 random conversations of tests/chat/random_conversations.py (a fixed seed) over every
+# template, and 400 random templates of tests/chat/random_templates.py (a fixed seed), which
+# reach the corners real templates leave alone: operators, filters and methods on every kind of
+# value.
 # Every case must render byte for byte the same, or be refused by both with the same message.
 # Prints one line per template and corpus.
 source "$(dirname "$0")/lib.sh"
@@ -35,6 +37,12 @@ for corpus in jinja_corpus.json conversations.json; do
 		"${templates[@]}" "${shared[@]}" ||
 		fail "the engine and @huggingface/jinja disagree on $corpus (above)"
 done
+echo "== 40 random conversations"
+python3 "$root/tests/chat/random_conversations.py" 20261206 40 "$LM_TMP/conversations.json"
+node "$node_dir/render_jinja.mjs" "$LM_BIN" "$LM_TMP/conversations.json" "${templates[@]}" \
+	"${shared[@]}" >"$LM_TMP/conversations.txt" ||
+	{ grep -v '^PASS' "$LM_TMP/conversations.txt"; fail "a random conversation differs"; }
+tail -n 1 "$LM_TMP/conversations.txt"
 echo "== 400 random templates"
 python3 "$root/tests/chat/random_templates.py" 20261206 400 "$LM_TMP/random"
 node "$node_dir/render_jinja.mjs" "$LM_BIN" "$LM_TMP/random/corpus.json" "$LM_TMP"/random/*.jinja \
