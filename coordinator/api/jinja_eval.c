@@ -609,11 +609,13 @@ static void eval_set(struct jctx *c, const struct jnode *n, struct jenv *env)
 
 static struct jval loop_object(struct jctx *c, const struct jarr *items, int i)
 {
-	struct jval o = jv_obj(c, J_OBJECT);
-	static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first",
-					   "last",  "length", "previtem", "nextitem"};
+	static const char *const keys[9] = {"index", "index0", "revindex", "revindex0", "first",
+					    "last",  "length", "previtem", "nextitem"};
+	if (c->loop_keys[0] == NULL)
+		for (int k = 0; k < 9; k++)
+			c->loop_keys[k] = jx_cstr(c, keys[k]);
 	int n = items->n;
-	struct jval v[] = {
+	struct jval v[9] = {
 		jv_int(i + 1),
 		jv_int(i),
 		jv_int(n - i),
@@ -624,8 +626,14 @@ static struct jval loop_object(struct jctx *c, const struct jarr *items, int i)
 		i > 0 ? items->v[i - 1] : jv_undef(),
 		i < n - 1 ? items->v[i + 1] : jv_undef(),
 	};
-	for (int k = 0; k < 9; k++)
-		jx_set(c, o.o, jx_cstr(c, keys[k]), v[k]);
+	/* The dict is built whole: its nine keys are known to be distinct. */
+	struct jval o = jv_obj(c, J_OBJECT);
+	o.o->k = jx_alloc(c, sizeof keys);
+	o.o->v = jx_alloc(c, sizeof v);
+	memcpy(o.o->k, c->loop_keys, sizeof c->loop_keys);
+	memcpy(o.o->v, v, sizeof v);
+	o.o->n = o.o->cap = 9;
+	jx_step(c, 9);
 	return o;
 }
 

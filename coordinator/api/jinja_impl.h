@@ -43,6 +43,7 @@ struct jctx {
 	struct jinja_limits lim;
 	struct jinja_date date;
 	struct jenv *global;
+	const struct jstr *loop_keys[9]; /* index, index0, ...: made once a render */
 };
 
 enum { JX_NONE, JX_BREAK, JX_CONTINUE };
