@@ -39,7 +39,7 @@ struct jctx {
 	uint64_t steps;
 	int depth;  /* macro and call-block calls under way */
 	int edepth; /* expressions under evaluation */
-	int ctrl; /* JX_BREAK or JX_CONTINUE while one unwinds to its loop */
+	int ctrl;   /* JX_BREAK or JX_CONTINUE while one unwinds to its loop */
 	struct jinja_limits lim;
 	struct jinja_date date;
 	struct jenv *global;
