@@ -34,11 +34,12 @@
  *   scratch_bytes size               activation scratch per worker; default: the planner's
  *                                    estimate from the model and max_batch
  *   chat_template string             the chat format to render conversations with instead of
- *                                    the one recognised in the model's tokenizer.chat_template:
+ *                                    the model's tokenizer.chat_template (which the Jinja
+ *                                    engine renders when this is left out):
  *                                    "chatml", "qwen2", "qwen2.5", "qwen3", "llama3",
  *                                    "llama3.1", "gemma", "gemma4", "gemma4-unmerged",
  *                                    "mistral", "phi3" or "phi3.5"
- *                                    (coordinator/api/chat_template.h); default: recognised
+ *                                    (coordinator/api/chat_template.h); default: the template
  *
  *   [coordinator]
  *   http          host:port          the API; default "127.0.0.1:8080"

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/base/buf.h"
 #include "common/format/gguf.h"
 #include "common/format/gguf_write.h"
 #include "common/format/quant.h"
@@ -623,17 +624,50 @@ static int synth_open_vocab(const char *path, uint32_t *vocab, gguf_file **out, 
 	return 0;
 }
 
-/* Copies every tokenizer.* key, in the file's order. */
-static int synth_copy_vocab(gguf_writer *w, const gguf_file *f, lm_diag *d)
+/* Copies every tokenizer.* key, in the file's order (but the chat template, when another is
+ * given). */
+static int synth_copy_vocab(gguf_writer *w, const gguf_file *f, bool own_template, lm_diag *d)
 {
 	int rc = 0;
 	for (uint64_t i = 0; i < gguf_n_kv(f) && rc == 0; i++) {
 		const struct gguf_kv *kv = gguf_kv_at(f, i);
-		if (strncmp(kv->key, "tokenizer.", 10) == 0)
+		if (strncmp(kv->key, "tokenizer.", 10) == 0 &&
+		    !(own_template && strcmp(kv->key, "tokenizer.chat_template") == 0))
 			rc = gguf_writer_kv_copy(w, kv, d);
 	}
 	if (rc != 0)
 		lm_diag_prefix(d, "copying the vocabulary of %s", gguf_path(f));
+	return rc;
+}
+
+/* tokenizer.chat_template from a file's text. */
+static int synth_put_template(gguf_writer *w, const char *path, lm_diag *d)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL)
+		return lm_fail(d, lm_err_from_errno(errno), "%s: cannot open it", path);
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	int rc = 0;
+	char buf[4096];
+	while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+		char *p = lm_grow(text, &cap, len + n + 1, 1, 4096);
+		if (p == NULL) {
+			rc = lm_fail(d, LM_ENOMEM, "out of memory");
+			break;
+		}
+		text = p;
+		memcpy(text + len, buf, n);
+		len += n;
+	}
+	fclose(f);
+	if (rc == 0 && (text == NULL || memchr(text, '\0', len) != NULL))
+		rc = lm_fail(d, LM_EINVAL, "%s: empty, or holds a NUL byte", path);
+	if (rc == 0) {
+		text[len] = '\0';
+		rc = gguf_writer_kv_str(w, "tokenizer.chat_template", text, d);
+	}
+	free(text);
 	return rc;
 }
 
@@ -809,7 +843,10 @@ int synth_write(const struct synth_opts *o_in, struct synth_stats *st, lm_diag *
 	}
 	if ((rc = synth_put_meta(&w, &o, o.vocab, d)) != 0)
 		goto out;
-	rc = vf != NULL ? synth_copy_vocab(&w, vf, d) : synth_put_vocab(&w, o.vocab, d);
+	rc = vf != NULL ? synth_copy_vocab(&w, vf, o.chat_template_from != NULL, d)
+			: synth_put_vocab(&w, o.vocab, d);
+	if (rc == 0 && o.chat_template_from != NULL)
+		rc = synth_put_template(&w, o.chat_template_from, d);
 	if (rc != 0)
 		goto out;
 

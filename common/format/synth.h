@@ -73,17 +73,19 @@ struct synth_opts {
 	float rms_eps;          /* <arch>.attention.layer_norm_rms_epsilon */
 	bool tied;              /* no output.weight: llama.cpp uses token_embd for the head */
 	const char *vocab_from; /* GGUF whose tokenizer.* keys are copied, or NULL */
-	const char *arch;       /* "llama" (NULL), "qwen2", "qwen3", "gemma3", "gemma4" */
-	uint32_t head_dim;      /* elements per head (gemma4: the global layers'); 0: dim/heads */
-	uint32_t window;        /* sliding window; 0: none (llama: Mistral's, every layer) */
-	uint32_t swa_period;    /* gemma: every swa_period-th layer is global; 0: 6 */
-	uint32_t head_dim_swa;  /* gemma4's sliding layers; 0: head_dim */
-	uint32_t kv_heads_swa;  /* gemma4's sliding layers; 0: kv_heads */
-	float rope_base_swa;    /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
-	float softcap;          /* <arch>.final_logit_softcapping; 0: none */
-	bool rope_llama3;       /* llama: rope_freqs.weight with Llama 3.1's scaling */
-	bool sparse;            /* the tensor index and no data: a file with holes */
-	uint32_t threads;       /* rows quantized at once (the same bytes for any count); 0: 1 */
+	/* A file whose text becomes tokenizer.chat_template (instead of vocab_from's), or NULL. */
+	const char *chat_template_from;
+	const char *arch;      /* "llama" (NULL), "qwen2", "qwen3", "gemma3", "gemma4" */
+	uint32_t head_dim;     /* elements per head (gemma4: the global layers'); 0: dim/heads */
+	uint32_t window;       /* sliding window; 0: none (llama: Mistral's, every layer) */
+	uint32_t swa_period;   /* gemma: every swa_period-th layer is global; 0: 6 */
+	uint32_t head_dim_swa; /* gemma4's sliding layers; 0: head_dim */
+	uint32_t kv_heads_swa; /* gemma4's sliding layers; 0: kv_heads */
+	float rope_base_swa;   /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
+	float softcap;         /* <arch>.final_logit_softcapping; 0: none */
+	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
+	bool sparse;           /* the tensor index and no data: a file with holes */
+	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
 };
 
 struct synth_stats {

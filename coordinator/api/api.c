@@ -44,10 +44,16 @@ static cJSON *api_model(const struct api *a)
 	cJSON_AddNumberToObject(m, "created", 0);
 	cJSON_AddStringToObject(m, "owned_by", "layermesh");
 	cJSON_AddNumberToObject(m, "context_length", a->cfg.max_seq);
-	if (a->cfg.chat != CHAT_NONE) {
-		cJSON_AddStringToObject(m, "chat_template", chat_format_name(a->cfg.chat));
-		cJSON_AddStringToObject(m, "chat_template_family", chat_format_family(a->cfg.chat));
-		if (a->cfg.chat_why != NULL && a->cfg.chat_why[0] != '\0')
+	/* A template of no known family is still the model's own, rendered by the engine. */
+	if (a->cfg.chat != CHAT_NONE || a->cfg.jinja != NULL) {
+		bool fam = a->cfg.chat != CHAT_NONE;
+		cJSON_AddStringToObject(m, "chat_template",
+					fam ? chat_format_name(a->cfg.chat) : "jinja");
+		cJSON_AddStringToObject(m, "chat_template_family",
+					fam ? chat_format_family(a->cfg.chat) : "jinja");
+		cJSON_AddStringToObject(m, "chat_template_renderer",
+					a->cfg.jinja != NULL ? "jinja" : "format");
+		if (a->cfg.jinja == NULL && a->cfg.chat_why != NULL && a->cfg.chat_why[0] != '\0')
 			cJSON_AddStringToObject(m, "chat_template_warning", a->cfg.chat_why);
 	} else {
 		cJSON_AddNullToObject(m, "chat_template");
@@ -266,10 +272,16 @@ static void api_status(nng_aio *aio)
 	cJSON *o = a->cfg.status ? a->cfg.status(a->cfg.mesh) : NULL;
 	if (o != NULL) {
 		cJSON *t = cJSON_AddObjectToObject(o, "chat_template");
-		if (a->cfg.chat != CHAT_NONE) {
-			cJSON_AddStringToObject(t, "format", chat_format_name(a->cfg.chat));
-			cJSON_AddStringToObject(t, "family", chat_format_family(a->cfg.chat));
-			if (a->cfg.chat_why != NULL && a->cfg.chat_why[0] != '\0')
+		if (a->cfg.chat != CHAT_NONE || a->cfg.jinja != NULL) {
+			bool fam = a->cfg.chat != CHAT_NONE;
+			cJSON_AddStringToObject(t, "format",
+						fam ? chat_format_name(a->cfg.chat) : "jinja");
+			cJSON_AddStringToObject(t, "family",
+						fam ? chat_format_family(a->cfg.chat) : "jinja");
+			cJSON_AddStringToObject(t, "renderer",
+						a->cfg.jinja != NULL ? "jinja" : "format");
+			if (a->cfg.jinja == NULL && a->cfg.chat_why != NULL &&
+			    a->cfg.chat_why[0] != '\0')
 				cJSON_AddStringToObject(t, "warning", a->cfg.chat_why);
 		} else {
 			cJSON_AddNullToObject(t, "format");
@@ -388,6 +400,7 @@ static void api_vocab_limits(struct api *a)
 	snprintf(a->eos_text, sizeof a->eos_text, "%s", s != NULL ? s : "");
 	a->lim = (struct api_limits){.max_seq = a->cfg.max_seq,
 				     .max_token_bytes = longest > 4 ? longest : 4,
+				     .jinja = a->cfg.jinja,
 				     .chat = a->cfg.chat,
 				     .chat_why = a->cfg.chat_why,
 				     .bos_text = a->bos_text,

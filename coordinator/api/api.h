@@ -42,6 +42,7 @@
 #include "common/wire/httpd.h"
 #include "common/tok/tokenizer.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/jinja.h"
 #include "coordinator/sched/scheduler.h"
 
 struct api;
@@ -55,7 +56,9 @@ struct api_cfg {
 	int32_t max_queued;     /* shown on /metrics */
 	const tok_vocab *vocab; /* borrowed */
 	struct sched *sched;    /* borrowed */
-	/* The chat format (CHAT_NONE: chat requests are refused with chat_why). */
+	/* The model's chat template for the Jinja engine (borrowed; NULL: none), and the chat format
+	 * (api_request.h's api_limits: with neither, chat requests are refused with chat_why). */
+	const jinja_tmpl *jinja;
 	enum chat_format chat;
 	const char *chat_why;
 	bool ui; /* serve the pages for people, / and /chat (api_pages.h) */

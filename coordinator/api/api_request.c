@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/base/err.h"
 #include "common/base/utf8.h"
 #include "coordinator/api/api_json.h"
+#include "coordinator/api/chat_jinja.h"
 
 /* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
 static int api_refuse(struct api_error *err, int code, uint16_t status, const char *type,
@@ -101,7 +103,8 @@ static const char *const api_common_keys[] = {
 static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
 static const char *const api_chat_keys[] = {
 	"messages", "max_completion_tokens", "top_logprobs",        "response_format",
-	"tools",    "tool_choice",           "parallel_tool_calls", NULL,
+	"tools",    "tool_choice",           "parallel_tool_calls", "chat_template_kwargs",
+	NULL,
 };
 
 static bool api_listed(const char *const *list, const char *key)
@@ -618,6 +621,123 @@ static int api_chat_tokens(const struct lm_buf *text, const struct api_limits *l
 	return api_prompt_fits(r, lim, err);
 }
 
+/* The messages as the Jinja engine takes them: {"role", "content"}, the role as the formats
+ * take it (developer is system) and the content as they do (the text, or the parts). */
+static cJSON *api_chat_jinja_messages(const struct chat_msg *m, int n)
+{
+	cJSON *arr = cJSON_CreateArray();
+	for (int i = 0; arr != NULL && i < n; i++) {
+		static const char *const roles[] = {"system", "user", "assistant"};
+		cJSON *o = cJSON_CreateObject(), *content = NULL;
+		cJSON_AddItemToArray(arr, o);
+		if (o == NULL || cJSON_AddStringToObject(o, "role", roles[m[i].role]) == NULL)
+			goto fail;
+		if (m[i].parts != NULL) {
+			content = cJSON_AddArrayToObject(o, "content");
+			for (int k = 0; content != NULL && k < m[i].n_parts; k++) {
+				cJSON *p = cJSON_CreateObject();
+				char *t = strndup(m[i].parts[k].text, m[i].parts[k].len);
+				cJSON_AddItemToArray(content, p);
+				if (p == NULL || t == NULL ||
+				    cJSON_AddStringToObject(p, "type", "text") == NULL ||
+				    cJSON_AddStringToObject(p, "text", t) == NULL) {
+					free(t);
+					goto fail;
+				}
+				free(t);
+			}
+		} else {
+			char *t = strndup(m[i].text, m[i].len);
+			content = t != NULL ? cJSON_AddStringToObject(o, "content", t) : NULL;
+			free(t);
+		}
+		if (content == NULL)
+			goto fail;
+	}
+	return arr;
+fail:
+	cJSON_Delete(arr);
+	return NULL;
+}
+
+/* Renders with the engine; its refusals are 400s in its words. */
+static int api_chat_jinja(const struct api_limits *lim, const struct chat_msg *msgs, int n,
+			  const cJSON *kwargs, bool gen, struct lm_buf *text, struct api_error *err)
+{
+	/* The engine's strings end at a NUL, which a JSON string may hold. */
+	for (int i = 0; i < n; i++)
+		if (memchr(msgs[i].text, '\0', msgs[i].len) != NULL) {
+			char param[48];
+			snprintf(param, sizeof param, "messages[%d].content", i);
+			return API_BAD(err, param,
+				       "'%s' holds U+0000, which a chat template is not given",
+				       param);
+		}
+	cJSON *messages = api_chat_jinja_messages(msgs, n), *vars = NULL;
+	if (messages == NULL)
+		return API_NOMEM(err);
+	lm_diag d = {{0}};
+	int rc = chat_jinja_vars(messages, NULL, gen, kwargs,
+				 lim->bos_text != NULL ? lim->bos_text : "",
+				 lim->eos_text != NULL ? lim->eos_text : "", &vars, &d);
+	cJSON_Delete(messages);
+	if (rc != 0)
+		return rc == LM_ENOMEM ? API_NOMEM(err)
+				       : API_BAD(err, "chat_template_kwargs", "%s", d.msg);
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	struct jinja_date date = {tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+				  tm.tm_min};
+	rc = jinja_render(lim->jinja, vars, &date, NULL, text, &d);
+	cJSON_Delete(vars);
+	if (rc == 0 || rc == LM_ENOMEM)
+		return rc == 0 ? 0 : API_NOMEM(err);
+	return api_refuse(err, LM_EINVAL, 400, "invalid_request_error", LM_HTTP_REFUSE_TEMPLATE,
+			  "messages", "the chat template %s this conversation: %s",
+			  rc == LM_EINVAL ? "refuses" : "cannot render", d.msg);
+}
+
+int api_chat_prompt(const cJSON *req, const struct api_limits *lim, bool gen, struct lm_buf *text,
+		    struct api_error *err)
+{
+	if (lim->chat == CHAT_NONE && lim->jinja == NULL)
+		return api_refuse(err, LM_EINVAL, 400, "invalid_request_error",
+				  LM_HTTP_REFUSE_TEMPLATE, "messages", "%s",
+				  lim->chat_why != NULL ? lim->chat_why
+							: "this model has no chat template");
+	const cJSON *kw = cJSON_GetObjectItemCaseSensitive(req, "chat_template_kwargs");
+	if (kw != NULL && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
+		return API_BAD(err, "chat_template_kwargs",
+			       "'chat_template_kwargs' must be an object");
+	if (lim->jinja == NULL && cJSON_GetArraySize(kw) > 0)
+		return API_BAD(
+			err, "chat_template_kwargs",
+			"'chat_template_kwargs' needs the model's own chat template (mesh.toml "
+			"names the format %s)",
+			chat_format_name(lim->chat));
+	struct chat_msg *msgs = NULL;
+	struct chat_part *parts = NULL;
+	struct lm_buf joined = {0};
+	int n = 0;
+	int rc = api_chat_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), lim->chat,
+				   &msgs, &n, &parts, &joined, err);
+	lm_diag d = {{0}};
+	if (rc == 0 && lim->jinja != NULL) {
+		rc = api_chat_jinja(lim, msgs, n, kw, gen, text, err);
+	} else if (rc == 0 && (rc = chat_render(lim->chat, lim->bos_text ? lim->bos_text : "",
+						lim->eos_text ? lim->eos_text : "", msgs, n, gen,
+						text, &d)) != 0) {
+		rc = rc == LM_ENOMEM ? API_NOMEM(err)
+				     : api_refuse(err, LM_EINVAL, 400, "invalid_request_error",
+						  LM_HTTP_REFUSE_TEMPLATE, "messages", "%s", d.msg);
+	}
+	free(msgs);
+	free(parts);
+	lm_buf_fini(&joined);
+	return rc;
+}
+
 /* The template's end-of-turn tokens that the vocabulary has. */
 static void api_chat_stops(const struct api_limits *lim, const tok_vocab *vocab,
 			   struct api_request *r)
@@ -638,27 +758,8 @@ static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const
 	r->kind = API_CHAT;
 	if ((rc = api_known_fields(req, API_CHAT, r, err)) != 0)
 		return rc;
-	if (lim->chat == CHAT_NONE)
-		return api_refuse(err, LM_EINVAL, 400, "invalid_request_error",
-				  LM_HTTP_REFUSE_TEMPLATE, "messages", "%s",
-				  lim->chat_why != NULL ? lim->chat_why
-							: "this model has no chat template");
-	struct chat_msg *msgs = NULL;
-	struct chat_part *parts = NULL;
-	struct lm_buf joined = {0}, text = {0};
-	int n = 0;
-	rc = api_chat_messages(cJSON_GetObjectItemCaseSensitive(req, "messages"), lim->chat, &msgs,
-			       &n, &parts, &joined, err);
-	lm_diag d = {{0}};
-	const char *bos = lim->bos_text != NULL ? lim->bos_text : "";
-	const char *eos = lim->eos_text != NULL ? lim->eos_text : "";
-	if (rc == 0 && (rc = chat_render(lim->chat, bos, eos, msgs, n, true, &text, &d)) != 0)
-		rc = rc == LM_ENOMEM ? API_NOMEM(err)
-				     : api_refuse(err, LM_EINVAL, 400, "invalid_request_error",
-						  LM_HTTP_REFUSE_TEMPLATE, "messages", "%s", d.msg);
-	free(msgs);
-	free(parts);
-	lm_buf_fini(&joined);
+	struct lm_buf text = {0};
+	rc = api_chat_prompt(req, lim, true, &text, err);
 	if (rc == 0)
 		rc = api_chat_tokens(&text, lim, vocab, r, err);
 	lm_buf_fini(&text);

@@ -31,11 +31,15 @@
  *     messages          a non-empty array of {"role": "system"|"developer"|"user"|"assistant",
  *                       "content": a string, an array of {"type": "text", "text": ...} parts,
  *                       or null (assistant)}; developer is system. Rendered by the model's chat
- *                       template (chat_template.h) with the generation prompt, then tokenized
+ *                       template with the generation prompt (the Jinja engine, jinja.h; or the
+ *                       format mesh.toml names, chat_template.h), then tokenized
  *                       with special-token parsing (the template's markers become their ids;
  *                       BOS once, where the vocabulary wants it)
  *     max_completion_tokens   as max_tokens (both: they must agree)
  *     logprobs          true or false; top_logprobs [0, API_MAX_LOGPROBS], with logprobs only
+ *     chat_template_kwargs  an object: each key a variable of the template's (its knobs:
+ *                       enable_thinking, reasoning_effort, ...; chat_jinja.h); only with the
+ *                       model's own template
  *     response_format   {"type": "text"} only    tools  null or []   tool_choice  "none" only
  * Any other field is refused, naming it. A string prompt (or a rendered conversation) longer
  * in bytes than the context could hold in tokens is refused before it is tokenized.
@@ -54,6 +58,7 @@
 #include "common/wire/httpd.h"
 #include "common/wire/wire.h"
 #include "coordinator/api/chat_template.h"
+#include "coordinator/api/jinja.h"
 
 #define API_MAX_STOPS          4
 #define API_MAX_STOP_LEN       256
@@ -70,8 +75,12 @@ struct api_limits {
 	/* The most input bytes one token covers (tok_max_piece, and the longest special token's
 	 * text): a prompt of more than max_seq times this many bytes cannot fit. 0: no check. */
 	size_t max_token_bytes;
-	/* Chat: the format, and the vocabulary's texts of BOS and EOS ("" when none). CHAT_NONE
-	 * refuses chat requests with chat_why. */
+	/* Chat: the model's own template parsed by the Jinja engine (borrowed; NULL when the model
+	 * has none or mesh.toml names a format), which renders every conversation; the format
+	 * (recognised from the template, or named by mesh.toml), which renders them when there is
+	 * no template and gives the end-of-turn stops; the vocabulary's texts of BOS and EOS (""
+	 * when none). Neither a template nor a format refuses chat requests with chat_why. */
+	const jinja_tmpl *jinja;
 	enum chat_format chat;
 	const char *chat_why;
 	const char *bos_text, *eos_text;
@@ -131,6 +140,17 @@ void api_error_fini(struct api_error *e);
 int api_chat_messages(const cJSON *messages, enum chat_format f, struct chat_msg **msgs,
 		      int *n_msgs, struct chat_part **parts, struct lm_buf *joined,
 		      struct api_error *err);
+
+/* The prompt text of a chat request (`req`, its JSON object from api_json_parse: messages
+ * and chat_template_kwargs are read) as the chat API renders it: the messages as
+ * api_chat_messages takes them, each {"role", "content"} (the content joined, or Gemma 4's
+ * parts), with the generation prompt when `gen` (the API always asks for it), rendered by
+ * lim->jinja with chat_jinja_vars' variables and today's date, or by the
+ * format lim->chat when there is no template. Appends to text. 0, or LM_EINVAL (400: the
+ * template refuses or cannot render the conversation, in the engine's words) / LM_ENOMEM with
+ * *err filled. Shared with `layermesh template`. */
+int api_chat_prompt(const cJSON *req, const struct api_limits *lim, bool gen, struct lm_buf *text,
+		    struct api_error *err);
 
 /* How much of the pending text p[0..len) (decoded, not yet sent) can go to the client.
  * When a stop string of r occurs in it, *hit is set and the result is where the earliest one

@@ -1,13 +1,14 @@
-/* chat_template.h — a conversation into the prompt text a model was trained on.
+/* chat_template.h — the chat template families: recognised, and rendered without Jinja.
  *
- * A model publishes its chat format as a Jinja template (GGUF tokenizer.chat_template). This
- * server does not run Jinja: it recognises the template's family from marker strings, as
- * llama.cpp's built-in detection does (chat_template_detect), and renders the conversation
- * with a formatter of its own, written to produce exactly what that template produces when
- * rendered by @huggingface/jinja with {messages, add_generation_prompt, bos_token, eos_token}
- * (tests/integration/test_chat_templates.sh holds every family to it, byte for byte, on the
- * templates of ../shared/chat-templates/). A template it does not recognise is refused, never
- * rendered by a guess; mesh.toml's [model] chat_template names a format to use instead.
+ * A model publishes its chat format as a Jinja template (GGUF tokenizer.chat_template), which
+ * the chat API renders with the Jinja engine (jinja.h). This module recognises the template's
+ * family from marker strings, as llama.cpp's built-in detection does (chat_template_detect),
+ * for the family's end-of-turn stop tokens (chat_format_stops); and renders a conversation in
+ * a family's format with a formatter of its own when mesh.toml's [model] chat_template names
+ * one (a model without a template), written to produce exactly what the family's template
+ * produces when rendered by @huggingface/jinja with {messages, add_generation_prompt,
+ * bos_token, eos_token} (tests/integration/test_chat_templates.sh holds every formatter to it,
+ * byte for byte, on the templates of ../shared/chat-templates/).
  *
  * Within a family only the layouts written out here are recognised: a template with a
  * family's markers but none of its layouts' signatures is refused like an unknown one.
@@ -110,11 +111,12 @@ const char *chat_format_names(void);
  * like (for the refusal's message). */
 enum chat_format chat_template_detect(const char *tmpl, size_t len, char *why, size_t cap);
 
-/* The format a model's conversations are rendered in: `override` (mesh.toml's [model]
- * chat_template) when given, which must name a format (LM_ECONFIG otherwise), else the one
- * recognised in the GGUF's tokenizer.chat_template. A model without a template falls back to
- * CHAT_CHATML, with a note saying so in why (a warning to show). CHAT_NONE, with the reason in
- * why, when its template is not recognised: chat requests are then refused. */
+/* A model's format: `override` (mesh.toml's [model] chat_template) when given, which must name
+ * a format (LM_ECONFIG otherwise), else the one recognised in the GGUF's
+ * tokenizer.chat_template. A model without a template falls back to CHAT_CHATML, with a note
+ * saying so in why (a warning to show). CHAT_NONE, with the reason in why, when its template is
+ * not recognised (the mesh then renders the template with the Jinja engine, and refuses chat
+ * only when it has no template the engine can parse). */
 struct gguf_file;
 int chat_format_resolve(const char *override, const struct gguf_file *f, enum chat_format *out,
 			char *why, size_t cap, lm_diag *d);

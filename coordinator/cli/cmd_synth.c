@@ -58,6 +58,8 @@ static void synth_usage(FILE *out)
 	      "  --tied            no output.weight: the head reuses token_embd.weight\n"
 	      "  --vocab-from GGUF copy every tokenizer.* key of GGUF instead of the built-in\n"
 	      "                    vocabulary; --vocab, when given, must equal its token count\n"
+	      "  --chat-template FILE  the file's text as tokenizer.chat_template (instead of\n"
+	      "                    --vocab-from's)\n"
 	      "  --threads N       quantize rows on N threads (default 1); the file is the same\n"
 	      "                    bytes whatever N\n"
 	      "  --help            this text\n"
@@ -141,6 +143,7 @@ static const struct synth_opt synth_table[] = {
 	SO("rms-eps", SK_FLOAT, rms_eps),
 	SO("tied", SK_FLAG, tied),
 	SO("vocab-from", SK_STR, vocab_from),
+	SO("chat-template", SK_STR, chat_template_from),
 	SO("arch", SK_STR, arch),
 	SO("head-dim", SK_U32, head_dim),
 	SO("window", SK_U32, window),

@@ -101,7 +101,8 @@ struct mesh {
 	uint64_t fingerprint;
 	int32_t max_seq;
 	char model_name[128];
-	enum chat_format chat; /* CHAT_NONE: chat refused with chat_why */
+	jinja_tmpl *jinja;     /* the model's chat template, parsed; NULL: none or mesh.toml's */
+	enum chat_format chat; /* recognised or named; with jinja NULL, CHAT_NONE refuses chat */
 	char chat_why[400];
 	/* Non-empty when a plane leaves this machine in the clear: said at start and on /readyz. */
 	char plain_note[512];
@@ -215,7 +216,6 @@ static cJSON *mesh_rollout(void *arg)
 
 /* ------------------------------------------------------------------ serving */
 
-/* The chat format: mesh.toml's [model] chat_template, or the model's template recognised. */
 /* How far below its high-water mark a slot's sliding-window rings can roll back (the prefix
  * cache's bound, sched_cfg.ring_rollback); -1 when no layer slides. */
 static int32_t mesh_ring_rollback(const struct mesh *m)
@@ -226,6 +226,9 @@ static int32_t mesh_ring_rollback(const struct mesh *m)
 	return -1;
 }
 
+/* How conversations are rendered: by the model's own template through the Jinja engine, or
+ * by the format mesh.toml's [model] chat_template names (for a model without a template). The
+ * format recognised in a template gives its end-of-turn stops. */
 static int mesh_chat_format(struct mesh *m, lm_diag *d)
 {
 	int rc = chat_format_resolve(m->cfg.chat_template, m->file, &m->chat, m->chat_why,
@@ -234,7 +237,25 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 		lm_diag_prefix(d, "%s", m->cfg.path);
 		return rc;
 	}
-	if (m->chat != CHAT_NONE && m->chat_why[0] != '\0')
+	const char *t = NULL;
+	if (m->cfg.chat_template == NULL && gguf_find(m->file, "tokenizer.chat_template") != NULL &&
+	    gguf_get_str(m->file, "tokenizer.chat_template", &t, NULL) == 0) {
+		lm_diag jd = {{0}};
+		m->jinja = jinja_parse(t, strlen(t), &jd);
+		if (m->jinja == NULL && m->chat == CHAT_NONE)
+			snprintf(m->chat_why, sizeof m->chat_why,
+				 "the model's chat template cannot be parsed (%.200s); set [model] "
+				 "chat_template in mesh.toml to one of: %s",
+				 jd.msg, chat_format_names());
+		else if (m->jinja == NULL)
+			lm_warn("the model's chat template cannot be parsed (%s): rendering it as "
+				"%s",
+				jd.msg, chat_format_name(m->chat));
+	}
+	if (m->jinja != NULL)
+		lm_info("chat template: the model's own, by the Jinja engine (%s)",
+			m->chat != CHAT_NONE ? chat_format_name(m->chat) : "no known family");
+	else if (m->chat != CHAT_NONE && m->chat_why[0] != '\0')
 		lm_warn("chat template: %s: %s", chat_format_name(m->chat), m->chat_why);
 	else if (m->chat != CHAT_NONE)
 		lm_info("chat template: %s%s", chat_format_name(m->chat),
@@ -328,6 +349,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		.fingerprint = m->fingerprint,
 		.max_seq = m->max_seq,
 		.max_queued = m->cfg.max_queued,
+		.jinja = m->jinja,
 		.chat = m->chat,
 		.chat_why = m->chat_why,
 		.ui = m->cfg.ui,
@@ -1306,6 +1328,7 @@ early:
 	free(m->procs);
 	spec_source_fini(&m->draft);
 	tok_free(m->vocab);
+	jinja_free(m->jinja);
 	fence_plan_fini(&m->plan);
 	gguf_close(m->file);
 	mesh_config_fini(&m->cfg);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The chat formats of coordinator/api/chat_template.h against each model's own Jinja template,
-# rendered by @huggingface/jinja (npm, pinned in tests/node/package.json): every conversation of
+# The chat path against each model's own Jinja template rendered by @huggingface/jinja (npm,
+# pinned in tests/node/package.json), twice: as the chat API renders it (the template through
+# layermesh's Jinja engine, coordinator/api/jinja.h) and by the format's formatter of
+# coordinator/api/chat_template.h (what mesh.toml's [model] chat_template uses): every conversation of
 # tests/chat/conversations.json (system or none, multi-turn, empty content, unicode, white space
 # at the ends, text parts, thinking tags, roles a template refuses, with and without the
 # generation prompt) must come out byte for byte the same, or be refused where the template
@@ -40,6 +42,15 @@ check() {
 	fi
 	cat "$LM_TMP/cmp.txt"
 	summary+=("$name ($want): $(tail -n 1 "$LM_TMP/cmp.txt" | sed 's/^[^:]*: //')")
+	# The same conversations by the formatter alone.
+	"$LM_BIN" template "${src[@]}" --format "$want" --conversations "$convs" \
+		>"$LM_TMP/fmt.json" || fail "$name: layermesh template --format $want failed"
+	if ! node "$node_dir/render_templates.mjs" "$tmpl" "$want" "$bos" "$eos" "$convs" \
+		"$LM_TMP/fmt.json" >"$LM_TMP/cmp.txt"; then
+		failed=1
+	fi
+	cat "$LM_TMP/cmp.txt"
+	summary+=("$name, formatter $want: $(tail -n 1 "$LM_TMP/cmp.txt" | sed 's/^[^:]*: //')")
 }
 
 check "Gemma 4 (31B-it)" "$tmpl_dir/google-gemma-4-31B-it.jinja" gemma4 "<bos>" "<eos>"

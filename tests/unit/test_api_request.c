@@ -899,3 +899,67 @@ Test(api_request, seeds_are_written_exactly)
 		cJSON_Delete(o);
 	}
 }
+
+/* A model's own template is rendered by the Jinja engine, whatever its family: the messages as
+ * the formats take them (developer is system, parts joined), the generation prompt, BOS and
+ * EOS, and chat_template_kwargs as variables of their own; what the template refuses or cannot
+ * render is a 400 in the engine's words, with the line. */
+Test(api_request, chat_renders_the_models_own_template_with_the_engine)
+{
+	const char *src =
+		"{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+		"{% if add_generation_prompt %}<gen>{% endif %}{{ bos_token }}{{ eos_token }}"
+		"{% if enable_thinking is defined %} think={{ enable_thinking }}{% endif %}"
+		"{% if messages|length > 2 %}{{ raise_exception('at most 2') }}{% endif %}"
+		"\n{% if messages[0].role == 'assistant' %}{{ nothing + 1 }}{% endif %}";
+	lm_diag d = {{0}};
+	jinja_tmpl *t = jinja_parse(src, strlen(src), &d);
+	cr_assert_not_null(t, "%s", d.msg);
+	const struct api_limits l = {
+		.max_seq = 512, .jinja = t, .bos_text = "<s>", .eos_text = "</s>"};
+	const char *json =
+		"{\"messages\": [{\"role\": \"developer\", \"content\": \"Be kind.\"}, {\"role\": "
+		"\"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}, {\"type\": "
+		"\"text\", "
+		"\"text\": \"there\"}]}], \"chat_template_kwargs\": {\"enable_thinking\": false}}";
+	char why[200];
+	cJSON *req = api_json_parse(json, strlen(json), why, sizeof why);
+	cr_assert_not_null(req, "%s", why);
+	struct lm_buf text = {0};
+	struct api_error err = {0};
+	cr_assert_eq(api_chat_prompt(req, &l, true, &text, &err), 0, "%s", err.message);
+	cr_expect_str_eq(text.p, "[system:Be kind.][user:Hi\nthere]<gen><s></s> think=false");
+	cJSON_Delete(req);
+	lm_buf_fini(&text);
+	const enum lm_http_refusal tmpl = LM_HTTP_REFUSE_TEMPLATE, bad = LM_HTTP_REFUSE_INVALID;
+	chat_refused(
+		&l,
+		"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
+		"\"assistant\", \"content\": \"b\"}, {\"role\": \"user\", \"content\": \"c\"}]}",
+		"messages", "the chat template refuses this conversation: line 1: at most 2", tmpl);
+	chat_refused(&l, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}]}",
+		     "messages",
+		     "the chat template cannot render this conversation: line 2: Cannot perform "
+		     "operation + on undefined values",
+		     tmpl);
+	const char *hi = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+	char body[512];
+	snprintf(body, sizeof body, "{\"messages\": %s, \"chat_template_kwargs\": 5}", hi);
+	chat_refused(&l, body, "chat_template_kwargs", "'chat_template_kwargs' must be an object",
+		     bad);
+	snprintf(body, sizeof body,
+		 "{\"messages\": %s, \"chat_template_kwargs\": {\"bos_token\": \"x\"}}", hi);
+	chat_refused(
+		&l, body, "chat_template_kwargs",
+		"'chat_template_kwargs.bos_token' would replace the template's own 'bos_token'",
+		bad);
+	/* A format named in mesh.toml has no variables to set. */
+	const struct api_limits fmt = {.max_seq = 512, .chat = CHAT_CHATML};
+	snprintf(body, sizeof body,
+		 "{\"messages\": %s, \"chat_template_kwargs\": {\"enable_thinking\": true}}", hi);
+	chat_refused(&fmt, body, "chat_template_kwargs",
+		     "'chat_template_kwargs' needs the model's own chat template (mesh.toml names "
+		     "the format chatml)",
+		     bad);
+	jinja_free(t);
+}
