@@ -261,5 +261,8 @@ char *mesh_status_metrics(void *arg)
 			 "Between consecutive generated tokens of a request.", &s->token);
 	mesh_status_hist(&t, "layermesh_request_duration_seconds",
 			 "From a request's arrival to its end, for any reason.", &s->duration);
+	mesh_status_hist(&t, "layermesh_ring_send_seconds",
+			 "The coordinator's hand-off of a ring message to the first worker.",
+			 &s->send);
 	return lm_mtext_take(&t);
 }

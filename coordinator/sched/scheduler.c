@@ -471,11 +471,13 @@ static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *p
 		nng_msg_free(m);
 		return LM_ENOMEM;
 	}
+	uint64_t t0 = lm_now_ns();
 	int rv = lm_link_send(s->cfg.push, m);
 	if (rv != 0) {
 		nng_msg_free(m);
 		return rv == NNG_ETIMEDOUT ? LM_ETIMEOUT : LM_EIO;
 	}
+	lm_hist_observe(&s->stats.send, lm_now_ns() - t0);
 	return 0;
 }
 

@@ -137,6 +137,9 @@ struct sched_stats {
 	struct lm_hist ttft, token, duration;
 	/* Per request, from sched_submit to taking a slot. */
 	struct lm_hist queue_wait;
+	/* Per ring message, the coordinator's hand-off of it to the first worker (the ring's
+	 * first hop, as each worker's send histogram is the next one). */
+	struct lm_hist send;
 };
 
 struct sched;

@@ -71,6 +71,9 @@ jq -e --argjson want "$workers" '[.workers[] | .layer_kinds] == [$want[] | .kind
 	<<<"$status" >/dev/null ||
 	fail "/v1/status's layer_kinds are $(jq -c '[.workers[].layer_kinds]' <<<"$status")"
 echo "ok: /v1/status gives each worker's layer kinds: $(jq -c '[.workers[].layer_kinds]' <<<"$status")"
+# One request around the ring first, so that every hop has a latency to show.
+curl -sf -H "Authorization: Bearer $token" "$LM_URL/v1/completions" \
+	-d '{"prompt": "Once", "max_tokens": 4}' >/dev/null || fail "a completion failed"
 BROWSER=$browser URL=$LM_URL TOKEN=$token PROFILE="$dir/profile" WORKERS=$workers \
 	SLOW="$dir/slow" REDEPLOY_BIN=$real_worker timeout 150 node "$root/tests/integration/ui_browser.mjs" mesh ||
 	fail "the pages failed in chromium"

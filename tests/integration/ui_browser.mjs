@@ -194,6 +194,13 @@ async function checkRing(page, workers) {
 			throw new Error("box " + i + " shows " + JSON.stringify(boxes[i]) + ", not " +
 				JSON.stringify(want));
 	});
+	/* Every hop of the ring carries its latency, the coordinator's hand-off to w0 too, once a
+	 * batch has gone around (the page polls once a second). */
+	const {value: hops} = await page.until(`(() => {
+		const a = [...document.querySelectorAll('.arrow .lat')].map((e) => e.textContent);
+		return a.length === ${workers.length + 1} && a.every((t) => /[0-9]/.test(t)) && a; })()`,
+		5000, "a latency on every arrow");
+	log("the ring's hops: " + hops.join(" | "));
 	log(workers.length + " worker boxes with the slices of /v1/status" +
 		(workers[0].kinds ? " and their layers' kinds" : "") + ": " +
 		boxes.map((b) => b[0] + " " + b[1] + (workers[0].kinds ? " " + b[3].join(",") : ""))

@@ -155,9 +155,12 @@ function renderRing(status, metrics) {
 	const planned = (status.plan && status.plan.workers) || [];
 	const ws = status.workers || [];
 	const nodes = [coordinatorBox(status, metrics)];
+	const sec = (x) => (x === null ? null : x * 1000);
 	ws.forEach((w, i) => {
 		nodes.push(i === 0
-			? arrow("batches", "the coordinator's hand-off is not measured")
+			? arrow(lm.num(sec(quantile(metrics, "layermesh_ring_send_seconds", 0.5))) +
+				" / " + lm.ms(sec(quantile(metrics, "layermesh_ring_send_seconds", 0.99))),
+				"the coordinator hands its batches to " + w.name + " (p50 / p99)")
 			: arrow(pair(ws[i - 1].status && ws[i - 1].status.latency_ms &&
 				ws[i - 1].status.latency_ms.send),
 				ws[i - 1].name + " hands its batches to " + w.name + " (p50 / p99)"));
