@@ -9,9 +9,10 @@
 #include "common/base/metrics.h"
 #include "common/config/mesh_config.h"
 #include "common/plan/fence.h"
-#include "coordinator/supervise/mesh_ops.h"
 #include "coordinator/supervise/probe.h"
+#include "coordinator/supervise/procs.h"
 #include "coordinator/supervise/rollout.h"
+#include "coordinator/supervise/workers.h"
 #include "coordinator/sched/scheduler.h"
 
 /* How long /v1/status waits for a worker's own /status (connect, then answer). */
@@ -22,26 +23,26 @@ static const char *const mesh_status_state_names[] = {"starting", "ready", "rest
 
 bool mesh_status_ready(void *arg, char *why, size_t cap)
 {
-	struct mesh *m = arg;
-	if (mesh_stopping(m)) {
+	struct mesh_status_src *m = arg;
+	if (procs_stopping(m->pr)) {
 		snprintf(why, cap, "the coordinator is stopping");
 		return false;
 	}
-	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
-		struct mesh_worker_view v;
-		mesh_worker_view(m, i, &v);
+	for (int32_t i = 0; i < m->f->n_workers; i++) {
+		struct worker_info v;
+		workers_get(m->ws, i, &v);
 		if (v.state != MESH_WORKER_READY) {
-			snprintf(why, cap, "worker %s is %s%s%s%s", mesh_worker_cfg(m, i)->name,
+			snprintf(why, cap, "worker %s is %s%s%s%s", facts_worker(m->f, i)->name,
 				 mesh_status_state_names[v.state], v.why[0] ? " (" : "", v.why,
 				 v.why[0] ? ")" : "");
 			return false;
 		}
 	}
-	snprintf(why, cap, "%s", mesh_plain_note(m));
+	snprintf(why, cap, "%s", m->f->plain_note);
 	return true;
 }
 
-static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_stats *s)
+static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *m, const struct sched_stats *s)
 {
 	cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
 	cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
@@ -53,7 +54,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
 	/* The rollout comes in the middle of the scheduler's fields: that is where /v1/status
 	 * has always shown it. */
-	cJSON *ro = rollout_status(mesh_rollouts(m));
+	cJSON *ro = rollout_status(m->ro);
 	if (ro != NULL)
 		cJSON_AddItemToObject(o, "rollout", ro);
 	cJSON_AddNumberToObject(q, "batches_forgotten", (double)atomic_load(&s->batches_forgotten));
@@ -64,15 +65,15 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 
 cJSON *mesh_status_json(void *arg)
 {
-	struct mesh *m = arg;
-	int32_t W = mesh_n_workers(m);
-	const struct fence_plan *plan = mesh_plan(m);
+	struct mesh_status_src *m = arg;
+	int32_t W = m->f->n_workers;
+	const struct fence_plan *plan = m->f->plan;
 	/* Every worker's own view, asked in parallel before anything is built. */
 	/* A worker a redeploy moved serves at its alternate address: ask where it is now. */
 	const char **addrs = calloc((size_t)W + 1, sizeof *addrs);
 	struct mesh_addrs *cur = calloc((size_t)W + 1, sizeof *cur);
 	struct probe_result *probes = calloc((size_t)W + 1, sizeof *probes);
-	struct mesh_worker_view *views = calloc((size_t)W + 1, sizeof *views);
+	struct worker_info *views = calloc((size_t)W + 1, sizeof *views);
 	if (addrs == NULL || cur == NULL || probes == NULL || views == NULL) {
 		free(addrs);
 		free(cur);
@@ -80,26 +81,27 @@ cJSON *mesh_status_json(void *arg)
 		free(views);
 		return NULL;
 	}
+	workers_get_all(m->ws, views);
 	for (int32_t i = 0; i < W; i++) {
-		mesh_worker_addrs(m, i, &cur[i]);
+		cur[i] = views[i].at;
 		addrs[i] = cur[i].http;
 	}
 	probe_status_all(addrs, W, MESH_STATUS_PROBE_MS, probes);
 	free(addrs);
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "model", mesh_model_name(m));
+	cJSON_AddStringToObject(o, "model", m->f->model_name);
 	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)mesh_fingerprint(m));
+	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)m->f->fingerprint);
 	cJSON_AddStringToObject(o, "fingerprint", fp);
 	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(plan));
 	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	mesh_workers_view(m, views);
-	struct sched *sched = mesh_sched(m);
+	workers_get_all(m->ws, views);
+	struct sched *sched = workers_sched(m->ws, false);
 	const struct sched_stats *stats = sched != NULL ? sched_stats(sched) : NULL;
 	for (int32_t i = 0; i < W; i++) {
-		const struct mesh_worker_view *v = &views[i];
+		const struct worker_info *v = &views[i];
 		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", mesh_worker_cfg(m, i)->name);
+		cJSON_AddStringToObject(w, "name", facts_worker(m->f, i)->name);
 		cJSON_AddStringToObject(w, "state", mesh_status_state_names[v->state]);
 		cJSON_AddNumberToObject(w, "pid", v->pid);
 		cJSON_AddNumberToObject(w, "restarts", v->restarts);
@@ -144,23 +146,23 @@ static void mesh_status_hist(struct lm_mtext *t, const char *name, const char *h
 }
 
 /* A counter per worker: one family, one sample per worker. */
-static void mesh_status_per_worker(struct lm_mtext *t, struct mesh *m, const char *name,
+static void mesh_status_per_worker(struct lm_mtext *t, struct mesh_status_src *m, const char *name,
 				   const char *help, const uint64_t *values)
 {
 	lm_mtext_family(t, name, "counter", help);
-	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
+	for (int32_t i = 0; i < m->f->n_workers; i++) {
 		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_label(label, sizeof label, "worker", facts_worker(m->f, i)->name);
 		lm_mtext_sample(t, name, label, (double)values[i]);
 	}
 }
 
 /* The workers' gauges and counters, from one view of them all so that they agree. */
-static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
-				      struct mesh_worker_view *views, const struct sched_stats *s)
+static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh_status_src *m,
+				      struct worker_info *views, const struct sched_stats *s)
 {
-	int32_t W = mesh_n_workers(m);
-	mesh_workers_view(m, views);
+	int32_t W = m->f->n_workers;
+	workers_get_all(m->ws, views);
 	int32_t ready = 0;
 	for (int32_t i = 0; i < W; i++)
 		ready += views[i].state == MESH_WORKER_READY;
@@ -170,7 +172,7 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
 			"or has failed.");
 	for (int32_t i = 0; i < W; i++) {
 		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_label(label, sizeof label, "worker", facts_worker(m->f, i)->name);
 		lm_mtext_sample(t, "layermesh_worker_up", label,
 				views[i].state == MESH_WORKER_READY ? 1 : 0);
 	}
@@ -190,11 +192,11 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
 
 char *mesh_status_metrics(void *arg)
 {
-	struct mesh *m = arg;
-	struct sched *sched = mesh_sched(m);
+	struct mesh_status_src *m = arg;
+	struct sched *sched = workers_sched(m->ws, false);
 	if (sched == NULL)
 		return NULL;
-	struct mesh_worker_view *views = calloc((size_t)mesh_n_workers(m) + 1, sizeof *views);
+	struct worker_info *views = calloc((size_t)m->f->n_workers + 1, sizeof *views);
 	if (views == NULL)
 		return NULL;
 	const struct sched_stats *s = sched_stats(sched);
