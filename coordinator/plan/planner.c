@@ -105,6 +105,59 @@ static int planner_limit(const struct mesh_config *cfg, int32_t j, planner_mem_f
 	return 0;
 }
 
+/* Every worker of mesh.toml as the fence sees it: its memory, speed, scratch and pins. */
+static int planner_workers(const struct mesh_config *cfg, const struct lm_hparams *hp,
+			   int32_t max_seq, planner_mem_fn mem, void *mem_arg,
+			   struct fence_worker *workers, lm_diag *d)
+{
+	for (int32_t j = 0; j < cfg->n_workers; j++) {
+		const struct mesh_worker *mw = &cfg->workers[j];
+		uint64_t limit;
+		int rc = planner_limit(cfg, j, mem, mem_arg, &limit, d);
+		if (rc != 0)
+			return rc;
+		workers[j] = (struct fence_worker){
+			.name = mw->name,
+			.memory_limit = limit,
+			.speed = mw->speed,
+			.scratch_bytes = cfg->scratch_bytes != 0
+						 ? cfg->scratch_bytes
+						 : planner_scratch_bytes(cfg, hp, j, max_seq),
+			.pin_start = mw->layer_start,
+			.pin_end = mw->layer_end,
+		};
+	}
+	return 0;
+}
+
+/* The plan's totals and the settings behind them, for `layermesh plan`. */
+static void planner_fill_info(struct planner_info *info, const struct mesh_config *cfg,
+			      const struct lm_hparams *hp, const struct fence_plan *plan,
+			      const struct lm_model_costs *costs, const struct fence_layer *layers,
+			      int32_t max_seq)
+{
+	*info = (struct planner_info){
+		.n_layers = hp->n_layer,
+		.n_embd = hp->n_embd,
+		.n_vocab = hp->n_vocab,
+		.n_ctx_train = hp->n_ctx_train,
+		.max_seq = max_seq,
+		.slots = cfg->slots,
+		.max_batch = cfg->max_batch,
+		.kv = cfg->kv,
+		.wire_dtype = cfg->wire_dtype,
+		.has_sliding = plan->has_sliding,
+		.tied = hp->tied,
+		.embd_bytes = costs->embd_bytes,
+		.head_bytes = costs->head_bytes,
+	};
+	for (int32_t i = 0; i < hp->n_layer; i++) {
+		info->weight_bytes += layers[i].weight_bytes;
+		info->kv_bytes += layers[i].kv_bytes;
+		info->kv_f32_bytes += layers[i].kv_f32_bytes;
+	}
+}
+
 int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		      struct planner_info *info, planner_mem_fn mem, void *mem_arg, lm_diag *d)
 {
@@ -164,22 +217,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		lm_diag_prefix(d, "%s", cfg->model_path);
 		goto out;
 	}
-	for (int32_t j = 0; j < W; j++) {
-		const struct mesh_worker *mw = &cfg->workers[j];
-		uint64_t limit;
-		if ((rc = planner_limit(cfg, j, mem, mem_arg, &limit, d)) != 0)
-			goto out;
-		workers[j] = (struct fence_worker){
-			.name = mw->name,
-			.memory_limit = limit,
-			.speed = mw->speed,
-			.scratch_bytes = cfg->scratch_bytes != 0
-						 ? cfg->scratch_bytes
-						 : planner_scratch_bytes(cfg, hp, j, max_seq),
-			.pin_start = mw->layer_start,
-			.pin_end = mw->layer_end,
-		};
-	}
+	if ((rc = planner_workers(cfg, hp, max_seq, mem, mem_arg, workers, d)) != 0)
+		goto out;
 	struct fence_input in = {
 		.strategy = cfg->strategy,
 		.n_layers = L,
@@ -194,28 +233,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 	rc = fence_plan_make(plan, &in, d);
 	if (rc != 0)
 		goto out;
-	if (info != NULL) {
-		*info = (struct planner_info){
-			.n_layers = L,
-			.n_embd = hp->n_embd,
-			.n_vocab = hp->n_vocab,
-			.n_ctx_train = hp->n_ctx_train,
-			.max_seq = max_seq,
-			.slots = cfg->slots,
-			.max_batch = cfg->max_batch,
-			.kv = cfg->kv,
-			.wire_dtype = cfg->wire_dtype,
-			.has_sliding = plan->has_sliding,
-			.tied = hp->tied,
-			.embd_bytes = costs.embd_bytes,
-			.head_bytes = costs.head_bytes,
-		};
-		for (int32_t i = 0; i < L; i++) {
-			info->weight_bytes += layers[i].weight_bytes;
-			info->kv_bytes += layers[i].kv_bytes;
-			info->kv_f32_bytes += layers[i].kv_f32_bytes;
-		}
-	}
+	if (info != NULL)
+		planner_fill_info(info, cfg, hp, plan, &costs, layers, max_seq);
 out:
 	free(workers);
 	free(geom);
