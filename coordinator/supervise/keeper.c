@@ -141,7 +141,8 @@ static int keeper_handshake(struct keeper *k, int64_t bound_ms, lm_diag *d)
 static int keeper_start_one(struct keeper *k, lm_diag *d)
 {
 	const struct mesh_facts *f = k->f;
-	int64_t bound = keeper_start_bound_ms(f->plan->stages[k->j].weight_bytes, f->handshake_ms);
+	int64_t bound = keeper_start_bound_ms(f->plan->stages[k->j].weight_bytes,
+					      f->worker_timeout_ms, f->handshake_ms);
 	k->start_deadline = 0;
 	if (f->spawns) {
 		struct worker_info w;

@@ -9,11 +9,12 @@ int64_t keeper_backoff(int streak)
 	return b < KEEPER_BACKOFF_MAX_MS ? b : KEEPER_BACKOFF_MAX_MS;
 }
 
-int64_t keeper_start_bound_ms(uint64_t weight_bytes, int handshake_ms)
+int64_t keeper_start_bound_ms(uint64_t weight_bytes, int worker_timeout_ms, int handshake_ms)
 {
 	/* Per started MiB, so that a slice of a few MiB adds almost nothing. */
 	uint64_t mib = (weight_bytes + (1u << 20) - 1) >> 20;
-	int64_t bound = KEEPER_START_BASE_MS + (int64_t)(mib * KEEPER_START_PER_GIB_MS / 1024);
+	int64_t bound = (int64_t)KEEPER_START_TIMEOUTS * worker_timeout_ms +
+			(int64_t)(mib * KEEPER_START_PER_GIB_MS / 1024);
 	return handshake_ms > 0 && handshake_ms < bound ? handshake_ms : bound;
 }
 

@@ -27,9 +27,11 @@
 #define KEEPER_STABLE_MS      1000
 #define KEEPER_BACKOFF_MIN_MS 100
 #define KEEPER_BACKOFF_MAX_MS 5000
-/* The start bound: a base for the process to start and answer, and time per GiB of its slice's
- * weights to map and read them (generous: a cold disk, a loaded machine, a sanitizer build). */
-#define KEEPER_START_BASE_MS    15000
+/* The start bound: KEEPER_START_TIMEOUTS liveness timeouts ([coordinator] worker_timeout, 1 s
+ * by default: 15 s) for the process to start and answer, and time per GiB of its slice's
+ * weights to map and read them. Generous (a cold disk, a loaded machine); a mesh whose
+ * machines are slow enough to need a longer worker_timeout gets a longer start as well. */
+#define KEEPER_START_TIMEOUTS   15
 #define KEEPER_START_PER_GIB_MS 10000
 
 enum keeper_event_kind {
@@ -74,7 +76,8 @@ struct keeper_action keeper_decide(struct keeper_state *s, const struct keeper_e
 /* The wait before restart number `streak` of a streak of quick deaths (1, 2, ...). */
 int64_t keeper_backoff(int streak);
 /* How long a spawned worker with weight_bytes of weights may take to be ready: the start
- * bound, never past the handshake's own bound (handshake_ms). */
-int64_t keeper_start_bound_ms(uint64_t weight_bytes, int handshake_ms);
+ * bound for a mesh of worker_timeout_ms, never past the handshake's own (handshake_ms; 0:
+ * none). */
+int64_t keeper_start_bound_ms(uint64_t weight_bytes, int worker_timeout_ms, int handshake_ms);
 
 #endif

@@ -280,6 +280,52 @@ static struct wire_limits ro_limits(const struct rollouts *rs)
 				    .max_logprobs = WIRE_MAX_LOGPROBS};
 }
 
+/* The probe's prompt through the live mesh in the probe slot, one token sampled (pr->token).
+ * The scheduler ends the probe one way or another (its batch timeout included); a coordinator
+ * stopping meanwhile, or ROLLOUT_SMOKE_MS passing, cancels it. */
+static int ro_probe_run(struct rollouts *rs, struct ro_probe *pr, lm_diag *d)
+{
+	struct sched *sched = workers_sched(rs->ws, false);
+	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct sched_req q = {.prompt = pr->ids,
+			      .n_prompt = pr->n,
+			      .max_tokens = 1,
+			      .sampling = {.temperature = 0, .top_p = 1},
+			      .probe = true,
+			      .on_token = ro_probe_token,
+			      .on_done = ro_probe_done,
+			      .arg = &w};
+	uint64_t id;
+	lm_cond_init(&w.cv); /* before the submit: the scheduler may answer at once */
+	int rc = sched_submit(sched, &q, &id, d);
+	if (rc != 0) {
+		pthread_cond_destroy(&w.cv);
+		return rc;
+	}
+	bool cancelled = false, late = false;
+	int64_t deadline = lm_now_ms() + ROLLOUT_SMOKE_MS;
+	pthread_mutex_lock(&w.mu);
+	while (!w.done) {
+		lm_cond_wait_ms(&w.cv, &w.mu, 100);
+		late = late || lm_now_ms() > deadline;
+		if (!w.done && !cancelled && (procs_stopping(rs->pr) || late)) {
+			pthread_mutex_unlock(&w.mu);
+			sched_cancel(sched, id);
+			cancelled = true;
+			pthread_mutex_lock(&w.mu);
+		}
+	}
+	pthread_mutex_unlock(&w.mu);
+	pthread_cond_destroy(&w.cv);
+	if (late)
+		return lm_fail(d, LM_ETIMEOUT, "the probe did not come back within %d ms",
+			       ROLLOUT_SMOKE_MS);
+	if (w.code != 0)
+		return lm_fail(d, w.code, "the probe failed: %s", w.msg);
+	pr->token = w.token;
+	return 0;
+}
+
 /* probe: the fixed prompt through the live mesh, every worker tracing the probe slot. */
 static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 {
@@ -287,7 +333,6 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 	const struct mesh_config *cfg = rs->f->cfg;
 	const struct lm_hparams *hp = rs->f->hp;
 	const tok_vocab *vocab = rs->f->vocab;
-	struct sched *sched = workers_sched(rs->ws, false);
 	uint64_t fingerprint = rs->f->fingerprint;
 	struct wire_limits lim = ro_limits(rs);
 	int32_t slot = cfg->slots, W = rs->f->n_workers, dim = hp->n_embd;
@@ -321,46 +366,8 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 			rc = ctl_trace(&live[j], fingerprint, &lim, slot, &rows, &data, &bytes, d);
 		free(data);
 	}
-	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	lm_cond_init(&w.cv);
-	if (rc == 0) {
-		uint64_t id;
-		struct sched_req q = {.prompt = pr->ids,
-				      .n_prompt = pr->n,
-				      .max_tokens = 1,
-				      .sampling = {.temperature = 0, .top_p = 1},
-				      .probe = true,
-				      .on_token = ro_probe_token,
-				      .on_done = ro_probe_done,
-				      .arg = &w};
-		rc = sched_submit(sched, &q, &id, d);
-		if (rc == 0) {
-			/* The scheduler ends the probe one way or another (its batch timeout
-			 * included); a coordinator stopping meanwhile cancels it. */
-			bool cancelled = false, late = false;
-			int64_t deadline = lm_now_ms() + ROLLOUT_SMOKE_MS;
-			pthread_mutex_lock(&w.mu);
-			while (!w.done) {
-				lm_cond_wait_ms(&w.cv, &w.mu, 100);
-				late = late || lm_now_ms() > deadline;
-				if (!w.done && !cancelled && (procs_stopping(rs->pr) || late)) {
-					pthread_mutex_unlock(&w.mu);
-					sched_cancel(sched, id);
-					cancelled = true;
-					pthread_mutex_lock(&w.mu);
-				}
-			}
-			pthread_mutex_unlock(&w.mu);
-			if (late)
-				rc = lm_fail(d, LM_ETIMEOUT,
-					     "the probe did not come back within %d ms",
-					     ROLLOUT_SMOKE_MS);
-			else if (w.code != 0)
-				rc = lm_fail(d, w.code, "the probe failed: %s", w.msg);
-			pr->token = w.token;
-		}
-	}
-	pthread_cond_destroy(&w.cv);
+	if (rc == 0)
+		rc = ro_probe_run(rs, pr, d);
 	for (int32_t j = 0; rc == 0 && j < W; j++) {
 		const struct fence_stage *st = &rs->f->plan->stages[j];
 		int32_t rows = 0;
