@@ -28,10 +28,10 @@
 #define KEEPER_BACKOFF_MIN_MS 100
 #define KEEPER_BACKOFF_MAX_MS 5000
 /* The start bound: KEEPER_START_TIMEOUTS liveness timeouts ([coordinator] worker_timeout, 1 s
- * by default: 15 s) for the process to start and answer, and time per GiB of its slice's
+ * by default: 10 s) for the process to start and answer, and time per GiB of its slice's
  * weights to map and read them. Generous (a cold disk, a loaded machine); a mesh whose
  * machines are slow enough to need a longer worker_timeout gets a longer start as well. */
-#define KEEPER_START_TIMEOUTS   15
+#define KEEPER_START_TIMEOUTS   10
 #define KEEPER_START_PER_GIB_MS 10000
 
 enum keeper_event_kind {

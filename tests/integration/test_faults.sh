@@ -136,8 +136,8 @@ grep -q "worker w1 is restarting (starting pid" <<<"$body" ||
 hung=$(worker_pid w1 "$dir")
 [ -n "$hung" ] || fail "no stopped w1 to watch"
 echo "hangs at start: readyz: $body"
-# The bound: 15 worker_timeouts (1 s; 3 s in a sanitizer build) for a slice this small.
-body=$(readyz_until "hung while starting" $((LM_ASAN ? 60 : 30)))
+# The bound: 10 worker_timeouts (1 s; 3 s in a sanitizer build) for a slice this small.
+body=$(readyz_until "hung while starting" $((LM_ASAN ? 45 : 20)))
 grep -q "hung while starting" <<<"$body" || fail "/readyz does not say w1 hung: $body"
 lm_wait_exit "$hung" 10 || fail "the hung w1 (pid $hung) is still there"
 echo "hangs at start: readyz: $body"

@@ -1,6 +1,6 @@
 /* Tests of coordinator/supervise/keeper_policy: a keeper's choices, event by event, with the
  * figures keeper_policy.h gives (KEEPER_FAIL_STREAK 5, KEEPER_STABLE_MS 1000, backoff 100 ms
- * doubling to 5000 ms, a start bound of 15 worker_timeouts plus 10 s per GiB of weights). Every expected
+ * doubling to 5000 ms, a start bound of 10 worker_timeouts plus 10 s per GiB of weights). Every expected
  * value is written out by hand from those figures. */
 #include <criterion/criterion.h>
 
@@ -32,16 +32,16 @@ Test(keeper, backoff_doubles_to_its_cap)
 
 Test(keeper, start_bound_grows_with_the_slice_and_stops_at_the_handshake)
 {
-	cr_expect_eq(keeper_start_bound_ms(0, 1000, 120000), 15000);
-	cr_expect_eq(keeper_start_bound_ms(181760, 1000, 120000), 15000 + 9); /* 1 MiB */
-	cr_expect_eq(keeper_start_bound_ms(1ull << 30, 1000, 120000), 25000);
-	cr_expect_eq(keeper_start_bound_ms(8ull << 30, 1000, 120000), 95000);
+	cr_expect_eq(keeper_start_bound_ms(0, 1000, 120000), 10000);
+	cr_expect_eq(keeper_start_bound_ms(181760, 1000, 120000), 10000 + 9); /* 1 MiB */
+	cr_expect_eq(keeper_start_bound_ms(1ull << 30, 1000, 120000), 20000);
+	cr_expect_eq(keeper_start_bound_ms(8ull << 30, 1000, 120000), 90000);
 	cr_expect_eq(keeper_start_bound_ms(8ull << 30, 1000, 60000), 60000);
 	cr_expect_eq(keeper_start_bound_ms(0, 1000, 3000), 3000);
-	cr_expect_eq(keeper_start_bound_ms(0, 1000, 0), 15000, "no handshake bound: the start's");
+	cr_expect_eq(keeper_start_bound_ms(0, 1000, 0), 10000, "no handshake bound: the start's");
 	/* A slow mesh's longer worker_timeout lengthens the start too. */
-	cr_expect_eq(keeper_start_bound_ms(0, 3000, 120000), 45000);
-	cr_expect_eq(keeper_start_bound_ms(1ull << 30, 3000, 120000), 55000);
+	cr_expect_eq(keeper_start_bound_ms(0, 3000, 120000), 30000);
+	cr_expect_eq(keeper_start_bound_ms(1ull << 30, 3000, 120000), 40000);
 }
 
 Test(keeper, ready_serves_and_keeps_the_streak_until_it_has_served)
