@@ -23,26 +23,27 @@ static const char *const mesh_status_state_names[] = {"starting", "ready", "rest
 
 bool mesh_status_ready(void *arg, char *why, size_t cap)
 {
-	struct mesh_status_src *m = arg;
-	if (procs_stopping(m->pr)) {
+	struct mesh_status_src *src = arg;
+	if (procs_stopping(src->pr)) {
 		snprintf(why, cap, "the coordinator is stopping");
 		return false;
 	}
-	for (int32_t i = 0; i < m->f->n_workers; i++) {
+	for (int32_t i = 0; i < src->f->n_workers; i++) {
 		struct worker_info v;
-		workers_get(m->ws, i, &v);
+		workers_get(src->ws, i, &v);
 		if (v.state != MESH_WORKER_READY) {
-			snprintf(why, cap, "worker %s is %s%s%s%s", facts_worker(m->f, i)->name,
+			snprintf(why, cap, "worker %s is %s%s%s%s", facts_worker(src->f, i)->name,
 				 mesh_status_state_names[v.state], v.why[0] ? " (" : "", v.why,
 				 v.why[0] ? ")" : "");
 			return false;
 		}
 	}
-	snprintf(why, cap, "%s", m->f->plain_note);
+	snprintf(why, cap, "%s", src->f->plain_note);
 	return true;
 }
 
-static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *m, const struct sched_stats *s)
+static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *src,
+				  const struct sched_stats *s)
 {
 	cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
 	cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
@@ -54,7 +55,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *m, const str
 	cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
 	/* The rollout comes in the middle of the scheduler's fields: that is where /v1/status
 	 * has always shown it. */
-	cJSON *ro = rollout_status(m->ro);
+	cJSON *ro = rollout_status(src->ro);
 	if (ro != NULL)
 		cJSON_AddItemToObject(o, "rollout", ro);
 	cJSON_AddNumberToObject(q, "batches_forgotten", (double)atomic_load(&s->batches_forgotten));
@@ -65,9 +66,9 @@ static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *m, const str
 
 cJSON *mesh_status_json(void *arg)
 {
-	struct mesh_status_src *m = arg;
-	int32_t W = m->f->n_workers;
-	const struct fence_plan *plan = m->f->plan;
+	struct mesh_status_src *src = arg;
+	int32_t W = src->f->n_workers;
+	const struct fence_plan *plan = src->f->plan;
 	/* Every worker's own view, asked in parallel before anything is built. */
 	/* A worker a redeploy moved serves at its alternate address: ask where it is now. */
 	const char **addrs = calloc((size_t)W + 1, sizeof *addrs);
@@ -81,7 +82,7 @@ cJSON *mesh_status_json(void *arg)
 		free(views);
 		return NULL;
 	}
-	workers_get_all(m->ws, views);
+	workers_get_all(src->ws, views);
 	for (int32_t i = 0; i < W; i++) {
 		cur[i] = views[i].at;
 		addrs[i] = cur[i].http;
@@ -89,19 +90,19 @@ cJSON *mesh_status_json(void *arg)
 	probe_status_all(addrs, W, MESH_STATUS_PROBE_MS, probes);
 	free(addrs);
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "model", m->f->model_name);
+	cJSON_AddStringToObject(o, "model", src->f->model_name);
 	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)m->f->fingerprint);
+	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)src->f->fingerprint);
 	cJSON_AddStringToObject(o, "fingerprint", fp);
 	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(plan));
 	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	workers_get_all(m->ws, views);
-	struct sched *sched = workers_sched(m->ws, false);
+	workers_get_all(src->ws, views);
+	struct sched *sched = workers_sched(src->ws, false);
 	const struct sched_stats *stats = sched != NULL ? sched_stats(sched) : NULL;
 	for (int32_t i = 0; i < W; i++) {
 		const struct worker_info *v = &views[i];
 		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", facts_worker(m->f, i)->name);
+		cJSON_AddStringToObject(w, "name", facts_worker(src->f, i)->name);
 		cJSON_AddStringToObject(w, "state", mesh_status_state_names[v->state]);
 		cJSON_AddNumberToObject(w, "pid", v->pid);
 		cJSON_AddNumberToObject(w, "restarts", v->restarts);
@@ -132,7 +133,7 @@ cJSON *mesh_status_json(void *arg)
 	free(cur);
 	free(probes);
 	if (stats != NULL)
-		mesh_status_scheduler(o, m, stats);
+		mesh_status_scheduler(o, src, stats);
 	return o;
 }
 
@@ -146,23 +147,23 @@ static void mesh_status_hist(struct lm_mtext *t, const char *name, const char *h
 }
 
 /* A counter per worker: one family, one sample per worker. */
-static void mesh_status_per_worker(struct lm_mtext *t, struct mesh_status_src *m, const char *name,
-				   const char *help, const uint64_t *values)
+static void mesh_status_per_worker(struct lm_mtext *t, struct mesh_status_src *src,
+				   const char *name, const char *help, const uint64_t *values)
 {
 	lm_mtext_family(t, name, "counter", help);
-	for (int32_t i = 0; i < m->f->n_workers; i++) {
+	for (int32_t i = 0; i < src->f->n_workers; i++) {
 		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", facts_worker(m->f, i)->name);
+		lm_mtext_label(label, sizeof label, "worker", facts_worker(src->f, i)->name);
 		lm_mtext_sample(t, name, label, (double)values[i]);
 	}
 }
 
 /* The workers' gauges and counters, from one view of them all so that they agree. */
-static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh_status_src *m,
+static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh_status_src *src,
 				      struct worker_info *views, const struct sched_stats *s)
 {
-	int32_t W = m->f->n_workers;
-	workers_get_all(m->ws, views);
+	int32_t W = src->f->n_workers;
+	workers_get_all(src->ws, views);
 	int32_t ready = 0;
 	for (int32_t i = 0; i < W; i++)
 		ready += views[i].state == MESH_WORKER_READY;
@@ -172,7 +173,7 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh_status_src
 			"or has failed.");
 	for (int32_t i = 0; i < W; i++) {
 		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", facts_worker(m->f, i)->name);
+		lm_mtext_label(label, sizeof label, "worker", facts_worker(src->f, i)->name);
 		lm_mtext_sample(t, "layermesh_worker_up", label,
 				views[i].state == MESH_WORKER_READY ? 1 : 0);
 	}
@@ -181,22 +182,22 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh_status_src
 		return;
 	for (int32_t i = 0; i < W; i++)
 		values[i] = views[i].restarts_total;
-	mesh_status_per_worker(t, m, "layermesh_worker_restarts_total",
+	mesh_status_per_worker(t, src, "layermesh_worker_restarts_total",
 			       "Restarts of the worker since the mesh came up.", values);
 	for (int32_t i = 0; i < W; i++)
 		values[i] = atomic_load(&s->worker_replays[i]);
-	mesh_status_per_worker(t, m, "layermesh_worker_replays_total",
+	mesh_status_per_worker(t, src, "layermesh_worker_replays_total",
 			       "Sequences replayed because the worker went down.", values);
 	free(values);
 }
 
 char *mesh_status_metrics(void *arg)
 {
-	struct mesh_status_src *m = arg;
-	struct sched *sched = workers_sched(m->ws, false);
+	struct mesh_status_src *src = arg;
+	struct sched *sched = workers_sched(src->ws, false);
 	if (sched == NULL)
 		return NULL;
-	struct worker_info *views = calloc((size_t)m->f->n_workers + 1, sizeof *views);
+	struct worker_info *views = calloc((size_t)src->f->n_workers + 1, sizeof *views);
 	if (views == NULL)
 		return NULL;
 	const struct sched_stats *s = sched_stats(sched);
@@ -229,7 +230,7 @@ char *mesh_status_metrics(void *arg)
 		       atomic_load(&s->active));
 	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
 		       atomic_load(&s->queued));
-	mesh_status_worker_gauges(&t, m, views, s);
+	mesh_status_worker_gauges(&t, src, views, s);
 	free(views);
 	mesh_status_hist(&t, "layermesh_time_to_first_token_seconds",
 			 "From a request's arrival to its first generated token.", &s->ttft);
