@@ -1,7 +1,9 @@
 /* rollout.c — rolling redeploys. See rollout.h for the steps.
  *
- * The rollout sees the mesh through mesh_ops.h: it starts, commits and retires processes, and
- * re-points the head of the ring, with the mesh's calls, which lock the mesh themselves. */
+ * A batch runs through the steps of rollout_steps.h (ro_batch_run). The rollout reads the
+ * mesh's facts and calls down: it starts, commits and retires processes (procs.h), reads and
+ * writes worker rows (workers.h), quiesces and resumes the scheduler, and re-points the head of
+ * the ring (its struct lm_link); each of those takes its own lock. */
 #include "coordinator/supervise/rollout.h"
 
 #include <errno.h>
