@@ -52,6 +52,7 @@ struct procs_spawn_req {
 	int32_t j;
 	const char *bin;
 	const struct mesh_addrs *at;
+	bool serving; /* it becomes the worker's serving process */
 	bool done;
 	int rc;
 	char why[512];
@@ -289,6 +290,20 @@ static int procs_start(struct procs *pr, struct procs_spawn_req *r, lm_diag *d)
 	return 0;
 }
 
+/* Makes c worker j's serving process in place of a keeper's last one (freed once its handles
+ * are closed); under mu, on the loop thread, before c's exit can be reported, so that its end
+ * is the worker's. */
+static void procs_serve(struct procs *pr, int32_t j, struct proc *c)
+{
+	struct proc *old = pr->serving[j];
+	c->keeper_made = true;
+	pr->serving[j] = c;
+	if (old != NULL && old->keeper_made) {
+		old->disposable = true;
+		procs_maybe_free(pr, old);
+	}
+}
+
 /* Keepers and rollouts ask for processes; only the loop thread may create process handles. */
 static void procs_on_spawn_async(uv_async_t *a)
 {
@@ -301,6 +316,8 @@ static void procs_on_spawn_async(uv_async_t *a)
 		r->rc = atomic_load(&pr->stopping) ? LM_ECANCELED : procs_start(pr, r, &d);
 		if (r->rc != 0)
 			snprintf(r->why, sizeof r->why, "%s", lm_diag_str(&d, r->rc));
+		else if (r->serving)
+			procs_serve(pr, r->j, r->child);
 		r->done = true;
 	}
 	pthread_cond_broadcast(&pr->cv);
@@ -319,7 +336,7 @@ static void procs_signal(struct proc *c, int sig)
 int procs_spawn(struct procs *pr, int32_t j, const char *bin, const struct mesh_addrs *at,
 		bool serving, struct proc **out, lm_diag *d)
 {
-	struct procs_spawn_req r = {.j = j, .bin = bin, .at = at};
+	struct procs_spawn_req r = {.j = j, .bin = bin, .at = at, .serving = serving};
 	pthread_mutex_lock(&pr->mu);
 	r.next = pr->spawns;
 	pr->spawns = &r;
@@ -335,17 +352,7 @@ int procs_spawn(struct procs *pr, int32_t j, const char *bin, const struct mesh_
 		r.rc = LM_ECANCELED;
 		snprintf(r.why, sizeof r.why, "the mesh is stopping");
 	}
-	int pid = 0;
-	if (r.rc == 0 && serving) {
-		struct proc *old = pr->serving[j];
-		r.child->keeper_made = true;
-		pr->serving[j] = r.child;
-		pid = r.child->pid;
-		if (old != NULL && old->keeper_made) {
-			old->disposable = true;
-			procs_maybe_free(pr, old);
-		}
-	}
+	int pid = r.rc == 0 && serving ? r.child->pid : 0;
 	pthread_mutex_unlock(&pr->mu);
 	if (r.rc != 0)
 		return lm_fail(d, r.rc, "%s", r.why);
