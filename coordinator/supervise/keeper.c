@@ -152,9 +152,11 @@ static int keeper_start_one(struct keeper *k, lm_diag *d)
 		if (rc != 0)
 			return rc;
 		k->start_deadline = lm_now_ms() + bound;
-		if (w.state != MESH_WORKER_FAILED) { /* a failed one keeps saying why */
-			struct worker_info now;
-			workers_get(k->ws, k->j, &now);
+		/* A failed one keeps saying why; one that has already ended (its exit wrote a
+		 * fresher why) is not starting any more. */
+		struct worker_info now;
+		workers_get(k->ws, k->j, &now);
+		if (w.state != MESH_WORKER_FAILED && strcmp(now.why, w.why) == 0) {
 			char why[700];
 			if (w.why[0])
 				snprintf(why, sizeof why, "starting pid %d (before it: %s)",
