@@ -20,12 +20,19 @@ if [ -n "$files" ]; then
 	clang-format-14 --dry-run --Werror $files
 fi
 
-log "include layers (tools/check_layers.py) and function lengths (tools/long_functions.py)"
+log "include layers (tools/check_layers.py), the coordinator's calls (tools/check_calls.py) and function lengths (tools/long_functions.py)"
 python3 tools/check_layers.py
+python3 tools/check_calls.py
 long=$(python3 tools/long_functions.py 150)
 if [ -n "$long" ]; then
 	printf 'functions past 150 lines (split them, or say above them why they are past the ~150-line guide):\n%s\n' \
 		"$long" >&2
+	exit 1
+fi
+# The coordinator's guide is 100 lines.
+long=$(python3 tools/long_functions.py 100 $(git ls-files 'coordinator/*.c'))
+if [ -n "$long" ]; then
+	printf 'coordinator functions past 100 lines (split them):\n%s\n' "$long" >&2
 	exit 1
 fi
 

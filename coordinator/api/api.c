@@ -13,17 +13,6 @@
 #include "coordinator/api/api_json.h"
 #include "coordinator/api/api_pages.h"
 
-/* Every endpoint but /health, /healthz and /readyz (which orchestrators probe without
- * credentials) needs the bearer token when mesh.toml sets one. */
-bool api_authorized(nng_aio *aio, const struct api *a)
-{
-	if (lm_httpd_authorized(aio, a->cfg.auth_token))
-		return true;
-	lm_httpd_refuse(aio, LM_HTTP_REFUSE_UNAUTHORIZED, 401, "authentication_error", NULL,
-			"a bearer token is required (Authorization: Bearer ...)");
-	return false;
-}
-
 static void api_completions(nng_aio *aio)
 {
 	api_generate(aio, lm_httpd_data(aio), API_COMPLETION);

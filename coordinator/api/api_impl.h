@@ -4,8 +4,10 @@
 #define LM_API_IMPL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "common/wire/httpd.h"
 #include "coordinator/api/api.h"
 #include "coordinator/api/api_request.h"
 
@@ -26,7 +28,17 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind);
 /* A seed for a request that gave none: 53 random bits (JSON numbers hold them exactly). */
 uint64_t api_random_seed(void);
 
-/* Replies 401 and returns false unless the request carries the bearer token (when one is set). */
-bool api_authorized(nng_aio *aio, const struct api *a);
+/* Replies 401 and returns false unless the request carries the bearer token (when one is set).
+ * Every endpoint but /health, /healthz and /readyz (which orchestrators probe without
+ * credentials) needs it when mesh.toml sets one. Inline, so that api.c and api_call.c both use
+ * it without calling into each other. */
+static inline bool api_authorized(nng_aio *aio, const struct api *a)
+{
+	if (lm_httpd_authorized(aio, a->cfg.auth_token))
+		return true;
+	lm_httpd_refuse(aio, LM_HTTP_REFUSE_UNAUTHORIZED, 401, "authentication_error", NULL,
+			"a bearer token is required (Authorization: Bearer ...)");
+	return false;
+}
 
 #endif

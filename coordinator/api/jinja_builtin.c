@@ -885,7 +885,7 @@ static struct jval filter_select(struct jctx *c, struct jval v, const struct jno
 		jx_fail(c, "`%s` needs an attribute", f);
 	const struct jstr *attr = call->l1.v[0]->s;
 	const char *test = call->l1.n > 1 ? call->l1.v[1]->s->p : NULL;
-	struct jval arg = call->l1.n > 2 ? jx_eval(c, call->l1.v[2], env) : jv_undef();
+	struct jval arg = call->l1.n > 2 ? c->eval(c, call->l1.v[2], env) : jv_undef();
 	if (test != NULL && !jx_has_test(test))
 		jx_fail(c, "Unknown test: %s", test);
 	struct jval out = jv_list(c, J_ARRAY);
@@ -955,7 +955,7 @@ static struct jval filter_call(struct jctx *c, struct jval v, const struct jnode
 		if (v.t != J_STR && !jv_is_obj(v))
 			jx_fail(c, "Cannot apply filter \"%s\" to type: %s", f, jx_type(v));
 	}
-	jx_eval_args(c, &call->l1, env, &args, &kw);
+	c->eval_args(c, &call->l1, env, &args, &kw);
 	if (is(f, "tojson"))
 		return filter_tojson(c, v, kw);
 	if (is(f, "join"))

@@ -812,6 +812,8 @@ int jinja_render(const jinja_tmpl *t, const cJSON *vars, const struct jinja_date
 	c->ar = &ar;
 	c->line = 1;
 	c->fail_code = LM_EUNSUPPORTED;
+	c->eval = jx_eval;
+	c->eval_args = jx_eval_args;
 	if (lim != NULL)
 		c->lim = *lim;
 	c->lim.max_output = c->lim.max_output ? c->lim.max_output : (size_t)16 << 20;

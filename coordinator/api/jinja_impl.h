@@ -29,6 +29,10 @@ struct jarena {
 };
 
 struct jenv;
+struct jnode;
+struct jlist;
+struct jarr;
+struct jobj;
 struct jctx {
 	struct jarena *ar;
 	jmp_buf jb;
@@ -44,6 +48,13 @@ struct jctx {
 	struct jinja_date date;
 	struct jenv *global;
 	const struct jstr *loop_keys[9]; /* index, index0, ...: made once a render */
+	/* The evaluator, as the filters and tests of jinja_builtin.c reach it: a filter whose
+	 * arguments are expressions has them evaluated through these, which jinja_render sets
+	 * to jx_eval and jx_eval_args. So the builtins depend on the evaluator's interface and
+	 * the evaluator calls down into them, never the two files into each other. */
+	struct jval (*eval)(struct jctx *c, const struct jnode *n, struct jenv *env);
+	void (*eval_args)(struct jctx *c, const struct jlist *l, struct jenv *env,
+			  struct jarr *args, struct jobj **kw);
 };
 
 enum { JX_NONE, JX_BREAK, JX_CONTINUE };

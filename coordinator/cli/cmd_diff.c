@@ -438,6 +438,68 @@ static int diff_report(const struct diff_ctx *c, const float *ext, int32_t ext_r
 	return first_bad < 0 && c->ref_token == c->mesh_token ? 0 : 1;
 }
 
+/* The worker program: next to this one (installed), else the build tree's worker/. */
+static const char *diff_default_bin(char *buf, size_t cap)
+{
+	char self[1024];
+	ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+	self[k > 0 ? k : 0] = '\0';
+	char *slash = strrchr(self, '/');
+	if (slash != NULL)
+		*slash = '\0';
+	snprintf(buf, cap, "%s/layermesh-worker", self);
+	if (access(buf, X_OK) != 0)
+		snprintf(buf, cap, "%s/../worker/layermesh-worker", self);
+	return buf;
+}
+
+/* The prompt's ids into c->ids and c->n: --prompt-ids as given, or --prompt tokenized with
+ * the model's vocabulary (*vocab, which the caller frees). */
+static int diff_prompt(struct diff_ctx *c, const char *prompt, const char *prompt_ids,
+		       tok_vocab **vocab, lm_diag *d)
+{
+	gguf_file *f = NULL;
+	size_t n = 0;
+	int rc = gguf_open(c->cfg.model_path, &f, d);
+	if (rc != 0)
+		return rc;
+	rc = tok_load(f, vocab, d);
+	if (rc == 0 && prompt_ids != NULL)
+		rc = lm_cli_ids(prompt_ids, tok_n_vocab(*vocab), &c->ids, &n, d);
+	else if (rc == 0)
+		rc = tok_encode_alloc(*vocab, prompt, strlen(prompt), tok_add_bos(*vocab), &c->ids,
+				      &n, d);
+	gguf_close(f);
+	if (rc != 0)
+		return rc;
+	if (n == 0 || n > 512)
+		return lm_fail(d, LM_EINVAL, "the prompt has %zu tokens (1 to 512 for a diff)", n);
+	c->n = (int32_t)n;
+	return 0;
+}
+
+/* The same prompt through a mesh of the plan's workers. *found: the mesh made a value that is
+ * not finite, which is the finding itself (printed), not a failure of the diff. */
+static int diff_run_mesh(struct diff_ctx *c, const char *bin, bool *found, lm_diag *d)
+{
+	snprintf(c->dir, sizeof c->dir, "/tmp/layermesh-diff.XXXXXX");
+	if (mkdtemp(c->dir) == NULL) {
+		c->dir[0] = '\0';
+		return lm_fail(d, LM_EIO, "cannot make a temporary directory");
+	}
+	c->n_workers = c->plan.n_workers;
+	c->w = calloc((size_t)c->n_workers, sizeof *c->w);
+	if (c->w == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	int rc = diff_mesh(c, bin, d);
+	if (rc == LM_ENONFINITE) {
+		printf("the mesh: %s\n", d->msg);
+		*found = true;
+		return 0;
+	}
+	return rc;
+}
+
 int cmd_diff(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -492,44 +554,15 @@ int cmd_diff(int argc, char **argv)
 	tok_vocab *vocab = NULL;
 	float *ext = NULL;
 	int rc, status = 1;
-	char self[1024], binbuf[1100];
-	if (bin == NULL) {
-		ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-		self[k > 0 ? k : 0] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash != NULL)
-			*slash = '\0';
-		snprintf(binbuf, sizeof binbuf, "%s/layermesh-worker", self);
-		if (access(binbuf, X_OK) != 0)
-			snprintf(binbuf, sizeof binbuf, "%s/../worker/layermesh-worker", self);
-		bin = binbuf;
-	}
+	char binbuf[1100];
+	if (bin == NULL)
+		bin = diff_default_bin(binbuf, sizeof binbuf);
 	signal(SIGPIPE, SIG_IGN);
 	if ((rc = mesh_config_load(&c.cfg, config, &d)) != 0 ||
 	    (rc = planner_plan(&c.cfg, &c.plan, NULL, &d)) != 0)
 		goto out;
-	{
-		gguf_file *f = NULL;
-		size_t n = 0;
-		if ((rc = gguf_open(c.cfg.model_path, &f, &d)) != 0)
-			goto out;
-		rc = tok_load(f, &vocab, &d);
-		if (rc == 0 && prompt_ids != NULL)
-			rc = lm_cli_ids(prompt_ids, tok_n_vocab(vocab), &c.ids, &n, &d);
-		else if (rc == 0)
-			rc = tok_encode_alloc(vocab, prompt, strlen(prompt), tok_add_bos(vocab),
-					      &c.ids, &n, &d);
-		gguf_close(f);
-		if (rc != 0)
-			goto out;
-		if (n == 0 || n > 512) {
-			rc = lm_fail(&d, LM_EINVAL,
-				     "the prompt has %zu tokens (1 to 512 for a diff)", n);
-			goto out;
-		}
-		c.n = (int32_t)n;
-	}
-	if ((rc = diff_single(&c, &d)) != 0)
+	if ((rc = diff_prompt(&c, prompt, prompt_ids, &vocab, &d)) != 0 ||
+	    (rc = diff_single(&c, &d)) != 0)
 		goto out;
 	const char *kind = NULL;
 	int32_t nonfinite = diff_first_nonfinite(&c, &kind);
@@ -537,23 +570,9 @@ int cmd_diff(int argc, char **argv)
 		printf("the single process: layer %d is the first whose hidden state is not finite "
 		       "(%s)\n",
 		       nonfinite, kind);
-	snprintf(c.dir, sizeof c.dir, "/tmp/layermesh-diff.XXXXXX");
-	if (mkdtemp(c.dir) == NULL) {
-		c.dir[0] = '\0';
-		rc = lm_fail(&d, LM_EIO, "cannot make a temporary directory");
+	bool found = false;
+	if ((rc = diff_run_mesh(&c, bin, &found, &d)) != 0 || found)
 		goto out;
-	}
-	c.n_workers = c.plan.n_workers;
-	c.w = calloc((size_t)c.n_workers, sizeof *c.w);
-	if (c.w == NULL || (rc = diff_mesh(&c, bin, &d)) != 0) {
-		if (c.w == NULL)
-			rc = lm_fail(&d, LM_ENOMEM, "out of memory");
-		if (rc == LM_ENONFINITE) { /* the finding itself, not a failure of the diff */
-			printf("the mesh: %s\n", d.msg);
-			rc = 0;
-		}
-		goto out;
-	}
 	int32_t ext_rows = 0;
 	if (external != NULL &&
 	    (ext = diff_read_external(external, c.n_layer, c.dim, c.n, &ext_rows, &d)) == NULL) {

@@ -82,6 +82,68 @@ static void gen_stats(const cJSON *o)
 		pn, gn, pms > 0 ? pn / (pms / 1e3) : 0.0, gms > 0 ? (gn - 1) / (gms / 1e3) : 0.0);
 }
 
+/* The completion request `generate` sends (malloc'd JSON), or NULL. */
+static char *gen_body(const struct lm_gen_args *g)
+{
+	cJSON *req = cJSON_CreateObject();
+	cJSON_AddStringToObject(req, "prompt", g->prompt);
+	cJSON_AddNumberToObject(req, "max_tokens", g->n_predict);
+	cJSON_AddNumberToObject(req, "temperature", g->sampling.temperature);
+	cJSON_AddNumberToObject(req, "top_k", g->sampling.top_k);
+	cJSON_AddNumberToObject(req, "top_p", g->sampling.top_p);
+	cJSON_AddNumberToObject(req, "min_p", g->sampling.min_p);
+	api_json_add_u64(req, "seed", g->sampling.seed);
+	cJSON_AddBoolToObject(req, "stream", !g->print_ids);
+	cJSON_AddBoolToObject(req, "return_token_ids", g->print_ids);
+	char *body = cJSON_PrintUnformatted(req);
+	cJSON_Delete(req);
+	return body;
+}
+
+/* What came back: the ids (--ids) or the end of the streamed text, and the statistics; or the
+ * error. Returns the exit status. */
+static int gen_report(int rc, const struct lm_http_resp *resp, const struct gen_state *st,
+		      bool print_ids, const lm_diag *d)
+{
+	if (rc != 0) {
+		fprintf(stderr, "layermesh generate: %s\n", lm_diag_str(d, rc));
+		return 1;
+	}
+	if (resp->status != 200) {
+		cJSON *o = cJSON_Parse(resp->body);
+		const char *msg = cJSON_GetStringValue(
+			cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message"));
+		fprintf(stderr, "layermesh generate: HTTP %d: %s\n", resp->status,
+			msg ? msg : resp->body);
+		cJSON_Delete(o);
+		return 1;
+	}
+	if (st->error[0] != '\0') {
+		fprintf(stderr, "\nlayermesh generate: %s\n", st->error);
+		return 1;
+	}
+	if (print_ids) {
+		cJSON *o = cJSON_Parse(resp->body);
+		const cJSON *p = cJSON_GetObjectItem(o, "prompt_token_ids");
+		const cJSON *t = cJSON_GetObjectItem(o, "token_ids");
+		int k = 0;
+		for (const cJSON *e = p ? p->child : NULL; e; e = e->next)
+			printf(k++ ? " %d" : "%d", (int)e->valuedouble);
+		for (const cJSON *e = t ? t->child : NULL; e; e = e->next)
+			printf(k++ ? " %d" : "%d", (int)e->valuedouble);
+		printf("\n");
+		fflush(stdout);
+		gen_stats(o);
+		cJSON_Delete(o);
+	} else {
+		printf("\n");
+		fflush(stdout);
+		if (st->last != NULL)
+			gen_stats(st->last);
+	}
+	return 0;
+}
+
 int cmd_generate(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -134,18 +196,7 @@ int cmd_generate(int argc, char **argv)
 	if (g.prompt == NULL)
 		return lm_cli_usage_error("generate", "--prompt is required");
 
-	cJSON *req = cJSON_CreateObject();
-	cJSON_AddStringToObject(req, "prompt", g.prompt);
-	cJSON_AddNumberToObject(req, "max_tokens", g.n_predict);
-	cJSON_AddNumberToObject(req, "temperature", g.sampling.temperature);
-	cJSON_AddNumberToObject(req, "top_k", g.sampling.top_k);
-	cJSON_AddNumberToObject(req, "top_p", g.sampling.top_p);
-	cJSON_AddNumberToObject(req, "min_p", g.sampling.min_p);
-	api_json_add_u64(req, "seed", g.sampling.seed);
-	cJSON_AddBoolToObject(req, "stream", !g.print_ids);
-	cJSON_AddBoolToObject(req, "return_token_ids", g.print_ids);
-	char *body = cJSON_PrintUnformatted(req);
-	cJSON_Delete(req);
+	char *body = gen_body(&g);
 	if (body == NULL)
 		return 1;
 
@@ -159,40 +210,7 @@ int cmd_generate(int argc, char **argv)
 		rc = lm_http_stream(url, "/v1/completions", token, body, strlen(body),
 				    timeout_s * 1000, gen_on_line, &st, &resp, &d);
 	free(body);
-	int status = 0;
-	if (rc != 0) {
-		fprintf(stderr, "layermesh generate: %s\n", lm_diag_str(&d, rc));
-		status = 1;
-	} else if (resp.status != 200) {
-		cJSON *o = cJSON_Parse(resp.body);
-		const char *msg = cJSON_GetStringValue(
-			cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message"));
-		fprintf(stderr, "layermesh generate: HTTP %d: %s\n", resp.status,
-			msg ? msg : resp.body);
-		cJSON_Delete(o);
-		status = 1;
-	} else if (st.error[0] != '\0') {
-		fprintf(stderr, "\nlayermesh generate: %s\n", st.error);
-		status = 1;
-	} else if (g.print_ids) {
-		cJSON *o = cJSON_Parse(resp.body);
-		const cJSON *p = cJSON_GetObjectItem(o, "prompt_token_ids");
-		const cJSON *t = cJSON_GetObjectItem(o, "token_ids");
-		int k = 0;
-		for (const cJSON *e = p ? p->child : NULL; e; e = e->next)
-			printf(k++ ? " %d" : "%d", (int)e->valuedouble);
-		for (const cJSON *e = t ? t->child : NULL; e; e = e->next)
-			printf(k++ ? " %d" : "%d", (int)e->valuedouble);
-		printf("\n");
-		fflush(stdout);
-		gen_stats(o);
-		cJSON_Delete(o);
-	} else {
-		printf("\n");
-		fflush(stdout);
-		if (st.last != NULL)
-			gen_stats(st.last);
-	}
+	int status = gen_report(rc, &resp, &st, g.print_ids, &d);
 	fflush(stdout);
 	cJSON_Delete(st.last);
 	lm_http_resp_fini(&resp);

@@ -10,9 +10,10 @@
 #include "common/config/mesh_config.h"
 #include "common/model/hparams.h"
 #include "common/plan/fence.h"
-#include "coordinator/supervise/mesh_ops.h"
 #include "coordinator/supervise/probe.h"
+#include "coordinator/supervise/procs.h"
 #include "coordinator/supervise/rollout.h"
+#include "coordinator/supervise/workers.h"
 #include "coordinator/sched/scheduler.h"
 
 /* How long /v1/status waits for a worker's own /status (connect, then answer). */
@@ -23,26 +24,27 @@ static const char *const mesh_status_state_names[] = {"starting", "ready", "rest
 
 bool mesh_status_ready(void *arg, char *why, size_t cap)
 {
-	struct mesh *m = arg;
-	if (mesh_stopping(m)) {
+	struct mesh_status_src *src = arg;
+	if (procs_stopping(src->pr)) {
 		snprintf(why, cap, "the coordinator is stopping");
 		return false;
 	}
-	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
-		struct mesh_worker_view v;
-		mesh_worker_view(m, i, &v);
+	for (int32_t i = 0; i < src->f->n_workers; i++) {
+		struct worker_info v;
+		workers_get(src->ws, i, &v);
 		if (v.state != MESH_WORKER_READY) {
-			snprintf(why, cap, "worker %s is %s%s%s%s", mesh_worker_cfg(m, i)->name,
+			snprintf(why, cap, "worker %s is %s%s%s%s", facts_worker(src->f, i)->name,
 				 mesh_status_state_names[v.state], v.why[0] ? " (" : "", v.why,
 				 v.why[0] ? ")" : "");
 			return false;
 		}
 	}
-	snprintf(why, cap, "%s", mesh_plain_note(m));
+	snprintf(why, cap, "%s", src->f->plain_note);
 	return true;
 }
 
-static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_stats *s)
+static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *src,
+				  const struct sched_stats *s)
 {
 	cJSON *q = cJSON_AddObjectToObject(o, "scheduler");
 	cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
@@ -54,7 +56,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh *m, const struct sched_s
 	cJSON_AddNumberToObject(q, "replays", (double)atomic_load(&s->replays));
 	/* The rollout comes in the middle of the scheduler's fields: that is where /v1/status
 	 * has always shown it. */
-	cJSON *ro = rollout_status(mesh_rollouts(m));
+	cJSON *ro = rollout_status(src->ro);
 	if (ro != NULL)
 		cJSON_AddItemToObject(o, "rollout", ro);
 	cJSON_AddNumberToObject(q, "batches_forgotten", (double)atomic_load(&s->batches_forgotten));
@@ -80,15 +82,15 @@ static void mesh_status_layer_kinds(cJSON *w, const struct lm_hparams *hp, int32
 
 cJSON *mesh_status_json(void *arg)
 {
-	struct mesh *m = arg;
-	int32_t W = mesh_n_workers(m);
-	const struct fence_plan *plan = mesh_plan(m);
+	struct mesh_status_src *src = arg;
+	int32_t W = src->f->n_workers;
+	const struct fence_plan *plan = src->f->plan;
 	/* Every worker's own view, asked in parallel before anything is built. */
 	/* A worker a redeploy moved serves at its alternate address: ask where it is now. */
 	const char **addrs = calloc((size_t)W + 1, sizeof *addrs);
 	struct mesh_addrs *cur = calloc((size_t)W + 1, sizeof *cur);
 	struct probe_result *probes = calloc((size_t)W + 1, sizeof *probes);
-	struct mesh_worker_view *views = calloc((size_t)W + 1, sizeof *views);
+	struct worker_info *views = calloc((size_t)W + 1, sizeof *views);
 	if (addrs == NULL || cur == NULL || probes == NULL || views == NULL) {
 		free(addrs);
 		free(cur);
@@ -96,26 +98,27 @@ cJSON *mesh_status_json(void *arg)
 		free(views);
 		return NULL;
 	}
+	workers_get_all(src->ws, views);
 	for (int32_t i = 0; i < W; i++) {
-		mesh_worker_addrs(m, i, &cur[i]);
+		cur[i] = views[i].at;
 		addrs[i] = cur[i].http;
 	}
 	probe_status_all(addrs, W, MESH_STATUS_PROBE_MS, probes);
 	free(addrs);
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "model", mesh_model_name(m));
+	cJSON_AddStringToObject(o, "model", src->f->model_name);
 	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)mesh_fingerprint(m));
+	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)src->f->fingerprint);
 	cJSON_AddStringToObject(o, "fingerprint", fp);
 	cJSON_AddItemToObject(o, "plan", fence_plan_to_json(plan));
 	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	mesh_workers_view(m, views);
-	struct sched *sched = mesh_sched(m);
+	workers_get_all(src->ws, views);
+	struct sched *sched = workers_sched(src->ws, false);
 	const struct sched_stats *stats = sched != NULL ? sched_stats(sched) : NULL;
 	for (int32_t i = 0; i < W; i++) {
-		const struct mesh_worker_view *v = &views[i];
+		const struct worker_info *v = &views[i];
 		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", mesh_worker_cfg(m, i)->name);
+		cJSON_AddStringToObject(w, "name", facts_worker(src->f, i)->name);
 		cJSON_AddStringToObject(w, "state", mesh_status_state_names[v->state]);
 		cJSON_AddNumberToObject(w, "pid", v->pid);
 		cJSON_AddNumberToObject(w, "restarts", v->restarts);
@@ -130,8 +133,7 @@ cJSON *mesh_status_json(void *arg)
 		}
 		cJSON_AddNumberToObject(w, "start", plan->stages[i].start);
 		cJSON_AddNumberToObject(w, "end", plan->stages[i].end);
-		mesh_status_layer_kinds(w, mesh_hparams(m), plan->stages[i].start,
-					plan->stages[i].end);
+		mesh_status_layer_kinds(w, src->f->hp, plan->stages[i].start, plan->stages[i].end);
 		cJSON_AddNumberToObject(w, "kv_bytes", (double)v->ready.kv_bytes);
 		cJSON_AddNumberToObject(w, "weight_bytes", (double)v->ready.weight_bytes);
 		cJSON_AddNumberToObject(w, "rss_bytes_at_ready", (double)v->ready.rss_bytes);
@@ -148,7 +150,7 @@ cJSON *mesh_status_json(void *arg)
 	free(cur);
 	free(probes);
 	if (stats != NULL)
-		mesh_status_scheduler(o, m, stats);
+		mesh_status_scheduler(o, src, stats);
 	return o;
 }
 
@@ -162,23 +164,23 @@ static void mesh_status_hist(struct lm_mtext *t, const char *name, const char *h
 }
 
 /* A counter per worker: one family, one sample per worker. */
-static void mesh_status_per_worker(struct lm_mtext *t, struct mesh *m, const char *name,
-				   const char *help, const uint64_t *values)
+static void mesh_status_per_worker(struct lm_mtext *t, struct mesh_status_src *src,
+				   const char *name, const char *help, const uint64_t *values)
 {
 	lm_mtext_family(t, name, "counter", help);
-	for (int32_t i = 0; i < mesh_n_workers(m); i++) {
+	for (int32_t i = 0; i < src->f->n_workers; i++) {
 		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_label(label, sizeof label, "worker", facts_worker(src->f, i)->name);
 		lm_mtext_sample(t, name, label, (double)values[i]);
 	}
 }
 
 /* The workers' gauges and counters, from one view of them all so that they agree. */
-static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
-				      struct mesh_worker_view *views, const struct sched_stats *s)
+static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh_status_src *src,
+				      struct worker_info *views, const struct sched_stats *s)
 {
-	int32_t W = mesh_n_workers(m);
-	mesh_workers_view(m, views);
+	int32_t W = src->f->n_workers;
+	workers_get_all(src->ws, views);
 	int32_t ready = 0;
 	for (int32_t i = 0; i < W; i++)
 		ready += views[i].state == MESH_WORKER_READY;
@@ -188,7 +190,7 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
 			"or has failed.");
 	for (int32_t i = 0; i < W; i++) {
 		char label[300];
-		lm_mtext_label(label, sizeof label, "worker", mesh_worker_cfg(m, i)->name);
+		lm_mtext_label(label, sizeof label, "worker", facts_worker(src->f, i)->name);
 		lm_mtext_sample(t, "layermesh_worker_up", label,
 				views[i].state == MESH_WORKER_READY ? 1 : 0);
 	}
@@ -197,22 +199,22 @@ static void mesh_status_worker_gauges(struct lm_mtext *t, struct mesh *m,
 		return;
 	for (int32_t i = 0; i < W; i++)
 		values[i] = views[i].restarts_total;
-	mesh_status_per_worker(t, m, "layermesh_worker_restarts_total",
+	mesh_status_per_worker(t, src, "layermesh_worker_restarts_total",
 			       "Restarts of the worker since the mesh came up.", values);
 	for (int32_t i = 0; i < W; i++)
 		values[i] = atomic_load(&s->worker_replays[i]);
-	mesh_status_per_worker(t, m, "layermesh_worker_replays_total",
+	mesh_status_per_worker(t, src, "layermesh_worker_replays_total",
 			       "Sequences replayed because the worker went down.", values);
 	free(values);
 }
 
 char *mesh_status_metrics(void *arg)
 {
-	struct mesh *m = arg;
-	struct sched *sched = mesh_sched(m);
+	struct mesh_status_src *src = arg;
+	struct sched *sched = workers_sched(src->ws, false);
 	if (sched == NULL)
 		return NULL;
-	struct mesh_worker_view *views = calloc((size_t)mesh_n_workers(m) + 1, sizeof *views);
+	struct worker_info *views = calloc((size_t)src->f->n_workers + 1, sizeof *views);
 	if (views == NULL)
 		return NULL;
 	const struct sched_stats *s = sched_stats(sched);
@@ -253,7 +255,7 @@ char *mesh_status_metrics(void *arg)
 		       atomic_load(&s->active));
 	lm_mtext_gauge(&t, "layermesh_queued_sequences", "Sequences waiting for a slot.",
 		       atomic_load(&s->queued));
-	mesh_status_worker_gauges(&t, m, views, s);
+	mesh_status_worker_gauges(&t, src, views, s);
 	free(views);
 	mesh_status_hist(&t, "layermesh_time_to_first_token_seconds",
 			 "From a request's arrival to its first generated token.", &s->ttft);

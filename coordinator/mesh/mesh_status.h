@@ -1,13 +1,27 @@
 /* mesh_status.h — the mesh's own endpoints, as the API calls them (api_cfg's ready, status
  * and metrics, with the mesh as their argument): /readyz, /v1/status and /metrics.
  *
- * They run on HTTP threads and read the mesh through mesh_ops.h only. */
+ * They run on HTTP threads, with a struct mesh_status_src as their argument: the mesh's facts,
+ * its worker table, its process supervision and its rollouts, read through their own calls. */
 #ifndef LM_MESH_STATUS_H
 #define LM_MESH_STATUS_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "coordinator/supervise/facts.h"
+
+struct procs;
+struct rollouts;
+struct workers;
+
+struct mesh_status_src {
+	const struct mesh_facts *f;
+	struct workers *ws;
+	struct procs *pr;
+	struct rollouts *ro;
+};
 
 /* /readyz: true when every worker is ready (why is then "", or a note the operator should
  * see: a plane that leaves this host without TLS); else why says which is not and why. */

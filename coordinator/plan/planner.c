@@ -176,6 +176,34 @@ static int planner_workers(const struct mesh_config *cfg, const struct lm_hparam
 	return 0;
 }
 
+/* The plan's totals and the settings behind them, for `layermesh plan`. */
+static void planner_fill_info(struct planner_info *info, const struct mesh_config *cfg,
+			      const struct lm_hparams *hp, const struct fence_plan *plan,
+			      const struct lm_model_costs *costs, const struct fence_layer *layers,
+			      int32_t max_seq)
+{
+	*info = (struct planner_info){
+		.n_layers = hp->n_layer,
+		.n_embd = hp->n_embd,
+		.n_vocab = hp->n_vocab,
+		.n_ctx_train = hp->n_ctx_train,
+		.max_seq = max_seq,
+		.slots = cfg->slots,
+		.max_batch = cfg->max_batch,
+		.kv = cfg->kv,
+		.wire_dtype = cfg->wire_dtype,
+		.has_sliding = plan->has_sliding,
+		.tied = hp->tied,
+		.embd_bytes = costs->embd_bytes,
+		.head_bytes = costs->head_bytes,
+	};
+	for (int32_t i = 0; i < hp->n_layer; i++) {
+		info->weight_bytes += layers[i].weight_bytes;
+		info->kv_bytes += layers[i].kv_bytes;
+		info->kv_f32_bytes += layers[i].kv_f32_bytes;
+	}
+}
+
 int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		      struct planner_info *info, planner_mem_fn mem, void *mem_arg, lm_diag *d)
 {
@@ -251,28 +279,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 	rc = fence_plan_make(plan, &in, d);
 	if (rc != 0)
 		goto out;
-	if (info != NULL) {
-		*info = (struct planner_info){
-			.n_layers = L,
-			.n_embd = hp->n_embd,
-			.n_vocab = hp->n_vocab,
-			.n_ctx_train = hp->n_ctx_train,
-			.max_seq = max_seq,
-			.slots = cfg->slots,
-			.max_batch = cfg->max_batch,
-			.kv = cfg->kv,
-			.wire_dtype = cfg->wire_dtype,
-			.has_sliding = plan->has_sliding,
-			.tied = hp->tied,
-			.embd_bytes = costs.embd_bytes,
-			.head_bytes = costs.head_bytes,
-		};
-		for (int32_t i = 0; i < L; i++) {
-			info->weight_bytes += layers[i].weight_bytes;
-			info->kv_bytes += layers[i].kv_bytes;
-			info->kv_f32_bytes += layers[i].kv_f32_bytes;
-		}
-	}
+	if (info != NULL)
+		planner_fill_info(info, cfg, hp, plan, &costs, layers, max_seq);
 out:
 	free(own);
 	free(workers);

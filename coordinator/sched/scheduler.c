@@ -1256,7 +1256,9 @@ static int sched_check_adjust(const struct sched *s, const struct sched_req *r,
 	return 0;
 }
 
-int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d)
+/* A request's prompt, limits and sampling against the scheduler's; its penalties into *pen. */
+static int sched_check_req(const struct sched *s, const struct sched_req *r,
+			   struct lm_penalties *pen, lm_diag *d)
 {
 	int rc;
 	if (r->n_prompt < 1)
@@ -1278,10 +1280,14 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
 	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
 		return rc;
-	struct lm_penalties pen;
-	if ((rc = sched_check_adjust(s, r, &pen, d)) != 0)
-		return rc;
+	return sched_check_adjust(s, r, pen, d);
+}
 
+/* The sequence of a checked request, not yet queued (*out; the caller frees it with
+ * sched_free_seq). */
+static int sched_new_seq(const struct sched *s, const struct sched_req *r,
+			 const struct lm_penalties *pen, struct sched_seq **out, lm_diag *d)
+{
 	struct sched_seq *q = calloc(1, sizeof *q);
 	if (q == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
@@ -1294,7 +1300,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 		memcpy(q->bias, r->bias, (size_t)r->n_bias * sizeof *q->bias);
 		q->n_bias = r->n_bias;
 	}
-	q->pen = pen;
+	q->pen = *pen;
 	q->n_stop_ids = r->n_stop_ids;
 	if (r->n_stop_ids > 0) /* stop_ids may be NULL then, which memcpy must not see */
 		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
@@ -1326,6 +1332,18 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, l
 	q->arg = r->arg;
 	q->t_submit_ns = lm_now_ns();
 	q->progress_ms = lm_now_ms();
+	*out = q;
+	return 0;
+}
+
+int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d)
+{
+	struct lm_penalties pen;
+	struct sched_seq *q = NULL;
+	int rc;
+	if ((rc = sched_check_req(s, r, &pen, d)) != 0 ||
+	    (rc = sched_new_seq(s, r, &pen, &q, d)) != 0)
+		return rc;
 
 	pthread_mutex_lock(&s->mu);
 	if (!s->available || s->stopping) {

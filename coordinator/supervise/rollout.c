@@ -1,7 +1,9 @@
 /* rollout.c — rolling redeploys. See rollout.h for the steps.
  *
- * The rollout sees the mesh through mesh_ops.h: it starts, commits and retires processes, and
- * re-points the head of the ring, with the mesh's calls, which lock the mesh themselves. */
+ * A batch runs through the steps of rollout_steps.h (ro_batch_run). The rollout reads the
+ * mesh's facts and calls down: it starts, commits and retires processes (procs.h), reads and
+ * writes worker rows (workers.h), quiesces and resumes the scheduler, and re-points the head of
+ * the ring (its struct lm_link); each of those takes its own lock. */
 #include "coordinator/supervise/rollout.h"
 
 #include <errno.h>
@@ -28,7 +30,12 @@
 #include "common/wire/transport.h"
 #include "common/wire/wire.h"
 #include "coordinator/supervise/ctl.h"
-#include "coordinator/supervise/mesh_ops.h"
+#include "common/wire/link.h"
+#include "coordinator/plan/planner.h"
+#include "coordinator/supervise/procs.h"
+#include "coordinator/supervise/rollout_impl.h"
+#include "coordinator/supervise/rollout_steps.h"
+#include "coordinator/supervise/workers.h"
 #include "coordinator/sched/scheduler.h"
 #include "engine/scratch.h"
 
@@ -36,43 +43,6 @@
 #define ROLLOUT_QUIESCE_MS 10000
 #define ROLLOUT_CONNECT_MS 5000 /* a live worker answers a HELLO on a new connection */
 #define ROLLOUT_SMOKE_MS   30000
-
-enum ro_worker_state { RW_UNTOUCHED, RW_PENDING, RW_WORKING, RW_DONE, RW_FAILED };
-static const char *const ro_state_names[] = {"untouched", "pending", "in progress", "replaced",
-					     "failed"};
-
-struct ro_worker {
-	enum ro_worker_state state;
-	char step[32];
-	double pause_ms;
-	char error[512];
-	char from[256], to[256]; /* data addresses before and after */
-};
-
-struct rollout {
-	struct mesh *m;
-	struct rollouts *rs; /* whose mu guards the status below */
-	pthread_t thread;
-	bool joined;  /* by rollout_stop (the mesh's thread alone) */
-	bool running; /* under rs->mu */
-	char bin[PATH_MAX];
-	double tolerance;
-	int32_t *order; /* worker indices, canary first */
-	int32_t n_order;
-	int32_t batch; /* workers per batch after the canary */
-	/* Status, under rs->mu. */
-	char state[16]; /* "running", then "succeeded" or "failed" (shown once running is false) */
-	char failed_step[32];
-	char error[600];
-	int32_t failed_worker;
-	double max_pause_ms;
-	int64_t moved_seqs;   /* sequences whose KV rows moved to a new process, and were */
-	uint64_t moved_bytes; /* read back from it bit for bit (ro_move_kv), and their bytes */
-	int64_t started_ms, finished_ms;
-	struct ro_worker *w; /* [mesh_n_workers] */
-	char sink[200];      /* where candidates send during their smoke test */
-	char dir[128];
-};
 
 /* The recorded probe: the prompt's ids, every layer's hidden state for every token, the token
  * the mesh sampled. */
@@ -85,24 +55,32 @@ struct ro_probe {
 
 /* A replacement being brought up. */
 struct ro_cand {
-	struct mesh *m;
+	struct rollouts *rs;
 	int32_t j;
-	struct mesh_child *child;
+	struct proc *child;
 	struct mesh_addrs at;  /* where it listens: the worker's alternate addresses */
 	struct mesh_addrs was; /* where the process it replaced listened, once switched */
 	struct ctl_conn ctl;
 	struct wire_ready ready;
 };
 
-static const char *ro_name(const struct mesh *m, int32_t j)
+const char *ro_name(const struct rollouts *rs, int32_t j)
 {
-	return mesh_worker_cfg(m, j)->name;
+	return facts_worker(rs->f, j)->name;
+}
+
+/* Where worker j's serving process listens now. */
+void ro_addrs(struct rollouts *rs, int32_t j, struct mesh_addrs *out)
+{
+	struct worker_info w;
+	workers_get(rs->ws, j, &w);
+	*out = w.at;
 }
 
 /* ------------------------------------------------------------------ addresses */
 
 /* The other address of a worker's pair: see rollout.h. */
-static int ro_alternate(const char *primary, const char *current, char *out, size_t cap, lm_diag *d)
+int ro_alternate(const char *primary, const char *current, char *out, size_t cap, lm_diag *d)
 {
 	if (strcmp(current, primary) != 0) { /* on the alternate: back to the primary */
 		snprintf(out, cap, "%s", primary);
@@ -132,7 +110,7 @@ static void ro_set_step(struct rollout *r, int32_t j, enum ro_worker_state st, c
 	r->w[j].state = st;
 	snprintf(r->w[j].step, sizeof r->w[j].step, "%s", step);
 	pthread_mutex_unlock(&r->rs->mu);
-	lm_info("redeploy: %s: %s", ro_name(r->m, j), step);
+	lm_info("redeploy: %s: %s", ro_name(r->rs, j), step);
 }
 
 static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *msg)
@@ -148,7 +126,7 @@ static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *
 	}
 	pthread_mutex_unlock(&r->rs->mu);
 	lm_error("redeploy failed at %s of %s: %s (the old build keeps serving)", step,
-		 j >= 0 ? ro_name(r->m, j) : "the mesh", msg);
+		 j >= 0 ? ro_name(r->rs, j) : "the mesh", msg);
 }
 
 /* ------------------------------------------------------------------ candidates */
@@ -156,29 +134,30 @@ static void ro_fail(struct rollout *r, int32_t j, const char *step, const char *
 static bool ro_cand_alive(void *arg)
 {
 	struct ro_cand *c = arg;
-	return mesh_child_running(c->m, c->child);
+	char why[8];
+	return !procs_ended(c->rs->pr, c->j, c->child, 0, why, sizeof why);
 }
 
 /* Stops a candidate that will not serve (its exit is expected). */
-static void ro_cand_drop(struct mesh *m, struct ro_cand *c)
+static void ro_cand_drop(struct rollouts *rs, struct ro_cand *c)
 {
 	ctl_close(&c->ctl);
-	mesh_child_retire(m, c->child, SIGKILL);
+	procs_retire(rs->pr, c->child, SIGKILL);
 	c->child = NULL;
 }
 
 /* prepare: the new build on the alternate addresses, handshaken, assigned, ready. */
 static int ro_prepare(struct rollout *r, struct ro_cand *c, lm_diag *d)
 {
-	struct mesh *m = r->m;
-	const struct mesh_worker *wc = mesh_worker_cfg(m, c->j);
-	uint64_t fingerprint = mesh_fingerprint(m);
+	struct rollouts *rs = r->rs;
+	const struct mesh_worker *wc = facts_worker(rs->f, c->j);
+	uint64_t fingerprint = rs->f->fingerprint;
 	struct mesh_addrs cur;
 	struct wire_assign a;
 	struct wire_hello hello;
 	int rc;
 
-	mesh_worker_addrs(m, c->j, &cur);
+	ro_addrs(rs, c->j, &cur);
 	rc = ro_alternate(wc->data, cur.data, c->at.data, sizeof c->at.data, d);
 	if (rc == 0)
 		rc = ro_alternate(wc->control, cur.control, c->at.control, sizeof c->at.control, d);
@@ -186,24 +165,30 @@ static int ro_prepare(struct rollout *r, struct ro_cand *c, lm_diag *d)
 		rc = ro_alternate(wc->http, cur.http, c->at.http, sizeof c->at.http, d);
 	if (rc != 0)
 		return rc;
-	mesh_worker_assignment(m, c->j, &a);
+	struct mesh_addrs next;
+	if (c->j + 1 < rs->f->n_workers)
+		ro_addrs(rs, c->j + 1, &next);
+	planner_assignment(rs->f->cfg, rs->f->plan, c->j, rs->f->max_seq,
+			   rs->f->cfg->slots + MESH_PROBE_SLOTS,
+			   c->j + 1 < rs->f->n_workers ? next.data : rs->f->cfg->data_in, &a);
 	snprintf(a.next, sizeof a.next, "%s",
 		 r->sink); /* nothing enters the ring before the switch */
-	if ((rc = mesh_child_spawn(m, c->j, r->bin, &c->at, &c->child, d)) != 0)
+	if ((rc = procs_spawn(rs->pr, c->j, r->bin, &c->at, false, &c->child, d)) != 0)
 		return rc;
-	c->ctl.tls = mesh_tls(m);
+	c->ctl.tls = rs->f->tls;
 	if ((rc = ctl_open(&c->ctl, wc->name, c->at.control, d)) != 0)
 		return rc;
-	int timeout = mesh_handshake_ms(m);
+	int timeout = rs->f->handshake_ms;
 	rc = ctl_hello_wait(&c->ctl, fingerprint, &hello, timeout, ro_cand_alive, c, d);
 	if (rc == 0)
 		rc = ctl_assign(&c->ctl, &a, fingerprint, &c->ready, timeout, ro_cand_alive, c, d);
 	/* The new build must load the very slice the mesh serves: a file replaced under the mesh
 	 * is refused here, before anything is moved to it. */
 	if (rc == 0)
-		rc = mesh_check_digest(m, c->j, c->ready.digest, d);
+		rc = workers_check_digest(rs->ws, c->j, c->ready.digest, d);
 	char why[512];
-	if (rc == LM_EUNAVAILABLE && mesh_child_ended(m, c->child, why, sizeof why) && why[0])
+	if (rc == LM_EUNAVAILABLE && procs_ended(rs->pr, c->j, c->child, 0, why, sizeof why) &&
+	    why[0])
 		lm_fail(d, rc, "the new build of %s %s before it was ready", wc->name, why);
 	return rc;
 }
@@ -248,13 +233,13 @@ static void ro_probe_done(void *arg, enum sched_finish why, int code, const char
 	pthread_mutex_unlock(&w->mu);
 }
 
-static struct wire_limits ro_limits(const struct mesh *m)
+static struct wire_limits ro_limits(const struct rollouts *rs)
 {
-	const struct mesh_config *cfg = mesh_cfg(m);
-	const struct lm_hparams *hp = mesh_hparams(m);
-	return (struct wire_limits){.fingerprint = mesh_fingerprint(m),
+	const struct mesh_config *cfg = rs->f->cfg;
+	const struct lm_hparams *hp = rs->f->hp;
+	return (struct wire_limits){.fingerprint = rs->f->fingerprint,
 				    .slots = cfg->slots + MESH_PROBE_SLOTS,
-				    .max_seq = mesh_max_seq(m),
+				    .max_seq = rs->f->max_seq,
 				    .dim = hp->n_embd,
 				    .n_vocab = hp->n_vocab,
 				    .max_batch = cfg->max_batch,
@@ -262,17 +247,62 @@ static struct wire_limits ro_limits(const struct mesh *m)
 				    .max_logprobs = WIRE_MAX_LOGPROBS};
 }
 
+/* The probe's prompt through the live mesh in the probe slot, one token sampled (pr->token).
+ * The scheduler ends the probe one way or another (its batch timeout included); a coordinator
+ * stopping meanwhile, or ROLLOUT_SMOKE_MS passing, cancels it. */
+static int ro_probe_run(struct rollouts *rs, struct ro_probe *pr, lm_diag *d)
+{
+	struct sched *sched = workers_sched(rs->ws, false);
+	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct sched_req q = {.prompt = pr->ids,
+			      .n_prompt = pr->n,
+			      .max_tokens = 1,
+			      .sampling = {.temperature = 0, .top_p = 1},
+			      .probe = true,
+			      .on_token = ro_probe_token,
+			      .on_done = ro_probe_done,
+			      .arg = &w};
+	uint64_t id;
+	lm_cond_init(&w.cv); /* before the submit: the scheduler may answer at once */
+	int rc = sched_submit(sched, &q, &id, d);
+	if (rc != 0) {
+		pthread_cond_destroy(&w.cv);
+		return rc;
+	}
+	bool cancelled = false, late = false;
+	int64_t deadline = lm_now_ms() + ROLLOUT_SMOKE_MS;
+	pthread_mutex_lock(&w.mu);
+	while (!w.done) {
+		lm_cond_wait_ms(&w.cv, &w.mu, 100);
+		late = late || lm_now_ms() > deadline;
+		if (!w.done && !cancelled && (procs_stopping(rs->pr) || late)) {
+			pthread_mutex_unlock(&w.mu);
+			sched_cancel(sched, id);
+			cancelled = true;
+			pthread_mutex_lock(&w.mu);
+		}
+	}
+	pthread_mutex_unlock(&w.mu);
+	pthread_cond_destroy(&w.cv);
+	if (late)
+		return lm_fail(d, LM_ETIMEOUT, "the probe did not come back within %d ms",
+			       ROLLOUT_SMOKE_MS);
+	if (w.code != 0)
+		return lm_fail(d, w.code, "the probe failed: %s", w.msg);
+	pr->token = w.token;
+	return 0;
+}
+
 /* probe: the fixed prompt through the live mesh, every worker tracing the probe slot. */
 static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 {
-	struct mesh *m = r->m;
-	const struct mesh_config *cfg = mesh_cfg(m);
-	const struct lm_hparams *hp = mesh_hparams(m);
-	const tok_vocab *vocab = mesh_vocab(m);
-	struct sched *sched = mesh_sched(m);
-	uint64_t fingerprint = mesh_fingerprint(m);
-	struct wire_limits lim = ro_limits(m);
-	int32_t slot = cfg->slots, W = mesh_n_workers(m), dim = hp->n_embd;
+	struct rollouts *rs = r->rs;
+	const struct mesh_config *cfg = rs->f->cfg;
+	const struct lm_hparams *hp = rs->f->hp;
+	const tok_vocab *vocab = rs->f->vocab;
+	uint64_t fingerprint = rs->f->fingerprint;
+	struct wire_limits lim = ro_limits(rs);
+	int32_t slot = cfg->slots, W = rs->f->n_workers, dim = hp->n_embd;
 	struct ctl_conn *live = calloc((size_t)W, sizeof *live);
 	size_t n = 0;
 	int rc = 0;
@@ -283,7 +313,7 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 		rc = tok_encode_alloc(vocab, ROLLOUT_PROBE_TEXT, strlen(ROLLOUT_PROBE_TEXT),
 				      tok_add_bos(vocab), &pr->ids, &n, d);
 		pr->n = (int32_t)n;
-		if (rc == 0 && (pr->n < 1 || pr->n > cfg->max_batch || pr->n >= mesh_max_seq(m) ||
+		if (rc == 0 && (pr->n < 1 || pr->n > cfg->max_batch || pr->n >= rs->f->max_seq ||
 				pr->n > LM_PROBE_ROWS))
 			rc = lm_fail(d, LM_ERANGE, "the probe prompt has %d tokens", pr->n);
 		if (rc == 0 && (pr->h = malloc((size_t)hp->n_layer * (size_t)pr->n * (size_t)dim *
@@ -292,59 +322,21 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 	}
 	for (int32_t j = 0; rc == 0 && j < W; j++) {
 		struct mesh_addrs at;
-		mesh_worker_addrs(m, j, &at);
+		ro_addrs(rs, j, &at);
 		int32_t rows;
 		void *data = NULL;
 		size_t bytes;
-		live[j].tls = mesh_tls(m);
-		rc = ctl_connect(&live[j], ro_name(m, j), at.control, fingerprint,
+		live[j].tls = rs->f->tls;
+		rc = ctl_connect(&live[j], ro_name(rs, j), at.control, fingerprint,
 				 ROLLOUT_CONNECT_MS, d);
 		if (rc == 0) /* arm; what it recorded before does not matter */
 			rc = ctl_trace(&live[j], fingerprint, &lim, slot, &rows, &data, &bytes, d);
 		free(data);
 	}
-	struct ro_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER};
-	lm_cond_init(&w.cv);
-	if (rc == 0) {
-		uint64_t id;
-		struct sched_req q = {.prompt = pr->ids,
-				      .n_prompt = pr->n,
-				      .max_tokens = 1,
-				      .sampling = {.temperature = 0, .top_p = 1},
-				      .probe = true,
-				      .on_token = ro_probe_token,
-				      .on_done = ro_probe_done,
-				      .arg = &w};
-		rc = sched_submit(sched, &q, &id, d);
-		if (rc == 0) {
-			/* The scheduler ends the probe one way or another (its batch timeout
-			 * included); a coordinator stopping meanwhile cancels it. */
-			bool cancelled = false, late = false;
-			int64_t deadline = lm_now_ms() + ROLLOUT_SMOKE_MS;
-			pthread_mutex_lock(&w.mu);
-			while (!w.done) {
-				lm_cond_wait_ms(&w.cv, &w.mu, 100);
-				late = late || lm_now_ms() > deadline;
-				if (!w.done && !cancelled && (mesh_stopping(m) || late)) {
-					pthread_mutex_unlock(&w.mu);
-					sched_cancel(sched, id);
-					cancelled = true;
-					pthread_mutex_lock(&w.mu);
-				}
-			}
-			pthread_mutex_unlock(&w.mu);
-			if (late)
-				rc = lm_fail(d, LM_ETIMEOUT,
-					     "the probe did not come back within %d ms",
-					     ROLLOUT_SMOKE_MS);
-			else if (w.code != 0)
-				rc = lm_fail(d, w.code, "the probe failed: %s", w.msg);
-			pr->token = w.token;
-		}
-	}
-	pthread_cond_destroy(&w.cv);
+	if (rc == 0)
+		rc = ro_probe_run(rs, pr, d);
 	for (int32_t j = 0; rc == 0 && j < W; j++) {
-		const struct fence_stage *st = &mesh_plan(m)->stages[j];
+		const struct fence_stage *st = &rs->f->plan->stages[j];
 		int32_t rows = 0;
 		void *data = NULL;
 		size_t bytes = 0;
@@ -353,7 +345,7 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 		if (rc == 0 &&
 		    (rows != pr->n || bytes != (size_t)(st->end - st->start) * per * sizeof(float)))
 			rc = lm_fail(d, LM_EPROTO, "worker %s recorded %d rows of the probe's %d",
-				     ro_name(m, j), rows, pr->n);
+				     ro_name(rs, j), rows, pr->n);
 		if (rc == 0)
 			memcpy(pr->h + (size_t)st->start * per, data, bytes);
 		free(data);
@@ -366,51 +358,26 @@ static int ro_probe(struct rollout *r, struct ro_probe *pr, lm_diag *d)
 
 /* ------------------------------------------------------------------ the smoke test */
 
-static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe *pr,
-		    nng_socket sink, lm_diag *d)
+/* The stage's input as the live mesh recorded it, encoded as a FORWARD into b: the ids for the
+ * first stage, the previous stage's last layer otherwise, in the mesh's wire type. */
+static int ro_smoke_input(const struct rollouts *rs, const struct ro_cand *c,
+			  const struct ro_probe *pr, struct wire_buf *b, lm_diag *d)
 {
-	struct mesh *m = r->m;
-	const struct mesh_config *cfg = mesh_cfg(m);
-	const struct fence_stage *st = &mesh_plan(m)->stages[c->j];
-	uint64_t fingerprint = mesh_fingerprint(m);
-	struct wire_limits lim = ro_limits(m);
-	int32_t slot = cfg->slots, dim = mesh_hparams(m)->n_embd, n = pr->n;
+	const struct fence_stage *st = &rs->f->plan->stages[c->j];
+	int32_t dim = rs->f->hp->n_embd, n = pr->n;
 	size_t per = (size_t)n * (size_t)dim;
-	nng_socket push;
-	nng_msg *msg = NULL;
-	struct wire_buf b = {0};
-	void *data = NULL;
 	uint8_t *payload = NULL;
-	size_t bytes = 0;
-	int32_t rows = 0;
-	int rc, rv;
-
-	if ((rc = ctl_trace(&c->ctl, fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
-		return rc;
-	free(data);
-	data = NULL;
-	if ((rv = nng_push0_open(&push)) != 0)
-		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
-	nng_socket_set_ms(push, NNG_OPT_SENDTIMEO, 5000);
-	nng_socket_set_ms(push, NNG_OPT_RECONNMINT, 10);
-	if ((rc = lm_dial(push, c->at.data, mesh_tls(m), NULL, d)) != 0) {
-		lm_close_bounded(push, LM_CLOSE_MS);
-		return rc;
-	}
-	/* The stage's input as the live mesh recorded it: the ids for the first stage, the
-	 * previous stage's last layer otherwise, in the mesh's wire type. */
 	struct wire_seq seq = {.seq_id = 1,
-			       .slot = slot,
+			       .slot = rs->f->cfg->slots,
 			       .pos = 0,
 			       .n_tokens = n,
 			       .sample = true,
 			       .sampling = {.temperature = 0, .top_p = 1}};
 	struct wire_forward f = {.batch_id = 1,
-				 .fingerprint = fingerprint,
+				 .fingerprint = rs->f->fingerprint,
 				 .n_seqs = 1,
 				 .seqs = &seq,
 				 .n_tokens = n};
-	enum lm_dtype wdt = cfg->wire_dtype;
 	if (c->j == 0) {
 		f.dtype = WIRE_DT_I32;
 		f.dim = 1;
@@ -420,7 +387,7 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 			memcpy(payload, pr->ids, f.payload_len);
 	} else {
 		const float *in = pr->h + (size_t)(st->start - 1) * per;
-		f.dtype = wire_dtype_of(wdt);
+		f.dtype = wire_dtype_of(rs->f->cfg->wire_dtype);
 		f.dim = dim;
 		f.payload_len = per * wire_dtype_size(f.dtype);
 		payload = malloc(f.payload_len);
@@ -434,32 +401,22 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 			}
 		}
 	}
-	f.payload = payload;
 	if (payload == NULL)
-		rc = lm_fail(d, LM_ENOMEM, "out of memory");
-	if (rc == 0)
-		rc = wire_encode_forward(&b, &f);
-	if (rc == 0 && (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, b.data, b.len) != 0 ||
-			nng_sendmsg(push, msg, 0) != 0)) {
-		if (msg != NULL)
-			nng_msg_free(msg);
-		rc = lm_fail(d, LM_EIO, "cannot send the recorded input to %s", c->at.data);
-	}
-	msg = NULL;
-	wire_buf_fini(&b);
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	f.payload = payload;
+	int rc = wire_encode_forward(b, &f);
 	free(payload);
-	/* Its output arrives at the sink: hidden rows, or the last stage's token. The push stays
-	 * open until then: a send is done when a pipe has taken the message, not when it is on
-	 * the wire, and closing the socket aborts a write still in progress (over tls+tcp, on a
-	 * loaded machine, the candidate then never sees the input). */
-	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
-		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
-			     nng_strerror(rv));
-	/* Bounded: the candidate may be dying with the message half taken (see transport.h). */
-	if (lm_close_bounded(push, LM_CLOSE_MS) != 0)
-		lm_warn("redeploy: closing the smoke socket to %s took over %d ms", c->at.data,
-			LM_CLOSE_MS);
-	if (rc == 0 && c->j == mesh_n_workers(m) - 1) {
+	return rc;
+}
+
+/* What the candidate sent to the sink: the last stage's token, which must be the one the mesh
+ * sampled; any other stage's hidden rows, which must not be an ERROR. */
+static int ro_smoke_answer(const struct rollouts *rs, const struct ro_cand *c,
+			   const struct ro_probe *pr, nng_msg *msg, lm_diag *d)
+{
+	struct wire_limits lim = ro_limits(rs);
+	int rc;
+	if (c->j == rs->f->n_workers - 1) {
 		struct wire_scratch s;
 		struct wire_tokens t;
 		wire_scratch_init(&s, lim.max_seqs);
@@ -469,27 +426,36 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 				     "the new build sampled token %d where the old one sampled %d",
 				     t.n == 1 ? t.toks[0].token : -1, pr->token);
 		wire_scratch_fini(&s);
-	} else if (rc == 0) {
-		struct wire_head h;
-		rc = wire_peek(nng_msg_body(msg), nng_msg_len(msg), &h, d);
-		if (rc == 0 && h.type == WIRE_ERROR) {
-			struct wire_error e;
-			wire_decode_error(nng_msg_body(msg), nng_msg_len(msg), &e, d);
-			rc = lm_fail(d, LM_EPROTO, "the new build refused the smoke input: %s",
-				     e.msg);
-		}
+		return rc;
 	}
-	if (msg != NULL)
-		nng_msg_free(msg);
+	struct wire_head h;
+	rc = wire_peek(nng_msg_body(msg), nng_msg_len(msg), &h, d);
+	if (rc == 0 && h.type == WIRE_ERROR) {
+		struct wire_error e;
+		wire_decode_error(nng_msg_body(msg), nng_msg_len(msg), &e, d);
+		rc = lm_fail(d, LM_EPROTO, "the new build refused the smoke input: %s", e.msg);
+	}
+	return rc;
+}
+
+/* Every layer of the stage, as the candidate traced it, against the old build's record. */
+static int ro_smoke_compare(const struct rollout *r, struct ro_cand *c, const struct ro_probe *pr,
+			    lm_diag *d)
+{
+	const struct rollouts *rs = r->rs;
+	const struct fence_stage *st = &rs->f->plan->stages[c->j];
+	struct wire_limits lim = ro_limits(rs);
+	size_t per = (size_t)pr->n * (size_t)rs->f->hp->n_embd, bytes = 0;
+	void *data = NULL;
+	int32_t rows = 0;
+	int rc = ctl_trace(&c->ctl, rs->f->fingerprint, &lim, rs->f->cfg->slots, &rows, &data,
+			   &bytes, d);
 	if (rc != 0)
 		return rc;
-	/* Every layer of the stage against the old build's record. */
-	if ((rc = ctl_trace(&c->ctl, fingerprint, &lim, slot, &rows, &data, &bytes, d)) != 0)
-		return rc;
 	size_t want = (size_t)(st->end - st->start) * per * sizeof(float);
-	if (rows != n || bytes != want) {
+	if (rows != pr->n || bytes != want) {
 		free(data);
-		return lm_fail(d, LM_EPROTO, "the new build recorded %d rows of %d", rows, n);
+		return lm_fail(d, LM_EPROTO, "the new build recorded %d rows of %d", rows, pr->n);
 	}
 	const float *got = data, *exp = pr->h + (size_t)st->start * per;
 	for (int32_t l = 0; l < st->end - st->start; l++) {
@@ -511,6 +477,64 @@ static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe 
 	return 0;
 }
 
+/* smoke: the recorded input into the candidate, its output and its layers against the
+ * record. */
+static int ro_smoke(struct rollout *r, struct ro_cand *c, const struct ro_probe *pr,
+		    nng_socket sink, lm_diag *d)
+{
+	struct rollouts *rs = r->rs;
+	struct wire_limits lim = ro_limits(rs);
+	nng_socket push;
+	nng_msg *msg = NULL;
+	struct wire_buf b = {0};
+	void *data = NULL;
+	size_t bytes = 0;
+	int32_t rows = 0;
+	int rc, rv;
+
+	/* Arm its trace; what it recorded before does not matter. */
+	rc = ctl_trace(&c->ctl, rs->f->fingerprint, &lim, rs->f->cfg->slots, &rows, &data, &bytes,
+		       d);
+	free(data);
+	if (rc != 0)
+		return rc;
+	if ((rv = nng_push0_open(&push)) != 0)
+		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
+	nng_socket_set_ms(push, NNG_OPT_SENDTIMEO, 5000);
+	nng_socket_set_ms(push, NNG_OPT_RECONNMINT, 10);
+	if ((rc = lm_dial(push, c->at.data, rs->f->tls, NULL, d)) != 0) {
+		lm_close_bounded(push, LM_CLOSE_MS);
+		return rc;
+	}
+	rc = ro_smoke_input(rs, c, pr, &b, d);
+	if (rc == 0 && (nng_msg_alloc(&msg, 0) != 0 || nng_msg_append(msg, b.data, b.len) != 0 ||
+			nng_sendmsg(push, msg, 0) != 0)) {
+		if (msg != NULL)
+			nng_msg_free(msg);
+		rc = lm_fail(d, LM_EIO, "cannot send the recorded input to %s", c->at.data);
+	}
+	msg = NULL;
+	wire_buf_fini(&b);
+	/* Its output arrives at the sink: hidden rows, or the last stage's token. The push stays
+	 * open until then: a send is done when a pipe has taken the message, not when it is on
+	 * the wire, and closing the socket aborts a write still in progress (over tls+tcp, on a
+	 * loaded machine, the candidate then never sees the input). */
+	if (rc == 0 && (rv = nng_recvmsg(sink, &msg, 0)) != 0)
+		rc = lm_fail(d, LM_ETIMEOUT, "the new build did not answer the smoke input: %s",
+			     nng_strerror(rv));
+	/* Bounded: the candidate may be dying with the message half taken (see transport.h). */
+	if (lm_close_bounded(push, LM_CLOSE_MS) != 0)
+		lm_warn("redeploy: closing the smoke socket to %s took over %d ms", c->at.data,
+			LM_CLOSE_MS);
+	if (rc == 0)
+		rc = ro_smoke_answer(rs, c, pr, msg, d);
+	if (msg != NULL)
+		nng_msg_free(msg);
+	if (rc != 0)
+		return rc;
+	return ro_smoke_compare(r, c, pr, d);
+}
+
 /* ------------------------------------------------------------------ the switch */
 
 struct ro_undo {
@@ -519,20 +543,20 @@ struct ro_undo {
 };
 
 /* The address worker j's successor listens at, given the candidates of this batch. */
-static void ro_successor(struct mesh *m, const struct ro_cand *cs, int32_t nc, int32_t j, char *out,
-			 size_t cap)
+static void ro_successor(struct rollouts *rs, const struct ro_cand *cs, int32_t nc, int32_t j,
+			 char *out, size_t cap)
 {
 	for (int32_t k = 0; k < nc; k++)
 		if (cs[k].j == j + 1) {
 			snprintf(out, cap, "%s", cs[k].at.data);
 			return;
 		}
-	if (j + 1 < mesh_n_workers(m)) {
+	if (j + 1 < rs->f->n_workers) {
 		struct mesh_addrs next;
-		mesh_worker_addrs(m, j + 1, &next);
+		ro_addrs(rs, j + 1, &next);
 		snprintf(out, cap, "%s", next.data);
 	} else {
-		snprintf(out, cap, "%s", mesh_cfg(m)->data_in);
+		snprintf(out, cap, "%s", rs->f->cfg->data_in);
 	}
 }
 
@@ -577,18 +601,18 @@ struct ro_moved {
  * a sequence go on from other state than it had fails the switch, and the old build serves on.
  * The read-back doubles the bytes moved in the pause; they are a few MiB per sequence on the
  * mission's slices, against a pause that is bounded by a step. */
-static int ro_move_kv(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl_conn *old,
+static int ro_move_kv(struct rollouts *rs, struct ro_cand *cs, int32_t nc, struct ctl_conn *old,
 		      const struct sched_slot *live, int32_t n_live, struct ro_moved *moved,
 		      lm_diag *d)
 {
-	uint64_t fingerprint = mesh_fingerprint(m);
-	struct wire_limits lim = ro_limits(m);
+	uint64_t fingerprint = rs->f->fingerprint;
+	struct wire_limits lim = ro_limits(rs);
 	int rc = 0;
 	for (int32_t k = 0; rc == 0 && k < nc; k++) {
 		struct mesh_addrs at;
-		mesh_worker_addrs(m, cs[k].j, &at);
-		old[k].tls = mesh_tls(m);
-		rc = ctl_connect(&old[k], ro_name(m, cs[k].j), at.control, fingerprint,
+		ro_addrs(rs, cs[k].j, &at);
+		old[k].tls = rs->f->tls;
+		rc = ctl_connect(&old[k], ro_name(rs, cs[k].j), at.control, fingerprint,
 				 ROLLOUT_CONNECT_MS, d);
 		for (int32_t i = 0; rc == 0 && i < n_live; i++) {
 			if (live[i].len <= 0)
@@ -601,8 +625,8 @@ static int ro_move_kv(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl
 				rc = ctl_kv_export(&cs[k].ctl, fingerprint, &lim, live[i].slot,
 						   &back, d);
 			if (rc == 0)
-				rc = ro_check_moved(ro_name(m, cs[k].j), live[i].slot, &sent, &back,
-						    d);
+				rc = ro_check_moved(ro_name(rs, cs[k].j), live[i].slot, &sent,
+						    &back, d);
 			if (rc == 0) {
 				moved->seqs++;
 				moved->bytes += sent.bytes;
@@ -617,10 +641,10 @@ static int ro_move_kv(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl
 /* The predecessors of the batch (those outside it) send to the candidates: the worker before
  * by REPOINT over pred[k], the coordinator by re-pointing the head of the ring. Each change is
  * recorded in undo (*n_undo of them) for ro_unpoint. */
-static int ro_repoint(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl_conn *pred,
+static int ro_repoint(struct rollouts *rs, struct ro_cand *cs, int32_t nc, struct ctl_conn *pred,
 		      struct ro_undo *undo, int32_t *n_undo, lm_diag *d)
 {
-	uint64_t fingerprint = mesh_fingerprint(m);
+	uint64_t fingerprint = rs->f->fingerprint;
 	int rc = 0;
 	for (int32_t k = 0; k < nc; k++) {
 		int32_t j = cs[k].j;
@@ -628,16 +652,16 @@ static int ro_repoint(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl
 			continue;
 		struct ro_undo *u = &undo[*n_undo];
 		struct mesh_addrs self, before;
-		mesh_worker_addrs(m, j, &self);
+		ro_addrs(rs, j, &self);
 		snprintf(u->addr, sizeof u->addr, "%s", self.data);
 		if (j == 0) {
-			if ((rc = mesh_repoint_head(m, cs[k].at.data, d)) != 0)
+			if ((rc = lm_link_dial(rs->head, cs[k].at.data, d)) != 0)
 				break;
 			u->conn = NULL;
 		} else {
-			mesh_worker_addrs(m, j - 1, &before);
-			pred[k].tls = mesh_tls(m);
-			rc = ctl_connect(&pred[k], ro_name(m, j - 1), before.control, fingerprint,
+			ro_addrs(rs, j - 1, &before);
+			pred[k].tls = rs->f->tls;
+			rc = ctl_connect(&pred[k], ro_name(rs, j - 1), before.control, fingerprint,
 					 ROLLOUT_CONNECT_MS, d);
 			if (rc == 0)
 				rc = ctl_repoint(&pred[k], fingerprint, cs[k].at.data, d);
@@ -651,94 +675,281 @@ static int ro_repoint(struct mesh *m, struct ro_cand *cs, int32_t nc, struct ctl
 }
 
 /* Puts the predecessors back, last change first; the candidates go away with their sockets. */
-static void ro_unpoint(struct mesh *m, const struct ro_undo *undo, int32_t n_undo)
+static void ro_unpoint(struct rollouts *rs, const struct ro_undo *undo, int32_t n_undo)
 {
 	for (int32_t i = n_undo - 1; i >= 0; i--) {
 		lm_diag ignore = {{0}};
 		if (undo[i].conn != NULL)
-			ctl_repoint(undo[i].conn, mesh_fingerprint(m), undo[i].addr, &ignore);
+			ctl_repoint(undo[i].conn, rs->f->fingerprint, undo[i].addr, &ignore);
 		else
-			mesh_repoint_head(m, undo[i].addr, &ignore);
+			lm_link_dial(rs->head, undo[i].addr, &ignore);
 	}
 }
 
-static int ro_switch(struct rollout *r, struct ro_cand *cs, int32_t nc, double *pause_ms,
-		     lm_diag *d)
+/* Makes candidate c worker c->j's serving process, at its addresses, running the new build.
+ * Returns the process it replaces (the caller retires it), or NULL. */
+static struct proc *ro_commit(struct rollout *r, struct ro_cand *c)
 {
-	struct mesh *m = r->m;
-	struct sched *sched = mesh_sched(m);
-	int32_t cap = mesh_cfg(m)->slots + MESH_PROBE_SLOTS, n_live = 0;
-	struct sched_slot *live = calloc((size_t)cap, sizeof *live);
-	struct ctl_conn *old = calloc((size_t)nc, sizeof *old);
-	struct ctl_conn *pred = calloc((size_t)nc, sizeof *pred);
-	struct ro_undo *undo = calloc((size_t)nc + 1, sizeof *undo);
-	int32_t n_undo = 0;
-	struct ro_moved moved = {0};
-	int rc = 0;
+	struct rollouts *rs = r->rs;
+	ro_addrs(rs, c->j, &c->was);
+	struct proc *was = procs_commit(rs->pr, c->j, c->child);
+	workers_update(rs->ws, c->j,
+		       &(struct worker_update){.ready = &c->ready, .at = &c->at, .bin = r->bin});
+	return was;
+}
 
-	if (live == NULL || old == NULL || pred == NULL || undo == NULL) {
-		rc = lm_fail(d, LM_ENOMEM, "out of memory");
-		goto out;
+/* ------------------------------------------------------------------ one batch */
+
+/* A batch of candidates on their way through the steps (rollout_steps.h), and what the steps
+ * changed, for a rollback. */
+struct ro_batch {
+	struct ro_cand cs[64];
+	int32_t nc;
+	bool canary;
+	int32_t failed;          /* the worker whose step failed, or -1: the batch's first */
+	struct sched *sched;     /* borrowed from the worker table */
+	struct sched_slot *live; /* [slots]: the live sequences at the pause */
+	int32_t n_live;
+	struct ctl_conn *old;  /* [nc]: to each candidate's serving process (move) */
+	struct ctl_conn *pred; /* [nc]: to its predecessor (switch) */
+	struct ro_undo *undo;  /* [nc + 1]: the predecessors re-pointed so far */
+	int32_t n_undo;
+	struct proc *retired[64]; /* the processes the candidates replaced */
+	int32_t n_retired;
+	int64_t t0;   /* when the pause began */
+	double pause; /* how long the ring was paused (ms) */
+};
+
+static void ro_batch_steps(struct rollout *r, struct ro_batch *b, const char *step)
+{
+	for (int32_t k = 0; k < b->nc; k++)
+		ro_set_step(r, b->cs[k].j, RW_WORKING, step);
+}
+
+static int ro_step_prepare(struct rollout *r, struct ro_batch *b, lm_diag *d)
+{
+	int rc = 0;
+	for (int32_t k = 0; rc == 0 && k < b->nc; k++) {
+		ro_set_step(r, b->cs[k].j, RW_WORKING, b->canary ? "canary: prepare" : "prepare");
+		if ((rc = ro_prepare(r, &b->cs[k], d)) != 0)
+			b->failed = b->cs[k].j;
 	}
-	int64_t t0 = lm_now_ms();
-	if ((rc = sched_quiesce(sched, ROLLOUT_QUIESCE_MS, live, cap, &n_live, d)) != 0)
-		goto out;
-	rc = ro_move_kv(m, cs, nc, old, live, n_live, &moved, d);
-	/* The new processes send where the old ones did (or to each other within the batch). */
-	for (int32_t k = 0; rc == 0 && k < nc; k++) {
-		char next[256];
-		ro_successor(m, cs, nc, cs[k].j, next, sizeof next);
-		rc = ctl_repoint(&cs[k].ctl, mesh_fingerprint(m), next, d);
-	}
-	/* Their predecessors send to them. */
-	if (rc == 0)
-		rc = ro_repoint(m, cs, nc, pred, undo, &n_undo, d);
-	if (rc != 0) {
-		ro_unpoint(m, undo, n_undo);
-		sched_resume(sched, false);
-		goto out;
-	}
-	/* Commit: the new processes are the workers now; the old ones retire. */
-	struct mesh_child *retired[64];
-	int32_t n_retired = 0;
-	for (int32_t k = 0; k < nc; k++) {
-		struct mesh_child *was = mesh_commit(m, cs[k].j, cs[k].child, &cs[k].at, r->bin,
-						     &cs[k].ready, &cs[k].was);
-		if (was != NULL && n_retired < 64)
-			retired[n_retired++] = was;
-		cs[k].child = NULL;
-	}
-	sched_resume(sched, false);
-	*pause_ms = (double)(lm_now_ms() - t0);
-	pthread_mutex_lock(&r->rs->mu);
-	r->moved_seqs += moved.seqs;
-	r->moved_bytes += moved.bytes;
-	pthread_mutex_unlock(&r->rs->mu);
-	for (int32_t i = 0; i < n_retired; i++)
-		mesh_child_retire(m, retired[i], SIGTERM);
-out:
-	for (int32_t k = 0; k < nc && old != NULL; k++) {
-		ctl_close(&old[k]);
-		ctl_close(&pred[k]);
-	}
-	free(live);
-	free(old);
-	free(pred);
-	free(undo);
 	return rc;
+}
+
+static int ro_step_smoke(struct rollout *r, struct ro_batch *b, const struct ro_probe *pr,
+			 nng_socket sink, lm_diag *d)
+{
+	int rc = 0;
+	for (int32_t k = 0; rc == 0 && k < b->nc; k++) {
+		ro_set_step(r, b->cs[k].j, RW_WORKING, "smoke");
+		if ((rc = ro_smoke(r, &b->cs[k], pr, sink, d)) != 0)
+			b->failed = b->cs[k].j;
+	}
+	return rc;
+}
+
+/* pause: the ring quiesced at a step boundary (the pause is measured from here). */
+static int ro_step_pause(struct rollout *r, struct ro_batch *b, lm_diag *d)
+{
+	int32_t cap = r->rs->f->cfg->slots + MESH_PROBE_SLOTS;
+	ro_batch_steps(r, b, "switch");
+	b->t0 = lm_now_ms();
+	return sched_quiesce(b->sched, ROLLOUT_QUIESCE_MS, b->live, cap, &b->n_live, d);
+}
+
+/* switch: the new processes send where the old ones did (or to each other within the batch),
+ * their predecessors send to them; then they are the workers, and the ring resumes. */
+static int ro_step_switch(struct rollout *r, struct ro_batch *b, lm_diag *d)
+{
+	struct rollouts *rs = r->rs;
+	int rc = 0;
+	for (int32_t k = 0; rc == 0 && k < b->nc; k++) {
+		char next[256];
+		ro_successor(rs, b->cs, b->nc, b->cs[k].j, next, sizeof next);
+		rc = ctl_repoint(&b->cs[k].ctl, rs->f->fingerprint, next, d);
+	}
+	if (rc == 0)
+		rc = ro_repoint(rs, b->cs, b->nc, b->pred, b->undo, &b->n_undo, d);
+	if (rc != 0)
+		return rc;
+	for (int32_t k = 0; k < b->nc; k++) {
+		struct proc *was = ro_commit(r, &b->cs[k]);
+		if (was != NULL && b->n_retired < 64)
+			b->retired[b->n_retired++] = was;
+		b->cs[k].child = NULL;
+	}
+	sched_resume(b->sched, false);
+	b->pause = (double)(lm_now_ms() - b->t0);
+	return 0;
+}
+
+/* retire: the old processes stop; the batch's workers are done. */
+static void ro_step_retire(struct rollout *r, struct ro_batch *b)
+{
+	for (int32_t i = 0; i < b->n_retired; i++)
+		procs_retire(r->rs->pr, b->retired[i], SIGTERM);
+	pthread_mutex_lock(&r->rs->mu);
+	for (int32_t k = 0; k < b->nc; k++) {
+		struct ro_worker *w = &r->w[b->cs[k].j];
+		w->state = RW_DONE;
+		w->pause_ms = b->pause;
+		snprintf(w->step, sizeof w->step, "done");
+		snprintf(w->from, sizeof w->from, "%s", b->cs[k].was.data);
+		snprintf(w->to, sizeof w->to, "%s", b->cs[k].at.data);
+	}
+	if (b->pause > r->max_pause_ms)
+		r->max_pause_ms = b->pause;
+	pthread_mutex_unlock(&r->rs->mu);
+	for (int32_t k = 0; k < b->nc; k++) {
+		ctl_close(&b->cs[k].ctl);
+		lm_info("redeploy: %s now runs %s at %s (paused %.1f ms)",
+			ro_name(r->rs, b->cs[k].j), r->bin, b->cs[k].at.data, b->pause);
+	}
+}
+
+/* Before a step: a worker of the mesh away (a keeper's fault) or the mesh stopping ends the
+ * batch. */
+static enum ro_outcome ro_check_mesh(struct rollout *r, lm_diag *d)
+{
+	struct rollouts *rs = r->rs;
+	if (procs_stopping(rs->pr)) {
+		lm_fail(d, LM_ECANCELED, "the coordinator is stopping");
+		return RO_STOPPING;
+	}
+	if (workers_sched(rs->ws, true) != NULL)
+		return RO_OK;
+	for (int32_t j = 0; j < rs->f->n_workers; j++) {
+		struct worker_info w;
+		workers_get(rs->ws, j, &w);
+		if (w.state != MESH_WORKER_READY) {
+			lm_fail(d, LM_EUNAVAILABLE, "worker %s went away during the redeploy (%s)",
+				ro_name(rs, j), w.why[0] ? w.why : "not ready");
+			return RO_FAULT;
+		}
+	}
+	return RO_OK;
+}
+
+/* Runs step s of batch b. */
+static enum ro_outcome ro_step(struct rollout *r, struct ro_batch *b, enum ro_step s,
+			       struct ro_probe *pr, nng_socket sink, lm_diag *d)
+{
+	enum ro_outcome o = s == RO_PREPARE || s == RO_RETIRE ? RO_OK : ro_check_mesh(r, d);
+	if (o != RO_OK)
+		return o;
+	int rc = 0;
+	switch (s) {
+	case RO_PREPARE:
+		rc = ro_step_prepare(r, b, d);
+		break;
+	case RO_PROBE:
+		ro_set_step(r, b->cs[0].j, RW_WORKING, b->canary ? "canary: probe" : "probe");
+		rc = ro_probe(r, pr, d);
+		break;
+	case RO_SMOKE:
+		rc = ro_step_smoke(r, b, pr, sink, d);
+		break;
+	case RO_PAUSE:
+		rc = ro_step_pause(r, b, d);
+		break;
+	case RO_MOVE: {
+		struct ro_moved moved = {0};
+		rc = ro_move_kv(r->rs, b->cs, b->nc, b->old, b->live, b->n_live, &moved, d);
+		pthread_mutex_lock(&r->rs->mu);
+		r->moved_seqs += moved.seqs;
+		r->moved_bytes += moved.bytes;
+		pthread_mutex_unlock(&r->rs->mu);
+		break;
+	}
+	case RO_SWITCH:
+		rc = ro_step_switch(r, b, d);
+		break;
+	case RO_RETIRE:
+		ro_step_retire(r, b);
+		break;
+	case RO_DONE:
+	case RO_FAILED:
+		break;
+	}
+	return rc == 0 ? RO_OK : RO_ERROR;
+}
+
+/* Undoes what batch b changed (rollout_next says what), and marks the rollout failed at
+ * step s. */
+static void ro_rollback(struct rollout *r, struct ro_batch *b, enum ro_step s, unsigned undo,
+			const char *why)
+{
+	if (undo & RO_UNDO_UNPOINT)
+		ro_unpoint(r->rs, b->undo, b->n_undo);
+	if (undo & RO_UNDO_RESUME)
+		sched_resume(b->sched, false);
+	if (undo & RO_UNDO_DROP)
+		for (int32_t k = 0; k < b->nc; k++)
+			ro_cand_drop(r->rs, &b->cs[k]);
+	ro_fail(r, b->failed >= 0 ? b->failed : b->cs[0].j, rollout_step_name(s), why);
+}
+
+/* The batch of nc workers from order[at] through every step; false when it failed (then
+ * rolled back). */
+static bool ro_batch_run(struct rollout *r, int32_t at, int32_t nc, struct ro_probe *pr,
+			 nng_socket sink)
+{
+	struct rollouts *rs = r->rs;
+	int32_t cap = rs->f->cfg->slots + MESH_PROBE_SLOTS;
+	struct ro_batch *b = calloc(1, sizeof *b);
+	lm_diag d = {{0}};
+	bool ok = false;
+	if (b == NULL || (b->live = calloc((size_t)cap, sizeof *b->live)) == NULL ||
+	    (b->old = calloc((size_t)nc, sizeof *b->old)) == NULL ||
+	    (b->pred = calloc((size_t)nc, sizeof *b->pred)) == NULL ||
+	    (b->undo = calloc((size_t)nc + 1, sizeof *b->undo)) == NULL) {
+		ro_fail(r, r->order[at], "prepare", "out of memory");
+		goto out;
+	}
+	b->nc = nc;
+	b->canary = at == 0;
+	b->failed = -1;
+	b->sched = workers_sched(rs->ws, false);
+	for (int32_t k = 0; k < nc; k++)
+		b->cs[k] = (struct ro_cand){.rs = rs, .j = r->order[at + k]};
+	bool last = at + nc >= r->n_order;
+	for (enum ro_step s = RO_PREPARE; s != RO_DONE;) {
+		enum ro_outcome o = ro_step(r, b, s, pr, sink, &d);
+		struct ro_next n = rollout_next(s, o, last);
+		if (n.step == RO_FAILED) {
+			ro_rollback(r, b, s, n.undo, lm_diag_str(&d, LM_EIO));
+			goto out;
+		}
+		if (n.step == RO_PREPARE) /* the next batch's */
+			break;
+		s = n.step;
+	}
+	ok = true;
+out:
+	for (int32_t k = 0; b != NULL && b->old != NULL && b->pred != NULL && k < nc; k++) {
+		ctl_close(&b->old[k]);
+		ctl_close(&b->pred[k]);
+	}
+	if (b != NULL) {
+		free(b->live);
+		free(b->old);
+		free(b->pred);
+		free(b->undo);
+	}
+	free(b);
+	return ok;
 }
 
 /* ------------------------------------------------------------------ the thread */
 
-static void *ro_main(void *arg)
+void *ro_main(void *arg)
 {
 	struct rollout *r = arg;
-	struct mesh *m = r->m;
 	struct ro_probe pr = {0};
 	nng_socket sink;
 	bool sink_open = false;
-	lm_diag d = {{0}};
-	int rc, rv;
+	int rv;
 
 	if ((rv = nng_pull0_open(&sink)) != 0 ||
 	    (sink_open = true, nng_listen(sink, r->sink, NULL, 0)) != 0) {
@@ -752,60 +963,8 @@ static void *ro_main(void *arg)
 		int32_t nc = at == 0 ? 1 : r->batch;
 		if (nc > r->n_order - at)
 			nc = r->n_order - at;
-		struct ro_cand cs[64];
-		memset(cs, 0, sizeof cs);
-		const char *step = "prepare";
-		int32_t failed = -1;
-		rc = 0;
-		for (int32_t k = 0; k < nc; k++)
-			cs[k] = (struct ro_cand){.m = m, .j = r->order[at + k]};
-		for (int32_t k = 0; rc == 0 && k < nc; k++) {
-			ro_set_step(r, cs[k].j, RW_WORKING,
-				    at == 0 ? "canary: prepare" : "prepare");
-			if ((rc = ro_prepare(r, &cs[k], &d)) != 0)
-				failed = cs[k].j;
-		}
-		if (rc == 0) {
-			step = "probe";
-			ro_set_step(r, cs[0].j, RW_WORKING, at == 0 ? "canary: probe" : "probe");
-			rc = ro_probe(r, &pr, &d);
-		}
-		for (int32_t k = 0; rc == 0 && k < nc; k++) {
-			step = "smoke";
-			ro_set_step(r, cs[k].j, RW_WORKING, "smoke");
-			if ((rc = ro_smoke(r, &cs[k], &pr, sink, &d)) != 0)
-				failed = cs[k].j;
-		}
-		double pause = 0;
-		if (rc == 0) {
-			step = "switch";
-			for (int32_t k = 0; k < nc; k++)
-				ro_set_step(r, cs[k].j, RW_WORKING, "switch");
-			rc = ro_switch(r, cs, nc, &pause, &d);
-		}
-		if (rc != 0) {
-			for (int32_t k = 0; k < nc; k++)
-				ro_cand_drop(m, &cs[k]);
-			ro_fail(r, failed >= 0 ? failed : cs[0].j, step, lm_diag_str(&d, rc));
+		if (!ro_batch_run(r, at, nc, &pr, sink))
 			goto out;
-		}
-		pthread_mutex_lock(&r->rs->mu);
-		for (int32_t k = 0; k < nc; k++) {
-			struct ro_worker *w = &r->w[cs[k].j];
-			w->state = RW_DONE;
-			w->pause_ms = pause;
-			snprintf(w->step, sizeof w->step, "done");
-			snprintf(w->from, sizeof w->from, "%s", cs[k].was.data);
-			snprintf(w->to, sizeof w->to, "%s", cs[k].at.data);
-		}
-		if (pause > r->max_pause_ms)
-			r->max_pause_ms = pause;
-		pthread_mutex_unlock(&r->rs->mu);
-		for (int32_t k = 0; k < nc; k++) {
-			ctl_close(&cs[k].ctl);
-			lm_info("redeploy: %s now runs %s at %s (paused %.1f ms)",
-				ro_name(m, cs[k].j), r->bin, cs[k].at.data, pause);
-		}
 		at += nc;
 	}
 	pthread_mutex_lock(&r->rs->mu);
@@ -828,382 +987,4 @@ out:
 	r->finished_ms = lm_now_ms();
 	pthread_mutex_unlock(&r->rs->mu);
 	return NULL;
-}
-
-/* ------------------------------------------------------------------ requests */
-
-static void ro_free(struct rollout *r)
-{
-	if (r == NULL)
-		return;
-	free(r->order);
-	free(r->w);
-	free(r);
-}
-
-static cJSON *ro_error(int *status, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static cJSON *ro_error(int *status, int code, const char *fmt, ...)
-{
-	char msg[600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	*status = code;
-	cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-	cJSON_AddStringToObject(e, "message", msg);
-	cJSON_AddStringToObject(e, "type",
-				code == 409   ? "conflict"
-				: code >= 500 ? "server_error"
-					      : "invalid_request_error");
-	return o;
-}
-
-static int32_t ro_worker_index(const struct mesh *m, const char *name)
-{
-	for (int32_t j = 0; j < mesh_n_workers(m); j++)
-		if (strcmp(ro_name(m, j), name) == 0)
-			return j;
-	return -1;
-}
-
-static cJSON *ro_plan_json(const struct mesh *m, const struct rollout *r)
-{
-	cJSON *plan = cJSON_CreateArray();
-	for (int32_t at = 0; at < r->n_order;) {
-		int32_t nc = at == 0 ? 1 : r->batch;
-		if (nc > r->n_order - at)
-			nc = r->n_order - at;
-		cJSON *b = cJSON_CreateArray();
-		for (int32_t k = 0; k < nc; k++)
-			cJSON_AddItemToArray(b, cJSON_CreateString(ro_name(m, r->order[at + k])));
-		cJSON_AddItemToArray(plan, b);
-		at += nc;
-	}
-	return plan;
-}
-
-/* The request's fields, each one this version knows (400 for another). */
-static cJSON *ro_check_fields(const cJSON *req, int *status)
-{
-	static const char *const known[] = {"binary", "workers", "all",       "batch",
-					    "canary", "dry_run", "tolerance", NULL};
-	for (const cJSON *k = req->child; k != NULL; k = k->next) {
-		bool ok = false;
-		for (int i = 0; known[i] != NULL && !ok; i++)
-			ok = strcmp(k->string, known[i]) == 0;
-		if (!ok)
-			return ro_error(status, 400, "unknown field '%s'", k->string);
-	}
-	return NULL;
-}
-
-/* A rollout of the mesh's workers with nothing chosen yet; NULL when out of memory. */
-static struct rollout *ro_new(struct rollouts *rs)
-{
-	int32_t W = mesh_n_workers(rs->m);
-	struct rollout *r = calloc(1, sizeof *r);
-	if (r == NULL || (r->order = calloc((size_t)W, sizeof *r->order)) == NULL ||
-	    (r->w = calloc((size_t)W, sizeof *r->w)) == NULL) {
-		ro_free(r);
-		return NULL;
-	}
-	r->m = rs->m;
-	r->rs = rs;
-	r->failed_worker = -1;
-	return r;
-}
-
-/* 'binary': the build to roll out, by default the one the first worker runs now. */
-static cJSON *ro_parse_binary(struct rollout *r, const cJSON *req, bool dry, int *status)
-{
-	const cJSON *bin = cJSON_GetObjectItemCaseSensitive(req, "binary");
-	if (bin != NULL && !cJSON_IsString(bin))
-		return ro_error(status, 400, "'binary' must be a path");
-	if (bin != NULL)
-		snprintf(r->bin, sizeof r->bin, "%s", bin->valuestring);
-	else
-		mesh_worker_bin(r->m, 0, r->bin, sizeof r->bin);
-	if (access(r->bin, X_OK) != 0 && !dry) {
-		/* A missing build is a rollout that fails at its first step, not a bad request:
-		 * it is reported the same way as a build that exits at start. */
-		lm_warn("redeploy: %s is not an executable file", r->bin);
-	}
-	return NULL;
-}
-
-/* 'workers' (names) or 'all', and 'canary' (default: the first chosen): the order, canary
- * first, and every worker's state, pending or untouched. */
-static cJSON *ro_parse_workers(struct rollout *r, const cJSON *req, int *status)
-{
-	struct mesh *m = r->m;
-	int32_t W = mesh_n_workers(m), canary = -1;
-	const cJSON *workers = cJSON_GetObjectItemCaseSensitive(req, "workers");
-	const cJSON *all = cJSON_GetObjectItemCaseSensitive(req, "all");
-	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(req, "canary");
-	cJSON *reply = NULL;
-	bool *chosen = calloc((size_t)W, sizeof *chosen);
-
-	if (chosen == NULL)
-		return ro_error(status, 500, "out of memory");
-	if (cJSON_IsTrue(all) == (workers != NULL)) {
-		reply = ro_error(status, 400, "give either 'workers' (names) or 'all': true");
-		goto out;
-	}
-	if (workers != NULL && (!cJSON_IsArray(workers) || cJSON_GetArraySize(workers) == 0)) {
-		reply = ro_error(status, 400, "'workers' must be a non-empty array of names");
-		goto out;
-	}
-	for (const cJSON *e = workers != NULL ? workers->child : NULL; e != NULL; e = e->next) {
-		int32_t j = cJSON_IsString(e) ? ro_worker_index(m, e->valuestring) : -1;
-		if (j < 0) {
-			reply = ro_error(status, 400, "'workers': no worker is called %s",
-					 cJSON_IsString(e) ? e->valuestring : "(not a string)");
-			goto out;
-		}
-		chosen[j] = true;
-	}
-	for (int32_t j = 0; workers == NULL && j < W; j++)
-		chosen[j] = true;
-	if (cn != NULL) {
-		canary = cJSON_IsString(cn) ? ro_worker_index(m, cn->valuestring) : -1;
-		if (canary < 0 || !chosen[canary]) {
-			reply = ro_error(status, 400,
-					 "'canary' must name one of the workers to redeploy");
-			goto out;
-		}
-	}
-	for (int32_t j = 0; j < W; j++)
-		if (chosen[j] && canary < 0)
-			canary = j;
-	r->order[r->n_order++] = canary;
-	for (int32_t j = 0; j < W; j++) {
-		r->w[j].state = chosen[j] ? RW_PENDING : RW_UNTOUCHED;
-		if (chosen[j] && j != canary)
-			r->order[r->n_order++] = j;
-	}
-out:
-	free(chosen);
-	return reply;
-}
-
-/* 'batch' (default 1) and 'tolerance' (default 1e-4). */
-static cJSON *ro_parse_limits(struct rollout *r, const cJSON *req, int *status)
-{
-	const cJSON *batch = cJSON_GetObjectItemCaseSensitive(req, "batch");
-	r->batch = 1;
-	if (batch != NULL) {
-		if (!cJSON_IsNumber(batch) || batch->valuedouble < 1 || batch->valuedouble > 64 ||
-		    batch->valuedouble != floor(batch->valuedouble))
-			return ro_error(status, 400, "'batch' must be an integer in [1, 64]");
-		r->batch = (int32_t)batch->valuedouble;
-	}
-	const cJSON *tol = cJSON_GetObjectItemCaseSensitive(req, "tolerance");
-	r->tolerance = 1e-4;
-	if (tol != NULL) {
-		if (!cJSON_IsNumber(tol) || !(tol->valuedouble >= 0) || !isfinite(tol->valuedouble))
-			return ro_error(status, 400, "'tolerance' must be a non-negative number");
-		r->tolerance = tol->valuedouble;
-	}
-	return NULL;
-}
-
-/* A dry run's answer: the build, the batches, the canary and every chosen worker's move. */
-static cJSON *ro_dry_run(const struct rollout *r)
-{
-	struct mesh *m = r->m;
-	lm_diag d = {{0}};
-	cJSON *reply = cJSON_CreateObject();
-	cJSON_AddStringToObject(reply, "binary", r->bin);
-	cJSON_AddItemToObject(reply, "plan", ro_plan_json(m, r));
-	cJSON_AddStringToObject(reply, "canary", ro_name(m, r->order[0]));
-	cJSON *moves = cJSON_AddArrayToObject(reply, "moves");
-	for (int32_t k = 0; k < r->n_order; k++) {
-		int32_t j = r->order[k];
-		struct mesh_addrs cur;
-		mesh_worker_addrs(m, j, &cur);
-		char to[256] = "";
-		ro_alternate(mesh_worker_cfg(m, j)->data, cur.data, to, sizeof to, &d);
-		cJSON *mv = cJSON_CreateObject();
-		cJSON_AddStringToObject(mv, "worker", ro_name(m, j));
-		cJSON_AddStringToObject(mv, "from", cur.data);
-		cJSON_AddStringToObject(mv, "to", to[0] ? to : d.msg);
-		cJSON_AddItemToArray(moves, mv);
-	}
-	return reply;
-}
-
-/* Starts *rp's thread unless another rollout runs (409) or the mesh cannot be redeployed
- * (503). On success (202) the rollouts own it and *rp is NULL; the previous one is joined
- * and freed. */
-static cJSON *ro_launch(struct rollouts *rs, struct rollout **rp, int *status)
-{
-	struct rollout *r = *rp, *prev;
-	cJSON *reply;
-
-	pthread_mutex_lock(&rs->mu);
-	if (rs->cur != NULL && rs->cur->running) {
-		reply = ro_error(status, 409, "a redeploy is already running");
-		goto unlock;
-	}
-	if (rs->closed || !mesh_redeployable(rs->m)) {
-		reply = ro_error(status, 503,
-				 "the mesh is not ready: redeploy once every worker is");
-		goto unlock;
-	}
-	snprintf(r->state, sizeof r->state, "running");
-	r->running = true;
-	r->started_ms = lm_now_ms();
-	snprintf(r->dir, sizeof r->dir, "/tmp/layermesh-redeploy.XXXXXX");
-	if (mkdtemp(r->dir) == NULL) {
-		reply = ro_error(status, 500, "cannot make a temporary directory: %s",
-				 strerror(errno));
-		goto unlock;
-	}
-	snprintf(r->sink, sizeof r->sink, "ipc://%s/sink", r->dir);
-	prev = rs->cur;
-	rs->cur = r;
-	if (pthread_create(&r->thread, NULL, ro_main, r) != 0) {
-		reply = ro_error(status, 500, "cannot start the rollout");
-		goto uncur;
-	}
-	/* Built before the lock is let go: from then on a later request may free r once its
-	 * thread is done. */
-	reply = cJSON_CreateObject();
-	cJSON_AddStringToObject(reply, "state", "running");
-	cJSON_AddStringToObject(reply, "binary", r->bin);
-	cJSON_AddItemToObject(reply, "plan", ro_plan_json(rs->m, r));
-	*status = 202;
-	*rp = NULL;
-	pthread_mutex_unlock(&rs->mu);
-	if (prev != NULL) {
-		pthread_join(prev->thread, NULL);
-		ro_free(prev);
-	}
-	return reply;
-
-uncur:
-	rs->cur = prev;
-	r->running = false;
-	pthread_mutex_unlock(&rs->mu);
-	rmdir(r->dir);
-	return reply;
-unlock:
-	pthread_mutex_unlock(&rs->mu);
-	return reply;
-}
-
-cJSON *rollout_request(struct rollouts *rs, const char *body, size_t len, int *status)
-{
-	cJSON *req = cJSON_ParseWithLength(body, len);
-	cJSON *reply = NULL;
-	struct rollout *r = NULL;
-
-	if (req == NULL || !cJSON_IsObject(req)) {
-		reply = ro_error(status, 400, "the request body must be a JSON object");
-		goto out;
-	}
-	if (!mesh_spawns(rs->m)) {
-		reply = ro_error(status, 503,
-				 "this mesh's workers were started elsewhere: redeploy them there "
-				 "(systemd, kubectl rollout)");
-		goto out;
-	}
-	if ((reply = ro_check_fields(req, status)) != NULL)
-		goto out;
-	if ((r = ro_new(rs)) == NULL) {
-		reply = ro_error(status, 500, "out of memory");
-		goto out;
-	}
-	bool dry = cJSON_IsTrue(cJSON_GetObjectItem(req, "dry_run"));
-	if ((reply = ro_parse_binary(r, req, dry, status)) != NULL ||
-	    (reply = ro_parse_workers(r, req, status)) != NULL ||
-	    (reply = ro_parse_limits(r, req, status)) != NULL)
-		goto out;
-	if (dry) {
-		reply = ro_dry_run(r);
-		*status = 200;
-		goto out;
-	}
-	reply = ro_launch(rs, &r, status);
-out:
-	ro_free(r);
-	cJSON_Delete(req);
-	return reply;
-}
-
-cJSON *rollout_status(struct rollouts *rs)
-{
-	struct mesh *m = rs->m;
-	pthread_mutex_lock(&rs->mu);
-	struct rollout *r = rs->cur;
-	if (r == NULL) {
-		pthread_mutex_unlock(&rs->mu);
-		return NULL;
-	}
-	cJSON *o = cJSON_CreateObject();
-	/* The outcome only once the rollout thread is done cleaning up (stopping a failed
-	 * candidate, closing its sockets): until then a new redeploy would be refused. */
-	cJSON_AddStringToObject(o, "state", r->running ? "running" : r->state);
-	cJSON_AddStringToObject(o, "binary", r->bin);
-	cJSON_AddItemToObject(o, "plan", ro_plan_json(m, r));
-	cJSON_AddNumberToObject(o, "max_pause_ms", r->max_pause_ms);
-	cJSON_AddNumberToObject(o, "moved_sequences", (double)r->moved_seqs);
-	cJSON_AddNumberToObject(o, "moved_kv_bytes", (double)r->moved_bytes);
-	int64_t end = r->running ? lm_now_ms() : r->finished_ms;
-	cJSON_AddNumberToObject(o, "elapsed_ms", (double)(end - r->started_ms));
-	if (r->error[0]) {
-		cJSON_AddStringToObject(o, "failed_step", r->failed_step);
-		if (r->failed_worker >= 0)
-			cJSON_AddStringToObject(o, "failed_worker", ro_name(m, r->failed_worker));
-		cJSON_AddStringToObject(o, "error", r->error);
-	}
-	cJSON *ws = cJSON_AddArrayToObject(o, "workers");
-	for (int32_t j = 0; j < mesh_n_workers(m); j++) {
-		cJSON *w = cJSON_CreateObject();
-		cJSON_AddStringToObject(w, "name", ro_name(m, j));
-		cJSON_AddStringToObject(w, "status", ro_state_names[r->w[j].state]);
-		if (r->w[j].step[0])
-			cJSON_AddStringToObject(w, "step", r->w[j].step);
-		if (r->w[j].state == RW_DONE) {
-			cJSON_AddNumberToObject(w, "pause_ms", r->w[j].pause_ms);
-			cJSON_AddStringToObject(w, "from", r->w[j].from);
-			cJSON_AddStringToObject(w, "to", r->w[j].to);
-		}
-		if (r->w[j].error[0])
-			cJSON_AddStringToObject(w, "error", r->w[j].error);
-		cJSON_AddItemToArray(ws, w);
-	}
-	pthread_mutex_unlock(&rs->mu);
-	return o;
-}
-
-void rollout_init(struct rollouts *rs, struct mesh *m)
-{
-	*rs = (struct rollouts){.m = m};
-	pthread_mutex_init(&rs->mu, NULL);
-}
-
-void rollout_stop(struct rollouts *rs)
-{
-	pthread_mutex_lock(&rs->mu);
-	rs->closed = true;
-	struct rollout *r = rs->cur;
-	pthread_mutex_unlock(&rs->mu);
-	if (r != NULL && !r->joined) {
-		pthread_join(r->thread, NULL);
-		r->joined = true;
-	}
-}
-
-void rollout_fini(struct rollouts *rs)
-{
-	if (rs == NULL || rs->m == NULL)
-		return;
-	rollout_stop(rs);
-	ro_free(rs->cur);
-	pthread_mutex_destroy(&rs->mu);
-	*rs = (struct rollouts){0};
 }

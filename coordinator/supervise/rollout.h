@@ -31,23 +31,33 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct mesh;
-struct rollout;
+#include "coordinator/supervise/facts.h"
 
-/* A mesh's redeploys: the one running, or the last one, whose status stays on show.
+struct lm_link;
+struct procs;
+struct rollout;
+struct workers;
+
+/* A mesh's redeploys: the one running, or the last one, whose status stays on show. A rollout
+ * reads the mesh's facts and calls down into the worker table, the process supervision, the
+ * scheduler and the head of the data ring; nothing else.
  *
- * Locking: `mu` guards `cur`, `closed` and every rollout's status. Lock order: a rollouts' mu,
- * then the mesh's (taken inside the mesh's calls), then the scheduler's. The mesh never calls
- * in here holding its own. */
+ * Locking: `mu` guards `cur`, `closed` and every rollout's status; its place in the lock order
+ * is workers.h's. */
 struct rollouts {
-	struct mesh *m;
+	const struct mesh_facts *f;
+	struct workers *ws;
+	struct procs *pr;
+	struct lm_link *head; /* the coordinator's dial to the first worker (a redeploy of it
+			       * re-points it); its own lock */
 	pthread_mutex_t mu;
 	struct rollout *cur; /* the current or last redeploy, or NULL */
 	bool closed;         /* rollout_stop ran: no redeploy starts any more */
 };
 
-/* On caller-owned memory; m is the mesh whose workers it redeploys. */
-void rollout_init(struct rollouts *rs, struct mesh *m);
+/* On caller-owned memory: the mesh whose workers it redeploys. */
+void rollout_init(struct rollouts *rs, const struct mesh_facts *f, struct workers *ws,
+		  struct procs *pr, struct lm_link *head);
 /* POST /v1/admin/redeploy: {"binary": path, "workers": [names] | "all": true, "batch": n,
  * "canary": name, "dry_run": bool, "tolerance": x}. Starts a rollout (202, its plan) or
  * answers a dry run with the plan (200); 400 for a bad request, 409 while another runs, 503

@@ -9,8 +9,10 @@
 #   3. 20,000 malformed messages into a worker's data socket while 16 clients keep requests in
 #      flight fail no request and make no live batch refused; the log holds a few lines about
 #      them (rate-limited, with the count held back) while the counters hold all 20,000;
-#   4. three kills of a worker: /v1/status shows the streak and restarts_total = 3, /metrics
-#      the same counter, and the replays per worker;
+#   4. three kills of a worker, each after it served for longer than a streak lasts: each
+#      restart is the first of its streak, /v1/status shows the streak over (0) once it has
+#      served again and restarts_total = 3, /metrics the same counter, and the replays per
+#      worker;
 #   5. a SIGKILLed coordinator leaves its data_in socket: the next `up` removes it, says so,
 #      and serves; a second mesh configured onto a running mesh's data_in is refused and the
 #      running mesh keeps its socket and serves on;
@@ -122,6 +124,7 @@ echo "malformed: $(cat "$dir/malformed"); $lines log lines ($about about them), 
 grep -q "more like it" "$dir/up.log" || fail "the log does not say how many it held back"
 
 # ---------------------------------------------------------------- 4. counters
+lines0=$(wc -l <"$dir/up.log")
 for i in 1 2 3; do
 	kill -KILL "$(worker_pid w1 "$dir")"
 	lm_ready_wait "$LM_URL" 20 >/dev/null || fail "not ready after kill $i"
@@ -133,7 +136,9 @@ w1=$(curl -sf "$LM_URL/v1/status" | jq -c '.workers[1] | {restarts, restarts_tot
 total=$(metric 'layermesh_worker_restarts_total{worker="w1"}')
 echo "counters after three kills of w1: $w1; /metrics restarts_total $total"
 [ "$(jq .restarts_total <<<"$w1")" -eq 3 ] || fail "restarts_total: $w1"
-[ "$(jq .restarts <<<"$w1")" -eq 1 ] || fail "the streak: $w1"
+[ "$(jq .restarts <<<"$w1")" -eq 0 ] || fail "the streak is not over once w1 served again: $w1"
+firsts=$(tail -n +"$((lines0 + 1))" "$dir/up.log" | grep -c "w1: starting again .*(restart 1 of this streak)" || true)
+[ "$firsts" -eq 3 ] || fail "$firsts of the 3 restarts were the first of their streak"
 [ "$total" = 3 ] || fail "/metrics says $total restarts"
 metric 'layermesh_worker_replays_total{worker="w1"}' | grep -q . || fail "no replays counter"
 

@@ -6,7 +6,12 @@
 #      cache from the accepted tokens, and every request still ends as `run` ends it;
 #   2. a worker that cannot come back (its binary is gone): after five failed starts in a row
 #      it is reported failed, requests fail fast with 503 and the reason, /readyz says why;
-#      the keeper goes on trying, and once the binary is back the mesh serves again;
+#      the keeper goes on trying, and once the binary is back the mesh serves again; then a
+#      worker that hangs while starting (it stops itself: alive and silent) is watched from
+#      its spawn: /readyz says it is starting, then that it hung; it is killed once its start
+#      bound has passed (not after the 60 s handshake), and started again until it serves;
+#      and a worker that dies while a redeploy of another one runs: the redeploy is rolled
+#      back, saying why, and the mesh serves on;
 #   3. a worker that crashes at start: `layermesh up` fails with the reason, and leaves nothing;
 #   4. a stop while a worker restarts and a request runs: everything ends, nothing hangs.
 source "$(dirname "$0")/lib.sh"
@@ -111,6 +116,58 @@ ready_ms=$(lm_ready_wait "$LM_URL" 20) || fail "the mesh did not come back with 
 "$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 8 --temp 0 --timeout 30 >/dev/null ||
 	fail "the healed mesh does not serve"
 echo "binary back: ready after $ready_ms ms and serving"
+# readyz_until PATTERN LIMIT_S: until /readyz's body matches; prints the last body.
+readyz_until() {
+	local body="" i
+	for ((i = 0; i < $2 * 10; i++)); do
+		body=$(curl -s -m 1 "$LM_URL/readyz" || true)
+		grep -q "$1" <<<"$body" && break
+		sleep 0.1
+	done
+	echo "$body"
+}
+rm "$dir/bin/layermesh-worker"
+printf '#!/bin/sh\nkill -STOP $$\n' >"$dir/bin/layermesh-worker"
+chmod +x "$dir/bin/layermesh-worker"
+kill -KILL "$(worker_pid w1 "$dir")"
+body=$(readyz_until "starting pid" 10)
+grep -q "worker w1 is restarting (starting pid" <<<"$body" ||
+	fail "/readyz does not say w1 is starting: $body"
+hung=$(worker_pid w1 "$dir")
+[ -n "$hung" ] || fail "no stopped w1 to watch"
+echo "hangs at start: readyz: $body"
+# The bound: 10 worker_timeouts (1 s; 3 s in a sanitizer build) for a slice this small.
+body=$(readyz_until "hung while starting" $((LM_ASAN ? 45 : 20)))
+grep -q "hung while starting" <<<"$body" || fail "/readyz does not say w1 hung: $body"
+lm_wait_exit "$hung" 10 || fail "the hung w1 (pid $hung) is still there"
+echo "hangs at start: readyz: $body"
+cp "$LM_WORKER" "$dir/bin/layermesh-worker"
+ready_ms=$(lm_ready_wait "$LM_URL" 40) || fail "the mesh did not come back after the hang"
+echo "hangs at start: killed, and ready $ready_ms ms after the binary was back"
+# A keeper's fault in the middle of a redeploy: w1's new build takes 1 s to start, and w0 dies
+# meanwhile and cannot come back (its binary is gone). The redeploy stops before its next
+# step, drops the candidate and says why; once w0 is back the old build serves on.
+printf '#!/bin/sh\nsleep 1\nexec %s "$@"\n' "$LM_WORKER" >"$dir/slow-worker"
+chmod +x "$dir/slow-worker"
+code=$(curl -s -o "$dir/rd.json" -w '%{http_code}' "$LM_URL/v1/admin/redeploy" \
+	-H 'Content-Type: application/json' \
+	-d "{\"workers\": [\"w1\"], \"binary\": \"$dir/slow-worker\"}")
+[ "$code" = 202 ] || fail "the redeploy was not started: HTTP $code $(cat "$dir/rd.json")"
+rm "$dir/bin/layermesh-worker"
+kill -KILL "$(worker_pid w0 "$dir")"
+for _ in $(seq 300); do
+	rd=$(curl -s "$LM_URL/v1/admin/redeploy" || true)
+	[ "$(jq -r .state <<<"$rd")" = running ] || break
+	sleep 0.1
+done
+echo "fault mid-redeploy: $(jq -c '{state, failed_step, error}' <<<"$rd")"
+jq -e '.state == "failed"' <<<"$rd" >/dev/null || fail "the redeploy did not fail: $rd"
+jq -e '.error | test("worker w0 went away during the redeploy")' <<<"$rd" >/dev/null ||
+	fail "the redeploy does not say w0 went away: $rd"
+cp "$LM_WORKER" "$dir/bin/layermesh-worker"
+lm_ready_wait "$LM_URL" 20 >/dev/null || fail "the mesh did not come back after the fault"
+"$LM_BIN" generate --url "$LM_URL" --prompt "The cat" -n 8 --temp 0 --timeout 30 >/dev/null ||
+	fail "the mesh does not serve after the rolled-back redeploy"
 lm_down "$dir"
 
 # ---------------------------------------------------------------- 3. crashes at start

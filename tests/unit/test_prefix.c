@@ -101,5 +101,6 @@ Test(prefix, what_is_forgotten_is_never_reused)
 	cr_expect_eq(prefix_usable(&x, 1, conv, 10), 0);
 	prefix_keep(&x, 1, conv, 9, 9); /* past max_seq = 8 */
 	cr_expect_eq(prefix_usable(&x, 1, conv, 10), 0);
+	prefix_fini(&x);
 	cr_expect_eq(prefix_init(&x, 0, 8, -1, NULL), LM_EINVAL);
 }
