@@ -221,7 +221,9 @@ async function checkKill(page, name) {
 	if (!/killed by signal 9/.test(down.value))
 		throw new Error(name + "'s reason is " + JSON.stringify(down.value));
 	const rz = await page.eval("document.getElementById('readyz').textContent");
-	if (!rz.includes("worker " + name + " is restarting (killed by signal 9)"))
+	/* "restarting (killed by signal 9)", or, once its next process is starting, "restarting
+	 * (starting pid N (before it: killed by signal 9))": the reason as /readyz gives it. */
+	if (!rz.includes("worker " + name + " is restarting (") || !rz.includes("killed by signal 9"))
 		throw new Error("the page's /readyz line is " + JSON.stringify(rz));
 	log(`SIGKILL of ${name} (pid ${pid}): its box showed restarting, "${down.value}", ` +
 		`after ${down.ms} ms`);
