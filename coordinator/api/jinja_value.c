@@ -58,6 +58,9 @@ void jx_arena_fini(struct jarena *a)
 }
 
 static _Noreturn void jx_vfail(struct jctx *c, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+
+static _Noreturn void jx_vfail(struct jctx *c, int code, const char *fmt, va_list ap)
 {
 	int k = snprintf(c->msg, sizeof c->msg, "line %d: ", c->line);
 	vsnprintf(c->msg + k, sizeof c->msg - (size_t)k, fmt, ap);
