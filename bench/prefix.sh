@@ -11,7 +11,8 @@
 #     time to its first token (a request of max_tokens 1, the wall time of the call) with
 #     cache_prompt true, after the fourth turn left its rows, and with cache_prompt false;
 #   - shared: 16 clients at once, each a 4,000-token system prompt shared by all and 16 tokens
-#     of its own, in two rounds: the second round's prompt tokens the mesh computed (/metrics:
+#     of its own (other in each round), in two rounds: the second round's prompt tokens the
+#     mesh computed (/metrics:
 #     prompt tokens less cached ones) and its wall time, on a mesh with [coordinator]
 #     prefix_cache on, and on one with it off. (A slot's rows serve the requests that come
 #     after it: the first round's 16 concurrent clients share nothing yet.)
@@ -118,11 +119,12 @@ off_m=$(echo "${off[*]}" | median)
 
 # ---------------------------------------------------------------- shared
 ids 4000 2 >"$TMP/system"
-round() { # round: 16 clients at once; prints the wall seconds
+round() { # round R: 16 clients at once, each the system prompt and 16 tokens of its own for
+	# round R; prints the wall seconds
 	local t0 t1 k pids=()
 	t0=$(date +%s.%N)
 	for k in $(seq 16); do
-		python3 -c "import json; s = json.load(open('$TMP/system')); print(json.dumps(s + [3 + ($k * 31 + j) % 500 for j in range(16)]))" >"$TMP/c$k"
+		python3 -c "import json; s = json.load(open('$TMP/system')); print(json.dumps(s + [3 + ($k * 31 + $1 * 7 + j) % 500 for j in range(16)]))" >"$TMP/c$k"
 		curl -sf -o /dev/null -H "Content-Type: application/json" "$URL/v1/completions" \
 			--data-binary @<(printf '{"prompt": %s, "max_tokens": 4, "temperature": 0}' "$(cat "$TMP/c$k")") &
 		pids+=($!)
@@ -134,10 +136,10 @@ round() { # round: 16 clients at once; prints the wall seconds
 declare -A wall computed
 for cache in true false; do
 	mesh_up "shared-$cache" "$cache"
-	round >/dev/null # the first round fills the slots; the second is measured
+	round 1 >/dev/null # the first round fills the slots; the second is measured
 	p0=$(metric layermesh_prompt_tokens_total)
 	c0=$(metric layermesh_prompt_tokens_cached_total)
-	wall[$cache]=$(round)
+	wall[$cache]=$(round 2)
 	computed[$cache]=$(($(metric layermesh_prompt_tokens_total) - p0 - ($(metric layermesh_prompt_tokens_cached_total) - c0)))
 	mesh_down
 done
