@@ -623,8 +623,8 @@ static int mc_plan(struct mc *m)
 
 static int mc_speculative(struct mc *m)
 {
-	static const char *const keys[] = {"source",    "draft_model",   "max_draft", "ngram_min",
-					   "ngram_max", "draft_threads", NULL};
+	static const char *const keys[] = {"source",    "draft_model",   "max_draft",   "ngram_min",
+					   "ngram_max", "draft_threads", "max_streams", NULL};
 	static const char *const sources[] = {"ngram", "model", NULL};
 	struct mesh_config *cfg = m->cfg;
 	const struct toml_value *t;
@@ -635,6 +635,7 @@ static int mc_speculative(struct mc *m)
 	cfg->ngram_min = 1;
 	cfg->ngram_max = 3;
 	cfg->draft_threads = 1;
+	cfg->spec_max_streams = 4;
 	int source = -1;
 	if ((rc = mc_keys(m, t, "[speculative]", keys)) != 0 ||
 	    (rc = mc_choice(m, t, "source", sources, &source)) != 0 ||
@@ -642,7 +643,8 @@ static int mc_speculative(struct mc *m)
 	    (rc = mc_int(m, t, "max_draft", 1, MESH_MAX_DRAFT, &cfg->max_draft)) != 0 ||
 	    (rc = mc_int(m, t, "ngram_min", 1, 8, &cfg->ngram_min)) != 0 ||
 	    (rc = mc_int(m, t, "ngram_max", 1, 8, &cfg->ngram_max)) != 0 ||
-	    (rc = mc_int(m, t, "draft_threads", 1, 64, &cfg->draft_threads)) != 0)
+	    (rc = mc_int(m, t, "draft_threads", 1, 64, &cfg->draft_threads)) != 0 ||
+	    (rc = mc_int(m, t, "max_streams", 0, 4096, &cfg->spec_max_streams)) != 0)
 		return rc;
 	if (source < 0)
 		source = cfg->draft_model != NULL ? 1 : 0;

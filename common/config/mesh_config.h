@@ -102,6 +102,12 @@
  *                                      default 1
  *   ngram_max     integer              the longest, ngram_min to 8; default 3
  *   draft_threads integer              CPU threads of the draft model, 1 to 64; default 1
+ *   max_streams   integer              sequences holding slots at once above which none
+ *                                      drafts, 0 to 4096 (0: no bound); default 4: a batch
+ *                                      of many sequences already reads each weight for all of
+ *                                      them, so drafts add rows it pays for and gain little
+ *                                      (bench/RESULTS.md: 16 streams ran at 0.61x to 0.96x
+ *                                      with drafts on every step)
  *
  *   [tls]         required when any address is tls+tcp://
  *   ca_file       path, required     CA that signs every peer's certificate
@@ -249,6 +255,7 @@ struct mesh_config {
 	int32_t max_draft; /* 0 when spec is off */
 	int32_t ngram_min, ngram_max;
 	int32_t draft_threads;
+	int32_t spec_max_streams; /* [speculative] max_streams */
 
 	/* [tls]: resolved paths; NULL when the section is absent */
 	char *tls_ca_file, *tls_cert_file, *tls_key_file;

@@ -246,6 +246,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .n_workers = m->facts.n_workers,
 			       .draft = m->draft,
 			       .max_draft = m->cfg.max_draft,
+			       .spec_max_streams = m->cfg.spec_max_streams,
 			       .prefix_cache = m->cfg.prefix_cache,
 			       .ring_rollback = mesh_ring_rollback(m),
 			       .push = &m->head,

@@ -507,6 +507,8 @@ static int32_t sched_draft(struct sched *s, struct sched_seq *q, int32_t room,
 	if (s->cfg.draft.iface == NULL || !q->spec || s->cfg.max_draft <= 0 || q->n_bias > 0 ||
 	    lm_penalties_active(&q->pen))
 		return 0;
+	if (s->cfg.spec_max_streams > 0 && atomic_load(&s->stats.active) > s->cfg.spec_max_streams)
+		return 0;
 	int32_t most = s->cfg.max_draft;
 	most = room < most ? room : most;
 	most = q->max_tokens - q->n_gen - 1 < most ? q->max_tokens - q->n_gen - 1 : most;

@@ -104,6 +104,9 @@ struct sched_cfg {
 	 * source on its own thread; it stays the caller's. */
 	struct spec_source draft;
 	int32_t max_draft;
+	/* Above this many sequences holding slots, none drafts (0: no bound): a full batch
+	 * already shares each weight read among them, and drafts only add rows. */
+	int32_t spec_max_streams;
 	/* The prefix cache (prefix.h): an ended sequence's rows stay in its slot, and a request
 	 * that shares their prefix starts after it. ring_rollback: how many rows below a slot's
 	 * high-water mark its sliding-window rings can roll back (kv_geom_ring_extra + 1); < 0 when

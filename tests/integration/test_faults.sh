@@ -82,7 +82,7 @@ storm() {
 storm storm
 "$LM_BIN" quantize --in "$model" --out "$LM_TMP/draft.gguf" --type q8_0 >/dev/null ||
 	fail "layermesh quantize"
-storm storm-spec "draft_model = \"$LM_TMP/draft.gguf\"\nmax_draft = 4\n"
+storm storm-spec "draft_model = \"$LM_TMP/draft.gguf\"\nmax_draft = 4\nmax_streams = 0\n"
 
 # ---------------------------------------------------------------- 2. cannot come back
 dir="$LM_TMP/gone"

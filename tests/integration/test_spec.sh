@@ -87,15 +87,17 @@ run_case() {
 	lm_down "$dir"
 }
 
+# max_streams = 0: every one of the concurrent requests may draft, so that speculating and
+# plain sequences share batches (the default stops drafting past 4 sequences).
 LM_LAYERS=5 LM_MAX_SEQ=256 run_case stories-ngram "$stories" 200 \
-	'source = "ngram"\nmax_draft = 4\n'
+	'source = "ngram"\nmax_draft = 4\nmax_streams = 0\n'
 LM_LAYERS=5 LM_MAX_SEQ=256 run_case stories-draft "$stories" 200 \
-	"draft_model = \"$LM_TMP/stories-q8.gguf\"\nmax_draft = 4\n"
+	"draft_model = \"$LM_TMP/stories-q8.gguf\"\nmax_draft = 4\nmax_streams = 0\n"
 # Rings of 8 + 8 - 1 rows: a batch of 8 tokens at most, drafts of up to 4.
 LM_LAYERS=6 LM_MAX_SEQ=256 LM_MAX_BATCH=8 run_case gemma4-ngram "$gemma" 120 \
-	'source = "ngram"\nmax_draft = 4\n'
+	'source = "ngram"\nmax_draft = 4\nmax_streams = 0\n'
 LM_LAYERS=6 LM_MAX_SEQ=256 LM_MAX_BATCH=8 run_case gemma4-draft "$gemma" 120 \
-	"draft_model = \"$LM_TMP/gemma4-q8.gguf\"\nmax_draft = 4\n"
+	"draft_model = \"$LM_TMP/gemma4-q8.gguf\"\nmax_draft = 4\nmax_streams = 0\n"
 
 # ---------------------------------------------------------------- 4. quantized, redeployed
 dir="$LM_TMP/quant-redeploy"
@@ -104,7 +106,7 @@ mkdir -p "$dir/load"
 LM_MAX_SEQ=256 LM_MAX_BATCH=16 LM_SLOTS=16 LM_KV_TYPE_K=fp8 LM_KV_TYPE_V=fp8 \
 	LM_KV_TYPE_K_SWA=q8_0 LM_KV_TYPE_V_SWA=q5_1 \
 	lm_mesh_toml "$dir/mesh.toml" "$gemma" ipc "$(lm_port)" 0:2 2:4 4:6
-printf '\n[speculative]\ndraft_model = "%s"\nmax_draft = 4\n' "$LM_TMP/gemma4-q8.gguf" \
+printf '\n[speculative]\ndraft_model = "%s"\nmax_draft = 4\nmax_streams = 0\n' "$LM_TMP/gemma4-q8.gguf" \
 	>>"$dir/mesh.toml"
 lm_up "$dir/mesh.toml" "$dir/up.log"
 kv=(--ctk fp8 --ctv fp8 --ctk-swa q8_0 --ctv-swa q5_1)

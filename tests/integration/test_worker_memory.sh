@@ -76,7 +76,7 @@ fence=()
 for ((j = 0; j < 20; j++)); do fence+=("$((3 * j)):$((3 * j + 3))"); done
 LM_MAX_SEQ=128 LM_SLOTS=2 LM_KV_TYPE_K=f16 LM_KV_TYPE_V=f16 \
 	lm_mesh_toml "$dir/mesh.toml" "$g4" ipc "$(lm_port)" "${fence[@]}"
-printf '\n[speculative]\nsource = "ngram"\nmax_draft = 4\n' >>"$dir/mesh.toml"
+printf '\n[speculative]\nsource = "ngram"\nmax_draft = 4\nmax_streams = 0\n' >>"$dir/mesh.toml"
 lm_up "$dir/mesh.toml" "$dir/up.log"
 
 # check_hwm WHAT: every worker's VmHWM against its planned bytes; the worst excess into WORST.

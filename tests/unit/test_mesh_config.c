@@ -504,13 +504,15 @@ Test(mesh_config, speculative_section)
 	cr_expect_eq(cfg.ngram_min, 1);
 	cr_expect_eq(cfg.ngram_max, 3);
 	cr_expect_eq(cfg.draft_threads, 1);
+	cr_expect_eq(cfg.spec_max_streams, 4);
 	cr_expect_null(cfg.draft_model);
 	mesh_config_fini(&cfg);
 	cr_assert_eq(parse(&cfg,
 			   MODEL COORD "[speculative]\ndraft_model = 'd.gguf'\nmax_draft = 6\n"
-				       "draft_threads = 2\n" WORKER("a", "9000"),
+				       "draft_threads = 2\nmax_streams = 0\n" WORKER("a", "9000"),
 			   &d),
 		     0, "%s", d.msg);
+	cr_expect_eq(cfg.spec_max_streams, 0, "0: no bound");
 	cr_expect_eq(cfg.spec, MESH_SPEC_MODEL);
 	cr_expect_str_eq(cfg.draft_model, "/srv/mesh/d.gguf");
 	cr_expect_eq(cfg.max_draft, 6);

@@ -814,6 +814,43 @@ Test(scheduler, drafts_that_keep_failing_stop, .timeout = 30)
 		req_fini(&q[k]);
 }
 
+/* Above [speculative] max_streams sequences holding slots, none drafts: three streams of the
+ * same length draft with no bound, and nothing with a bound of two; the tokens are the plain
+ * ones either way. */
+static uint64_t three_streams_drafted(int32_t max_streams)
+{
+	struct ring r;
+	struct sched_cfg cfg = spec_cfg(default_cfg(), false);
+	cfg.max_inflight = 1;
+	cfg.spec_max_streams = max_streams;
+	ring_up(&r, &cfg);
+	struct req q[3];
+	sched_pause(r.s, "test: hold until all are in");
+	for (int k = 0; k < 3; k++) {
+		req_init(&q[k], 30 + k, 12, 18);
+		prompt_repeating(30 + k, q[k].n_prompt, q[k].prompt);
+		req_start(&r, &q[k]);
+	}
+	cr_assert(wait_slots(&r, 3, 0));
+	sched_resume(r.s, false);
+	for (int k = 0; k < 3; k++)
+		expect_like_reference(&q[k], NULL, 0);
+	uint64_t drafted = atomic_load(&sched_stats(r.s)->spec_drafted);
+	ring_down(&r);
+	for (int k = 0; k < 3; k++)
+		req_fini(&q[k]);
+	model_path[0] = '\0';
+	return drafted;
+}
+
+Test(scheduler, many_streams_do_not_draft, .timeout = 30)
+{
+	cr_expect_gt(three_streams_drafted(0), 0, "no bound: the repeating prompts draft");
+	uint64_t bounded = three_streams_drafted(2);
+	cr_expect_eq(bounded, 0, "%llu drafted with three streams over a bound of two",
+		     (unsigned long long)bounded);
+}
+
 /* Three turns of a conversation, each prompt the last one's prompt and answer and more: with
  * the prefix cache each turn reuses the rows the last one left in its slot and computes only
  * the rest, and every token and logprob is the same bits as without it, with and without
