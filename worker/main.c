@@ -382,16 +382,6 @@ static int worker_parse(int argc, char **argv, struct worker_args *w)
 	return -1;
 }
 
-/* Whether addr is plain tcp:// to a host other than loopback. */
-static bool worker_plain_beyond_loopback(const char *addr)
-{
-	if (strncmp(addr, "tcp://", 6) != 0)
-		return false;
-	const char *h = addr + 6;
-	return strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost:", 10) != 0 &&
-	       strncmp(h, "[::1]:", 6) != 0;
-}
-
 /* --show-config: key=value lines for scripts (deploy/systemd/install.sh reads memory_limit):
  * the addresses peers dial, then those this process listens on. */
 static void worker_show(const struct worker_opts *o, const char *const dial[3],

@@ -717,8 +717,7 @@ static int worker_on_control(struct worker *w, nng_msg *m)
 
 /* ------------------------------------------------------------------ lifecycle */
 
-/* Whether addr is plain tcp:// to a host other than loopback. */
-static bool worker_plain_beyond_loopback(const char *addr)
+bool worker_plain_beyond_loopback(const char *addr)
 {
 	if (strncmp(addr, "tcp://", 6) != 0)
 		return false;

@@ -51,4 +51,8 @@ struct worker_opts {
  * process exit status. */
 int worker_run(const struct worker_opts *o);
 
+/* Whether addr is plain tcp:// to a host other than loopback: refused at start without
+ * --insecure (worker/main.c), warned of at every start with it. */
+bool worker_plain_beyond_loopback(const char *addr);
+
 #endif
