@@ -368,6 +368,14 @@ static void conn_refuse(struct httpd_conn *c, enum lm_http_refusal r, uint16_t s
 	conn_send(c);
 }
 
+/* Under c->mu: the 503 of a connection accepted past max_conns. */
+static void conn_refuse_over_cap(struct httpd_conn *c)
+{
+	c->head.minor = 1;
+	conn_refuse(c, LM_HTTP_REFUSE_CONNECTIONS, 503, true,
+		    "the server holds %d connections, its limit", (int)c->srv->lim.max_conns);
+}
+
 /* ------------------------------------------------------------------ reading */
 
 /* Under c->mu: room for `want` more bytes. The buffer may move only while nothing points into
@@ -593,10 +601,7 @@ static bool conn_route(struct httpd_conn *c)
 static void conn_dispatch(struct httpd_conn *c)
 {
 	if (c->over_cap) {
-		c->head.minor = 1;
-		conn_refuse(c, LM_HTTP_REFUSE_CONNECTIONS, 503, true,
-			    "the server holds %d connections, its limit",
-			    (int)c->srv->lim.max_conns);
+		conn_refuse_over_cap(c);
 		conn_unlock(c);
 		return;
 	}
@@ -924,10 +929,7 @@ static void httpd_sweep_cb(void *arg)
 			   (int64_t)((lm_now_ns() - c->idle_since_ns) / 1000000) >
 				   s->lim.fresh_grace_ms) {
 			/* Past the cap and silent: told 503 now rather than holding its place. */
-			c->head.minor = 1;
-			conn_refuse(c, LM_HTTP_REFUSE_CONNECTIONS, 503, true,
-				    "the server holds %d connections, its limit",
-				    (int)s->lim.max_conns);
+			conn_refuse_over_cap(c);
 		} else if (c->state == C_IDLE && (int64_t)((lm_now_ns() - c->idle_since_ns) /
 							   1000000) > s->lim.idle_timeout_ms) {
 			conn_close(c);
