@@ -25,6 +25,16 @@ static void api_chat(nng_aio *aio)
 
 /* ------------------------------------------------------------------ models */
 
+/* The note a chat format comes with when no template of the model's renders it (the ChatML
+ * fallback of a model without one), or NULL. */
+static const char *api_chat_warning(const struct api *a)
+{
+	return a->cfg.jinja == NULL && a->cfg.chat != CHAT_NONE && a->cfg.chat_why != NULL &&
+			       a->cfg.chat_why[0] != '\0'
+		       ? a->cfg.chat_why
+		       : NULL;
+}
+
 static cJSON *api_model(const struct api *a)
 {
 	cJSON *m = cJSON_CreateObject();
@@ -42,8 +52,8 @@ static cJSON *api_model(const struct api *a)
 					fam ? chat_format_family(a->cfg.chat) : "jinja");
 		cJSON_AddStringToObject(m, "chat_template_renderer",
 					a->cfg.jinja != NULL ? "jinja" : "format");
-		if (a->cfg.jinja == NULL && a->cfg.chat_why != NULL && a->cfg.chat_why[0] != '\0')
-			cJSON_AddStringToObject(m, "chat_template_warning", a->cfg.chat_why);
+		if (api_chat_warning(a) != NULL)
+			cJSON_AddStringToObject(m, "chat_template_warning", api_chat_warning(a));
 	} else {
 		cJSON_AddNullToObject(m, "chat_template");
 		cJSON_AddNullToObject(m, "chat_template_family");
@@ -269,9 +279,8 @@ static void api_status(nng_aio *aio)
 						fam ? chat_format_family(a->cfg.chat) : "jinja");
 			cJSON_AddStringToObject(t, "renderer",
 						a->cfg.jinja != NULL ? "jinja" : "format");
-			if (a->cfg.jinja == NULL && a->cfg.chat_why != NULL &&
-			    a->cfg.chat_why[0] != '\0')
-				cJSON_AddStringToObject(t, "warning", a->cfg.chat_why);
+			if (api_chat_warning(a) != NULL)
+				cJSON_AddStringToObject(t, "warning", api_chat_warning(a));
 		} else {
 			cJSON_AddNullToObject(t, "format");
 			cJSON_AddStringToObject(t, "why", a->cfg.chat_why ? a->cfg.chat_why : "");
