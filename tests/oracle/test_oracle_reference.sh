@@ -16,7 +16,10 @@ ORACLE=$1
 : "${LM_SHARED:?LM_SHARED must name the shared data directory}"
 MODEL=$LM_SHARED/models/stories260K.gguf
 REF=$LM_SHARED/models/reference
-TOL=1e-6
+# The references were made with an AVX-512 ggml CPU backend; on a CPU without AVX-512 llama.cpp
+# picks an AVX2 build, whose sums round differently (measured on a Zen 2: up to 5.8e-6 on the
+# last logits, 1.05e-5 over all 65 positions).
+if grep -qw avx512f /proc/cpuinfo; then TOL=1e-6; else TOL=2e-5; fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0
