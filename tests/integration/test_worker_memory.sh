@@ -63,8 +63,8 @@ echo "every worker holds its slice and no more, in every cache type"
 
 # ---------------------------------------------------------------- a mixture of experts
 # qwen3moe, 8 layers of 16 experts (2 per token) of width 512, q8_0: a layer's bytes are all its
-# experts (16 x 3 x 512 x 512 in q8_0, about 13.4 MB), and a worker's peak stays within its plan after a request that routes
-# through many of them.
+# experts (16 x 3 x 512 x 512 in q8_0, about 13.4 MB), and a worker's peak stays within its plan
+# after a request that routes through many of them.
 moe="$LM_TMP/moe.gguf"
 "$LM_BIN" synth --out "$moe" --arch qwen3moe --dim 512 --layers 8 --heads 8 --kv-heads 4 \
 	--ffn 1536 --ffn-exp 512 --experts 16 --experts-used 2 --vocab 512 --type q8_0 --seed 3 \
