@@ -69,8 +69,8 @@ static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *src,
 }
 
 /* "layer_kinds": what each layer of [start, end) is, "global" or "sliding" (a sliding-window
- * layer); the mesh runs no other kind (recurrent and mixture-of-experts layers are refused
- * when the model is loaded). */
+ * layer), by its attention (a mixture-of-experts layer is one of the two); the mesh runs no
+ * other kind (recurrent layers are refused when the model is loaded). */
 static void mesh_status_layer_kinds(cJSON *w, const struct lm_hparams *hp, int32_t start,
 				    int32_t end)
 {
