@@ -38,7 +38,7 @@ static const struct lm_dtype_info dtype_table[LM_DTYPE_COUNT] = {
 	[LM_BF16] = {"bf16", 1, 2, true},
 	[LM_TQ1_0] = {"tq1_0", 256, 54, false},
 	[LM_TQ2_0] = {"tq2_0", 256, 66, false},
-	[LM_MXFP4] = {"mxfp4", 32, 17, false},
+	[LM_MXFP4] = {"mxfp4", 32, 17, true},
 	[LM_FP8_E4M3] = {"fp8", 1, 1, false},
 };
 

@@ -547,6 +547,60 @@ static void quant_dequantize_q8_K(const void *src, float *y, int64_t n)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* MXFP4                                                                                      */
+
+const int8_t lm_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* The code whose value times d is nearest x; the lowest code on a tie. v * d is exact (a small
+ * integer times a power of two), so the error is one rounding, as in the reference. */
+static int quant_mxfp4_nearest(float x, float d)
+{
+	int best = 0;
+	float best_err = fabsf(lm_mxfp4_values[0] * d - x);
+	for (int i = 1; i < 16; i++) {
+		const float err = fabsf(lm_mxfp4_values[i] * d - x);
+		if (err < best_err) {
+			best = i;
+			best_err = err;
+		}
+	}
+	return best;
+}
+
+void lm_quantize_mxfp4_ref(const float *x, void *dst, int64_t n)
+{
+	block_mxfp4 *y = dst;
+	for (int64_t i = 0; i < n / QK_MXFP4; i++, x += QK_MXFP4) {
+		float amax = 0.0f;
+		for (int j = 0; j < QK_MXFP4; j++)
+			if (amax < fabsf(x[j]))
+				amax = fabsf(x[j]);
+		/* floor(log2(amax)) - 2 + 127 in floats, as the reference; below 0 (amax under
+		 * 2^-125) or past 255 (an infinity) the reference's conversion is undefined and
+		 * layermesh writes 0 or 255. */
+		const float ef = amax > 0.0f ? floorf(log2f(amax)) - 2 + 127 : 0.0f;
+		const uint8_t e = ef > 0.0f ? (ef < 255.0f ? (uint8_t)ef : 255) : 0;
+		const float d = lm_e8m0_half(e);
+		y[i].e = e;
+		for (int j = 0; j < QK_MXFP4 / 2; j++)
+			y[i].qs[j] = (uint8_t)(quant_mxfp4_nearest(x[j], d) |
+					       quant_mxfp4_nearest(x[j + QK_MXFP4 / 2], d) << 4);
+	}
+}
+
+static void quant_dequantize_mxfp4(const void *src, float *y, int64_t n)
+{
+	const block_mxfp4 *x = src;
+	for (int64_t i = 0; i < n / QK_MXFP4; i++, y += QK_MXFP4) {
+		const float d = lm_e8m0_half(x[i].e);
+		for (int j = 0; j < QK_MXFP4 / 2; j++) {
+			y[j] = lm_mxfp4_values[x[i].qs[j] & 0x0f] * d;
+			y[j + QK_MXFP4 / 2] = lm_mxfp4_values[x[i].qs[j] >> 4] * d;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Public entry points                                                                        */
 
 static void quant_quantize_f32(const float *x, void *dst, int64_t n)
@@ -596,6 +650,7 @@ static const struct {
 	[LM_Q4_K] = {quant_quantize_q4_K, quant_dequantize_q4_K},
 	[LM_Q6_K] = {quant_quantize_q6_K, quant_dequantize_q6_K},
 	[LM_Q8_K] = {lm_quantize_q8_K_ref, quant_dequantize_q8_K},
+	[LM_MXFP4] = {lm_quantize_mxfp4_ref, quant_dequantize_mxfp4},
 };
 
 static int quant_check(enum lm_dtype type, int64_t n)

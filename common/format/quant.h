@@ -16,6 +16,12 @@
  *         4 low bits in ql[128] and 2 high bits in qh[64]
  *   Q8_K  256 elements, f32 d, and bsums (sums of 16 consecutive qs): the activation type that
  *         Q4_K and Q6_K dot products quantize to (never stored in files)
+ *   MXFP4 32 elements (OCP microscaling, gpt-oss's experts): an E8M0 scale byte e (2^(e - 127))
+ *         and 4-bit E2M1 codes, byte j holding element j (low) and j + 16 (high) as Q4_0 does.
+ *         A code c is the float (-1)^(c >> 3) * {0, 0.5, 1, 1.5, 2, 3, 4, 6}[c & 7]; ggml keeps
+ *         the doubled values as integers (lm_mxfp4_values) and halves the scale instead
+ *         (lm_e8m0_half), so x[j] = lm_mxfp4_values[c] * lm_e8m0_half(e), exact either way.
+ *         Dot products quantize activations to Q8_0, as ggml's CPU path does.
  */
 #ifndef LM_QUANT_H
 #define LM_QUANT_H
@@ -31,6 +37,7 @@
 #define QK8_1        32
 #define QK_K         256
 #define K_SCALE_SIZE 12
+#define QK_MXFP4     32
 
 typedef struct {
 	uint16_t d;
@@ -82,10 +89,30 @@ typedef struct {
 } block_q8_K;
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 
+typedef struct {
+	uint8_t e; /* E8M0 scale: 2^(e - 127) */
+	uint8_t qs[QK_MXFP4 / 2];
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 size");
+
+/* The E2M1 codes' values, doubled (so they are integers): code c is lm_mxfp4_values[c] / 2. */
+extern const int8_t lm_mxfp4_values[16];
+
+/* Half of E8M0's 2^(e - 127), the scale of the doubled values: 2^(e - 128), a subnormal float
+ * for e < 2 (0x00200000 << e), as ggml's ggml_e8m0_to_fp32_half. e = 255 gives +inf (E8M0's NaN
+ * is not special-cased, as in ggml). */
+static inline float lm_e8m0_half(uint8_t e)
+{
+	const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+	float f;
+	__builtin_memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
 /* Quantizes n floats (a multiple of the type's block size) into dst, bit-for-bit as GGUF's
  * reference quantizers do (ggml's quantize_row_*_ref, without importance matrices), so files
  * written by layermesh's tools read the same in llama.cpp. Types: F32, F16, BF16, Q8_0, Q4_0,
- * Q5_1, Q4_K, Q6_K, Q8_K, Q8_1, and layermesh's FP8_E4M3 (lm_f32_to_fp8 per element). Returns 0,
+ * Q5_1, Q4_K, Q6_K, Q8_K, Q8_1, MXFP4, and layermesh's FP8_E4M3 (lm_f32_to_fp8 per element). Returns 0,
  * or LM_EUNSUPPORTED / LM_EINVAL. */
 int lm_quantize_row(enum lm_dtype type, const float *src, void *dst, int64_t n);
 /* The inverse: n elements of `type` at src to floats. Same types. */
@@ -108,6 +135,11 @@ void lm_quantize_q8_K_ref(const float *x, void *dst, int64_t n);
 void lm_quantize_q5_1_ref(const float *x, void *dst, int64_t n);
 /* Q8_1 as GGUF's reference: Q8_0's d and quants, and s = f16(d * sum(qs)). */
 void lm_quantize_q8_1_ref(const float *x, void *dst, int64_t n);
+/* MXFP4 as GGUF's reference: e = floor(log2(amax)) - 2 + 127 (0 for an all-zero block, and
+ * for amax below 2^-125, where ggml's float-to-byte conversion is undefined), then each
+ * element the code of the nearest value lm_mxfp4_values[c] * lm_e8m0_half(e), the lowest code
+ * on a tie (so 0 is +0, never -0). */
+void lm_quantize_mxfp4_ref(const float *x, void *dst, int64_t n);
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block's packed scales[12]. */
 void lm_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
 

@@ -7,14 +7,14 @@
  * __builtin_cpu_supports, so the binary itself runs on any x86-64).
  *
  * Matmul numerics follow GGUF's reference CPU implementation: activations are first converted to
- * the weight type's "vec_dot type" (f32 for F32, f16 for F16, bf16 for BF16, Q8_0 for Q8_0 and
- * Q4_0, Q8_K for Q4_K and Q6_K), then each output is an integer (or f32) dot product per block
+ * the weight type's "vec_dot type" (f32 for F32, f16 for F16, bf16 for BF16, Q8_0 for Q8_0,
+ * Q4_0 and MXFP4, Q8_K for Q4_K and Q6_K), then each output is an integer (or f32) dot product per block
  * scaled by d_w * d_x. The SIMD activation quantizers are bit-identical to the reference ones.
  *
  * The reference order. For the quantized types a block's integer sum is exact whatever computes
  * it; what can differ is the float work that follows. The generic kernels (kernels_generic.c)
  * take, per output, one accumulator and these steps block after block:
- *     Q8_0: sum + (float)sumi * (dw * dx)          Q4_0: sum + ((float)sumi * dw) * dx
+ *     Q8_0, MXFP4: sum + (float)sumi * (dw * dx)   Q4_0: sum + ((float)sumi * dw) * dx
  *     Q4_K: sum + ((dw * dx) * (float)sumi - (dmin * dx) * (float)summ)
  *     Q6_K: sum + (dw * dx) * (float)sumi
  * The avx512 set (its row kernels, kernels_avx512.c, and its panel matmul, panel_avx512.c), the
@@ -163,6 +163,7 @@ float cpu_vec_dot_f16_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_bf16_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_q8_0_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_q4_0_generic(int64_t n, const void *w, const void *x);
+float cpu_vec_dot_mxfp4_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_q4_K_generic(int64_t n, const void *w, const void *x);
 float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x);
 void cpu_rmsnorm_generic(float *y, const float *x, const float *w, int dim, float eps);
@@ -203,6 +204,10 @@ void cpu_ref_rows_q4_K(const struct cpu_mm *m, int64_t r0, int64_t r1);
 void cpu_ref_rows_q6_K(const struct cpu_mm *m, int64_t r0, int64_t r1);
 /* The panel matmuls of the AVX2 set (panel_avx2.c), called by its fill. */
 void cpu_panel_avx2_fill(struct cpu_kernels *k);
+/* The AVX2 set's MXFP4 matmul (mxfp4_avx2.c, -ffp-contract=off): a block's integer sum in
+ * vectors, then the generic kernel's float step, so it equals the generic kernel bit for bit at
+ * any batch. Takes the set's Q8_0 activations (act8), so it is called after they are set. */
+void cpu_mxfp4_avx2_fill(struct cpu_kernels *k);
 /* AMX (kernels_amx.c): the multi-token GEMMs on top of the avx512 set. The caller checks that
  * the CPU has AMX-INT8 and that the OS granted this process the tile state (cpu_backend.c). */
 void cpu_kernels_amx_fill(struct cpu_kernels *k);

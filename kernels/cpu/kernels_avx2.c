@@ -612,5 +612,6 @@ void cpu_kernels_avx2_fill(struct cpu_kernels *k)
 	k->silu_mul = avx2_silu_mul;
 	k->softmax_exp = avx2_softmax_exp;
 	k->add = avx2_add;
+	cpu_mxfp4_avx2_fill(k);
 	cpu_panel_avx2_fill(k);
 }

@@ -70,6 +70,25 @@ float cpu_vec_dot_q4_0_generic(int64_t n, const void *w, const void *x)
 	return sum;
 }
 
+/* MXFP4 . Q8_0 as ggml's ggml_vec_dot_mxfp4_q8_0: per block the integer sum of the doubled
+ * E2M1 values times the activation quants, then Q8_0's float step
+ *     sum = sum + (float)sumi * (dw * dx),   dw = lm_e8m0_half(e) */
+float cpu_vec_dot_mxfp4_generic(int64_t n, const void *w, const void *x)
+{
+	const block_mxfp4 *a = w;
+	const block_q8_0 *b = x;
+	float sum = 0;
+	for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+		int sumi = 0;
+		for (int j = 0; j < QK_MXFP4 / 2; j++) {
+			sumi += lm_mxfp4_values[a[i].qs[j] & 0x0f] * b[i].qs[j];
+			sumi += lm_mxfp4_values[a[i].qs[j] >> 4] * b[i].qs[j + QK_MXFP4 / 2];
+		}
+		sum += sumi * (lm_e8m0_half(a[i].e) * lm_f16_to_f32(b[i].d));
+	}
+	return sum;
+}
+
 /* Q4_K . Q8_K: x = d * sc * q - dmin * m per sub-block of 32, so a block contributes
  *     d * dx * sum_j sc_j * (q_j . x_j)  -  dmin * dx * sum_j m_j * sum(x_j)
  * and sum(x_j) comes from the activation block's bsums (two per sub-block). Both sums are exact
@@ -162,6 +181,7 @@ GEN_MM(f16, cpu_vec_dot_f16_generic)
 GEN_MM(bf16, cpu_vec_dot_bf16_generic)
 GEN_MM(q8_0, cpu_vec_dot_q8_0_generic)
 GEN_MM(q4_0, cpu_vec_dot_q4_0_generic)
+GEN_MM(mxfp4, cpu_vec_dot_mxfp4_generic)
 GEN_MM(q4_K, cpu_vec_dot_q4_K_generic)
 GEN_MM(q6_K, cpu_vec_dot_q6_K_generic)
 
@@ -299,6 +319,13 @@ const struct cpu_kernels cpu_kernels_generic = {
 					.to_act = lm_quantize_q8_0_ref,
 					.vec_dot = cpu_vec_dot_q4_0_generic,
 					.mm = gen_mm_q4_0,
+				},
+			[LM_MXFP4] =
+				{
+					.act_bytes = gen_act_q8_0,
+					.to_act = lm_quantize_q8_0_ref,
+					.vec_dot = cpu_vec_dot_mxfp4_generic,
+					.mm = gen_mm_mxfp4,
 				},
 			[LM_Q4_K] =
 				{

@@ -117,6 +117,7 @@ static enum lm_dtype vec_dot_type(enum lm_dtype t)
 	switch (t) {
 	case LM_Q8_0:
 	case LM_Q4_0:
+	case LM_MXFP4:
 		return LM_Q8_0;
 	case LM_Q4_K:
 	case LM_Q6_K:
@@ -156,7 +157,7 @@ static void ref_matmul(double *y, const struct lm_weight *w, const float *x, int
 }
 
 static const enum lm_dtype mm_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0,
-					 LM_Q4_0, LM_Q4_K, LM_Q6_K};
+					 LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_MXFP4};
 #define N_MM_TYPES (sizeof mm_types / sizeof mm_types[0])
 
 /* An input width per type that is a multiple of its block but not of the SIMD widths. */
@@ -165,6 +166,7 @@ static int64_t odd_ne0(enum lm_dtype t)
 	switch (t) {
 	case LM_Q8_0:
 	case LM_Q4_0:
+	case LM_MXFP4:
 		return 96 + 32 * 5; /* 8 blocks */
 	case LM_Q4_K:
 	case LM_Q6_K:
@@ -313,6 +315,10 @@ static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne
 			}
 			break;
 		}
+		case LM_MXFP4: /* every code, -0 included; scales 2^-9 .. 2^0 */
+			for (int64_t b = 0; b < ne0 / 32; b++)
+				((block_mxfp4 *)p)[b].e = (uint8_t)(118 + test_rng_next(r) % 10);
+			break;
 		case LM_Q4_K:
 			for (int64_t b = 0; b < ne0 / 256; b++) {
 				block_q4_K *blk = (block_q4_K *)p + b;
@@ -344,7 +350,7 @@ static void raw_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne
  * ordinary and extreme ranges. */
 Test(kernels, quantized_matmul_equals_generic_bit_for_bit)
 {
-	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_MXFP4};
 	static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20, 64};
 	struct test_rng r = {17};
 	struct lm_backend ref;
@@ -461,7 +467,7 @@ Test(kernels, one_token_matmul_equals_its_row_of_a_batch)
 			}
 			const int64_t *ne0s = ne0_f;
 			size_t n_ne0 = sizeof ne0_f / sizeof ne0_f[0];
-			if (type == LM_Q8_0 || type == LM_Q4_0) {
+			if (type == LM_Q8_0 || type == LM_Q4_0 || type == LM_MXFP4) {
 				ne0s = ne0_32;
 				n_ne0 = sizeof ne0_32 / sizeof ne0_32[0];
 			} else if (type == LM_Q4_K || type == LM_Q6_K) {
@@ -656,6 +662,17 @@ static void identity_weight(struct tw *t, enum lm_dtype type, int64_t n)
 				b[j / 32].qs[l] = 0x89;
 			else
 				b[j / 32].qs[l - 16] = 0x98;
+			break;
+		}
+		case LM_MXFP4: {
+			/* e = 128: the doubled values' scale is 1, so code 1 (0.5 doubled) is 1. */
+			block_mxfp4 *b = (block_mxfp4 *)row;
+			for (int64_t k = 0; k < n / 32; k++)
+				b[k].e = 128;
+			if (l < 16)
+				b[j / 32].qs[l] = 0x01;
+			else
+				b[j / 32].qs[l - 16] = 0x10;
 			break;
 		}
 		case LM_Q4_K: {

@@ -269,6 +269,86 @@ Test(quant, q8_K_known_block_and_bsums)
 	}
 }
 
+/* MXFP4's value of code c at scale byte e, from the OCP microscaling spec (v1.0) rather than
+ * ggml's doubled table: E2M1 is a sign bit, 2 exponent bits (bias 1) and a mantissa bit, with
+ * exponent 0 subnormal (0 or 0.5); E8M0 is 2^(e - 127). Computed in double, exact. */
+static double spec_mxfp4(uint8_t c, uint8_t e)
+{
+	const int sign = c >> 3, exp = (c >> 1) & 3, man = c & 1;
+	const double mag = exp == 0 ? 0.5 * man : ldexp(1.0 + 0.5 * man, exp - 1);
+	return (sign ? -mag : mag) * ldexp(1.0, (int)e - 127);
+}
+
+Test(quant, mxfp4_dequantizes_every_code_as_the_spec_says)
+{
+	/* Scales at both ends (subnormal floats for e 0 and 1), around 1, and the largest. */
+	static const uint8_t es[] = {0, 1, 2, 3, 100, 126, 127, 128, 129, 200, 253, 254};
+	for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) {
+		block_mxfp4 b = {.e = es[i]};
+		/* Element j holds code j % 16 (low nibble), element j + 16 code 15 - j. */
+		for (int j = 0; j < 16; j++)
+			b.qs[j] = (uint8_t)(j | (15 - j) << 4);
+		float y[32];
+		cr_assert_eq(lm_dequantize_row(LM_MXFP4, &b, y, 32), 0);
+		for (int j = 0; j < 16; j++) {
+			cr_expect_eq(y[j], (float)spec_mxfp4((uint8_t)j, es[i]),
+				     "e %d code %d: %g, spec %g", es[i], j, y[j],
+				     spec_mxfp4((uint8_t)j, es[i]));
+			cr_expect_eq(y[j + 16], (float)spec_mxfp4((uint8_t)(15 - j), es[i]),
+				     "e %d code %d: %g", es[i], 15 - j, y[j + 16]);
+		}
+	}
+}
+
+Test(quant, mxfp4_known_block)
+{
+	/* amax 6: e = floor(log2 6) - 2 + 127 = 127, scale 1, so the 16 E2M1 values are exact and
+	 * quantize to their own codes (-0 to code 0, as 0 is the lower code on the tie). */
+	float x[32];
+	for (int j = 0; j < 16; j++) {
+		x[j] = (float)spec_mxfp4((uint8_t)j, 127);
+		x[j + 16] = (float)spec_mxfp4((uint8_t)(15 - j), 127);
+	}
+	block_mxfp4 b;
+	cr_assert_eq(lm_quantize_row(LM_MXFP4, x, &b, 32), 0);
+	cr_expect_eq(b.e, 127);
+	for (int j = 0; j < 16; j++) {
+		const uint8_t lo = j == 8 ? 0 : (uint8_t)j, hi = j == 7 ? 0 : (uint8_t)(15 - j);
+		cr_expect_eq(b.qs[j], lo | hi << 4, "byte %d: %02x", j, b.qs[j]);
+	}
+	/* Ties go to the lower code: 5 between 4 (code 6) and 6 (code 7), -5 between -4 (14) and
+	 * -6 (15), 2.5 between 2 (4) and 3 (5), 0.25 between 0 (0) and 0.5 (1). Past the grid,
+	 * 7 clamps to 6. A scale of 2^3: amax 40 gives e = 5 - 2 + 127 = 130. */
+	memset(x, 0, sizeof x);
+	x[0] = 5.0f, x[1] = -5.0f, x[2] = 2.5f, x[3] = 0.25f, x[4] = 6.0f, x[5] = 7.0f;
+	cr_assert_eq(lm_quantize_row(LM_MXFP4, x, &b, 32), 0);
+	cr_expect_eq(b.e, 127);
+	const uint8_t want[6] = {6, 14, 4, 0, 7, 7};
+	for (int j = 0; j < 6; j++)
+		cr_expect_eq(b.qs[j] & 0x0f, want[j], "element %d: code %d", j, b.qs[j] & 0x0f);
+	x[5] = 40.0f;
+	cr_assert_eq(lm_quantize_row(LM_MXFP4, x, &b, 32), 0);
+	cr_expect_eq(b.e, 130);
+	float y[32];
+	cr_assert_eq(lm_dequantize_row(LM_MXFP4, &b, y, 32), 0);
+	cr_expect_eq(y[5], 32.0f); /* a tie of 32 and 48: the lower code */
+	cr_expect_eq(y[0], 4.0f);  /* the values are now 0, 4, 8, ... */
+	/* All zeros: scale byte 0 and code 0 everywhere. Past the grid: a block of -7 has amax
+	 * 7, scale 1, and clamps to -6 (MXFP4 keeps no value between 6 and 8 times its scale). */
+	memset(x, 0, sizeof x);
+	memset(&b, 0xee, sizeof b);
+	cr_assert_eq(lm_quantize_row(LM_MXFP4, x, &b, 32), 0);
+	cr_expect_eq(b.e, 0);
+	for (int j = 0; j < 16; j++)
+		cr_expect_eq(b.qs[j], 0);
+	for (int j = 0; j < 32; j++)
+		x[j] = -7.0f;
+	cr_assert_eq(lm_quantize_row(LM_MXFP4, x, &b, 32), 0);
+	cr_assert_eq(lm_dequantize_row(LM_MXFP4, &b, y, 32), 0);
+	for (int j = 0; j < 32; j++)
+		cr_expect_eq(y[j], -6.0f);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Round trips                                                                                */
 
@@ -294,9 +374,10 @@ static double f16_err(double d)
 /* Per-block bounds that follow from each format, checked element by element. */
 static void rt_check_block_bounds(enum lm_dtype t, const float *x, const float *y, int64_t n)
 {
-	const int blk = t == LM_Q8_0 || t == LM_Q4_0 || t == LM_Q5_1 || t == LM_Q8_1 ? 32
-			: t == LM_Q8_K                                               ? 256
-										     : 1;
+	const int blk =
+		t == LM_Q8_0 || t == LM_Q4_0 || t == LM_Q5_1 || t == LM_Q8_1 || t == LM_MXFP4 ? 32
+		: t == LM_Q8_K                                                                ? 256
+											      : 1;
 	for (int64_t b = 0; b < n; b += blk) {
 		float amax = 0, lo = INFINITY, hi = -INFINITY;
 		for (int j = 0; j < blk; j++) {
@@ -329,6 +410,10 @@ static void rt_check_block_bounds(enum lm_dtype t, const float *x, const float *
 			case LM_Q4_0: /* one step: the extreme opposite to max clamps at +7 */
 				bound = (amax / 8.0 + 8 * f16_err(amax / 8.0)) * 1.0001;
 				break;
+			case LM_MXFP4: /* scale s = 2^(floor(log2 amax) - 2): the widest step
+					* (4s to 6s) and the clamp above 6s (amax < 8s) cost 2s */
+				bound = amax > 0 ? 2.0 * ldexp(1.0, (int)floor(log2(amax)) - 2) : 0;
+				break;
 			case LM_Q8_K: /* half a step, d in f32 */
 				bound = amax / 127.0 * 0.5 * 1.0001;
 				break;
@@ -349,13 +434,13 @@ Test(quant, round_trips_within_bounds)
 {
 	/* NMSE bounds for gaussian rows, about 1.5x what the formats achieve here (measured:
 	 * f16 4.4e-8, bf16 2.9e-6, q8_0 3.1e-5, q4_0 7.7e-3, q4_K 5.2e-3, q6_K 4.2e-4,
-	 * q8_K 5.0e-5, q5_1 1.5e-3, q8_1 2.9e-5, fp8 7.6e-4). fp8 keeps no scale: a row of 1e-3 lies among its
+	 * q8_K 5.0e-5, q5_1 1.5e-3, q8_1 2.9e-5, fp8 7.6e-4, mxfp4 1.3e-2). fp8 keeps no scale: a row of 1e-3 lies among its
 	 * subnormals (steps of 2^-9), so its nmse bound holds for the rows of unit scale only
 	 * (the element bound holds for all). */
 	const struct rt_bound bounds[] = {
 		{LM_F32, 0.0},     {LM_F16, 7e-8},  {LM_BF16, 4.5e-6},     {LM_Q8_0, 5e-5},
 		{LM_Q4_0, 1.2e-2}, {LM_Q4_K, 8e-3}, {LM_Q6_K, 6.5e-4},     {LM_Q8_K, 8e-5},
-		{LM_Q5_1, 2.2e-3}, {LM_Q8_1, 5e-5}, {LM_FP8_E4M3, 1.2e-3},
+		{LM_Q5_1, 2.2e-3}, {LM_Q8_1, 5e-5}, {LM_FP8_E4M3, 1.2e-3}, {LM_MXFP4, 2e-2},
 	};
 	const int64_t n = 4096;
 	float *x = malloc((size_t)n * sizeof(float));
