@@ -25,6 +25,7 @@ enum lm_dim {
 	LM_DIM_KV,      /* n_head_kv(il) x head_dim(il) */
 	LM_DIM_FF,      /* n_ff(il) */
 	LM_DIM_HEAD,    /* head_dim(il) */
+	LM_DIM_HEADS,   /* n_head(il): one value per query head */
 	LM_DIM_EXPERTS, /* n_expert(il) */
 	LM_DIM_FF_EXP,  /* n_ff_exp(il): one expert's feed-forward width */
 };
@@ -116,6 +117,6 @@ const char *lm_arch_names(void);
 extern const struct lm_refusal lm_refused_moe[];
 
 extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_qwen3moe,
-	lm_arch_gemma3, lm_arch_gemma4;
+	lm_arch_gemma3, lm_arch_gemma4, lm_arch_gptoss;
 
 #endif

@@ -74,7 +74,9 @@ int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b,
 		return rc;
 	if ((rc = be->iface->kv_store(be->ctx, kvl, fw->k, fw->v, b->loc, b->n)) != 0)
 		return lm_layer_fail(fw, rc, il, "kv_store", d);
-	if ((rc = be->iface->attention(be->ctx, fw->att, fw->q, kvl, b->loc, b->n,
+	struct lm_kv_layer with_sinks = *kvl; /* the layer's sink logits, where it has them */
+	with_sinks.sinks = w->attn_sinks.data;
+	if ((rc = be->iface->attention(be->ctx, fw->att, fw->q, &with_sinks, b->loc, b->n,
 				       fw->model->hp.layer[il].n_head, scale)) != 0)
 		return lm_layer_fail(fw, rc, il, "attention", d);
 	return lm_layer_proj(fw, fw->h, &w->wo, &w->bo, fw->att, il, b->n, "attn_output", d);
@@ -103,7 +105,11 @@ int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
 {
 	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
 	const struct lm_moe_layer l = {.router = &w->gate_inp,
+				       .router_b = &w->gate_inp_b,
 				       .exps = &w->exps,
+				       .gate_b = &w->gate_exps_b,
+				       .up_b = &w->up_exps_b,
+				       .down_b = &w->down_exps_b,
 				       .n_used = fw->model->hp.layer[il].n_expert_used,
 				       .p = fw->model->hp.moe};
 	int rc = lm_moe_run(fw->be, &fw->moe, &l, fw->h, fw->h, n, d);

@@ -103,6 +103,8 @@ void lm_moe_route(const float *logits, int32_t n_expert, int32_t n_used,
 	if (p->gating == LM_MOE_SIGMOID)
 		for (int32_t i = 0; i < n_expert; i++)
 			prob[i] = 1.0f / (1.0f + expf(-logits[i]));
+	else if (p->gating == LM_MOE_SOFTMAX_WEIGHT)
+		memcpy(prob, logits, (size_t)n_expert * sizeof(float));
 	else
 		moe_softmax(logits, n_expert, prob);
 	/* The top n_used, best first; a NaN is never picked over a number. */
@@ -116,6 +118,11 @@ void lm_moe_route(const float *logits, int32_t n_expert, int32_t n_used,
 		taken[best] = true;
 		pick[r] = best;
 		weight[r] = prob[best];
+	}
+	if (p->gating == LM_MOE_SOFTMAX_WEIGHT) {
+		float w[LM_MAX_EXPERTS];
+		moe_softmax(weight, n_used, w);
+		memcpy(weight, w, (size_t)n_used * sizeof(float));
 	}
 	if (p->norm) {
 		double sum = 0.0;
@@ -136,6 +143,28 @@ static int moe_fail(const struct lm_backend *be, int rc, const char *what, lm_di
 	return lm_fail(d, rc, "%s failed: %s", what, lm_backend_strerror(be, rc));
 }
 
+/* y[i] += row e of bias b (when bound) for m rows of `width`. */
+static int moe_bias(struct lm_backend *be, float *y, const struct lm_weight *b, int32_t e,
+		    int64_t width, int32_t m)
+{
+	if (b == NULL || b->data == NULL)
+		return 0;
+	const float *row = (const float *)((const uint8_t *)b->data + (size_t)e * b->row_bytes);
+	return be->iface->add_rows(be->ctx, y, row, (int)width, m);
+}
+
+/* gate = act(gate, up) over len values: silu(gate) * up, or the clamped SwiGLU of gpt-oss. */
+static int moe_act(struct lm_backend *be, const struct lm_moe_layer *l, float *gate,
+		   const float *up, size_t len)
+{
+	if (!l->p.swiglu_oai)
+		return be->iface->silu_mul(be->ctx, gate, gate, up, len);
+	if (be->iface->swiglu_oai == NULL)
+		return LM_EUNSUPPORTED;
+	return be->iface->swiglu_oai(be->ctx, gate, gate, up, len, LM_MOE_OAI_ALPHA,
+				     LM_MOE_OAI_LIMIT);
+}
+
 /* Routes the batch: every token's picks and weights, then the (token, rank) pairs grouped by
  * expert, in batch order within a group. */
 static int moe_route_batch(struct lm_backend *be, struct lm_moe_scratch *s,
@@ -146,6 +175,9 @@ static int moe_route_batch(struct lm_backend *be, struct lm_moe_scratch *s,
 	int rc;
 	if ((rc = bi->matmul(be->ctx, s->logits, l->router, x, n)) != 0)
 		return moe_fail(be, rc, "ffn_gate_inp", d);
+	if (l->router_b != NULL && l->router_b->data != NULL &&
+	    (rc = bi->add_rows(be->ctx, s->logits, l->router_b->data, ne, n)) != 0)
+		return moe_fail(be, rc, "ffn_gate_inp bias", d);
 	if ((rc = bi->download(be->ctx, s->logits_host, s->logits,
 			       (size_t)n * (size_t)ne * sizeof(float))) != 0 ||
 	    (rc = lm_backend_sync(be)) != 0)
@@ -183,13 +215,17 @@ static int moe_expert(struct lm_backend *be, struct lm_moe_scratch *s, const str
 	for (int32_t i = 0; i < m; i++)
 		if ((rc = bi->copy(ctx, s->xg + (size_t)i * E, x + (size_t)(g[i] / k) * E, E)) != 0)
 			return moe_fail(be, rc, "ffn_moe gather", d);
-	if ((rc = bi->matmul(ctx, s->gate, &l->exps->gate[e], s->xg, m)) != 0)
+	if ((rc = bi->matmul(ctx, s->gate, &l->exps->gate[e], s->xg, m)) != 0 ||
+	    (rc = moe_bias(be, s->gate, l->gate_b, e, ff, m)) != 0)
 		return moe_fail(be, rc, "ffn_gate_exps", d);
-	if ((rc = bi->matmul(ctx, s->up, &l->exps->up[e], s->xg, m)) != 0)
+	if ((rc = bi->matmul(ctx, s->up, &l->exps->up[e], s->xg, m)) != 0 ||
+	    (rc = moe_bias(be, s->up, l->up_b, e, ff, m)) != 0)
 		return moe_fail(be, rc, "ffn_up_exps", d);
-	if ((rc = bi->silu_mul(ctx, s->gate, s->gate, s->up, (size_t)m * (size_t)ff)) != 0)
-		return moe_fail(be, rc, "ffn_moe silu_mul", d);
-	if ((rc = bi->matmul(ctx, s->yg, &l->exps->down[e], s->gate, m)) != 0)
+	if ((rc = moe_act(be, l, s->gate, s->up, (size_t)m * (size_t)ff)) != 0)
+		return moe_fail(be, rc, l->p.swiglu_oai ? "ffn_moe swiglu_oai" : "ffn_moe silu_mul",
+				d);
+	if ((rc = bi->matmul(ctx, s->yg, &l->exps->down[e], s->gate, m)) != 0 ||
+	    (rc = moe_bias(be, s->yg, l->down_b, e, s->n_embd, m)) != 0)
 		return moe_fail(be, rc, "ffn_down_exps", d);
 	for (int32_t i = 0; i < m; i++) {
 		const int32_t t = g[i] / k, r = g[i] % k;

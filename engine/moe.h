@@ -1,13 +1,17 @@
 /* moe.h — a mixture-of-experts FFN over a batch, on any backend.
  *
  * For each token t of the batch (x[t], the normed residual):
- *     logits = x[t] Wrouter                                  (n_expert)
+ *     logits = x[t] Wrouter (+ router bias)                  (n_expert)
  *     p      = softmax(logits)  or  sigmoid(logits)          (lm_moe_params.gating)
+ *              or the logits themselves (SOFTMAX_WEIGHT)
  *     pick   = the n_used experts of highest p, best first (ties: the lower index)
- *     w[r]   = p[pick[r]], divided by their sum where the file normalises (the sum clamped
- *              to 2^-14 as llama.cpp does), times the scale
- *     y[t]   = sum over r = 0, 1, ... of w[r] x down_e(silu(gate_e x[t]) * up_e x[t]),
- *              e = pick[r], added in rank order
+ *     w[r]   = p[pick[r]] (SOFTMAX_WEIGHT: the softmax of the n_used picked logits), divided
+ *              by their sum where the file normalises (the sum clamped to 2^-14 as llama.cpp
+ *              does), times the scale
+ *     y[t]   = sum over r = 0, 1, ... of w[r] x (down_e(act(gate_e x[t] + bg_e, up_e x[t] +
+ *              bu_e)) + bd_e), e = pick[r], added in rank order; act is silu(g) * u, or
+ *              gpt-oss's swiglu_oai (kernels/backend.h) where p.swiglu_oai says; the expert
+ *              biases b*_e where bound
  * as llama.cpp (release v0.4.0, build_moe_ffn) computes it.
  *
  * Batched: the batch's tokens are grouped by expert, and each picked expert's gate, up and down
@@ -28,13 +32,22 @@
 #include "engine/weights.h"
 #include "kernels/backend.h"
 
-/* One layer's mixture, as the engine binds it. */
+/* One layer's mixture, as the engine binds it. The biases are optional: NULL or unbound
+ * (data NULL) means none. */
 struct lm_moe_layer {
-	const struct lm_weight *router; /* (n_embd, n_expert) */
-	const struct lm_experts *exps;  /* n_expert experts: gate, up (n_embd, n_ff), down */
-	int32_t n_used;                 /* experts per token */
+	const struct lm_weight *router;   /* (n_embd, n_expert) */
+	const struct lm_weight *router_b; /* (n_expert) f32 */
+	const struct lm_experts *exps;    /* n_expert experts: gate, up (n_embd, n_ff), down */
+	/* Expert e's biases are row e: gate_b, up_b (n_ff, n_expert), down_b (n_embd, n_expert),
+	 * all f32. */
+	const struct lm_weight *gate_b, *up_b, *down_b;
+	int32_t n_used; /* experts per token */
 	struct lm_moe_params p;
 };
+
+/* swiglu_oai's constants, as llama.cpp's build_moe_ffn fixes them for gpt-oss. */
+#define LM_MOE_OAI_ALPHA 1.702f
+#define LM_MOE_OAI_LIMIT 7.0f
 
 /* The buffers of lm_moe_run, for batches of up to max_batch tokens and layers up to these
  * sizes. */

@@ -47,10 +47,14 @@ int lm_model_bind(struct lm_model *m, struct lm_weight *w, const char *name, int
 	if (ne1 == 1 && t->type != LM_F32)
 		return lm_fail(d, LM_EUNSUPPORTED, "tensor '%s' is %s; norm weights must be f32",
 			       name, info->name);
+	const size_t len = strlen(name);
+	if (len > 5 && strcmp(name + len - 5, ".bias") == 0 && t->type != LM_F32)
+		return lm_fail(d, LM_EUNSUPPORTED, "tensor '%s' is %s; biases must be f32", name,
+			       info->name);
 	if (!info->compute)
 		return lm_fail(d, LM_EUNSUPPORTED,
 			       "tensor '%s' has type %s, which layermesh's kernels do not support "
-			       "(f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
+			       "(f32, f16, bf16, q8_0, q4_0, q4_K, q6_K, mxfp4)",
 			       name, info->name);
 	if (t->data == NULL)
 		return lm_fail(d, LM_EINVAL, "tensor '%s' was not mapped", name);
@@ -148,6 +152,8 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 		return hp->layer[il].n_ff;
 	case LM_DIM_HEAD:
 		return hp->layer[il].head_dim;
+	case LM_DIM_HEADS:
+		return hp->layer[il].n_head;
 	case LM_DIM_EXPERTS:
 		return hp->layer[il].n_expert;
 	case LM_DIM_FF_EXP:
@@ -186,7 +192,7 @@ static int model_bind_experts(struct lm_model *m, struct lm_layer_weights *l, in
 	if (!info->compute)
 		return lm_fail(d, LM_EUNSUPPORTED,
 			       "tensor '%s' has type %s, which layermesh's kernels do not support "
-			       "(f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
+			       "(f32, f16, bf16, q8_0, q4_0, q4_K, q6_K, mxfp4)",
 			       name, info->name);
 	if (t->data == NULL)
 		return lm_fail(d, LM_EINVAL, "tensor '%s' was not mapped", name);

@@ -44,6 +44,7 @@ struct lm_slice {
 	X(k_norm, "attn_k_norm.weight")                 /* (head_dim): every key head */          \
 	X(wo, "attn_output.weight")                     /* (n_head x head_dim, n_embd) */         \
 	X(bo, "attn_output.bias")                       /* (n_embd) */                            \
+	X(attn_sinks, "attn_sinks.weight")              /* (n_head): per-head sink logits */      \
 	X(attn_post_norm, "post_attention_norm.weight") /* (n_embd) */                            \
 	X(ffn_norm, "ffn_norm.weight")                  /* (n_embd) */                            \
 	X(w_gate, "ffn_gate.weight")                    /* (n_embd, n_ff) */                      \
@@ -52,6 +53,10 @@ struct lm_slice {
 	X(ffn_post_norm, "post_ffw_norm.weight")        /* (n_embd) */                            \
 	X(out_scale, "layer_output_scale.weight")       /* (1): the layer's output is scaled */   \
 	X(gate_inp, "ffn_gate_inp.weight")              /* (n_embd, n_expert): the router */      \
+	X(gate_inp_b, "ffn_gate_inp.bias")              /* (n_expert): the router's bias */       \
+	X(gate_exps_b, "ffn_gate_exps.bias") /* (n_ff_exp, n_expert): row e expert e's */         \
+	X(up_exps_b, "ffn_up_exps.bias")     /* (n_ff_exp, n_expert) */                           \
+	X(down_exps_b, "ffn_down_exps.bias") /* (n_embd, n_expert) */                             \
 	X(gate_exps, "ffn_gate_exps.weight") /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
 	X(up_exps, "ffn_up_exps.weight")     /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
 	X(down_exps, "ffn_down_exps.weight") /* (n_ff_exp, n_embd, n_expert): bound per expert */
@@ -128,7 +133,7 @@ void lm_model_close(struct lm_model *m);
 const struct lm_layer_weights *lm_model_layer(const struct lm_model *m, int32_t il);
 
 /* Binds tensor `name` of m's file to w, checking its shape (ne0, ne1), that its type is one the
- * kernels take and, for vectors, that it is f32. LM_ENOTFOUND (with a message) when the file
+ * kernels take and, for vectors and biases ("*.bias", added as floats), that it is f32. LM_ENOTFOUND (with a message) when the file
  * lacks it. For the architectures' bind functions. */
 int lm_model_bind(struct lm_model *m, struct lm_weight *w, const char *name, int64_t ne0,
 		  int64_t ne1, lm_diag *d);

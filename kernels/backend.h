@@ -33,7 +33,7 @@
 #include "common/base/err.h"
 #include "common/model/rope.h"
 
-#define LM_BACKEND_VERSION 3
+#define LM_BACKEND_VERSION 4
 
 /* A weight matrix (or vector when ne1 == 1) in GGUF layout: ne1 rows of ne0 elements, each row
  * `row_bytes` bytes of `type` blocks, rows contiguous. y = W x means y[r] = dot(W[r], x). */
@@ -63,6 +63,10 @@ struct lm_kv_layer {
 	int32_t window; /* 0: attend to every earlier position; else the last `window` */
 	int32_t slots;
 	size_t k_row_bytes, v_row_bytes; /* one position, all KV heads */
+	/* Per query head, a learned sink logit (gpt-oss's attn_sinks), backend memory [n_heads]
+	 * f32, or NULL: none. A sink joins each head's softmax as one more logit with no value
+	 * row: max = max(max_j s_j, sink), and exp(sink - max) is added to the denominator. */
+	const float *sinks;
 };
 
 /* What a backend's memory holds: device memory for CUDA, host memory for the CPU. */
@@ -172,6 +176,14 @@ struct lm_backend_i {
 	 * or NULL when it has none. Optional. The string is the backend's, valid until its next
 	 * op. */
 	const char *(*last_error)(void *ctx);
+
+	/* --- version 4 --- */
+	/* y[i] = min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1)
+	 * for i < len, g = gate[i], u = up[i], evaluated as GGUF's reference CPU op swiglu_oai:
+	 * x / (1 + expf(alpha * -x)) * (y + 1) (gpt-oss's experts: alpha 1.702, limit 7). y may
+	 * equal gate. Optional: NULL means the backend lacks it (the engine names the op). */
+	int (*swiglu_oai)(void *ctx, float *y, const float *gate, const float *up, size_t len,
+			  float alpha, float limit);
 };
 
 /* The work a backend's own scratch is sized by: the widest op of a stage. */

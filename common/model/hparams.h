@@ -51,8 +51,10 @@ struct lm_layer_hparams {
 
 /* How a router's logits become the weights of the experts it picks. */
 enum lm_moe_gating {
-	LM_MOE_SOFTMAX = 0, /* softmax over every expert, then the top n_expert_used */
-	LM_MOE_SIGMOID,     /* sigmoid of each logit, then the top n_expert_used */
+	LM_MOE_SOFTMAX = 0,    /* softmax over every expert, then the top n_expert_used */
+	LM_MOE_SIGMOID,        /* sigmoid of each logit, then the top n_expert_used */
+	LM_MOE_SOFTMAX_WEIGHT, /* the top n_expert_used logits, then a softmax over those only
+				* (gpt-oss) */
 };
 
 /* The most experts a layer may have (llama.cpp's LLAMA_MAX_EXPERTS). */
@@ -62,11 +64,14 @@ struct lm_moe_params {
 	enum lm_moe_gating gating;
 	bool norm;   /* the picked experts' weights are divided by their sum */
 	float scale; /* then multiplied by this (1: none) */
+	/* The experts' activation: gpt-oss's clamped SwiGLU (kernels/backend.h's swiglu_oai,
+	 * alpha 1.702, limit 7 as llama.cpp fixes them), else silu(gate) * up. */
+	bool swiglu_oai;
 };
 
 struct lm_hparams {
 	char arch[32]; /* general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3",
-			* "gemma4" */
+			* "gemma4", "gpt-oss" */
 	int32_t n_layer;
 	int32_t n_embd;
 	int32_t n_vocab;

@@ -3,7 +3,8 @@
  * For query head h of token t at position p, with KV head g = h / (n_heads / n_kv_heads):
  *     s_j = scale * (q . K[j])          for the cached positions j in [lo, p]
  *     out = sum_j softmax(s)_j V[j]     (max subtracted before exp)
- * where lo = 0 for a global layer and max(0, p - window + 1) for a sliding one. Position j of a
+ * where lo = 0 for a global layer and max(0, p - window + 1) for a sliding one, and a head's
+ * sink logit (kv->sinks, gpt-oss) joins the softmax's max and denominator. Position j of a
  * slot lives in row j % ctx. The dot q . K[j] uses the K type's dot product with q converted to
  * that type's vec_dot type (f16 for an F16 cache, Q8_0 for Q8_0 and Q4_0, Q8_1 for Q5_1: see
  * attention_generic.c), as GGUF's reference computes K^T q, reading the cached rows in place; the
@@ -127,7 +128,8 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 		if (len > n1)
 			kt->scores(hd, kbase, kv->k_row_bytes, len - n1, qx, qx_stride, group,
 				   scores + n1, s_stride);
-		/* Softmax per head, normalised before V as GGUF's reference does. */
+		/* Softmax per head, normalised before V as GGUF's reference does; a head's sink
+		 * logit takes part in the max and the denominator. */
 		for (int h = 0; h < group; h++) {
 			float *sc = scores + (size_t)h * s_stride;
 			float max = -INFINITY;
@@ -136,7 +138,12 @@ void cpu_attn_items(const struct cpu_attn *a, int64_t i0, int64_t i1, uint8_t *s
 				if (sc[j] > max)
 					max = sc[j];
 			}
-			const float inv = (float)(1.0 / a->k->softmax_exp(sc, len, max));
+			const float sink = kv->sinks != NULL ? kv->sinks[g * group + h] : -INFINITY;
+			max = sink > max ? sink : max;
+			double sum = a->k->softmax_exp(sc, len, max);
+			if (kv->sinks != NULL)
+				sum += (double)expf(sink - max);
+			const float inv = (float)(1.0 / sum);
 			for (int j = 0; j < len; j++)
 				sc[j] *= inv;
 		}

@@ -527,6 +527,14 @@ static int cpu_op_gelu_mul(void *vctx, float *y, const float *gate, const float 
 	return 0;
 }
 
+static int cpu_op_swiglu_oai(void *vctx, float *y, const float *gate, const float *up, size_t len,
+			     float alpha, float limit)
+{
+	(void)vctx;
+	cpu_swiglu_oai_generic(y, gate, up, len, alpha, limit);
+	return 0;
+}
+
 static int cpu_op_add(void *vctx, float *y, const float *a, size_t len)
 {
 	struct cpu_ctx *c = vctx;
@@ -586,6 +594,7 @@ static const struct lm_backend_i cpu_iface = {
 	.sync = NULL,
 	.mem_info = cpu_mem_info,
 	.last_error = NULL,
+	.swiglu_oai = cpu_op_swiglu_oai,
 };
 
 enum cpu_level {

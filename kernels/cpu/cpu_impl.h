@@ -169,6 +169,9 @@ float cpu_vec_dot_q6_K_generic(int64_t n, const void *w, const void *x);
 void cpu_rmsnorm_generic(float *y, const float *x, const float *w, int dim, float eps);
 void cpu_silu_mul_generic(float *y, const float *g, const float *u, size_t len);
 void cpu_gelu_mul_generic(float *y, const float *g, const float *u, size_t len);
+/* gpt-oss's clamped SwiGLU (backend.h's swiglu_oai), the one implementation of every set. */
+void cpu_swiglu_oai_generic(float *y, const float *g, const float *u, size_t len, float alpha,
+			    float limit);
 /* GELU of every f16 value, as f16: the table GGUF's reference CPU implementation reads. */
 const uint16_t *cpu_gelu_table(void);
 double cpu_softmax_exp_generic(float *s, int n, float max);

@@ -219,6 +219,20 @@ void cpu_silu_mul_generic(float *y, const float *g, const float *u, size_t len)
 		y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* As GGUF's reference swiglu_oai: the gate clamped above, the up clamped both ways, in this
+ * order of float operations. One scalar loop for every kernel set: an element's result does
+ * not depend on its place in the buffer. */
+void cpu_swiglu_oai_generic(float *y, const float *g, const float *u, size_t len, float alpha,
+			    float limit)
+{
+	for (size_t i = 0; i < len; i++) {
+		const float x = g[i] < limit ? g[i] : limit;
+		const float v = u[i] < -limit ? -limit : (u[i] > limit ? limit : u[i]);
+		const float glu = x / (1.0f + expf(alpha * (-x)));
+		y[i] = glu * (v + 1.0f);
+	}
+}
+
 /* GELU's tanh form as GGUF's reference CPU implementation evaluates it: on the f16 value of the
  * input, the result rounded to f16 (a table of all 65536 halves, built once). */
 static uint16_t gen_gelu_table[1 << 16];

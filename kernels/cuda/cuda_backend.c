@@ -461,6 +461,9 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 	int rc = cpu_attn_check_ranges(kv, loc, n, n_heads); /* the contract's, the CPU's code */
 	if (rc != 0 || n == 0)
 		return rc;
+	if (kv->sinks != NULL)
+		return cuda_refuse(c, LM_EUNSUPPORTED,
+				   "attention: sink logits (gpt-oss) are not implemented on CUDA");
 	if (!lmc_kv_type_ok(kv->k_type) || !lmc_kv_type_ok(kv->v_type) ||
 	    kv->head_dim % (int32_t)lm_dtype_info(kv->k_type)->blck != 0 ||
 	    kv->head_dim % (int32_t)lm_dtype_info(kv->v_type)->blck != 0)

@@ -292,6 +292,11 @@ static void ref_attention(double *out, const struct tkv *c, const float *q,
 				s[p - lo] = d * scale;
 				max = fmax(max, s[p - lo]);
 			}
+			/* A sink logit joins the max and the denominator, with no value. */
+			if (c->kv.sinks != NULL) {
+				max = fmax(max, c->kv.sinks[h]);
+				sum += exp(c->kv.sinks[h] - max);
+			}
 			for (int i = 0; i < hd; i++)
 				o[i] = 0;
 			for (int32_t p = lo; p <= pos; p++) {
@@ -372,6 +377,7 @@ struct attn_case {
 	enum lm_dtype kt, vt;
 	int n_heads, n_kv_heads, head_dim;
 	int32_t window;
+	const float *sinks; /* per query head, or NULL */
 };
 
 /* History of `hist` positions in slots 0 and 1 (stored in chunks of 4), then one batch: a
@@ -388,6 +394,7 @@ static double run_attention_case(struct lm_backend *b, const struct attn_case *a
 	struct tkv c;
 	tkv_init(&c, b, ac->kt, ac->vt, ac->n_kv_heads, ac->head_dim, ctx, ac->window, 2,
 		 hist + chunk + 1);
+	c.kv.sinks = ac->sinks;
 	struct lm_tok_loc loc[8];
 	for (int32_t p = 0; p < hist; p += chunk) {
 		int m = 0;
@@ -431,9 +438,9 @@ Test(attention, matches_naive_softmax_attention)
 			for (int vi = 0; vi < N_KV_TYPES; vi++)
 				for (int gqa = 1; gqa <= 4; gqa *= 2)
 					for (int win = 0; win <= 1; win++) {
-						struct attn_case ac = {kv_types[ki], kv_types[vi],
-								       2 * gqa,      2,
-								       64,           win ? 6 : 0};
+						struct attn_case ac = {
+							kv_types[ki], kv_types[vi], 2 * gqa, 2,
+							64,           win ? 6 : 0,  NULL};
 						double e = run_attention_case(&b, &ac, 13, NULL,
 									      100 + ki * 9 + vi);
 						cr_expect_leq(e, 1e-11,
@@ -450,6 +457,40 @@ Test(attention, matches_naive_softmax_attention)
 	}
 }
 
+/* gpt-oss's sinks: a per-head logit in each softmax's max and denominator. Sinks well above
+ * the scores (3, 6: most of the weight goes to the sink) and below them, in every kernel set,
+ * on global and sliding layers; the output with sinks differs from the one without. */
+Test(attention, sinks_join_each_heads_softmax)
+{
+	static const float sinks[8] = {3.0f, -2.0f, 0.5f, 6.0f, -30.0f, 1.0f, 0.0f, 2.5f};
+	static float with[5 * 8 * 64], without[5 * 8 * 64];
+	for (int k = 0; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 2, k))
+			continue;
+		for (int ti = 0; ti < 2; ti++)
+			for (int win = 0; win <= 1; win++) {
+				const enum lm_dtype t = ti == 0 ? LM_F32 : LM_Q8_0;
+				struct attn_case ac = {t, t, 8, 2, 64, win ? 6 : 0, sinks};
+				double e = run_attention_case(&b, &ac, 13, with, 300 + ti);
+				cr_expect_leq(e, 1e-11, "%s %s window %d: nmse %g with sinks",
+					      lm_backend_cpu_kernels(&b), lm_dtype_name(t),
+					      ac.window, e);
+				ac.sinks = NULL;
+				run_attention_case(&b, &ac, 13, without, 300 + ti);
+				/* Head 3's sink of 6 takes most of its weight: its output shrinks. */
+				double n_with = 0, n_without = 0;
+				for (int i = 0; i < 64; i++) {
+					n_with += fabs(with[3 * 64 + i]);
+					n_without += fabs(without[3 * 64 + i]);
+				}
+				cr_expect_lt(n_with, 0.5 * n_without, "%s: head 3 %g vs %g",
+					     lm_backend_cpu_kernels(&b), n_with, n_without);
+			}
+		lm_backend_fini(&b);
+	}
+}
+
 Test(attention, fast_matches_scalar_and_threads_agree)
 {
 	struct lm_backend fast1, fast2, ref;
@@ -461,8 +502,8 @@ Test(attention, fast_matches_scalar_and_threads_agree)
 		cr_assert(kset_init(&fast2, 2, k));
 		for (int ki = 0; ki < N_KV_TYPES; ki++)
 			for (int vi = 0; vi < N_KV_TYPES; vi++) {
-				struct attn_case ac = {kv_types[ki], kv_types[vi],    8, 2,
-						       128,          ki == vi ? 9 : 0};
+				struct attn_case ac = {kv_types[ki], kv_types[vi],     8,   2,
+						       128,          ki == vi ? 9 : 0, NULL};
 				const size_t len = (size_t)5 * 8 * 128;
 				run_attention_case(&fast1, &ac, 40, o1, 7);
 				run_attention_case(&fast2, &ac, 40, o2, 7);

@@ -27,6 +27,11 @@ struct fixture {
 	uint8_t *gate_r, *up_r, *down_r; /* a copy as encoded, for the reference */
 	size_t rb_gu, rb_d;              /* their row bytes */
 	struct lm_weight router, gate[NEXP], up[NEXP], down[NEXP];
+	/* gpt-oss's form (oss): biases on the router and the experts, the softmax over the
+	 * picked logits, the clamped SwiGLU. */
+	bool oss;
+	float router_bf[NEXP], gate_bf[NEXP * FF], up_bf[NEXP * FF], down_bf[NEXP * EMBD];
+	struct lm_weight router_b, gate_b, up_b, down_b;
 	struct lm_experts exps;
 	struct lm_moe_layer layer;
 	struct lm_moe_scratch s;
@@ -57,10 +62,21 @@ static void bind_experts(struct fixture *f, struct lm_weight *w, uint8_t *blocks
 	}
 }
 
-static void fixture_init(struct fixture *f, enum lm_dtype type, const char *kset, uint64_t seed)
+static struct lm_weight f32_rows(float *data, int64_t ne0, int64_t ne1)
+{
+	return (struct lm_weight){.type = LM_F32,
+				  .ne0 = ne0,
+				  .ne1 = ne1,
+				  .row_bytes = (size_t)ne0 * sizeof(float),
+				  .data = data};
+}
+
+static void fixture_init_as(struct fixture *f, enum lm_dtype type, const char *kset, uint64_t seed,
+			    bool oss)
 {
 	memset(f, 0, sizeof *f);
 	f->type = type;
+	f->oss = oss;
 	cr_assert_eq(test_backend(&f->be, 2, kset), 0);
 	struct test_rng r = {seed};
 	/* Router logits of std ~1.5: distinct picks, far from ties. */
@@ -93,9 +109,33 @@ static void fixture_init(struct fixture *f, enum lm_dtype type, const char *kset
 				      .exps = &f->exps,
 				      .n_used = NUSED,
 				      .p = {.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f}};
+	if (oss) {
+		/* Gate biases of std 4: some gates pass the clamp at 7, some ups too. */
+		test_fill_gauss(&r, f->router_bf, NEXP, 1.0f);
+		test_fill_gauss(&r, f->gate_bf, NEXP * FF, 4.0f);
+		test_fill_gauss(&r, f->up_bf, NEXP * FF, 4.0f);
+		test_fill_gauss(&r, f->down_bf, NEXP * EMBD, 0.5f);
+		f->router_b = f32_rows(f->router_bf, NEXP, 1);
+		f->gate_b = f32_rows(f->gate_bf, FF, NEXP);
+		f->up_b = f32_rows(f->up_bf, FF, NEXP);
+		f->down_b = f32_rows(f->down_bf, EMBD, NEXP);
+		f->layer.router_b = &f->router_b;
+		f->layer.gate_b = &f->gate_b;
+		f->layer.up_b = &f->up_b;
+		f->layer.down_b = &f->down_b;
+		f->layer.p = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX_WEIGHT,
+						    .norm = false,
+						    .scale = 1.0f,
+						    .swiglu_oai = true};
+	}
 	lm_diag d;
 	cr_assert_eq(lm_moe_scratch_init(&f->s, &f->be, BATCH, EMBD, NEXP, NUSED, FF, &d), 0, "%s",
 		     d.msg);
+}
+
+static void fixture_init(struct fixture *f, enum lm_dtype type, const char *kset, uint64_t seed)
+{
+	fixture_init_as(f, type, kset, seed, false);
 }
 
 static void fixture_fini(struct fixture *f)
@@ -113,19 +153,30 @@ static void run(struct fixture *f, float *y, const float *x, int n)
 	cr_assert_eq(lm_moe_run(&f->be, &f->s, &f->layer, y, x, n, &d), 0, "%s", d.msg);
 }
 
+/* gpt-oss's activation from its definition: the gate clamped above at 7, the up to [-7, 7],
+ * gate x sigmoid(1.702 gate) x (up + 1). */
+static double oss_act(double a, double b)
+{
+	a = fmin(a, 7.0);
+	b = fmax(-7.0, fmin(b, 7.0));
+	return a / (1 + exp(-1.702 * a)) * (b + 1);
+}
+
 /* The reference, in double over the weights as stored (decoded back to floats): softmax over
- * all experts, the top NUSED, weights normalised to sum 1, each expert a SiLU-gated FFN. */
+ * all experts, the top NUSED, weights normalised to sum 1, each expert a SiLU-gated FFN. In the
+ * oss form: the biased logits' top NUSED, weights the softmax of those logits, each expert
+ * (down(oss_act(gate x + bg, up x + bu)) + bd). */
 static void reference(const struct fixture *f, const float *x, double *y, int32_t *pick)
 {
 	double logit[NEXP], p[NEXP], sum = 0, max = -INFINITY;
 	for (int e = 0; e < NEXP; e++) {
-		logit[e] = 0;
+		logit[e] = f->oss ? f->router_bf[e] : 0;
 		for (int i = 0; i < EMBD; i++)
 			logit[e] += (double)f->router_f[e * EMBD + i] * x[i];
 		max = logit[e] > max ? logit[e] : max;
 	}
 	for (int e = 0; e < NEXP; e++)
-		sum += (p[e] = exp(logit[e] - max));
+		sum += (p[e] = f->oss ? logit[e] : exp(logit[e] - max));
 	bool used[NEXP] = {false};
 	double w[NUSED], wsum = 0;
 	for (int r = 0; r < NUSED; r++) {
@@ -135,7 +186,7 @@ static void reference(const struct fixture *f, const float *x, double *y, int32_
 				best = e;
 		used[best] = true;
 		pick[r] = best;
-		wsum += (w[r] = p[best] / sum);
+		wsum += (w[r] = f->oss ? exp(logit[best] - max) : p[best] / sum);
 	}
 	float row[EMBD > FF ? EMBD : FF];
 	double h[FF];
@@ -152,10 +203,12 @@ static void reference(const struct fixture *f, const float *x, double *y, int32_
 			lm_dequantize_row(f->type, u + j * f->rb_gu, row, EMBD);
 			for (int i = 0; i < EMBD; i++)
 				b += (double)row[i] * x[i];
-			h[j] = a / (1 + exp(-a)) * b;
+			h[j] = f->oss ? oss_act(a + f->gate_bf[e * FF + j],
+						b + f->up_bf[e * FF + j])
+				      : a / (1 + exp(-a)) * b;
 		}
 		for (int o = 0; o < EMBD; o++) {
-			double a = 0;
+			double a = f->oss ? f->down_bf[e * EMBD + o] : 0;
 			lm_dequantize_row(f->type, dn + o * f->rb_d, row, FF);
 			for (int j = 0; j < FF; j++)
 				a += (double)row[j] * h[j];
@@ -170,12 +223,13 @@ static void fill_x(float *x, int n, uint64_t seed)
 	test_fill_gauss(&r, x, (size_t)n * EMBD, 1.0f);
 }
 
-static const enum lm_dtype types[] = {LM_F32, LM_F16, LM_Q8_0, LM_Q4_K};
+static const enum lm_dtype types[] = {LM_F32, LM_F16, LM_Q8_0, LM_Q4_K, LM_MXFP4};
 /* Activations are rounded to the weight type's vec_dot type (f16, Q8_0, Q8_K) before the
  * dot products: the error that leaves, as a normalised mean squared error. */
-static const double tolerance[] = {1e-12, 1e-6, 1e-3, 2e-3};
+static const double tolerance[] = {1e-12, 1e-6, 1e-3, 2e-3, 1e-3};
 
-Test(moe, matches_a_scalar_reference, .timeout = 60)
+/* Both forms, qwen3moe's and gpt-oss's, in every weight type and kernel set. */
+static void check_reference(bool oss)
 {
 	for (int ks = 0; ks < TEST_N_KSETS; ks++) {
 		struct lm_backend probe;
@@ -184,7 +238,7 @@ Test(moe, matches_a_scalar_reference, .timeout = 60)
 		lm_backend_fini(&probe);
 		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 			struct fixture f;
-			fixture_init(&f, types[ti], test_ksets[ks], 7 + ti);
+			fixture_init_as(&f, types[ti], test_ksets[ks], 7 + ti, oss);
 			float x[BATCH * EMBD], y[BATCH * EMBD];
 			fill_x(x, BATCH, 99);
 			run(&f, y, x, BATCH);
@@ -199,13 +253,25 @@ Test(moe, matches_a_scalar_reference, .timeout = 60)
 						test_ksets[ks], lm_dtype_name(types[ti]), t, r,
 						f.s.pick[t * NUSED + r], pick[r]);
 				double e = test_nmse_d(y + t * EMBD, ref, EMBD);
-				cr_assert(e < tolerance[ti], "%s %s token %d: nmse %g over %g",
-					  test_ksets[ks], lm_dtype_name(types[ti]), t, e,
-					  tolerance[ti]);
+				cr_assert(e < tolerance[ti], "%s %s%s token %d: nmse %g over %g",
+					  test_ksets[ks], lm_dtype_name(types[ti]),
+					  oss ? " (gpt-oss)" : "", t, e, tolerance[ti]);
 			}
 			fixture_fini(&f);
 		}
 	}
+}
+
+Test(moe, matches_a_scalar_reference, .timeout = 60)
+{
+	check_reference(false);
+}
+
+/* gpt-oss: biased router, softmax over the picked logits, biased experts, clamped SwiGLU (the
+ * gate biases of std 4 push some gates and ups past the clamp). */
+Test(moe, gptoss_form_matches_a_scalar_reference, .timeout = 60)
+{
+	check_reference(true);
 }
 
 /* A token's output is the same bits alone, in a batch, and in the batch reversed, whatever
@@ -331,4 +397,11 @@ Test(moe, routing_picks_the_best_and_weighs_as_the_file_says)
 	p = (struct lm_moe_params){.gating = LM_MOE_SIGMOID, .norm = false, .scale = 1.0f};
 	lm_moe_route(logits, 6, 2, &p, pick, w);
 	cr_assert_float_eq(w[0], 1.0 / (1.0 + exp(-2.0)), 1e-6);
+	/* gpt-oss: the top 3 logits (2, 2, 1), then the softmax over those three only. */
+	p = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX_WEIGHT, .norm = false, .scale = 1.0f};
+	lm_moe_route(logits, 6, 3, &p, pick, w);
+	cr_assert(pick[0] == 1 && pick[1] == 3 && pick[2] == 4);
+	const double z = 2 * exp(0.0) + exp(-1.0);
+	cr_assert_float_eq(w[0], 1.0 / z, 1e-6);
+	cr_assert_float_eq(w[2], exp(-1.0) / z, 1e-6);
 }
