@@ -27,6 +27,7 @@ void synth_opts_default(struct synth_opts *o)
 	memset(o, 0, sizeof *o);
 	o->ctx = 2048;
 	o->type = LM_F32;
+	o->exps_type = LM_DTYPE_COUNT;
 	o->rope_base = 10000.0f;
 	o->rms_eps = 1e-5f;
 }
@@ -70,6 +71,7 @@ enum synth_kind {
 	SYNTH_SCALE,  /* 0.75 + 0.05 noise, f32: a layer's output scale */
 	SYNTH_FREQS,  /* rope frequency factors, f32, computed (not noise) */
 	SYNTH_ROUTER, /* noise / sqrt(ne0), f32: a mixture's router */
+	SYNTH_SINK,   /* noise, f32: attention sink logits */
 };
 
 struct synth_tensor {
@@ -86,11 +88,18 @@ enum synth_arch {
 	SYNTH_GEMMA3,
 	SYNTH_GEMMA4,
 	SYNTH_QWEN3MOE,
+	SYNTH_GPTOSS,
 	SYNTH_N_ARCH
 };
 
-static const char *const synth_arch_names[] = {"llama",  "qwen2",  "qwen3",
-					       "gemma3", "gemma4", "qwen3moe"};
+static const char *const synth_arch_names[] = {"llama",  "qwen2",    "qwen3",  "gemma3",
+					       "gemma4", "qwen3moe", "gpt-oss"};
+
+/* The architectures whose FFN is a mixture of experts. */
+static bool synth_moe(int arch)
+{
+	return arch == SYNTH_QWEN3MOE || arch == SYNTH_GPTOSS;
+}
 
 static int synth_arch_of(const struct synth_opts *o)
 {
@@ -114,9 +123,10 @@ static bool synth_swa(const struct synth_opts *o, uint32_t il)
 {
 	if (o->window == 0)
 		return false;
-	if (!synth_gemma(o))
+	const bool gptoss = synth_arch_of(o) == SYNTH_GPTOSS;
+	if (!synth_gemma(o) && !gptoss)
 		return true;
-	uint32_t p = o->swa_period != 0 ? o->swa_period : 6;
+	uint32_t p = o->swa_period != 0 ? o->swa_period : gptoss ? 2 : 6;
 	return il % p < p - 1;
 }
 
@@ -157,31 +167,41 @@ static int64_t synth_ffn_exp(const struct synth_opts *o)
 	return o->ffn_exp != 0 ? o->ffn_exp : o->ffn;
 }
 
-/* Layer l's FFN: dense, or qwen3moe's router and experts. */
+/* Layer l's FFN: dense, or the router and experts of qwen3moe (and gpt-oss, with biases). */
 static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_tensor *out,
 			  size_t *n)
 {
 	const int64_t dim = o->dim, ffn = o->ffn;
-	if (synth_arch_of(o) != SYNTH_QWEN3MOE) {
+	const int arch = synth_arch_of(o);
+	if (!synth_moe(arch)) {
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
 		return;
 	}
 	const int64_t fe = synth_ffn_exp(o), ne = o->experts;
+	const bool b = arch == SYNTH_GPTOSS;
 	synth_add(out, n, SYNTH_ROUTER, dim, ne, "blk.%u.ffn_gate_inp.weight", l);
+	if (b)
+		synth_add(out, n, SYNTH_BIAS, ne, 1, "blk.%u.ffn_gate_inp.bias", l);
 	synth_add(out, n, SYNTH_MATRIX, dim, fe, "blk.%u.ffn_gate_exps.weight", l);
 	out[*n - 1].ne2 = ne;
+	if (b)
+		synth_add(out, n, SYNTH_BIAS, fe, ne, "blk.%u.ffn_gate_exps.bias", l);
 	synth_add(out, n, SYNTH_MATRIX, fe, dim, "blk.%u.ffn_down_exps.weight", l);
 	out[*n - 1].ne2 = ne;
+	if (b)
+		synth_add(out, n, SYNTH_BIAS, dim, ne, "blk.%u.ffn_down_exps.bias", l);
 	synth_add(out, n, SYNTH_MATRIX, dim, fe, "blk.%u.ffn_up_exps.weight", l);
 	out[*n - 1].ne2 = ne;
+	if (b)
+		synth_add(out, n, SYNTH_BIAS, fe, ne, "blk.%u.ffn_up_exps.bias", l);
 }
 
 /* Room for the tensors synth_tensors lists. */
 static size_t synth_tensors_cap(const struct synth_opts *o)
 {
-	return 4 + 16 * (size_t)o->layers;
+	return 4 + 24 * (size_t)o->layers;
 }
 
 /* Fills `out` in file order (the order llama.cpp's converters write); returns the count. */
@@ -197,26 +217,32 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 		synth_layer_geom(o, l, &hd, &kvh);
 		const int64_t q = (int64_t)o->heads * hd, kv = kvh * hd;
 		synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.attn_norm.weight", l);
+		const bool qkv_b = arch == SYNTH_QWEN2 || arch == SYNTH_GPTOSS;
 		synth_add(out, &n, SYNTH_MATRIX, dim, q, "blk.%u.attn_q.weight", l);
-		if (arch == SYNTH_QWEN2)
+		if (qkv_b)
 			synth_add(out, &n, SYNTH_BIAS, q, 1, "blk.%u.attn_q.bias", l);
 		synth_add(out, &n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_k.weight", l);
-		if (arch == SYNTH_QWEN2)
+		if (qkv_b)
 			synth_add(out, &n, SYNTH_BIAS, kv, 1, "blk.%u.attn_k.bias", l);
 		/* Gemma 4's global layers have no V projection: V is K. */
 		if (arch != SYNTH_GEMMA4 || synth_swa(o, l))
 			synth_add(out, &n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_v.weight", l);
-		if (arch == SYNTH_QWEN2)
+		if (qkv_b)
 			synth_add(out, &n, SYNTH_BIAS, kv, 1, "blk.%u.attn_v.bias", l);
 		if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || synth_gemma(o)) {
 			synth_add(out, &n, SYNTH_NORM, hd, 1, "blk.%u.attn_q_norm.weight", l);
 			synth_add(out, &n, SYNTH_NORM, hd, 1, "blk.%u.attn_k_norm.weight", l);
 		}
 		synth_add(out, &n, SYNTH_MATRIX, q, dim, "blk.%u.attn_output.weight", l);
-		if (synth_gemma(o))
+		if (arch == SYNTH_GPTOSS) {
+			synth_add(out, &n, SYNTH_BIAS, dim, 1, "blk.%u.attn_output.bias", l);
+			synth_add(out, &n, SYNTH_SINK, o->heads, 1, "blk.%u.attn_sinks.weight", l);
+		}
+		if (synth_gemma(o) || arch == SYNTH_GPTOSS)
 			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.post_attention_norm.weight",
 				  l);
-		synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.ffn_norm.weight", l);
+		if (arch != SYNTH_GPTOSS) /* its post-attention norm is the FFN's */
+			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.ffn_norm.weight", l);
 		synth_add_ffn(o, l, out, &n);
 		if (synth_gemma(o))
 			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm.weight", l);
@@ -234,16 +260,27 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 	return n;
 }
 
-/* A tensor's type: matrices in the file's, vectors f32. */
-static enum lm_dtype synth_type(const struct synth_opts *o, const struct synth_tensor *t)
+/* The experts' type. */
+static enum lm_dtype synth_exps_type(const struct synth_opts *o)
 {
-	return t->kind == SYNTH_MATRIX ? o->type : LM_F32;
+	return o->exps_type != LM_DTYPE_COUNT ? o->exps_type : o->type;
 }
 
-/* A tensor's dimensions in the file: vectors 1, matrices 2, experts 3. */
+/* A tensor's type: matrices in the file's (experts in theirs), vectors f32. */
+static enum lm_dtype synth_type(const struct synth_opts *o, const struct synth_tensor *t)
+{
+	if (t->kind != SYNTH_MATRIX)
+		return LM_F32;
+	return t->ne2 > 1 ? synth_exps_type(o) : o->type;
+}
+
+/* A tensor's dimensions in the file: vectors 1, matrices (and an expert bias, one row per
+ * expert) 2, experts 3. */
 static uint32_t synth_dims(const struct synth_tensor *t)
 {
-	return t->ne2 > 1 ? 3 : t->kind == SYNTH_MATRIX || t->kind == SYNTH_ROUTER ? 2 : 1;
+	return t->ne2 > 1                                                         ? 3
+	       : t->kind == SYNTH_MATRIX || t->kind == SYNTH_ROUTER || t->ne1 > 1 ? 2
+										  : 1;
 }
 
 static bool synth_type_ok(enum lm_dtype t)
@@ -268,19 +305,22 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 	const int arch = synth_arch_of(o);
 	if (arch < 0)
 		return lm_fail(d, LM_EINVAL,
-			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3 or "
-			       "gemma4",
+			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3, "
+			       "gemma4 or gpt-oss",
 			       o->arch);
-	if (arch == SYNTH_QWEN3MOE && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
-				       o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
+	if (synth_moe(arch) && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
+				o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
 		return lm_fail(d, LM_EINVAL,
-			       "qwen3moe needs --experts in [1, 512] and --experts-used in [1, "
-			       "--experts] (and --ffn-exp up to 1048576)");
-	if (arch != SYNTH_QWEN3MOE && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
+			       "%s needs --experts in [1, 512] and --experts-used in [1, "
+			       "--experts] (and --ffn-exp up to 1048576)",
+			       o->arch);
+	if (!synth_moe(arch) && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0 ||
+				 o->exps_type != LM_DTYPE_COUNT))
 		return lm_fail(d, LM_EINVAL,
-			       "--experts, --experts-used and --ffn-exp are qwen3moe's");
-	if (arch == SYNTH_GEMMA4 && o->window == 0)
-		return lm_fail(d, LM_EINVAL, "gemma4 needs --window (its sliding layers)");
+			       "--experts, --experts-used, --ffn-exp and --experts-type are "
+			       "qwen3moe's and gpt-oss's");
+	if ((arch == SYNTH_GEMMA4 || arch == SYNTH_GPTOSS) && o->window == 0)
+		return lm_fail(d, LM_EINVAL, "%s needs --window (its sliding layers)", o->arch);
 	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE) &&
 	    o->window != 0)
 		return lm_fail(d, LM_EINVAL, "%s has no sliding window in llama.cpp", o->arch);
@@ -290,6 +330,8 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 			       "of their own geometry)");
 	if (o->rope_llama3 && arch != SYNTH_LLAMA)
 		return lm_fail(d, LM_EINVAL, "--rope-llama3 is llama's");
+	if (o->swa_period != 0 && !synth_gemma(o) && arch != SYNTH_GPTOSS)
+		return lm_fail(d, LM_EINVAL, "--swa-period is gemma's and gpt-oss's");
 	if (o->head_dim != 0 && !synth_gemma(o))
 		return lm_fail(d, LM_EINVAL, "--head-dim is gemma's (others use dim / heads)");
 	if (o->kv_heads_swa != 0 && o->heads % o->kv_heads_swa != 0)
@@ -356,23 +398,31 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 		return lm_fail(d, LM_EUNSUPPORTED,
 			       "type %s: synth writes f32, f16, bf16, q8_0, q4_0, q4_K or q6_K",
 			       lm_dtype_name((uint32_t)o->type));
+	const enum lm_dtype et = synth_exps_type(o);
+	if (!synth_type_ok(et) && et != LM_MXFP4)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "experts type %s: synth writes f32, f16, bf16, q8_0, q4_0, q4_K, "
+			       "q6_K or mxfp4",
+			       lm_dtype_name((uint32_t)et));
 	/* The row-length rule, checked on the matrices in file order so the message names the
 	 * first tensor that breaks it. */
 	struct synth_tensor *t = calloc(synth_tensors_cap(o), sizeof *t);
 	if (t == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	size_t n = synth_tensors(o, t);
-	for (size_t i = 0; i < n && rc == 0; i++)
-		if (t[i].kind == SYNTH_MATRIX && t[i].ne0 % info->blck != 0)
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		const struct lm_dtype_info *ti = lm_dtype_info((uint32_t)synth_type(o, &t[i]));
+		if (t[i].kind == SYNTH_MATRIX && t[i].ne0 % ti->blck != 0)
 			rc = lm_fail(d, LM_EINVAL,
 				     "%s: a %s row holds a multiple of %u elements, and its rows "
 				     "have %s = %lld elements",
-				     t[i].name, info->name, info->blck,
+				     t[i].name, ti->name, ti->blck,
 				     t[i].ne0 == o->dim   ? "dim"
 				     : t[i].ne0 == o->ffn ? "ffn"
 				     : t[i].ne2 > 1       ? "ffn-exp"
 							  : "heads x head_dim",
 				     (long long)t[i].ne0);
+	}
 	free(t);
 	return rc;
 }
@@ -488,6 +538,10 @@ static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 	case SYNTH_SCALE:
 		scale = (float)(0.05 / SYNTH_NOISE_STD);
 		offset = 0.75f;
+		break;
+	case SYNTH_SINK:
+		scale = (float)(1.0 / SYNTH_NOISE_STD);
+		offset = 0.0f;
 		break;
 	default:
 		scale = (float)(1.0 / sqrt((double)t->ne0) / SYNTH_NOISE_STD);
@@ -727,7 +781,8 @@ static int synth_put_template(gguf_writer *w, const char *path, lm_diag *d)
 
 /* ---------------------------------------------------------------- the file */
 
-/* llama_ftype: what llama.cpp prints as the file's type ("mostly X": the norms stay f32). */
+/* llama_ftype: what llama.cpp prints as the file's type ("mostly X": the norms stay f32); MXFP4
+ * experts are 38, LLAMA_FTYPE_MOSTLY_MXFP4_MOE, whatever the rest. */
 static uint32_t synth_file_type(enum lm_dtype t)
 {
 	switch (t) {
@@ -755,7 +810,8 @@ static const char *synth_key(const struct synth_opts *o, const char *suffix, cha
 	return buf;
 }
 
-/* Gemma's keys: the window and its pattern, head sizes, rope of both kinds, softcapping. */
+/* Gemma's keys (and gpt-oss's, which has the same): the window and its pattern, head sizes,
+ * rope of both kinds, softcapping. */
 static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
 {
 	char k[96];
@@ -826,7 +882,7 @@ static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *
 	return 0;
 }
 
-/* qwen3moe's keys: the experts, how many a token takes, their width. */
+/* The mixtures' keys: the experts, how many a token takes, their width. */
 static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
 {
 	char k[96];
@@ -854,7 +910,9 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	uint32_t hd = o->head_dim != 0 ? o->head_dim : o->dim / o->heads;
 	if ((rc = gguf_writer_kv_str(w, "general.architecture", synth_arch_names[arch], d)) != 0 ||
 	    (rc = gguf_writer_kv_str(w, "general.name", name, d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, "general.file_type", synth_file_type(o->type), d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, "general.file_type",
+				     synth_exps_type(o) == LM_MXFP4 ? 38 : synth_file_type(o->type),
+				     d)) != 0 ||
 	    (quant && (rc = gguf_writer_kv_u32(w, "general.quantization_version", 2, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "vocab_size", k, sizeof k), vocab, d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "context_length", k, sizeof k), o->ctx, d)) !=
@@ -879,8 +937,8 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 				     d)) != 0 ||
 	    (arch == SYNTH_LLAMA && o->window != 0 &&
 	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
-	    (synth_gemma(o) && (rc = synth_put_gemma(w, o, d)) != 0) ||
-	    (arch == SYNTH_QWEN3MOE && (rc = synth_put_experts(w, o, d)) != 0) ||
+	    ((synth_gemma(o) || arch == SYNTH_GPTOSS) && (rc = synth_put_gemma(w, o, d)) != 0) ||
+	    (synth_moe(arch) && (rc = synth_put_experts(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)
 		return rc;

@@ -25,6 +25,12 @@
  *              --experts-used): ffn_gate_inp.weight [dim, experts] (f32, as llama.cpp's
  *              quantizer leaves the router), ffn_gate_exps.weight and ffn_up_exps.weight
  *              [dim, ffn_exp, experts], ffn_down_exps.weight [ffn_exp, dim, experts]
+ *     gpt-oss  q/k/v/output biases, attn_sinks.weight [heads] (sink logits, noise of std 1),
+ *              post_attention_norm [dim] in place of ffn_norm, qwen3moe's experts with biases:
+ *              ffn_gate_inp.bias [experts], ffn_gate_exps.bias and ffn_up_exps.bias
+ *              [ffn_exp, experts], ffn_down_exps.bias [dim, experts] (f32); the experts in
+ *              --experts-type (MXFP4 as OpenAI ships them); every --swa-period-th layer
+ *              (default 2: the odd ones) global, the others sliding over --window positions
  *     gemma3   attn_q_norm, attn_k_norm [head_dim], post_attention_norm, post_ffw_norm [dim];
  *              every layer but each --swa-period-th slides over --window positions
  *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
@@ -72,6 +78,9 @@ struct synth_opts {
 	uint32_t vocab;     /* tokens; 0 with vocab_from: that file's count */
 	uint32_t ctx;       /* llama.context_length */
 	enum lm_dtype type; /* every matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
+	/* The experts' matrices (3-D tensors): a type of `type`'s list or MXFP4; LM_DTYPE_COUNT
+	 * (the default): `type`. */
+	enum lm_dtype exps_type;
 	uint64_t seed;
 	float rope_base;        /* <arch>.rope.freq_base */
 	float rms_eps;          /* <arch>.attention.layer_norm_rms_epsilon */
@@ -79,18 +88,19 @@ struct synth_opts {
 	const char *vocab_from; /* GGUF whose tokenizer.* keys are copied, or NULL */
 	/* A file whose text becomes tokenizer.chat_template (instead of vocab_from's), or NULL. */
 	const char *chat_template_from;
-	const char *arch;    /* "llama" (NULL), "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4" */
-	uint32_t head_dim;   /* elements per head (gemma4: the global layers'); 0: dim/heads */
-	uint32_t window;     /* sliding window; 0: none (llama: Mistral's, every layer) */
-	uint32_t swa_period; /* gemma: every swa_period-th layer is global; 0: 6 */
+	const char *arch;      /* "llama" (NULL), "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
+			   * "gpt-oss" */
+	uint32_t head_dim;     /* elements per head (gemma4: the global layers'); 0: dim/heads */
+	uint32_t window;       /* sliding window; 0: none (llama: Mistral's, every layer) */
+	uint32_t swa_period;   /* every swa_period-th layer is global; 0: 6 (gemma), 2 (gpt-oss) */
 	uint32_t head_dim_swa; /* gemma4's sliding layers; 0: head_dim */
 	uint32_t kv_heads_swa; /* gemma4's sliding layers; 0: kv_heads */
 	float rope_base_swa;   /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
 	float softcap;         /* <arch>.final_logit_softcapping; 0: none */
 	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
-	uint32_t experts;      /* qwen3moe: experts per layer (<arch>.expert_count) */
-	uint32_t experts_used; /* qwen3moe: experts a token takes (expert_used_count) */
-	uint32_t ffn_exp;      /* qwen3moe: an expert's width; 0: ffn */
+	uint32_t experts;      /* qwen3moe, gpt-oss: experts per layer (<arch>.expert_count) */
+	uint32_t experts_used; /* experts a token takes (expert_used_count) */
+	uint32_t ffn_exp;      /* an expert's width; 0: ffn */
 	bool sparse;           /* the tensor index and no data: a file with holes */
 	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
 };

@@ -258,10 +258,12 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 		return rc;
 	/* Route each token through experts only where the architecture reads how. */
 	if (r.n_expert > 0 && hp->layer[0].n_expert == 0)
-		return lm_fail(d, LM_EUNSUPPORTED,
-			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
-			       "supported for this architecture (layermesh runs them for qwen3moe)",
-			       arch, arch, r.n_expert);
+		return lm_fail(
+			d, LM_EUNSUPPORTED,
+			"%s: mixture-of-experts layers (%s.expert_count = %u) are not "
+			"supported for this architecture (layermesh runs them for qwen3moe and "
+			"gpt-oss)",
+			arch, arch, r.n_expert);
 	if ((rc = hp_check_layers(hp, d)) != 0)
 		return rc;
 

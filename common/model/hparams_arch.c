@@ -166,6 +166,58 @@ static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct h
 	return 0;
 }
 
+/* gpt-oss (llama.cpp's openai-moe): NeoX rope over the whole head; sliding-window layers on the
+ * attention.sliding_window_pattern period (default 2: even layers slide, odd ones are global),
+ * whose rope base is rope.freq_base_swa or else the global one, and whose rope scale is the
+ * global one (llama.cpp keeps both for gpt-oss); on every layer a mixture of expert_count
+ * experts, expert_used_count per token, expert_feed_forward_length wide, routed by a softmax
+ * over the picked experts' logits only. Attention scale 1/sqrt(head_dim). */
+static int hp_gptoss(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r, lm_diag *d)
+{
+	int rc = hp_qwen(f, hp, r, d);
+	if (rc != 0)
+		return rc;
+	if (r->n_expert == 0)
+		return lm_fail(d, LM_EFORMAT, "metadata 'gpt-oss.expert_count' is missing or 0");
+	if (r->n_expert > LM_MAX_EXPERTS)
+		return lm_fail(d, LM_EFORMAT, "gpt-oss.expert_count = %u is over %d", r->n_expert,
+			       LM_MAX_EXPERTS);
+	if ((rc = hp_get_per_layer(f, hp->arch, "expert_used_count", hp,
+				   offsetof(struct lm_layer_hparams, n_expert_used), true, d)) !=
+		    0 ||
+	    (rc = hp_get_per_layer(f, hp->arch, "expert_feed_forward_length", hp,
+				   offsetof(struct lm_layer_hparams, n_ff_exp), true, d)) != 0)
+		return rc;
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		hp->layer[il].n_expert = (int32_t)r->n_expert;
+	hp->moe = (struct lm_moe_params){
+		.gating = LM_MOE_SOFTMAX_WEIGHT, .norm = false, .scale = 1.0f, .swiglu_oai = true};
+	hp->attn_scale = 1.0f / sqrtf((float)r->n_rot);
+	uint32_t window = 0;
+	rc = hp_get_u32_zero(f, hp->arch, "attention.sliding_window", &window, d);
+	if (rc == LM_ENOTFOUND)
+		return lm_fail(d, LM_EFORMAT,
+			       "metadata 'gpt-oss.attention.sliding_window' is missing");
+	if (rc != 0)
+		return rc;
+	if (window == 0 || window > INT32_MAX)
+		return lm_fail(d, LM_EFORMAT, "sliding window %u is out of range", window);
+	float base_swa = r->base;
+	rc = hp_get_f32(f, hp->arch, "rope.freq_base_swa", &base_swa, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	static bool swa[LM_MAX_LAYERS];
+	if ((rc = hp_swa_pattern(f, hp, 2, swa, d)) != 0)
+		return rc;
+	hp_set_sliding(hp, r, swa, (int32_t)window);
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		if (swa[il]) {
+			hp->layer[il].rope.freq_base = base_swa;
+			hp->layer[il].rope.freq_scale = r->scale;
+		}
+	return 0;
+}
+
 /* gemma3: a sliding window on every layer but each sixth (or the pattern's), those layers'
  * own rope base; the embedding scaled by sqrt(n_embd); queries scaled by 1/sqrt(head_dim), or
  * by 1/sqrt(n_embd / n_head) for the 62-layer (27B) model, as llama.cpp decides it. */
@@ -238,9 +290,10 @@ static int hp_gemma4(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 }
 
 static const struct hp_arch hp_archs[] = {
-	{"llama", LM_ROPE_NORM, hp_llama},   {"qwen2", LM_ROPE_NEOX, hp_qwen},
-	{"qwen3", LM_ROPE_NEOX, hp_qwen},    {"qwen3moe", LM_ROPE_NEOX, hp_qwen3moe},
-	{"gemma3", LM_ROPE_NEOX, hp_gemma3}, {"gemma4", LM_ROPE_NEOX, hp_gemma4},
+	{"llama", LM_ROPE_NORM, hp_llama},    {"qwen2", LM_ROPE_NEOX, hp_qwen},
+	{"qwen3", LM_ROPE_NEOX, hp_qwen},     {"qwen3moe", LM_ROPE_NEOX, hp_qwen3moe},
+	{"gemma3", LM_ROPE_NEOX, hp_gemma3},  {"gemma4", LM_ROPE_NEOX, hp_gemma4},
+	{"gpt-oss", LM_ROPE_NEOX, hp_gptoss},
 };
 
 const struct hp_arch *hp_arch_find(const char *name)
@@ -253,5 +306,5 @@ const struct hp_arch *hp_arch_find(const char *name)
 
 const char *lm_hparams_archs(void)
 {
-	return "llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4";
+	return "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4 and gpt-oss";
 }

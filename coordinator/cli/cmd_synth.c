@@ -23,18 +23,25 @@ static void synth_usage(FILE *out)
 	      "  --arch A          llama (default), qwen2 (Q/K/V biases), qwen3 (Q/K norms),\n"
 	      "                    qwen3moe (qwen3 with a mixture of experts on every layer),\n"
 	      "                    gemma3 or gemma4 (sliding and global layers, post-norms,\n"
-	      "                    GELU FFN; gemma4: no V on global layers, output scales)\n"
-	      "  --experts N       qwen3moe: experts per layer (<arch>.expert_count), up to 512\n"
-	      "  --experts-used K  qwen3moe: experts each token takes, up to N\n"
-	      "  --ffn-exp F       qwen3moe: an expert's width (default --ffn)\n"
+	      "                    GELU FFN; gemma4: no V on global layers, output scales),\n"
+	      "                    gpt-oss (biases, attention sinks, sliding and global layers,\n"
+	      "                    experts with biases and a clamped SwiGLU)\n"
+	      "  --experts N       qwen3moe, gpt-oss: experts per layer (<arch>.expert_count),\n"
+	      "                    up to 512\n"
+	      "  --experts-used K  qwen3moe, gpt-oss: experts each token takes, up to N\n"
+	      "  --ffn-exp F       qwen3moe, gpt-oss: an expert's width (default --ffn)\n"
+	      "  --experts-type T  qwen3moe, gpt-oss: the experts' weight type, --type's or\n"
+	      "                    mxfp4 (default --type); F must be a multiple of its block\n"
 	      "  --dim D           embedding length (<arch>.embedding_length), up to 65536\n"
 	      "  --layers L        transformer blocks (<arch>.block_count), up to 512\n"
 	      "  --heads H         attention heads; D must be a multiple of H, and D/H even\n"
 	      "                    (unless --head-dim sets the head size)\n"
 	      "  --head-dim N      gemma: elements per head (gemma4: of the global layers)\n"
-	      "  --window W        the sliding layers' window (gemma: each --swa-period-th\n"
-	      "                    layer is global; llama: Mistral's window on every layer)\n"
-	      "  --swa-period P    gemma: every P-th layer is global (default 6)\n"
+	      "  --window W        the sliding layers' window (gemma, gpt-oss: each\n"
+	      "                    --swa-period-th layer is global; llama: Mistral's window on\n"
+	      "                    every layer)\n"
+	      "  --swa-period P    gemma, gpt-oss: every P-th layer is global (default 6 for\n"
+	      "                    gemma, 2 for gpt-oss)\n"
 	      "  --head-dim-swa N  gemma4: the sliding layers' head size (default --head-dim)\n"
 	      "  --kv-heads-swa K  gemma4: the sliding layers' KV heads (default --kv-heads)\n"
 	      "  --rope-base-swa B gemma: the sliding layers' rope base (default: not written,\n"
@@ -160,6 +167,7 @@ static const struct synth_opt synth_table[] = {
 	SO("experts", SK_U32, experts),
 	SO("experts-used", SK_U32, experts_used),
 	SO("ffn-exp", SK_U32, ffn_exp),
+	SO("experts-type", SK_TYPE, exps_type),
 	SO("sparse", SK_FLAG, sparse),
 	SO("threads", SK_U32, threads),
 };

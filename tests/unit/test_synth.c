@@ -388,6 +388,53 @@ Test(synth, qwen3moe_has_a_router_and_3d_experts)
 	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL);
 }
 
+/* gpt-oss: biases (2-D for the experts: a row per expert), sinks, the post-attention norm in
+ * place of ffn_norm, the experts in their own type (MXFP4) while the rest keeps --type, the
+ * window and llama.cpp's file type for MXFP4 experts. */
+Test(synth, gptoss_has_biases_sinks_and_mxfp4_experts)
+{
+	struct synth_opts o = small("oss.gguf", LM_Q8_0);
+	o.arch = "gpt-oss";
+	o.experts = 4;
+	o.experts_used = 2;
+	o.ffn_exp = 64;
+	o.window = 8;
+	o.exps_type = LM_MXFP4;
+	write_ok(&o, NULL);
+	gguf_file *f = open_ok(o.out);
+	cr_expect_eq(get_u32(f, "gpt-oss.expert_count"), 4);
+	cr_expect_eq(get_u32(f, "gpt-oss.attention.sliding_window"), 8);
+	cr_expect_eq(get_u32(f, "general.file_type"), 38);
+	const struct gguf_tensor *t = gguf_find_tensor(f, "blk.1.ffn_up_exps.weight");
+	cr_assert_not_null(t);
+	cr_expect(t->type == LM_MXFP4 && t->n_dims == 3 && t->ne[2] == 4);
+	t = gguf_find_tensor(f, "blk.1.ffn_up_exps.bias");
+	cr_assert_not_null(t);
+	cr_expect(t->type == LM_F32 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 4);
+	t = gguf_find_tensor(f, "blk.1.attn_sinks.weight");
+	cr_assert_not_null(t);
+	cr_expect(t->type == LM_F32 && t->n_dims == 1 && t->ne[0] == o.heads);
+	t = gguf_find_tensor(f, "blk.1.attn_q.weight");
+	cr_expect(t != NULL && t->type == LM_Q8_0);
+	cr_expect_not_null(gguf_find_tensor(f, "blk.1.attn_output.bias"));
+	cr_expect_not_null(gguf_find_tensor(f, "blk.1.post_attention_norm.weight"));
+	cr_expect_null(gguf_find_tensor(f, "blk.1.ffn_norm.weight"));
+	gguf_close(f);
+	/* MXFP4 experts need an expert width of whole blocks; experts types are the mixtures'. */
+	lm_diag d = {{0}};
+	o.ffn_exp = 48;
+	cr_expect_eq(synth_write(&o, NULL, &d), LM_EINVAL);
+	cr_expect(strstr(d.msg, "mxfp4") != NULL, "%s", d.msg);
+	struct synth_opts bad = small("bad.gguf", LM_F32);
+	bad.exps_type = LM_MXFP4;
+	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL);
+	bad.arch = "gpt-oss";
+	bad.experts = 4;
+	bad.experts_used = 2;
+	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL); /* no --window */
+	cr_expect(strstr(d.msg, "window") != NULL, "%s", d.msg);
+}
+
 Test(synth, vocab_from_copies_every_tokenizer_key)
 {
 	const char *src_path = shared_path("models/stories260K.gguf");
