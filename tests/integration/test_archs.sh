@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every architecture through the mesh. For each of llama (and Mistral's window), qwen2, qwen3,
-# qwen3moe, gemma3 and gemma4, a synthetic GQA model of 7 layers runs over a 3-worker mesh whose
-# fence crosses sliding/global boundaries (gemma: window 8, layers 2 and 5 global; the fence
-# [0,2) [2,5) [5,7) starts a worker on each global layer and ends one on a sliding layer) and
-# cuts inside the run of mixture-of-experts layers (qwen3moe: 8 experts, 2 per token, on every
-# layer):
+# qwen3moe, gemma3, gemma4 and gpt-oss, a synthetic GQA model of 7 layers runs over a 3-worker
+# mesh whose fence crosses sliding/global boundaries (gemma: window 8, layers 2 and 5 global; the
+# fence [0,2) [2,5) [5,7) starts a worker on each global layer and ends one on a sliding layer;
+# gpt-oss: even layers slide) and cuts inside the run of mixture-of-experts layers (qwen3moe,
+# gpt-oss: 8 experts, 2 per token, on every layer; gpt-oss also with MXFP4 experts):
 #   - greedy generation of 30 tokens (over 3x the window) equals `layermesh run`'s ids;
 #   - `layermesh diff` finds every layer of the mesh equal to the single process.
 # The single process is held to llama.cpp by tests/oracle/test_oracle_archs.sh.
@@ -18,18 +18,33 @@ shape() {
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	mistral) echo "--window 8" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 2 --ffn-exp 128" ;;
+	gpt-oss) echo "--arch gpt-oss --experts 8 --experts-used 2 --ffn-exp 128 --window 8" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac
 }
 
+types() { # arch: gpt-oss adds MXFP4 experts (f32 elsewhere)
+	case $1 in
+	gpt-oss) echo "q8_0 f32 mxfp4" ;;
+	*) echo "q8_0 f32" ;;
+	esac
+}
+
+weights() {
+	case $1 in
+	mxfp4) echo "--type f32 --experts-type mxfp4" ;;
+	*) echo "--type $1" ;;
+	esac
+}
+
 n=0
-for arch in ${LM_TEST_ARCHS:-llama mistral qwen2 qwen3 qwen3moe gemma3 gemma4}; do
-	for type in q8_0 f32; do
+for arch in ${LM_TEST_ARCHS:-llama mistral qwen2 qwen3 qwen3moe gemma3 gemma4 gpt-oss}; do
+	for type in $(types $arch); do
 		model="$LM_TMP/$arch-$type.gguf"
 		# shellcheck disable=SC2046
 		"$LM_BIN" synth --out "$model" $(shape $arch) --dim 256 --layers 7 --heads 8 \
-			--kv-heads 2 --ffn 512 --vocab 512 --type $type --seed 11 >/dev/null ||
+			--kv-heads 2 --ffn 512 --vocab 512 $(weights $type) --seed 11 >/dev/null ||
 			fail "synth $arch $type"
 		want=$("$LM_BIN" run --model "$model" --prompt "$prompt" --temp 0 -n 30 --ctx 256 \
 			--ids 2>/dev/null) || fail "run $arch $type"
