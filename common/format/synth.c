@@ -332,8 +332,9 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 		return lm_fail(d, LM_EINVAL, "--rope-llama3 is llama's");
 	if (o->swa_period != 0 && !synth_gemma(o) && arch != SYNTH_GPTOSS)
 		return lm_fail(d, LM_EINVAL, "--swa-period is gemma's and gpt-oss's");
-	if (o->head_dim != 0 && !synth_gemma(o))
-		return lm_fail(d, LM_EINVAL, "--head-dim is gemma's (others use dim / heads)");
+	if (o->head_dim != 0 && !synth_gemma(o) && arch != SYNTH_GPTOSS)
+		return lm_fail(d, LM_EINVAL,
+			       "--head-dim is gemma's and gpt-oss's (others use dim / heads)");
 	if (o->kv_heads_swa != 0 && o->heads % o->kv_heads_swa != 0)
 		return lm_fail(d, LM_EINVAL, "kv-heads-swa %u does not divide heads %u",
 			       o->kv_heads_swa, o->heads);

@@ -90,7 +90,7 @@ struct synth_opts {
 	const char *chat_template_from;
 	const char *arch;      /* "llama" (NULL), "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4",
 			   * "gpt-oss" */
-	uint32_t head_dim;     /* elements per head (gemma4: the global layers'); 0: dim/heads */
+	uint32_t head_dim;     /* gemma, gpt-oss: per head (gemma4: global layers'); 0: dim/heads */
 	uint32_t window;       /* sliding window; 0: none (llama: Mistral's, every layer) */
 	uint32_t swa_period;   /* every swa_period-th layer is global; 0: 6 (gemma), 2 (gpt-oss) */
 	uint32_t head_dim_swa; /* gemma4's sliding layers; 0: head_dim */

@@ -339,7 +339,11 @@ int lm_model_costs(const gguf_file *f, const struct lm_hparams *hp, struct lm_mo
 			struct lm_layer_cost *c = &costs->layer[t->layer];
 			const struct lm_layer_hparams *l = &hp->layer[t->layer];
 			c->weight_bytes += t->size;
-			if (t->n_dims >= 2) {
+			/* A bias (gpt-oss's experts' are 2-D, a row per expert) is added, not
+			 * multiplied: bytes only. */
+			const size_t len = strlen(t->name);
+			const bool bias = len > 5 && strcmp(t->name + len - 5, ".bias") == 0;
+			if (t->n_dims >= 2 && !bias) {
 				c->params += model_elems(t);
 				c->flops += 2 * model_elems(t);
 			}

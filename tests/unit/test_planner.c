@@ -843,3 +843,68 @@ Test(planner, qwen3moe_layers_weigh_all_experts_and_cost_the_active_ones, .timeo
 	mesh_config_fini(&cfg);
 	unlink(model);
 }
+
+/* gpt-oss-20b's geometry (24 layers of dim 2880, 64 query heads and 8 KV heads of 64, 32
+ * experts of width 2880, 4 per token; MXFP4 experts, q8_0 elsewhere, sparse): a layer weighs
+ * its MXFP4 experts at 17 bytes per 32 weights, its biases and sinks as f32, and costs per token
+ * only the 4 experts a token takes (the biases are added, not multiplied). */
+Test(planner, gptoss_mxfp4_experts_weigh_17_bytes_per_32, .timeout = 60)
+{
+	char model[] = "/tmp/lm_test_gptoss_XXXXXX";
+	int fd = mkstemp(model);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = model;
+	o.arch = "gpt-oss";
+	o.layers = 24;
+	o.dim = 2880;
+	o.heads = 64;
+	o.kv_heads = 8;
+	o.head_dim = 64;
+	o.ffn = 2880;
+	o.experts = 32;
+	o.experts_used = 4;
+	o.window = 128;
+	o.vocab = 201088;
+	o.type = LM_Q8_0;
+	o.exps_type = LM_MXFP4;
+	o.sparse = true;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	gguf_file *f = NULL;
+	static struct lm_hparams hp;
+	cr_assert_eq(gguf_open(model, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	static struct lm_layer_cost lc[24];
+	struct lm_model_costs mc = {.layer = lc};
+	cr_assert_eq(lm_model_costs(f, &hp, &mc, &d), 0, "%s", d.msg);
+	gguf_close(f);
+	/* q and o 2880 x 4096, k and v 2880 x 512 in q8_0 (34 bytes per 32); router 2880 x 32 f32;
+	 * experts 3 x 32 x 2880 x 2880 in MXFP4 (17 per 32); f32 vectors: biases of q, k, v, o
+	 * (4096 + 2 x 512 + 2880), sinks 64, 2 norms of 2880, router bias 32, experts' biases
+	 * 3 x 32 x 2880. */
+	const uint64_t attn = 2ull * 2880 * 4096 + 2ull * 2880 * 512, router = 2880 * 32,
+		       expert = 3ull * 2880 * 2880;
+	const uint64_t vec = 4096 + 2 * 512 + 2880 + 64 + 2 * 2880 + 32 + 3 * 32 * 2880;
+	const uint64_t bytes = attn / 32 * 34 + 32 * expert / 32 * 17 + (router + vec) * 4;
+	for (int i = 0; i < 24; i++) {
+		cr_expect_eq(lc[i].weight_bytes, bytes, "layer %d", i);
+		cr_expect_eq(lc[i].params, attn + router + 32 * expert, "layer %d", i);
+		cr_expect_eq(lc[i].flops, 2 * (attn + router + 4 * expert), "layer %d", i);
+	}
+	write_pinned(model, 4, 6, "64GiB");
+	struct mesh_config cfg;
+	load(&cfg);
+	cfg.strategy = FENCE_BALANCED;
+	struct fence_plan p;
+	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "%s", d.msg);
+	for (int j = 0; j < p.n_workers; j++) {
+		int32_t n = p.stages[j].end - p.stages[j].start;
+		cr_expect_eq(p.stages[j].weight_bytes, (uint64_t)n * bytes, "w%d", j);
+	}
+	fence_plan_fini(&p);
+	mesh_config_fini(&cfg);
+	unlink(model);
+}
