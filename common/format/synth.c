@@ -330,6 +330,13 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 			       "of their own geometry)");
 	if (o->rope_llama3 && arch != SYNTH_LLAMA)
 		return lm_fail(d, LM_EINVAL, "--rope-llama3 is llama's");
+	if ((o->rope_yarn != 0 || o->rope_yarn_orig != 0) && arch != SYNTH_GPTOSS)
+		return lm_fail(d, LM_EINVAL, "--rope-yarn and --rope-yarn-orig are gpt-oss's");
+	if (!(o->rope_yarn >= 0.0f) || !isfinite(o->rope_yarn) ||
+	    (o->rope_yarn_orig != 0 && o->rope_yarn == 0))
+		return lm_fail(d, LM_EINVAL,
+			       "--rope-yarn takes a positive factor (and is needed "
+			       "by --rope-yarn-orig)");
 	if (o->swa_period != 0 && !synth_gemma(o) && arch != SYNTH_GPTOSS)
 		return lm_fail(d, LM_EINVAL, "--swa-period is gemma's and gpt-oss's");
 	if (o->head_dim != 0 && !synth_gemma(o) && arch != SYNTH_GPTOSS)
@@ -848,6 +855,16 @@ static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *
 	if (rc == 0 && o->rope_base_swa > 0)
 		rc = gguf_writer_kv_f32(w, synth_key(o, "rope.freq_base_swa", k, sizeof k),
 					o->rope_base_swa, d);
+	if (rc == 0 && o->rope_yarn > 0 &&
+	    ((rc = gguf_writer_kv_str(w, synth_key(o, "rope.scaling.type", k, sizeof k), "yarn",
+				      d)) != 0 ||
+	     (rc = gguf_writer_kv_f32(w, synth_key(o, "rope.scaling.factor", k, sizeof k),
+				      o->rope_yarn, d)) != 0))
+		return rc;
+	if (rc == 0 && o->rope_yarn_orig != 0)
+		rc = gguf_writer_kv_u32(
+			w, synth_key(o, "rope.scaling.original_context_length", k, sizeof k),
+			o->rope_yarn_orig, d);
 	if (rc == 0 && o->softcap > 0)
 		rc = gguf_writer_kv_f32(w, synth_key(o, "final_logit_softcapping", k, sizeof k),
 					o->softcap, d);

@@ -98,11 +98,13 @@ struct synth_opts {
 	float rope_base_swa;   /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
 	float softcap;         /* <arch>.final_logit_softcapping; 0: none */
 	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
-	uint32_t experts;      /* qwen3moe, gpt-oss: experts per layer (<arch>.expert_count) */
-	uint32_t experts_used; /* experts a token takes (expert_used_count) */
-	uint32_t ffn_exp;      /* an expert's width; 0: ffn */
-	bool sparse;           /* the tensor index and no data: a file with holes */
-	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
+	float rope_yarn;       /* gpt-oss: rope.scaling.type yarn of this factor; 0: none */
+	uint32_t rope_yarn_orig; /* its rope.scaling.original_context_length; 0: not written */
+	uint32_t experts;        /* qwen3moe, gpt-oss: experts per layer (<arch>.expert_count) */
+	uint32_t experts_used;   /* experts a token takes (expert_used_count) */
+	uint32_t ffn_exp;        /* an expert's width; 0: ffn */
+	bool sparse;             /* the tensor index and no data: a file with holes */
+	uint32_t threads;        /* rows quantized at once (the same bytes for any count); 0: 1 */
 };
 
 struct synth_stats {

@@ -173,9 +173,15 @@ static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparam
 	char key[128];
 	const char *scaling = NULL;
 	snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-	if (gguf_get_str(f, key, &scaling, d) == 0 && strcmp(scaling, "linear") != 0 &&
-	    strcmp(scaling, "none") != 0)
-		return lm_fail(d, LM_EUNSUPPORTED, "rope scaling '%s' is not supported", scaling);
+	/* YaRN is read where llama.cpp's graph applies it as layermesh does: gpt-oss. */
+	r->yarn = gguf_get_str(f, key, &scaling, d) == 0 && strcmp(scaling, "yarn") == 0 &&
+		  strcmp(arch, "gpt-oss") == 0;
+	if (scaling != NULL && strcmp(scaling, "linear") != 0 && strcmp(scaling, "none") != 0 &&
+	    !r->yarn)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "%s = '%s': rope scaling '%s' is not supported (layermesh applies "
+			       "none and linear, and yarn for gpt-oss)",
+			       key, scaling, scaling);
 	/* A tiny positive factor (a float denormal) would make freq_scale = 1/factor infinite. */
 	if (factor < 0 || !isfinite(factor) || (factor > 0 && !isfinite(1.0f / factor)))
 		return lm_fail(d, LM_EFORMAT, "rope scaling factor %g is out of range",

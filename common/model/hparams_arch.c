@@ -166,10 +166,50 @@ static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct h
 	return 0;
 }
 
+/* llama.cpp's ggml_rope_yarn_corr_dim: the pair index whose wavelength spans the original context
+ * `beta` times, in its float steps. */
+static float hp_yarn_corr_dim(int n_dims, int n_ctx_orig, float beta, float base)
+{
+	return n_dims * logf(n_ctx_orig / (beta * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+/* YaRN on every layer, as llama.cpp (release v0.4.0) sets it up for a file of rope.scaling.type
+ * "yarn" whose architecture reads no yarn keys of its own (gpt-oss): ext_factor 1, betas 32 and
+ * 1, the original context rope.scaling.original_context_length (default context_length),
+ * llama_context's attention factor get_mscale(factor) / (1 + 0.1 ln factor) x
+ * rope.scaling.attn_factor, then rope_yarn's own (1 + 0.1 ln(1 / freq_scale)), all in floats in
+ * llama.cpp's order. */
+static int hp_yarn(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r, lm_diag *d)
+{
+	int32_t n_orig = hp->n_ctx_train;
+	int rc = hp_get_i32(f, hp->arch, "rope.scaling.original_context_length", &n_orig, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	float attn_factor = 1.0f;
+	rc = hp_get_f32(f, hp->arch, "rope.scaling.attn_factor", &attn_factor, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	const float factor = 1.0f / r->scale;
+	float a = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+	a *= 1.0f / (1.0f + 0.1f * logf(factor));
+	a *= attn_factor;
+	for (int32_t il = 0; il < hp->n_layer; il++) {
+		struct lm_rope_params *rp = &hp->layer[il].rope;
+		const float lo = floorf(hp_yarn_corr_dim(rp->n_rot, n_orig, 32.0f, rp->freq_base));
+		const float hi = ceilf(hp_yarn_corr_dim(rp->n_rot, n_orig, 1.0f, rp->freq_base));
+		rp->ext_factor = 1.0f;
+		rp->mscale = a * (1.0f + 0.1f * logf(1.0f / rp->freq_scale));
+		rp->corr[0] = lo > 0 ? lo : 0;
+		rp->corr[1] = hi < (float)(rp->n_rot - 1) ? hi : (float)(rp->n_rot - 1);
+	}
+	return 0;
+}
+
 /* gpt-oss (llama.cpp's openai-moe): NeoX rope over the whole head; sliding-window layers on the
  * attention.sliding_window_pattern period (default 2: even layers slide, odd ones are global),
  * whose rope base is rope.freq_base_swa or else the global one, and whose rope scale is the
- * global one (llama.cpp keeps both for gpt-oss); on every layer a mixture of expert_count
+ * global one (llama.cpp keeps both for gpt-oss), YaRN on every layer where the file says
+ * (hp_yarn); on every layer a mixture of expert_count
  * experts, expert_used_count per token, expert_feed_forward_length wide, routed by a softmax
  * over the picked experts' logits only. Attention scale 1/sqrt(head_dim). */
 static int hp_gptoss(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r, lm_diag *d)
@@ -215,7 +255,7 @@ static int hp_gptoss(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 			hp->layer[il].rope.freq_base = base_swa;
 			hp->layer[il].rope.freq_scale = r->scale;
 		}
-	return 0;
+	return r->yarn ? hp_yarn(f, hp, r, d) : 0;
 }
 
 /* gemma3: a sliding window on every layer but each sixth (or the pattern's), those layers'

@@ -23,6 +23,14 @@ struct lm_rope_params {
 	 * Gemma 4's partial rotation: a huge factor leaves a pair unturned). Filled by the engine
 	 * from the model's rope_freqs.weight; always NULL in hparams. */
 	const float *freq_factors;
+	/* YaRN (gpt-oss; llama.cpp's rope_yarn), where ext_factor != 0: pair i turns by
+	 *     theta = interp x (1 - mix) + extrap x mix,  extrap = pos x base^(-2i / n_rot) /
+	 *     factor[i],  interp = freq_scale x extrap,
+	 *     mix = (1 - min(1, max(0, (i - corr[0]) / max(0.001, corr[1] - corr[0])))) x ext_factor
+	 * and its cos and sin are multiplied by mscale. 0 (hparams' default): none of this. */
+	float ext_factor;
+	float mscale;
+	float corr[2]; /* the correction dims, pair indices, as ggml_rope_yarn_corr_dims */
 };
 
 #endif

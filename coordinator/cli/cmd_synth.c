@@ -49,6 +49,8 @@ static void synth_usage(FILE *out)
 	      "                    which llama.cpp reads as 10000)\n"
 	      "  --softcap C       gemma: final logit softcapping (default none)\n"
 	      "  --rope-llama3     llama: Llama 3.1's long-context rope (rope_freqs.weight)\n"
+	      "  --rope-yarn F     gpt-oss: YaRN rope scaling by factor F (rope.scaling.type)\n"
+	      "  --rope-yarn-orig N  gpt-oss: YaRN's original context length\n"
 	      "  --sparse          the metadata and tensor index with no data: a file with holes\n"
 	      "                    of the full size, for planning real geometries\n"
 	      "  --kv-heads KH     key/value heads (grouped-query attention); divides H\n"
@@ -165,6 +167,8 @@ static const struct synth_opt synth_table[] = {
 	SO("rope-base-swa", SK_FLOAT, rope_base_swa),
 	SO("softcap", SK_FLOAT, softcap),
 	SO("rope-llama3", SK_FLAG, rope_llama3),
+	SO("rope-yarn", SK_FLOAT, rope_yarn),
+	SO("rope-yarn-orig", SK_U32, rope_yarn_orig),
 	SO("experts", SK_U32, experts),
 	SO("experts-used", SK_U32, experts_used),
 	SO("ffn-exp", SK_U32, ffn_exp),

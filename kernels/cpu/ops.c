@@ -23,7 +23,7 @@ int cpu_get_rows(float *y, const struct lm_weight *table, const int32_t *ids, in
 
 /* As GGUF's reference rope: theta_i = pos * base^(-2i/n_rot) built by repeated multiplication
  * in f32 (so the rounding matches), divided by the pair's frequency factor when there are
- * factors, then scaled by freq_scale; cos and sin in f32. One (cos, sin) pair serves every head
+ * factors, then scaled by freq_scale (or YaRN's mix of both, rope.h); cos and sin in f32. One (cos, sin) pair serves every head
  * of the token; dimensions past n_rot are left as they are. */
 void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc, int n,
 	      const struct lm_rope_params *rp)
@@ -36,8 +36,20 @@ void cpu_rope(float *x, int n_heads, int head_dim, const struct lm_tok_loc *loc,
 		float theta = (float)loc[t].pos;
 		for (int i = 0; i < half; i++, theta *= theta_scale) {
 			const float ff = rp->freq_factors != NULL ? rp->freq_factors[i] : 1.0f;
-			const float angle = rp->freq_scale * (theta / ff);
-			const float c = cosf(angle), s = sinf(angle);
+			float angle = rp->freq_scale * (theta / ff), c, s;
+			if (rp->ext_factor != 0.0f) {
+				/* YaRN as GGUF's reference rope_yarn, in its order of float ops. */
+				const float extrap = theta / ff;
+				const float y = ((float)i - rp->corr[0]) /
+						fmaxf(0.001f, rp->corr[1] - rp->corr[0]);
+				const float mix = (1 - fminf(1, fmaxf(0, y))) * rp->ext_factor;
+				angle = angle * (1 - mix) + extrap * mix;
+				c = cosf(angle) * rp->mscale;
+				s = sinf(angle) * rp->mscale;
+			} else {
+				c = cosf(angle);
+				s = sinf(angle);
+			}
 			const int i0 = neox ? i : 2 * i;
 			const int i1 = neox ? i + half : 2 * i + 1;
 			for (int h = 0; h < n_heads; h++) {

@@ -415,6 +415,9 @@ static int cuda_rope(void *vctx, float *x, int n_heads, int head_dim, const stru
 	if ((rp->mode != LM_ROPE_NORM && rp->mode != LM_ROPE_NEOX) || rp->n_rot < 0 ||
 	    rp->n_rot % 2 != 0 || rp->n_rot > head_dim)
 		return LM_EINVAL;
+	if (rp->ext_factor != 0.0f)
+		return cuda_refuse(c, LM_EUNSUPPORTED,
+				   "rope: YaRN scaling is not implemented on CUDA");
 	if (n <= 0 || rp->n_rot == 0)
 		return 0;
 	int rc = cuda_put_loc(c, loc, n);

@@ -18,7 +18,7 @@ shape() {
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	mistral) echo "--window 8" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 2 --ffn-exp 128" ;;
-	gpt-oss) echo "--arch gpt-oss --experts 8 --experts-used 2 --ffn-exp 128 --window 8" ;;
+	gpt-oss) echo "--arch gpt-oss --experts 8 --experts-used 2 --ffn-exp 128 --window 8 --rope-base 150000 --rope-yarn 32 --rope-yarn-orig 64" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac

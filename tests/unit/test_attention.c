@@ -53,14 +53,18 @@ Test(attention, rope_matches_the_formula)
 	for (int i = 0; i < 32; i++)
 		factors[i] = i < 8 ? 1.0f : i < 24 ? 1.0f + (float)i / 3.0f : 1e30f;
 	const struct lm_rope_params cases[] = {
-		{LM_ROPE_NORM, 64, 10000.0f, 1.0f, NULL},
-		{LM_ROPE_NEOX, 64, 10000.0f, 1.0f, NULL},
-		{LM_ROPE_NORM, 32, 1000000.0f, 1.0f, NULL},
-		{LM_ROPE_NEOX, 32, 1000000.0f, 0.25f, NULL},
-		{LM_ROPE_NEOX, 16, 10000.0f, 1.0f, NULL},
-		{LM_ROPE_NORM, 0, 10000.0f, 1.0f, NULL},
-		{LM_ROPE_NORM, 64, 500000.0f, 1.0f, factors},
-		{LM_ROPE_NEOX, 64, 10000.0f, 1.0f, factors},
+		{LM_ROPE_NORM, 64, 10000.0f, 1.0f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NEOX, 64, 10000.0f, 1.0f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NORM, 32, 1000000.0f, 1.0f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NEOX, 32, 1000000.0f, 0.25f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NEOX, 16, 10000.0f, 1.0f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NORM, 0, 10000.0f, 1.0f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NORM, 64, 500000.0f, 1.0f, factors, 0.0f, 0.0f, {0.0f, 0.0f}},
+		{LM_ROPE_NEOX, 64, 10000.0f, 1.0f, factors, 0.0f, 0.0f, {0.0f, 0.0f}},
+		/* YaRN (gpt-oss): pairs below 4 extrapolate, past 20 interpolate, a ramp between;
+		 * cos and sin scaled. */
+		{LM_ROPE_NEOX, 64, 150000.0f, 0.25f, NULL, 1.0f, 1.3f, {4.0f, 20.0f}},
+		{LM_ROPE_NORM, 64, 10000.0f, 0.125f, factors, 1.0f, 1.2f, {0.0f, 31.0f}},
 	};
 	float x[6 * 3 * 64], y[6 * 3 * 64];
 	for (int k = 0; k < TEST_N_KSETS; k++) {
@@ -82,16 +86,30 @@ Test(attention, rope_matches_the_formula)
 						const double ff = rp->freq_factors != NULL
 									  ? rp->freq_factors[i]
 									  : 1.0;
-						const double theta =
-							positions[t] * (double)rp->freq_scale *
+						const double extrap =
+							positions[t] *
 							pow(rp->freq_base, -2.0 * i / rp->n_rot) /
 							ff;
+						double theta = extrap * rp->freq_scale, m = 1;
+						if (rp->ext_factor != 0) { /* YaRN: rope.h */
+							const double ramp =
+								(i - rp->corr[0]) /
+								fmax(0.001,
+								     rp->corr[1] - rp->corr[0]);
+							const double mix =
+								(1 - fmin(1, fmax(0, ramp))) *
+								rp->ext_factor;
+							theta = theta * (1 - mix) + extrap * mix;
+							m = rp->mscale;
+						}
 						const int i0 = rp->mode == LM_ROPE_NEOX ? i : 2 * i;
 						const int i1 = rp->mode == LM_ROPE_NEOX ? i + half
 											: 2 * i + 1;
 						const double a = xi[i0], bb = xi[i1];
-						const double w0 = a * cos(theta) - bb * sin(theta);
-						const double w1 = a * sin(theta) + bb * cos(theta);
+						const double w0 =
+							m * (a * cos(theta) - bb * sin(theta));
+						const double w1 =
+							m * (a * sin(theta) + bb * cos(theta));
 						/* theta is built in f32 by repeated products, as
 						 * GGUF's reference does: its error grows with pos. */
 						const double tol = (fabs(a) + fabs(bb)) *
@@ -120,9 +138,11 @@ Test(attention, rope_matches_the_formula)
 		cr_log_info("rope %s: worst error / (|x0| + |x1|): %.3g for pos <= 100, %.3g "
 			    "for pos 1000-4000",
 			    test_ksets[k], worst_near, worst_far);
-		struct lm_rope_params bad = {LM_ROPE_NORM, 65, 10000.0f, 1.0f, NULL};
+		struct lm_rope_params bad = {LM_ROPE_NORM, 65,   10000.0f, 1.0f,
+					     NULL,         0.0f, 0.0f,     {0.0f, 0.0f}};
 		cr_expect_eq(b.iface->rope(b.ctx, y, n_heads, head_dim, loc, n, &bad), LM_EINVAL);
-		bad = (struct lm_rope_params){(enum lm_rope_mode)1, 64, 10000.0f, 1.0f, NULL};
+		bad = (struct lm_rope_params){
+			(enum lm_rope_mode)1, 64, 10000.0f, 1.0f, NULL, 0.0f, 0.0f, {0.0f, 0.0f}};
 		cr_expect_eq(b.iface->rope(b.ctx, y, n_heads, head_dim, loc, n, &bad), LM_EINVAL);
 		lm_backend_fini(&b);
 	}
@@ -138,7 +158,8 @@ Test(attention, rope_position_zero_is_identity)
 	test_fill_gauss(&r, x, 128, 1.0f);
 	memcpy(y, x, sizeof x);
 	struct lm_tok_loc loc = {0, 0};
-	struct lm_rope_params rp = {LM_ROPE_NEOX, 128, 10000.0f, 1.0f, NULL};
+	struct lm_rope_params rp = {LM_ROPE_NEOX, 128,  10000.0f, 1.0f,
+				    NULL,         0.0f, 0.0f,     {0.0f, 0.0f}};
 	cr_assert_eq(b.iface->rope(b.ctx, y, 1, 128, &loc, 1, &rp), 0);
 	cr_expect_eq(memcmp(x, y, sizeof x), 0);
 	lm_backend_fini(&b);

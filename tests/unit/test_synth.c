@@ -13,6 +13,7 @@
 #include "common/format/gguf.h"
 #include "common/format/synth.h"
 #include "common/format/quant.h"
+#include "common/model/hparams.h"
 
 static char tmpdir[64];
 
@@ -420,6 +421,35 @@ Test(synth, gptoss_has_biases_sinks_and_mxfp4_experts)
 	cr_expect_not_null(gguf_find_tensor(f, "blk.1.post_attention_norm.weight"));
 	cr_expect_null(gguf_find_tensor(f, "blk.1.ffn_norm.weight"));
 	gguf_close(f);
+	/* YaRN as the published files have it (factor 32, base 150000), over an original context
+	 * of 64: its keys, and the rope llama.cpp derives from them on every layer. Head size 32:
+	 * corr = floor(32 ln(64 / (32 x 2 pi)) / (2 ln 150000)) = floor(-1.54) -> 0 and
+	 * ceil(32 ln(64 / (2 pi)) / (2 ln 150000)) = ceil(3.12) = 4; mscale (1 + 0.1 ln 32) = 1.3466
+	 * (llama.cpp's attention factor cancels its own). */
+	o.rope_yarn = 32.0f;
+	o.rope_yarn_orig = 64;
+	o.rope_base = 150000.0f;
+	write_ok(&o, NULL);
+	f = open_ok(o.out);
+	const char *st = NULL;
+	lm_diag dy = {{0}};
+	cr_assert_eq(gguf_get_str(f, "gpt-oss.rope.scaling.type", &st, &dy), 0);
+	cr_expect_str_eq(st, "yarn");
+	cr_expect_eq(get_u32(f, "gpt-oss.rope.scaling.original_context_length"), 64);
+	static struct lm_hparams hp;
+	cr_assert_eq(lm_hparams_load(f, &hp, &dy), 0, "%s", dy.msg);
+	for (int il = 0; il < 2; il++) {
+		const struct lm_rope_params *rp = &hp.layer[il].rope;
+		cr_expect(rp->ext_factor == 1.0f && rp->freq_scale == 1.0f / 32, "layer %d", il);
+		cr_expect(rp->corr[0] == 0.0f && rp->corr[1] == 4.0f, "layer %d: corr %g %g", il,
+			  (double)rp->corr[0], (double)rp->corr[1]);
+		cr_expect_float_eq(rp->mscale, 1.0 + 0.1 * log(32.0), 1e-6, "layer %d: %g", il,
+				   (double)rp->mscale);
+	}
+	gguf_close(f);
+	o.rope_yarn = 0;
+	o.rope_yarn_orig = 0;
+	o.rope_base = 10000.0f;
 	/* MXFP4 experts need an expert width of whole blocks; experts types are the mixtures'. */
 	lm_diag d = {{0}};
 	o.ffn_exp = 48;
@@ -433,6 +463,11 @@ Test(synth, gptoss_has_biases_sinks_and_mxfp4_experts)
 	bad.experts_used = 2;
 	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL); /* no --window */
 	cr_expect(strstr(d.msg, "window") != NULL, "%s", d.msg);
+	bad.arch = NULL;
+	bad.experts = bad.experts_used = 0;
+	bad.exps_type = LM_DTYPE_COUNT;
+	bad.rope_yarn = 4;
+	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL); /* yarn is gpt-oss's */
 }
 
 Test(synth, vocab_from_copies_every_tokenizer_key)
