@@ -134,7 +134,8 @@ int cmd_quantize(int argc, char **argv)
 			break;
 		case 't':
 			type = lm_dtype_parse(optarg);
-			if (type < 0 || !lm_dtype_info((uint32_t)type)->compute)
+			/* MXFP4 is an experts' format (llama.cpp's MXFP4_MOE), not a whole model's. */
+			if (type < 0 || !lm_dtype_info((uint32_t)type)->compute || type == LM_MXFP4)
 				return lm_cli_usage_error("quantize",
 							  "--type expects f32, f16, bf16, q8_0, "
 							  "q4_0, q4_K or q6_K, got '%s'",

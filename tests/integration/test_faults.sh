@@ -82,6 +82,10 @@ storm() {
 storm storm
 "$LM_BIN" quantize --in "$model" --out "$LM_TMP/draft.gguf" --type q8_0 >/dev/null ||
 	fail "layermesh quantize"
+# MXFP4 is an experts' type (synth --experts-type): quantize refuses it for a whole model.
+"$LM_BIN" quantize --in "$model" --out "$LM_TMP/mx.gguf" --type mxfp4 2>"$LM_TMP/mx.err" &&
+	fail "layermesh quantize --type mxfp4 was accepted"
+grep -q "got 'mxfp4'" "$LM_TMP/mx.err" || fail "quantize --type mxfp4: $(cat "$LM_TMP/mx.err")"
 storm storm-spec "draft_model = \"$LM_TMP/draft.gguf\"\nmax_draft = 4\nmax_streams = 0\n"
 
 # ---------------------------------------------------------------- 2. cannot come back
