@@ -636,7 +636,8 @@ static bool api_tool_name_ok(const char *s)
 }
 
 /* One of tools: {"type": "function", "function": {"name", "description", "parameters",
- * "strict"}}; its name into r->tool_names[i]. */
+ * "strict"}}; its name into r->tool_names[i]. A mistake's param is "tools", its message names the
+ * exact field. */
 static int api_tool(const cJSON *t, int i, struct api_request *r, struct api_error *err)
 {
 	char param[64];
@@ -645,7 +646,7 @@ static int api_tool(const cJSON *t, int i, struct api_request *r, struct api_err
 	const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
 	if (!cJSON_IsObject(t) || !cJSON_IsString(type) ||
 	    strcmp(type->valuestring, "function") != 0 || !cJSON_IsObject(fn))
-		return API_BAD(err, param,
+		return API_BAD(err, "tools",
 			       "'%s' must be {\"type\": \"function\", \"function\": {\"name\": "
 			       "...}}",
 			       param);
@@ -659,16 +660,16 @@ static int api_tool(const cJSON *t, int i, struct api_request *r, struct api_err
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(fn, fields[k].key);
 		snprintf(param, sizeof param, "tools[%d].function.%s", i, fields[k].key);
 		if (v != NULL && !cJSON_IsNull(v) && !fields[k].is(v))
-			return API_BAD(err, param, "'%s' must be %s", param, fields[k].what);
+			return API_BAD(err, "tools", "'%s' must be %s", param, fields[k].what);
 	}
 	const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
 	snprintf(param, sizeof param, "tools[%d].function.name", i);
 	if (!cJSON_IsString(name) || !api_tool_name_ok(name->valuestring))
-		return API_BAD(err, param, "'%s' must be 1 to 64 letters, digits, '_', '-' or '.'",
-			       param);
+		return API_BAD(err, "tools",
+			       "'%s' must be 1 to 64 letters, digits, '_', '-' or '.'", param);
 	for (int k = 0; k < i; k++)
 		if (strcmp(r->tool_names[k], name->valuestring) == 0)
-			return API_BAD(err, param, "'tools' has the function '%s' twice",
+			return API_BAD(err, "tools", "'tools' has the function '%s' twice",
 				       name->valuestring);
 	if ((r->tool_names[i] = strdup(name->valuestring)) == NULL)
 		return API_NOMEM(err);

@@ -681,6 +681,27 @@ int tool_parse(const struct tool_syntax *s, const struct tool_want *want, const 
 	return 0;
 }
 
+bool tool_syntax_marker(const struct tool_syntax *s, const char *text, size_t len)
+{
+	static const char *const marks[TOOL_FMT_COUNT][8] = {
+		[TOOL_FMT_HERMES] = {"<tool_call>", "</tool_call>"},
+		[TOOL_FMT_LLAMA3] = {"<|python_tag|>"},
+		[TOOL_FMT_MISTRAL] = {MISTRAL_CALLS, "[ARGS]", "[CALL_ID]"},
+		[TOOL_FMT_HARMONY] = {H_CHANNEL, H_MESSAGE, H_START, "<|end|>", "<|constrain|>"},
+		[TOOL_FMT_GEMMA4] = {"<|tool_call>", G4_END, G4_QUOTE, "<|channel>", "<channel|>"},
+		[TOOL_FMT_DEEPSEEK] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END,
+				       DS_SEP},
+	};
+	const char *tags[] = {s->think_open, s->think_close};
+	for (int i = 0; i < 2; i++)
+		if (tags[i] != NULL && strlen(tags[i]) == len && memcmp(tags[i], text, len) == 0)
+			return true;
+	for (int i = 0; (unsigned)s->fmt < TOOL_FMT_COUNT && i < 8 && marks[s->fmt][i] != NULL; i++)
+		if (strlen(marks[s->fmt][i]) == len && memcmp(marks[s->fmt][i], text, len) == 0)
+			return true;
+	return false;
+}
+
 void tool_parsed_fini(struct tool_parsed *p)
 {
 	if (p == NULL)

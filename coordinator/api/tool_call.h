@@ -68,6 +68,10 @@ struct tool_syntax tool_syntax_detect(const char *tmpl, size_t len);
 /* Notes whether the rendered prompt leaves the reasoning block open (ends with the open tag,
  * white space after it aside). */
 void tool_syntax_prompt(struct tool_syntax *s, const char *prompt, size_t len);
+/* Whether text[0..len) is one of the syntax's markers (a call's, a channel's, a reasoning
+ * tag): the chat API keeps the text of such a token where plain text leaves control tokens
+ * out. */
+bool tool_syntax_marker(const struct tool_syntax *s, const char *text, size_t len);
 /* "hermes", "llama3", ...; "none". */
 const char *tool_format_name(enum tool_format f);
 /* Whether the syntax has anything to parse (calls, or reasoning). */

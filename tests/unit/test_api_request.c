@@ -761,7 +761,7 @@ Test(api_request, chat_messages_are_checked)
 		     "only 'response_format' {\"type\": \"text\"} is supported", bad);
 	snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}",
 		 hi);
-	chat_refused(&l, body, "tools[0]",
+	chat_refused(&l, body, "tools",
 		     "'tools[0]' must be {\"type\": \"function\", \"function\": {\"name\": "
 		     "...}}",
 		     bad);
@@ -1052,16 +1052,15 @@ Test(api_request, chat_takes_tools_and_tool_history)
 	} refused[] = {
 		{"\"tools\": {}", "tools", "'tools' must be an array of at most 128 tools"},
 		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]",
-		 "tools[0].function.name",
+		 "tools",
 		 "'tools[0].function.name' must be 1 to 64 letters, digits, '_', '-' or '.'"},
 		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
 		 "\"parameters\": []}}]",
-		 "tools[0].function.parameters",
-		 "'tools[0].function.parameters' must be an object (a JSON schema)"},
+		 "tools", "'tools[0].function.parameters' must be an object (a JSON schema)"},
 		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
 		 "{\"type\": "
 		 "\"function\", \"function\": {\"name\": \"f\"}}]",
-		 "tools[1].function.name", "'tools' has the function 'f' twice"},
+		 "tools", "'tools' has the function 'f' twice"},
 		{"\"tool_choice\": \"always\"", "tool_choice",
 		 "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
 		 "\"function\", \"function\": {\"name\": ...}}"},

@@ -74,6 +74,22 @@ Test(tool_call, detects_the_templates_formats)
 	cr_expect(!tool_syntax_active(&none));
 }
 
+/* The control tokens whose text a parsed output keeps: the syntax's own markers only. */
+Test(tool_call, markers)
+{
+	struct tool_syntax g = {TOOL_FMT_GEMMA4, "<|channel>thought", "<channel|>", false, false};
+	cr_expect(tool_syntax_marker(&g, "<|tool_call>", 12));
+	cr_expect(tool_syntax_marker(&g, "<channel|>", 10));
+	cr_expect(tool_syntax_marker(&g, "<|channel>", 10));
+	cr_expect(!tool_syntax_marker(&g, "<|turn>", 7));
+	cr_expect(!tool_syntax_marker(&g, "<|tool_cal", 10));
+	struct tool_syntax h = {TOOL_FMT_HARMONY, NULL, NULL, false, false};
+	cr_expect(tool_syntax_marker(&h, "<|message|>", 11));
+	cr_expect(!tool_syntax_marker(&h, "<|return|>", 10));
+	struct tool_syntax none = {0};
+	cr_expect(!tool_syntax_marker(&none, "<|tool_call>", 12));
+}
+
 Test(tool_call, the_prompt_can_leave_reasoning_open)
 {
 	struct tool_syntax s = {TOOL_FMT_DEEPSEEK, "<think>", "</think>", false, false};
