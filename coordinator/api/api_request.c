@@ -739,6 +739,14 @@ static int api_chat_tools(const cJSON *req, const struct api_limits *lim, struct
 	return 0;
 }
 
+int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d)
+{
+	if (r->tool_choice != API_TOOLS_REQUIRED && r->tool_choice != API_TOOLS_NAMED)
+		return 0;
+	struct tool_want w = api_tool_want(r);
+	return tool_call_grammar(&r->syntax, w.names, w.n_names, r->parallel_tool_calls, out, d);
+}
+
 struct tool_want api_tool_want(const struct api_request *r)
 {
 	if (r->tool_choice == API_TOOLS_NAMED)

@@ -148,6 +148,11 @@ struct api_request {
 /* What the output parse of r looks for (tool_call.h): calls, to its tools (the named one
  * alone), unless tool_choice is "none" or there are no tools. */
 struct tool_want api_tool_want(const struct api_request *r);
+/* The GBNF grammar (tool_call.h) that forces r's tool_choice "required" or named function in
+ * the template's call syntax, appended to out; nothing for the other choices. LM_EINVAL when
+ * the template has no call syntax. Not applied yet: constrained decoding is to carry it to the
+ * sampling step. */
+int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d);
 
 /* Why a request was refused: what the HTTP reply says. */
 struct api_error {

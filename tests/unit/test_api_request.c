@@ -1043,6 +1043,20 @@ Test(api_request, chat_takes_tools_and_tool_history)
 		struct tool_want w = api_tool_want(&r);
 		cr_expect_eq(w.calls, ok[i].calls, "%s", json);
 		cr_expect_eq(w.n_names, ok[i].choice == API_TOOLS_NAMED ? 1 : 2);
+		/* required and named get the grammar of their calls; the others none. */
+		struct lm_buf g = {0};
+		cr_expect_eq(api_tool_grammar(&r, &g, &d), 0, "%s", d.msg);
+		bool constrained =
+			ok[i].choice == API_TOOLS_REQUIRED || ok[i].choice == API_TOOLS_NAMED;
+		cr_expect_eq(g.len > 0, constrained, "%s", json);
+		if (ok[i].choice == API_TOOLS_NAMED)
+			cr_expect(strstr(g.p, "tool-name ::= \"get_time\"\n") != NULL, "%s", g.p);
+		if (ok[i].choice == API_TOOLS_REQUIRED)
+			/* The prompt left <think> open: reasoning first, then one call. */
+			cr_expect(strncmp(g.p, "root ::= think call\n", 20) == 0 &&
+					  strstr(g.p, "\nthink ::= think-body ws\n") != NULL,
+				  "%s", g.p);
+		lm_buf_fini(&g);
 		api_request_fini(&r);
 	}
 
