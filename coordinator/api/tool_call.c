@@ -41,8 +41,8 @@ struct tool_syntax tool_syntax_detect(const char *t, size_t n)
 		s.fmt = TOOL_FMT_DEEPSEEK;
 	else if (has(t, n, "[TOOL_CALLS]"))
 		s.fmt = TOOL_FMT_MISTRAL;
-	else if (has(t, n, "<tool_call>"))
-		s.fmt = TOOL_FMT_HERMES;
+	else if (has(t, n, "<tool_call>") && !has(t, n, "<function=") && !has(t, n, "<arg_key>"))
+		s.fmt = TOOL_FMT_HERMES; /* JSON inside: not Qwen3-Coder's or GLM's XML */
 	else if (has(t, n, "<|start_header_id|>") && has(t, n, "\"parameters\""))
 		s.fmt = TOOL_FMT_LLAMA3;
 	s.mistral_args = s.fmt == TOOL_FMT_MISTRAL && has(t, n, "[ARGS]");
@@ -302,6 +302,39 @@ static int parse_mistral(struct tool_parsed *out, const struct tool_want *w, con
 #define DS_CALL_END    "<｜tool▁call▁end｜>"
 #define DS_SEP         "<｜tool▁sep｜>"
 
+/* One call after <｜tool▁call▁begin｜>: N<｜tool▁sep｜>{...}, or R1's
+ * function<｜tool▁sep｜>N\n```json\n{...}\n```; *end after it. */
+static int ds_call(struct tool_parsed *out, const struct tool_want *w, const char *name,
+		   const char *e, const char **end)
+{
+	const char *sep = find(name, e, DS_SEP);
+	if (sep == NULL)
+		return TC_BAD;
+	const char *args = sep + strlen(DS_SEP), *name_end = sep;
+	bool r1 = sep - name == 8 && memcmp(name, "function", 8) == 0;
+	if (r1) {
+		const char *fence = find(args, e, "\n```json");
+		if (fence == NULL)
+			return TC_BAD;
+		name = args;
+		name_end = fence;
+		args = fence + strlen("\n```json");
+	}
+	const char *p = args;
+	cJSON *o = json_at(args, e, &p);
+	int rc = cJSON_IsObject(o) ? 0 : TC_BAD;
+	if (rc == 0 && r1) {
+		p = skip_ws(p, e);
+		rc = starts(p, e, "```") ? 0 : TC_BAD;
+		p += rc == 0 ? 3 : 0;
+	}
+	if (rc == 0)
+		rc = call_with_args(out, w, name, (size_t)(name_end - name), o);
+	cJSON_Delete(o);
+	*end = p;
+	return rc;
+}
+
 static int parse_deepseek(struct tool_parsed *out, const struct tool_want *w, const char *p,
 			  const char *e, const char **after)
 {
@@ -311,13 +344,7 @@ static int parse_deepseek(struct tool_parsed *out, const struct tool_want *w, co
 	int rc = 0;
 	while (rc == 0 && starts(skip_ws(p, e), e, DS_CALL_BEGIN)) {
 		const char *name = skip_ws(p, e) + strlen(DS_CALL_BEGIN);
-		const char *sep = find(name, e, DS_SEP);
-		if (sep == NULL)
-			return TC_BAD;
-		cJSON *o = json_at(sep + strlen(DS_SEP), e, &p);
-		rc = cJSON_IsObject(o) ? call_with_args(out, w, name, (size_t)(sep - name), o)
-				       : TC_BAD;
-		cJSON_Delete(o);
+		rc = ds_call(out, w, name, e, &p);
 		if (rc == 0 && !starts(skip_ws(p, e), e, DS_CALL_END))
 			return TC_BAD;
 		if (rc == 0)

@@ -18,7 +18,11 @@
  *   gemma4     <|tool_call>              <|tool_call>call:N{key:value,...}<tool_call|>, strings
  *                                        quoted <|"|>...<|"|>, keys bare
  *   deepseek   <｜tool▁calls▁begin｜>     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>
- *              (DeepSeek V3.1)           {...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+ *              (DeepSeek V3.1, R1)       {...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>; R1's
+ *                                        call: function<｜tool▁sep｜>N\n```json\n{...}\n```
+ *
+ * A template with <tool_call> whose calls are not JSON inside (Qwen3-Coder's <function=...>,
+ * GLM's <arg_key>) is not hermes: its output is content, its calls not parsed.
  *
  * Reasoning: <think>...</think> where the template holds <think> (open already when the prompt
  * ends with <think>, as DeepSeek's and some Qwen templates leave it), [THINK]...[/THINK]

@@ -54,6 +54,9 @@ Test(tool_call, detects_the_templates_formats)
 		{"openai-gpt-oss-120b.jinja", TOOL_FMT_HARMONY, NULL},
 		{"google-gemma-4-31B-it.jinja", TOOL_FMT_GEMMA4, "<|channel>thought"},
 		{"deepseek-ai-DeepSeek-V3.1.jinja", TOOL_FMT_DEEPSEEK, "<think>"},
+		{"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TOOL_FMT_DEEPSEEK, "<think>"},
+		{"Qwen3-Coder.jinja", TOOL_FMT_NONE, NULL},
+		{"GLM-4.6.jinja", TOOL_FMT_NONE, "<think>"},
 		{"google-gemma-2-2b-it.jinja", TOOL_FMT_NONE, NULL},
 		{"microsoft-Phi-3.5-mini-instruct.jinja", TOOL_FMT_NONE, NULL},
 	};
@@ -326,6 +329,14 @@ Test(tool_call, deepseek)
 	expect_parse(&s, &any, bad, bad, "", 0, NULL);
 	const char *empty = "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>";
 	expect_parse(&s, &any, empty, empty, "", 0, NULL);
+	/* R1's calls: the name after "function", the arguments in a json fence. */
+	const char *r1 =
+		"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+		"```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+	expect_parse(&s, &any, r1, "", "", 1, weather);
+	const char *r1_open = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+			      "get_weather\n```json\n{\"city\": \"Paris\"}\n<｜tool▁call▁end｜>";
+	expect_parse(&s, &any, r1_open, r1_open, "", 0, NULL);
 	s.think_open_at_start = true;
 	expect_prefixes(&s, &any, two);
 }
