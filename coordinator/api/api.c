@@ -402,7 +402,8 @@ static void api_vocab_limits(struct api *a)
 				     .chat = a->cfg.chat,
 				     .chat_why = a->cfg.chat_why,
 				     .bos_text = a->bos_text,
-				     .eos_text = a->eos_text};
+				     .eos_text = a->eos_text,
+				     .tools = a->cfg.tools};
 }
 
 static int api_routes(struct api *a, lm_diag *d)

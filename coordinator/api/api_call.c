@@ -37,6 +37,10 @@ struct api_call {
 	char *piece;           /* [tok_stream_cap(vocab)] one token's decoded text */
 	struct lm_buf text;    /* everything emitted (plain requests) */
 	struct lm_buf pending; /* detokenized text held back for stop-string matching */
+	/* Chat whose output is parsed (req.parse_output, tool_call.h): a stream's text so far, and
+	 * how much of its content and reasoning has gone out. */
+	struct lm_buf raw;
+	size_t sent_content, sent_reasoning;
 	bool stop_hit;
 	int32_t *gen, n_gen, cap_gen;
 	/* Plain requests with logprobs: completions' four arrays, chat's content entries. */
@@ -77,6 +81,7 @@ static void api_call_free(struct api_call *c)
 	free(c->piece);
 	lm_buf_fini(&c->text);
 	lm_buf_fini(&c->pending);
+	lm_buf_fini(&c->raw);
 	lm_buf_fini(&c->early);
 	free(c->gen);
 	cJSON_Delete(c->lp_tokens);
@@ -245,8 +250,45 @@ static void api_add_usage(const struct api_call *c, cJSON *o, bool timings)
 	}
 }
 
-/* The whole answer of a plain request. */
-static cJSON *api_answer(struct api_call *c, const char *finish)
+/* A tool call as OpenAI writes it: {"id", "type": "function", "function": {"name",
+ * "arguments"}}; with index in a stream's delta. */
+static cJSON *api_tool_call(const struct tool_call *tc, int index)
+{
+	char id[TOOL_CALL_ID_LEN];
+	tool_call_id(id);
+	cJSON *o = cJSON_CreateObject();
+	if (index >= 0)
+		cJSON_AddNumberToObject(o, "index", index);
+	cJSON_AddStringToObject(o, "id", id);
+	cJSON_AddStringToObject(o, "type", "function");
+	cJSON *fn = cJSON_AddObjectToObject(o, "function");
+	cJSON_AddStringToObject(fn, "name", tc->name);
+	cJSON_AddStringToObject(fn, "arguments", tc->args);
+	return o;
+}
+
+/* A plain answer's message from the parsed output: content (null when there are calls and no
+ * text), reasoning_content, tool_calls. */
+static void api_parsed_message(cJSON *m, const struct tool_parsed *p)
+{
+	bool blank = true;
+	for (size_t i = 0; i < p->content.len && blank; i++)
+		blank = p->content.p[i] == ' ' || p->content.p[i] == '\n';
+	if (p->n_calls > 0 && blank)
+		cJSON_AddNullToObject(m, "content");
+	else
+		cJSON_AddStringToObject(m, "content", p->content.p);
+	if (p->reasoning.len > 0)
+		cJSON_AddStringToObject(m, "reasoning_content", p->reasoning.p);
+	if (p->n_calls == 0)
+		return;
+	cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+	for (int i = 0; i < p->n_calls; i++)
+		cJSON_AddItemToArray(calls, api_tool_call(&p->calls[i], -1));
+}
+
+/* The whole answer of a plain request (parsed: its chat output parsed, or NULL). */
+static cJSON *api_answer(struct api_call *c, const char *finish, const struct tool_parsed *parsed)
 {
 	bool chat = c->req.kind == API_CHAT;
 	cJSON *o = api_head(c, chat ? "chat.completion" : "text_completion");
@@ -258,7 +300,10 @@ static cJSON *api_answer(struct api_call *c, const char *finish)
 	if (chat) {
 		cJSON *m = cJSON_AddObjectToObject(ch, "message");
 		cJSON_AddStringToObject(m, "role", "assistant");
-		cJSON_AddStringToObject(m, "content", text);
+		if (parsed != NULL)
+			api_parsed_message(m, parsed);
+		else
+			cJSON_AddStringToObject(m, "content", text);
 		cJSON_AddNullToObject(m, "refusal");
 		if (c->req.logprobs) {
 			lp = cJSON_CreateObject();
@@ -316,6 +361,40 @@ static void api_stream_json(struct api_call *c, cJSON *o)
 
 /* ------------------------------------------------------------------ generation callbacks */
 
+/* What b holds past *sent, into *out (malloc'd; left NULL when nothing is new). */
+static void api_take_new(const struct lm_buf *b, size_t *sent, char **out)
+{
+	if (b->len <= *sent)
+		return;
+	*out = strndup(b->p + *sent, b->len - *sent);
+	*sent = b->len;
+}
+
+/* A stream with a parsed output: text joins what came so far, and the new content and
+ * reasoning of its partial parse go out (a partial parse is a prefix of any later one). */
+static void api_parse_delta(struct api_call *c, const char *text, size_t len, char **content,
+			    char **reasoning)
+{
+	struct tool_parsed p;
+	struct tool_want w = api_tool_want(&c->req);
+	if (lm_buf_add(&c->raw, text, len) != 0 ||
+	    tool_parse(&c->req.syntax, &w, c->raw.p, c->raw.len, false, &p) != 0)
+		return;
+	api_take_new(&p.content, &c->sent_content, content);
+	api_take_new(&p.reasoning, &c->sent_reasoning, reasoning);
+	tool_parsed_fini(&p);
+}
+
+/* A chat chunk's delta gets reasoning_content (taken). */
+static void api_add_reasoning(cJSON *chunk, char *reasoning)
+{
+	if (reasoning == NULL)
+		return;
+	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(chunk, "choices"), 0);
+	cJSON_AddStringToObject(cJSON_GetObjectItem(ch, "delta"), "reasoning_content", reasoning);
+	free(reasoning);
+}
+
 /* Emits text that can no longer be part of a stop string, with the token that made it. */
 static void api_emit(struct api_call *c, const char *text, size_t len, int32_t token, float logprob,
 		     const int32_t *top_ids, const float *top_lp, int32_t n_top)
@@ -326,15 +405,17 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 	}
 	bool chat = c->req.kind == API_CHAT;
 	bool with_lp = token >= 0 && c->req.logprobs;
-	if (chat && len == 0 && !with_lp && !(token >= 0 && c->req.want_ids))
+	char *piece = NULL, *reasoning = NULL;
+	if (chat && c->req.parse_output)
+		api_parse_delta(c, text, len, &piece, &reasoning);
+	else if (len > 0 || !chat)
+		piece = strndup(text, len);
+	if (chat && piece == NULL && reasoning == NULL && !with_lp &&
+	    !(token >= 0 && c->req.want_ids))
 		return; /* nothing to tell a chat client yet */
-	char *piece = malloc(len + 1);
-	if (piece == NULL)
-		return;
-	memcpy(piece, text, len);
-	piece[len] = '\0';
-	cJSON *o = api_chunk(c, piece, false, NULL);
+	cJSON *o = api_chunk(c, piece != NULL ? piece : chat ? NULL : "", false, NULL);
 	free(piece);
+	api_add_reasoning(o, reasoning);
 	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
 	if (with_lp && chat) {
 		cJSON *lp = cJSON_CreateObject();
@@ -393,6 +474,29 @@ static void api_keep_logprobs(struct api_call *c, int32_t token, float logprob,
 	cJSON_AddItemToArray(c->lp_offsets, cJSON_CreateNumber((double)offset));
 }
 
+/* A token's text into pending; returns its length. A parsed output keeps the text of the
+ * control tokens that are its syntax's markers (<|channel|>, <|tool_call>, [TOOL_CALLS], ...),
+ * which plain text leaves out, as llama-server keeps its "preserved tokens". */
+static size_t api_piece(struct api_call *c, int32_t token)
+{
+	const tok_vocab *v = c->api->cfg.vocab;
+	size_t n = 0, len = 0;
+	if (tok_stream_push(v, &c->ts, token, c->piece, tok_stream_cap(v), &n) != 0)
+		return 0;
+	const char *t = NULL;
+	if (n == 0 && c->req.parse_output && (tok_attr(v, token) & TOK_ATTR_CONTROL) != 0 &&
+	    !tok_is_eog(v, token))
+		t = tok_text(v, token, &len);
+	if (t != NULL && len > 0 && tool_syntax_marker(&c->req.syntax, t, len)) {
+		n = tok_stream_flush(&c->ts, c->piece, tok_stream_cap(v));
+		lm_buf_add(&c->pending, c->piece, n);
+		lm_buf_add(&c->pending, t, len);
+		return n + len;
+	}
+	lm_buf_add(&c->pending, c->piece, n);
+	return n;
+}
+
 static void api_on_token(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top)
 {
@@ -410,10 +514,7 @@ static void api_on_token(void *arg, int32_t token, float logprob, const int32_t 
 	c->gen[c->n_gen++] = token;
 	if (c->stop_hit)
 		return;
-	size_t n = 0;
-	if (tok_stream_push(c->api->cfg.vocab, &c->ts, token, c->piece,
-			    tok_stream_cap(c->api->cfg.vocab), &n) == 0)
-		lm_buf_add(&c->pending, c->piece, n);
+	size_t n = api_piece(c, token);
 	if (!c->req.stream && c->req.logprobs)
 		api_keep_logprobs(c, token, logprob, top_ids, top_lp, n_top,
 				  c->text.len + c->pending.len - n);
@@ -462,6 +563,52 @@ static void api_stream_done(struct api_call *c, enum sched_finish why, int code,
 	api_call_unref(c);
 }
 
+/* A stream's parsed output at its end: what the final parse adds to the content and the
+ * reasoning, then each call in a chunk of its own (delta.tool_calls with its index, which the
+ * SDKs assemble). Returns whether there were calls. */
+static bool api_stream_parsed_end(struct api_call *c)
+{
+	struct tool_parsed p;
+	struct tool_want w = api_tool_want(&c->req);
+	if (tool_parse(&c->req.syntax, &w, c->raw.p, c->raw.len, true, &p) != 0)
+		return false;
+	char *content = NULL, *reasoning = NULL;
+	api_take_new(&p.content, &c->sent_content, &content);
+	api_take_new(&p.reasoning, &c->sent_reasoning, &reasoning);
+	if (content != NULL || reasoning != NULL) {
+		cJSON *o = api_chunk(c, content, false, NULL);
+		api_add_reasoning(o, reasoning);
+		api_stream_json(c, o);
+	}
+	free(content);
+	for (int i = 0; i < p.n_calls; i++) {
+		cJSON *o = api_chunk(c, NULL, false, NULL);
+		cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+		cJSON *calls =
+			cJSON_AddArrayToObject(cJSON_GetObjectItem(ch, "delta"), "tool_calls");
+		cJSON_AddItemToArray(calls, api_tool_call(&p.calls[i], i));
+		api_stream_json(c, o);
+	}
+	bool calls = p.n_calls > 0;
+	tool_parsed_fini(&p);
+	return calls;
+}
+
+/* A plain answer with a parsed output. */
+static void api_reply_parsed(struct api_call *c, const char *finish)
+{
+	struct tool_parsed p;
+	struct tool_want w = api_tool_want(&c->req);
+	if (tool_parse(&c->req.syntax, &w, c->text.p, c->text.len, true, &p) != 0) {
+		lm_httpd_reply_error(c->aio, 500, "server_error", NULL, "out of memory");
+		return;
+	}
+	if (p.n_calls > 0 && strcmp(finish, "stop") == 0)
+		finish = "tool_calls";
+	lm_httpd_reply_json(c->aio, 200, api_answer(c, finish, &p));
+	tool_parsed_fini(&p);
+}
+
 static void api_on_done(void *arg, enum sched_finish why, int code, const char *msg)
 {
 	struct api_call *c = arg;
@@ -474,15 +621,22 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 			c->stop_hit = true;
 	}
 	const char *finish = c->stop_hit || why == SCHED_FINISH_STOP ? "stop" : "length";
+	bool parsed = c->req.kind == API_CHAT && c->req.parse_output;
 	if (c->req.stream) {
+		if (parsed && why != SCHED_FINISH_ERROR &&
+		    (why != SCHED_FINISH_CANCEL || c->stop_hit) && api_stream_parsed_end(c) &&
+		    strcmp(finish, "stop") == 0)
+			finish = "tool_calls";
 		api_stream_done(c, why, code, msg, finish);
 		return;
 	}
 	if (why == SCHED_FINISH_ERROR)
 		lm_httpd_reply_error(c->aio, api_status_of(code), "server_error", NULL, "%s",
 				     msg ? msg : lm_strerror(code));
+	else if (parsed)
+		api_reply_parsed(c, finish);
 	else
-		lm_httpd_reply_json(c->aio, 200, api_answer(c, finish));
+		lm_httpd_reply_json(c->aio, 200, api_answer(c, finish, NULL));
 	api_call_unref(c);
 }
 

@@ -52,8 +52,9 @@ struct mesh {
 	gguf_file *file;   /* the model's metadata: tokenizer and fingerprint */
 	struct lm_hparams hp;
 	char model_name[128];
-	jinja_tmpl *jinja;     /* the model's chat template, parsed; NULL: none or mesh.toml's */
-	enum chat_format chat; /* recognised or named; with jinja NULL, CHAT_NONE refuses chat */
+	jinja_tmpl *jinja;        /* the model's chat template, parsed; NULL: none or mesh.toml's */
+	struct tool_syntax tools; /* its tool-call syntax, with jinja */
+	enum chat_format chat;    /* recognised or named; with jinja NULL, CHAT_NONE refuses chat */
 	char chat_why[400];
 	/* Non-empty when a plane leaves this machine in the clear: said at start and on /readyz. */
 	char plain_note[512];
@@ -167,6 +168,7 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 	    gguf_get_str(m->file, "tokenizer.chat_template", &t, NULL) == 0) {
 		lm_diag jd = {{0}};
 		m->jinja = jinja_parse(t, strlen(t), &jd);
+		m->tools = tool_syntax_detect(t, strlen(t));
 		if (m->jinja == NULL && m->chat == CHAT_NONE)
 			snprintf(m->chat_why, sizeof m->chat_why,
 				 "the model's chat template cannot be parsed (%.200s); set [model] "
@@ -178,8 +180,11 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 				jd.msg, chat_format_name(m->chat));
 	}
 	if (m->jinja != NULL)
-		lm_info("chat template: the model's own, by the Jinja engine (%s)",
-			m->chat != CHAT_NONE ? chat_format_name(m->chat) : "no known family");
+		lm_info("chat template: the model's own, by the Jinja engine (%s; tool calls: "
+			"%s%s)",
+			m->chat != CHAT_NONE ? chat_format_name(m->chat) : "no known family",
+			tool_format_name(m->tools.fmt),
+			m->tools.think_open != NULL ? ", reasoning apart" : "");
 	else if (m->chat != CHAT_NONE && m->chat_why[0] != '\0')
 		lm_warn("chat template: %s: %s", chat_format_name(m->chat), m->chat_why);
 	else if (m->chat != CHAT_NONE)
@@ -278,6 +283,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		.jinja = m->jinja,
 		.chat = m->chat,
 		.chat_why = m->chat_why,
+		.tools = m->jinja != NULL ? m->tools : (struct tool_syntax){0},
 		.ui = m->cfg.ui,
 		.http_limits = {.read_timeout_ms = (int64_t)(m->cfg.http_read_timeout * 1000),
 				.idle_timeout_ms = (int64_t)(m->cfg.http_idle_timeout * 1000),
