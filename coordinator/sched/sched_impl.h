@@ -43,6 +43,7 @@ struct sched_seq {
 	/* Parallel samples (sched_req.share_prompt_of): the sequence whose prompt rows this one
 	 * waits for (0: none); its COPY is queued and not yet sent; it has samples waiting. */
 	uint64_t leader;
+	int32_t reused; /* prompt rows it did not compute: the prefix cache's, or copied */
 	bool copy_queued;
 	bool has_followers;
 	int32_t hi;          /* the highest position its batches wrote in its slot */
@@ -106,7 +107,8 @@ struct sched {
 		int32_t src, dst, len;
 	} * copies;
 	int32_t n_copies;
-	int32_t *copy_dst; /* [slots] scratch for one COPY's destinations */
+	struct sched_slot_view *view; /* [slots], under mu: what sched_slots shows */
+	int32_t *copy_dst;            /* [slots] scratch for one COPY's destinations */
 	int32_t copies_out;
 	int64_t copies_sent_ms;
 	bool *free_slot; /* [slots] scratch for sched_admit */

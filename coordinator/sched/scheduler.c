@@ -119,6 +119,7 @@ static void sched_share_into(struct sched *s, struct sched_seq *l, struct sched_
 	f->copy_queued = true;
 	atomic_fetch_add(&s->stats.prompt_shared, (uint64_t)(p - f->n_done));
 	f->n_done = p;
+	f->reused = p;
 	f->hi = l->hi > p ? l->hi : p;
 }
 
@@ -742,6 +743,7 @@ static void sched_admit(struct sched *s)
 			atomic_store(&s->stats.cached_slots, s->prefix.n_held);
 			atomic_fetch_add(&s->stats.prompt_cached, (uint64_t)reuse);
 		}
+		q->reused = reuse;
 		if (q->cached != NULL)
 			*q->cached = reuse;
 		if (q->leader != 0)
@@ -1086,6 +1088,27 @@ static void sched_publish_quiesced(struct sched *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Under mu: the slots as sched_slots shows them. */
+static void sched_publish_slots(struct sched *s)
+{
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		const struct sched_seq *q = s->slot_seq[i];
+		struct sched_slot_view *v = &s->view[i];
+		*v = (struct sched_slot_view){.reserved =
+						      i >= s->cfg.slots - s->cfg.reserved_slots};
+		if (q != NULL) {
+			v->busy = true;
+			v->seq_id = q->id;
+			v->n_prompt = q->n_prompt;
+			v->n_gen = q->n_gen;
+			v->n_past = q->n_done;
+			v->n_cached = q->reused;
+		} else if (s->cfg.prefix_cache) {
+			v->n_past = v->n_cached = s->prefix.slot[i].n;
+		}
+	}
+}
+
 /* Under mu: sleeps until another thread hands something over (or SCHED_IDLE_WAIT_MS, for the
  * timeouts), unless something already waits. */
 static void sched_wait(struct sched *s)
@@ -1127,6 +1150,7 @@ static void *sched_main(void *arg)
 		sched_publish_oldest(s);
 
 		pthread_mutex_lock(&s->mu);
+		sched_publish_slots(s);
 		sched_wait(s);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -1178,6 +1202,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->release = calloc((size_t)slots * 2, sizeof *s->release);
 	s->copies = calloc((size_t)slots, sizeof *s->copies);
 	s->copy_dst = calloc((size_t)slots, sizeof *s->copy_dst);
+	s->view = calloc((size_t)slots, sizeof *s->view);
 	s->free_slot = calloc((size_t)slots, sizeof *s->free_slot);
 	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
 	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
@@ -1185,7 +1210,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->blamed = calloc(nw, sizeof *s->blamed);
 	s->turn_blamed = calloc(nw, sizeof *s->turn_blamed);
 	s->stats.worker_replays = calloc(nw, sizeof *s->stats.worker_replays);
-	bool ok = s->slot_seq && s->snap && s->release && s->copies && s->copy_dst &&
+	bool ok = s->slot_seq && s->snap && s->release && s->copies && s->copy_dst && s->view &&
 		  s->free_slot && s->wseqs && s->ids && s->blamed && s->turn_blamed &&
 		  s->stats.worker_replays &&
 		  (!cfg->prefix_cache ||
@@ -1283,6 +1308,7 @@ void sched_fini(struct sched *s)
 	free(s->release);
 	free(s->copies);
 	free(s->copy_dst);
+	free(s->view);
 	free(s->free_slot);
 	prefix_fini(&s->prefix);
 	free(s->wseqs);
@@ -1384,4 +1410,18 @@ bool sched_oldest(const struct sched *s, uint64_t *batch_id, int64_t *sent_ms)
 const struct sched_stats *sched_stats(const struct sched *s)
 {
 	return &s->stats;
+}
+
+int32_t sched_slots(struct sched *s, struct sched_slot_view *out, int32_t cap)
+{
+	int32_t n = s->cfg.slots < cap ? s->cfg.slots : cap;
+	pthread_mutex_lock(&s->mu);
+	memcpy(out, s->view, (size_t)n * sizeof *out);
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+int32_t sched_open_slots(const struct sched *s)
+{
+	return s->cfg.slots - s->cfg.reserved_slots;
 }

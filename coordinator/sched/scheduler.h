@@ -215,4 +215,22 @@ int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, i
 
 const struct sched_stats *sched_stats(const struct sched *s);
 
+/* One KV slot as sched_slots shows it (llama-server's /slots). */
+struct sched_slot_view {
+	bool busy;       /* a sequence holds it */
+	bool reserved;   /* kept for probes */
+	uint64_t seq_id; /* the sequence's (busy) */
+	int32_t n_prompt, n_gen;
+	int32_t n_past;   /* positions the workers hold for it */
+	int32_t n_cached; /* busy: prompt rows it reused or copied; idle: the rows the prefix cache
+			   * keeps there */
+};
+/* Every slot's view as of the scheduler's last turn (at most cap, into out): how many. From any
+ * thread. */
+int32_t sched_slots(struct sched *s, struct sched_slot_view *out, int32_t cap);
+
+/* The slots requests may take (cfg.slots less the reserved): the most sequences, parallel
+ * samples of one request included, that run at once. From any thread. */
+int32_t sched_open_slots(const struct sched *s);
+
 #endif
