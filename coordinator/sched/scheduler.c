@@ -717,10 +717,10 @@ static int32_t sched_pick_slot(struct sched *s, const struct sched_seq *q, int32
 	}
 	for (int32_t i = 0; i < s->cfg.slots; i++)
 		s->free_slot[i] = i < open && s->slot_seq[i] == NULL;
-	int32_t slot = prefix_choose(&s->prefix, s->free_slot, q->tok, q->n_prompt, reuse);
-	if (q->no_cache)
-		*reuse = 0;
-	return slot;
+	/* A request that reuses nothing takes an empty slot, else the one kept least recently,
+	 * and leaves the rows others could reuse where they are. */
+	return prefix_choose(&s->prefix, s->free_slot, q->tok, q->no_cache ? 1 : q->n_prompt,
+			     reuse);
 }
 
 static void sched_admit(struct sched *s)
@@ -1217,6 +1217,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 		   prefix_init(&s->prefix, slots, cfg->max_seq, cfg->ring_rollback, NULL) == 0) &&
 		  wire_scratch_init_rows(&s->scratch, slots,
 					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
+	s->prefix.ring_ctx = cfg->prefix_cache ? cfg->ring_ctx : 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
 		b->seqs = calloc((size_t)slots, sizeof *b->seqs);

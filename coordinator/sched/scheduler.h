@@ -119,6 +119,7 @@ struct sched_cfg {
 	 * the model has no sliding-window layer. */
 	bool prefix_cache;
 	int32_t ring_rollback;
+	int32_t ring_ctx;     /* rows of the smallest sliding ring; 0: not known (prefix.h) */
 	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
 	nng_socket pull;      /* from the last worker; opened and listening */
 };

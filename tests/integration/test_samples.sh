@@ -12,7 +12,8 @@
 #   - more choices than slots (6, and the probe's): 400 naming n;
 #   - GET /slots: every slot, idle or processing, the rows the prefix cache keeps;
 #   - a worker killed in the middle of a cached conversation's turn: the turn is replayed and
-#     answers as without the cache.
+#     answers as without the cache;
+#   - sliding-window layers (gemma3): the prefix cache reuses only what the rings still hold.
 source "$(dirname "$0")/lib.sh"
 
 dir="$LM_TMP/samples"
@@ -156,3 +157,62 @@ on=$(turn2 true kill)
 lm_ready_wait "$LM_URL" 30 >/dev/null || fail "the mesh did not come back"
 [ "$(metric layermesh_replays_total)" -ge 1 ] || fail "no replay counted"
 echo "ok: a worker killed in a cached turn: replayed, the same $(jq length <<<"$on") tokens"
+
+# ---------------------------------------------------------------- sliding windows
+# gemma3 with a window of 8 (max_batch 8: each ring keeps 8 + 7 rows, a rollback of at most 8
+# once it has wrapped). Every answer is the one cache_prompt false gives:
+#   - a conversation's next turn reuses its rows (nothing rolled back);
+#   - a prompt that shares only the start of a slot whose rings wrapped reuses nothing;
+#   - one that rolls back a few rows reuses them, and so does one that rolls back far in rings
+#     that have not wrapped;
+#   - n = 2 copies the rings with the rows, and both choices are the request of its own.
+lm_down "$dir"
+swa="$dir/gemma3.gguf"
+"$LM_BIN" synth --out "$swa" --arch gemma3 --head-dim 32 --window 8 --swa-period 3 --dim 128 \
+	--layers 4 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --type f32 --seed 5 >/dev/null
+mkdir -p "$dir/swa"
+LM_SLOTS=4 LM_MAX_SEQ=128 LM_MAX_BATCH=8 lm_mesh_toml "$dir/swa/mesh.toml" "$swa" ipc \
+	"$(lm_port)" 0:2 2:4
+lm_up "$dir/swa/mesh.toml" "$dir/swa/up.log"
+ask() { # ask IDS CACHE [N]: the choices' ids and the cached count, one JSON line (no BOS or
+	# EOS, the synthetic vocabulary's 1 and 2, ends an answer early)
+	complete "{\"prompt\": $1, \"max_tokens\": 10, \"temperature\": 0, \"n\": ${3:-1},
+		\"return_token_ids\": true, \"cache_prompt\": $2,
+		\"logit_bias\": {\"1\": -100, \"2\": -100}}" |
+		jq -c '[(if .choices[0].token_ids then [.choices[].token_ids] else [.token_ids] end),
+			.usage.prompt_tokens_details.cached_tokens]'
+}
+same() { # same IDS WHAT: the answer with the cache is the one without; prints the cached count
+	local on off
+	on=$(ask "$1" true)
+	off=$(ask "$1" false)
+	[ "$(jq -c '.[0]' <<<"$on")" = "$(jq -c '.[0]' <<<"$off")" ] ||
+		fail "$2: with the cache $on, without $off"
+	jq '.[1]' <<<"$on"
+}
+ids='[3, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]'
+same "$ids" "turn 1" >/dev/null
+turn=$(ask "$ids" true)
+[ "$(jq '.[0][0] | length' <<<"$turn")" = 10 ] || fail "turn 1 ended early: $turn"
+ids2=$(jq -c --argjson a "$turn" '. + $a[0][0] + [60, 61]' <<<"$ids")
+c2=$(same "$ids2" "turn 2")
+[ "$c2" = 21 ] || fail "turn 2 reused $c2 rows, want its whole history (21)"
+early=$(jq -c '.[0:5] + [90, 91, 92]' <<<"$ids2")
+c3=$(same "$early" "a prompt sharing the start of wrapped rings")
+[ "$c3" = 0 ] || fail "a prompt sharing 5 rows of a wrapped ring reused $c3"
+turn2=$(ask "$ids2" true)
+near=$(jq -c --argjson a "$turn2" '. + $a[0][0][0:6] + [93, 94]' <<<"$ids2")
+c4=$(same "$near" "a rollback of a few rows")
+[ "$c4" = $(($(jq length <<<"$ids2") + 6)) ] || fail "a rollback of a few rows reused $c4 rows"
+# Rings written to 15 rows, their size, have lost nothing: a rollback of 12 rows is reused.
+short='[3, 40, 41, 42, 43, 44]'
+ask "$short" true >/dev/null
+c5=$(same '[3, 40, 41, 99, 98]' "a rollback in rings that have not wrapped")
+[ "$c5" = 3 ] || fail "a rollback in rings that have not wrapped reused $c5 rows, want 3"
+[ "$(metric layermesh_ring_errors_total)" = 0 ] || fail "a worker refused a reuse"
+single=$(ask "$ids" false)
+two=$(ask "$ids" false 2)
+[ "$(jq -c '.[0][0]' <<<"$single")" = "$(jq -c '.[0][0]' <<<"$two")" ] &&
+	[ "$(jq -c '.[0][1]' <<<"$two")" = "$(jq -c '.[0][0]' <<<"$single")" ] ||
+	fail "n = 2 on sliding layers: $two, the request of its own $single"
+echo "ok: sliding windows: turn 2 reused $c2 rows, a wrapped ring's start 0, a short rollback $c4, one in unwrapped rings $c5; n = 2 equals the single answer"
