@@ -94,6 +94,19 @@ for i in 0 1; do
 		fail "choice $i: not one finishing chunk"
 done
 echo "ok: a stream of n = 2 carries each choice's index; each is the plain answer '$text'"
+curl -sfN "${json[@]}" "$LM_URL/v1/completions" -d "{\"prompt\": $prompt, \"max_tokens\": 12,
+	\"temperature\": 0, \"n\": 3, \"stream\": true, \"logprobs\": 1,
+	\"cache_prompt\": false}" | grep '^data: {' | sed 's/^data: //' >"$dir/cchunks" ||
+	fail "the completions stream failed"
+for i in 0 1 2; do
+	got=$(jq -rj --argjson i "$i" 'select(.choices[0].index == $i) | .choices[0].text' \
+		"$dir/cchunks")
+	[ "$got" = "$want" ] || fail "completion choice $i streamed '$got', want '$want'"
+done
+[ "$(jq -s '[.[] | select(.usage != null)] | length' "$dir/cchunks")" = 1 ] &&
+	[ "$(jq -s '[.[] | select(.usage != null)][0].usage.completion_tokens' "$dir/cchunks")" = 36 ] ||
+	fail "the completions stream's usage: $(grep usage "$dir/cchunks")"
+echo "ok: a completions stream of n = 3: each choice the greedy text, one usage of all 36 tokens"
 
 # ---------------------------------------------------------------- limits
 code=$(curl -s -o "$dir/r" -w '%{http_code}' "${json[@]}" "$LM_URL/v1/completions" \
