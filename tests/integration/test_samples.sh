@@ -12,7 +12,8 @@
 #   - more choices than slots (6, and the probe's): 400 naming n;
 #   - GET /slots: every slot, idle or processing, the rows the prefix cache keeps;
 #   - a worker killed in the middle of a cached conversation's turn: the turn is replayed and
-#     answers as without the cache;
+#     answers as without the cache; one killed while n = 4 decodes: each choice still the
+#     request of its own;
 #   - sliding-window layers (gemma3): the prefix cache reuses only what the rings still hold.
 source "$(dirname "$0")/lib.sh"
 
@@ -170,6 +171,30 @@ on=$(turn2 true kill)
 lm_ready_wait "$LM_URL" 30 >/dev/null || fail "the mesh did not come back"
 [ "$(metric layermesh_replays_total)" -ge 1 ] || fail "no replay counted"
 echo "ok: a worker killed in a cached turn: replayed, the same $(jq length <<<"$on") tokens"
+
+# n = 4 with w0 killed while the samples decode: their copied rows are rebuilt by the replay
+# as any sequence's, and each choice is still the request of its own.
+long1=$(complete "{\"prompt\": $prompt, \"max_tokens\": 100, \"temperature\": 0,
+	\"cache_prompt\": false}" | jq -r '.choices[0].text')
+replays0=$(metric layermesh_replays_total)
+curl -sfN "${json[@]}" "$LM_URL/v1/completions" -d "{\"prompt\": $prompt, \"max_tokens\": 100,
+	\"temperature\": 0, \"n\": 4, \"stream\": true, \"cache_prompt\": false}" >"$dir/n4kill" &
+c=$!
+for _ in $(seq 200); do
+	[ "$(grep -c '^data: {' "$dir/n4kill")" -ge 8 ] && break
+	sleep 0.02
+done
+kill -KILL "$(pgrep -f "layermesh-worker --name w0 .*$dir" | head -n 1)"
+wait "$c" || fail "the stream of n = 4 failed after the kill"
+grep '^data: {' "$dir/n4kill" | sed 's/^data: //' >"$dir/n4chunks"
+for i in 0 1 2 3; do
+	got=$(jq -rj --argjson i "$i" 'select(.choices[0].index == $i) | .choices[0].text' \
+		"$dir/n4chunks")
+	[ "$got" = "$long1" ] || fail "after the kill, choice $i streamed '$got', want '$long1'"
+done
+[ "$(metric layermesh_replays_total)" -gt "$replays0" ] || fail "the kill replayed nothing"
+lm_ready_wait "$LM_URL" 30 >/dev/null || fail "the mesh did not come back"
+echo "ok: n = 4 with a worker killed while it decodes: replayed, each choice the greedy text"
 
 # ---------------------------------------------------------------- sliding windows
 # gemma3 with a window of 8 (max_batch 8: each ring keeps 8 + 7 rows, a rollback of at most 8
