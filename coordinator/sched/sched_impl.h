@@ -105,6 +105,7 @@ struct sched {
 	 * COPYs sent and not yet back, and when the last went. */
 	struct sched_copy {
 		int32_t src, dst, len;
+		int32_t gain; /* the prompt rows it spares its sample (counted once it is sent) */
 	} * copies;
 	int32_t n_copies;
 	struct sched_slot_view *view; /* [slots], under mu: what sched_slots shows */

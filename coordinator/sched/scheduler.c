@@ -115,9 +115,9 @@ static void sched_share_into(struct sched *s, struct sched_seq *l, struct sched_
 	f->leader = 0;
 	if (p <= f->n_done || s->n_copies >= s->cfg.slots)
 		return; /* it already holds as much from the prefix cache */
-	s->copies[s->n_copies++] = (struct sched_copy){.src = l->slot, .dst = f->slot, .len = p};
+	s->copies[s->n_copies++] = (struct sched_copy){
+		.src = l->slot, .dst = f->slot, .len = p, .gain = p - f->n_done};
 	f->copy_queued = true;
-	atomic_fetch_add(&s->stats.prompt_shared, (uint64_t)(p - f->n_done));
 	f->n_done = p;
 	f->reused = p;
 	f->hi = l->hi > p ? l->hi : p;
@@ -531,6 +531,7 @@ static void sched_send_copies(struct sched *s)
 			}
 			if (s->slot_seq[e->dst] != NULL)
 				s->slot_seq[e->dst]->copy_queued = false;
+			atomic_fetch_add(&s->stats.prompt_shared, (uint64_t)e->gain);
 			*e = s->copies[--s->n_copies];
 		}
 	}
