@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/arch.h"
+#include "engine/dnet.h"
 #include "engine/kv_cache.h"
 
 static void *fw_alloc(struct lm_forward *fw, int32_t rows, int32_t cols)
@@ -13,6 +14,28 @@ static void *fw_alloc(struct lm_forward *fw, int32_t rows, int32_t cols)
 	size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
 	fw->scratch_bytes += bytes;
 	return fw->be->iface->malloc(fw->be->ctx, bytes);
+}
+
+/* qwen35's buffers (forward.h's dn) for the slice's recurrent and gated attention layers. */
+static int fw_dnet_init(struct lm_forward *fw, lm_diag *d)
+{
+	const struct lm_ssm_params *p = &fw->model->hp.ssm;
+	const int32_t n = fw->max_batch, cd = lm_dnet_conv_dim(p), vd = lm_dnet_value_dim(p);
+	fw->dn.qkv = fw_alloc(fw, n, cd);
+	fw->dn.z = fw_alloc(fw, n, vd);
+	fw->dn.o = fw_alloc(fw, n, vd);
+	fw->dn.b = fw_alloc(fw, n, p->n_v_heads);
+	fw->dn.a = fw_alloc(fw, n, p->n_v_heads);
+	fw->dn.host_floats = lm_dnet_host_floats(p, n, fw->q_dim);
+	fw->dn.host = malloc(fw->dn.host_floats * sizeof(float));
+	fw->scratch_bytes += fw->dn.host_floats * sizeof(float);
+	if (fw->dn.qkv == NULL || fw->dn.z == NULL || fw->dn.o == NULL || fw->dn.b == NULL ||
+	    fw->dn.a == NULL || fw->dn.host == NULL)
+		return lm_fail(d, LM_ENOMEM,
+			       "forward: out of memory for the recurrent layers' "
+			       "buffers of a batch of %d",
+			       n);
+	return 0;
 }
 
 int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_backend *be,
@@ -51,14 +74,19 @@ int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_b
 	}
 	if (m->slice.head)
 		fw->logits = fw_alloc(fw, max_batch, hp->n_vocab);
+	int rc;
 	if (nl > 0 && wd.n_expert > 0) {
-		int rc = lm_moe_scratch_init(&fw->moe, be, max_batch, e, wd.n_expert,
-					     wd.n_expert_used, wd.ff_dim, d);
+		rc = lm_moe_scratch_init(&fw->moe, be, max_batch, e, wd.n_expert, wd.n_expert_used,
+					 wd.ff_dim, d);
 		if (rc != 0) {
 			lm_forward_fini(fw);
 			return rc;
 		}
 		fw->scratch_bytes += fw->moe.bytes;
+	}
+	if (nl > 0 && hp->ssm.head_dim > 0 && (rc = fw_dnet_init(fw, d)) != 0) {
+		lm_forward_fini(fw);
+		return rc;
 	}
 	if (fw->x == NULL || fw->h == NULL ||
 	    (nl > 0 && (fw->q == NULL || fw->k == NULL || fw->v == NULL || fw->att == NULL ||
@@ -74,7 +102,9 @@ void lm_forward_fini(struct lm_forward *fw)
 {
 	if (fw == NULL || fw->be == NULL)
 		return;
-	float *bufs[] = {fw->x, fw->h, fw->q, fw->k, fw->v, fw->att, fw->gate, fw->up, fw->logits};
+	float *bufs[] = {fw->x,  fw->h,      fw->q,      fw->k,    fw->v,    fw->att,  fw->gate,
+			 fw->up, fw->logits, fw->dn.qkv, fw->dn.z, fw->dn.o, fw->dn.b, fw->dn.a};
+	free(fw->dn.host);
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		fw->be->iface->mfree(fw->be->ctx, bufs[i]);
 	lm_moe_scratch_fini(&fw->moe, fw->be);

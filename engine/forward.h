@@ -56,7 +56,17 @@ struct lm_forward {
 	float *logits;             /* [max_batch][n_vocab], head only */
 	struct lm_moe_scratch moe; /* the mixture-of-experts layers' buffers, where the slice has
 				    * any (moe.bytes 0 otherwise) */
-	size_t scratch_bytes;      /* what the buffers above take */
+	/* qwen35's buffers (a model with hp.ssm), where the slice has layers: backend qkv
+	 * [max_batch][conv_dim], z and o [max_batch][value_dim], b and a [max_batch][n_v_heads];
+	 * host: the same for the delta rule, which runs on the host (engine/dnet.h), or an
+	 * attention layer's queries and gates [max_batch][q_dim], then one layer's small tensors
+	 * and the delta rule's work area. */
+	struct {
+		float *qkv, *z, *o, *b, *a;
+		float *host;
+		size_t host_floats;
+	} dn;
+	size_t scratch_bytes; /* what the buffers above take */
 	lm_forward_hook hook;
 	void *hook_arg;
 };

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/arch.h"
+#include "engine/dnet.h"
 
 /* ------------------------------------------------------------------ binding */
 
@@ -152,6 +153,18 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 		return hp->layer[il].n_expert;
 	case LM_DIM_FF_EXP:
 		return hp->layer[il].n_ff_exp;
+	case LM_DIM_QG:
+		return (int64_t)hp->layer[il].n_head * 2 * hp->layer[il].head_dim;
+	case LM_DIM_CONV:
+		return lm_dnet_conv_dim(&hp->ssm);
+	case LM_DIM_VALUE:
+		return lm_dnet_value_dim(&hp->ssm);
+	case LM_DIM_VHEADS:
+		return hp->ssm.n_v_heads;
+	case LM_DIM_SSM_HEAD:
+		return hp->ssm.head_dim;
+	case LM_DIM_CONV_K:
+		return hp->ssm.conv_kernel;
 	case LM_DIM_ONE:
 		break;
 	}
@@ -235,6 +248,9 @@ static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 	char name[96];
 	for (size_t i = 0; i < m->arch->n_tensors; i++) {
 		const struct lm_tensor_spec *ts = &m->arch->tensors[i];
+		if (ts->kind != LM_KIND_ANY &&
+		    (ts->kind == LM_KIND_RECURRENT) != m->hp.layer[il].recurrent)
+			continue;
 		snprintf(name, sizeof name, "blk.%d.%s", il, lm_layer_tensor_name(ts->t));
 		int rc = ts->ne2 == LM_DIM_EXPERTS
 				 ? model_bind_experts(m, l, il, ts->t, name,

@@ -286,6 +286,12 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il)
 {
 	const struct lm_layer_hparams *l = &hp->layer[il];
+	if (l->recurrent) {
+		const struct lm_ssm_params *s = &hp->ssm;
+		int64_t conv_dim = (int64_t)(2 * s->n_k_heads + s->n_v_heads) * s->head_dim;
+		return (struct kv_geom){.conv = (int64_t)(s->conv_kernel - 1) * conv_dim,
+					.state = (int64_t)s->n_v_heads * s->head_dim * s->head_dim};
+	}
 	return (struct kv_geom){
 		.n_kv_heads = l->n_head_kv, .head_dim = l->head_dim, .window = l->window};
 }
@@ -295,7 +301,13 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 	struct lm_widths w = {0};
 	for (int32_t il = begin; il < end; il++) {
 		const struct lm_layer_hparams *l = &hp->layer[il];
-		int32_t q = l->n_head * l->head_dim, k = l->n_head_kv * l->head_dim;
+		if (l->recurrent) {
+			w.n_recurrent++;
+			w.ff_dim = l->n_ff > w.ff_dim ? l->n_ff : w.ff_dim;
+			continue;
+		}
+		int32_t q = l->n_head * l->head_dim * (l->q_gate ? 2 : 1);
+		int32_t k = l->n_head_kv * l->head_dim;
 		int32_t g = l->n_head / l->n_head_kv;
 		w.q_dim = q > w.q_dim ? q : w.q_dim;
 		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
