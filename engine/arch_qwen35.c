@@ -99,6 +99,11 @@ static int q35_delta(struct lm_forward *fw, int32_t il, const struct lm_batch *b
 			return rc;
 		lm_dnet_token(p, &dw, fw->model->hp.rms_eps, ring, state, qkv + t * cd, z + t * vd,
 			      bb + t * nv, aa + t * nv, o + t * vd, work);
+		/* The states after the last `keep` positions of the slot's tokens but its last:
+		 * those a rejected draft rolls back to (kv_cache.h). */
+		const int32_t pos = b->loc[t].pos, last = lm_batch_slot_last(b, (int32_t)t);
+		if (pos < last && pos >= last - fw->kv->rec_keep)
+			kv_cache_rec_snapshot(fw->kv, il, b->loc[t].slot, pos);
 	}
 	if ((rc = fw->be->iface->upload(fw->be->ctx, fw->dn.o, o, n * vd * sizeof(float))) != 0)
 		return lm_layer_fail(fw, rc, il, "upload o", d);

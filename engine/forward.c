@@ -111,6 +111,15 @@ void lm_forward_fini(struct lm_forward *fw)
 	memset(fw, 0, sizeof *fw);
 }
 
+int32_t lm_batch_slot_last(const struct lm_batch *b, int32_t t)
+{
+	int32_t last = b->loc[t].pos;
+	for (int32_t u = t + 1; u < b->n; u++)
+		if (b->loc[u].slot == b->loc[t].slot)
+			last = b->loc[u].pos;
+	return last;
+}
+
 /* Whether token t is its slot's first in the batch. */
 static bool fw_first_of_slot(const struct lm_batch *b, int32_t t)
 {
@@ -282,11 +291,18 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 			fw->hook(fw->hook_arg, il, fw->x, b->n);
 		}
 	}
-	/* The cache now holds every token of the batch: each slot's length is past its last one. */
+	/* The cache now holds every token of the batch: each slot's length is past its last one,
+	 * and its recurrent layers keep the states after the positions before it that a
+	 * rollback may ask for (the layers kept them: arch_qwen35.c). */
 	for (int32_t t = 0; fw->kv != NULL && t < b->n; t++) {
 		const struct lm_tok_loc *l = &b->loc[t];
 		if ((rc = kv_cache_set_len(fw->kv, l->slot, l->pos + 1, d)) != 0)
 			return rc;
+		if (fw->kv->n_recurrent > 0 && fw_first_of_slot(b, t)) {
+			int32_t last = lm_batch_slot_last(b, t), keep = fw->kv->rec_keep;
+			kv_cache_rec_kept(fw->kv, l->slot,
+					  last - keep > l->pos ? last - keep : l->pos, last);
+		}
 	}
 
 	if (m->slice.head && b->n_out > 0)

@@ -95,4 +95,7 @@ int lm_forward_run_checked(struct lm_forward *fw, const struct lm_batch *b, cons
 /* Whether all n values are finite. */
 bool lm_all_finite(const float *x, size_t n);
 
+/* The position of the last token of token t's slot in batch b. */
+int32_t lm_batch_slot_last(const struct lm_batch *b, int32_t t);
+
 #endif

@@ -37,9 +37,17 @@ static int kv_cache_rec_init(struct kv_cache *kv, int32_t i, const struct kv_geo
 			       kv->base_layer + i, (long long)g->conv, (long long)g->state);
 	r->conv_n = g->conv;
 	r->state_n = g->state;
-	r->conv = kv_cache_mem_alloc(NULL, (size_t)cb);
-	r->state = kv_cache_mem_alloc(NULL, (size_t)sb);
-	if (r->conv == NULL || r->state == NULL)
+	/* cb and sb count the live state and the kept ones: (1 + keep) per slot. */
+	const size_t live = (size_t)(g->conv + g->state) * sizeof(float) * (size_t)kv->slots;
+	r->conv = kv_cache_mem_alloc(NULL, (size_t)g->conv * sizeof(float) * (size_t)kv->slots);
+	r->state = kv_cache_mem_alloc(NULL, (size_t)g->state * sizeof(float) * (size_t)kv->slots);
+	r->kept = g->keep > 0 ? kv_cache_mem_alloc(NULL, (size_t)(cb + sb) - live) : NULL;
+	if (kv->n_recurrent > 0 && g->keep != kv->rec_keep)
+		return lm_fail(d, LM_EINVAL,
+			       "kv cache: layer %d keeps %d states, another recurrent layer %d",
+			       kv->base_layer + i, g->keep, kv->rec_keep);
+	kv->rec_keep = g->keep;
+	if (r->conv == NULL || r->state == NULL || (g->keep > 0 && r->kept == NULL))
 		return lm_fail(d, LM_ENOMEM,
 			       "kv cache: out of memory allocating the recurrent state of layer %d "
 			       "(%llu bytes)",
@@ -68,9 +76,12 @@ int kv_cache_init(struct kv_cache *kv, struct lm_backend *backend, const struct 
 	kv->backend = backend;
 	kv->layers = calloc((size_t)cfg->num_layers, sizeof *kv->layers);
 	kv->rec = calloc((size_t)cfg->num_layers, sizeof *kv->rec);
+	kv->rec_lo = calloc((size_t)cfg->slots, sizeof *kv->rec_lo);
+	kv->rec_hi = calloc((size_t)cfg->slots, sizeof *kv->rec_hi);
 	kv->len = calloc((size_t)cfg->slots, sizeof *kv->len);
 	kv->hi = calloc((size_t)cfg->slots, sizeof *kv->hi);
-	if (kv->layers == NULL || kv->rec == NULL || kv->len == NULL || kv->hi == NULL) {
+	if (kv->layers == NULL || kv->rec == NULL || kv->len == NULL || kv->hi == NULL ||
+	    kv->rec_lo == NULL || kv->rec_hi == NULL) {
 		kv_cache_fini(kv);
 		return lm_fail(d, LM_ENOMEM, "kv cache: out of memory");
 	}
@@ -142,8 +153,11 @@ void kv_cache_fini(struct kv_cache *kv)
 		for (int32_t i = 0; i < kv->num_layers; i++) {
 			kv_cache_mem_free(NULL, kv->rec[i].conv);
 			kv_cache_mem_free(NULL, kv->rec[i].state);
+			kv_cache_mem_free(NULL, kv->rec[i].kept);
 		}
 	free(kv->rec);
+	free(kv->rec_lo);
+	free(kv->rec_hi);
 	free(kv->layers);
 	free(kv->len);
 	free(kv->hi);
@@ -177,10 +191,55 @@ int kv_cache_rec(const struct kv_cache *kv, int32_t layer, int32_t slot, float *
 	return 0;
 }
 
+/* The kept state of local layer i, slot `slot`, after position pos: conv then state. */
+static float *kv_rec_kept_at(const struct kv_cache *kv, int32_t i, int32_t slot, int32_t pos)
+{
+	const struct kv_rec *r = &kv->rec[i];
+	const size_t n = (size_t)(r->conv_n + r->state_n);
+	return r->kept + ((size_t)slot * (size_t)kv->rec_keep + (size_t)(pos % kv->rec_keep)) * n;
+}
+
+void kv_cache_rec_snapshot(struct kv_cache *kv, int32_t layer, int32_t slot, int32_t pos)
+{
+	const int32_t i = layer - kv->base_layer;
+	if (kv->rec_keep <= 0 || i < 0 || i >= kv->num_layers || kv->rec[i].kept == NULL ||
+	    slot < 0 || slot >= kv->slots || pos < 0)
+		return;
+	const struct kv_rec *r = &kv->rec[i];
+	float *k = kv_rec_kept_at(kv, i, slot, pos);
+	memcpy(k, r->conv + (size_t)slot * (size_t)r->conv_n, (size_t)r->conv_n * sizeof(float));
+	memcpy(k + r->conv_n, r->state + (size_t)slot * (size_t)r->state_n,
+	       (size_t)r->state_n * sizeof(float));
+}
+
+void kv_cache_rec_kept(struct kv_cache *kv, int32_t slot, int32_t lo, int32_t hi)
+{
+	if (slot < 0 || slot >= kv->slots)
+		return;
+	kv->rec_lo[slot] = lo < hi ? lo : 0;
+	kv->rec_hi[slot] = lo < hi ? hi : 0;
+}
+
+/* Every recurrent layer of slot `slot` back to its kept state after position pos. */
+static void kv_rec_restore(struct kv_cache *kv, int32_t slot, int32_t pos)
+{
+	for (int32_t i = 0; i < kv->num_layers; i++) {
+		const struct kv_rec *r = &kv->rec[i];
+		if (r->kept == NULL)
+			continue;
+		const float *k = kv_rec_kept_at(kv, i, slot, pos);
+		memcpy(r->conv + (size_t)slot * (size_t)r->conv_n, k,
+		       (size_t)r->conv_n * sizeof(float));
+		memcpy(r->state + (size_t)slot * (size_t)r->state_n, k + r->conv_n,
+		       (size_t)r->state_n * sizeof(float));
+	}
+}
+
 void kv_cache_rec_reset(struct kv_cache *kv, int32_t slot)
 {
 	if (slot < 0 || slot >= kv->slots)
 		return;
+	kv->rec_lo[slot] = kv->rec_hi[slot] = 0;
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		struct kv_rec *r = &kv->rec[i];
 		if (r->conv == NULL)
@@ -229,15 +288,17 @@ int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, 
 	 * position len, reads [len - w + 1, len): a rollback needs len - w + 1 >= H - ctx, or
 	 * len == 0 (a fresh start). With ctx = w + extra that is any rollback of at most extra + 1
 	 * positions below H. Global layers keep every row, so their truncation is always exact. */
-	/* A recurrent state is the sequence after its last position: it goes back only to the
-	 * start (zeroed) or nowhere. */
-	for (int32_t i = 0; len > 0 && len < held && i < kv->num_layers; i++)
+	/* A recurrent state is the sequence after its last position: it goes back to the start
+	 * (zeroed), to a kept state (the one after position len - 1), or nowhere. */
+	const bool kept = len - 1 >= kv->rec_lo[slot] && len - 1 < kv->rec_hi[slot];
+	for (int32_t i = 0; len > 0 && len < held && !kept && i < kv->num_layers; i++)
 		if (kv->rec[i].conv != NULL)
 			return lm_fail(d, LM_ERANGE,
 				       "layer %d is recurrent: slot %d holds the state after %d "
-				       "positions and cannot return to the state after %d "
-				       "(re-prefill from 0 instead)",
-				       kv->base_layer + i, slot, held, len);
+				       "positions and keeps those after positions [%d, %d), not "
+				       "the one after position %d (re-prefill from 0 instead)",
+				       kv->base_layer + i, slot, held, kv->rec_lo[slot],
+				       kv->rec_hi[slot], len - 1);
 	const int32_t high = kv->hi[slot];
 	for (int32_t i = 0; i < kv->num_layers; i++) {
 		const struct lm_kv_layer *l = &kv->layers[i];
@@ -255,6 +316,12 @@ int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, 
 int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d)
 {
 	int rc = kv_cache_can_truncate(kv, slot, len, d);
+	if (rc == 0 && len > 0 && len < kv->len[slot] && kv->n_recurrent > 0) {
+		kv_rec_restore(kv, slot, len - 1);
+		kv->rec_hi[slot] = len - 1; /* the states before it stay this sequence's */
+		if (kv->rec_lo[slot] >= kv->rec_hi[slot])
+			kv->rec_lo[slot] = kv->rec_hi[slot] = 0;
+	}
 	if (rc == 0) {
 		kv->len[slot] = len;
 		if (len == 0) {
@@ -396,6 +463,7 @@ int kv_cache_import(struct kv_cache *kv, int32_t slot, int32_t len, int32_t hi, 
 	}
 	if (len == 0)
 		kv_cache_rec_reset(kv, slot);
+	kv->rec_lo[slot] = kv->rec_hi[slot] = 0; /* the kept states stayed with the exporter */
 	kv->hi[slot] = hi;
 	return 0;
 }

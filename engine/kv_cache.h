@@ -25,10 +25,14 @@
  * Recurrent layers (qwen35's gated delta-net; kv_geom.h's kind) keep no rows: each slot has a
  * fixed-size state, a conv ring and an SSM state in f32 (struct kv_rec), allocated only for the
  * worker's own recurrent layers, in host memory (the engine computes the delta rule on the
- * host). Such a state is the sequence after its last position and cannot be truncated: a slot
- * with recurrent layers rolls back only to 0 (a fresh start, its state zeroed) or to where it
- * is (docs/recurrent-cache.md); kv_cache_can_truncate refuses anything else, naming the layer.
- * The state travels with the slot's rows in an export.
+ * host). Such a state is the sequence after its last position and cannot be truncated. Each
+ * recurrent layer therefore keeps, per slot, `keep` more states (kv_geom's keep, the largest
+ * speculative draft): a forward copies the state after each of the last `keep` positions of a
+ * slot's tokens in its batch but the last (kv_cache_rec_snapshot), and a rollback to one of
+ * them restores it. A slot rolls back to 0 (a fresh start, its state zeroed), to where it is,
+ * or to a kept state; kv_cache_can_truncate refuses anything else, naming the layer
+ * (docs/recurrent-cache.md). The live state travels with the slot's rows in an export; the
+ * kept ones do not (an imported slot cannot roll back until its next batch).
  */
 #ifndef LM_KV_CACHE_H
 #define LM_KV_CACHE_H
@@ -62,6 +66,7 @@ struct kv_rec {
 	float *conv;  /* [slots][conv_n] */
 	float *state; /* [slots][state_n] */
 	int64_t conv_n, state_n;
+	float *kept; /* [slots][keep][conv_n + state_n]: the state after position p at p % keep */
 };
 
 struct kv_cache {
@@ -71,9 +76,12 @@ struct kv_cache {
 	struct lm_kv_layer *layers; /* [num_layers] */
 	struct kv_rec *rec;         /* [num_layers]: a recurrent layer's state, else zeroed */
 	int32_t n_recurrent;        /* recurrent layers owned */
-	int32_t *len;               /* [slots]: positions the sequence holds */
-	int32_t *hi;                /* [slots]: one past the highest position written (>= len) */
-	uint64_t bytes;             /* total K and V bytes allocated, recurrent states included */
+	int32_t rec_keep;           /* states each recurrent layer keeps per slot */
+	/* [slots]: the kept states are those after positions [rec_lo, rec_hi) (none: equal) */
+	int32_t *rec_lo, *rec_hi;
+	int32_t *len;   /* [slots]: positions the sequence holds */
+	int32_t *hi;    /* [slots]: one past the highest position written (>= len) */
+	uint64_t bytes; /* total K and V bytes allocated, recurrent states included */
 };
 
 /* Allocates the cache in the backend's memory. On failure nothing is left allocated. */
@@ -93,6 +101,12 @@ int kv_cache_rec(const struct kv_cache *kv, int32_t layer, int32_t slot, float *
 		 float **state, lm_diag *d);
 /* Zeroes slot `slot`'s recurrent states: the state before a sequence's first token. */
 void kv_cache_rec_reset(struct kv_cache *kv, int32_t slot);
+/* Keeps the live state of absolute layer `layer` for slot `slot` as the state after position
+ * pos (a forward, after that position's token; layer and slot as kv_cache_rec checked them). */
+void kv_cache_rec_snapshot(struct kv_cache *kv, int32_t layer, int32_t slot, int32_t pos);
+/* Records that slot `slot`'s kept states are now those after positions [lo, hi) (a forward,
+ * after its batch). */
+void kv_cache_rec_kept(struct kv_cache *kv, int32_t slot, int32_t lo, int32_t hi);
 
 /* Checks that positions [pos, pos + n) fit slot `slot` (LM_ERANGE otherwise). */
 int kv_cache_check(const struct kv_cache *kv, int32_t slot, int32_t pos, int32_t n, lm_diag *d);

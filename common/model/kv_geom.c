@@ -93,9 +93,13 @@ int kv_geom_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, in
 		char why[8];
 		if (kv_geom_check(g, k_type, why, sizeof why) != 0)
 			return LM_EINVAL;
-		/* Per slot, not per position: 4 x 2^40 x 2^31 slots still fits 64 bits. */
-		*k_bytes = (uint64_t)g->conv * sizeof(float) * (uint64_t)slots;
-		*v_bytes = (uint64_t)g->state * sizeof(float) * (uint64_t)slots;
+		/* Per slot (and per state kept), not per position. */
+		if (g->keep < 0 || g->keep > 4096)
+			return LM_EINVAL;
+		const uint64_t copies = (uint64_t)slots * (1 + (uint64_t)g->keep);
+		if (__builtin_mul_overflow((uint64_t)g->conv * sizeof(float), copies, k_bytes) ||
+		    __builtin_mul_overflow((uint64_t)g->state * sizeof(float), copies, v_bytes))
+			return LM_EOVERFLOW;
 		return 0;
 	}
 	int rc = kv_geom_row_bytes(g, k_type, &kr);

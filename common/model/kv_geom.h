@@ -29,7 +29,8 @@
 /* The shape of one layer's cache. Its kind comes from the model file: a global layer (rows by
  * position), a sliding one (a ring of its window), or a recurrent one (state > 0: qwen35's
  * gated delta-net), which keeps no rows at all but a fixed-size state per slot, conv f32
- * values of its conv ring and state f32 values of its SSM state, whatever max_seq is. A
+ * values of its conv ring and state f32 values of its SSM state, whatever max_seq is, and
+ * `keep` more of them per slot for rollback. A
  * recurrent layer's "K" bytes are its conv ring, its "V" bytes its SSM state (the plan's
  * table names them so); cache types do not apply to it. */
 struct kv_geom {
@@ -38,7 +39,16 @@ struct kv_geom {
 	int32_t window; /* 0 for a global layer; else its sliding window in positions */
 	int64_t conv;   /* recurrent: f32 values of the conv ring per slot; else 0 */
 	int64_t state;  /* recurrent: f32 values of the SSM state per slot; 0: not recurrent */
+	int32_t keep;   /* recurrent: states kept per slot to roll back to (kv_geom_rec_keep) */
 };
+
+/* The states a recurrent layer keeps per slot beside its live one so that a sequence can
+ * return to the state after any of the positions a speculative draft of up to max_draft tokens
+ * may be rolled back to (docs/recurrent-cache.md): max_draft. */
+static inline int32_t kv_geom_rec_keep(int32_t max_draft)
+{
+	return max_draft > 0 ? max_draft : 0;
+}
 
 enum kv_kind { KV_GLOBAL = 0, KV_SLIDING, KV_RECURRENT };
 

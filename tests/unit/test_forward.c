@@ -57,6 +57,9 @@ struct rig {
 	struct lm_forward fw;
 };
 
+/* States a recurrent layer keeps for rollback in the rigs opened next (kv_geom's keep). */
+static int32_t rig_keep;
+
 static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, int slots,
 		     int max_batch, bool scalar)
 {
@@ -66,8 +69,11 @@ static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, 
 	cr_assert_eq(lm_backend_cpu_init(&r->be, &bo), 0);
 	cr_assert_eq(lm_model_open(&r->m, path, s, &r->be, false, &d), 0, "%s", d.msg);
 	struct kv_geom g[LM_MAX_LAYERS];
-	for (int i = r->m.slice.begin; i < r->m.slice.end; i++)
+	for (int i = r->m.slice.begin; i < r->m.slice.end; i++) {
 		g[i - r->m.slice.begin] = lm_hparams_kv_geom(&r->m.hp, i);
+		if (r->m.hp.layer[i].recurrent)
+			g[i - r->m.slice.begin].keep = rig_keep;
+	}
 	struct kv_cache_cfg kc = {.base_layer = r->m.slice.begin,
 				  .num_layers = r->m.slice.end - r->m.slice.begin,
 				  .geom = g,
@@ -544,6 +550,74 @@ Test(forward, qwen35_recurrent_batches_stages_and_rollback, .timeout = 60)
 		rig_close(&s0);
 		rig_close(&s1);
 	}
+	unlink(path);
+}
+
+/* qwen35 with 3 states kept (drafts of up to 3 tokens): a verify batch of 4 tokens keeps the
+ * states after its first three positions; rolled back to any of them, the next token's logits
+ * are those of the accepted sequence run from scratch, bit for bit. The state before the batch
+ * is not kept: rolling back to it is refused. */
+Test(forward, qwen35_rollback_to_a_kept_state, .timeout = 60)
+{
+	char path[] = "/tmp/lm_test_forward_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "qwen35";
+	o.dim = 128;
+	o.layers = 3;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.full_attn_every = 2;
+	o.ffn = 192;
+	o.vocab = 300;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	enum { V = 300 };
+	int32_t prompt[4] = {17, 203, 44, 261}, draft[4] = {78, 5, 99, 123}, next = 250;
+	static float logits[8 * V], want[V];
+	rig_keep = 3;
+	struct rig r;
+	rig_open(&r, path, NULL, 1, 16, false);
+	rig_keep = 0;
+	cr_expect_eq(r.kv.rec_keep, 3);
+	for (int back = 1; back <= 3; back++) {
+		/* The prompt, the verify batch at [4, 8), then the sequence back to 4 + back
+		 * positions and on with another token. */
+		run_rows(&r, 0, 0, prompt, 4, logits);
+		run_rows(&r, 0, 4, draft, 4, logits);
+		cr_expect(r.kv.rec_lo[0] == 4 && r.kv.rec_hi[0] == 7, "kept [%d, %d)",
+			  r.kv.rec_lo[0], r.kv.rec_hi[0]);
+		float got[V];
+		run_rows(&r, 0, 4 + back, &next, 1, got);
+		struct rig fresh;
+		rig_open(&fresh, path, NULL, 1, 16, false);
+		int32_t seq[9];
+		memcpy(seq, prompt, sizeof prompt);
+		memcpy(seq + 4, draft, (size_t)back * sizeof(int32_t));
+		seq[4 + back] = next;
+		for (int i = 0; i <= 4 + back; i++)
+			run_rows(&fresh, 0, i, &seq[i], 1, want);
+		rig_close(&fresh);
+		cr_expect_eq(memcmp(got, want, sizeof want), 0,
+			     "rolled back to %d positions, the logits differ from a fresh run",
+			     4 + back);
+	}
+	/* Back to 4: the state before the verify batch was not kept. */
+	run_rows(&r, 0, 0, prompt, 4, logits);
+	run_rows(&r, 0, 4, draft, 4, logits);
+	struct lm_tok_loc loc = {0, 4};
+	int32_t row = 0;
+	struct lm_batch b = {.n = 1, .ids = &next, .loc = &loc, .n_out = 1, .out_rows = &row};
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, logits, &d), LM_ERANGE);
+	cr_expect(
+		strstr(d.msg, "keeps those after positions [4, 7), not the one after position 3") !=
+			NULL,
+		"%s", d.msg);
+	rig_close(&r);
 	unlink(path);
 }
 
