@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/log.h"
 #include "engine/arch.h"
 #include "engine/dnet.h"
 
@@ -114,6 +115,8 @@ static int model_check_unsupported(const struct lm_model *m, lm_diag *d)
 {
 	for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(m->file, i);
+		if (t->layer >= m->hp.n_layer && t->layer < m->hp.n_layer + m->hp.n_layer_nextn)
+			continue; /* a multi-token prediction layer: ignored (lm_model_open) */
 		for (const struct lm_refusal *r = m->arch->refused; r != NULL && r->part != NULL;
 		     r++)
 			if (strstr(t->name, r->part) != NULL)
@@ -314,6 +317,11 @@ int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *s
 			     lm_arch_names());
 		goto fail;
 	}
+	if (m->hp.n_layer_nextn > 0)
+		lm_info("%s: %d multi-token prediction layer%s (blk.%d and on) ignored: layermesh "
+			"runs the model's %d layers",
+			path, m->hp.n_layer_nextn, m->hp.n_layer_nextn == 1 ? "" : "s",
+			m->hp.n_layer, m->hp.n_layer);
 	if ((rc = model_check_unsupported(m, d)) != 0)
 		goto fail;
 	m->slice = slice != NULL ? *slice : (struct lm_slice){0, m->hp.n_layer, true, true};

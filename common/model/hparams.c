@@ -63,7 +63,9 @@ int hp_get_per_layer(const gguf_file *f, const char *arch, const char *suffix,
 		    a->type == GGUF_TYPE_FLOAT64 || a->type == GGUF_TYPE_BOOL)
 			return lm_fail(d, LM_EFORMAT, "metadata '%s' must be an integer array",
 				       key);
-		if (a->n != (uint64_t)hp->n_layer)
+		/* n_layer values, or one more for each prediction layer (which are ignored). */
+		if (a->n != (uint64_t)hp->n_layer &&
+		    a->n != (uint64_t)hp->n_layer + (uint64_t)hp->n_layer_nextn)
 			return lm_fail(d, LM_EFORMAT,
 				       "metadata '%s' has %llu entries for %d layers", key,
 				       (unsigned long long)a->n, hp->n_layer);
@@ -111,6 +113,18 @@ static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparam
 	if (hp->n_layer > LM_MAX_LAYERS)
 		return lm_fail(d, LM_EUNSUPPORTED, "%d layers exceed the supported %d", hp->n_layer,
 			       LM_MAX_LAYERS);
+	/* Multi-token prediction layers (qwen35's) are the last of block_count: the model's
+	 * layers are those before them. */
+	uint32_t nextn = 0;
+	if (hp_get_u32_zero(f, arch, "nextn_predict_layers", &nextn, NULL) == 0 && nextn > 0) {
+		if (nextn >= (uint32_t)hp->n_layer)
+			return lm_fail(d, LM_EFORMAT,
+				       "metadata '%s.nextn_predict_layers' = %u leaves no layer of "
+				       "%d",
+				       arch, nextn, hp->n_layer);
+		hp->n_layer_nextn = (int32_t)nextn;
+		hp->n_layer -= (int32_t)nextn;
+	}
 	const size_t o_head = offsetof(struct lm_layer_hparams, n_head);
 	const size_t o_kv = offsetof(struct lm_layer_hparams, n_head_kv);
 	if ((rc = hp_get_per_layer(f, arch, "attention.head_count", hp, o_head, true, d)) != 0 ||
@@ -340,6 +354,8 @@ int lm_model_costs(const gguf_file *f, const struct lm_hparams *hp, struct lm_mo
 	costs->embd_bytes = costs->head_bytes = costs->head_flops = 0;
 	for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(f, i);
+		if (t->layer >= hp->n_layer && t->layer < hp->n_layer + hp->n_layer_nextn)
+			continue; /* a prediction layer: not run, not planned */
 		if (t->layer >= 0) {
 			if (t->layer >= hp->n_layer)
 				return lm_fail(

@@ -101,8 +101,8 @@ struct lm_hparams {
 	struct lm_moe_params moe; /* the routers of the mixture-of-experts layers */
 	struct lm_ssm_params ssm; /* the recurrent layers' shape (qwen35) */
 	/* Layers past n_layer in the file (<arch>.nextn_predict_layers: qwen35's multi-token
-	 * prediction blocks): block_count - n_layer. Their tensors are loaded by nobody and
-	 * ignored, with a log line. */
+	 * prediction blocks): block_count - n_layer. Not run and not planned: their tensors are
+	 * left unmapped (engine/weights.c says so in a log line), their per-layer values skipped. */
 	int32_t n_layer_nextn;
 	struct lm_layer_hparams layer[LM_MAX_LAYERS];
 };

@@ -251,7 +251,8 @@ static int hp_recurrent_pattern(const gguf_file *f, struct lm_hparams *hp, lm_di
 		    a->type == GGUF_TYPE_STRING)
 			return lm_fail(d, LM_EFORMAT, "metadata '%s' must be an array of bools",
 				       key);
-		if (a->n != (uint64_t)hp->n_layer)
+		if (a->n != (uint64_t)hp->n_layer &&
+		    a->n != (uint64_t)hp->n_layer + (uint64_t)hp->n_layer_nextn)
 			return lm_fail(d, LM_EFORMAT,
 				       "metadata '%s' has %llu entries for %d layers", key,
 				       (unsigned long long)a->n, hp->n_layer);
@@ -321,7 +322,8 @@ static int hp_rope_sections(const gguf_file *f, const struct lm_hparams *hp, int
 /* qwen35 (Qwen 3.5 dense): gated delta-net layers and, each full_attention_interval-th
  * (or as "attention.recurrent_layers" says), gated full-attention ones with per-head Q/K norms
  * and partial multi-section rope (rope.dimension_count of the head). The ssm.* keys give the
- * delta-net's shape. */
+ * delta-net's shape. Its multi-token prediction layers (nextn_predict_layers, the last of
+ * block_count) are read past by hparams.c and ignored. */
 static int hp_qwen35(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r, lm_diag *d)
 {
 	int rc = hp_no_rope_freqs(hp, d);
@@ -329,12 +331,6 @@ static int hp_qwen35(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 		rc = hp_rope_sections(f, hp, r->n_rot, d);
 	if (rc != 0)
 		return rc;
-	uint32_t nextn = 0;
-	if (hp_get_u32_zero(f, hp->arch, "nextn_predict_layers", &nextn, NULL) == 0 && nextn > 0)
-		return lm_fail(d, LM_EUNSUPPORTED,
-			       "%s: %u multi-token prediction layers (%s.nextn_predict_layers) "
-			       "are not supported",
-			       hp->arch, nextn, hp->arch);
 	struct lm_ssm_params *s = &hp->ssm;
 	int32_t inner = 0;
 	const char *keys[] = {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count",

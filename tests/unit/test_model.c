@@ -251,6 +251,8 @@ static int q35_meta(gguf_writer *w, int variant, lm_diag *d)
 	if (variant == 4)
 		Q35_TRY(gguf_writer_kv_u32(w, "qwen35.nextn_predict_layers", 1, d));
 	Q35_TRY(gs_tensor(w, "token_embd.weight", LM_F32, 64, 8, d));
+	if (variant == 4)
+		Q35_TRY(gs_tensor(w, "blk.3.nextn.eh_proj.weight", LM_F32, 128, 64, d));
 q35_fail_:
 	return rc;
 }
@@ -267,6 +269,10 @@ static int q35_load(int variant, struct lm_hparams *hp, lm_diag *d)
 	gguf_file *f = NULL;
 	cr_assert_eq(gguf_open_mem(img, len, &f, d), 0, "%s", d->msg);
 	int rc = lm_hparams_load(f, hp, d);
+	struct lm_layer_cost lc[4];
+	struct lm_model_costs costs = {.layer = lc};
+	if (rc == 0)
+		rc = lm_model_costs(f, hp, &costs, d);
 	gguf_close(f);
 	free(img);
 	return rc;
@@ -274,8 +280,8 @@ static int q35_load(int variant, struct lm_hparams *hp, lm_diag *d)
 
 /* qwen35: the layer pattern from full_attention_interval (default 4) or the per-layer array,
  * the delta-net's shape from the ssm keys and the recurrent layers' state geometry; a missing
- * ssm key, rope sections that leave a pair to the non-text section, and multi-token prediction
- * layers are refused with their keys. */
+ * ssm key and rope sections that leave a pair to the non-text section are refused with their
+ * keys; a multi-token prediction layer is left out of the model (and of its costs). */
 Test(model, qwen35_layer_pattern_state_geometry_and_refusals)
 {
 	static struct lm_hparams hp;
@@ -301,6 +307,8 @@ Test(model, qwen35_layer_pattern_state_geometry_and_refusals)
 	cr_expect(strstr(d.msg, "qwen35.rope.dimension_sections") != NULL, "%s", d.msg);
 	cr_expect_eq(q35_load(3, &hp, &d), LM_EFORMAT);
 	cr_expect(strstr(d.msg, "qwen35.ssm.inner_size") != NULL, "%s", d.msg);
-	cr_expect_eq(q35_load(4, &hp, &d), LM_EUNSUPPORTED);
-	cr_expect(strstr(d.msg, "qwen35.nextn_predict_layers") != NULL, "%s", d.msg);
+	cr_assert_eq(q35_load(4, &hp, &d), 0, "%s", d.msg);
+	cr_expect_eq(hp.n_layer, 3);
+	cr_expect_eq(hp.n_layer_nextn, 1);
+	cr_expect(hp.layer[0].recurrent && hp.layer[1].recurrent && hp.layer[2].recurrent);
 }
