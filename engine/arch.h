@@ -33,6 +33,7 @@ enum lm_dim {
 	LM_DIM_VHEADS,   /* the delta-net's value heads */
 	LM_DIM_SSM_HEAD, /* the delta-net's head size (ssm.state_size) */
 	LM_DIM_CONV_K,   /* the delta-net's conv taps */
+	LM_DIM_FF_SHEXP, /* n_ff_shexp(il): the shared expert's width (qwen35moe) */
 };
 
 /* Which layers of a model have a tensor (qwen35's attention and recurrent layers differ). */
@@ -140,6 +141,6 @@ const char *lm_arch_names(void);
 extern const struct lm_refusal lm_refused_moe[];
 
 extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_qwen3moe,
-	lm_arch_gemma3, lm_arch_gemma4, lm_arch_qwen35;
+	lm_arch_gemma3, lm_arch_gemma4, lm_arch_qwen35, lm_arch_qwen35moe;
 
 #endif

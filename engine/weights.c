@@ -168,6 +168,8 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 		return hp->ssm.head_dim;
 	case LM_DIM_CONV_K:
 		return hp->ssm.conv_kernel;
+	case LM_DIM_FF_SHEXP:
+		return hp->layer[il].n_ff_shexp;
 	case LM_DIM_ONE:
 		break;
 	}

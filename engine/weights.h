@@ -63,7 +63,11 @@ struct lm_slice {
 	X(ssm_beta, "ssm_beta.weight")       /* (n_embd, n_v_heads) */                            \
 	X(ssm_alpha, "ssm_alpha.weight")     /* (n_embd, n_v_heads) */                            \
 	X(ssm_norm, "ssm_norm.weight")       /* (ssm head_dim) */                                 \
-	X(ssm_out, "ssm_out.weight")         /* (value_dim, n_embd) */
+	X(ssm_out, "ssm_out.weight")         /* (value_dim, n_embd) */                            \
+	X(gate_inp_shexp, "ffn_gate_inp_shexp.weight") /* (n_embd): the shared expert's gate */   \
+	X(w_gate_shexp, "ffn_gate_shexp.weight")       /* (n_embd, n_ff_shexp) */                 \
+	X(w_up_shexp, "ffn_up_shexp.weight")           /* (n_embd, n_ff_shexp) */                 \
+	X(w_down_shexp, "ffn_down_shexp.weight")       /* (n_ff_shexp, n_embd) */
 
 /* A mixture-of-experts layer's experts. Expert e of a 3-D tensor is the contiguous block of its
  * ne1 rows at e x ne1 x row_bytes: each is bound as a matrix of its own that points into the

@@ -88,11 +88,12 @@ enum synth_arch {
 	SYNTH_GEMMA4,
 	SYNTH_QWEN3MOE,
 	SYNTH_QWEN35,
+	SYNTH_QWEN35MOE,
 	SYNTH_N_ARCH
 };
 
-static const char *const synth_arch_names[] = {"llama",  "qwen2",    "qwen3", "gemma3",
-					       "gemma4", "qwen3moe", "qwen35"};
+static const char *const synth_arch_names[] = {"llama",  "qwen2",    "qwen3",  "gemma3",
+					       "gemma4", "qwen3moe", "qwen35", "qwen35moe"};
 
 static int synth_arch_of(const struct synth_opts *o)
 {
@@ -102,6 +103,20 @@ static int synth_arch_of(const struct synth_opts *o)
 		if (strcmp(o->arch, synth_arch_names[i]) == 0)
 			return i;
 	return -1;
+}
+
+/* qwen35 and qwen35moe: delta-net and gated attention layers. */
+static bool synth_q35(const struct synth_opts *o)
+{
+	int a = synth_arch_of(o);
+	return a == SYNTH_QWEN35 || a == SYNTH_QWEN35MOE;
+}
+
+/* qwen3moe and qwen35moe: a mixture of experts on every layer. */
+static bool synth_moe(const struct synth_opts *o)
+{
+	int a = synth_arch_of(o);
+	return a == SYNTH_QWEN3MOE || a == SYNTH_QWEN35MOE;
 }
 
 static bool synth_gemma(const struct synth_opts *o)
@@ -164,7 +179,7 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 			  size_t *n)
 {
 	const int64_t dim = o->dim, ffn = o->ffn;
-	if (synth_arch_of(o) != SYNTH_QWEN3MOE) {
+	if (!synth_moe(o)) {
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
@@ -178,6 +193,13 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 	out[*n - 1].ne2 = ne;
 	synth_add(out, n, SYNTH_MATRIX, dim, fe, "blk.%u.ffn_up_exps.weight", l);
 	out[*n - 1].ne2 = ne;
+	if (synth_arch_of(o) != SYNTH_QWEN35MOE)
+		return;
+	/* qwen35moe's shared expert, --ffn wide, and its gate (one value per token). */
+	synth_add(out, n, SYNTH_BIAS, dim, 1, "blk.%u.ffn_gate_inp_shexp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate_shexp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up_shexp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down_shexp.weight", l);
 }
 
 /* qwen35's delta-net shape: head size, key heads, value heads; its attention interval. */
@@ -196,7 +218,7 @@ static uint32_t synth_ssm_v_heads(const struct synth_opts *o)
 static bool synth_recurrent(const struct synth_opts *o, uint32_t il)
 {
 	uint32_t every = o->full_attn_every != 0 ? o->full_attn_every : 4;
-	return synth_arch_of(o) == SYNTH_QWEN35 && (il + 1) % every != 0;
+	return synth_q35(o) && (il + 1) % every != 0;
 }
 
 /* qwen35's layer l before its FFN: the gated delta-net, or gated attention. */
@@ -232,7 +254,7 @@ static void synth_add_qwen35(const struct synth_opts *o, uint32_t l, struct synt
 /* Room for the tensors synth_tensors lists. */
 static size_t synth_tensors_cap(const struct synth_opts *o)
 {
-	return 4 + 16 * (size_t)o->layers;
+	return 4 + 24 * (size_t)o->layers;
 }
 
 /* Fills `out` in file order (the order llama.cpp's converters write); returns the count. */
@@ -243,11 +265,11 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 	size_t n = 0;
 
 	synth_add(out, &n, SYNTH_MATRIX, dim, o->vocab, "token_embd.weight");
-	for (uint32_t l = 0; arch == SYNTH_QWEN35 && l < o->layers; l++) {
+	for (uint32_t l = 0; synth_q35(o) && l < o->layers; l++) {
 		synth_add_qwen35(o, l, out, &n);
 		synth_add_ffn(o, l, out, &n);
 	}
-	for (uint32_t l = 0; arch != SYNTH_QWEN35 && l < o->layers; l++) {
+	for (uint32_t l = 0; !synth_q35(o) && l < o->layers; l++) {
 		int64_t hd, kvh;
 		synth_layer_geom(o, l, &hd, &kvh);
 		const int64_t q = (int64_t)o->heads * hd, kv = kvh * hd;
@@ -324,22 +346,24 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 	if (arch < 0)
 		return lm_fail(d, LM_EINVAL,
 			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3, "
-			       "gemma4 or qwen35",
+			       "gemma4, qwen35 or qwen35moe",
 			       o->arch);
-	if (arch == SYNTH_QWEN3MOE && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
-				       o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
+	if (synth_moe(o) && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
+			     o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
 		return lm_fail(d, LM_EINVAL,
-			       "qwen3moe needs --experts in [1, 512] and --experts-used in [1, "
-			       "--experts] (and --ffn-exp up to 1048576)");
-	if (arch != SYNTH_QWEN3MOE && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
+			       "%s needs --experts in [1, 512] and --experts-used in [1, "
+			       "--experts] (and --ffn-exp up to 1048576)",
+			       o->arch);
+	if (!synth_moe(o) && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
 		return lm_fail(d, LM_EINVAL,
-			       "--experts, --experts-used and --ffn-exp are qwen3moe's");
-	if (arch != SYNTH_QWEN35 && (o->ssm_state != 0 || o->ssm_k_heads != 0 ||
-				     o->ssm_v_heads != 0 || o->full_attn_every != 0))
+			       "--experts, --experts-used and --ffn-exp are qwen3moe's and "
+			       "qwen35moe's");
+	if (!synth_q35(o) && (o->ssm_state != 0 || o->ssm_k_heads != 0 || o->ssm_v_heads != 0 ||
+			      o->full_attn_every != 0))
 		return lm_fail(d, LM_EINVAL,
 			       "--ssm-state, --ssm-k-heads, --ssm-v-heads and --full-attn-every "
 			       "are qwen35's");
-	if (arch == SYNTH_QWEN35) {
+	if (synth_q35(o)) {
 		uint32_t S = synth_ssm_state(o), nk = synth_ssm_k_heads(o);
 		uint32_t nv = synth_ssm_v_heads(o), hd = o->dim / o->heads;
 		if (S < 1 || S > 1024 || nk < 1 || nv < nk || nv > 1024 || nv % nk != 0 ||
@@ -954,7 +978,11 @@ static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "expert_used_count", k, sizeof k),
 				     o->experts_used, d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "expert_feed_forward_length", k, sizeof k),
-				     (uint32_t)synth_ffn_exp(o), d)) != 0)
+				     (uint32_t)synth_ffn_exp(o), d)) != 0 ||
+	    (synth_arch_of(o) == SYNTH_QWEN35MOE &&
+	     (rc = gguf_writer_kv_u32(
+		      w, synth_key(o, "expert_shared_feed_forward_length", k, sizeof k), o->ffn,
+		      d)) != 0))
 		return rc;
 	return 0;
 }
@@ -984,7 +1012,7 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "feed_forward_length", k, sizeof k), o->ffn,
 				     d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "rope.dimension_count", k, sizeof k),
-				     arch == SYNTH_QWEN35 ? hd / 4 : hd, d)) != 0 ||
+				     synth_q35(o) ? hd / 4 : hd, d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.head_count", k, sizeof k), o->heads,
 				     d)) != 0 ||
 	    (arch != SYNTH_GEMMA4 &&
@@ -998,8 +1026,8 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	    (arch == SYNTH_LLAMA && o->window != 0 &&
 	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
 	    (synth_gemma(o) && (rc = synth_put_gemma(w, o, d)) != 0) ||
-	    (arch == SYNTH_QWEN3MOE && (rc = synth_put_experts(w, o, d)) != 0) ||
-	    (arch == SYNTH_QWEN35 && (rc = synth_put_qwen35(w, o, d)) != 0) ||
+	    (synth_moe(o) && (rc = synth_put_experts(w, o, d)) != 0) ||
+	    (synth_q35(o) && (rc = synth_put_qwen35(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)
 		return rc;

@@ -34,6 +34,9 @@
  *              attention layers: attn_q [dim, 2 q_dim] (queries and gates), attn_k, attn_v,
  *              attn_q_norm, attn_k_norm, attn_output; on both post_attention_norm [dim] in
  *              place of ffn_norm; a quarter of each head turns (rope.dimension_sections)
+ *     qwen35moe  qwen35's layers with qwen3moe's experts in place of the FFN, and a shared
+ *              expert of --ffn: ffn_gate_inp_shexp.weight [dim] (f32), ffn_{gate,up}_shexp
+ *              [dim, ffn], ffn_down_shexp [ffn, dim]
  *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
  *              --kv-heads-swa), no attn_v on the global layers (V = K), layer_output_scale
  *              [1], and rope_freqs.weight [head_dim / 2] whose last three quarters are 1e30:

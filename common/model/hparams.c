@@ -98,6 +98,22 @@ int hp_get_per_layer(const gguf_file *f, const char *arch, const char *suffix,
 
 /* ------------------------------------------------------------------ loading */
 
+/* Multi-token prediction layers (qwen35's) are the last of block_count: the model's layers are
+ * those before them. */
+static int hp_nextn(const gguf_file *f, const char *arch, struct lm_hparams *hp, lm_diag *d)
+{
+	uint32_t nextn = 0;
+	if (hp_get_u32_zero(f, arch, "nextn_predict_layers", &nextn, NULL) != 0 || nextn == 0)
+		return 0;
+	if (nextn >= (uint32_t)hp->n_layer)
+		return lm_fail(d, LM_EFORMAT,
+			       "metadata '%s.nextn_predict_layers' = %u leaves no layer of %d",
+			       arch, nextn, hp->n_layer);
+	hp->n_layer_nextn = (int32_t)nextn;
+	hp->n_layer -= (int32_t)nextn;
+	return 0;
+}
+
 /* The keys every architecture reads the same way, into hp and r. */
 static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparams *hp,
 			  struct hp_read *r, lm_diag *d)
@@ -113,18 +129,8 @@ static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparam
 	if (hp->n_layer > LM_MAX_LAYERS)
 		return lm_fail(d, LM_EUNSUPPORTED, "%d layers exceed the supported %d", hp->n_layer,
 			       LM_MAX_LAYERS);
-	/* Multi-token prediction layers (qwen35's) are the last of block_count: the model's
-	 * layers are those before them. */
-	uint32_t nextn = 0;
-	if (hp_get_u32_zero(f, arch, "nextn_predict_layers", &nextn, NULL) == 0 && nextn > 0) {
-		if (nextn >= (uint32_t)hp->n_layer)
-			return lm_fail(d, LM_EFORMAT,
-				       "metadata '%s.nextn_predict_layers' = %u leaves no layer of "
-				       "%d",
-				       arch, nextn, hp->n_layer);
-		hp->n_layer_nextn = (int32_t)nextn;
-		hp->n_layer -= (int32_t)nextn;
-	}
+	if ((rc = hp_nextn(f, arch, hp, d)) != 0)
+		return rc;
 	const size_t o_head = offsetof(struct lm_layer_hparams, n_head);
 	const size_t o_kv = offsetof(struct lm_layer_hparams, n_head_kv);
 	if ((rc = hp_get_per_layer(f, arch, "attention.head_count", hp, o_head, true, d)) != 0 ||
@@ -274,7 +280,8 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 	if (r.n_expert > 0 && hp->layer[0].n_expert == 0)
 		return lm_fail(d, LM_EUNSUPPORTED,
 			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
-			       "supported for this architecture (layermesh runs them for qwen3moe)",
+			       "supported for this architecture (layermesh runs them for qwen3moe "
+			       "and qwen35moe)",
 			       arch, arch, r.n_expert);
 	if ((rc = hp_check_layers(hp, d)) != 0)
 		return rc;
@@ -315,9 +322,14 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 	struct lm_widths w = {0};
 	for (int32_t il = begin; il < end; il++) {
 		const struct lm_layer_hparams *l = &hp->layer[il];
+		w.ff_dim = l->n_ff_shexp > w.ff_dim ? l->n_ff_shexp : w.ff_dim;
 		if (l->recurrent) {
 			w.n_recurrent++;
-			w.ff_dim = l->n_ff > w.ff_dim ? l->n_ff : w.ff_dim;
+			int32_t ff = l->n_expert > 0 ? l->n_ff_exp : l->n_ff;
+			w.ff_dim = ff > w.ff_dim ? ff : w.ff_dim;
+			w.n_expert = l->n_expert > w.n_expert ? l->n_expert : w.n_expert;
+			w.n_expert_used = l->n_expert_used > w.n_expert_used ? l->n_expert_used
+									     : w.n_expert_used;
 			continue;
 		}
 		int32_t q = l->n_head * l->head_dim * (l->q_gate ? 2 : 1);

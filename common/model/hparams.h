@@ -55,6 +55,8 @@ struct lm_layer_hparams {
 	 * n_head x 2 x head_dim, each head's queries then its gate, and the attention output is
 	 * multiplied by sigmoid(gate) before Wo. */
 	bool q_gate;
+	/* A shared expert beside the routed ones (qwen35moe): its width; 0: none. */
+	int32_t n_ff_shexp;
 };
 
 /* The shape of the gated delta-net layers (qwen35), from "<arch>.ssm.*": q and k have

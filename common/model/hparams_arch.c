@@ -127,28 +127,27 @@ static int hp_qwen(const gguf_file *f, struct lm_hparams *hp, const struct hp_re
 	return rc != 0 ? rc : hp_no_rope_freqs(hp, d);
 }
 
-/* qwen3moe: qwen3's attention, and on every layer a mixture of expert_count experts of which
+/* The mixture of experts of qwen3moe and qwen35moe: on every layer expert_count experts of which
  * each token takes expert_used_count (a scalar or per-layer array), expert_feed_forward_length
  * wide (per layer; absent: feed_forward_length / expert_used_count, as llama.cpp). llama.cpp's
  * graph routes by a softmax over all experts and always normalises the picked weights. Expert
  * groups (DeepSeek's) are refused with their key. */
-static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
-		       lm_diag *d)
+static int hp_experts(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+		      lm_diag *d)
 {
-	int rc = hp_qwen(f, hp, r, d);
-	if (rc != 0)
-		return rc;
+	int rc;
 	if (r->n_expert == 0)
-		return lm_fail(d, LM_EFORMAT, "metadata 'qwen3moe.expert_count' is missing or 0");
+		return lm_fail(d, LM_EFORMAT, "metadata '%s.expert_count' is missing or 0",
+			       hp->arch);
 	if (r->n_expert > LM_MAX_EXPERTS)
-		return lm_fail(d, LM_EFORMAT, "qwen3moe.expert_count = %u is over %d", r->n_expert,
-			       LM_MAX_EXPERTS);
+		return lm_fail(d, LM_EFORMAT, "%s.expert_count = %u is over %d", hp->arch,
+			       r->n_expert, LM_MAX_EXPERTS);
 	uint32_t groups = 0;
 	if (hp_get_u32_zero(f, hp->arch, "expert_group_count", &groups, NULL) == 0 && groups > 1)
 		return lm_fail(d, LM_EUNSUPPORTED,
-			       "qwen3moe: expert groups (qwen3moe.expert_group_count = %u) are "
+			       "%s: expert groups (%s.expert_group_count = %u) are "
 			       "not supported",
-			       groups);
+			       hp->arch, hp->arch, groups);
 	if ((rc = hp_get_per_layer(f, hp->arch, "expert_used_count", hp,
 				   offsetof(struct lm_layer_hparams, n_expert_used), true, d)) != 0)
 		return rc;
@@ -164,6 +163,13 @@ static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct h
 	}
 	hp->moe = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f};
 	return 0;
+}
+
+static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+		       lm_diag *d)
+{
+	int rc = hp_qwen(f, hp, r, d);
+	return rc != 0 ? rc : hp_experts(f, hp, r, d);
 }
 
 /* gemma3: a sliding window on every layer but each sixth (or the pattern's), those layers'
@@ -358,11 +364,34 @@ static int hp_qwen35(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 	return 0;
 }
 
+/* qwen35moe (Qwen 3.5 35B-A3B to 397B-A17B): qwen35's layers with qwen3moe's mixture of experts
+ * in place of the FFN, beside a shared expert of expert_shared_feed_forward_length (default
+ * feed_forward_length) whose output is scaled by a sigmoid gate of its own. */
+static int hp_qwen35moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+			lm_diag *d)
+{
+	int rc = hp_qwen35(f, hp, r, d);
+	if (rc == 0)
+		rc = hp_experts(f, hp, r, d);
+	if (rc != 0)
+		return rc;
+	int32_t shexp = hp->layer[0].n_ff;
+	rc = hp_get_i32(f, hp->arch, "expert_shared_feed_forward_length", &shexp, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	if (shexp > (1 << 24))
+		return lm_fail(d, LM_EFORMAT, "%s.expert_shared_feed_forward_length %d is too wide",
+			       hp->arch, shexp);
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		hp->layer[il].n_ff_shexp = shexp;
+	return 0;
+}
+
 static const struct hp_arch hp_archs[] = {
 	{"llama", LM_ROPE_NORM, hp_llama},   {"qwen2", LM_ROPE_NEOX, hp_qwen},
 	{"qwen3", LM_ROPE_NEOX, hp_qwen},    {"qwen3moe", LM_ROPE_NEOX, hp_qwen3moe},
 	{"gemma3", LM_ROPE_NEOX, hp_gemma3}, {"gemma4", LM_ROPE_NEOX, hp_gemma4},
-	{"qwen35", LM_ROPE_NEOX, hp_qwen35},
+	{"qwen35", LM_ROPE_NEOX, hp_qwen35}, {"qwen35moe", LM_ROPE_NEOX, hp_qwen35moe},
 };
 
 const struct hp_arch *hp_arch_find(const char *name)
@@ -375,5 +404,5 @@ const struct hp_arch *hp_arch_find(const char *name)
 
 const char *lm_hparams_archs(void)
 {
-	return "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4 and qwen35";
+	return "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35 and qwen35moe";
 }
