@@ -4,8 +4,9 @@
 # [0,2) [2,5) [5,7) cuts after an attention and after a recurrent layer), its vocabulary
 # stories260K's so that n-gram drafts find repeats:
 #   1. speculative decoding, n-gram and draft model (its own q8_0 copy): greedy requests are
-#      identical with speculation on and off (`layermesh run` does not speculate), though every
-#      rejected draft rolls each stage's delta-net states back to a kept one;
+#      identical with speculation on and off (`layermesh run` does not speculate), and every
+#      rejected draft rolls each stage's delta-net states back to a kept one (no sequence is
+#      refused and replayed);
 #   2. workers killed with SIGKILL while speculating requests run: the replays rebuild each
 #      sequence's states from position 0 and every request ends as without faults;
 #   3. a rolling redeploy under load: each moved sequence's conv rings and SSM states travel
@@ -75,6 +76,9 @@ for source in ngram draft; do
 	[ "${drafted:-0}" -gt 0 ] || fail "spec-$source: nothing was drafted"
 	[ $source = ngram ] || [ "${accepted:-0}" -gt 0 ] || fail "spec-$source: no draft accepted"
 	[ "${accepted:-0}" -lt "${drafted:-0}" ] || fail "spec-$source: no draft was rejected"
+	# Every rejected draft rolled back to a state a stage kept: none was refused and replayed.
+	replays=$(curl -sf "$LM_URL/v1/status" | jq '.scheduler.replays')
+	[ "$replays" = 0 ] || fail "spec-$source: $replays sequences were replayed from 0"
 	echo "ok: spec $source: 8 requests identical; $drafted drafted, $accepted accepted"
 	lm_down "$dir"
 done
