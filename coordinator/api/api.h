@@ -50,6 +50,8 @@ struct api;
 struct api_cfg {
 	const char *http;       /* host:port */
 	const char *model_name; /* shown as "model" */
+	const char *model_path; /* the GGUF file, shown by /props */
+	int32_t slots;          /* sequences served at once, shown by /props */
 	const char *auth_token; /* admin endpoints need it when set */
 	uint64_t fingerprint;   /* the model's, for system_fingerprint */
 	int32_t max_seq;        /* context length */

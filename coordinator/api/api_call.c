@@ -25,6 +25,7 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_impl.h"
 #include "coordinator/api/api_json.h"
+#include "coordinator/api/api_native.h"
 
 struct api_call {
 	struct api *api;
@@ -32,6 +33,11 @@ struct api_call {
 	long created;
 	uint64_t seq_id;
 	struct api_request req; /* the parsed request: prompt, sampling, stops, options */
+	/* llama-server's /completion (api_native.h): its answer's shape. */
+	bool native;
+	struct api_native nat;
+	bool new_line;                        /* the text so far holds a '\n' */
+	char stop_word[API_MAX_STOP_LEN + 1]; /* the stop string that ended it */
 	/* Generation state: the scheduler thread's alone once submitted. */
 	struct tok_stream ts;
 	char *piece;           /* [tok_stream_cap(vocab)] one token's decoded text */
@@ -74,6 +80,7 @@ static double api_ms(uint64_t a_ns, uint64_t b_ns)
 static void api_call_free(struct api_call *c)
 {
 	api_request_fini(&c->req);
+	api_native_fini(&c->nat);
 	free(c->piece);
 	lm_buf_fini(&c->text);
 	lm_buf_fini(&c->pending);
@@ -287,6 +294,123 @@ static cJSON *api_answer(struct api_call *c, const char *finish)
 	return o;
 }
 
+/* ------------------------------------------------------------------ llama-server's shapes */
+
+/* A token's entry of completion_probabilities: chat's entry with the ids added. */
+static cJSON *api_native_logprob(const struct api *a, int32_t token, float logprob,
+				 const int32_t *ids, const float *lp, int32_t n)
+{
+	cJSON *e = api_chat_logprob(a, token, logprob, ids, lp, n);
+	cJSON_AddNumberToObject(e, "id", token);
+	cJSON *tops = cJSON_GetObjectItem(e, "top_logprobs");
+	int32_t i = 0;
+	for (cJSON *t = tops != NULL ? tops->child : NULL; t != NULL && i < n; t = t->next, i++)
+		cJSON_AddNumberToObject(t, "id", ids[i]);
+	return e;
+}
+
+/* llama-server's timings: prompt (submit to first token) and generation. */
+static cJSON *api_native_timings(const struct api_call *c)
+{
+	cJSON *t = cJSON_CreateObject();
+	double prefill = c->n_gen > 0 ? api_ms(c->t_submit, c->t_first) : 0;
+	double decode = c->n_gen > 1 ? api_ms(c->t_first, c->t_done) : 0;
+	int32_t n_dec = c->n_gen > 1 ? c->n_gen - 1 : 0;
+	/* llama-server's prompt_n: the prompt's tokens computed, those not reused (cache_n). */
+	int32_t n_new = c->req.n_prompt - c->cached;
+	cJSON_AddNumberToObject(t, "cache_n", c->cached);
+	cJSON_AddNumberToObject(t, "prompt_n", n_new);
+	cJSON_AddNumberToObject(t, "prompt_ms", prefill);
+	cJSON_AddNumberToObject(t, "prompt_per_token_ms", n_new > 0 ? prefill / n_new : 0);
+	cJSON_AddNumberToObject(t, "prompt_per_second", prefill > 0 ? 1e3 * n_new / prefill : 0);
+	cJSON_AddNumberToObject(t, "predicted_n", c->n_gen);
+	cJSON_AddNumberToObject(t, "predicted_ms", decode);
+	cJSON_AddNumberToObject(t, "predicted_per_token_ms", n_dec > 0 ? decode / n_dec : 0);
+	cJSON_AddNumberToObject(t, "predicted_per_second", decode > 0 ? 1e3 * n_dec / decode : 0);
+	return t;
+}
+
+/* The settings the request ran with, in llama-server's names. */
+static cJSON *api_native_settings(const struct api_call *c)
+{
+	cJSON *g = cJSON_CreateObject();
+	cJSON_AddNumberToObject(g, "n_predict", c->nat.n_predict);
+	api_json_add_u64(g, "seed", c->req.sampling.seed);
+	cJSON_AddNumberToObject(g, "temperature", c->req.sampling.temperature);
+	cJSON_AddNumberToObject(g, "top_k", c->req.sampling.top_k);
+	cJSON_AddNumberToObject(g, "top_p", c->req.sampling.top_p);
+	cJSON_AddNumberToObject(g, "min_p", c->req.sampling.min_p);
+	cJSON_AddNumberToObject(g, "n_probs", c->nat.n_probs);
+	cJSON_AddBoolToObject(g, "stream", c->req.stream);
+	cJSON *stops = cJSON_AddArrayToObject(g, "stop");
+	for (int i = 0; i < c->req.n_stops; i++)
+		cJSON_AddItemToArray(stops, cJSON_CreateString(c->req.stops[i]));
+	return g;
+}
+
+/* The prompt as text, control tokens (BOS) as their vocabulary text, as llama-server shows it. */
+static void api_native_prompt_text(const struct api_call *c, cJSON *o)
+{
+	const tok_vocab *v = c->api->cfg.vocab;
+	struct lm_buf b = {0};
+	for (int32_t i = 0; i < c->req.n_prompt; i++) {
+		size_t len = 0;
+		int32_t id = c->req.prompt[i];
+		const char *p = tok_attr(v, id) & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)
+					? tok_text(v, id, &len)
+					: tok_piece(v, id, &len);
+		if (p != NULL)
+			lm_buf_add(&b, p, len);
+	}
+	char *s = b.len > 0 && lm_utf8_valid(b.p, b.len) && memchr(b.p, '\0', b.len) == NULL
+			  ? strndup(b.p, b.len)
+			  : NULL;
+	cJSON_AddStringToObject(o, "prompt", s != NULL ? s : "");
+	free(s);
+	lm_buf_fini(&b);
+}
+
+/* A stream's event for one token, or (final) the whole answer of llama-server's /completion:
+ * content, the generated ids, counts, settings, why it stopped, timings. */
+static cJSON *api_native_answer(struct api_call *c, const char *content, int32_t token,
+				const char *stop_type, bool final)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "index", 0);
+	cJSON_AddStringToObject(o, "content", content);
+	cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+	if (!final)
+		cJSON_AddItemToArray(toks, cJSON_CreateNumber(token));
+	for (int32_t i = 0; final && !c->req.stream && c->nat.return_tokens && i < c->n_gen; i++)
+		cJSON_AddItemToArray(toks, cJSON_CreateNumber(c->gen[i]));
+	cJSON_AddNumberToObject(o, "id_slot", -1);
+	cJSON_AddBoolToObject(o, "stop", final);
+	if (final)
+		cJSON_AddStringToObject(o, "model", c->api->cfg.model_name);
+	cJSON_AddNumberToObject(o, "tokens_predicted", c->n_gen);
+	cJSON_AddNumberToObject(o, "tokens_evaluated", c->req.n_prompt);
+	if (!final)
+		return o;
+	cJSON_AddItemToObject(o, "generation_settings", api_native_settings(c));
+	api_native_prompt_text(c, o);
+	cJSON_AddBoolToObject(o, "has_new_line", c->new_line);
+	cJSON_AddBoolToObject(o, "truncated", false); /* a prompt that does not fit is a 400 */
+	cJSON_AddStringToObject(o, "stop_type", stop_type);
+	cJSON_AddStringToObject(o, "stopping_word", c->stop_word);
+	/* The sequence's positions held in the cache at its end. */
+	cJSON_AddNumberToObject(o, "tokens_cached", c->req.n_prompt + c->n_gen);
+	cJSON_AddItemToObject(o, "timings", api_native_timings(c));
+	if (!c->req.stream && c->nat.n_probs > 0) {
+		cJSON_AddItemToObject(o, "completion_probabilities", c->lp_content);
+		c->lp_content = NULL;
+	}
+	if (c->nat.response_fields == NULL)
+		return o;
+	cJSON *few = api_native_fields(o, c->nat.response_fields);
+	cJSON_Delete(o);
+	return few;
+}
+
 /* ------------------------------------------------------------------ streams */
 
 static void api_stream_raw(struct api_call *c, const char *data)
@@ -316,12 +440,40 @@ static void api_stream_json(struct api_call *c, cJSON *o)
 
 /* ------------------------------------------------------------------ generation callbacks */
 
+/* A /completion stream's event for one token; text without a token (the tail released at
+ * the end) waits for the last event. */
+static void api_native_emit(struct api_call *c, const char *text, size_t len, int32_t token,
+			    float logprob, const int32_t *top_ids, const float *top_lp,
+			    int32_t n_top)
+{
+	if (token < 0) {
+		lm_buf_add(&c->text, text, len);
+		return;
+	}
+	char *piece = strndup(text, len);
+	if (piece == NULL)
+		return;
+	cJSON *o = api_native_answer(c, piece, token, NULL, false);
+	free(piece);
+	if (c->nat.n_probs > 0)
+		cJSON_AddItemToArray(
+			cJSON_AddArrayToObject(o, "completion_probabilities"),
+			api_native_logprob(c->api, token, logprob, top_ids, top_lp, n_top));
+	api_stream_json(c, o);
+}
+
 /* Emits text that can no longer be part of a stop string, with the token that made it. */
 static void api_emit(struct api_call *c, const char *text, size_t len, int32_t token, float logprob,
 		     const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
+	if (len > 0 && memchr(text, '\n', len) != NULL)
+		c->new_line = true;
 	if (!c->req.stream) {
 		lm_buf_add(&c->text, text, len);
+		return;
+	}
+	if (c->native) {
+		api_native_emit(c, text, len, token, logprob, top_ids, top_lp, n_top);
 		return;
 	}
 	bool chat = c->req.kind == API_CHAT;
@@ -366,6 +518,14 @@ static bool api_release_text(struct api_call *c, bool final, int32_t token, floa
 {
 	bool hit;
 	size_t cut = api_stop_cut(&c->req, c->pending.p, c->pending.len, final, &hit);
+	for (int i = 0; hit && i < c->req.n_stops; i++) {
+		size_t n = strlen(c->req.stops[i]);
+		if (cut + n <= c->pending.len &&
+		    memcmp(c->pending.p + cut, c->req.stops[i], n) == 0) {
+			snprintf(c->stop_word, sizeof c->stop_word, "%s", c->req.stops[i]);
+			break;
+		}
+	}
 	if (cut > 0 || token >= 0)
 		api_emit(c, c->pending.p ? c->pending.p : "", cut, token, logprob, top_ids, top_lp,
 			 n_top);
@@ -382,9 +542,10 @@ static void api_keep_logprobs(struct api_call *c, int32_t token, float logprob,
 			      const int32_t *top_ids, const float *top_lp, int32_t n_top,
 			      size_t offset)
 {
-	if (c->req.kind == API_CHAT) {
-		cJSON_AddItemToArray(c->lp_content, api_chat_logprob(c->api, token, logprob,
-								     top_ids, top_lp, n_top));
+	if (c->native || c->req.kind == API_CHAT) {
+		cJSON_AddItemToArray(c->lp_content,
+				     (c->native ? api_native_logprob : api_chat_logprob)(
+					     c->api, token, logprob, top_ids, top_lp, n_top));
 		return;
 	}
 	cJSON_AddItemToArray(c->lp_tokens, api_token_string(c->api, token));
@@ -428,6 +589,19 @@ static uint16_t api_status_of(int code)
 	return code == LM_EUNAVAILABLE || code == LM_ETIMEOUT ? 503 : code == LM_EBUSY ? 429 : 500;
 }
 
+/* The scheduler is done with a stream: it ends (now, or when it starts) and the scheduler's
+ * reference goes. */
+static void api_stream_close(struct api_call *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->sched_done = true;
+	if (c->st != NULL)
+		lm_httpd_stream_end(c->st);
+	c->st = NULL;
+	pthread_mutex_unlock(&c->mu);
+	api_call_unref(c);
+}
+
 /* A stream's end: the last chunk, usage when asked, [DONE]; or the error as an event. */
 static void api_stream_done(struct api_call *c, enum sched_finish why, int code, const char *msg,
 			    const char *finish)
@@ -453,13 +627,35 @@ static void api_stream_done(struct api_call *c, enum sched_finish why, int code,
 		}
 	}
 	api_stream_raw(c, "[DONE]");
-	pthread_mutex_lock(&c->mu);
-	c->sched_done = true;
-	if (c->st != NULL)
-		lm_httpd_stream_end(c->st);
-	c->st = NULL;
-	pthread_mutex_unlock(&c->mu);
-	api_call_unref(c);
+	api_stream_close(c);
+}
+
+/* The end of a /completion request: its answer, or its stream's last event (no [DONE], as
+ * llama-server ends it). */
+static void api_native_done(struct api_call *c, enum sched_finish why, int code, const char *msg)
+{
+	const char *type = c->stop_hit ? "word" : why == SCHED_FINISH_STOP ? "eos" : "limit";
+	const char *text = c->text.p != NULL ? c->text.p : "";
+	if (!c->req.stream) {
+		if (why == SCHED_FINISH_ERROR)
+			lm_httpd_reply_error(c->aio, api_status_of(code), "server_error", NULL,
+					     "%s", msg ? msg : lm_strerror(code));
+		else
+			lm_httpd_reply_json(c->aio, 200,
+					    api_native_answer(c, text, -1, type, true));
+		api_call_unref(c);
+		return;
+	}
+	if (why == SCHED_FINISH_ERROR) {
+		char *e = lm_httpd_error_json("server_error", NULL, msg ? msg : lm_strerror(code));
+		if (e != NULL) {
+			api_stream_raw(c, e);
+			free(e);
+		}
+	} else if (why != SCHED_FINISH_CANCEL || c->stop_hit) {
+		api_stream_json(c, api_native_answer(c, text, -1, type, true));
+	}
+	api_stream_close(c);
 }
 
 static void api_on_done(void *arg, enum sched_finish why, int code, const char *msg)
@@ -472,6 +668,10 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 		lm_buf_add(&c->pending, tail, n);
 		if (api_release_text(c, true, -1, 0, NULL, NULL, 0))
 			c->stop_hit = true;
+	}
+	if (c->native) {
+		api_native_done(c, why, code, msg);
+		return;
 	}
 	const char *finish = c->stop_hit || why == SCHED_FINISH_STOP ? "stop" : "length";
 	if (c->req.stream) {
@@ -488,7 +688,7 @@ static void api_on_done(void *arg, enum sched_finish why, int code, const char *
 
 /* ------------------------------------------------------------------ the handler */
 
-static struct api_call *api_call_new(struct api *a, struct api_request *req)
+static struct api_call *api_call_new(struct api *a, struct api_request *req, struct api_native *nat)
 {
 	struct api_call *c = calloc(1, sizeof *c);
 	char *piece = malloc(tok_stream_cap(a->cfg.vocab));
@@ -500,13 +700,18 @@ static struct api_call *api_call_new(struct api *a, struct api_request *req)
 	pthread_mutex_init(&c->mu, NULL);
 	c->req = *req;
 	memset(req, 0, sizeof *req);
+	if (nat != NULL) {
+		c->native = true;
+		c->nat = *nat;
+		memset(nat, 0, sizeof *nat);
+	}
 	c->piece = piece;
 	c->api = a;
 	c->created = (long)time(NULL);
 	snprintf(c->id, sizeof c->id, "%s-%lx%06llx", c->req.kind == API_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long)c->created, (unsigned long long)atomic_fetch_add(&a->next_id, 1));
 	tok_stream_init(&c->ts);
-	if (c->req.kind == API_CHAT) {
+	if (c->native || c->req.kind == API_CHAT) {
 		c->lp_content = cJSON_CreateArray();
 	} else {
 		c->lp_tokens = cJSON_CreateArray();
@@ -576,31 +781,20 @@ static void api_start_stream(nng_aio *aio, struct api_call *c)
 	}
 }
 
-void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
+/* Submits a parsed request (nat: llama-server's /completion, else NULL) and answers it. */
+static void api_run(nng_aio *aio, struct api *a, struct api_request *req, struct api_native *nat)
 {
-	const char *body;
-	size_t len;
-	if (!api_authorized(aio, a))
-		return;
-	lm_httpd_body(aio, &body, &len);
-	struct api_request req;
-	struct api_error err;
-	int rc = kind == API_CHAT ? api_chat_parse(body, len, &a->lim, a->cfg.vocab, &req, &err)
-				  : api_request_parse(body, len, &a->lim, a->cfg.vocab, &req, &err);
-	if (rc != 0) {
-		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
-				err.message);
-		api_error_fini(&err);
-		return;
-	}
-	if (req.ignored[0] != '\0') {
-		lm_httpd_add_header(aio, "X-Layermesh-Ignored-Fields", req.ignored);
+	int rc;
+	if (req->ignored[0] != '\0') {
+		lm_httpd_add_header(aio, "X-Layermesh-Ignored-Fields", req->ignored);
 		lm_debug("%s: ignored unknown fields: %s",
-			 kind == API_CHAT ? "chat completion" : "completion", req.ignored);
+			 req->kind == API_CHAT ? "chat completion" : "completion", req->ignored);
 	}
-	struct api_call *c = api_call_new(a, &req);
+	struct api_call *c = api_call_new(a, req, nat);
 	if (c == NULL) {
-		api_request_fini(&req);
+		api_request_fini(req);
+		if (nat != NULL)
+			api_native_fini(nat);
 		lm_httpd_refuse(aio, LM_HTTP_REFUSE_INTERNAL, 500, "server_error", NULL,
 				"out of memory");
 		return;
@@ -643,4 +837,49 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 	if (c->req.stream)
 		api_start_stream(aio, c);
 	api_call_unref(c); /* a plain request: on_done replies */
+}
+
+static void api_refuse_parse(nng_aio *aio, struct api_error *err)
+{
+	lm_httpd_refuse(aio, err->reason, err->status, err->type, err->param, "%s", err->message);
+	api_error_fini(err);
+}
+
+void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
+{
+	const char *body;
+	size_t len;
+	if (!api_authorized(aio, a))
+		return;
+	lm_httpd_body(aio, &body, &len);
+	struct api_request req;
+	struct api_error err;
+	int rc = kind == API_CHAT ? api_chat_parse(body, len, &a->lim, a->cfg.vocab, &req, &err)
+				  : api_request_parse(body, len, &a->lim, a->cfg.vocab, &req, &err);
+	if (rc != 0)
+		api_refuse_parse(aio, &err);
+	else
+		api_run(aio, a, &req, NULL);
+}
+
+void api_generate_native(nng_aio *aio, struct api *a)
+{
+	const char *body;
+	size_t len;
+	if (!api_authorized(aio, a))
+		return;
+	lm_httpd_body(aio, &body, &len);
+	struct api_native nat;
+	struct api_request req;
+	struct api_error err;
+	char *plain = NULL;
+	int rc = api_native_body(body, len, a->lim.max_seq, a->cfg.vocab, &plain, &nat, &err);
+	if (rc == 0 &&
+	    (rc = api_request_parse(plain, strlen(plain), &a->lim, a->cfg.vocab, &req, &err)) != 0)
+		api_native_fini(&nat);
+	free(plain);
+	if (rc != 0)
+		api_refuse_parse(aio, &err);
+	else
+		api_run(aio, a, &req, &nat);
 }
