@@ -312,6 +312,31 @@ static void api_apply_template(nng_aio *aio)
 	lm_httpd_reply_json(aio, 200, o);
 }
 
+/* POST /v1/chat/completions/input_tokens (and without /v1), llama-server's: a chat request's
+ * prompt tokens, {"input_tokens": n}, counted as the chat endpoint renders and tokenizes it;
+ * nothing is generated. A request the chat endpoint refuses is refused alike. */
+static void api_chat_tokens(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	struct api_request req;
+	struct api_error err;
+	if (api_chat_parse(body, len, &a->lim, a->cfg.vocab, &req, &err) != 0) {
+		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
+				err.message);
+		api_error_fini(&err);
+		return;
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "input_tokens", req.n_prompt);
+	api_request_fini(&req);
+	lm_httpd_reply_json(aio, 200, o);
+}
+
 /* ------------------------------------------------------------------ health and status */
 
 static void api_healthz(nng_aio *aio)
@@ -501,6 +526,9 @@ static int api_routes(struct api *a, lm_diag *d)
 		{"POST", "/completion", api_native, a, API_MAX_BODY, true},
 		{"GET", "/props", api_props, a, 0, false},
 		{"POST", "/apply-template", api_apply_template, a, API_MAX_BODY, true},
+		{"POST", "/v1/chat/completions/input_tokens", api_chat_tokens, a, API_MAX_BODY,
+		 true},
+		{"POST", "/chat/completions/input_tokens", api_chat_tokens, a, API_MAX_BODY, true},
 		{"POST", "/tokenize", api_tokenize, a, API_MAX_BODY, true},
 		{"POST", "/detokenize", api_detokenize, a, API_MAX_BODY, true},
 		{"GET", "/health", api_health, a, 0, false},

@@ -309,12 +309,12 @@ static cJSON *api_native_logprob(const struct api *a, int32_t token, float logpr
 	return e;
 }
 
-/* llama-server's timings: prompt (submit to first token) and generation. */
-static cJSON *api_native_timings(const struct api_call *c)
+/* llama-server's timings up to end_ns: prompt (submit to first token) and generation. */
+static cJSON *api_native_timings(const struct api_call *c, uint64_t end_ns)
 {
 	cJSON *t = cJSON_CreateObject();
 	double prefill = c->n_gen > 0 ? api_ms(c->t_submit, c->t_first) : 0;
-	double decode = c->n_gen > 1 ? api_ms(c->t_first, c->t_done) : 0;
+	double decode = c->n_gen > 1 ? api_ms(c->t_first, end_ns) : 0;
 	int32_t n_dec = c->n_gen > 1 ? c->n_gen - 1 : 0;
 	/* llama-server's prompt_n: the prompt's tokens computed, those not reused (cache_n). */
 	int32_t n_new = c->req.n_prompt - c->cached;
@@ -399,7 +399,7 @@ static cJSON *api_native_answer(struct api_call *c, const char *content, int32_t
 	cJSON_AddStringToObject(o, "stopping_word", c->stop_word);
 	/* The sequence's positions held in the cache at its end. */
 	cJSON_AddNumberToObject(o, "tokens_cached", c->req.n_prompt + c->n_gen);
-	cJSON_AddItemToObject(o, "timings", api_native_timings(c));
+	cJSON_AddItemToObject(o, "timings", api_native_timings(c, c->t_done));
 	if (!c->req.stream && c->nat.n_probs > 0) {
 		cJSON_AddItemToObject(o, "completion_probabilities", c->lp_content);
 		c->lp_content = NULL;
@@ -455,6 +455,8 @@ static void api_native_emit(struct api_call *c, const char *text, size_t len, in
 		return;
 	cJSON *o = api_native_answer(c, piece, token, NULL, false);
 	free(piece);
+	if (c->req.timings_per_token)
+		cJSON_AddItemToObject(o, "timings", api_native_timings(c, lm_now_ns()));
 	if (c->nat.n_probs > 0)
 		cJSON_AddItemToArray(
 			cJSON_AddArrayToObject(o, "completion_probabilities"),
@@ -507,6 +509,8 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 	if (token >= 0 && c->req.want_ids)
 		cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "token_ids"),
 				     cJSON_CreateNumber(token));
+	if (c->req.timings_per_token)
+		cJSON_AddItemToObject(o, "timings", api_native_timings(c, lm_now_ns()));
 	api_stream_json(c, o);
 }
 
@@ -623,6 +627,9 @@ static void api_stream_done(struct api_call *c, enum sched_finish why, int code,
 								       : "text_completion");
 			cJSON_AddArrayToObject(u, "choices");
 			api_add_usage(c, u, false);
+			if (c->req.timings_per_token)
+				cJSON_AddItemToObject(u, "timings",
+						      api_native_timings(c, c->t_done));
 			api_stream_json(c, u);
 		}
 	}

@@ -22,6 +22,8 @@
  *     stream            true or false; stream_options {"include_usage": bool} only with it
  *     n                 1 only                   user, model   any string (one model)
  *     return_token_ids  true or false
+ *     timings_per_token true or false (llama-server's): each chunk of a stream, and its usage
+ *                       chunk, carries llama-server's "timings" so far
  * POST /v1/completions also takes:
  *     prompt            a string (tokenized here, with BOS when the vocabulary wants one;
  *                       special-token text stays text) or a non-empty array of token ids
@@ -103,6 +105,7 @@ struct api_request {
 	bool want_ids;      /* return_token_ids */
 	bool no_speculate;  /* "speculate": false: no drafts for this request */
 	bool no_cache;      /* "cache_prompt": false: reuse no slot's rows (llama-server's field) */
+	bool timings_per_token;     /* llama-server's: each streamed chunk carries "timings" */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

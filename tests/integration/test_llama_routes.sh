@@ -8,7 +8,9 @@
 #     no [DONE]; n_probs, stop (stop_type "word", stopping_word), response_fields, n_predict -1,
 #     seed -1, logit_bias in llama-server's forms; refusals name their field;
 #   - GET /props: the slots, the context of each, the model's path;
-#   - POST /apply-template: the prompt chat renders (ChatML for a model without a template).
+#   - POST /apply-template: the prompt chat renders (ChatML for a model without a template);
+#   - POST /chat/completions/input_tokens: that prompt's tokens, counted;
+#   - timings_per_token: each streamed event carries llama-server's timings so far.
 source "$(dirname "$0")/lib.sh"
 
 command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
@@ -132,6 +134,35 @@ r=$(post /apply-template '{"messages": [{"role": "system", "content": "Be brief.
 expect "$r" .prompt $'<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'
 want=400 post /apply-template '{"messages": []}' >/dev/null
 want=400 post /apply-template 'nope' >/dev/null
+
+echo "== /chat/completions/input_tokens"
+msgs='[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]'
+text=$(post /apply-template "{\"messages\": $msgs}" | jq .prompt)
+n=$(post /tokenize "{\"content\": $text, \"add_special\": true, \"parse_special\": true}" | jq '.tokens | length')
+[ "$n" -gt 5 ] || fail "the ChatML prompt has only $n tokens"
+for path in /chat/completions/input_tokens /v1/chat/completions/input_tokens; do
+	expect "$(post $path "{\"messages\": $msgs}")" .input_tokens "$n"
+done
+want=400 post /v1/chat/completions/input_tokens '{"messages": "Hi"}' | jq -e '.error.param == "messages"' >/dev/null ||
+	fail "input_tokens must refuse what chat refuses"
+
+echo "== timings_per_token"
+for path in /v1/chat/completions /completion; do
+	body="{\"messages\": $msgs, \"prompt\": \"$prompt\", \"max_tokens\": 4, \"n_predict\": 4, \"temperature\": 0, \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"timings_per_token\": true}"
+	[ "$path" = /completion ] && body=${body/\"stream_options\": \{\"include_usage\": true\}, /}
+	curl -sN -H 'Content-Type: application/json' "$LM_URL$path" -d "$body" |
+		sed -n 's/^data: //p' | grep -v '^\[DONE\]' >"$dir/events"
+	# Every event after a token has come carries timings, predicted_n counting the tokens.
+	counts=$(jq -s -c '[.[] | select(.timings != null) | .timings.predicted_n]' "$dir/events")
+	case $path in
+	/completion) [ "$counts" = "[1,2,3,4,4]" ] || fail "$path timings' predicted_n: $counts" ;;
+	*) [ "$counts" = "[1,2,3,4,4]" ] || fail "$path timings' predicted_n: $counts (the usage chunk's last)" ;;
+	esac
+done
+# Without it, chunks carry none.
+curl -sN -H 'Content-Type: application/json' "$LM_URL/v1/chat/completions" \
+	-d "{\"messages\": $msgs, \"max_tokens\": 4, \"stream\": true}" | grep -q '"timings"' &&
+	fail "chunks carry timings without timings_per_token"
 
 lm_down "$dir"
 echo "PASS: llama-server's endpoints"
