@@ -78,6 +78,11 @@ static int api_native_bias_one(const cJSON *key, size_t key_len, double bias,
 {
 	char id[24];
 	if (cJSON_IsNumber(key)) {
+		if (key->valuedouble < 0 || key->valuedouble > 1e9 ||
+		    key->valuedouble != (double)(int64_t)key->valuedouble)
+			return api_native_bad(
+				err, "logit_bias",
+				"a 'logit_bias' token id must be an integer in [0, 1e9]");
 		snprintf(id, sizeof id, "%.0f", key->valuedouble);
 		cJSON_DeleteItemFromObjectCaseSensitive(out, id); /* the last one counts */
 		return cJSON_AddNumberToObject(out, id, bias) != NULL ? 0 : LM_ENOMEM;

@@ -173,6 +173,8 @@ Test(api_native, refusals)
 	refused("{\"prompt\": \"a\", \"logit_bias\": [[1]]}", 400, "logit_bias");
 	refused("{\"prompt\": \"a\", \"logit_bias\": [[1, \"x\"]]}", 400, "logit_bias");
 	refused("{\"prompt\": \"a\", \"logit_bias\": [[null, 1]]}", 400, "logit_bias");
+	refused("{\"prompt\": \"a\", \"logit_bias\": [[1.5, 1]]}", 400, "logit_bias");
+	refused("{\"prompt\": \"a\", \"logit_bias\": [[-1, 1]]}", 400, "logit_bias");
 }
 
 Test(api_native, logit_bias_forms)
