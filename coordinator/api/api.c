@@ -532,6 +532,7 @@ static int api_routes(struct api *a, lm_diag *d)
 		{"POST", "/tokenize", api_tokenize, a, API_MAX_BODY, true},
 		{"POST", "/detokenize", api_detokenize, a, API_MAX_BODY, true},
 		{"GET", "/health", api_health, a, 0, false},
+		{"GET", "/v1/health", api_health, a, 0, false},
 		{"GET", "/healthz", api_healthz, a, 0, false},
 		{"GET", "/readyz", api_readyz, a, 0, false},
 		{"GET", "/v1/status", api_status, a, 0, false},

@@ -7,6 +7,7 @@
 #     carries one token an event, adds up to the same text and ends with the whole answer and
 #     no [DONE]; n_probs, stop (stop_type "word", stopping_word), response_fields, n_predict -1,
 #     seed -1, logit_bias in llama-server's forms; refusals name their field;
+#   - GET /health and /v1/health: {"status": "ok"};
 #   - GET /props: the slots, the context of each, the model's path;
 #   - POST /apply-template: the prompt chat renders (ChatML for a model without a template);
 #   - POST /chat/completions/input_tokens: that prompt's tokens, counted;
@@ -121,6 +122,11 @@ want=400 post /completion '{"prompt": "a\u0000b"}' | jq -e '.error.param == "pro
 want=400 post /completion '{"prompt": "a", "logit_bias": [[1]]}' | jq -e '.error.param == "logit_bias"' >/dev/null ||
 	fail "a bad logit_bias entry must be refused naming it"
 want=400 post /completion '[1]' >/dev/null
+
+echo "== /health, /v1/health"
+for path in /health /v1/health; do
+	expect "$(curl -sf "$LM_URL$path")" .status ok
+done
 
 echo "== /props"
 p=$(curl -sf "$LM_URL/props") || fail "GET /props failed"

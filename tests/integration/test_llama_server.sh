@@ -70,7 +70,7 @@ bound=()
 echo "== llama.cpp's server tests (${files[*]}) against $LM_URL"
 rc=0
 (cd "$tests" && DEBUG_EXTERNAL=1 PORT=$port PYTHONPATH="$here/llama_server" \
-	timeout -k 10 600 "$py" -m pytest -p no:cacheprovider -q -m "not slow" "${bound[@]}" \
+	timeout -k 10 420 "$py" -m pytest -p no:cacheprovider -q -m "not slow" "${bound[@]}" \
 	--junitxml="$dir/junit.xml" "${files[@]}" >"$dir/pytest.log" 2>&1) || rc=$?
 tail -n 3 "$dir/pytest.log"
 # pytest: 0 all passed, 1 some failed; anything else (an interrupted or broken run) is ours.
