@@ -196,8 +196,11 @@ static int api_native_fields_in(cJSON *req, const int32_t max_seq, struct api_na
 	if ((rc = api_native_int(req, "n_probs", 0, API_MAX_LOGPROBS, &v, err)) < 0)
 		return rc;
 	nat->n_probs = rc == 0 ? (int32_t)v : 0;
-	if (nat->n_probs > 0 && cJSON_AddNumberToObject(req, "logprobs", nat->n_probs) == NULL)
-		return LM_ENOMEM;
+	if (nat->n_probs > 0) {
+		cJSON_DeleteItemFromObjectCaseSensitive(req, "logprobs"); /* n_probs says it */
+		if (cJSON_AddNumberToObject(req, "logprobs", nat->n_probs) == NULL)
+			return LM_ENOMEM;
+	}
 	cJSON *rt = cJSON_DetachItemFromObjectCaseSensitive(req, "return_tokens");
 	bool rt_ok = rt == NULL || cJSON_IsNull(rt) || cJSON_IsBool(rt);
 	nat->return_tokens = cJSON_IsTrue(rt);

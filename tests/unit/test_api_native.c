@@ -95,6 +95,12 @@ Test(api_native, fields_and_defaults)
 	cJSON_Delete(o);
 	api_native_fini(&nat);
 
+	/* n_probs wins over a logprobs of /v1/completions' own, once. */
+	o = translate("{\"prompt\": \"Hi\", \"logprobs\": 1, \"n_probs\": 2}", &nat);
+	cr_expect_eq(num(o, "logprobs"), 2);
+	cJSON_Delete(o);
+	api_native_fini(&nat);
+
 	/* Given values stay; unknown fields pass on to /v1/completions' parser. */
 	o = translate("{\"prompt\": \"Hi\", \"temperature\": 0, \"top_k\": 0, \"mirostat\": 2}",
 		      &nat);
