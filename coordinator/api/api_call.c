@@ -11,6 +11,10 @@
  * answer a plain request before the handler has returned); the last to let go frees the call.
  * A stream starts after the submit, so events from the scheduler thread may come first: they
  * wait in `early` until it starts.
+ *
+ * llama-server's POST /completion is a /v1/completions request once its body is translated
+ * (api_native.h); the call then differs only in the shape of its answer and events
+ * (api_native_answer, api_native_emit, api_native_done).
  */
 #include <pthread.h>
 #include <stdio.h>
