@@ -69,7 +69,8 @@ bound=()
 "$py" -c 'import pytest_timeout' 2>/dev/null && bound=(--timeout=60)
 echo "== llama.cpp's server tests (${files[*]}) against $LM_URL"
 rc=0
-(cd "$tests" && DEBUG_EXTERNAL=1 PORT=$port PYTHONPATH="$here/llama_server" \
+# (No bytecode: the stand-in's would land in the source tree.)
+(cd "$tests" && DEBUG_EXTERNAL=1 PORT=$port PYTHONPATH="$here/llama_server" PYTHONDONTWRITEBYTECODE=1 \
 	timeout -k 10 420 "$py" -m pytest -p no:cacheprovider -q -m "not slow" "${bound[@]}" \
 	--junitxml="$dir/junit.xml" "${files[@]}" >"$dir/pytest.log" 2>&1) || rc=$?
 tail -n 3 "$dir/pytest.log"
