@@ -179,6 +179,25 @@ static int api_native_int(cJSON *req, const char *from, double lo, double hi, do
 	return 0;
 }
 
+/* /completion answers one completion: n (and llama-server's n_cmpl) and best_of, when given,
+ * must be 1, and go (/v1/completions would take more). */
+static int api_native_one(cJSON *req, struct api_error *err)
+{
+	static const char *const keys[] = {"n", "n_cmpl", "best_of"};
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+		cJSON *f = cJSON_DetachItemFromObjectCaseSensitive(req, keys[i]);
+		bool ok =
+			f == NULL || cJSON_IsNull(f) || (cJSON_IsNumber(f) && f->valuedouble == 1);
+		cJSON_Delete(f);
+		if (!ok)
+			return api_native_bad(err, keys[i],
+					      "'%s' must be 1: /completion answers one completion "
+					      "(POST /v1/completions takes n and best_of)",
+					      keys[i]);
+	}
+	return 0;
+}
+
 static int api_native_fields_in(cJSON *req, const int32_t max_seq, struct api_native *nat,
 				struct api_error *err)
 {
@@ -245,6 +264,8 @@ int api_native_body(const char *body, size_t len, int32_t max_seq, const tok_voc
 		rc = api_native_prompt(req, err);
 	if (rc == 0)
 		rc = api_native_fields_in(req, max_seq, nat, err);
+	if (rc == 0)
+		rc = api_native_one(req, err);
 	if (rc == 0)
 		rc = api_native_bias(req, vocab, err);
 	if (rc == 0 &&

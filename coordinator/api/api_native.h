@@ -16,6 +16,8 @@
  *     logit_bias     also llama-server's forms: [[token id or text, bias or false], ...] and
  *                    {"text": bias}; text biases each of its tokens, false is -100
  *     seed           -1 (llama-server's "random") is absent
+ *     n, n_cmpl, best_of   1 or absent, and dropped: one completion per request (the answer
+ *                    has one choice's shape; /v1/completions takes n and best_of)
  *     temperature, top_k, top_p, min_p   absent: llama-server's defaults, 0.8, 40, 0.95, 0.05
  * Everything else passes to /v1/completions' parser unchanged (unknown fields are ignored
  * there and named in the X-Layermesh-Ignored-Fields header).

@@ -6,7 +6,8 @@
 #     timings); return_tokens gives the ids /detokenize turns back into the text; a stream
 #     carries one token an event, adds up to the same text and ends with the whole answer and
 #     no [DONE]; n_probs, stop (stop_type "word", stopping_word), response_fields, n_predict -1,
-#     seed -1, logit_bias in llama-server's forms; refusals name their field;
+#     seed -1, logit_bias in llama-server's forms; refusals name their field (n, n_cmpl and
+#     best_of above 1 among them: one completion a request);
 #   - GET /health and /v1/health: {"status": "ok"};
 #   - GET /props: the slots, the context of each, the model's path;
 #   - POST /apply-template: the prompt chat renders (ChatML for a model without a template);
@@ -122,6 +123,14 @@ want=400 post /completion '{"prompt": "a\u0000b"}' | jq -e '.error.param == "pro
 want=400 post /completion '{"prompt": "a", "logit_bias": [[1]]}' | jq -e '.error.param == "logit_bias"' >/dev/null ||
 	fail "a bad logit_bias entry must be refused naming it"
 want=400 post /completion '[1]' >/dev/null
+# One completion a request: n (llama-server's n_cmpl) and best_of above 1 are refused, not
+# answered with the first choice alone.
+for f in n n_cmpl best_of; do
+	want=400 post /completion "{\"prompt\": \"a\", \"$f\": 2}" | jq -e ".error.param == \"$f\"" >/dev/null ||
+		fail "$f = 2 on /completion must be refused naming it"
+done
+r=$(post /completion "{\"prompt\": \"$prompt\", \"n\": 1, \"n_predict\": 8, \"temperature\": 0}")
+expect "$r" .content "$solo"
 
 echo "== /health, /v1/health"
 for path in /health /v1/health; do

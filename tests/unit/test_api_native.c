@@ -181,6 +181,23 @@ Test(api_native, refusals)
 	refused("{\"prompt\": \"a\", \"logit_bias\": [[null, 1]]}", 400, "logit_bias");
 	refused("{\"prompt\": \"a\", \"logit_bias\": [[1.5, 1]]}", 400, "logit_bias");
 	refused("{\"prompt\": \"a\", \"logit_bias\": [[-1, 1]]}", 400, "logit_bias");
+	refused("{\"prompt\": \"a\", \"n\": 2}", 400, "n");
+	refused("{\"prompt\": \"a\", \"n\": \"1\"}", 400, "n");
+	refused("{\"prompt\": \"a\", \"n_cmpl\": 2}", 400, "n_cmpl");
+	refused("{\"prompt\": \"a\", \"best_of\": 3}", 400, "best_of");
+}
+
+/* One completion a request: n, n_cmpl and best_of of 1 (or null) are taken, and dropped. */
+Test(api_native, one_completion)
+{
+	struct api_native nat;
+	cJSON *o =
+		translate("{\"prompt\": \"a\", \"n\": 1, \"n_cmpl\": null, \"best_of\": 1}", &nat);
+	cr_expect_null(cJSON_GetObjectItem(o, "n"));
+	cr_expect_null(cJSON_GetObjectItem(o, "n_cmpl"));
+	cr_expect_null(cJSON_GetObjectItem(o, "best_of"));
+	cJSON_Delete(o);
+	api_native_fini(&nat);
 }
 
 Test(api_native, logit_bias_forms)
