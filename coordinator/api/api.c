@@ -234,8 +234,9 @@ static void api_detokenize(nng_aio *aio)
 /* ------------------------------------------------------------------ llama-server's extras */
 
 /* GET /props, llama-server's: the model, the slots and the context each has, the defaults a
- * /completion request runs with (api_native.h), the chat template's name. A request without
- * a seed draws its own: the seed shown is llama-server's mark for that, 4294967295. */
+ * /completion request runs with (api_native.h), the chat template's name. The seed is
+ * [coordinator] seed; without one a request without a seed draws its own, and the seed shown
+ * is llama-server's mark for that, 4294967295. */
 static void api_props(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
@@ -248,7 +249,7 @@ static void api_props(nng_aio *aio)
 	cJSON_AddBoolToObject(g, "is_processing", false);
 	cJSON *p = cJSON_AddObjectToObject(g, "params");
 	cJSON_AddNumberToObject(p, "n_predict", -1);
-	cJSON_AddNumberToObject(p, "seed", 4294967295.0);
+	cJSON_AddNumberToObject(p, "seed", a->cfg.seed >= 0 ? (double)a->cfg.seed : 4294967295.0);
 	cJSON_AddNumberToObject(p, "temperature", 0.8);
 	cJSON_AddNumberToObject(p, "top_k", 40);
 	cJSON_AddNumberToObject(p, "top_p", 0.95);

@@ -1023,8 +1023,11 @@ static struct api_call *api_call_new(struct api *a, struct api_request *req, str
 	c->created = (long)time(NULL);
 	snprintf(c->id, sizeof c->id, "%s-%lx%06llx", c->req.kind == API_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long)c->created, (unsigned long long)atomic_fetch_add(&a->next_id, 1));
+	/* Without a seed: the server's ([coordinator] seed), else (or for /completion's seed -1)
+	 * a fresh one. */
 	if (!c->req.seed_given)
-		c->req.sampling.seed = api_random_seed();
+		c->req.sampling.seed = a->cfg.seed >= 0 && !c->nat.draw_seed ? (uint64_t)a->cfg.seed
+									     : api_random_seed();
 	int32_t n = c->req.best_of > c->req.n ? c->req.best_of : c->req.n;
 	c->ch = calloc((size_t)(n > 0 ? n : 1), sizeof *c->ch);
 	c->n_ch = c->ch != NULL ? (n > 0 ? n : 1) : 0;

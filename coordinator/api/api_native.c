@@ -239,9 +239,12 @@ static int api_native_fields_in(cJSON *req, const int32_t max_seq, struct api_na
 		nat->response_fields = fields;
 	else
 		cJSON_Delete(fields);
-	/* llama-server's seed -1 (or its 32-bit form) is "draw one". */
+	/* llama-server's seed -1 (or its 32-bit form) is "draw one", whatever the server's
+	 * default seed. */
 	const cJSON *seed = cJSON_GetObjectItemCaseSensitive(req, "seed");
-	if (cJSON_IsNumber(seed) && (seed->valuedouble == -1 || seed->valuedouble == 4294967295.0))
+	nat->draw_seed = cJSON_IsNumber(seed) &&
+			 (seed->valuedouble == -1 || seed->valuedouble == 4294967295.0);
+	if (nat->draw_seed)
 		cJSON_DeleteItemFromObjectCaseSensitive(req, "seed");
 	return 0;
 }

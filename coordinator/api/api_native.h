@@ -15,7 +15,8 @@
  *                    llama-server does)
  *     logit_bias     also llama-server's forms: [[token id or text, bias or false], ...] and
  *                    {"text": bias}; text biases each of its tokens, false is -100
- *     seed           -1 (llama-server's "random") is absent
+ *     seed           -1 (llama-server's "random") is absent, and draw_seed set: a fresh one
+ *                    even where [coordinator] seed is the default of requests without one
  *     n, n_cmpl, best_of   1 or absent, and dropped: one completion per request (the answer
  *                    has one choice's shape; /v1/completions takes n and best_of)
  *     temperature, top_k, top_p, min_p   absent: llama-server's defaults, 0.8, 40, 0.95, 0.05
@@ -38,6 +39,7 @@ struct api_native {
 	int32_t n_probs;        /* 0: no completion_probabilities */
 	int32_t n_predict;      /* as asked; -1 for the rest of the context */
 	cJSON *response_fields; /* an array of strings, or NULL; owned */
+	bool draw_seed;         /* seed -1: a fresh seed, not the server's default */
 };
 
 /* Translates a /completion body (any bytes) for a context of max_seq positions and the

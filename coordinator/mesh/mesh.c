@@ -298,6 +298,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		.fingerprint = m->facts.fingerprint,
 		.max_seq = m->facts.max_seq,
 		.max_queued = m->cfg.max_queued,
+		.seed = m->cfg.seed,
 		.jinja = m->jinja,
 		.chat = m->chat,
 		.chat_why = m->chat_why,

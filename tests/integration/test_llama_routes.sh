@@ -9,7 +9,9 @@
 #     seed -1, logit_bias in llama-server's forms; refusals name their field (n, n_cmpl and
 #     best_of above 1 among them: one completion a request);
 #   - GET /health and /v1/health: {"status": "ok"};
-#   - GET /props: the slots, the context of each, the model's path;
+#   - GET /props: the slots, the context of each, the model's path, the server's seed;
+#   - [coordinator] seed: a request without a seed samples with it (the same text twice), one
+#     with a seed with its own, /completion's seed -1 with a fresh one;
 #   - POST /apply-template: the prompt chat renders (ChatML for a model without a template);
 #   - POST /chat/completions/input_tokens: that prompt's tokens, counted;
 #   - timings_per_token: each streamed event carries llama-server's timings so far.
@@ -19,7 +21,7 @@ command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
 dir="$LM_TMP/routes"
 mkdir -p "$dir"
 model="$LM_SHARED/models/stories260K.gguf"
-LM_SLOTS=4 LM_MAX_SEQ=128 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:5
+LM_SLOTS=4 LM_MAX_SEQ=128 LM_SEED=42 lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:5
 lm_up "$dir/mesh.toml" "$dir/up.log"
 
 # post PATH BODY: the response body on stdout; fails unless the status is $want (default 200).
@@ -143,6 +145,17 @@ expect "$p" .total_slots 4
 expect "$p" .default_generation_settings.n_ctx 128
 expect "$p" .model_path "$model"
 expect "$p" .modalities.vision false
+expect "$p" .default_generation_settings.params.seed 42
+
+echo "== [coordinator] seed"
+body="{\"prompt\": \"$prompt\", \"max_tokens\": 16, \"temperature\": 1}"
+a=$(post /v1/completions "$body")
+b=$(post /v1/completions "$body")
+expect "$a" .seed 42
+expect "$b" .choices[0].text "$(jq -j .choices[0].text <<<"$a")"
+expect "$(post /v1/completions "${body%\}}, \"seed\": 7}")" .seed 7
+r=$(post /completion "{\"prompt\": \"$prompt\", \"n_predict\": 4, \"seed\": -1}")
+expect "$r" '.generation_settings.seed != 42' true
 
 echo "== /apply-template"
 r=$(post /apply-template '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}')

@@ -6,8 +6,9 @@
 #
 # The mesh serves the project's default model, stories260K (the model those tests expect), over
 # two workers on loopback, set up as the tests' tinyllama2 preset sets up llama-server: 512
-# positions over 2 slots (256 each), the model named tinyllama-2 (llama-server's --alias: here a
-# link of that name to the file). The files run: unit/test_tokenize.py, test_basic.py,
+# positions over 2 slots (256 each), the default seed 42 (llama-server's --seed: [coordinator]
+# seed), the model named tinyllama-2 (llama-server's --alias: here a link of that name to the
+# file). The files run: unit/test_tokenize.py, test_basic.py,
 # test_completion.py, test_chat_completion.py and test_tool_call.py, less the tests marked slow,
 # as llama.cpp's own CI runs them (tests.sh: -m "not slow"; those fetch multi-GB models from a
 # hub at run time, which this machine cannot reach and the mesh does not need).
@@ -60,7 +61,7 @@ dir="$LM_TMP/llama"
 mkdir -p "$dir"
 ln -s "$LM_SHARED/models/stories260K.gguf" "$dir/tinyllama-2.gguf"
 port=$(lm_port)
-LM_SLOTS=2 LM_MAX_SEQ=256 lm_mesh_toml "$dir/mesh.toml" "$dir/tinyllama-2.gguf" ipc "$port" 0:2 2:5
+LM_SLOTS=2 LM_MAX_SEQ=256 LM_SEED=42 lm_mesh_toml "$dir/mesh.toml" "$dir/tinyllama-2.gguf" ipc "$port" 0:2 2:5
 lm_up "$dir/mesh.toml" "$dir/up.log"
 
 # Each test is bounded by pytest-timeout where it is installed (python3-pytest-timeout), the

@@ -81,6 +81,7 @@ Test(api_native, fields_and_defaults)
 	cr_expect_eq(num(o, "max_tokens"), 8);
 	cr_expect_eq(num(o, "logprobs"), 3);
 	cr_expect_eq(num(o, "seed"), 7);
+	cr_expect_not(nat.draw_seed);
 	/* llama-server's sampling defaults where the body has none. */
 	cr_expect_float_eq(num(o, "temperature"), 0.8, 1e-9);
 	cr_expect_eq(num(o, "top_k"), 40);
@@ -140,6 +141,7 @@ Test(api_native, n_predict_and_seed)
 	for (size_t i = 0; i < 2; i++) {
 		o = translate(seeds[i], &nat);
 		cr_expect_null(cJSON_GetObjectItem(o, "seed"), "%s", seeds[i]);
+		cr_expect(nat.draw_seed, "%s", seeds[i]);
 		cJSON_Delete(o);
 		api_native_fini(&nat);
 	}
