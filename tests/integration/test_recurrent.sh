@@ -136,11 +136,11 @@ lm_down "$dir"
 # A recurrent stage returns only to the live state after a slot's last batch or to a state it
 # kept (docs/recurrent-cache.md, "Prefix reuse"): a turn whose prompt extends all the last one
 # held (its prompt and answer, as token ids) reuses it, at exactly that length; a prompt that
-# leaves it mid-way reuses nothing (a llama would reuse the common part). Speculation is on, so
-# a turn's last batch may be a verify batch that the next turn's reuse rolls back into. Every
-# answer and logprob is that of cache_prompt false. A worker killed before the fourth turn took
-# its states with it: that turn is computed from 0, and answers the same.
-up prefix 'source = "ngram"\nmax_draft = 4\nmax_streams = 0\n'
+# leaves it mid-way reuses nothing (a llama would reuse the common part). The draft model
+# speculates, so a turn's last batch may be a verify batch that the next turn's reuse rolls back
+# into. Every answer and logprob is that of cache_prompt false. A worker killed before the fourth
+# turn took its states with it: that turn is computed from 0, and answers the same.
+up prefix "$draft"
 turn() { # turn IDS CACHE: the answer's ids, its logprobs, its cached tokens, its prompt length
 	local r
 	r=$(curl -sf "$LM_URL/v1/completions" -d "{\"prompt\": $1, \"max_tokens\": 8,
@@ -189,6 +189,6 @@ held='def held: .[3] + (.[0] | length) - (if (.[0] | length) == 8 then 1 else 0 
 	fail "prefix: the diverging prompt's answer changed: $div_on / $div_off"
 [ "$(jq '.[2]' <<<"$div_on")" = 0 ] ||
 	fail "prefix: a prompt that leaves the slot's tokens mid-way reused $(jq '.[2]' <<<"$div_on") rows"
-echo "ok: prefix cache on recurrent layers: cached tokens per turn $cached, 0 for a prompt that diverges mid-way, 0 after a kill; answers and logprobs those of cache_prompt false"
+echo "ok: prefix cache on recurrent layers: cached tokens per turn $cached, 0 for a prompt that diverges mid-way, 0 after a kill; answers and logprobs those of cache_prompt false ($(metric layermesh_spec_drafted_tokens_total) drafted, $(metric layermesh_spec_accepted_tokens_total) accepted)"
 lm_down "$dir"
 echo "ok: recurrent state"
