@@ -115,6 +115,7 @@ check redeploy
 echo "ok: a redeploy under load moved $moved sequences' states ($(jq '.moved_kv_bytes' <<<"$st") bytes, read back bit for bit), 8 requests identical"
 lm_down "$dir"
 # ---------------------------------------------------------------- 4. parallel samples
+# (and /v1/status names each worker's layers by kind, as the mesh page draws them)
 # n = 3 shares one prefill by COPY: a recurrent state copies only at the source's own length,
 # else the stage refuses and the sample is computed from 0. Either way each greedy choice is
 # the single request's text.
@@ -123,6 +124,8 @@ body='{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0'
 curl -sf "$LM_URL/v1/completions" -d "$body}" >"$dir/one" || fail "samples: the single request failed"
 curl -sf "$LM_URL/v1/completions" -d "$body, \"n\": 3}" >"$dir/three" ||
 	fail "samples: the n = 3 request failed"
+kinds=$(curl -sf "$LM_URL/v1/status" | jq -c '[.workers[].layer_kinds[]] | unique')
+[ "$kinds" = '["global","recurrent"]' ] || fail "layer_kinds: $kinds, not global and recurrent"
 one=$(jq -r '.choices[0].text' "$dir/one")
 [ "$(jq '.choices | length' "$dir/three")" = 3 ] || fail "samples: not 3 choices: $(cat "$dir/three")"
 for i in 0 1 2; do
