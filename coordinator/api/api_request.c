@@ -17,6 +17,7 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_json.h"
 #include "coordinator/api/chat_jinja.h"
+#include "coordinator/api/json_schema.h"
 
 /* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
 static int api_refuse(struct api_error *err, int code, uint16_t status, const char *type,
@@ -98,13 +99,15 @@ static const char *const api_common_keys[] = {
 	"logprobs",
 	"speculate",
 	"cache_prompt",
+	"response_format",
+	"json_schema",
+	"grammar",
 	NULL,
 };
 static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
 static const char *const api_chat_keys[] = {
-	"messages", "max_completion_tokens", "top_logprobs",        "response_format",
-	"tools",    "tool_choice",           "parallel_tool_calls", "chat_template_kwargs",
-	NULL,
+	"messages",    "max_completion_tokens", "top_logprobs",         "tools",
+	"tool_choice", "parallel_tool_calls",   "chat_template_kwargs", NULL,
 };
 
 static bool api_listed(const char *const *list, const char *key)
@@ -336,6 +339,17 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 	return 0;
 }
 
+/* Structured output (json_schema.h): the grammar the last worker holds the output to. */
+static int api_grammar(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	const char *param = NULL;
+	lm_diag d = {{0}};
+	int rc = json_schema_request(req, &r->grammar, &param, &d);
+	if (rc == LM_ENOMEM)
+		return API_NOMEM(err);
+	return rc != 0 ? API_BAD(err, param, "%s", d.msg) : 0;
+}
+
 /* What both endpoints share, after the prompt: numbers, flags, stops, adjustments. */
 static int api_common(const cJSON *req, const struct api_limits *lim, const tok_vocab *vocab,
 		      double max_tokens, struct api_request *r, struct api_error *err)
@@ -353,7 +367,7 @@ static int api_common(const cJSON *req, const struct api_limits *lim, const tok_
 		max_tokens = lim->max_seq - r->n_prompt; /* ends with finish_reason "length" */
 	if ((rc = api_flags(req, r, err)) != 0 || (rc = api_stops(req, r, err)) != 0 ||
 	    (rc = api_penalties(req, lim, r, err)) != 0 ||
-	    (rc = api_logit_bias(req, vocab, r, err)) != 0)
+	    (rc = api_logit_bias(req, vocab, r, err)) != 0 || (rc = api_grammar(req, r, err)) != 0)
 		return rc;
 	r->max_tokens = (int32_t)max_tokens;
 	r->seed_given = seed >= 0;
@@ -566,13 +580,6 @@ int api_chat_messages(const cJSON *messages, enum chat_format f, struct chat_msg
  * neutral values are accepted, anything else refused. */
 static int api_chat_unsupported(const cJSON *req, struct api_error *err)
 {
-	const cJSON *rf = cJSON_GetObjectItemCaseSensitive(req, "response_format");
-	const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rf, "type");
-	if (rf != NULL && !cJSON_IsNull(rf) &&
-	    !(cJSON_IsObject(rf) && cJSON_GetArraySize(rf) == 1 && cJSON_IsString(rt) &&
-	      strcmp(rt->valuestring, "text") == 0))
-		return API_BAD(err, "response_format",
-			       "only 'response_format' {\"type\": \"text\"} is supported");
 	const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
 	if (tools != NULL && !cJSON_IsNull(tools) &&
 	    !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0))
@@ -811,6 +818,7 @@ void api_request_fini(struct api_request *r)
 		return;
 	free(r->prompt);
 	free(r->bias);
+	free(r->grammar);
 	for (int i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
 	memset(r, 0, sizeof *r);

@@ -40,7 +40,12 @@
  *     chat_template_kwargs  an object: each key a variable of the template's (its knobs:
  *                       enable_thinking, reasoning_effort, ...; chat_jinja.h); only with the
  *                       model's own template
- *     response_format   {"type": "text"} only    tools  null or []   tool_choice  "none" only
+ *     tools  null or []   tool_choice  "none" only
+ * Structured output, on both endpoints (json_schema.h; docs/constrained-decoding.md): at most
+ * one of response_format ({"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}), json_schema (a schema) and grammar (GBNF),
+ * compiled to the grammar the output is held to; a schema or grammar this server cannot
+ * enforce is refused with the reason (line and column for GBNF).
  * Any other field is refused, naming it. A string prompt (or a rendered conversation) longer
  * in bytes than the context could hold in tokens is refused before it is tokenized.
  */
@@ -109,6 +114,8 @@ struct api_request {
 	int32_t stop_ids[API_MAX_TEMPLATE_STOPS]; /* chat: the template's end-of-turn ids */
 	int32_t n_stop_ids;
 	char ignored[256]; /* the fields this server does not know, ignored: "store, user" */
+	/* GBNF the output is held to (constrained decoding), or NULL; owned. */
+	char *grammar;
 };
 
 /* Why a request was refused: what the HTTP reply says. */

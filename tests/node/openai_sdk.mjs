@@ -155,9 +155,10 @@ await refused("chat.completions.create", "POST /v1/chat/completions", "n 2",
 await refused("chat.completions.create", "POST /v1/chat/completions", "tools",
 	() => client.chat.completions.create({ model, messages: hello, tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
 	"'tools' is not supported");
-await refused("chat.completions.create", "POST /v1/chat/completions", "response_format json_object",
-	() => client.chat.completions.create({ model, messages: hello, response_format: { type: "json_object" } }),
-	"response_format");
+await refused("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema with a pattern",
+	() => client.chat.completions.create({ model, messages: hello,
+		response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "a+" } } } }),
+	"'pattern' is not supported");
 await refused("chat.completions.create", "POST /v1/chat/completions", "role tool",
 	() => client.chat.completions.create({ model, messages: [...hello, { role: "tool", content: "x", tool_call_id: "a" }] }),
 	"role 'tool' is not supported");

@@ -159,6 +159,29 @@ Test(api_request, null_is_absent)
 	api_request_fini(&r);
 }
 
+Test(api_request, structured_output_fields)
+{
+	struct api_request r;
+	parse_ok("{\"prompt\": [5]}", &r);
+	cr_expect_null(r.grammar);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [5], \"response_format\": {\"type\": \"json_object\"}}", &r);
+	cr_assert_not_null(r.grammar);
+	cr_expect(strstr(r.grammar, "root ::= object") != NULL, "%s", r.grammar);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [5], \"json_schema\": {\"enum\": [\"a\", \"b\"]}}", &r);
+	cr_assert_not_null(r.grammar);
+	cr_expect(strstr(r.grammar, "\"\\\"a\\\"\" space") != NULL, "%s", r.grammar);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [5], \"grammar\": \"root ::= [0-9]+\"}", &r);
+	cr_expect_str_eq(r.grammar, "root ::= [0-9]+");
+	api_request_fini(&r);
+	refused("{\"prompt\": [5], \"grammar\": \"root ::= [0-9\"}", 400, "grammar",
+		"grammar: line 1, column 10: unterminated character class");
+	refused("{\"prompt\": [5], \"json_schema\": {\"type\": \"integer\", \"minimum\": 1}}", 400,
+		"json_schema", "json_schema: /: 'minimum' is not supported");
+}
+
 Test(api_request, single_stop_string)
 {
 	struct api_request r;
@@ -752,10 +775,15 @@ Test(api_request, chat_messages_are_checked)
 		     "'max_tokens' and 'max_completion_tokens' disagree", bad);
 	snprintf(body, sizeof body,
 		 "{\"messages\": %s, \"response_format\": {\"type\": "
-		 "\"json_object\"}}",
+		 "\"yaml\"}}",
 		 hi);
 	chat_refused(&l, body, "response_format",
-		     "only 'response_format' {\"type\": \"text\"} is supported", bad);
+		     "'response_format' type \"yaml\" is not supported (text, json_object, "
+		     "json_schema)",
+		     bad);
+	snprintf(body, sizeof body, "{\"messages\": %s, \"grammar\": \"root ::= x\"}", hi);
+	chat_refused(&l, body, "grammar",
+		     "grammar: line 1, column 10: rule 'x' is used but not defined", bad);
 	snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}",
 		 hi);
 	chat_refused(&l, body, "tools",
