@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/scratch.h"
 #include "engine/sampler.h"
+#include "engine/constrain.h"
 #include "common/wire/wire.h"
 #include "kernels/backend.h"
 
@@ -46,6 +47,7 @@ struct stage {
 	struct wire_assign assign; /* what this stage was given */
 	struct lm_engine eng;      /* backend, slice, KV cache, forward */
 	struct lm_sampler sampler; /* last stage */
+	struct lm_constrain cons;  /* last stage: the slots' grammars (constrain.h) */
 	struct wire_limits lim;
 	struct wire_scratch scratch;
 	struct wire_buf hdr;

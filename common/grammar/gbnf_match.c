@@ -208,41 +208,52 @@ static int st_keep_partial(const struct gbnf *g, const int32_t *in, uint32_t lo,
 	return 0;
 }
 
+/* Whether a character of `len` bytes whose value lies in [lo, hi] can still be valid UTF-8:
+ * not overlong, not a surrogate, not past U+10FFFF (a token of raw bytes may spell any of
+ * those, and a decoder would show U+FFFD where the grammar saw a character). */
+static bool st_utf8_possible(int32_t len, uint32_t lo, uint32_t hi)
+{
+	uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+	return hi >= min && lo <= 0x10FFFF && !(lo >= 0xD800 && hi <= 0xDFFF);
+}
+
 int gbnf_step_byte(const struct gbnf *g, const int32_t *in, uint8_t b, struct gbnf_state *out,
 		   struct gbnf_scratch *sc)
 {
-	int32_t pv = in[ST_PV], prem = in[ST_PREM];
+	/* ST_PREM holds the bytes still to come of a character, and its length << 8. */
+	int32_t pv = in[ST_PV], prem = in[ST_PREM] & 0xFF, len = in[ST_PREM] >> 8;
 	int rc;
 	if ((rc = st_reserve(out, ST_HEAD)) != 0)
 		return rc;
+	gbnf_state_reset(out, 0, 0);
 	if (prem == 0) {
-		if (b < 0x80) {
-			gbnf_state_reset(out, 0, 0);
+		if (b < 0x80)
 			return st_step_cp(g, in, b, out, sc);
-		}
 		if (b >= 0xC2 && b <= 0xDF)
-			pv = b & 0x1F, prem = 1;
+			pv = b & 0x1F, prem = len = 2;
 		else if (b >= 0xE0 && b <= 0xEF)
-			pv = b & 0x0F, prem = 2;
+			pv = b & 0x0F, prem = len = 3;
 		else if (b >= 0xF0 && b <= 0xF4)
-			pv = b & 0x07, prem = 3;
-		else {
-			gbnf_state_reset(out, 0, 0); /* not UTF-8: no stack survives */
-			return 0;
-		}
+			pv = b & 0x07, prem = len = 4;
+		else
+			return 0; /* not UTF-8: no stack survives */
+		prem--;
 	} else {
-		if ((b & 0xC0) != 0x80) {
-			gbnf_state_reset(out, 0, 0);
+		if ((b & 0xC0) != 0x80)
 			return 0;
-		}
 		pv = pv << 6 | (b & 0x3F);
-		if (--prem == 0) {
-			gbnf_state_reset(out, 0, 0);
-			return st_step_cp(g, in, (uint32_t)pv, out, sc);
-		}
+		prem--;
 	}
-	gbnf_state_reset(out, pv, prem);
 	uint32_t lo = (uint32_t)pv << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
+	if (!st_utf8_possible(len, lo, hi))
+		return 0;
+	if (prem == 0)
+		return st_step_cp(g, in, (uint32_t)pv, out, sc);
+	/* Only the values a valid character of this length can still take. */
+	uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+	lo = lo > min ? lo : min;
+	hi = hi < 0x10FFFF ? hi : 0x10FFFF;
+	gbnf_state_reset(out, pv, prem | len << 8);
 	return st_keep_partial(g, in, lo, hi, out);
 }
 

@@ -616,6 +616,7 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 			      .stop_ids = c->req.stop_ids,
 			      .n_stop_ids = c->req.n_stop_ids,
 			      .no_speculate = c->req.no_speculate,
+			      .grammar = c->req.grammar,
 			      .no_cache = c->req.no_cache,
 			      .cached = &c->cached,
 			      .on_token = api_on_token,

@@ -28,6 +28,9 @@ struct sched_seq {
 	struct lm_logit_adjust adj; /* what the next sampled step sends */
 	int32_t stop_ids[SCHED_MAX_REQ_STOPS];
 	int32_t n_bias, n_stop_ids;
+	char *grammar;           /* sched_req.grammar, or NULL */
+	struct wire_grammar wgr; /* what the next sampled step sends of it */
+	bool gr_sent; /* the last worker has the grammar (reset when the sequence restarts) */
 	void (*on_token)(void *, int32_t, float, const int32_t *, const float *, int32_t);
 	void (*on_done)(void *, enum sched_finish, int, const char *);
 	void *arg;
@@ -128,6 +131,7 @@ static void sched_free_seq(struct sched_seq *q)
 	if (q != NULL) {
 		free(q->tok);
 		free(q->bias);
+		free(q->grammar);
 		free(q);
 	}
 }
@@ -594,6 +598,16 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 							  .n_bias = q->n_bias};
 			w->adjust = &q->adj;
 		}
+		if (w->pos == 0)
+			q->gr_sent =
+				false; /* a new sequence, or a replay: the matcher is rebuilt */
+		if (w->sample && q->grammar != NULL) {
+			q->wgr = q->gr_sent ? (struct wire_grammar){0}
+					    : (struct wire_grammar){q->grammar,
+								    (uint32_t)strlen(q->grammar),
+								    q->tok + q->n_prompt, q->n_gen};
+			w->grammar = &q->wgr;
+		}
 		b->seqs[b->n] = q;
 		b->chunk[b->n] = chunk;
 		b->sample[b->n] = w->sample;
@@ -644,8 +658,10 @@ static void sched_dispatch(struct sched *s)
 		}
 		s->send_failing_ms = 0;
 		b->sent_ms = lm_now_ms();
-		for (int32_t k = 0; k < b->n; k++)
+		for (int32_t k = 0; k < b->n; k++) {
 			b->seqs[k]->inflight = true;
+			b->seqs[k]->gr_sent |= b->sample[k];
+		}
 		s->n_inflight++;
 		atomic_fetch_add(&s->stats.batches, 1);
 	}
@@ -1019,8 +1035,11 @@ static void sched_publish_quiesced(struct sched *s)
 		return;
 	int32_t k = 0;
 	for (int32_t i = 0; i < s->cfg.slots; i++)
-		if (s->slot_seq[i] != NULL)
+		if (s->slot_seq[i] != NULL) {
 			s->snap[k++] = (struct sched_slot){i, s->slot_seq[i]->n_done};
+			/* A redeploy may replace the last worker: its grammars go again. */
+			s->slot_seq[i]->gr_sent = false;
+		}
 	pthread_mutex_lock(&s->mu);
 	s->n_snap = k;
 	s->quiesced = s->quiesce;
@@ -1282,6 +1301,9 @@ static int sched_check_req(const struct sched *s, const struct sched_req *r,
 		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
 	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
 		return rc;
+	if (r->grammar != NULL && (r->grammar[0] == '\0' || strlen(r->grammar) > WIRE_MAX_GRAMMAR))
+		return lm_fail(d, LM_EINVAL, "the grammar is empty or longer than %d bytes",
+			       WIRE_MAX_GRAMMAR);
 	return sched_check_adjust(s, r, pen, d);
 }
 
@@ -1308,7 +1330,7 @@ static int sched_new_seq(const struct sched *s, const struct sched_req *r,
 		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
 	q->cap = s->cfg.max_seq;
 	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
-	if (q->tok == NULL) {
+	if (q->tok == NULL || (r->grammar != NULL && (q->grammar = strdup(r->grammar)) == NULL)) {
 		sched_free_seq(q);
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	}

@@ -68,6 +68,10 @@ struct sched_req {
 	 * prefix cache), when the request takes its slot, before any on_token. May be NULL. */
 	int32_t *cached;
 	bool no_speculate; /* decode one token a step even where the scheduler has drafts */
+	/* GBNF the output is held to (constrained decoding), or NULL; copied. The last worker
+	 * gets it with the sequence's first sampled step, and again with the tokens generated so
+	 * far whenever its matcher may be gone (a replay, a quiesce for a redeploy). */
+	const char *grammar;
 	/* One generated token; top_ids/top_lp hold n_top alternatives. */
 	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top);

@@ -69,6 +69,35 @@ Test(gbnf, unicode_classes)
 	gbnf_free(g);
 }
 
+Test(gbnf, only_valid_utf8_is_a_character)
+{
+	/* Byte tokens can spell anything: an overlong '{', a surrogate, a value past U+10FFFF
+	 * would be U+FFFD to a decoder, so they are no character to the grammar either. */
+	struct gbnf *g = compile_ok("root ::= \"{\" | [^a]\n");
+	cr_assert(gbnf_matches(g, "{", 1));
+	cr_assert_not(gbnf_matches(g, "\xF0\x80\x81\xBB", 4));
+	cr_assert_not(gbnf_matches(g, "\xC1\xBB", 2));
+	cr_assert_not(gbnf_matches(g, "\xE0\x81\xBB", 3));
+	cr_assert_not(gbnf_matches(g, "\xED\xA0\x80", 3));
+	cr_assert_not(gbnf_matches(g, "\xF4\x90\x80\x80", 4));
+	cr_assert(gbnf_matches(g, "\xF4\x8F\xBF\xBF", 4));
+	cr_assert(gbnf_matches(g, "\xED\x9F\xBF", 3));
+	/* Refused at the byte that makes it impossible, not only at the character's end. */
+	struct gbnf_state s;
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept(g, &s, "\xF0", 1, NULL), 0);
+	cr_assert_eq(gbnf_accept(g, &s, "\x80", 1, NULL), LM_EINVAL);
+	gbnf_state_fini(&s);
+	gbnf_free(g);
+	/* A first byte whose characters the class cannot hold is refused at once. */
+	g = compile_ok("root ::= [{-~]\n");
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept(g, &s, "\xF0", 1, NULL), LM_EINVAL);
+	cr_assert_eq(gbnf_accept(g, &s, "\xC2", 1, NULL), LM_EINVAL);
+	gbnf_state_fini(&s);
+	gbnf_free(g);
+}
+
 Test(gbnf, repetitions_and_groups)
 {
 	struct gbnf *g = compile_ok("root ::= (\"ab\"){2,3} x{,2} y{2,}\n"

@@ -1,0 +1,242 @@
+/* constrain.c — the last stage's matchers and constrained draws. See constrain.h. */
+#include "engine/constrain.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/format/gguf.h"
+#include "common/tok/tokenizer.h"
+#include "common/wire/wire.h"
+
+/* What the wire carries is what the compiler takes. */
+static_assert(WIRE_MAX_GRAMMAR == GBNF_MAX_TEXT, "the wire's grammar bound is the compiler's");
+
+void lm_constrain_init(struct lm_constrain *c, int32_t n_slots, int32_t n_vocab)
+{
+	memset(c, 0, sizeof *c);
+	c->n_slots = n_slots;
+	c->n_vocab = n_vocab;
+}
+
+static void cs_clear(struct lm_constraint *k)
+{
+	gbnf_masker_free(k->mk);
+	gbnf_free(k->g);
+	gbnf_state_fini(&k->st);
+	free(k->text);
+	memset(k, 0, sizeof *k);
+}
+
+void lm_constrain_fini(struct lm_constrain *c)
+{
+	if (c == NULL)
+		return;
+	for (int32_t i = 0; c->slots != NULL && i < c->n_slots; i++)
+		cs_clear(&c->slots[i]);
+	free(c->slots);
+	free(c->bits);
+	free(c->masked);
+	gbnf_vocab_free(c->vocab);
+	memset(c, 0, sizeof *c);
+}
+
+static const char *cs_piece(void *ctx, int32_t id, size_t *len)
+{
+	return tok_piece(ctx, id, len);
+}
+
+int lm_constrain_vocab(struct lm_constrain *c, const char *model_path, lm_diag *d)
+{
+	if (c->vocab != NULL)
+		return 0;
+	gguf_file *f = NULL;
+	tok_vocab *v = NULL;
+	int rc = gguf_open(model_path, &f, d);
+	if (rc == 0)
+		rc = tok_load(f, &v, d);
+	if (rc == 0 && tok_n_vocab(v) != c->n_vocab)
+		rc = lm_fail(d, LM_EFORMAT, "%s: the vocabulary has %d tokens, the model %d",
+			     model_path, tok_n_vocab(v), c->n_vocab);
+	c->slots = c->slots != NULL ? c->slots : calloc((size_t)c->n_slots, sizeof *c->slots);
+	c->bits = c->bits != NULL ? c->bits : malloc(((size_t)c->n_vocab + 31) / 32 * 4);
+	c->masked = c->masked != NULL ? c->masked : malloc((size_t)c->n_vocab * sizeof(float));
+	if (rc == 0 && (c->slots == NULL || c->bits == NULL || c->masked == NULL))
+		rc = lm_fail(d, LM_ENOMEM, "out of memory for grammars");
+	if (rc == 0)
+		rc = gbnf_vocab_build(c->n_vocab, cs_piece, v, &c->vocab, d);
+	if (rc == 0) {
+		size_t n = 0;
+		const int32_t *eog = tok_eog_ids(v, &n);
+		c->n_eog = 0;
+		for (size_t i = 0; i < n && c->n_eog < 32; i++)
+			c->eog[c->n_eog++] = eog[i];
+	}
+	tok_free(v);
+	gguf_close(f);
+	return rc;
+}
+
+uint64_t lm_constrain_bytes(const struct lm_constrain *c)
+{
+	if (c->vocab == NULL)
+		return 0;
+	uint64_t b = gbnf_vocab_bytes(c->vocab) + ((uint64_t)c->n_vocab + 31) / 32 * 4 +
+		     (uint64_t)c->n_vocab * sizeof(float) + (uint64_t)c->n_slots * sizeof *c->slots;
+	for (int32_t i = 0; i < c->n_slots; i++)
+		if (c->slots[i].live)
+			b += c->slots[i].len + (uint64_t)c->slots[i].st.cap * sizeof(int32_t);
+	return b;
+}
+
+static bool cs_is_eog(const struct lm_constrain *c, int32_t id)
+{
+	for (int32_t i = 0; i < c->n_eog; i++)
+		if (c->eog[i] == id)
+			return true;
+	return false;
+}
+
+/* Compiles text into k unless k holds the same text compiled. */
+static int cs_compile(struct lm_constrain *c, struct lm_constraint *k, const char *text,
+		      uint32_t len, lm_diag *d)
+{
+	if (k->g != NULL && k->len == len && memcmp(k->text, text, len) == 0)
+		return 0;
+	cs_clear(k);
+	int rc = gbnf_compile(text, len, &k->g, d);
+	if (rc != 0)
+		return rc == LM_ENOMEM ? rc : LM_EINVAL;
+	if ((k->text = malloc(len)) == NULL || gbnf_masker_new(k->g, c->vocab, &k->mk) != 0) {
+		cs_clear(k);
+		return lm_fail(d, LM_ENOMEM, "out of memory for a grammar");
+	}
+	memcpy(k->text, text, len);
+	k->len = len;
+	return 0;
+}
+
+int lm_constrain_begin(struct lm_constrain *c, int32_t slot, uint64_t seq_id, uint64_t step,
+		       const char *text, uint32_t len, const int32_t *ids, int32_t n_ids,
+		       lm_diag *d)
+{
+	if (c->vocab == NULL || slot < 0 || slot >= c->n_slots)
+		return lm_fail(d, LM_EINVAL, "sequence %" PRIu64 ": no grammar vocabulary", seq_id);
+	struct lm_constraint *k = &c->slots[slot];
+	if (len == 0) {
+		if (k->live && k->seq_id == seq_id && k->step == step)
+			return 0;
+		return lm_fail(d, LM_EPROTO,
+			       "sequence %" PRIu64 ": this stage holds no grammar state for it at "
+			       "step %" PRIu64 " (send the grammar again)",
+			       seq_id, step);
+	}
+	k->live = false;
+	int rc = cs_compile(c, k, text, len, d);
+	if (rc != 0) {
+		lm_diag_prefix(d, "sequence %" PRIu64, seq_id);
+		return rc;
+	}
+	gbnf_state_fini(&k->st);
+	if ((rc = gbnf_state_init(k->g, &k->st, d)) != 0)
+		return rc;
+	for (int32_t i = 0; i < n_ids; i++) {
+		if (cs_is_eog(c, ids[i]))
+			continue;
+		if ((rc = gbnf_accept_token(k->g, c->vocab, &k->st, ids[i], d)) != 0) {
+			lm_diag_prefix(d, "sequence %" PRIu64 ": its token %d (id %d) replayed",
+				       seq_id, i, ids[i]);
+			return rc;
+		}
+	}
+	k->seq_id = seq_id;
+	k->step = step;
+	k->live = true;
+	return 0;
+}
+
+void lm_constrain_end(struct lm_constrain *c, int32_t slot)
+{
+	if (c->slots != NULL && slot >= 0 && slot < c->n_slots)
+		c->slots[slot].live = false;
+}
+
+/* Whether the grammar admits token id next. */
+static bool cs_admits(const struct lm_constrain *c, const struct lm_constraint *k, int32_t id)
+{
+	if (cs_is_eog(c, id))
+		return gbnf_accepting(&k->st);
+	return gbnf_token_ok(k->g, c->vocab, &k->st, id);
+}
+
+/* The draw from logits with every token the grammar rejects masked. */
+static int cs_masked_draw(struct lm_constrain *c, struct lm_sampler *s, struct lm_constraint *k,
+			  const float *logits, const struct lm_sampling *p, int32_t *token,
+			  lm_diag *d)
+{
+	int32_t n = gbnf_masker_mask(k->mk, &k->st, c->bits);
+	if (n < 0)
+		return lm_fail(d, n,
+			       "sequence %" PRIu64 ": the grammar's matcher passes its bounds",
+			       k->seq_id);
+	c->masks++;
+	bool end = gbnf_accepting(&k->st);
+	for (int32_t i = 0; i < c->n_vocab; i++)
+		c->masked[i] = (c->bits[i >> 5] >> (i & 31) & 1) != 0 ? logits[i] : -INFINITY;
+	for (int32_t i = 0; i < c->n_eog; i++)
+		if (end && c->eog[i] >= 0 && c->eog[i] < c->n_vocab)
+			c->masked[c->eog[i]] = logits[c->eog[i]];
+	if (n == 0 && !end) {
+		/* No token of this vocabulary continues the text: the grammar needs characters
+		 * no token spells. The sequence ends here rather than leave the grammar. */
+		if (c->n_eog == 0)
+			return lm_fail(d, LM_EINVAL,
+				       "sequence %" PRIu64 ": no token continues the grammar",
+				       k->seq_id);
+		*token = c->eog[0];
+		return 0;
+	}
+	*token = lm_sample(s, c->masked, p, k->step);
+	return 0;
+}
+
+int lm_constrain_sample(struct lm_constrain *c, struct lm_sampler *s, int32_t slot,
+			const float *logits, const struct lm_sampling *p, int32_t *token,
+			lm_diag *d)
+{
+	struct lm_constraint *k = &c->slots[slot];
+	int rc;
+	if (!k->live)
+		return lm_fail(d, LM_EPROTO, "slot %d has no grammar state", slot);
+	c->drawn++;
+	int32_t y = lm_sample(s, logits, p, k->step);
+	if (cs_admits(c, k, y)) {
+		c->fast++;
+	} else if ((rc = cs_masked_draw(c, s, k, logits, p, &y, d)) != 0) {
+		return rc;
+	}
+	if (!cs_is_eog(c, y) && (rc = gbnf_accept_token(k->g, c->vocab, &k->st, y, d)) != 0)
+		return lm_fail(d, rc, "sequence %" PRIu64 ": the grammar refused its own draw %d",
+			       k->seq_id, y);
+	k->step++;
+	*token = y;
+	return 0;
+}
+
+int lm_constrain_verify(struct lm_constrain *c, struct lm_sampler *s, int32_t slot,
+			const float *logits, const int32_t *drafts, int32_t k,
+			const struct lm_sampling *p, int32_t *out, int32_t *n, lm_diag *d)
+{
+	for (int32_t i = 0;; i++) {
+		int rc = lm_constrain_sample(c, s, slot, logits + (size_t)i * (size_t)c->n_vocab, p,
+					     &out[i], d);
+		if (rc != 0)
+			return rc;
+		if (i == k || out[i] != drafts[i] || cs_is_eog(c, out[i])) {
+			*n = i + 1;
+			return 0;
+		}
+	}
+}
