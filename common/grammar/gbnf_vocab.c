@@ -20,16 +20,24 @@
 #define GBNF_SOFT_WORDS  ((size_t)8 << 20)
 /* And one mask that needs more than this fails with LM_ERANGE. */
 #define GBNF_HARD_STATES (1 << 20)
+/* Entries of the masker's direct-mapped transition cache. */
+#define GM_DC 4096
 
 struct gbnf_vocab {
 	int32_t n;
 	char *bytes;   /* every token's bytes, end to end */
 	uint32_t *off; /* [n + 1] */
-	/* The trie: node 0 is the root (the empty prefix). */
+	/* The trie: node 0 is the root (the empty prefix). Built linked (child, sib), then laid
+	 * out in preorder (the arrays below), so that a walk reads it front to back and skips a
+	 * rejected subtree by jumping to its end. */
 	int32_t n_nodes;
-	int32_t *child, *sib, *tok; /* [n_nodes]: first child, next sibling, first token here */
-	uint8_t *byte;              /* [n_nodes]: the byte that leads to the node */
-	int32_t *tok_next;          /* [n]: next token ending at the same node */
+	int32_t *child, *sib; /* [n_nodes] while building: first child, next sibling */
+	int32_t *tok;         /* [n_nodes] first token ending at the node (-1: none) */
+	uint8_t *byte;        /* [n_nodes] the byte that leads to the node */
+	int32_t *end;         /* [n_nodes] preorder: one past the node's subtree */
+	uint16_t *depth;      /* [n_nodes] preorder: bytes from the root */
+	int32_t max_depth;
+	int32_t *tok_next; /* [n]: next token ending at the same node */
 };
 
 struct gbnf_mcache {
@@ -55,8 +63,12 @@ struct gbnf_masker {
 	uint64_t *tkey; /* (state id << 8 | byte) + 1, 0 empty */
 	int32_t *tval;  /* next state id, -1 rejected */
 	uint32_t tcap, tn;
-	int32_t *dfs; /* pairs (node, state) */
-	size_t dcap;
+	int32_t *path; /* [max_depth + 1] the walk's states by depth */
+	/* A direct-mapped cache in front of the transitions: a walk inside a string asks the same
+	 * few (state, byte) pairs a million times, and this stays in the first-level cache. */
+	struct {
+		int32_t sid, next;
+	} * dc;
 	struct gbnf_mcache cache[GBNF_MASK_CACHE];
 	uint64_t tick, computed, cached;
 };
@@ -113,6 +125,75 @@ static int gv_insert(struct gbnf_vocab *v, size_t *cap, int32_t *root_child, int
 	return 0;
 }
 
+/* Renumbers the linked trie in preorder: tok, byte, end and depth; child and sib are freed. */
+static int gv_preorder(struct gbnf_vocab *v)
+{
+	size_t n = (size_t)v->n_nodes;
+	int32_t *order = malloc(n * sizeof *order), *stack = malloc(n * sizeof *stack);
+	int32_t *tok = malloc(n * sizeof *tok), *end = malloc(n * sizeof *end);
+	uint8_t *byte = malloc(n);
+	uint16_t *depth = malloc(n * sizeof *depth);
+	int rc = LM_ENOMEM;
+	if (order == NULL || stack == NULL || tok == NULL || end == NULL || byte == NULL ||
+	    depth == NULL)
+		goto out;
+	/* Iterative preorder: stack holds old ids; a node's new id is its visit number. */
+	int32_t top = 0, k = 0;
+	stack[top++] = 0;
+	uint16_t *dep_old = malloc(n * sizeof *dep_old);
+	if (dep_old == NULL)
+		goto out;
+	dep_old[0] = 0;
+	v->max_depth = 0;
+	while (top > 0) {
+		int32_t old = stack[--top];
+		order[k++] = old;
+		for (int32_t c = v->child[old]; c >= 0; c = v->sib[c]) {
+			dep_old[c] = (uint16_t)(dep_old[old] + 1);
+			stack[top++] = c;
+		}
+	}
+	for (int32_t i = 0; i < k; i++) {
+		int32_t old = order[i];
+		tok[i] = v->tok[old];
+		byte[i] = v->byte[old];
+		depth[i] = dep_old[old];
+		if (depth[i] > v->max_depth)
+			v->max_depth = depth[i];
+	}
+	free(dep_old);
+	/* end[i]: the first later node no deeper than i. */
+	top = 0;
+	for (int32_t i = 0; i < k; i++) {
+		while (top > 0 && depth[stack[top - 1]] >= depth[i])
+			end[stack[--top]] = i;
+		stack[top++] = i;
+	}
+	while (top > 0)
+		end[stack[--top]] = k;
+	free(v->tok);
+	free(v->byte);
+	free(v->child);
+	free(v->sib);
+	v->child = v->sib = NULL;
+	v->tok = tok;
+	v->byte = byte;
+	v->end = end;
+	v->depth = depth;
+	tok = end = NULL;
+	byte = NULL;
+	depth = NULL;
+	rc = 0;
+out:
+	free(order);
+	free(stack);
+	free(tok);
+	free(end);
+	free(byte);
+	free(depth);
+	return rc;
+}
+
 int gbnf_vocab_build(int32_t n_vocab, const char *(*piece)(void *ctx, int32_t id, size_t *len),
 		     void *ctx, struct gbnf_vocab **out, lm_diag *d)
 {
@@ -151,6 +232,8 @@ int gbnf_vocab_build(int32_t n_vocab, const char *(*piece)(void *ctx, int32_t id
 	for (int32_t i = 0; i < n_vocab; i++)
 		if (v->off[i + 1] > v->off[i] && gv_insert(v, &cap, root_child, i) != 0)
 			goto nomem;
+	if (gv_preorder(v) != 0)
+		goto nomem;
 	*out = v;
 	return 0;
 nomem:
@@ -169,6 +252,8 @@ void gbnf_vocab_free(struct gbnf_vocab *v)
 	free(v->sib);
 	free(v->tok);
 	free(v->byte);
+	free(v->end);
+	free(v->depth);
 	free(v->tok_next);
 	free(v);
 }
@@ -181,7 +266,7 @@ int32_t gbnf_vocab_n(const struct gbnf_vocab *v)
 size_t gbnf_vocab_bytes(const struct gbnf_vocab *v)
 {
 	return v->off[v->n] + ((size_t)v->n + 1) * sizeof *v->off +
-	       (size_t)v->n * sizeof *v->tok_next + (size_t)v->n_nodes * (3 * sizeof(int32_t) + 1);
+	       (size_t)v->n * sizeof *v->tok_next + (size_t)v->n_nodes * (2 * sizeof(int32_t) + 3);
 }
 
 const char *gbnf_vocab_piece(const struct gbnf_vocab *v, int32_t id, size_t *len)
@@ -231,6 +316,14 @@ int gbnf_masker_new(const struct gbnf *g, const struct gbnf_vocab *v, struct gbn
 		return LM_ENOMEM;
 	m->g = g;
 	m->v = v;
+	m->path = malloc(((size_t)v->max_depth + 1) * sizeof *m->path);
+	m->dc = malloc(GM_DC * sizeof *m->dc);
+	if (m->path == NULL || m->dc == NULL) {
+		gbnf_masker_free(m);
+		return LM_ENOMEM;
+	}
+	for (int i = 0; i < GM_DC; i++)
+		m->dc[i].sid = -1;
 	*out = m;
 	return 0;
 }
@@ -244,6 +337,8 @@ static void gm_clear(struct gbnf_masker *m)
 	if (m->tkey != NULL)
 		memset(m->tkey, 0, m->tcap * sizeof *m->tkey);
 	m->tn = 0;
+	for (int i = 0; m->dc != NULL && i < GM_DC; i++)
+		m->dc[i].sid = -1;
 }
 
 void gbnf_masker_free(struct gbnf_masker *m)
@@ -257,7 +352,8 @@ void gbnf_masker_free(struct gbnf_masker *m)
 	free(m->shash);
 	free(m->tkey);
 	free(m->tval);
-	free(m->dfs);
+	free(m->path);
+	free(m->dc);
 	for (int i = 0; i < GBNF_MASK_CACHE; i++) {
 		free(m->cache[i].key);
 		free(m->cache[i].bits);
@@ -348,7 +444,7 @@ static int gm_rehash_trans(struct gbnf_masker *m)
 }
 
 /* *next := the state after byte b from state sid (-1 when b is rejected). */
-static int gm_next(struct gbnf_masker *m, int32_t sid, uint8_t b, int32_t *next)
+static int gm_next_slow(struct gbnf_masker *m, int32_t sid, uint8_t b, int32_t *next)
 {
 	if (m->tn * 2 >= m->tcap && gm_rehash_trans(m) != 0)
 		return LM_ENOMEM;
@@ -371,42 +467,43 @@ static int gm_next(struct gbnf_masker *m, int32_t sid, uint8_t b, int32_t *next)
 	return 0;
 }
 
-/* The walk: every token under a node the state admits. */
+static int gm_next(struct gbnf_masker *m, int32_t sid, uint8_t b, int32_t *next)
+{
+	uint32_t h = ((uint32_t)sid * 257u + b) & (GM_DC - 1);
+	if (m->dc[h].sid == (sid << 8 | b)) {
+		*next = m->dc[h].next;
+		return 0;
+	}
+	int rc = gm_next_slow(m, sid, b, next);
+	if (rc == 0 && sid < (1 << 22)) {
+		m->dc[h].sid = sid << 8 | b;
+		m->dc[h].next = *next;
+	}
+	return rc;
+}
+
+/* The walk: the trie in preorder, each node's state from its parent's (path[depth - 1]); a
+ * node whose byte the state rejects is skipped with its subtree. */
 static int32_t gm_walk(struct gbnf_masker *m, int32_t sid0, uint32_t *bits)
 {
 	const struct gbnf_vocab *v = m->v;
-	size_t top = 0;
 	int32_t count = 0;
-	for (int32_t c = v->child[0]; c >= 0; c = v->sib[c]) {
-		int32_t *d = lm_grow(m->dfs, &m->dcap, 2 * top + 2, sizeof *d, 1024);
-		if (d == NULL)
-			return LM_ENOMEM;
-		m->dfs = d;
-		d[2 * top] = c;
-		d[2 * top + 1] = sid0;
-		top++;
-	}
-	while (top > 0) {
-		top--;
-		int32_t node = m->dfs[2 * top], sid;
-		int rc = gm_next(m, m->dfs[2 * top + 1], v->byte[node], &sid);
+	m->path[0] = sid0;
+	for (int32_t i = 1; i < v->n_nodes;) {
+		int32_t sid;
+		int rc = gm_next(m, m->path[v->depth[i] - 1], v->byte[i], &sid);
 		if (rc != 0)
 			return rc;
-		if (sid < 0)
+		if (sid < 0) {
+			i = v->end[i];
 			continue;
-		for (int32_t t = v->tok[node]; t >= 0; t = v->tok_next[t]) {
+		}
+		m->path[v->depth[i]] = sid;
+		for (int32_t t = v->tok[i]; t >= 0; t = v->tok_next[t]) {
 			bits[t >> 5] |= 1u << (t & 31);
 			count++;
 		}
-		for (int32_t c = v->child[node]; c >= 0; c = v->sib[c]) {
-			int32_t *d = lm_grow(m->dfs, &m->dcap, 2 * top + 2, sizeof *d, 1024);
-			if (d == NULL)
-				return LM_ENOMEM;
-			m->dfs = d;
-			d[2 * top] = c;
-			d[2 * top + 1] = sid;
-			top++;
-		}
+		i++;
 	}
 	return count;
 }
