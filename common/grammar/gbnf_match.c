@@ -45,7 +45,8 @@ static int st_add(struct gbnf_state *s, const int32_t *stk, int32_t depth)
 {
 	for (int32_t i = 0, at = ST_HEAD; i < s->v[ST_N]; i++) {
 		int32_t d = s->v[at];
-		if (d == depth && memcmp(s->v + at + 1, stk, (size_t)depth * sizeof *stk) == 0)
+		if (d == depth &&
+		    (depth == 0 || memcmp(s->v + at + 1, stk, (size_t)depth * sizeof *stk) == 0))
 			return 0;
 		at += 1 + d;
 	}
@@ -55,7 +56,8 @@ static int st_add(struct gbnf_state *s, const int32_t *stk, int32_t depth)
 	if (rc != 0)
 		return rc;
 	s->v[s->len++] = depth;
-	memcpy(s->v + s->len, stk, (size_t)depth * sizeof *stk);
+	if (depth > 0)
+		memcpy(s->v + s->len, stk, (size_t)depth * sizeof *stk);
 	s->len += depth;
 	s->v[ST_N]++;
 	return 0;
@@ -70,7 +72,8 @@ static int sc_push(struct gbnf_scratch *sc, const int32_t *stk, int32_t depth, i
 	if (w == NULL)
 		return LM_ENOMEM;
 	sc->work = w;
-	memcpy(w + sc->wlen, stk, (size_t)depth * sizeof *w);
+	if (depth > 0) /* stk may be NULL then (the start state's stacks) */
+		memcpy(w + sc->wlen, stk, (size_t)depth * sizeof *w);
 	sc->wlen += (size_t)depth;
 	if (a >= 0)
 		w[sc->wlen++] = a;

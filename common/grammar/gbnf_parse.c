@@ -582,7 +582,8 @@ static int gp_flatten(struct gp *p, struct gbnf *g)
 	size_t at = 0;
 	for (size_t i = 0; i < p->n_rules; i++) {
 		g->rule_at[i] = (int32_t)at;
-		memcpy(g->el + at, p->rules[i].body.e, p->rules[i].body.n * sizeof *g->el);
+		if (p->rules[i].body.n > 0) /* an undefined rule has none (refused after) */
+			memcpy(g->el + at, p->rules[i].body.e, p->rules[i].body.n * sizeof *g->el);
 		at += p->rules[i].body.n;
 	}
 	return 0;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/utf8.h"
 #include "common/grammar/gbnf.h"
 
 #define JS_MAX_DEPTH 64
@@ -118,6 +119,10 @@ static int js_value_lit(struct js *j, struct lm_buf *b, const cJSON *v)
 	char *text = cJSON_PrintUnformatted(v);
 	if (text == NULL)
 		return lm_fail(j->d, LM_ENOMEM, "json_schema: out of memory");
+	if (!lm_utf8_valid(text, strlen(text))) {
+		free(text);
+		return js_fail(j, LM_EINVAL, "a value that is not valid UTF-8");
+	}
 	int rc = js_lit(b, text, strlen(text));
 	free(text);
 	return rc != 0 ? rc : lm_buf_adds(b, " space");
@@ -313,6 +318,10 @@ static int js_pair(struct js *j, const cJSON *p, int depth, struct lm_buf *b)
 	cJSON_Delete(key);
 	if (text == NULL)
 		return lm_fail(j->d, LM_ENOMEM, "json_schema: out of memory");
+	if (!lm_utf8_valid(text, strlen(text))) {
+		free(text);
+		return js_fail(j, LM_EINVAL, "a property name that is not valid UTF-8");
+	}
 	int rc = js_lit(b, text, strlen(text));
 	free(text);
 	return rc != 0 ? rc : lm_buf_printf(b, " space \":\" space r%d", id);
