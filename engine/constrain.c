@@ -86,8 +86,8 @@ uint64_t lm_constrain_bytes(const struct lm_constrain *c)
 	uint64_t b = gbnf_vocab_bytes(c->vocab) + ((uint64_t)c->n_vocab + 31) / 32 * 4 +
 		     (uint64_t)c->n_vocab * sizeof(float) + (uint64_t)c->n_slots * sizeof *c->slots;
 	for (int32_t i = 0; i < c->n_slots; i++)
-		if (c->slots[i].live)
-			b += c->slots[i].len + (uint64_t)c->slots[i].st.cap * sizeof(int32_t);
+		b += c->slots[i].len + (uint64_t)c->slots[i].st.cap * sizeof(int32_t) +
+		     gbnf_masker_bytes(c->slots[i].mk);
 	return b;
 }
 

@@ -58,7 +58,7 @@ void lm_constrain_fini(struct lm_constrain *c);
 /* Loads the vocabulary's token bytes and end-of-generation ids from the model file (once; a
  * no-op after). The tokenizer itself is not kept: only each token's bytes and the trie. */
 int lm_constrain_vocab(struct lm_constrain *c, const char *model_path, lm_diag *d);
-/* Bytes held (vocabulary, trie, masks, matchers' states; not the masker caches). */
+/* Bytes held (vocabulary, trie, masks, the slots' grammars, states and maskers). */
 uint64_t lm_constrain_bytes(const struct lm_constrain *c);
 
 /* Makes slot's matcher the one of sequence seq_id at `step` generated tokens. With text

@@ -109,6 +109,9 @@ int32_t gbnf_masker_mask(struct gbnf_masker *m, const struct gbnf_state *s, uint
 /* Whether token id may follow s (one token, without a mask: the sampler's fast path). */
 bool gbnf_token_ok(const struct gbnf *g, const struct gbnf_vocab *v, const struct gbnf_state *s,
 		   int32_t id);
+/* Bytes the masker holds now (its interned states, transitions and cached masks; bounded:
+ * past a few MiB of states and transitions they are dropped before the next mask). */
+size_t gbnf_masker_bytes(const struct gbnf_masker *m);
 /* The masker's counters: masks computed, masks answered from the cache. */
 void gbnf_masker_stats(const struct gbnf_masker *m, uint64_t *computed, uint64_t *cached);
 

@@ -16,10 +16,11 @@
 
 #define GBNF_MASK_CACHE 8
 /* Interned states are dropped between masks past these (they are a cache). */
-#define GBNF_SOFT_STATES (1 << 16)
-#define GBNF_SOFT_WORDS  ((size_t)8 << 20)
+#define GBNF_SOFT_STATES (1 << 14)
+#define GBNF_SOFT_WORDS  ((size_t)1 << 20)
+#define GBNF_SOFT_TRANS  (1u << 18)
 /* And one mask that needs more than this fails with LM_ERANGE. */
-#define GBNF_HARD_STATES (1 << 20)
+#define GBNF_HARD_STATES (1 << 18)
 /* Entries of the masker's direct-mapped transition cache. */
 #define GM_DC 4096
 
@@ -361,6 +362,19 @@ void gbnf_masker_free(struct gbnf_masker *m)
 	free(m);
 }
 
+size_t gbnf_masker_bytes(const struct gbnf_masker *m)
+{
+	if (m == NULL)
+		return 0;
+	size_t b = sizeof *m + m->acap * sizeof *m->arena + m->cap_st * sizeof *m->st_at +
+		   m->shash_cap * sizeof *m->shash + m->tcap * (sizeof *m->tkey + sizeof *m->tval) +
+		   GM_DC * sizeof *m->dc + (size_t)m->tmp.cap * sizeof(int32_t);
+	for (int i = 0; i < GBNF_MASK_CACHE; i++)
+		if (m->cache[i].bits != NULL)
+			b += ((size_t)m->v->n + 31) / 32 * 4 + (size_t)m->cache[i].klen * 4;
+	return b;
+}
+
 void gbnf_masker_stats(const struct gbnf_masker *m, uint64_t *computed, uint64_t *cached)
 {
 	*computed = m->computed;
@@ -523,7 +537,7 @@ int32_t gbnf_masker_mask(struct gbnf_masker *m, const struct gbnf_state *s, uint
 			return c->count;
 		}
 	}
-	if (m->n_st > GBNF_SOFT_STATES || m->alen > GBNF_SOFT_WORDS)
+	if (m->n_st > GBNF_SOFT_STATES || m->alen > GBNF_SOFT_WORDS || m->tn > GBNF_SOFT_TRANS)
 		gm_clear(m);
 	memset(bits, 0, words * sizeof *bits);
 	int32_t sid = gm_intern(m, s->v, s->len);
