@@ -87,6 +87,21 @@ if jq -e '.choices[0].finish_reason == "stop"' "$dir/obj.json" >/dev/null; then
 fi
 echo "json_object: $(jq -c '.choices[0] | {text, finish_reason}' "$dir/obj.json")"
 
+# Chat, streamed and not: the same schema through response_format (the model has no template
+# of its own: ChatML).
+code=$(curl -s -o "$dir/chat.json" -w '%{http_code}' "$LM_URL/v1/chat/completions" \
+	-H 'Content-Type: application/json' -d '{"messages": [{"role": "user", "content": "Describe a cat."}], "max_tokens": 900, "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "strict": true, "schema": '"$schema"'}}}')
+[ "$code" = 200 ] || fail "chat: HTTP $code: $(cat "$dir/chat.json")"
+python3 "$here/json_validate.py" "$dir/schema.json" "$dir/chat.json" || fail "chat: the output does not validate"
+curl -sfN "$LM_URL/v1/chat/completions" -H 'Content-Type: application/json' \
+	-d '{"messages": [{"role": "user", "content": "Describe a cat."}], "max_tokens": 900, "temperature": 0, "stream": true, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": '"$schema"'}}}' \
+	>"$dir/chat.sse" || fail "chat, streamed: the request failed"
+sed -n 's/^data: //p' "$dir/chat.sse" | grep -v '^\[DONE\]' |
+	jq -rj '.choices[0].delta.content // empty' >"$dir/chat-stream.txt"
+cmp -s "$dir/chat-stream.txt" <(jq -rj '.choices[0].message.content' "$dir/chat.json") ||
+	fail "chat, streamed: '$(cat "$dir/chat-stream.txt")' is not the unstreamed answer"
+echo "chat: valid, streamed the same: $(jq -c '.choices[0].message.content' "$dir/chat.json")"
+
 # ---------------------------------------------------------------- 2. grammars
 for seed in 1 2 3 4 5 6; do
 	code=$(post "$dir/g.json" '{"prompt": "The cat", "max_tokens": 50, "temperature": 1, "seed": '$seed', "grammar": "root ::= (\"yes\" | \"no\") \"!\"{1,3}"}')
