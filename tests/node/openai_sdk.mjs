@@ -150,6 +150,38 @@ await row("completions.create", "POST /v1/completions", "stream, stream_options.
 	return `works: ${text.length} characters, usage ${usage.total_tokens} tokens`;
 });
 
+// Structured output: the content parses and holds to the schema, streamed and not.
+const person = {
+	type: "object",
+	properties: { name: { type: "string", maxLength: 20 }, age: { type: "integer" }, pet: { enum: ["cat", "dog"] } },
+	required: ["name", "age", "pet"], additionalProperties: false,
+};
+const personFormat = { type: "json_schema", json_schema: { name: "person", strict: true, schema: person } };
+function checkPerson(text) {
+	const v = JSON.parse(text);
+	must(typeof v.name === "string" && v.name.length <= 20, `name: ${text}`);
+	must(Number.isInteger(v.age) && ["cat", "dog"].includes(v.pet), `age, pet: ${text}`);
+	must(Object.keys(v).length === 3, `keys: ${text}`);
+	return v;
+}
+await row("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema (strict)", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, temperature: 0, response_format: personFormat });
+	must(r.choices[0].finish_reason === "stop", `finish_reason ${r.choices[0].finish_reason}`);
+	return `works: ${JSON.stringify(checkPerson(r.choices[0].message.content))}`;
+});
+await row("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema, stream", async () => {
+	const stream = await client.chat.completions.create({ model, messages: hello, temperature: 0.8, seed: 3, stream: true, response_format: personFormat });
+	let text = "";
+	for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
+	return `works: ${JSON.stringify(checkPerson(text))}`;
+});
+await row("completions.create", "POST /v1/completions", "response_format json_object", async () => {
+	const r = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 200, temperature: 0, response_format: { type: "json_object" } });
+	if (r.choices[0].finish_reason !== "stop") return `works: cut at max_tokens (${r.choices[0].text.length} characters)`;
+	const v = JSON.parse(r.choices[0].text);
+	must(v !== null && typeof v === "object" && !Array.isArray(v), r.choices[0].text);
+	return `works: ${r.choices[0].text.trim()}`;
+});
 await refused("chat.completions.create", "POST /v1/chat/completions", "n 2",
 	() => client.chat.completions.create({ model, messages: hello, n: 2 }), "'n' must be");
 await refused("chat.completions.create", "POST /v1/chat/completions", "tools",
