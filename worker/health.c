@@ -160,6 +160,12 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "tokens_processed", (double)s->tokens);
 		cJSON_AddNumberToObject(o, "ring_errors", (double)s->ring_errors);
 		cJSON_AddNumberToObject(o, "releases", (double)s->releases);
+		if (s->assign.head) {
+			cJSON *gr = cJSON_AddObjectToObject(o, "grammar");
+			cJSON_AddNumberToObject(gr, "draws", (double)s->grammar_draws);
+			cJSON_AddNumberToObject(gr, "admitted_unmasked", (double)s->grammar_fast);
+			cJSON_AddNumberToObject(gr, "masked", (double)s->grammar_masked);
+		}
 		if (s->backend != NULL)
 			cJSON_AddStringToObject(o, "backend", s->backend);
 		if (s->mem_total > 0) {
@@ -236,6 +242,13 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 			 "Ring messages that could not be processed or forwarded.", s->dropped);
 	lm_mtext_counter(&t, "layermesh_worker_releases_total", "RELEASE messages applied.",
 			 s->releases);
+	lm_mtext_counter(&t, "layermesh_worker_grammar_draws_total",
+			 "Tokens drawn under a grammar (constrained decoding).", s->grammar_draws);
+	lm_mtext_counter(
+		&t, "layermesh_worker_grammar_masked_total",
+		"Grammar draws whose unconstrained token the grammar rejected, drawn again "
+		"from a mask.",
+		s->grammar_masked);
 	lm_mtext_counter(&t, "layermesh_worker_successor_redials_total",
 			 "Dials to the successor started afresh after it had no connection for "
 			 "a while (link.h).",

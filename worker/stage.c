@@ -391,7 +391,11 @@ static int stage_tokens(struct stage *st, const struct wire_forward *f, nng_msg 
 			continue;
 		int32_t n = 1;
 		if (q->grammar != NULL) {
+			uint64_t d0 = st->cons.drawn, f0 = st->cons.fast, m0 = st->cons.masks;
 			int rc = stage_constrained(st, q, rows, f->drafts + drafted, &n, d);
+			atomic_fetch_add(&st->stats.grammar_draws, st->cons.drawn - d0);
+			atomic_fetch_add(&st->stats.grammar_fast, st->cons.fast - f0);
+			atomic_fetch_add(&st->stats.grammar_masked, st->cons.masks - m0);
 			if (rc != 0)
 				return rc;
 		} else if (q->n_draft == 0 && q->adjust != NULL) {

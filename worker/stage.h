@@ -36,6 +36,9 @@ struct stage_stats {
 	_Atomic uint64_t errors;     /* ring messages refused (malformed, out of range) */
 	_Atomic uint64_t releases;   /* RELEASE messages applied */
 	_Atomic uint64_t compute_ns; /* time inside the forward */
+	/* Constrained decoding (engine/constrain.h): tokens drawn under a grammar, those whose
+	 * unconstrained draw the grammar admitted, and the draws that needed a mask. */
+	_Atomic uint64_t grammar_draws, grammar_fast, grammar_masked;
 	/* The backend's memory (lm_backend_mem_info) as the compute thread last read it (after
 	 * the load and after each batch), for /status and /metrics, which must not call into the
 	 * backend from their own threads. mem_total == 0: the backend does not say. */

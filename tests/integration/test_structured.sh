@@ -78,6 +78,10 @@ python3 "$here/json_validate.py" "$dir/schema.json" "$dir"/r.*.json || fail "an 
 drafted=$(curl -sf "$LM_URL/metrics" | awk '$1 == "layermesh_spec_drafted_tokens_total" { print $2 }')
 [ "${drafted:-0}" -gt 0 ] || fail "nothing was drafted: speculation did not run"
 echo "12 constrained requests valid, with $drafted drafted tokens"
+# The last worker's own count of its grammar draws, in its /status (through /v1/status).
+gr=$(curl -sf "$LM_URL/v1/status" | jq -c '[.. | objects | .grammar? | select(type == "object")] | .[0]')
+[ "$(jq '.draws' <<<"$gr")" -gt 0 ] || fail "the last worker counts no grammar draws: $gr"
+echo "last worker: $gr"
 
 # json_object: any JSON object.
 code=$(post "$dir/obj.json" '{"prompt": "The dog", "max_tokens": 600, "temperature": 0, "response_format": {"type": "json_object"}}')
