@@ -598,9 +598,8 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 							  .n_bias = q->n_bias};
 			w->adjust = &q->adj;
 		}
-		if (w->pos == 0)
-			q->gr_sent =
-				false; /* a new sequence, or a replay: the matcher is rebuilt */
+		/* A new sequence, or a replay: the last worker rebuilds its matcher. */
+		q->gr_sent = q->gr_sent && w->pos > 0;
 		if (w->sample && q->grammar != NULL) {
 			q->wgr = q->gr_sent ? (struct wire_grammar){0}
 					    : (struct wire_grammar){q->grammar,
