@@ -21,13 +21,23 @@ void lm_constrain_init(struct lm_constrain *c, int32_t n_slots, int32_t n_vocab)
 	c->n_vocab = n_vocab;
 }
 
-static void cs_clear(struct lm_constraint *k)
+static void cs_gr_free(struct lm_cgrammar *e)
 {
-	gbnf_masker_free(k->mk);
-	gbnf_free(k->g);
-	gbnf_state_fini(&k->st);
-	free(k->text);
-	memset(k, 0, sizeof *k);
+	gbnf_masker_free(e->mk);
+	gbnf_free(e->g);
+	free(e->text);
+	memset(e, 0, sizeof *e);
+}
+
+/* Lets go of slot k's grammar (the entry stays, unreferenced, for a later sequence). */
+static void cs_release(struct lm_constrain *c, struct lm_constraint *k)
+{
+	if (k->gi >= 0)
+		c->gr[k->gi].refs--;
+	k->gi = -1;
+	k->g = NULL;
+	k->mk = NULL;
+	k->live = false;
 }
 
 void lm_constrain_fini(struct lm_constrain *c)
@@ -35,8 +45,11 @@ void lm_constrain_fini(struct lm_constrain *c)
 	if (c == NULL)
 		return;
 	for (int32_t i = 0; c->slots != NULL && i < c->n_slots; i++)
-		cs_clear(&c->slots[i]);
+		gbnf_state_fini(&c->slots[i].st);
+	for (int32_t i = 0; c->gr != NULL && i < c->n_slots + LM_CONSTRAIN_SPARE; i++)
+		cs_gr_free(&c->gr[i]);
 	free(c->slots);
+	free(c->gr);
 	free(c->bits);
 	free(c->masked);
 	gbnf_vocab_free(c->vocab);
@@ -60,10 +73,14 @@ int lm_constrain_vocab(struct lm_constrain *c, const char *model_path, lm_diag *
 	if (rc == 0 && tok_n_vocab(v) != c->n_vocab)
 		rc = lm_fail(d, LM_EFORMAT, "%s: the vocabulary has %d tokens, the model %d",
 			     model_path, tok_n_vocab(v), c->n_vocab);
-	c->slots = c->slots != NULL ? c->slots : calloc((size_t)c->n_slots, sizeof *c->slots);
+	if (c->slots == NULL && (c->slots = calloc((size_t)c->n_slots, sizeof *c->slots)) != NULL)
+		for (int32_t i = 0; i < c->n_slots; i++)
+			c->slots[i].gi = -1;
+	c->gr = c->gr != NULL ? c->gr
+			      : calloc((size_t)c->n_slots + LM_CONSTRAIN_SPARE, sizeof *c->gr);
 	c->bits = c->bits != NULL ? c->bits : malloc(((size_t)c->n_vocab + 31) / 32 * 4);
 	c->masked = c->masked != NULL ? c->masked : malloc((size_t)c->n_vocab * sizeof(float));
-	if (rc == 0 && (c->slots == NULL || c->bits == NULL || c->masked == NULL))
+	if (rc == 0 && (c->slots == NULL || c->gr == NULL || c->bits == NULL || c->masked == NULL))
 		rc = lm_fail(d, LM_ENOMEM, "out of memory for grammars");
 	if (rc == 0)
 		rc = gbnf_vocab_build(c->n_vocab, cs_piece, v, &c->vocab, d);
@@ -83,11 +100,16 @@ uint64_t lm_constrain_bytes(const struct lm_constrain *c)
 {
 	if (c->vocab == NULL)
 		return 0;
+	int32_t n_gr = c->n_slots + LM_CONSTRAIN_SPARE;
 	uint64_t b = gbnf_vocab_bytes(c->vocab) + ((uint64_t)c->n_vocab + 31) / 32 * 4 +
-		     (uint64_t)c->n_vocab * sizeof(float) + (uint64_t)c->n_slots * sizeof *c->slots;
+		     (uint64_t)c->n_vocab * sizeof(float) +
+		     (uint64_t)c->n_slots * sizeof *c->slots + (uint64_t)n_gr * sizeof *c->gr;
 	for (int32_t i = 0; i < c->n_slots; i++)
-		b += c->slots[i].len + (uint64_t)c->slots[i].st.cap * sizeof(int32_t) +
-		     gbnf_masker_bytes(c->slots[i].mk);
+		b += (uint64_t)c->slots[i].st.cap * sizeof(int32_t);
+	for (int32_t i = 0; i < n_gr; i++)
+		if (c->gr[i].text != NULL)
+			b += c->gr[i].len + (uint64_t)gbnf_size(c->gr[i].g) * 8 +
+			     gbnf_masker_bytes(c->gr[i].mk);
 	return b;
 }
 
@@ -99,22 +121,59 @@ static bool cs_is_eog(const struct lm_constrain *c, int32_t id)
 	return false;
 }
 
-/* Compiles text into k unless k holds the same text compiled. */
-static int cs_compile(struct lm_constrain *c, struct lm_constraint *k, const char *text,
-		      uint32_t len, lm_diag *d)
+static uint64_t cs_hash(const char *text, uint32_t len)
 {
-	if (k->g != NULL && k->len == len && memcmp(k->text, text, len) == 0)
-		return 0;
-	cs_clear(k);
-	int rc = gbnf_compile(text, len, &k->g, d);
-	if (rc != 0)
-		return rc == LM_ENOMEM ? rc : LM_EINVAL;
-	if ((k->text = malloc(len)) == NULL || gbnf_masker_new(k->g, c->vocab, &k->mk) != 0) {
-		cs_clear(k);
-		return lm_fail(d, LM_ENOMEM, "out of memory for a grammar");
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (uint32_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)text[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* Points slot k at the compiled grammar of text: the one already compiled for that text, or a
+ * new one in an empty entry or in place of the least recently taken unused one. */
+static int cs_take(struct lm_constrain *c, struct lm_constraint *k, const char *text, uint32_t len,
+		   lm_diag *d)
+{
+	int32_t n = c->n_slots + LM_CONSTRAIN_SPARE, pick = -1;
+	uint64_t h = cs_hash(text, len);
+	cs_release(c, k);
+	for (int32_t i = 0; i < n && pick < 0; i++) {
+		const struct lm_cgrammar *e = &c->gr[i];
+		if (e->text != NULL && e->hash == h && e->len == len &&
+		    memcmp(e->text, text, len) == 0)
+			pick = i;
 	}
-	memcpy(k->text, text, len);
-	k->len = len;
+	if (pick < 0) {
+		/* At most n_slots entries are in use, so an unused one exists: an empty one, or
+		 * else the one taken longest ago. */
+		for (int32_t i = 0; i < n; i++) {
+			const struct lm_cgrammar *e = &c->gr[i];
+			if (e->refs > 0)
+				continue;
+			if (pick < 0 || (c->gr[pick].text != NULL &&
+					 (e->text == NULL || e->used < c->gr[pick].used)))
+				pick = i;
+		}
+		struct lm_cgrammar *e = &c->gr[pick];
+		cs_gr_free(e);
+		int rc = gbnf_compile(text, len, &e->g, d);
+		if (rc != 0)
+			return rc == LM_ENOMEM ? rc : LM_EINVAL;
+		if ((e->text = malloc(len)) == NULL ||
+		    gbnf_masker_new(e->g, c->vocab, &e->mk) != 0) {
+			cs_gr_free(e);
+			return lm_fail(d, LM_ENOMEM, "out of memory for a grammar");
+		}
+		memcpy(e->text, text, len);
+		e->len = len;
+		e->hash = h;
+	}
+	struct lm_cgrammar *e = &c->gr[pick];
+	e->refs++;
+	e->used = ++c->tick;
+	k->gi = pick;
+	k->g = e->g;
+	k->mk = e->mk;
 	return 0;
 }
 
@@ -134,7 +193,7 @@ int lm_constrain_begin(struct lm_constrain *c, int32_t slot, uint64_t seq_id, ui
 			       seq_id, step);
 	}
 	k->live = false;
-	int rc = cs_compile(c, k, text, len, d);
+	int rc = cs_take(c, k, text, len, d);
 	if (rc != 0) {
 		lm_diag_prefix(d, "sequence %" PRIu64, seq_id);
 		return rc;
@@ -160,7 +219,7 @@ int lm_constrain_begin(struct lm_constrain *c, int32_t slot, uint64_t seq_id, ui
 void lm_constrain_end(struct lm_constrain *c, int32_t slot)
 {
 	if (c->slots != NULL && slot >= 0 && slot < c->n_slots)
-		c->slots[slot].live = false;
+		cs_release(c, &c->slots[slot]);
 }
 
 /* Whether the grammar admits token id next. */

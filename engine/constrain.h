@@ -27,16 +27,30 @@
 #include "common/model/sampling.h"
 #include "engine/sampler.h"
 
+/* Compiled grammars kept beyond one per slot, for the next requests with the same text. */
+#define LM_CONSTRAIN_SPARE 4
+
 /* One slot's matcher. */
 struct lm_constraint {
 	bool live;
 	uint64_t seq_id;
-	uint64_t step; /* tokens the state has advanced over */
-	char *text;    /* the grammar it was compiled from (to reuse it for the same text) */
+	uint64_t step;          /* tokens the state has advanced over */
+	int32_t gi;             /* its grammar in lm_constrain.gr, -1: none */
+	struct gbnf *g;         /* that grammar's (borrowed) */
+	struct gbnf_masker *mk; /* that grammar's masker (borrowed, shared) */
+	struct gbnf_state st;
+};
+
+/* A compiled grammar, shared by the slots whose sequences send the same text (requests with
+ * one schema): one compilation, and one masker whose caches every such sequence warms. */
+struct lm_cgrammar {
+	char *text; /* NULL: an empty entry */
 	uint32_t len;
+	uint64_t hash;
 	struct gbnf *g;
 	struct gbnf_masker *mk;
-	struct gbnf_state st;
+	int32_t refs;  /* slots using it */
+	uint64_t used; /* when a slot last took it (the least recent unused one goes first) */
 };
 
 struct lm_constrain {
@@ -47,6 +61,8 @@ struct lm_constrain {
 	uint32_t *bits;              /* [(n_vocab + 31) / 32] */
 	float *masked;               /* [n_vocab] */
 	struct lm_constraint *slots; /* [n_slots] */
+	struct lm_cgrammar *gr;      /* [n_slots + LM_CONSTRAIN_SPARE] */
+	uint64_t tick;
 	/* Counters: tokens drawn under a grammar, of which the unconstrained draw was admitted,
 	 * and the masks computed (the rest came from the masker's cache). */
 	uint64_t drawn, fast, masks;

@@ -148,3 +148,37 @@ Test(constrain, the_matcher_is_the_sequences_or_it_is_refused)
 	cr_assert_eq(lm_constrain_begin(&c, 0, 7, 0, "root ::= x", 10, NULL, 0, &d), LM_EINVAL);
 	cr_assert(strstr(d.msg, "sequence 7") != NULL, "%s", d.msg);
 }
+
+Test(constrain, slots_share_a_grammar_and_keep_their_own_state)
+{
+	const int32_t a = tok("a"), b = tok("b");
+	const char *g = "root ::= (\"a\" | \"b\") \"a\"";
+	lm_diag d = {{0}};
+	cr_assert_eq(lm_constrain_begin(&c, 0, 1, 0, g, (uint32_t)strlen(g), NULL, 0, &d), 0);
+	cr_assert_eq(lm_constrain_begin(&c, 1, 2, 0, g, (uint32_t)strlen(g), NULL, 0, &d), 0);
+	cr_assert_eq(c.slots[0].g, c.slots[1].g, "one compilation for one text");
+	cr_assert_eq(c.slots[0].mk, c.slots[1].mk, "and one masker");
+	cr_assert_eq(c.gr[c.slots[0].gi].refs, 2);
+	int32_t t = -1;
+	cr_assert_eq(lm_constrain_sample(&c, &s, 1, row(0, b, a), &greedy, &t, &d), 0);
+	cr_assert_eq(t, b);
+	/* Slot 0 has drawn nothing: b is still its first token, and after it, b is not. */
+	cr_assert_eq(lm_constrain_sample(&c, &s, 0, row(0, b, a), &greedy, &t, &d), 0);
+	cr_assert_eq(t, b);
+	cr_assert_eq(lm_constrain_sample(&c, &s, 1, row(0, b, a), &greedy, &t, &d), 0);
+	cr_assert_eq(t, a);
+	/* Many distinct grammars through one slot: unused compilations make room, the shared one
+	 * stays while slot 1 holds it. */
+	lm_constrain_end(&c, 0);
+	for (int i = 0; i < 3 * (c.n_slots + LM_CONSTRAIN_SPARE); i++) {
+		char text[64];
+		snprintf(text, sizeof text, "root ::= \"a\"{%d}", i + 1);
+		cr_assert_eq(lm_constrain_begin(&c, 0, 10 + (uint64_t)i, 0, text,
+						(uint32_t)strlen(text), NULL, 0, &d),
+			     0, "%s", d.msg);
+	}
+	cr_assert(c.slots[1].live);
+	cr_assert_eq(c.gr[c.slots[1].gi].refs, 1);
+	cr_assert_eq(lm_constrain_sample(&c, &s, 1, row(0, b, a), &greedy, &t, &d), 0);
+	cr_assert(t != a && t != b, "slot 1's grammar was complete: end of generation, got %d", t);
+}
