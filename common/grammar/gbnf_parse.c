@@ -192,7 +192,7 @@ static int gp_char(struct gp *p, uint32_t *cp)
 	return 0;
 }
 
-static int gp_alternates(struct gp *p, int32_t rule, struct gp_vec *out, bool nested);
+static int gp_alternates(struct gp *p, struct gp_vec *out, bool nested);
 
 /* S{min,max} (max < 0: unbounded) applied to out->e[start..], llama.cpp's rewrite:
  * S S ... (min times) then S' where S'(k) ::= S S'(k-1) | and S'(1) ::= S | (or S' ::= S S' |
@@ -337,8 +337,8 @@ static int gp_class(struct gp *p, struct gp_vec *out)
 	return 0;
 }
 
-/* One symbol at p->pos into out; *done when the sequence ends here instead. */
-static int gp_symbol_at(struct gp *p, int32_t rule, struct gp_vec *out, bool nested)
+/* One symbol at p->pos (a literal, a class, `.`, a rule name or a group) into out. */
+static int gp_symbol_at(struct gp *p, struct gp_vec *out)
 {
 	int c = gp_peek(p);
 	if (c == '"')
@@ -369,7 +369,7 @@ static int gp_symbol_at(struct gp *p, int32_t rule, struct gp_vec *out, bool nes
 			return id;
 		gp_space(p, true);
 		struct gp_vec body = {0};
-		int rc = gp_alternates(p, rule, &body, true);
+		int rc = gp_alternates(p, &body, true);
 		p->rules[id].body = body; /* the rules array may have moved meanwhile */
 		p->rules[id].defined = true;
 		p->depth--;
@@ -386,7 +386,7 @@ static int gp_symbol_at(struct gp *p, int32_t rule, struct gp_vec *out, bool nes
 	return gp_fail(p, LM_EFORMAT, p->pos, "unexpected '%c'", c);
 }
 
-static int gp_sequence(struct gp *p, int32_t rule, struct gp_vec *out, bool nested)
+static int gp_sequence(struct gp *p, struct gp_vec *out, bool nested)
 {
 	size_t last = out->n;
 	bool have = false;
@@ -407,7 +407,7 @@ static int gp_sequence(struct gp *p, int32_t rule, struct gp_vec *out, bool nest
 		} else {
 			last = out->n;
 			have = true;
-			rc = gp_symbol_at(p, rule, out, nested);
+			rc = gp_symbol_at(p, out);
 		}
 		if (rc != 0)
 			return rc;
@@ -415,11 +415,11 @@ static int gp_sequence(struct gp *p, int32_t rule, struct gp_vec *out, bool nest
 	}
 }
 
-static int gp_alternates(struct gp *p, int32_t rule, struct gp_vec *out, bool nested)
+static int gp_alternates(struct gp *p, struct gp_vec *out, bool nested)
 {
 	int rc;
 	for (;;) {
-		if ((rc = gp_sequence(p, rule, out, nested)) != 0)
+		if ((rc = gp_sequence(p, out, nested)) != 0)
 			return rc;
 		if (gp_peek(p) != '|')
 			break;
@@ -451,7 +451,7 @@ static int gp_rule(struct gp *p)
 	p->pos += 3;
 	gp_space(p, true);
 	struct gp_vec body = {0};
-	int rc = gp_alternates(p, id, &body, false);
+	int rc = gp_alternates(p, &body, false);
 	p->rules[id].body = body;
 	p->rules[id].defined = true;
 	if (rc != 0)
