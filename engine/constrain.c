@@ -230,6 +230,33 @@ static bool cs_admits(const struct lm_constrain *c, const struct lm_constraint *
 	return gbnf_token_ok(k->g, c->vocab, &k->st, id);
 }
 
+/* Greedy under the mask: the admitted token (or, when the grammar may end, end-of-generation
+ * token) with the largest logit, NaN as -inf, the lowest id on ties, as lm_sample's argmax
+ * over the masked row; read from the mask's words, without writing the row. */
+static int32_t cs_masked_argmax(const struct lm_constrain *c, const float *logits, bool end)
+{
+	int32_t best = -1;
+	float bv = -INFINITY;
+	for (int32_t w = 0; w < (c->n_vocab + 31) / 32; w++)
+		for (uint32_t x = c->bits[w]; x != 0; x &= x - 1) {
+			int32_t i = w * 32 + __builtin_ctz(x);
+			float v = isnan(logits[i]) ? -INFINITY : logits[i];
+			if (best < 0 || v > bv) {
+				best = i;
+				bv = v;
+			}
+		}
+	for (int32_t j = 0; end && j < c->n_eog; j++) {
+		int32_t i = c->eog[j];
+		float v = i >= 0 && i < c->n_vocab && !isnan(logits[i]) ? logits[i] : -INFINITY;
+		if (i >= 0 && i < c->n_vocab && (best < 0 || v > bv || (v == bv && i < best))) {
+			best = i;
+			bv = v;
+		}
+	}
+	return best;
+}
+
 /* The draw from logits with every token the grammar rejects masked. */
 static int cs_masked_draw(struct lm_constrain *c, struct lm_sampler *s, struct lm_constraint *k,
 			  const float *logits, const struct lm_sampling *p, int32_t *token,
@@ -242,6 +269,10 @@ static int cs_masked_draw(struct lm_constrain *c, struct lm_sampler *s, struct l
 			       k->seq_id);
 	c->masks++;
 	bool end = gbnf_accepting(&k->st);
+	if (!(p->temperature > 0) && (n > 0 || end)) {
+		*token = cs_masked_argmax(c, logits, end);
+		return 0;
+	}
 	for (int32_t i = 0; i < c->n_vocab; i++)
 		c->masked[i] = (c->bits[i >> 5] >> (i & 31) & 1) != 0 ? logits[i] : -INFINITY;
 	for (int32_t i = 0; i < c->n_eog; i++)
