@@ -25,22 +25,31 @@ enum lm_dim {
 	LM_DIM_KV,      /* n_head_kv(il) x head_dim(il) */
 	LM_DIM_FF,      /* n_ff(il) */
 	LM_DIM_HEAD,    /* head_dim(il) */
+	LM_DIM_EXPERTS, /* n_expert(il) */
+	LM_DIM_FF_EXP,  /* n_ff_exp(il): one expert's feed-forward width */
 };
 
 /* One tensor of a layer: which (its field and its name under "blk.N.") and its shape. */
 struct lm_tensor_spec {
 	enum lm_layer_tensor t;
 	enum lm_dim ne0, ne1;
-	bool optional; /* absent in the file: the field stays unbound (data == NULL) */
+	bool optional;   /* absent in the file: the field stays unbound (data == NULL) */
+	enum lm_dim ne2; /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else ONE */
 };
 
-#define LM_TENSOR(field, ne0, ne1)                              \
-	{                                                       \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false \
+#define LM_TENSOR(field, ne0, ne1)                                          \
+	{                                                                   \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE \
 	}
-#define LM_TENSOR_OPT(field, ne0, ne1)                         \
-	{                                                      \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true \
+#define LM_TENSOR_OPT(field, ne0, ne1)                                     \
+	{                                                                  \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE \
+	}
+
+/* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts. */
+#define LM_TENSOR_EXPS(field, ne0, ne1)                                         \
+	{                                                                       \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS \
 	}
 
 /* A tensor (by a part of its name) that layermesh refuses, and why. */
@@ -89,6 +98,9 @@ int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b,
 		    lm_diag *d);
 /* h = (act(h Wgate) * (h Wup)) Wdown, act SiLU or (gelu) GELU. */
 int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_diag *d);
+/* h = the mixture of experts of layer il over h (engine/moe.c): the router picks each token's
+ * experts, and their outputs are summed by the router's weights. */
+int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);
 /* x += h. */
 int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);
 /* y *= s over len floats. */
@@ -103,7 +115,7 @@ const char *lm_arch_names(void);
 /* The refusals every architecture shares: experts, fused projections. */
 extern const struct lm_refusal lm_refused_moe[];
 
-extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_gemma3,
-	lm_arch_gemma4;
+extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_qwen3moe,
+	lm_arch_gemma3, lm_arch_gemma4;
 
 #endif

@@ -51,6 +51,15 @@ int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_b
 	}
 	if (m->slice.head)
 		fw->logits = fw_alloc(fw, max_batch, hp->n_vocab);
+	if (nl > 0 && wd.n_expert > 0) {
+		int rc = lm_moe_scratch_init(&fw->moe, be, max_batch, e, wd.n_expert,
+					     wd.n_expert_used, wd.ff_dim, d);
+		if (rc != 0) {
+			lm_forward_fini(fw);
+			return rc;
+		}
+		fw->scratch_bytes += fw->moe.bytes;
+	}
 	if (fw->x == NULL || fw->h == NULL ||
 	    (nl > 0 && (fw->q == NULL || fw->k == NULL || fw->v == NULL || fw->att == NULL ||
 			fw->gate == NULL || fw->up == NULL)) ||
@@ -68,6 +77,7 @@ void lm_forward_fini(struct lm_forward *fw)
 	float *bufs[] = {fw->x, fw->h, fw->q, fw->k, fw->v, fw->att, fw->gate, fw->up, fw->logits};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		fw->be->iface->mfree(fw->be->ctx, bufs[i]);
+	lm_moe_scratch_fini(&fw->moe, fw->be);
 	memset(fw, 0, sizeof *fw);
 }
 

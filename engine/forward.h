@@ -23,6 +23,7 @@
 
 #include "common/base/err.h"
 #include "engine/kv_cache.h"
+#include "engine/moe.h"
 #include "engine/weights.h"
 #include "kernels/backend.h"
 
@@ -45,15 +46,17 @@ struct lm_forward {
 	int32_t max_batch;
 	int32_t q_dim, kv_dim, ff_dim; /* widest layer of the slice */
 	/* Backend scratch, allocated once for max_batch tokens. */
-	float *x;             /* [max_batch][n_embd] residual stream */
-	float *h;             /* [max_batch][n_embd] normed input / layer output */
-	float *q;             /* [max_batch][q_dim] */
-	float *k, *v;         /* [max_batch][kv_dim] */
-	float *att;           /* [max_batch][q_dim] */
-	float *gate;          /* [max_batch][ff_dim] */
-	float *up;            /* [max_batch][ff_dim] */
-	float *logits;        /* [max_batch][n_vocab], head only */
-	size_t scratch_bytes; /* what the buffers above take */
+	float *x;                  /* [max_batch][n_embd] residual stream */
+	float *h;                  /* [max_batch][n_embd] normed input / layer output */
+	float *q;                  /* [max_batch][q_dim] */
+	float *k, *v;              /* [max_batch][kv_dim] */
+	float *att;                /* [max_batch][q_dim] */
+	float *gate;               /* [max_batch][ff_dim] */
+	float *up;                 /* [max_batch][ff_dim] */
+	float *logits;             /* [max_batch][n_vocab], head only */
+	struct lm_moe_scratch moe; /* the mixture-of-experts layers' buffers, where the slice has
+				    * any (moe.bytes 0 otherwise) */
+	size_t scratch_bytes;      /* what the buffers above take */
 	lm_forward_hook hook;
 	void *hook_arg;
 };

@@ -181,6 +181,64 @@ int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d
 	return rc;
 }
 
+/* Moves n bytes from one place of the cache's memory to another, through host memory when the
+ * cache lives in a backend's (whose interface moves bytes to and from the host only). */
+static int kv_cache_move(const struct kv_cache *kv, void *dst, const void *src, size_t n,
+			 void *host)
+{
+	if (kv->backend == NULL) {
+		memcpy(dst, src, n);
+		return 0;
+	}
+	const struct lm_backend *b = kv->backend;
+	int rc = b->iface->download(b->ctx, host, src, n);
+	return rc != 0 ? rc : b->iface->upload(b->ctx, dst, host, n);
+}
+
+int kv_cache_copy(struct kv_cache *kv, int32_t src, int32_t dst, int32_t len, lm_diag *d)
+{
+	int rc;
+	if ((rc = kv_cache_check(kv, dst, 0, len, d)) != 0)
+		return rc;
+	/* Whatever dst held is gone, even when the copy cannot be made: a later FORWARD must
+	 * never find another sequence's rows there. */
+	kv->len[dst] = kv->hi[dst] = 0;
+	if (src == dst || len < 1)
+		return lm_fail(d, LM_EINVAL, "copy of %d positions from slot %d into slot %d", len,
+			       src, dst);
+	if ((rc = kv_cache_can_truncate(kv, src, len, d)) != 0)
+		return rc;
+	size_t most = 0;
+	for (int32_t i = 0; i < kv->num_layers; i++) {
+		const struct lm_kv_layer *l = &kv->layers[i];
+		size_t row = l->k_row_bytes > l->v_row_bytes ? l->k_row_bytes : l->v_row_bytes;
+		size_t n = (size_t)l->ctx * row;
+		most = n > most ? n : most;
+	}
+	void *host = kv->backend != NULL ? malloc(most) : NULL;
+	if (kv->backend != NULL && host == NULL)
+		return lm_fail(d, LM_ENOMEM, "copy into slot %d: out of memory", dst);
+	for (int32_t i = 0; i < kv->num_layers && rc == 0; i++) {
+		const struct lm_kv_layer *l = &kv->layers[i];
+		/* A ring's rows sit at their position modulo ctx: all of it moves. */
+		size_t rows = l->window > 0 ? (size_t)l->ctx : (size_t)len;
+		size_t kn = rows * l->k_row_bytes, vn = rows * l->v_row_bytes;
+		uint8_t *k = l->k, *v = l->v;
+		rc = kv_cache_move(kv, k + (size_t)dst * l->ctx * l->k_row_bytes,
+				   k + (size_t)src * l->ctx * l->k_row_bytes, kn, host);
+		if (rc == 0)
+			rc = kv_cache_move(kv, v + (size_t)dst * l->ctx * l->v_row_bytes,
+					   v + (size_t)src * l->ctx * l->v_row_bytes, vn, host);
+	}
+	free(host);
+	if (rc != 0)
+		return lm_fail(d, rc, "copy from slot %d into slot %d: the backend failed", src,
+			       dst);
+	kv->len[dst] = len;
+	kv->hi[dst] = kv->hi[src];
+	return 0;
+}
+
 /* Rows of a slot that hold data for its current length, per layer. */
 static uint64_t kv_cache_rows_held(const struct lm_kv_layer *l, int32_t len)
 {

@@ -81,6 +81,14 @@ int kv_cache_can_truncate(const struct kv_cache *kv, int32_t slot, int32_t len, 
 /* Rolls slot `slot` back to `len` positions (as kv_cache_can_truncate allows); 0 empties it. */
 int kv_cache_truncate(struct kv_cache *kv, int32_t slot, int32_t len, lm_diag *d);
 
+/* Makes slot `dst` hold what slot `src` would hold truncated to `len` positions (1 <= len, as
+ * kv_cache_can_truncate allows on src), on every owned layer: a global layer's rows [0, len), a
+ * sliding layer's whole ring, and src's high-water mark with them (so a later rollback of dst
+ * is judged as src's would be). dst != src. Whatever dst held is gone, also when the copy fails
+ * (LM_ERANGE: src holds fewer positions, or its rings no longer hold them). For parallel samples
+ * of one prompt, which is computed once (wire.h, COPY). */
+int kv_cache_copy(struct kv_cache *kv, int32_t src, int32_t dst, int32_t len, lm_diag *d);
+
 /* Bytes of one slot's rows across all owned layers for its current length (export size). */
 uint64_t kv_cache_export_bytes(const struct kv_cache *kv, int32_t slot);
 /* Copies slot `slot`'s rows (all owned layers, positions [0, len)) into buf, host memory. */

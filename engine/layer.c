@@ -99,6 +99,19 @@ int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_dia
 	return 0;
 }
 
+int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
+{
+	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
+	const struct lm_moe_layer l = {.router = &w->gate_inp,
+				       .exps = &w->exps,
+				       .n_used = fw->model->hp.layer[il].n_expert_used,
+				       .p = fw->model->hp.moe};
+	int rc = lm_moe_run(fw->be, &fw->moe, &l, fw->h, fw->h, n, d);
+	if (rc != 0)
+		lm_diag_prefix(d, "layer %d", il);
+	return rc;
+}
+
 int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
 {
 	const struct lm_backend *be = fw->be;

@@ -2,6 +2,7 @@
 #include "engine/scratch.h"
 
 #include "common/wire/wire.h"
+#include "engine/moe.h"
 #include "engine/weights.h"
 
 uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
@@ -16,7 +17,11 @@ uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, in
 			  (2 * (uint64_t)w.q_dim + 2 * (uint64_t)w.kv_dim + 2 * (uint64_t)w.ff_dim);
 	if (head)
 		floats += b * (uint64_t)hp->n_vocab;
-	return floats * sizeof(float);
+	uint64_t moe = end > begin && w.n_expert > 0
+			       ? lm_moe_scratch_bytes(max_batch, hp->n_embd, w.n_expert,
+						      w.n_expert_used, w.ff_dim)
+			       : 0;
+	return floats * sizeof(float) + moe;
 }
 
 uint64_t lm_scratch_trace_bytes(const struct lm_hparams *hp, int32_t max_seq)
@@ -44,14 +49,16 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 	int64_t widest = hp->n_embd;
 	widest = w.q_dim > widest ? w.q_dim : widest;
 	widest = w.ff_dim > widest ? w.ff_dim : widest;
-	struct lm_scratch_shape shape = {.max_batch = c->max_batch,
-					 .widest_in = widest,
-					 .max_ctx = c->max_seq,
-					 .max_group = w.group,
-					 .max_head_dim = w.head_dim,
-					 .max_heads = w.n_heads,
-					 /* every tensor a layer may have, the two ends' four */
-					 .max_tensors = (c->end - c->begin) * LM_T_COUNT + 4};
+	struct lm_scratch_shape shape = {
+		.max_batch = c->max_batch,
+		.widest_in = widest,
+		.max_ctx = c->max_seq,
+		.max_group = w.group,
+		.max_head_dim = w.head_dim,
+		.max_heads = w.n_heads,
+		/* every tensor a layer may have (each expert of a 3-D
+					  * one its own), the two ends' four */
+		.max_tensors = (c->end - c->begin) * (LM_T_COUNT + 3 * w.n_expert) + 4};
 	out->backend =
 		lm_backend_scratch_bound(c->backend != NULL ? c->backend : "cpu", &c->bo, &shape);
 

@@ -148,10 +148,84 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 		return hp->layer[il].n_ff;
 	case LM_DIM_HEAD:
 		return hp->layer[il].head_dim;
+	case LM_DIM_EXPERTS:
+		return hp->layer[il].n_expert;
+	case LM_DIM_FF_EXP:
+		return hp->layer[il].n_ff_exp;
 	case LM_DIM_ONE:
 		break;
 	}
 	return 1;
+}
+
+/* The experts' array of layer l that tensor t fills. */
+static struct lm_weight **model_exps_of(struct lm_layer_weights *l, enum lm_layer_tensor t)
+{
+	return t == LM_T_gate_exps ? &l->exps.gate
+	       : t == LM_T_up_exps ? &l->exps.up
+				   : &l->exps.down;
+}
+
+/* Binds the 3-D tensor `name` of layer il, (ne0, ne1, n_expert), expert by expert: each a
+ * matrix of ne1 rows pointing at its own block of the mapping. */
+static int model_bind_experts(struct lm_model *m, struct lm_layer_weights *l, int32_t il,
+			      enum lm_layer_tensor which, const char *name, int64_t ne0,
+			      int64_t ne1, lm_diag *d)
+{
+	const int32_t n = m->hp.layer[il].n_expert;
+	const struct gguf_tensor *t = gguf_find_tensor(m->file, name);
+	if (t == NULL)
+		return lm_fail(d, LM_ENOTFOUND, "tensor '%s' is missing", name);
+	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n || t->ne[3] != 1)
+		return lm_fail(d, LM_EFORMAT,
+			       "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, "
+			       "%lld, %d]",
+			       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+			       (long long)t->ne[3], (long long)ne0, (long long)ne1, n);
+	const struct lm_dtype_info *info = lm_dtype_info(t->type);
+	if (!info->compute)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "tensor '%s' has type %s, which layermesh's kernels do not support "
+			       "(f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
+			       name, info->name);
+	if (t->data == NULL)
+		return lm_fail(d, LM_EINVAL, "tensor '%s' was not mapped", name);
+	struct lm_weight **exps = model_exps_of(l, which);
+	if ((*exps = calloc((size_t)n, sizeof **exps)) == NULL)
+		return lm_fail(d, LM_ENOMEM, "out of memory");
+	l->exps.n = n;
+	uint64_t row;
+	lm_dtype_row_bytes(t->type, (uint64_t)ne0, &row);
+	const size_t block = (size_t)row * (size_t)ne1;
+	for (int32_t e = 0; e < n; e++) {
+		struct lm_weight *w = &(*exps)[e];
+		*w = (struct lm_weight){
+			.type = t->type, .ne0 = ne0, .ne1 = ne1, .row_bytes = (size_t)row};
+		int rc = lm_backend_weight_init(m->backend, w,
+						(const uint8_t *)t->data + (size_t)e * block);
+		if (rc != 0)
+			return lm_fail(d, rc,
+				       "tensor '%s', expert %d: the %s backend cannot take "
+				       "it: %s",
+				       name, e,
+				       m->backend != NULL ? m->backend->iface->name : "host",
+				       lm_strerror(rc));
+	}
+	m->weight_bytes += t->size;
+	return 0;
+}
+
+/* Unbinds and frees a layer's experts. */
+static void model_unbind_experts(struct lm_model *m, struct lm_layer_weights *l)
+{
+	struct lm_weight *all[] = {l->exps.gate, l->exps.up, l->exps.down};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+		for (int32_t e = 0; all[i] != NULL && e < l->exps.n; e++)
+			if (all[i][e].data != NULL)
+				lm_backend_weight_fini(m->backend, &all[i][e]);
+		free(all[i]);
+	}
+	memset(&l->exps, 0, sizeof l->exps);
 }
 
 /* Binds layer il's tensors as the architecture's table lists them. */
@@ -162,9 +236,13 @@ static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 	for (size_t i = 0; i < m->arch->n_tensors; i++) {
 		const struct lm_tensor_spec *ts = &m->arch->tensors[i];
 		snprintf(name, sizeof name, "blk.%d.%s", il, lm_layer_tensor_name(ts->t));
-		int rc = lm_model_bind(m, lm_layer_tensor(l, ts->t), name,
-				       model_dim(&m->hp, il, ts->ne0),
-				       model_dim(&m->hp, il, ts->ne1), d);
+		int rc = ts->ne2 == LM_DIM_EXPERTS
+				 ? model_bind_experts(m, l, il, ts->t, name,
+						      model_dim(&m->hp, il, ts->ne0),
+						      model_dim(&m->hp, il, ts->ne1), d)
+				 : lm_model_bind(m, lm_layer_tensor(l, ts->t), name,
+						 model_dim(&m->hp, il, ts->ne0),
+						 model_dim(&m->hp, il, ts->ne1), d);
 		if (rc == LM_ENOTFOUND && ts->optional)
 			continue;
 		if (rc != 0)
@@ -281,6 +359,7 @@ void lm_model_close(struct lm_model *m)
 			for (int t = 0; t < LM_T_COUNT; t++)
 				model_unbind(
 					m, lm_layer_tensor(&m->layers[i], (enum lm_layer_tensor)t));
+			model_unbind_experts(m, &m->layers[i]);
 		}
 	model_unbind(m, &m->tok_embd);
 	model_unbind(m, &m->output_norm);

@@ -32,31 +32,46 @@ struct lm_slice {
 /* Every tensor a layer of any architecture may have: its field and its name under "blk.N.".
  * The struct and the unbinding come from this one list; which tensors an architecture binds,
  * and in which shapes, is its own table (engine/arch.h). */
-#define LM_LAYER_TENSORS(X)                                                                  \
-	X(attn_norm, "attn_norm.weight")                /* (n_embd) */                       \
-	X(wq, "attn_q.weight")                          /* (n_embd, n_head x head_dim) */    \
-	X(bq, "attn_q.bias")                            /* (n_head x head_dim) */            \
-	X(wk, "attn_k.weight")                          /* (n_embd, n_head_kv x head_dim) */ \
-	X(bk, "attn_k.bias")                            /* (n_head_kv x head_dim) */         \
-	X(wv, "attn_v.weight")                          /* (n_embd, n_head_kv x head_dim) */ \
-	X(bv, "attn_v.bias")                            /* (n_head_kv x head_dim) */         \
-	X(q_norm, "attn_q_norm.weight")                 /* (head_dim): every query head */   \
-	X(k_norm, "attn_k_norm.weight")                 /* (head_dim): every key head */     \
-	X(wo, "attn_output.weight")                     /* (n_head x head_dim, n_embd) */    \
-	X(bo, "attn_output.bias")                       /* (n_embd) */                       \
-	X(attn_post_norm, "post_attention_norm.weight") /* (n_embd) */                       \
-	X(ffn_norm, "ffn_norm.weight")                  /* (n_embd) */                       \
-	X(w_gate, "ffn_gate.weight")                    /* (n_embd, n_ff) */                 \
-	X(w_up, "ffn_up.weight")                        /* (n_embd, n_ff) */                 \
-	X(w_down, "ffn_down.weight")                    /* (n_ff, n_embd) */                 \
-	X(ffn_post_norm, "post_ffw_norm.weight")        /* (n_embd) */                       \
-	X(out_scale, "layer_output_scale.weight")       /* (1): the layer's output is scaled */
+#define LM_LAYER_TENSORS(X)                                                                       \
+	X(attn_norm, "attn_norm.weight")                /* (n_embd) */                            \
+	X(wq, "attn_q.weight")                          /* (n_embd, n_head x head_dim) */         \
+	X(bq, "attn_q.bias")                            /* (n_head x head_dim) */                 \
+	X(wk, "attn_k.weight")                          /* (n_embd, n_head_kv x head_dim) */      \
+	X(bk, "attn_k.bias")                            /* (n_head_kv x head_dim) */              \
+	X(wv, "attn_v.weight")                          /* (n_embd, n_head_kv x head_dim) */      \
+	X(bv, "attn_v.bias")                            /* (n_head_kv x head_dim) */              \
+	X(q_norm, "attn_q_norm.weight")                 /* (head_dim): every query head */        \
+	X(k_norm, "attn_k_norm.weight")                 /* (head_dim): every key head */          \
+	X(wo, "attn_output.weight")                     /* (n_head x head_dim, n_embd) */         \
+	X(bo, "attn_output.bias")                       /* (n_embd) */                            \
+	X(attn_post_norm, "post_attention_norm.weight") /* (n_embd) */                            \
+	X(ffn_norm, "ffn_norm.weight")                  /* (n_embd) */                            \
+	X(w_gate, "ffn_gate.weight")                    /* (n_embd, n_ff) */                      \
+	X(w_up, "ffn_up.weight")                        /* (n_embd, n_ff) */                      \
+	X(w_down, "ffn_down.weight")                    /* (n_ff, n_embd) */                      \
+	X(ffn_post_norm, "post_ffw_norm.weight")        /* (n_embd) */                            \
+	X(out_scale, "layer_output_scale.weight")       /* (1): the layer's output is scaled */   \
+	X(gate_inp, "ffn_gate_inp.weight")              /* (n_embd, n_expert): the router */      \
+	X(gate_exps, "ffn_gate_exps.weight") /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
+	X(up_exps, "ffn_up_exps.weight")     /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
+	X(down_exps, "ffn_down_exps.weight") /* (n_ff_exp, n_embd, n_expert): bound per expert */
+
+/* A mixture-of-experts layer's experts. Expert e of a 3-D tensor is the contiguous block of its
+ * ne1 rows at e x ne1 x row_bytes: each is bound as a matrix of its own that points into the
+ * mapping (never a copy), so a backend takes it like any weight and a token's matmul reads
+ * only the experts it uses. */
+struct lm_experts {
+	int32_t n;                          /* experts; 0 on a dense layer */
+	struct lm_weight *gate, *up, *down; /* [n] each */
+};
 
 struct lm_layer_weights {
 #define LM_LAYER_FIELD_(field, name) struct lm_weight field;
 	LM_LAYER_TENSORS(LM_LAYER_FIELD_)
 #undef LM_LAYER_FIELD_
-	float out_scale_value; /* out_scale's one value, read at binding (1 without it) */
+	float out_scale_value;  /* out_scale's one value, read at binding (1 without it) */
+	struct lm_experts exps; /* gate_exps, up_exps and down_exps, expert by expert (their
+				 * fields above stay unbound) */
 };
 
 enum lm_layer_tensor {

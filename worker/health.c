@@ -160,6 +160,7 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "tokens_processed", (double)s->tokens);
 		cJSON_AddNumberToObject(o, "ring_errors", (double)s->ring_errors);
 		cJSON_AddNumberToObject(o, "releases", (double)s->releases);
+		cJSON_AddNumberToObject(o, "copies", (double)s->copies);
 		if (s->assign.head) {
 			cJSON *gr = cJSON_AddObjectToObject(o, "grammar");
 			cJSON_AddNumberToObject(gr, "draws", (double)s->grammar_draws);
@@ -242,6 +243,9 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 			 "Ring messages that could not be processed or forwarded.", s->dropped);
 	lm_mtext_counter(&t, "layermesh_worker_releases_total", "RELEASE messages applied.",
 			 s->releases);
+	lm_mtext_counter(&t, "layermesh_worker_copies_total",
+			 "COPY messages applied (a prompt's rows shared by parallel samples).",
+			 s->copies);
 	lm_mtext_counter(&t, "layermesh_worker_grammar_draws_total",
 			 "Tokens drawn under a grammar (constrained decoding).", s->grammar_draws);
 	lm_mtext_counter(

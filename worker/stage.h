@@ -35,6 +35,7 @@ struct stage_stats {
 	_Atomic uint64_t tokens;     /* tokens computed */
 	_Atomic uint64_t errors;     /* ring messages refused (malformed, out of range) */
 	_Atomic uint64_t releases;   /* RELEASE messages applied */
+	_Atomic uint64_t copies;     /* COPY messages applied */
 	_Atomic uint64_t compute_ns; /* time inside the forward */
 	/* Constrained decoding (engine/constrain.h): tokens drawn under a grammar, those whose
 	 * unconstrained draw the grammar admitted, and the draws that needed a mask. */

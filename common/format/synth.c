@@ -69,23 +69,34 @@ enum synth_kind {
 	SYNTH_BIAS,   /* 0.1 noise, f32 */
 	SYNTH_SCALE,  /* 0.75 + 0.05 noise, f32: a layer's output scale */
 	SYNTH_FREQS,  /* rope frequency factors, f32, computed (not noise) */
+	SYNTH_ROUTER, /* noise / sqrt(ne0), f32: a mixture's router */
 };
 
 struct synth_tensor {
 	char name[GGUF_WRITER_MAX_TENSOR_NAME + 1];
 	enum synth_kind kind;
 	int64_t ne0, ne1; /* ne1 = 1 for vectors */
+	int64_t ne2;      /* experts of a 3-D tensor; 1 otherwise */
 };
 
-enum synth_arch { SYNTH_LLAMA, SYNTH_QWEN2, SYNTH_QWEN3, SYNTH_GEMMA3, SYNTH_GEMMA4 };
+enum synth_arch {
+	SYNTH_LLAMA,
+	SYNTH_QWEN2,
+	SYNTH_QWEN3,
+	SYNTH_GEMMA3,
+	SYNTH_GEMMA4,
+	SYNTH_QWEN3MOE,
+	SYNTH_N_ARCH
+};
 
-static const char *const synth_arch_names[] = {"llama", "qwen2", "qwen3", "gemma3", "gemma4"};
+static const char *const synth_arch_names[] = {"llama",  "qwen2",  "qwen3",
+					       "gemma3", "gemma4", "qwen3moe"};
 
 static int synth_arch_of(const struct synth_opts *o)
 {
 	if (o->arch == NULL)
 		return SYNTH_LLAMA;
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < SYNTH_N_ARCH; i++)
 		if (strcmp(o->arch, synth_arch_names[i]) == 0)
 			return i;
 	return -1;
@@ -137,6 +148,34 @@ static void synth_add(struct synth_tensor *t, size_t *n, enum synth_kind kind, i
 	x->kind = kind;
 	x->ne0 = ne0;
 	x->ne1 = ne1;
+	x->ne2 = 1;
+}
+
+/* The mixture's width per expert. */
+static int64_t synth_ffn_exp(const struct synth_opts *o)
+{
+	return o->ffn_exp != 0 ? o->ffn_exp : o->ffn;
+}
+
+/* Layer l's FFN: dense, or qwen3moe's router and experts. */
+static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_tensor *out,
+			  size_t *n)
+{
+	const int64_t dim = o->dim, ffn = o->ffn;
+	if (synth_arch_of(o) != SYNTH_QWEN3MOE) {
+		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
+		return;
+	}
+	const int64_t fe = synth_ffn_exp(o), ne = o->experts;
+	synth_add(out, n, SYNTH_ROUTER, dim, ne, "blk.%u.ffn_gate_inp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, fe, "blk.%u.ffn_gate_exps.weight", l);
+	out[*n - 1].ne2 = ne;
+	synth_add(out, n, SYNTH_MATRIX, fe, dim, "blk.%u.ffn_down_exps.weight", l);
+	out[*n - 1].ne2 = ne;
+	synth_add(out, n, SYNTH_MATRIX, dim, fe, "blk.%u.ffn_up_exps.weight", l);
+	out[*n - 1].ne2 = ne;
 }
 
 /* Room for the tensors synth_tensors lists. */
@@ -149,7 +188,7 @@ static size_t synth_tensors_cap(const struct synth_opts *o)
 static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out)
 {
 	const int arch = synth_arch_of(o);
-	const int64_t dim = o->dim, ffn = o->ffn;
+	const int64_t dim = o->dim;
 	size_t n = 0;
 
 	synth_add(out, &n, SYNTH_MATRIX, dim, o->vocab, "token_embd.weight");
@@ -169,7 +208,7 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 			synth_add(out, &n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_v.weight", l);
 		if (arch == SYNTH_QWEN2)
 			synth_add(out, &n, SYNTH_BIAS, kv, 1, "blk.%u.attn_v.bias", l);
-		if (arch == SYNTH_QWEN3 || synth_gemma(o)) {
+		if (arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE || synth_gemma(o)) {
 			synth_add(out, &n, SYNTH_NORM, hd, 1, "blk.%u.attn_q_norm.weight", l);
 			synth_add(out, &n, SYNTH_NORM, hd, 1, "blk.%u.attn_k_norm.weight", l);
 		}
@@ -178,9 +217,7 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.post_attention_norm.weight",
 				  l);
 		synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.ffn_norm.weight", l);
-		synth_add(out, &n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
-		synth_add(out, &n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
-		synth_add(out, &n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
+		synth_add_ffn(o, l, out, &n);
 		if (synth_gemma(o))
 			synth_add(out, &n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm.weight", l);
 		if (arch == SYNTH_GEMMA4)
@@ -201,6 +238,12 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 static enum lm_dtype synth_type(const struct synth_opts *o, const struct synth_tensor *t)
 {
 	return t->kind == SYNTH_MATRIX ? o->type : LM_F32;
+}
+
+/* A tensor's dimensions in the file: vectors 1, matrices 2, experts 3. */
+static uint32_t synth_dims(const struct synth_tensor *t)
+{
+	return t->ne2 > 1 ? 3 : t->kind == SYNTH_MATRIX || t->kind == SYNTH_ROUTER ? 2 : 1;
 }
 
 static bool synth_type_ok(enum lm_dtype t)
@@ -225,11 +268,21 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 	const int arch = synth_arch_of(o);
 	if (arch < 0)
 		return lm_fail(d, LM_EINVAL,
-			       "arch '%s': synth writes llama, qwen2, qwen3, gemma3 or gemma4",
+			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3 or "
+			       "gemma4",
 			       o->arch);
+	if (arch == SYNTH_QWEN3MOE && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
+				       o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
+		return lm_fail(d, LM_EINVAL,
+			       "qwen3moe needs --experts in [1, 512] and --experts-used in [1, "
+			       "--experts] (and --ffn-exp up to 1048576)");
+	if (arch != SYNTH_QWEN3MOE && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
+		return lm_fail(d, LM_EINVAL,
+			       "--experts, --experts-used and --ffn-exp are qwen3moe's");
 	if (arch == SYNTH_GEMMA4 && o->window == 0)
 		return lm_fail(d, LM_EINVAL, "gemma4 needs --window (its sliding layers)");
-	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3) && o->window != 0)
+	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE) &&
+	    o->window != 0)
 		return lm_fail(d, LM_EINVAL, "%s has no sliding window in llama.cpp", o->arch);
 	if (arch != SYNTH_GEMMA4 && (o->head_dim_swa != 0 || o->kv_heads_swa != 0))
 		return lm_fail(d, LM_EINVAL,
@@ -317,6 +370,7 @@ int synth_check(const struct synth_opts *o, lm_diag *d)
 				     t[i].name, info->name, info->blck,
 				     t[i].ne0 == o->dim   ? "dim"
 				     : t[i].ne0 == o->ffn ? "ffn"
+				     : t[i].ne2 > 1       ? "ffn-exp"
 							  : "heads x head_dim",
 				     (long long)t[i].ne0);
 	free(t);
@@ -439,9 +493,9 @@ static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 		scale = (float)(1.0 / sqrt((double)t->ne0) / SYNTH_NOISE_STD);
 		offset = 0.0f;
 	}
-	for (int64_t r0 = 0; r0 < t->ne1; r0 += SYNTH_ROWS_AT_ONCE) {
-		const int64_t n =
-			t->ne1 - r0 < SYNTH_ROWS_AT_ONCE ? t->ne1 - r0 : SYNTH_ROWS_AT_ONCE;
+	const int64_t rows = t->ne1 * t->ne2; /* an expert tensor: every expert's, in turn */
+	for (int64_t r0 = 0; r0 < rows; r0 += SYNTH_ROWS_AT_ONCE) {
+		const int64_t n = rows - r0 < SYNTH_ROWS_AT_ONCE ? rows - r0 : SYNTH_ROWS_AT_ONCE;
 		for (int64_t r = 0; r < n; r++) {
 			float *x = row + r * t->ne0;
 			for (int64_t i = 0; i < t->ne0; i++)
@@ -772,6 +826,21 @@ static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *
 	return 0;
 }
 
+/* qwen3moe's keys: the experts, how many a token takes, their width. */
+static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
+{
+	char k[96];
+	int rc;
+	if ((rc = gguf_writer_kv_u32(w, synth_key(o, "expert_count", k, sizeof k), o->experts,
+				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "expert_used_count", k, sizeof k),
+				     o->experts_used, d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "expert_feed_forward_length", k, sizeof k),
+				     (uint32_t)synth_ffn_exp(o), d)) != 0)
+		return rc;
+	return 0;
+}
+
 static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t vocab, lm_diag *d)
 {
 	bool quant = o->type != LM_F32 && o->type != LM_F16 && o->type != LM_BF16;
@@ -811,6 +880,7 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	    (arch == SYNTH_LLAMA && o->window != 0 &&
 	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
 	    (synth_gemma(o) && (rc = synth_put_gemma(w, o, d)) != 0) ||
+	    (arch == SYNTH_QWEN3MOE && (rc = synth_put_experts(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)
 		return rc;
@@ -867,12 +937,11 @@ int synth_write(const struct synth_opts *o_in, struct synth_stats *st, lm_diag *
 	}
 	uint64_t params = 0;
 	for (size_t i = 0; i < n; i++) {
-		const int64_t ne[2] = {tensors[i].ne0, tensors[i].ne1};
+		const int64_t ne[3] = {tensors[i].ne0, tensors[i].ne1, tensors[i].ne2};
 		if ((rc = gguf_writer_add_tensor(&w, tensors[i].name, synth_type(&o, &tensors[i]),
-						 tensors[i].kind == SYNTH_MATRIX ? 2 : 1, ne, NULL,
-						 d)) != 0)
+						 synth_dims(&tensors[i]), ne, NULL, d)) != 0)
 			goto out;
-		params += (uint64_t)ne[0] * (uint64_t)ne[1];
+		params += (uint64_t)ne[0] * (uint64_t)ne[1] * (uint64_t)ne[2];
 	}
 
 	size_t len = strlen(o.out);

@@ -21,6 +21,10 @@
  * The other architectures add or change, per layer (f32 vectors unless said):
  *     qwen2    attn_q.bias [q_dim], attn_k.bias and attn_v.bias [kv_dim]
  *     qwen3    attn_q_norm.weight and attn_k_norm.weight [head_dim]
+ *     qwen3moe as qwen3, with the FFN a mixture of --experts experts (each token takes
+ *              --experts-used): ffn_gate_inp.weight [dim, experts] (f32, as llama.cpp's
+ *              quantizer leaves the router), ffn_gate_exps.weight and ffn_up_exps.weight
+ *              [dim, ffn_exp, experts], ffn_down_exps.weight [ffn_exp, dim, experts]
  *     gemma3   attn_q_norm, attn_k_norm [head_dim], post_attention_norm, post_ffw_norm [dim];
  *              every layer but each --swa-period-th slides over --window positions
  *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
@@ -75,15 +79,18 @@ struct synth_opts {
 	const char *vocab_from; /* GGUF whose tokenizer.* keys are copied, or NULL */
 	/* A file whose text becomes tokenizer.chat_template (instead of vocab_from's), or NULL. */
 	const char *chat_template_from;
-	const char *arch;      /* "llama" (NULL), "qwen2", "qwen3", "gemma3", "gemma4" */
-	uint32_t head_dim;     /* elements per head (gemma4: the global layers'); 0: dim/heads */
-	uint32_t window;       /* sliding window; 0: none (llama: Mistral's, every layer) */
-	uint32_t swa_period;   /* gemma: every swa_period-th layer is global; 0: 6 */
+	const char *arch;    /* "llama" (NULL), "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4" */
+	uint32_t head_dim;   /* elements per head (gemma4: the global layers'); 0: dim/heads */
+	uint32_t window;     /* sliding window; 0: none (llama: Mistral's, every layer) */
+	uint32_t swa_period; /* gemma: every swa_period-th layer is global; 0: 6 */
 	uint32_t head_dim_swa; /* gemma4's sliding layers; 0: head_dim */
 	uint32_t kv_heads_swa; /* gemma4's sliding layers; 0: kv_heads */
 	float rope_base_swa;   /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
 	float softcap;         /* <arch>.final_logit_softcapping; 0: none */
 	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
+	uint32_t experts;      /* qwen3moe: experts per layer (<arch>.expert_count) */
+	uint32_t experts_used; /* qwen3moe: experts a token takes (expert_used_count) */
+	uint32_t ffn_exp;      /* qwen3moe: an expert's width; 0: ffn */
 	bool sparse;           /* the tensor index and no data: a file with holes */
 	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
 };

@@ -182,13 +182,11 @@ static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparam
 			       (double)factor);
 	r->scale = factor == 0 ? 1.0f : 1.0f / factor;
 
-	/* Mixture-of-experts layers route each token through experts: not implemented. */
-	uint32_t experts = 0;
-	if (hp_get_u32_zero(f, arch, "expert_count", &experts, NULL) == 0 && experts > 0)
-		return lm_fail(d, LM_EUNSUPPORTED,
-			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
-			       "supported",
-			       arch, arch, experts);
+	/* Mixture-of-experts layers: the architectures that have them read the rest of their
+	 * keys; any other refuses the file (lm_hparams_load). */
+	r->n_expert = 0;
+	if (hp_get_u32_zero(f, arch, "expert_count", &r->n_expert, NULL) != 0)
+		r->n_expert = 0;
 	return 0;
 }
 
@@ -211,6 +209,14 @@ static int hp_check_layers(const struct lm_hparams *hp, lm_diag *d)
 				       i, l->rope.n_rot, l->head_dim);
 		if (l->window < 0)
 			return lm_fail(d, LM_EFORMAT, "layer %d: sliding window %d", i, l->window);
+		if (l->n_expert > 0 &&
+		    (l->n_expert > LM_MAX_EXPERTS || l->n_expert_used <= 0 ||
+		     l->n_expert_used > l->n_expert || l->n_ff_exp <= 0 || l->n_ff_exp > (1 << 24)))
+			return lm_fail(
+				d, LM_EFORMAT,
+				"layer %d: %d experts (at most %d), %d used, %d wide are out "
+				"of range",
+				i, l->n_expert, LM_MAX_EXPERTS, l->n_expert_used, l->n_ff_exp);
 	}
 	return 0;
 }
@@ -247,8 +253,15 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 	hp->embd_scale = 1.0f;
 	hp->attn_scale = 1.0f / sqrtf((float)r.head_dim);
 	hp->has_rope_freqs = gguf_find_tensor(f, "rope_freqs.weight") != NULL;
+	hp->moe = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX, .norm = false, .scale = 1.0f};
 	if ((rc = ha->load(f, hp, &r, d)) != 0)
 		return rc;
+	/* Route each token through experts only where the architecture reads how. */
+	if (r.n_expert > 0 && hp->layer[0].n_expert == 0)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
+			       "supported for this architecture (layermesh runs them for qwen3moe)",
+			       arch, arch, r.n_expert);
 	if ((rc = hp_check_layers(hp, d)) != 0)
 		return rc;
 
@@ -286,7 +299,11 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 		int32_t g = l->n_head / l->n_head_kv;
 		w.q_dim = q > w.q_dim ? q : w.q_dim;
 		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
-		w.ff_dim = l->n_ff > w.ff_dim ? l->n_ff : w.ff_dim;
+		int32_t ff = l->n_expert > 0 ? l->n_ff_exp : l->n_ff;
+		w.ff_dim = ff > w.ff_dim ? ff : w.ff_dim;
+		w.n_expert = l->n_expert > w.n_expert ? l->n_expert : w.n_expert;
+		w.n_expert_used =
+			l->n_expert_used > w.n_expert_used ? l->n_expert_used : w.n_expert_used;
 		w.head_dim = l->head_dim > w.head_dim ? l->head_dim : w.head_dim;
 		w.group = g > w.group ? g : w.group;
 		w.n_heads = l->n_head > w.n_heads ? l->n_head : w.n_heads;
@@ -318,11 +335,17 @@ int lm_model_costs(const gguf_file *f, const struct lm_hparams *hp, struct lm_mo
 					"tensor '%s' belongs to layer %d of a %d-layer model",
 					t->name, t->layer, hp->n_layer);
 			struct lm_layer_cost *c = &costs->layer[t->layer];
+			const struct lm_layer_hparams *l = &hp->layer[t->layer];
 			c->weight_bytes += t->size;
 			if (t->n_dims >= 2) {
 				c->params += model_elems(t);
 				c->flops += 2 * model_elems(t);
 			}
+			/* An expert tensor ([.., .., n_expert]): a token reads n_expert_used of
+			 * its n_expert blocks. */
+			if (t->n_dims == 3 && l->n_expert > 0 && t->ne[2] == l->n_expert)
+				c->flops -= 2 * model_elems(t) / (uint64_t)l->n_expert *
+					    (uint64_t)(l->n_expert - l->n_expert_used);
 		} else if (strcmp(t->name, "token_embd.weight") == 0) {
 			costs->embd_bytes += t->size;
 			if (hp->tied) {

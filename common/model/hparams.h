@@ -43,10 +43,30 @@ struct lm_layer_hparams {
 	int32_t window;    /* a sliding layer attends to its last `window` positions; 0: global */
 	bool rope_factors; /* its rope applies rope_freqs.weight's frequency factors */
 	struct lm_rope_params rope; /* mode, rotated dimensions, base and scale */
+	/* A mixture-of-experts layer (n_expert > 0): its FFN is n_expert experts of width
+	 * n_ff_exp, of which each token takes the n_expert_used its router ranks first; n_ff is
+	 * then unused. 0, 0, 0 on a dense layer. */
+	int32_t n_expert, n_expert_used, n_ff_exp;
+};
+
+/* How a router's logits become the weights of the experts it picks. */
+enum lm_moe_gating {
+	LM_MOE_SOFTMAX = 0, /* softmax over every expert, then the top n_expert_used */
+	LM_MOE_SIGMOID,     /* sigmoid of each logit, then the top n_expert_used */
+};
+
+/* The most experts a layer may have (llama.cpp's LLAMA_MAX_EXPERTS). */
+#define LM_MAX_EXPERTS 512
+
+struct lm_moe_params {
+	enum lm_moe_gating gating;
+	bool norm;   /* the picked experts' weights are divided by their sum */
+	float scale; /* then multiplied by this (1: none) */
 };
 
 struct lm_hparams {
-	char arch[32]; /* general.architecture: "llama", "qwen2", "qwen3", "gemma3", "gemma4" */
+	char arch[32]; /* general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma3",
+			* "gemma4" */
 	int32_t n_layer;
 	int32_t n_embd;
 	int32_t n_vocab;
@@ -57,6 +77,7 @@ struct lm_hparams {
 	float final_softcap; /* logits become cap x tanh(logits / cap); 0: no cap */
 	bool tied;           /* no output.weight: the head reuses token_embd.weight */
 	bool has_rope_freqs; /* the file has rope_freqs.weight (some layer applies it) */
+	struct lm_moe_params moe; /* the routers of the mixture-of-experts layers */
 	struct lm_layer_hparams layer[LM_MAX_LAYERS];
 };
 
@@ -70,12 +91,14 @@ const char *lm_hparams_archs(void);
 
 /* The widest of layers [begin, end): what a stage's activation buffers are sized by. */
 struct lm_widths {
-	int32_t q_dim;    /* n_head x head_dim */
-	int32_t kv_dim;   /* n_head_kv x head_dim */
-	int32_t ff_dim;   /* n_ff */
-	int32_t head_dim; /* per head */
-	int32_t group;    /* query heads per KV head */
-	int32_t n_heads;  /* query heads */
+	int32_t q_dim;         /* n_head x head_dim */
+	int32_t kv_dim;        /* n_head_kv x head_dim */
+	int32_t ff_dim;        /* n_ff, or an expert's n_ff_exp on a mixture-of-experts layer */
+	int32_t head_dim;      /* per head */
+	int32_t group;         /* query heads per KV head */
+	int32_t n_heads;       /* query heads */
+	int32_t n_expert;      /* experts of a mixture-of-experts layer (0: none in the range) */
+	int32_t n_expert_used; /* experts a token takes */
 };
 struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, int32_t end);
 
@@ -83,7 +106,8 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 struct lm_layer_cost {
 	uint64_t weight_bytes; /* bytes of the layer's tensors in the file */
 	uint64_t params;       /* parameters (elements) of its matrices */
-	uint64_t flops;        /* per token: 2 x matrix parameters (multiply-adds) */
+	uint64_t flops;        /* per token: 2 x matrix parameters (multiply-adds); of a
+				* mixture-of-experts layer's experts, only the ones a token takes */
 };
 struct lm_model_costs {
 	struct lm_layer_cost *layer; /* [n_layer], caller-owned array */

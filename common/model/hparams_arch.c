@@ -2,6 +2,7 @@
  * llama.cpp (release v0.4.0): src/models/<arch>.cpp's load_arch_hparams and the converters'
  * keys. Their tensors and layers are in engine/arch_<name>.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,6 +127,45 @@ static int hp_qwen(const gguf_file *f, struct lm_hparams *hp, const struct hp_re
 	return rc != 0 ? rc : hp_no_rope_freqs(hp, d);
 }
 
+/* qwen3moe: qwen3's attention, and on every layer a mixture of expert_count experts of which
+ * each token takes expert_used_count (a scalar or per-layer array), expert_feed_forward_length
+ * wide (per layer; absent: feed_forward_length / expert_used_count, as llama.cpp). llama.cpp's
+ * graph routes by a softmax over all experts and always normalises the picked weights. Expert
+ * groups (DeepSeek's) are refused with their key. */
+static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+		       lm_diag *d)
+{
+	int rc = hp_qwen(f, hp, r, d);
+	if (rc != 0)
+		return rc;
+	if (r->n_expert == 0)
+		return lm_fail(d, LM_EFORMAT, "metadata 'qwen3moe.expert_count' is missing or 0");
+	if (r->n_expert > LM_MAX_EXPERTS)
+		return lm_fail(d, LM_EFORMAT, "qwen3moe.expert_count = %u is over %d", r->n_expert,
+			       LM_MAX_EXPERTS);
+	uint32_t groups = 0;
+	if (hp_get_u32_zero(f, hp->arch, "expert_group_count", &groups, NULL) == 0 && groups > 1)
+		return lm_fail(d, LM_EUNSUPPORTED,
+			       "qwen3moe: expert groups (qwen3moe.expert_group_count = %u) are "
+			       "not supported",
+			       groups);
+	if ((rc = hp_get_per_layer(f, hp->arch, "expert_used_count", hp,
+				   offsetof(struct lm_layer_hparams, n_expert_used), true, d)) != 0)
+		return rc;
+	rc = hp_get_per_layer(f, hp->arch, "expert_feed_forward_length", hp,
+			      offsetof(struct lm_layer_hparams, n_ff_exp), false, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	for (int32_t il = 0; il < hp->n_layer; il++) {
+		struct lm_layer_hparams *l = &hp->layer[il];
+		l->n_expert = (int32_t)r->n_expert;
+		if (rc == LM_ENOTFOUND)
+			l->n_ff_exp = l->n_ff / l->n_expert_used;
+	}
+	hp->moe = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f};
+	return 0;
+}
+
 /* gemma3: a sliding window on every layer but each sixth (or the pattern's), those layers'
  * own rope base; the embedding scaled by sqrt(n_embd); queries scaled by 1/sqrt(head_dim), or
  * by 1/sqrt(n_embd / n_head) for the 62-layer (27B) model, as llama.cpp decides it. */
@@ -199,8 +239,8 @@ static int hp_gemma4(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 
 static const struct hp_arch hp_archs[] = {
 	{"llama", LM_ROPE_NORM, hp_llama},   {"qwen2", LM_ROPE_NEOX, hp_qwen},
-	{"qwen3", LM_ROPE_NEOX, hp_qwen},    {"gemma3", LM_ROPE_NEOX, hp_gemma3},
-	{"gemma4", LM_ROPE_NEOX, hp_gemma4},
+	{"qwen3", LM_ROPE_NEOX, hp_qwen},    {"qwen3moe", LM_ROPE_NEOX, hp_qwen3moe},
+	{"gemma3", LM_ROPE_NEOX, hp_gemma3}, {"gemma4", LM_ROPE_NEOX, hp_gemma4},
 };
 
 const struct hp_arch *hp_arch_find(const char *name)
@@ -213,5 +253,5 @@ const struct hp_arch *hp_arch_find(const char *name)
 
 const char *lm_hparams_archs(void)
 {
-	return "llama, qwen2, qwen3, gemma3 and gemma4";
+	return "llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4";
 }

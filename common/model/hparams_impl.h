@@ -15,6 +15,7 @@ struct hp_read {
 	int32_t n_rot, n_rot_swa;       /* rope.dimension_count[_swa] */
 	float base, base_swa;           /* rope.freq_base[_swa] */
 	float scale;                    /* 1 / rope.scaling.factor */
+	uint32_t n_expert;              /* expert_count (0: a dense model) */
 };
 
 /* An architecture's reading of its metadata. */

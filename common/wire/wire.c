@@ -10,16 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 5 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
+/* The values below are protocol version 6 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
  * "dig", ASSIGN's per-kind cache types and "drf", and the bound on data-ring messages; 4 the
- * HELLO reply's "fp" as a proof, wire_hello_proof, not the fingerprint itself; 5 FORWARD's
- * "gr", the grammars of constrained sequences). Changing
- * any of them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in
+ * HELLO reply's "fp" as a proof, wire_hello_proof, not the fingerprint itself; 5 COPY; 6
+ * FORWARD's "gr", the grammars of constrained sequences). Changing any of them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in
  * wire.h and update this table with it, so two builds that disagree refuse each other at HELLO
  * instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
-	static_assert(WIRE_VERSION_CURRENT == 5 && (name) == (value), #name \
-		      " is pinned by protocol version 5: bump WIRE_VERSION and update wire.c")
+	static_assert(WIRE_VERSION_CURRENT == 6 && (name) == (value), #name \
+		      " is pinned by protocol version 6: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -36,7 +35,8 @@ WIRE_PIN(WIRE_PAUSE, 12);
 WIRE_PIN(WIRE_RESUME, 13);
 WIRE_PIN(WIRE_REPOINT, 14);
 WIRE_PIN(WIRE_TRACE, 15);
-WIRE_PIN(WIRE_TYPE_MAX, 15);
+WIRE_PIN(WIRE_COPY, 16);
+WIRE_PIN(WIRE_TYPE_MAX, 16);
 
 WIRE_PIN(WIRE_DT_NONE, 0);
 WIRE_PIN(WIRE_DT_I32, 1);
@@ -104,7 +104,7 @@ const char *wire_type_name(uint32_t t)
 		[WIRE_KV_IMPORT] = "KV_IMPORT", [WIRE_STATUS] = "STATUS",
 		[WIRE_ERROR] = "ERROR",         [WIRE_PAUSE] = "PAUSE",
 		[WIRE_RESUME] = "RESUME",       [WIRE_REPOINT] = "REPOINT",
-		[WIRE_TRACE] = "TRACE",
+		[WIRE_TRACE] = "TRACE",         [WIRE_COPY] = "COPY",
 	};
 	if (t >= 1 && t <= WIRE_TYPE_MAX)
 		return names[t];

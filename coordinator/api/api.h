@@ -43,6 +43,7 @@
 #include "common/tok/tokenizer.h"
 #include "coordinator/api/chat_template.h"
 #include "coordinator/api/jinja.h"
+#include "coordinator/api/tool_call.h"
 #include "coordinator/sched/scheduler.h"
 
 struct api;
@@ -61,7 +62,8 @@ struct api_cfg {
 	const jinja_tmpl *jinja;
 	enum chat_format chat;
 	const char *chat_why;
-	bool ui; /* serve the pages for people, / and /chat (api_pages.h) */
+	struct tool_syntax tools; /* the template's tool-call syntax (tool_call.h) */
+	bool ui;                  /* serve the pages for people, / and /chat (api_pages.h) */
 	/* The HTTP server's limits and CORS origins (httpd.h); copied. */
 	struct lm_httpd_limits http_limits;
 	/* Mesh-level endpoints, provided by the mesh (may be NULL). They run on HTTP threads. */

@@ -305,10 +305,12 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 {
 	double n = 1;
 	int rc;
-	if ((rc = api_number(req, "n", 1, 1, true, &n, err)) != 0 ||
+	if ((rc = api_number(req, "n", 1, API_MAX_N, true, &n, err)) != 0 ||
 	    (rc = api_bool(req, "stream", &r->stream, err)) != 0 ||
 	    (rc = api_bool(req, "return_token_ids", &r->want_ids, err)) != 0)
 		return rc;
+	r->n = (int32_t)n;
+	r->best_of = r->n;
 	bool speculate = true;
 	if ((rc = api_bool(req, "speculate", &speculate, err)) != 0)
 		return rc;
@@ -391,11 +393,17 @@ static int api_completion_fields(const cJSON *req, const struct api_limits *lim,
 	    (rc = api_common(req, lim, vocab, 16, r, err)) != 0 ||
 	    (rc = api_number(req, "logprobs", 0, API_MAX_LOGPROBS, true, &lp, err)) != 0)
 		return rc;
-	const cJSON *bo = cJSON_GetObjectItemCaseSensitive(req, "best_of");
-	if (bo != NULL && !cJSON_IsNull(bo) && (!cJSON_IsNumber(bo) || bo->valuedouble != 1))
+	double best_of = r->n;
+	if ((rc = api_number(req, "best_of", 1, API_MAX_N, true, &best_of, err)) != 0)
+		return rc;
+	if (best_of < r->n)
+		return API_BAD(err, "best_of", "'best_of' (%g) must be at least 'n' (%d)", best_of,
+			       (int)r->n);
+	if (best_of > r->n && r->stream)
 		return API_BAD(err, "best_of",
-			       "'best_of' other than 1 is not supported (one completion is "
-			       "generated per request)");
+			       "'best_of' above 'n' cannot be streamed: the best are known only "
+			       "at the end");
+	r->best_of = (int32_t)best_of;
 	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "echo")))
 		return API_BAD(err, "echo", "echo is not supported");
 	const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(req, "suffix");
@@ -467,29 +475,91 @@ static int api_content(const cJSON *c, int i, struct chat_part *parts, int *n_pa
 	return 0;
 }
 
-/* The fields of a message besides role and content that may come back from a response the
- * client appends to its history: accepted when empty (name: any string, which the templates
- * do not render either). */
-static int api_message_extras(const cJSON *m, int i, struct api_error *err)
+/* A history message's tool call: {"id", "type": "function", "function": {"name", "arguments":
+ * JSON object text or the object}}. */
+static int api_history_call(const cJSON *c, const char *param, struct api_error *err)
 {
-	for (const cJSON *k = m->child; k != NULL; k = k->next) {
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+	const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+	const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+	const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+	if (!cJSON_IsObject(c) || (id != NULL && !cJSON_IsString(id)) ||
+	    (type != NULL &&
+	     !(cJSON_IsString(type) && strcmp(type->valuestring, "function") == 0)) ||
+	    !cJSON_IsObject(fn) || !cJSON_IsString(name))
+		return API_BAD(err, param,
+			       "'%s' must be {\"id\": ..., \"type\": \"function\", \"function\": "
+			       "{\"name\": ..., \"arguments\": ...}}",
+			       param);
+	bool ok = cJSON_IsObject(args);
+	if (cJSON_IsString(args)) {
+		char why[64];
+		cJSON *o = api_json_parse(args->valuestring, api_json_len(args), why, sizeof why);
+		ok = cJSON_IsObject(o);
+		cJSON_Delete(o);
+	}
+	if (!ok)
+		return API_BAD(err, param,
+			       "'%s.function.arguments' must be a JSON object (as text)", param);
+	return 0;
+}
+
+/* An assistant's tool_calls (empty: none). */
+static int api_history_calls(const cJSON *m, int i, enum chat_role role, bool *has,
+			     struct api_error *err)
+{
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+	char param[64];
+	snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+	*has = false;
+	if (tc == NULL || cJSON_IsNull(tc) || (cJSON_IsArray(tc) && cJSON_GetArraySize(tc) == 0))
+		return 0;
+	if (role != CHAT_ASSISTANT)
+		return API_BAD(err, param, "'%s' is only for an assistant's message", param);
+	if (!cJSON_IsArray(tc) || cJSON_GetArraySize(tc) > API_MAX_TOOL_CALLS)
+		return API_BAD(err, param, "'%s' must be an array of at most %d tool calls", param,
+			       API_MAX_TOOL_CALLS);
+	int k = 0, rc = 0;
+	for (const cJSON *c = tc->child; rc == 0 && c != NULL; c = c->next, k++) {
+		char p[80];
+		snprintf(p, sizeof p, "%s[%d]", param, k);
+		rc = api_history_call(c, p, err);
+	}
+	*has = rc == 0;
+	return rc;
+}
+
+/* The fields of a message besides role and content: its tool calls, the id of the call a tool
+ * message answers, its reasoning, a name; and those a response the client appends to its
+ * history may carry, accepted when empty. */
+static int api_message_extras(const cJSON *m, int i, struct chat_msg *out, struct api_error *err)
+{
+	int rc = api_history_calls(m, i, out->role, &out->tool_calls, err);
+	for (const cJSON *k = m->child; rc == 0 && k != NULL; k = k->next) {
 		const char *key = k->string;
 		bool empty = cJSON_IsNull(k) || (cJSON_IsArray(k) && cJSON_GetArraySize(k) == 0);
-		if (strcmp(key, "role") == 0 || strcmp(key, "content") == 0 ||
-		    (strcmp(key, "name") == 0 && cJSON_IsString(k)))
-			continue;
-		if (empty && (strcmp(key, "refusal") == 0 || strcmp(key, "annotations") == 0 ||
-			      strcmp(key, "tool_calls") == 0 || strcmp(key, "function_call") == 0 ||
-			      strcmp(key, "audio") == 0))
-			continue;
 		char param[64];
 		snprintf(param, sizeof param, "messages[%d].%.40s", i, key);
+		if (strcmp(key, "role") == 0 || strcmp(key, "content") == 0 ||
+		    strcmp(key, "tool_calls") == 0)
+			continue;
+		if (strcmp(key, "name") == 0 || strcmp(key, "reasoning_content") == 0 ||
+		    (strcmp(key, "tool_call_id") == 0 && out->role == CHAT_TOOL)) {
+			if (!cJSON_IsString(k) && !cJSON_IsNull(k))
+				return API_BAD(err, param, "'%s' must be a string", param);
+			continue;
+		}
+		if (empty && (strcmp(key, "refusal") == 0 || strcmp(key, "annotations") == 0 ||
+			      strcmp(key, "function_call") == 0 || strcmp(key, "audio") == 0))
+			continue;
 		return API_BAD(err, param, "'%s' is not supported%s", param,
-			       strncmp(key, "tool", 4) == 0 || strcmp(key, "function_call") == 0
-				       ? " (this server does not call tools)"
-				       : "");
+			       strcmp(key, "function_call") == 0
+				       ? " (the deprecated function-calling API: use tool_calls)"
+			       : strcmp(key, "tool_call_id") == 0 ? " (only on a tool message)"
+								  : "");
 	}
-	return 0;
+	return rc;
 }
 
 static int api_role(const cJSON *m, int i, enum chat_role *role, struct api_error *err)
@@ -504,14 +574,16 @@ static int api_role(const cJSON *m, int i, enum chat_role *role, struct api_erro
 		*role = CHAT_USER;
 	else if (strcmp(s, "assistant") == 0)
 		*role = CHAT_ASSISTANT;
-	else if (strcmp(s, "tool") == 0 || strcmp(s, "function") == 0)
+	else if (strcmp(s, "tool") == 0)
+		*role = CHAT_TOOL;
+	else if (strcmp(s, "function") == 0)
 		return API_BAD(err, param,
-			       "role '%s' is not supported (this server does not call "
-			       "tools)",
-			       s);
+			       "role 'function' is not supported (the deprecated function-calling "
+			       "API: use role \"tool\")");
 	else
 		return API_BAD(err, param,
-			       "'%s' must be \"system\", \"developer\", \"user\" or \"assistant\"",
+			       "'%s' must be \"system\", \"developer\", \"user\", \"assistant\" or "
+			       "\"tool\"",
 			       param);
 	return 0;
 }
@@ -548,7 +620,7 @@ int api_chat_messages(const cJSON *messages, enum chat_format f, struct chat_msg
 		first_part[i] = np;
 		const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
 		if ((rc = api_role(m, i, &out[i].role, err)) != 0 ||
-		    (rc = api_message_extras(m, i, err)) != 0 ||
+		    (rc = api_message_extras(m, i, &out[i], err)) != 0 ||
 		    (rc = api_content(c, i, pt, &np, joined, &off[i], &out[i].len, err)) != 0)
 			break;
 		/* Gemma 4's template takes the parts of a user or model turn as they are. */
@@ -576,26 +648,133 @@ int api_chat_messages(const cJSON *messages, enum chat_format f, struct chat_msg
 	return 0;
 }
 
-/* The fields of OpenAI's chat API that stand for features this server does not have: their
- * neutral values are accepted, anything else refused. */
-static int api_chat_unsupported(const cJSON *req, struct api_error *err)
+/* ------------------------------------------------------------------ tools */
+
+static bool api_tool_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	return n > 0 && n <= 64 &&
+	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
+}
+
+/* One of tools: {"type": "function", "function": {"name", "description", "parameters",
+ * "strict"}}; its name into r->tool_names[i]. A mistake's param is "tools", its message names the
+ * exact field. */
+static int api_tool(const cJSON *t, int i, struct api_request *r, struct api_error *err)
+{
+	char param[64];
+	snprintf(param, sizeof param, "tools[%d]", i);
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+	const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+	if (!cJSON_IsObject(t) || !cJSON_IsString(type) ||
+	    strcmp(type->valuestring, "function") != 0 || !cJSON_IsObject(fn))
+		return API_BAD(err, "tools",
+			       "'%s' must be {\"type\": \"function\", \"function\": {\"name\": "
+			       "...}}",
+			       param);
+	static const struct {
+		const char *key, *what;
+		cJSON_bool (*is)(const cJSON *);
+	} fields[] = {{"description", "a string", cJSON_IsString},
+		      {"parameters", "an object (a JSON schema)", cJSON_IsObject},
+		      {"strict", "true or false", cJSON_IsBool}};
+	for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(fn, fields[k].key);
+		snprintf(param, sizeof param, "tools[%d].function.%s", i, fields[k].key);
+		if (v != NULL && !cJSON_IsNull(v) && !fields[k].is(v))
+			return API_BAD(err, "tools", "'%s' must be %s", param, fields[k].what);
+	}
+	const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+	snprintf(param, sizeof param, "tools[%d].function.name", i);
+	if (!cJSON_IsString(name) || !api_tool_name_ok(name->valuestring))
+		return API_BAD(err, "tools",
+			       "'%s' must be 1 to 64 letters, digits, '_', '-' or '.'", param);
+	for (int k = 0; k < i; k++)
+		if (strcmp(r->tool_names[k], name->valuestring) == 0)
+			return API_BAD(err, "tools", "'tools' has the function '%s' twice",
+				       name->valuestring);
+	if ((r->tool_names[i] = strdup(name->valuestring)) == NULL)
+		return API_NOMEM(err);
+	r->n_tools = i + 1;
+	return 0;
+}
+
+/* tool_choice, after tools. */
+static int api_tool_choice(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(req, "tool_choice");
+	r->tool_choice = r->n_tools > 0 ? API_TOOLS_AUTO : API_TOOLS_NONE;
+	if (tc == NULL || cJSON_IsNull(tc))
+		return 0;
+	const char *s = cJSON_IsString(tc) ? tc->valuestring : "";
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
+	const cJSON *name = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(tc, "function"), "name");
+	if (strcmp(s, "none") == 0)
+		r->tool_choice = API_TOOLS_NONE;
+	else if (strcmp(s, "auto") == 0)
+		r->tool_choice = r->n_tools > 0 ? API_TOOLS_AUTO : API_TOOLS_NONE;
+	else if (strcmp(s, "required") == 0)
+		r->tool_choice = API_TOOLS_REQUIRED;
+	else if (cJSON_IsObject(tc) && cJSON_IsString(type) &&
+		 strcmp(type->valuestring, "function") == 0 && cJSON_IsString(name))
+		r->tool_choice = API_TOOLS_NAMED;
+	else
+		return API_BAD(err, "tool_choice",
+			       "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+			       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+	if (r->n_tools == 0 && r->tool_choice != API_TOOLS_NONE)
+		return API_BAD(err, "tool_choice", "'tool_choice' %s needs 'tools'",
+			       r->tool_choice == API_TOOLS_REQUIRED ? "\"required\""
+								    : "naming a function");
+	if (r->tool_choice != API_TOOLS_NAMED)
+		return 0;
+	for (int i = 0; i < r->n_tools; i++)
+		if (strcmp(r->tool_names[i], name->valuestring) == 0)
+			return (r->tool_choice_name = strdup(name->valuestring)) != NULL
+				       ? 0
+				       : API_NOMEM(err);
+	return API_BAD(err, "tool_choice",
+		       "'tool_choice' names the function '%.64s', which 'tools' does not have",
+		       name->valuestring);
+}
+
+/* tools, tool_choice, parallel_tool_calls. */
+static int api_chat_tools(const cJSON *req, const struct api_limits *lim, struct api_request *r,
+			  struct api_error *err)
 {
 	const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
-	if (tools != NULL && !cJSON_IsNull(tools) &&
-	    !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0))
-		return API_BAD(err, "tools",
-			       "'tools' is not supported (this server does not call "
-			       "tools)");
-	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(req, "tool_choice");
-	if (tc != NULL && !cJSON_IsNull(tc) &&
-	    !(cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0))
-		return API_BAD(err, "tool_choice", "only 'tool_choice' \"none\" is supported");
-	const cJSON *ptc = cJSON_GetObjectItemCaseSensitive(req, "parallel_tool_calls");
-	if (ptc != NULL && !cJSON_IsNull(ptc))
-		return API_BAD(err, "parallel_tool_calls",
-			       "'parallel_tool_calls' is not supported (this server does not call "
-			       "tools)");
+	int n = cJSON_GetArraySize(tools), rc = 0;
+	if (tools != NULL && !cJSON_IsNull(tools) && (!cJSON_IsArray(tools) || n > API_MAX_TOOLS))
+		return API_BAD(err, "tools", "'tools' must be an array of at most %d tools",
+			       API_MAX_TOOLS);
+	if (n > 0 && (r->tool_names = calloc((size_t)n, sizeof *r->tool_names)) == NULL)
+		return API_NOMEM(err);
+	int i = 0;
+	for (const cJSON *t = n > 0 ? tools->child : NULL; rc == 0 && t != NULL; t = t->next, i++)
+		rc = api_tool(t, i, r, err);
+	r->parallel_tool_calls = true;
+	if (rc != 0 || (rc = api_tool_choice(req, r, err)) != 0 ||
+	    (rc = api_bool(req, "parallel_tool_calls", &r->parallel_tool_calls, err)) != 0)
+		return rc;
+	r->syntax = lim->jinja != NULL ? lim->tools : (struct tool_syntax){0};
 	return 0;
+}
+
+int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d)
+{
+	if (r->tool_choice != API_TOOLS_REQUIRED && r->tool_choice != API_TOOLS_NAMED)
+		return 0;
+	struct tool_want w = api_tool_want(r);
+	return tool_call_grammar(&r->syntax, w.names, w.n_names, r->parallel_tool_calls, out, d);
+}
+
+struct tool_want api_tool_want(const struct api_request *r)
+{
+	if (r->tool_choice == API_TOOLS_NAMED)
+		return (struct tool_want){true, (const char *const *)&r->tool_choice_name, 1};
+	return (struct tool_want){r->tool_choice != API_TOOLS_NONE && r->n_tools > 0,
+				  (const char *const *)r->tool_names, r->n_tools};
 }
 
 /* The rendered conversation into ids: special-token text parsed (the template's markers), BOS
@@ -628,13 +807,61 @@ static int api_chat_tokens(const struct lm_buf *text, const struct api_limits *l
 	return api_prompt_fits(r, lim, err);
 }
 
+/* A history message's tool calls for the template: copied, each function's arguments an object
+ * (templates iterate them or write them with tojson; validated by api_history_call). */
+static cJSON *api_jinja_calls(const cJSON *tc)
+{
+	cJSON *calls = cJSON_Duplicate(tc, true);
+	for (cJSON *c = calls != NULL ? calls->child : NULL; c != NULL; c = c->next) {
+		cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+		cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+		if (!cJSON_IsString(args))
+			continue;
+		char why[64];
+		cJSON *o = api_json_parse(args->valuestring, api_json_len(args), why, sizeof why);
+		if (o == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", o)) {
+			cJSON_Delete(o);
+			cJSON_Delete(calls);
+			return NULL;
+		}
+	}
+	return calls;
+}
+
+/* The fields besides role and content that reach the template: an assistant's tool_calls and
+ * reasoning_content, a tool message's tool_call_id and name. */
+static bool api_jinja_extras(cJSON *o, const struct chat_msg *m, const cJSON *src)
+{
+	if (m->tool_calls) {
+		cJSON *calls = api_jinja_calls(cJSON_GetObjectItemCaseSensitive(src, "tool_calls"));
+		if (calls == NULL || !cJSON_AddItemToObject(o, "tool_calls", calls)) {
+			cJSON_Delete(calls);
+			return false;
+		}
+	}
+	static const char *const keys[] = {"reasoning_content", "tool_call_id", "name"};
+	for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(src, keys[k]);
+		if (!cJSON_IsString(v) || (k > 0 && m->role != CHAT_TOOL))
+			continue;
+		cJSON *copy = cJSON_Duplicate(v, false);
+		if (copy == NULL || !cJSON_AddItemToObject(o, keys[k], copy)) {
+			cJSON_Delete(copy);
+			return false;
+		}
+	}
+	return true;
+}
+
 /* The messages as the Jinja engine takes them: {"role", "content"}, the role as the formats
- * take it (developer is system) and the content as they do (the text, or the parts). */
-static cJSON *api_chat_jinja_messages(const struct chat_msg *m, int n)
+ * take it (developer is system) and the content as they do (the text, or the parts); then the
+ * tool fields of src (the request's messages). */
+static cJSON *api_chat_jinja_messages(const struct chat_msg *m, int n, const cJSON *src)
 {
 	cJSON *arr = cJSON_CreateArray();
-	for (int i = 0; arr != NULL && i < n; i++) {
-		static const char *const roles[] = {"system", "user", "assistant"};
+	const cJSON *s = src != NULL ? src->child : NULL;
+	for (int i = 0; arr != NULL && i < n; i++, s = s != NULL ? s->next : NULL) {
+		static const char *const roles[] = {"system", "user", "assistant", "tool"};
 		cJSON *o = cJSON_CreateObject(), *content = NULL;
 		cJSON_AddItemToArray(arr, o);
 		if (o == NULL || cJSON_AddStringToObject(o, "role", roles[m[i].role]) == NULL)
@@ -658,7 +885,7 @@ static cJSON *api_chat_jinja_messages(const struct chat_msg *m, int n)
 			content = t != NULL ? cJSON_AddStringToObject(o, "content", t) : NULL;
 			free(t);
 		}
-		if (content == NULL)
+		if (content == NULL || !api_jinja_extras(o, &m[i], s))
 			goto fail;
 	}
 	return arr;
@@ -669,8 +896,10 @@ fail:
 
 /* Renders with the engine; its refusals are 400s in its words. */
 static int api_chat_jinja(const struct api_limits *lim, const struct chat_msg *msgs, int n,
-			  const cJSON *kwargs, bool gen, struct lm_buf *text, struct api_error *err)
+			  const cJSON *req, bool gen, struct lm_buf *text, struct api_error *err)
 {
+	const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(req, "chat_template_kwargs");
+	const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
 	/* The engine's strings end at a NUL, which a JSON string may hold. */
 	for (int i = 0; i < n; i++)
 		if (memchr(msgs[i].text, '\0', msgs[i].len) != NULL) {
@@ -680,12 +909,15 @@ static int api_chat_jinja(const struct api_limits *lim, const struct chat_msg *m
 				       "'%s' holds U+0000, which a chat template is not given",
 				       param);
 		}
-	cJSON *messages = api_chat_jinja_messages(msgs, n), *vars = NULL;
+	cJSON *messages = api_chat_jinja_messages(
+		      msgs, n, cJSON_GetObjectItemCaseSensitive(req, "messages")),
+	      *vars = NULL;
 	if (messages == NULL)
 		return API_NOMEM(err);
 	lm_diag d = {{0}};
-	int rc = chat_jinja_vars(messages, NULL, gen, kwargs,
-				 lim->bos_text != NULL ? lim->bos_text : "",
+	/* No tools (or []) is None to the template, as transformers passes it. */
+	int rc = chat_jinja_vars(messages, cJSON_GetArraySize(tools) > 0 ? tools : NULL, gen,
+				 kwargs, lim->bos_text != NULL ? lim->bos_text : "",
 				 lim->eos_text != NULL ? lim->eos_text : "", &vars, &d);
 	cJSON_Delete(messages);
 	if (rc != 0)
@@ -723,6 +955,12 @@ int api_chat_prompt(const cJSON *req, const struct api_limits *lim, bool gen, st
 			"'chat_template_kwargs' needs the model's own chat template (mesh.toml "
 			"names the format %s)",
 			chat_format_name(lim->chat));
+	const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
+	if (lim->jinja == NULL && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0)
+		return API_BAD(err, "tools",
+			       "'tools' needs the model's own chat template (mesh.toml names the "
+			       "format %s, which renders no tools)",
+			       chat_format_name(lim->chat));
 	struct chat_msg *msgs = NULL;
 	struct chat_part *parts = NULL;
 	struct lm_buf joined = {0};
@@ -731,7 +969,7 @@ int api_chat_prompt(const cJSON *req, const struct api_limits *lim, bool gen, st
 				   &msgs, &n, &parts, &joined, err);
 	lm_diag d = {{0}};
 	if (rc == 0 && lim->jinja != NULL) {
-		rc = api_chat_jinja(lim, msgs, n, kw, gen, text, err);
+		rc = api_chat_jinja(lim, msgs, n, req, gen, text, err);
 	} else if (rc == 0 && (rc = chat_render(lim->chat, lim->bos_text ? lim->bos_text : "",
 						lim->eos_text ? lim->eos_text : "", msgs, n, gen,
 						text, &d)) != 0) {
@@ -763,12 +1001,15 @@ static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const
 {
 	int rc;
 	r->kind = API_CHAT;
-	if ((rc = api_known_fields(req, API_CHAT, r, err)) != 0)
+	if ((rc = api_known_fields(req, API_CHAT, r, err)) != 0 ||
+	    (rc = api_chat_tools(req, lim, r, err)) != 0)
 		return rc;
 	struct lm_buf text = {0};
 	rc = api_chat_prompt(req, lim, true, &text, err);
 	if (rc == 0)
 		rc = api_chat_tokens(&text, lim, vocab, r, err);
+	tool_syntax_prompt(&r->syntax, text.p, text.len);
+	r->parse_output = tool_syntax_active(&r->syntax);
 	lm_buf_fini(&text);
 	if (rc != 0)
 		return rc;
@@ -784,8 +1025,7 @@ static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const
 	double max_tokens = mct >= 0 ? mct : lim->max_seq - r->n_prompt;
 	if ((rc = api_common(req, lim, vocab, max_tokens, r, err)) != 0 ||
 	    (rc = api_bool(req, "logprobs", &r->logprobs, err)) != 0 ||
-	    (rc = api_number(req, "top_logprobs", 0, API_MAX_LOGPROBS, true, &top, err)) != 0 ||
-	    (rc = api_chat_unsupported(req, err)) != 0)
+	    (rc = api_number(req, "top_logprobs", 0, API_MAX_LOGPROBS, true, &top, err)) != 0)
 		return rc;
 	if (top > 0 && !r->logprobs)
 		return API_BAD(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -821,6 +1061,10 @@ void api_request_fini(struct api_request *r)
 	free(r->grammar);
 	for (int i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
+	for (int i = 0; i < r->n_tools; i++)
+		free(r->tool_names[i]);
+	free(r->tool_names);
+	free(r->tool_choice_name);
 	memset(r, 0, sizeof *r);
 }
 

@@ -20,13 +20,18 @@
  *     stop              a string or an array of up to API_MAX_STOPS non-empty strings of at
  *                       most API_MAX_STOP_LEN bytes, valid UTF-8, without U+0000
  *     stream            true or false; stream_options {"include_usage": bool} only with it
- *     n                 1 only                   user, model   any string (one model)
+ *     n                 integer [1, API_MAX_N]: choices, each its own sequence; the prompt is
+ *                       computed once and its rows copied (scheduler.h); choice i samples with
+ *                       seed + i. At most the mesh's slots (api_call.c refuses more)
+ *     user, model       any string (one model)
  *     return_token_ids  true or false
  * POST /v1/completions also takes:
  *     prompt            a string (tokenized here, with BOS when the vocabulary wants one;
  *                       special-token text stays text) or a non-empty array of token ids
  *     logprobs          integer [0, API_MAX_LOGPROBS]   echo  false only
- *     best_of           1 only                          suffix  null or "" only
+ *     best_of           integer [n, API_MAX_N], default n: sequences generated, of which the n
+ *                       with the highest sum of logprobs are returned; above n not with stream
+ *     suffix            null or "" only
  * POST /v1/chat/completions also takes:
  *     messages          a non-empty array of {"role": "system"|"developer"|"user"|"assistant",
  *                       "content": a string, an array of {"type": "text", "text": ...} parts,
@@ -40,7 +45,22 @@
  *     chat_template_kwargs  an object: each key a variable of the template's (its knobs:
  *                       enable_thinking, reasoning_effort, ...; chat_jinja.h); only with the
  *                       model's own template
- *     tools  null or []   tool_choice  "none" only
+ *     tools             an array of at most API_MAX_TOOLS {"type": "function", "function":
+ *                       {"name": [A-Za-z0-9_.-]{1,64}, each once; "description": a string;
+ *                       "parameters": an object; "strict": a boolean}}, given to the template
+ *                       as `tools` (the model's own template only)
+ *     tool_choice       "none" (calls are not looked for in the output), "auto" (the default
+ *                       with tools), "required" or {"type": "function", "function": {"name"}}
+ *                       naming one of tools (calls to it alone are taken); the last two need
+ *                       tools
+ *     parallel_tool_calls  true or false (default true)
+ *   and messages also take the role "tool" (content, and "tool_call_id": a string), an
+ *   assistant's "tool_calls" ([{"id": a string, "type": "function", "function": {"name": a
+ *   string, "arguments": JSON object text (or the object)}}], given to the template with the
+ *   arguments as an object, as templates expect them) and "reasoning_content" (a string), and
+ *   "name" (a string) on any message.
+ * The output of a chat request is parsed by the template's syntax (tool_call.h): reasoning and
+ * tool calls apart from the content.
  * Structured output, on both endpoints (json_schema.h; docs/constrained-decoding.md): at most
  * one of response_format ({"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
  * "json_schema": {"name", "schema", "strict"}}), json_schema (a schema) and grammar (GBNF),
@@ -64,6 +84,7 @@
 #include "common/wire/wire.h"
 #include "coordinator/api/chat_template.h"
 #include "coordinator/api/jinja.h"
+#include "coordinator/api/tool_call.h"
 
 #define API_MAX_STOPS          4
 #define API_MAX_STOP_LEN       256
@@ -72,6 +93,9 @@
 #define API_MAX_PENALTY_WINDOW LM_MAX_PENALTY_WINDOW
 #define API_MAX_MESSAGES       1024
 #define API_MAX_TEMPLATE_STOPS 4
+#define API_MAX_TOOLS          128
+#define API_MAX_TOOL_CALLS     128 /* in one history message */
+#define API_MAX_N              16  /* n and best_of */
 
 enum api_kind { API_COMPLETION, API_CHAT };
 
@@ -89,7 +113,12 @@ struct api_limits {
 	enum chat_format chat;
 	const char *chat_why;
 	const char *bos_text, *eos_text;
+	/* How the template's model writes tool calls and reasoning (tool_syntax_detect of its
+	 * text; zeroed: none). */
+	struct tool_syntax tools;
 };
+
+enum api_tool_choice { API_TOOLS_NONE = 0, API_TOOLS_AUTO, API_TOOLS_REQUIRED, API_TOOLS_NAMED };
 
 struct api_request {
 	enum api_kind kind;
@@ -108,15 +137,36 @@ struct api_request {
 	bool want_ids;      /* return_token_ids */
 	bool no_speculate;  /* "speculate": false: no drafts for this request */
 	bool no_cache;      /* "cache_prompt": false: reuse no slot's rows (llama-server's field) */
+	int32_t n;          /* choices returned, 1..API_MAX_N */
+	int32_t best_of;    /* sequences generated, n..API_MAX_N (completions; chat: n) */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */
 	int32_t stop_ids[API_MAX_TEMPLATE_STOPS]; /* chat: the template's end-of-turn ids */
 	int32_t n_stop_ids;
 	char ignored[256]; /* the fields this server does not know, ignored: "store, user" */
+	/* Chat: the tools' names ([n_tools] owned), tool_choice (its function's name, owned, when
+	 * named), parallel_tool_calls; and how the output is parsed: the template's syntax with
+	 * the rendered prompt's state (parse_output: reasoning or calls to look for). */
+	char **tool_names;
+	int n_tools;
+	enum api_tool_choice tool_choice;
+	char *tool_choice_name;
+	bool parallel_tool_calls;
+	struct tool_syntax syntax;
+	bool parse_output;
 	/* GBNF the output is held to (constrained decoding), or NULL; owned. */
 	char *grammar;
 };
+
+/* What the output parse of r looks for (tool_call.h): calls, to its tools (the named one
+ * alone), unless tool_choice is "none" or there are no tools. */
+struct tool_want api_tool_want(const struct api_request *r);
+/* The GBNF grammar (tool_call.h) that forces r's tool_choice "required" or named function in
+ * the template's call syntax, appended to out; nothing for the other choices. LM_EINVAL when
+ * the template has no call syntax. Not applied yet: constrained decoding is to carry it to the
+ * sampling step. */
+int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d);
 
 /* Why a request was refused: what the HTTP reply says. */
 struct api_error {

@@ -628,6 +628,12 @@ static void fmt_phi35(struct chat_out *o, const char *eos, const struct chat_msg
 int chat_render(enum chat_format f, const char *bos, const char *eos, const struct chat_msg *msgs,
 		int n, bool gen, struct lm_buf *out, lm_diag *d)
 {
+	for (int i = 0; i < n; i++)
+		if (msgs[i].role == CHAT_TOOL || msgs[i].tool_calls)
+			return lm_fail(d, LM_EINVAL,
+				       "the %s format renders no tool calls or tool messages (the "
+				       "model's own template does: mesh.toml names a format)",
+				       chat_format_name(f));
 	struct lm_buf b = {0};
 	struct chat_out o = {.b = &b};
 	int rc = 0;

@@ -81,7 +81,7 @@ enum chat_format {
 	CHAT_FORMAT_COUNT
 };
 
-enum chat_role { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT };
+enum chat_role { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
 
 struct chat_part {
 	const char *text;
@@ -94,6 +94,7 @@ struct chat_msg {
 	size_t len;
 	const struct chat_part *parts; /* the content's parts when it was an array, else NULL */
 	int n_parts;
+	bool tool_calls; /* an assistant's message with tool calls */
 };
 
 /* "chatml", "qwen2.5", ... ; "none" for CHAT_NONE. */
@@ -127,7 +128,8 @@ void chat_format_stops(enum chat_format f, const char *eos, const char *out[4]);
 
 /* Renders msgs[0..n) as format f with bos_token and eos_token (vocabulary texts; "" when the
  * model has none) into out (appended). LM_EINVAL with the reason in d when the template would
- * raise (roles, system messages); LM_ENOMEM. */
+ * raise (roles, system messages), or for tool messages and tool calls, which the formats do
+ * not render; LM_ENOMEM. */
 int chat_render(enum chat_format f, const char *bos, const char *eos, const struct chat_msg *msgs,
 		int n, bool add_generation_prompt, struct lm_buf *out, lm_diag *d);
 

@@ -21,8 +21,12 @@ static void synth_usage(FILE *out)
 	      "\n"
 	      "  --out FILE        the GGUF to write (replaced atomically)\n"
 	      "  --arch A          llama (default), qwen2 (Q/K/V biases), qwen3 (Q/K norms),\n"
+	      "                    qwen3moe (qwen3 with a mixture of experts on every layer),\n"
 	      "                    gemma3 or gemma4 (sliding and global layers, post-norms,\n"
 	      "                    GELU FFN; gemma4: no V on global layers, output scales)\n"
+	      "  --experts N       qwen3moe: experts per layer (<arch>.expert_count), up to 512\n"
+	      "  --experts-used K  qwen3moe: experts each token takes, up to N\n"
+	      "  --ffn-exp F       qwen3moe: an expert's width (default --ffn)\n"
 	      "  --dim D           embedding length (<arch>.embedding_length), up to 65536\n"
 	      "  --layers L        transformer blocks (<arch>.block_count), up to 512\n"
 	      "  --heads H         attention heads; D must be a multiple of H, and D/H even\n"
@@ -153,6 +157,9 @@ static const struct synth_opt synth_table[] = {
 	SO("rope-base-swa", SK_FLOAT, rope_base_swa),
 	SO("softcap", SK_FLOAT, softcap),
 	SO("rope-llama3", SK_FLAG, rope_llama3),
+	SO("experts", SK_U32, experts),
+	SO("experts-used", SK_U32, experts_used),
+	SO("ffn-exp", SK_U32, ffn_exp),
 	SO("sparse", SK_FLAG, sparse),
 	SO("threads", SK_U32, threads),
 };

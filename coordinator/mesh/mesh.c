@@ -52,8 +52,9 @@ struct mesh {
 	gguf_file *file;   /* the model's metadata: tokenizer and fingerprint */
 	struct lm_hparams hp;
 	char model_name[128];
-	jinja_tmpl *jinja;     /* the model's chat template, parsed; NULL: none or mesh.toml's */
-	enum chat_format chat; /* recognised or named; with jinja NULL, CHAT_NONE refuses chat */
+	jinja_tmpl *jinja;        /* the model's chat template, parsed; NULL: none or mesh.toml's */
+	struct tool_syntax tools; /* its tool-call syntax, with jinja */
+	enum chat_format chat;    /* recognised or named; with jinja NULL, CHAT_NONE refuses chat */
 	char chat_why[400];
 	/* Non-empty when a plane leaves this machine in the clear: said at start and on /readyz. */
 	char plain_note[512];
@@ -151,6 +152,21 @@ static int32_t mesh_ring_rollback(const struct mesh *m)
 	return -1;
 }
 
+/* The rows of the smallest sliding-window ring a worker keeps (sched_cfg.ring_ctx); 0 when no
+ * layer slides. */
+static int32_t mesh_ring_ctx(const struct mesh *m)
+{
+	int32_t extra = kv_geom_ring_extra(m->cfg.max_batch, m->cfg.max_draft), least = 0;
+	for (int32_t l = 0; l < m->hp.n_layer; l++) {
+		if (m->hp.layer[l].window <= 0)
+			continue;
+		struct kv_geom g = {.window = m->hp.layer[l].window};
+		int32_t ctx = kv_geom_ctx(&g, m->facts.max_seq, extra);
+		least = least == 0 || ctx < least ? ctx : least;
+	}
+	return least;
+}
+
 /* How conversations are rendered: by the model's own template through the Jinja engine, or
  * by the format mesh.toml's [model] chat_template names (for a model without a template). The
  * format recognised in a template gives its end-of-turn stops. */
@@ -167,6 +183,7 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 	    gguf_get_str(m->file, "tokenizer.chat_template", &t, NULL) == 0) {
 		lm_diag jd = {{0}};
 		m->jinja = jinja_parse(t, strlen(t), &jd);
+		m->tools = tool_syntax_detect(t, strlen(t));
 		if (m->jinja == NULL && m->chat == CHAT_NONE)
 			snprintf(m->chat_why, sizeof m->chat_why,
 				 "the model's chat template cannot be parsed (%.200s); set [model] "
@@ -178,8 +195,11 @@ static int mesh_chat_format(struct mesh *m, lm_diag *d)
 				jd.msg, chat_format_name(m->chat));
 	}
 	if (m->jinja != NULL)
-		lm_info("chat template: the model's own, by the Jinja engine (%s)",
-			m->chat != CHAT_NONE ? chat_format_name(m->chat) : "no known family");
+		lm_info("chat template: the model's own, by the Jinja engine (%s; tool calls: "
+			"%s%s)",
+			m->chat != CHAT_NONE ? chat_format_name(m->chat) : "no known family",
+			tool_format_name(m->tools.fmt),
+			m->tools.think_open != NULL ? ", reasoning apart" : "");
 	else if (m->chat != CHAT_NONE && m->chat_why[0] != '\0')
 		lm_warn("chat template: %s: %s", chat_format_name(m->chat), m->chat_why);
 	else if (m->chat != CHAT_NONE)
@@ -249,6 +269,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .spec_max_streams = m->cfg.spec_max_streams,
 			       .prefix_cache = m->cfg.prefix_cache,
 			       .ring_rollback = mesh_ring_rollback(m),
+			       .ring_ctx = mesh_ring_ctx(m),
 			       .push = &m->head,
 			       .pull = m->pull};
 	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,
@@ -278,6 +299,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		.jinja = m->jinja,
 		.chat = m->chat,
 		.chat_why = m->chat_why,
+		.tools = m->jinja != NULL ? m->tools : (struct tool_syntax){0},
 		.ui = m->cfg.ui,
 		.http_limits = {.read_timeout_ms = (int64_t)(m->cfg.http_read_timeout * 1000),
 				.idle_timeout_ms = (int64_t)(m->cfg.http_idle_timeout * 1000),

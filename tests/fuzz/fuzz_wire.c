@@ -52,6 +52,25 @@ static bool same_f32(float a, float b)
 	return memcmp(&a, &b, sizeof a) == 0;
 }
 
+/* A decoded sequence's grammar ("gr") as wire.h promises it, and b's the same after a round
+ * trip. */
+static void check_grammar(const struct wire_seq *a, const struct wire_seq *b,
+			  const struct wire_limits *lim)
+{
+	const struct wire_grammar *x = a->grammar, *y = b->grammar;
+	CHECK((x == NULL) == (y == NULL));
+	if (x == NULL || y == NULL)
+		return;
+	CHECK(a->sample && x->len <= WIRE_MAX_GRAMMAR);
+	CHECK(x->len == 0 ? x->n_ids == 0 : (uint64_t)x->n_ids == a->step);
+	CHECK(x->len == 0 || memchr(x->text, '\0', x->len) == NULL);
+	for (int32_t i = 0; i < x->n_ids; i++)
+		CHECK(x->ids[i] >= 0 && x->ids[i] < lim->n_vocab);
+	CHECK(y->len == x->len && y->n_ids == x->n_ids);
+	CHECK(x->len == 0 || memcmp(x->text, y->text, x->len) == 0);
+	CHECK(x->n_ids == 0 || memcmp(x->ids, y->ids, (size_t)x->n_ids * sizeof x->ids[0]) == 0);
+}
+
 static void check_forward(const uint8_t *data, size_t size, const struct wire_limits *lim)
 {
 	struct wire_forward f, g;
@@ -109,6 +128,7 @@ static void check_forward(const uint8_t *data, size_t size, const struct wire_li
 		      same_f32(a->sampling.top_p, b->sampling.top_p) &&
 		      same_f32(a->sampling.min_p, b->sampling.min_p) &&
 		      a->sampling.seed == b->sampling.seed);
+		check_grammar(a, b, lim);
 	}
 }
 
@@ -160,6 +180,27 @@ static void check_release(const uint8_t *data, size_t size, const struct wire_li
 	CHECK(wire_decode_release(enc.data, enc.len, lim, &s2, &g, NULL) == 0);
 	CHECK(g.id == r.id && g.fingerprint == r.fingerprint && g.n == r.n);
 	CHECK(r.n == 0 || memcmp(g.slots, r.slots, (size_t)r.n * sizeof r.slots[0]) == 0);
+}
+
+static void check_copy(const uint8_t *data, size_t size, const struct wire_limits *lim)
+{
+	struct wire_copy c, g;
+	lm_diag d;
+	d.msg[0] = '\0';
+	int rc = wire_decode_copy(data, size, lim, &s1, &c, &d);
+	check_rc(rc, &d);
+	if (rc != 0)
+		return;
+	CHECK(c.n >= 1 && c.n <= lim->slots && c.n <= s1.cap);
+	CHECK(c.src >= 0 && c.src < lim->slots && c.len >= 1 && c.len <= lim->max_seq);
+	for (int32_t i = 0; i < c.n; i++)
+		CHECK(c.dst[i] >= 0 && c.dst[i] < lim->slots);
+	wire_buf_reset(&enc);
+	CHECK(wire_encode_copy(&enc, &c) == 0);
+	CHECK(wire_decode_copy(enc.data, enc.len, lim, &s2, &g, NULL) == 0);
+	CHECK(g.id == c.id && g.fingerprint == c.fingerprint && g.n == c.n && g.src == c.src &&
+	      g.len == c.len);
+	CHECK(memcmp(g.dst, c.dst, (size_t)c.n * sizeof c.dst[0]) == 0);
 }
 
 static void check_hello(const uint8_t *data, size_t size)
@@ -307,6 +348,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_forward(data, size, lim);
 		check_tokens(data, size, lim);
 		check_release(data, size, lim);
+		check_copy(data, size, lim);
 		check_control(data, size, lim);
 	}
 	check_hello(data, size);

@@ -182,18 +182,51 @@ await row("completions.create", "POST /v1/completions", "response_format json_ob
 	must(v !== null && typeof v === "object" && !Array.isArray(v), r.choices[0].text);
 	return `works: ${r.choices[0].text.trim()}`;
 });
-await refused("chat.completions.create", "POST /v1/chat/completions", "n 2",
-	() => client.chat.completions.create({ model, messages: hello, n: 2 }), "'n' must be");
-await refused("chat.completions.create", "POST /v1/chat/completions", "tools",
-	() => client.chat.completions.create({ model, messages: hello, tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
-	"'tools' is not supported");
+await row("chat.completions.create", "POST /v1/chat/completions", "n 2, temperature 0", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, n: 2, max_tokens: 6, temperature: 0 });
+	must(r.choices.length === 2 && r.choices[0].index === 0 && r.choices[1].index === 1, JSON.stringify(r.choices));
+	must(r.choices[0].message.content === r.choices[1].message.content, "greedy choices differ");
+	return `works: 2 choices, equal under greedy`;
+});
+await refused("chat.completions.create", "POST /v1/chat/completions", "n 17",
+	() => client.chat.completions.create({ model, messages: hello, n: 17 }), "'n'");
+const tools = [{ type: "function", function: { name: "get_weather", description: "The weather.",
+	parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+const toolHistory = [
+	...hello,
+	{ role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+		function: { name: "get_weather", arguments: '{"city": "Paris"}' } }] },
+	{ role: "tool", tool_call_id: "call_1", content: "sunny" },
+];
+// This template has no tool-call syntax: the output is the content, whatever it says.
+await row("chat.completions.create", "POST /v1/chat/completions", "tools, tool_choice auto, parallel_tool_calls", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, tools, tool_choice: "auto", parallel_tool_calls: false, max_tokens: 4 });
+	const c = r.choices[0];
+	must(c.message.role === "assistant" && typeof c.message.content === "string" && !c.message.tool_calls, JSON.stringify(r));
+	return `works: finish_reason ${c.finish_reason}, no tool call in this template's output`;
+});
+await row("chat.completions.create", "POST /v1/chat/completions", "assistant tool_calls and a tool message in messages", async () => {
+	const r = await client.chat.completions.create({ model, messages: toolHistory, tools, max_tokens: 4 });
+	must(r.choices[0].message.role === "assistant", JSON.stringify(r));
+	return `works: ${r.usage.prompt_tokens} prompt tokens`;
+});
+await row("chat.completions.stream().finalChatCompletion()", "POST /v1/chat/completions", "stream, tools, tool_choice required", async () => {
+	const s = client.chat.completions.stream({ model, messages: toolHistory, tools, tool_choice: "required", max_tokens: 4 });
+	const r = await s.finalChatCompletion();
+	const c = r.choices[0];
+	must(c.message.role === "assistant" && typeof c.message.content === "string", JSON.stringify(r));
+	return `works: assembled, finish_reason ${c.finish_reason}`;
+});
+await refused("chat.completions.create", "POST /v1/chat/completions", "tool_choice naming no tool",
+	() => client.chat.completions.create({ model, messages: hello, tools, tool_choice: { type: "function", function: { name: "f" } } }),
+	"which 'tools' does not have");
 await refused("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema with a pattern",
 	() => client.chat.completions.create({ model, messages: hello,
 		response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "a+" } } } }),
 	"'pattern' is not supported");
-await refused("chat.completions.create", "POST /v1/chat/completions", "role tool",
-	() => client.chat.completions.create({ model, messages: [...hello, { role: "tool", content: "x", tool_call_id: "a" }] }),
-	"role 'tool' is not supported");
+await refused("chat.completions.create", "POST /v1/chat/completions", "role function",
+	() => client.chat.completions.create({ model, messages: [...hello, { role: "function", name: "f", content: "x" }] }),
+	"role 'function' is not supported");
 await refused("chat.completions.create", "POST /v1/chat/completions", "top_logprobs without logprobs",
 	() => client.chat.completions.create({ model, messages: hello, top_logprobs: 2 }), "top_logprobs");
 await row("chat.completions.create", "POST /v1/chat/completions", "store, metadata, user, service_tier (unknown here)", async () => {
@@ -206,8 +239,11 @@ await row("chat.completions.create", "POST /v1/chat/completions", "store, metada
 	must(ignored === "store, metadata, service_tier", `X-Layermesh-Ignored-Fields: ${ignored}`);
 	return `works, ignored and named: X-Layermesh-Ignored-Fields: ${ignored}`;
 });
-await refused("completions.create", "POST /v1/completions", "best_of 2",
-	() => client.completions.create({ model, prompt: "x", best_of: 2 }), "'best_of' other than 1");
+await row("completions.create", "POST /v1/completions", "best_of 3, n 1", async () => {
+	const r = await client.completions.create({ model, prompt: "Once", best_of: 3, max_tokens: 4, seed: 7 });
+	must(r.choices.length === 1 && r.usage.completion_tokens === 12, JSON.stringify(r));
+	return `works: the best of 3, usage ${r.usage.completion_tokens} completion tokens`;
+});
 await refused("completions.create", "POST /v1/completions", "suffix",
 	() => client.completions.create({ model, prompt: "x", suffix: "y" }), "'suffix' is not supported");
 await refused("completions.create", "POST /v1/completions", "echo true",

@@ -1,9 +1,10 @@
 #!/bin/bash
 # test_oracle_archs.sh LAYERMESH LM_ORACLE — every architecture against llama.cpp itself.
 #
-# For llama, qwen2, qwen3, gemma3 and gemma4, in f32, q8_0 and q4_K: a synthetic model (`layermesh
-# synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of window 8, each
-# third layer global; gemma4 with its two head sizes and KV head counts) is run on a prompt of 74
+# For llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4, in f32, q8_0 and q4_K: a synthetic model
+# (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of
+# window 8, each third layer global; gemma4 with its two head sizes and KV head counts; qwen3moe
+# with 8 experts of width 256 on every layer, 3 per token) is run on a prompt of 74
 # tokens, more than 3x the window, by llama.cpp's generic x64 CPU build (`--cpu-variant x64`) and
 # by `layermesh run` with its default kernels:
 #   - the logits after the prompt within the tolerance of the architecture and type;
@@ -16,6 +17,7 @@
 # difference is in layer 1. What remains is llama.cpp's SSE2 exp (a polynomial, in groups of
 # four, libm's for the rest) inside SiLU and softmax, one ulp off libm's now and then, which a
 # later Q8 rounding may turn into a quantum; the test holds them to the quantized tolerance.
+# LM_TEST_ARCHS (space-separated) runs only those architectures, for a local check.
 #
 # Tolerances, measured at the commit that set them (max |diff| of the prompt's logits): f32
 # 1.8e-6 (llama, qwen) and 8.5e-4 (gemma: its GELU rounds through f16, so an activation one ulp
@@ -40,6 +42,7 @@ shape() {
 	case $1 in
 	gemma4) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3" ;;
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
+	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 3 --ffn-exp 256" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac
@@ -52,7 +55,7 @@ tolerance() { # arch type
 	esac
 }
 
-for arch in llama qwen2 qwen3 gemma3 gemma4; do
+for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4}; do
 	for type in f32 q8_0 q4_K q4_0; do
 		f=$TMP/$arch-$type.gguf
 		# shellcheck disable=SC2046

@@ -415,7 +415,10 @@ Test(api_request, sampling_ranges)
 		"'logprobs' must be an integer in [0, 20], got 21");
 	refused("{\"prompt\": [1], \"logprobs\": true}", BAD, "logprobs",
 		"'logprobs' must be a number");
-	refused("{\"prompt\": [1], \"n\": 2}", BAD, "n", "'n' must be an integer in [1, 1], got 2");
+	refused("{\"prompt\": [1], \"n\": 17}", BAD, "n",
+		"'n' must be an integer in [1, 16], got 17");
+	refused("{\"prompt\": [1], \"n\": 0}", BAD, "n",
+		"'n' must be an integer in [1, 16], got 0");
 }
 
 Test(api_request, flags)
@@ -472,8 +475,8 @@ Test(api_request, first_mistake_wins)
 		"'prompt' must be a string or an array of token ids (one prompt per request)");
 	refused("{\"prompt\": 5, \"max_tokens\": -1}", BAD, "prompt",
 		"'prompt' must be a string or an array of token ids (one prompt per request)");
-	refused("{\"prompt\": [1], \"stop\": 5, \"n\": 3, \"stream\": 2}", BAD, "n",
-		"'n' must be an integer in [1, 1], got 3");
+	refused("{\"prompt\": [1], \"stop\": 5, \"n\": 1.5, \"stream\": 2}", BAD, "n",
+		"'n' must be an integer in [1, 16], got 1.5");
 	refused("{\"prompt\": [1], \"stop\": 5, \"stream\": 2}", BAD, "stream",
 		"'stream' must be true or false");
 }
@@ -667,12 +670,8 @@ Test(api_request, penalties_bias_and_seed)
 /* What is not implemented is refused, naming the field; neutral values pass. */
 Test(api_request, unsupported_fields)
 {
-	refused("{\"prompt\": [1], \"best_of\": 2}", BAD, "best_of",
-		"'best_of' other than 1 is not supported (one completion is generated per "
-		"request)");
 	refused("{\"prompt\": [1], \"suffix\": \"x\"}", BAD, "suffix",
 		"'suffix' is not supported (this server does no insertion)");
-	refused("{\"prompt\": [1], \"n\": 2}", BAD, "n", "'n' must be an integer in [1, 1], got 2");
 	refused("{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}", BAD,
 		"stream_options", "'stream_options' is only allowed with 'stream': true");
 	refused("{\"prompt\": [1], \"model\": 5}", BAD, "model", "must be a string");
@@ -682,6 +681,34 @@ Test(api_request, unsupported_fields)
 		 &r);
 	cr_expect(r.include_usage);
 	api_request_fini(&r);
+}
+
+/* n and best_of: choices and the sequences they are drawn from. best_of below n, or above it in
+ * a stream (the best are known only at the end), is refused; chat has no best_of. */
+Test(api_request, n_and_best_of)
+{
+	struct api_request r;
+	parse_ok("{\"prompt\": [1], \"n\": 3}", &r);
+	cr_expect_eq(r.n, 3);
+	cr_expect_eq(r.best_of, 3);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"n\": 2, \"best_of\": 5}", &r);
+	cr_expect_eq(r.n, 2);
+	cr_expect_eq(r.best_of, 5);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"best_of\": 4}", &r);
+	cr_expect_eq(r.n, 1);
+	cr_expect_eq(r.best_of, 4);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"n\": 4, \"best_of\": 4, \"stream\": true}", &r);
+	cr_expect_eq(r.best_of, 4);
+	api_request_fini(&r);
+	refused("{\"prompt\": [1], \"n\": 3, \"best_of\": 2}", BAD, "best_of",
+		"'best_of' (2) must be at least 'n' (3)");
+	refused("{\"prompt\": [1], \"best_of\": 2, \"stream\": true}", BAD, "best_of",
+		"'best_of' above 'n' cannot be streamed: the best are known only at the end");
+	refused("{\"prompt\": [1], \"best_of\": 17}", BAD, "best_of",
+		"'best_of' must be an integer in [1, 16], got 17");
 }
 
 /* A prompt that cannot fit is refused before it is tokenized: at most max_token_bytes bytes
@@ -743,12 +770,14 @@ Test(api_request, chat_messages_are_checked)
 		     bad);
 	chat_refused(&l, "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}",
 		     "messages[0].role",
-		     "'messages[0].role' must be \"system\", \"developer\", \"user\" or "
-		     "\"assistant\"",
+		     "'messages[0].role' must be \"system\", \"developer\", \"user\", "
+		     "\"assistant\" or \"tool\"",
 		     bad);
-	chat_refused(&l, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
-		     "messages[0].role",
-		     "role 'tool' is not supported (this server does not call tools)", bad);
+	/* A format mesh.toml names renders no tool messages; the model's own template does. */
+	chat_refused(&l, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "messages",
+		     "the chatml format renders no tool calls or tool messages (the model's own "
+		     "template does: mesh.toml names a format)",
+		     LM_HTTP_REFUSE_TEMPLATE);
 	chat_refused(&l,
 		     "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", "
 		     "\"image_url\": {}}]}]}",
@@ -762,8 +791,9 @@ Test(api_request, chat_messages_are_checked)
 	chat_refused(&l,
 		     "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
 		     "[{}]}]}",
-		     "messages[0].tool_calls",
-		     "'messages[0].tool_calls' is not supported (this server does not call tools)",
+		     "messages[0].tool_calls[0]",
+		     "'messages[0].tool_calls[0]' must be {\"id\": ..., \"type\": \"function\", "
+		     "\"function\": {\"name\": ..., \"arguments\": ...}}",
 		     bad);
 	const char *hi = "[{\"role\": \"user\", \"content\": \"hi\"}]";
 	char body[512];
@@ -787,7 +817,9 @@ Test(api_request, chat_messages_are_checked)
 	snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}",
 		 hi);
 	chat_refused(&l, body, "tools",
-		     "'tools' is not supported (this server does not call tools)", bad);
+		     "'tools[0]' must be {\"type\": \"function\", \"function\": {\"name\": "
+		     "...}}",
+		     bad);
 	/* No template: refused with the reason the mesh found. */
 	const struct api_limits none = {.max_seq = 512, .chat_why = "no template here"};
 	snprintf(body, sizeof body, "{\"messages\": %s}", hi);
@@ -988,6 +1020,166 @@ Test(api_request, chat_renders_the_models_own_template_with_the_engine)
 	chat_refused(&fmt, body, "chat_template_kwargs",
 		     "'chat_template_kwargs' needs the model's own chat template (mesh.toml names "
 		     "the format chatml)",
+		     bad);
+	jinja_free(t);
+}
+
+/* Tools: checked field by field (a 400 naming the field); given to the model's own template as
+ * `tools`, with the history's tool calls (arguments as an object) and tool messages; the
+ * output parsed by the template's syntax, for the calls tool_choice allows. */
+Test(api_request, chat_takes_tools_and_tool_history)
+{
+	const char *src =
+		"{% if tools %}{% for t in tools %}<tool:{{ t.function.name }}>{% endfor %}{% "
+		"endif %}"
+		"{% for m in messages %}[{{ m.role }}:{{ m.content }}"
+		"{% if m.tool_calls %}{% for c in m.tool_calls %}({{ c.id }} {{ c.function.name }} "
+		"{{ c.function.arguments.city }} {{ c.function.arguments|tojson }}){% endfor %}"
+		"{% endif %}{% if m.tool_call_id %} for {{ m.tool_call_id }}{% endif %}]{% endfor "
+		"%}"
+		"{% if add_generation_prompt %}<tool_call><think>{% endif %}";
+	lm_diag d = {{0}};
+	jinja_tmpl *t = jinja_parse(src, strlen(src), &d);
+	cr_assert_not_null(t, "%s", d.msg);
+	struct api_limits l = {.max_seq = 512, .jinja = t, .bos_text = "", .eos_text = ""};
+	l.tools = tool_syntax_detect(src, strlen(src));
+	cr_assert_eq(l.tools.fmt, TOOL_FMT_HERMES);
+	const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+			    "\"parameters\": {\"type\": \"object\"}}}, {\"type\": \"function\", "
+			    "\"function\": {\"name\": \"get_time\", \"description\": \"Now.\"}}]";
+	char json[2048];
+	snprintf(
+		json, sizeof json,
+		"{\"messages\": [{\"role\": \"user\", \"content\": \"Paris?\"}, {\"role\": "
+		"\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": "
+		"\"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
+		"\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+		"\"call_1\", \"content\": \"sunny\"}], \"tools\": %s}",
+		tools);
+	char why[200];
+	cJSON *req = api_json_parse(json, strlen(json), why, sizeof why);
+	cr_assert_not_null(req, "%s", why);
+	struct lm_buf text = {0};
+	struct api_error err = {0};
+	cr_assert_eq(api_chat_prompt(req, &l, true, &text, &err), 0, "%s", err.message);
+	cr_expect_str_eq(text.p, "<tool:get_weather><tool:get_time>[user:Paris?][assistant:"
+				 "(call_1 get_weather Paris {\"city\": \"Paris\"})][tool:sunny for "
+				 "call_1]<tool_call><think>");
+	cJSON_Delete(req);
+	lm_buf_fini(&text);
+
+	/* The parsed request: its tools, choice, and the prompt left reasoning open. */
+	struct api_request r;
+	static const struct {
+		const char *extra;
+		enum api_tool_choice choice;
+		bool parallel, calls;
+	} ok[] = {
+		{"", API_TOOLS_AUTO, true, true},
+		{", \"tool_choice\": \"none\"", API_TOOLS_NONE, true, false},
+		{", \"tool_choice\": \"required\", \"parallel_tool_calls\": false",
+		 API_TOOLS_REQUIRED, false, true},
+		{", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+		 "\"get_time\"}}",
+		 API_TOOLS_NAMED, true, true},
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		snprintf(json, sizeof json,
+			 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": "
+			 "%s%s}",
+			 tools, ok[i].extra);
+		cr_assert_eq(chat_parse(&l, vocab, json, &r, &err), 0, "%s: %s", json, err.message);
+		cr_expect_eq(r.n_tools, 2);
+		cr_expect_str_eq(r.tool_names[1], "get_time");
+		cr_expect_eq(r.tool_choice, ok[i].choice, "%s", json);
+		cr_expect_eq(r.parallel_tool_calls, ok[i].parallel, "%s", json);
+		cr_expect(r.parse_output && r.syntax.fmt == TOOL_FMT_HERMES &&
+			  r.syntax.think_open_at_start);
+		struct tool_want w = api_tool_want(&r);
+		cr_expect_eq(w.calls, ok[i].calls, "%s", json);
+		cr_expect_eq(w.n_names, ok[i].choice == API_TOOLS_NAMED ? 1 : 2);
+		/* required and named get the grammar of their calls; the others none. */
+		struct lm_buf g = {0};
+		cr_expect_eq(api_tool_grammar(&r, &g, &d), 0, "%s", d.msg);
+		bool constrained =
+			ok[i].choice == API_TOOLS_REQUIRED || ok[i].choice == API_TOOLS_NAMED;
+		cr_expect_eq(g.len > 0, constrained, "%s", json);
+		if (ok[i].choice == API_TOOLS_NAMED)
+			cr_expect(strstr(g.p, "tool-name ::= \"get_time\"\n") != NULL, "%s", g.p);
+		if (ok[i].choice == API_TOOLS_REQUIRED)
+			/* The prompt left <think> open: reasoning first, then one call. */
+			cr_expect(strncmp(g.p, "root ::= think call\n", 20) == 0 &&
+					  strstr(g.p, "\nthink ::= think-body ws\n") != NULL,
+				  "%s", g.p);
+		lm_buf_fini(&g);
+		api_request_fini(&r);
+	}
+
+	const enum lm_http_refusal bad = LM_HTTP_REFUSE_INVALID;
+	static const struct {
+		const char *fields, *param, *msg;
+	} refused[] = {
+		{"\"tools\": {}", "tools", "'tools' must be an array of at most 128 tools"},
+		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]",
+		 "tools",
+		 "'tools[0].function.name' must be 1 to 64 letters, digits, '_', '-' or '.'"},
+		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+		 "\"parameters\": []}}]",
+		 "tools", "'tools[0].function.parameters' must be an object (a JSON schema)"},
+		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+		 "{\"type\": "
+		 "\"function\", \"function\": {\"name\": \"f\"}}]",
+		 "tools", "'tools' has the function 'f' twice"},
+		{"\"tool_choice\": \"always\"", "tool_choice",
+		 "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+		 "\"function\", \"function\": {\"name\": ...}}"},
+		{"\"tool_choice\": \"required\"", "tool_choice",
+		 "'tool_choice' \"required\" needs 'tools'"},
+		{"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+		 "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}",
+		 "tool_choice",
+		 "'tool_choice' names the function 'g', which 'tools' does not have"},
+		{"\"parallel_tool_calls\": 1", "parallel_tool_calls",
+		 "'parallel_tool_calls' must be true or false"},
+	};
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		snprintf(json, sizeof json,
+			 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], %s}",
+			 refused[i].fields);
+		chat_refused(&l, json, refused[i].param, refused[i].msg, bad);
+	}
+	static const struct {
+		const char *message, *param, *msg;
+	} bad_history[] = {
+		{"{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c\", \"type\": "
+		 "\"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{oops\"}}]}",
+		 "messages[0].tool_calls[0]",
+		 "'messages[0].tool_calls[0].function.arguments' must be a JSON object (as text)"},
+		{"{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": [{\"function\": "
+		 "{\"name\": \"f\", \"arguments\": \"{}\"}}]}",
+		 "messages[0].tool_calls",
+		 "'messages[0].tool_calls' is only for an assistant's message"},
+		{"{\"role\": \"user\", \"content\": \"x\", \"tool_call_id\": \"c\"}",
+		 "messages[0].tool_call_id",
+		 "'messages[0].tool_call_id' is not supported (only on a tool message)"},
+		{"{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 5}",
+		 "messages[0].tool_call_id", "'messages[0].tool_call_id' must be a string"},
+		{"{\"role\": \"function\", \"content\": \"x\"}", "messages[0].role",
+		 "role 'function' is not supported (the deprecated function-calling API: use role "
+		 "\"tool\")"},
+	};
+	for (size_t i = 0; i < sizeof bad_history / sizeof bad_history[0]; i++) {
+		snprintf(json, sizeof json, "{\"messages\": [%s]}", bad_history[i].message);
+		chat_refused(&l, json, bad_history[i].param, bad_history[i].msg, bad);
+	}
+	/* A format mesh.toml names renders no tools. */
+	const struct api_limits fmt = {.max_seq = 512, .chat = CHAT_CHATML};
+	snprintf(json, sizeof json,
+		 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": %s}",
+		 tools);
+	chat_refused(&fmt, json, "tools",
+		     "'tools' needs the model's own chat template (mesh.toml names the format "
+		     "chatml, which renders no tools)",
 		     bad);
 	jinja_free(t);
 }

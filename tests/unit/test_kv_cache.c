@@ -262,3 +262,90 @@ Test(kv_cache, bad_configs_are_errors)
 	cfg.num_layers = 0;
 	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
 }
+
+/* Fills every K and V byte of slot `slot` with `v` (a global and a sliding layer alike). */
+static void fill_slot(struct kv_cache *kv, int32_t slot, uint8_t v)
+{
+	for (int32_t i = 0; i < kv->num_layers; i++) {
+		struct lm_kv_layer *l = &kv->layers[i];
+		memset((uint8_t *)l->k + (size_t)slot * l->ctx * l->k_row_bytes, v,
+		       (size_t)l->ctx * l->k_row_bytes);
+		memset((uint8_t *)l->v + (size_t)slot * l->ctx * l->v_row_bytes, v,
+		       (size_t)l->ctx * l->v_row_bytes);
+	}
+}
+
+/* Byte `row`'s first K and V bytes of slot `slot` in layer i. */
+static uint8_t k_at(const struct kv_cache *kv, int32_t i, int32_t slot, int32_t row)
+{
+	const struct lm_kv_layer *l = &kv->layers[i];
+	return ((const uint8_t *)l->k)[((size_t)slot * l->ctx + (size_t)row) * l->k_row_bytes];
+}
+
+static uint8_t v_at(const struct kv_cache *kv, int32_t i, int32_t slot, int32_t row)
+{
+	const struct lm_kv_layer *l = &kv->layers[i];
+	return ((const uint8_t *)l->v)[((size_t)slot * l->ctx + (size_t)row) * l->v_row_bytes];
+}
+
+/* A copy gives the destination the source's first len rows of a global layer, the whole ring of
+ * a sliding one, and the source's high-water mark; the global layer's rows past len, and every
+ * other slot, are left alone. */
+Test(kv_cache, copy_takes_the_prefix_and_the_ring)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 2, .head_dim = 4},
+			       {.n_kv_heads = 2, .head_dim = 4, .window = 8}};
+	struct kv_cache kv = make(5, 2, g, 3, LM_F32);
+	lm_diag d = {{0}};
+	fill_slot(&kv, 0, 0xaa);
+	fill_slot(&kv, 1, 0x11);
+	fill_slot(&kv, 2, 0x22);
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 12, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 2, 30, &d), 0);
+	cr_assert_eq(kv_cache_copy(&kv, 0, 2, 11, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv.len[2], 11);
+	cr_expect_eq(kv.hi[2], 12);
+	for (int32_t r = 0; r < 32; r++) {
+		uint8_t want = r < 11 ? 0xaa : 0x22;
+		cr_expect_eq(k_at(&kv, 0, 2, r), want, "global row %d", r);
+		cr_expect_eq(v_at(&kv, 0, 2, r), want, "global row %d", r);
+	}
+	for (int32_t r = 0; r < kv.layers[1].ctx; r++) {
+		cr_expect_eq(k_at(&kv, 1, 2, r), 0xaa, "ring row %d", r);
+		cr_expect_eq(v_at(&kv, 1, 2, r), 0xaa, "ring row %d", r);
+	}
+	cr_expect_eq(k_at(&kv, 0, 1, 0), 0x11);
+	cr_expect_eq(kv.len[0], 12);
+	/* The destination rolls back as the source would. */
+	cr_expect_eq(kv_cache_truncate(&kv, 2, 11, &d), 0, "%s", d.msg);
+	kv_cache_fini(&kv);
+}
+
+/* A copy that cannot be made (more rows than the source holds, rows its ring lost, the source
+ * itself, no rows) is refused, and the destination is left empty, never with another
+ * sequence's rows a later batch could read. */
+Test(kv_cache, copy_refused_leaves_the_destination_empty)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 1, .head_dim = 4},
+			       {.n_kv_heads = 1, .head_dim = 4, .window = 8}};
+	struct kv_cache kv = make(0, 2, g, 3, LM_F32);
+	lm_diag d = {{0}};
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 6, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 1, 7, &d), LM_ERANGE);
+	cr_expect_eq(kv.len[1], 0);
+	cr_expect_eq(kv.hi[1], 0);
+	/* A ring written to 30 no longer holds what position 10 reads. */
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 30, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 1, 10, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "re-prefill") != NULL, "%s", d.msg);
+	cr_expect_eq(kv.len[1], 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 1, 1, 4, &d), LM_EINVAL);
+	cr_expect_eq(kv.len[1], 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 2, 0, &d), LM_EINVAL);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 3, 4, &d), LM_ERANGE);
+	cr_expect_eq(kv.len[0], 30, "the source is left as it was");
+	kv_cache_fini(&kv);
+}

@@ -189,3 +189,25 @@ Test(model, tiny_rope_scaling_factor_is_refused)
 	gguf_close(f);
 	free(img);
 }
+
+/* Mixture-of-experts layers are run for qwen3moe only: any other architecture with
+ * <arch>.expert_count is refused at load with the key. */
+Test(model, experts_of_another_architecture_are_refused_with_the_key)
+{
+	gguf_writer w;
+	lm_diag d = {{0}};
+	cr_assert_eq(gguf_writer_init(&w, 0, &d), 0, "%s", d.msg);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "llama.expert_count", 8, &d), 0, "%s", d.msg);
+	cr_assert_eq(gs_llama(&w, false, &d), 0, "%s", d.msg);
+	uint8_t *img = NULL;
+	size_t len = 0;
+	cr_assert_eq(gs_finish(&w, &img, &len, &d), 0, "%s", d.msg);
+	gguf_writer_fini(&w);
+	gguf_file *f = NULL;
+	cr_assert_eq(gguf_open_mem(img, len, &f, &d), 0, "%s", d.msg);
+	static struct lm_hparams hp;
+	cr_expect_eq(lm_hparams_load(f, &hp, &d), LM_EUNSUPPORTED);
+	cr_expect(strstr(d.msg, "llama.expert_count = 8") != NULL, "%s", d.msg);
+	gguf_close(f);
+	free(img);
+}

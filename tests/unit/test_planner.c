@@ -778,3 +778,68 @@ Test(planner, gemma4_plan_by_kv_type, .timeout = 120)
 	unlink(mesh_path);
 	unlink(model);
 }
+
+/* A mixture-of-experts geometry (Qwen3-30B-A3B's FFN: 128 experts of width 768, 8 per token, on
+ * 48 layers of dim 2048; q8_0, sparse): a layer weighs every expert's bytes, and costs per token
+ * only the 8 experts a token takes; a balanced plan over 4 workers prices both. */
+Test(planner, qwen3moe_layers_weigh_all_experts_and_cost_the_active_ones, .timeout = 60)
+{
+	char model[] = "/tmp/lm_test_qwen3moe_XXXXXX";
+	int fd = mkstemp(model);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = model;
+	o.arch = "qwen3moe";
+	o.layers = 48;
+	o.dim = 2048;
+	o.heads = 16;
+	o.kv_heads = 4;
+	o.ffn = 6144;
+	o.ffn_exp = 768;
+	o.experts = 128;
+	o.experts_used = 8;
+	o.vocab = 151936;
+	o.type = LM_Q8_0;
+	o.sparse = true;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+
+	gguf_file *f = NULL;
+	static struct lm_hparams hp;
+	cr_assert_eq(gguf_open(model, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, &d), 0, "%s", d.msg);
+	static struct lm_layer_cost lc[48];
+	struct lm_model_costs mc = {.layer = lc};
+	cr_assert_eq(lm_model_costs(f, &hp, &mc, &d), 0, "%s", d.msg);
+	gguf_close(f);
+	/* q8_0: 34 bytes per 32 elements. Attention: q and o 2048 x 2048, k and v 2048 x 512;
+	 * router 2048 x 128 f32; experts 3 x 128 x 768 x 2048; norms 2 x 2048 + 2 x 128 f32. */
+	const uint64_t attn = 2 * 2048 * 2048 + 2 * 2048 * 512, router = 2048 * 128,
+		       expert = 3ull * 768 * 2048;
+	const uint64_t bytes = (attn + 128 * expert) / 32 * 34 + router * 4 + (2 * 2048 + 256) * 4;
+	for (int i = 0; i < 48; i++) {
+		cr_expect_eq(lc[i].weight_bytes, bytes, "layer %d", i);
+		cr_expect_eq(lc[i].params, attn + router + 128 * expert, "layer %d", i);
+		cr_expect_eq(lc[i].flops, 2 * (attn + router + 8 * expert), "layer %d", i);
+	}
+
+	write_pinned(model, 4, 12, "64GiB");
+	struct mesh_config cfg;
+	load(&cfg);
+	cfg.strategy = FENCE_BALANCED;
+	struct fence_plan p;
+	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "%s", d.msg);
+	uint64_t flops = 0;
+	for (int j = 0; j < p.n_workers; j++) {
+		int32_t n = p.stages[j].end - p.stages[j].start;
+		cr_expect_eq(p.stages[j].weight_bytes, (uint64_t)n * bytes, "w%d", j);
+		flops += p.stages[j].flops;
+	}
+	cr_expect_eq(flops, 48 * lc[0].flops + mc.head_flops);
+	cr_expect_eq(p.total_flops, flops);
+	fence_plan_fini(&p);
+	mesh_config_fini(&cfg);
+	unlink(model);
+}

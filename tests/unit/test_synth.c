@@ -355,6 +355,39 @@ Test(synth, tied_has_no_output_weight)
 	gguf_close(f);
 }
 
+/* qwen3moe: the router f32 whatever the type, the experts as 3-D tensors in the file's type,
+ * the expert keys llama.cpp reads; options of the mixture are refused for other archs. */
+Test(synth, qwen3moe_has_a_router_and_3d_experts)
+{
+	struct synth_opts o = small("moe.gguf", LM_Q8_0);
+	o.arch = "qwen3moe";
+	o.experts = 4;
+	o.experts_used = 2;
+	o.ffn_exp = 64;
+	write_ok(&o, NULL);
+	gguf_file *f = open_ok(o.out);
+	cr_expect_eq(get_u32(f, "qwen3moe.expert_count"), 4);
+	cr_expect_eq(get_u32(f, "qwen3moe.expert_used_count"), 2);
+	cr_expect_eq(get_u32(f, "qwen3moe.expert_feed_forward_length"), 64);
+	const struct gguf_tensor *r = gguf_find_tensor(f, "blk.1.ffn_gate_inp.weight");
+	cr_assert_not_null(r);
+	cr_expect(r->type == LM_F32 && r->ne[0] == o.dim && r->ne[1] == 4);
+	const struct gguf_tensor *dn = gguf_find_tensor(f, "blk.1.ffn_down_exps.weight");
+	cr_assert_not_null(dn);
+	cr_expect(dn->type == LM_Q8_0 && dn->n_dims == 3 && dn->ne[0] == 64 && dn->ne[1] == o.dim &&
+		  dn->ne[2] == 4);
+	cr_expect_null(gguf_find_tensor(f, "blk.1.ffn_down.weight"));
+	cr_expect_not_null(gguf_find_tensor(f, "blk.1.attn_q_norm.weight"));
+	gguf_close(f);
+	struct synth_opts bad = small("bad.gguf", LM_F32);
+	bad.experts = 4;
+	lm_diag d = {{0}};
+	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL);
+	bad.arch = "qwen3moe";
+	bad.experts_used = 5;
+	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL);
+}
+
 Test(synth, vocab_from_copies_every_tokenizer_key)
 {
 	const char *src_path = shared_path("models/stories260K.gguf");

@@ -1,0 +1,75 @@
+/* moe.h — a mixture-of-experts FFN over a batch, on any backend.
+ *
+ * For each token t of the batch (x[t], the normed residual):
+ *     logits = x[t] Wrouter                                  (n_expert)
+ *     p      = softmax(logits)  or  sigmoid(logits)          (lm_moe_params.gating)
+ *     pick   = the n_used experts of highest p, best first (ties: the lower index)
+ *     w[r]   = p[pick[r]], divided by their sum where the file normalises (the sum clamped
+ *              to 2^-14 as llama.cpp does), times the scale
+ *     y[t]   = sum over r = 0, 1, ... of w[r] x down_e(silu(gate_e x[t]) * up_e x[t]),
+ *              e = pick[r], added in rank order
+ * as llama.cpp (release v0.4.0, build_moe_ffn) computes it.
+ *
+ * Batched: the batch's tokens are grouped by expert, and each picked expert's gate, up and down
+ * run once over its group (its weights read once per batch); an expert no token picked is not
+ * read at all, so one token's decode reads only its own experts. Batch invariance: a matmul's
+ * output row depends on its input row only, and each token's outputs are weighted and added in
+ * the token's own rank order, never in the order of the groups, so a token's y is the same bits
+ * alone and in any batch.
+ */
+#ifndef LM_MOE_H
+#define LM_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/base/err.h"
+#include "common/model/hparams.h"
+#include "engine/weights.h"
+#include "kernels/backend.h"
+
+/* One layer's mixture, as the engine binds it. */
+struct lm_moe_layer {
+	const struct lm_weight *router; /* (n_embd, n_expert) */
+	const struct lm_experts *exps;  /* n_expert experts: gate, up (n_embd, n_ff), down */
+	int32_t n_used;                 /* experts per token */
+	struct lm_moe_params p;
+};
+
+/* The buffers of lm_moe_run, for batches of up to max_batch tokens and layers up to these
+ * sizes. */
+struct lm_moe_scratch {
+	int32_t max_batch, n_embd, n_expert, n_used, n_ff;
+	/* backend memory */
+	float *logits;    /* [max_batch][n_expert] */
+	float *xg;        /* [max_batch][n_embd]: one expert's tokens, gathered */
+	float *gate, *up; /* [max_batch][n_ff] */
+	float *yg;        /* [max_batch][n_embd]: that expert's outputs */
+	float *ys;        /* [n_used][max_batch][n_embd]: token t's r-th expert's weighted output */
+	/* host memory */
+	float *logits_host; /* [max_batch][n_expert] */
+	int32_t *pick;      /* [max_batch][n_used]: token t's experts, best first */
+	float *weight;      /* [max_batch][n_used]: their weights */
+	int32_t *group;     /* [max_batch x n_used]: t x n_used + r, grouped by expert */
+	int32_t *start;     /* [n_expert + 1]: expert e's group is group[start[e], start[e+1]) */
+	uint64_t bytes;     /* backend and host bytes together */
+};
+
+/* The bytes lm_moe_scratch_init allocates for these sizes (the planner's price). */
+uint64_t lm_moe_scratch_bytes(int32_t max_batch, int32_t n_embd, int32_t n_expert, int32_t n_used,
+			      int32_t n_ff);
+int lm_moe_scratch_init(struct lm_moe_scratch *s, struct lm_backend *be, int32_t max_batch,
+			int32_t n_embd, int32_t n_expert, int32_t n_used, int32_t n_ff, lm_diag *d);
+/* Harmless on a zeroed scratch. */
+void lm_moe_scratch_fini(struct lm_moe_scratch *s, struct lm_backend *be);
+
+/* One token's routing: its n_used experts, best first, and their weights (see above). */
+void lm_moe_route(const float *logits, int32_t n_expert, int32_t n_used,
+		  const struct lm_moe_params *p, int32_t *pick, float *weight);
+
+/* y = the mixture over x, both backend memory [n][n_embd]; y may equal x. The layer's sizes
+ * must fit the scratch (LM_EINVAL otherwise). d names the failing op. */
+int lm_moe_run(struct lm_backend *be, struct lm_moe_scratch *s, const struct lm_moe_layer *l,
+	       float *y, const float *x, int32_t n, lm_diag *d);
+
+#endif

@@ -1,0 +1,334 @@
+/* test_moe.c — the mixture-of-experts FFN (engine/moe.c) against a scalar reference written
+ * here, its batch invariance, and what it reads: only the experts a batch picked, each once. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/format/quant.h"
+#include "engine/moe.h"
+#include "kernels_testutil.h"
+
+#define EMBD  256 /* a q4_K row is 256 elements */
+#define FF    256
+#define NEXP  8
+#define NUSED 3
+#define BATCH 9
+
+/* A layer's weights in one type: the router (f32) and the experts' three 3-D tensors, each
+ * NEXP contiguous blocks as GGUF stores them, bound expert by expert into the blocks. */
+struct fixture {
+	struct lm_backend be;
+	enum lm_dtype type;
+	float router_f[NEXP * EMBD];
+	float *gate_f, *up_f, *down_f;   /* the values before encoding, [NEXP][rows][cols] */
+	uint8_t *gate_q, *up_q, *down_q; /* the encoded blocks, bound (a kernel set may turn
+					  * them into panels in place) */
+	uint8_t *gate_r, *up_r, *down_r; /* a copy as encoded, for the reference */
+	size_t rb_gu, rb_d;              /* their row bytes */
+	struct lm_weight router, gate[NEXP], up[NEXP], down[NEXP];
+	struct lm_experts exps;
+	struct lm_moe_layer layer;
+	struct lm_moe_scratch s;
+};
+
+static uint8_t *encode(enum lm_dtype t, const float *src, int64_t rows, int64_t cols,
+		       size_t *row_bytes)
+{
+	uint64_t rb;
+	cr_assert_eq(lm_dtype_row_bytes((uint32_t)t, (uint64_t)cols, &rb), 0);
+	uint8_t *q = malloc((size_t)rb * (size_t)rows);
+	cr_assert_not_null(q);
+	for (int64_t r = 0; r < rows; r++)
+		cr_assert_eq(lm_quantize_row(t, src + r * cols, q + (size_t)r * rb, cols), 0);
+	*row_bytes = (size_t)rb;
+	return q;
+}
+
+static void bind_experts(struct fixture *f, struct lm_weight *w, uint8_t *blocks, int64_t ne0,
+			 int64_t ne1, size_t row_bytes)
+{
+	for (int e = 0; e < NEXP; e++) {
+		w[e] = (struct lm_weight){
+			.type = f->type, .ne0 = ne0, .ne1 = ne1, .row_bytes = row_bytes};
+		cr_assert_eq(lm_backend_weight_init(&f->be, &w[e],
+						    blocks + (size_t)e * (size_t)ne1 * row_bytes),
+			     0);
+	}
+}
+
+static void fixture_init(struct fixture *f, enum lm_dtype type, const char *kset, uint64_t seed)
+{
+	memset(f, 0, sizeof *f);
+	f->type = type;
+	cr_assert_eq(test_backend(&f->be, 2, kset), 0);
+	struct test_rng r = {seed};
+	/* Router logits of std ~1.5: distinct picks, far from ties. */
+	test_fill_gauss(&r, f->router_f, NEXP * EMBD, 1.5f / sqrtf(EMBD));
+	size_t n = (size_t)NEXP * FF * EMBD;
+	f->gate_f = malloc(n * sizeof(float));
+	f->up_f = malloc(n * sizeof(float));
+	f->down_f = malloc(n * sizeof(float));
+	test_fill_gauss(&r, f->gate_f, n, 1.0f / sqrtf(EMBD));
+	test_fill_gauss(&r, f->up_f, n, 1.0f / sqrtf(EMBD));
+	test_fill_gauss(&r, f->down_f, n, 1.0f / sqrtf(FF));
+	size_t rb_gu, rb_d;
+	f->gate_q = encode(type, f->gate_f, NEXP * FF, EMBD, &rb_gu);
+	f->up_q = encode(type, f->up_f, NEXP * FF, EMBD, &rb_gu);
+	f->down_q = encode(type, f->down_f, NEXP * EMBD, FF, &rb_d);
+	f->gate_r = encode(type, f->gate_f, NEXP * FF, EMBD, &f->rb_gu);
+	f->up_r = encode(type, f->up_f, NEXP * FF, EMBD, &f->rb_gu);
+	f->down_r = encode(type, f->down_f, NEXP * EMBD, FF, &f->rb_d);
+	f->router = (struct lm_weight){.type = LM_F32,
+				       .ne0 = EMBD,
+				       .ne1 = NEXP,
+				       .row_bytes = EMBD * sizeof(float),
+				       .data = f->router_f};
+	bind_experts(f, f->gate, f->gate_q, EMBD, FF, rb_gu);
+	bind_experts(f, f->up, f->up_q, EMBD, FF, rb_gu);
+	bind_experts(f, f->down, f->down_q, FF, EMBD, rb_d);
+	f->exps = (struct lm_experts){.n = NEXP, .gate = f->gate, .up = f->up, .down = f->down};
+	f->layer =
+		(struct lm_moe_layer){.router = &f->router,
+				      .exps = &f->exps,
+				      .n_used = NUSED,
+				      .p = {.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f}};
+	lm_diag d;
+	cr_assert_eq(lm_moe_scratch_init(&f->s, &f->be, BATCH, EMBD, NEXP, NUSED, FF, &d), 0, "%s",
+		     d.msg);
+}
+
+static void fixture_fini(struct fixture *f)
+{
+	lm_moe_scratch_fini(&f->s, &f->be);
+	lm_backend_fini(&f->be);
+	free(f->gate_f), free(f->up_f), free(f->down_f);
+	free(f->gate_q), free(f->up_q), free(f->down_q);
+	free(f->gate_r), free(f->up_r), free(f->down_r);
+}
+
+static void run(struct fixture *f, float *y, const float *x, int n)
+{
+	lm_diag d;
+	cr_assert_eq(lm_moe_run(&f->be, &f->s, &f->layer, y, x, n, &d), 0, "%s", d.msg);
+}
+
+/* The reference, in double over the weights as stored (decoded back to floats): softmax over
+ * all experts, the top NUSED, weights normalised to sum 1, each expert a SiLU-gated FFN. */
+static void reference(const struct fixture *f, const float *x, double *y, int32_t *pick)
+{
+	double logit[NEXP], p[NEXP], sum = 0, max = -INFINITY;
+	for (int e = 0; e < NEXP; e++) {
+		logit[e] = 0;
+		for (int i = 0; i < EMBD; i++)
+			logit[e] += (double)f->router_f[e * EMBD + i] * x[i];
+		max = logit[e] > max ? logit[e] : max;
+	}
+	for (int e = 0; e < NEXP; e++)
+		sum += (p[e] = exp(logit[e] - max));
+	bool used[NEXP] = {false};
+	double w[NUSED], wsum = 0;
+	for (int r = 0; r < NUSED; r++) {
+		int best = -1;
+		for (int e = 0; e < NEXP; e++)
+			if (!used[e] && (best < 0 || p[e] > p[best]))
+				best = e;
+		used[best] = true;
+		pick[r] = best;
+		wsum += (w[r] = p[best] / sum);
+	}
+	float row[EMBD > FF ? EMBD : FF];
+	double h[FF];
+	memset(y, 0, EMBD * sizeof *y);
+	for (int r = 0; r < NUSED; r++) {
+		const size_t e = (size_t)pick[r];
+		const uint8_t *g = f->gate_r + e * FF * f->rb_gu, *u = f->up_r + e * FF * f->rb_gu;
+		const uint8_t *dn = f->down_r + e * EMBD * f->rb_d;
+		for (int j = 0; j < FF; j++) {
+			double a = 0, b = 0;
+			lm_dequantize_row(f->type, g + j * f->rb_gu, row, EMBD);
+			for (int i = 0; i < EMBD; i++)
+				a += (double)row[i] * x[i];
+			lm_dequantize_row(f->type, u + j * f->rb_gu, row, EMBD);
+			for (int i = 0; i < EMBD; i++)
+				b += (double)row[i] * x[i];
+			h[j] = a / (1 + exp(-a)) * b;
+		}
+		for (int o = 0; o < EMBD; o++) {
+			double a = 0;
+			lm_dequantize_row(f->type, dn + o * f->rb_d, row, FF);
+			for (int j = 0; j < FF; j++)
+				a += (double)row[j] * h[j];
+			y[o] += w[r] / wsum * a;
+		}
+	}
+}
+
+static void fill_x(float *x, int n, uint64_t seed)
+{
+	struct test_rng r = {seed};
+	test_fill_gauss(&r, x, (size_t)n * EMBD, 1.0f);
+}
+
+static const enum lm_dtype types[] = {LM_F32, LM_F16, LM_Q8_0, LM_Q4_K};
+/* Activations are rounded to the weight type's vec_dot type (f16, Q8_0, Q8_K) before the
+ * dot products: the error that leaves, as a normalised mean squared error. */
+static const double tolerance[] = {1e-12, 1e-6, 1e-3, 2e-3};
+
+Test(moe, matches_a_scalar_reference, .timeout = 60)
+{
+	for (int ks = 0; ks < TEST_N_KSETS; ks++) {
+		struct lm_backend probe;
+		if (test_backend(&probe, 1, test_ksets[ks]) != 0)
+			continue;
+		lm_backend_fini(&probe);
+		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+			struct fixture f;
+			fixture_init(&f, types[ti], test_ksets[ks], 7 + ti);
+			float x[BATCH * EMBD], y[BATCH * EMBD];
+			fill_x(x, BATCH, 99);
+			run(&f, y, x, BATCH);
+			for (int t = 0; t < BATCH; t++) {
+				double ref[EMBD];
+				int32_t pick[NUSED];
+				reference(&f, x + t * EMBD, ref, pick);
+				for (int r = 0; r < NUSED; r++)
+					cr_assert_eq(
+						f.s.pick[t * NUSED + r], pick[r],
+						"%s %s token %d rank %d: expert %d, reference %d",
+						test_ksets[ks], lm_dtype_name(types[ti]), t, r,
+						f.s.pick[t * NUSED + r], pick[r]);
+				double e = test_nmse_d(y + t * EMBD, ref, EMBD);
+				cr_assert(e < tolerance[ti], "%s %s token %d: nmse %g over %g",
+					  test_ksets[ks], lm_dtype_name(types[ti]), t, e,
+					  tolerance[ti]);
+			}
+			fixture_fini(&f);
+		}
+	}
+}
+
+/* A token's output is the same bits alone, in a batch, and in the batch reversed, whatever
+ * groups the other tokens make. */
+Test(moe, a_token_is_the_same_bits_alone_and_in_any_batch, .timeout = 60)
+{
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		struct fixture f;
+		fixture_init(&f, types[ti], "best", 11);
+		float x[BATCH * EMBD], y[BATCH * EMBD], xr[BATCH * EMBD], yr[BATCH * EMBD];
+		fill_x(x, BATCH, 5);
+		memcpy(x + 4 * EMBD, x + 1 * EMBD, EMBD * sizeof(float)); /* a repeated token */
+		for (int t = 0; t < BATCH; t++)
+			memcpy(xr + t * EMBD, x + (BATCH - 1 - t) * EMBD, EMBD * sizeof(float));
+		run(&f, y, x, BATCH);
+		run(&f, yr, xr, BATCH);
+		for (int t = 0; t < BATCH; t++) {
+			float one[EMBD];
+			run(&f, one, x + t * EMBD, 1);
+			cr_assert(memcmp(one, y + t * EMBD, sizeof one) == 0,
+				  "%s: token %d differs alone and in the batch",
+				  lm_dtype_name(types[ti]), t);
+			cr_assert(memcmp(one, yr + (BATCH - 1 - t) * EMBD, sizeof one) == 0,
+				  "%s: token %d differs in the reversed batch",
+				  lm_dtype_name(types[ti]), t);
+		}
+		/* In place (y = x), as the engine runs it. */
+		float inplace[BATCH * EMBD];
+		memcpy(inplace, x, sizeof inplace);
+		run(&f, inplace, inplace, BATCH);
+		cr_assert(memcmp(inplace, y, sizeof inplace) == 0);
+		fixture_fini(&f);
+	}
+}
+
+/* What the matmuls read: a backend that counts the calls per weight. */
+static struct lm_backend_i counting_iface;
+static const struct lm_backend_i *real_iface;
+static const void *seen[64];
+static int seen_calls[64], seen_rows[64], n_seen;
+
+static int counting_matmul(void *ctx, float *y, const struct lm_weight *w, const float *x, int n)
+{
+	int i = 0;
+	while (i < n_seen && seen[i] != w->data)
+		i++;
+	if (i == n_seen)
+		seen[n_seen++] = w->data;
+	seen_calls[i]++;
+	seen_rows[i] += n;
+	return real_iface->matmul(ctx, y, w, x, n);
+}
+
+static int calls_of(const void *data, int *rows)
+{
+	for (int i = 0; i < n_seen; i++)
+		if (seen[i] == data) {
+			*rows = seen_rows[i];
+			return seen_calls[i];
+		}
+	*rows = 0;
+	return 0;
+}
+
+Test(moe, a_batch_reads_each_picked_expert_once_and_no_other)
+{
+	struct fixture f;
+	fixture_init(&f, LM_Q8_0, "best", 3);
+	real_iface = f.be.iface;
+	counting_iface = *f.be.iface;
+	counting_iface.matmul = counting_matmul;
+	f.be.iface = &counting_iface;
+	float x[BATCH * EMBD], y[BATCH * EMBD];
+	fill_x(x, BATCH, 17);
+	for (int n = 1; n <= BATCH; n += BATCH - 1) {
+		n_seen = 0;
+		memset(seen_calls, 0, sizeof seen_calls);
+		memset(seen_rows, 0, sizeof seen_rows);
+		run(&f, y, x, n);
+		int rows, tokens[NEXP] = {0};
+		for (int t = 0; t < n; t++)
+			for (int r = 0; r < NUSED; r++)
+				tokens[f.s.pick[t * NUSED + r]]++;
+		cr_assert_eq(calls_of(f.router.data, &rows), 1);
+		cr_assert_eq(rows, n);
+		int used = 0;
+		for (int e = 0; e < NEXP; e++) {
+			used += tokens[e] > 0;
+			const void *w3[] = {f.gate[e].data, f.up[e].data, f.down[e].data};
+			for (int j = 0; j < 3; j++) {
+				cr_assert_eq(calls_of(w3[j], &rows), tokens[e] > 0 ? 1 : 0,
+					     "batch of %d: expert %d's matrix %d", n, e, j);
+				cr_assert_eq(rows, tokens[e]);
+			}
+		}
+		if (n == 1)
+			cr_assert_eq(used, NUSED, "one token reads exactly its %d experts", NUSED);
+		cr_assert_eq(n_seen, 1 + 3 * used);
+	}
+	f.be.iface = real_iface;
+	fixture_fini(&f);
+}
+
+Test(moe, routing_picks_the_best_and_weighs_as_the_file_says)
+{
+	const float logits[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -3.0f};
+	int32_t pick[3];
+	float w[3];
+	struct lm_moe_params p = {.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f};
+	lm_moe_route(logits, 6, 3, &p, pick, w);
+	cr_assert(pick[0] == 1 && pick[1] == 3 && pick[2] == 4, "ties go to the lower index");
+	cr_assert_float_eq(w[0] + w[1] + w[2], 1.0f, 1e-6);
+	cr_assert_eq(w[0], w[1]);
+	/* Unnormalised softmax: the probabilities themselves; then scaled. */
+	p.norm = false;
+	p.scale = 2.5f;
+	lm_moe_route(logits, 6, 3, &p, pick, w);
+	double sum = 0;
+	for (int i = 0; i < 6; i++)
+		sum += exp(logits[i] - 2.0);
+	cr_assert_float_eq(w[2], 2.5 * exp(1.0 - 2.0) / sum, 1e-6);
+	/* Sigmoid gating: each logit on its own. */
+	p = (struct lm_moe_params){.gating = LM_MOE_SIGMOID, .norm = false, .scale = 1.0f};
+	lm_moe_route(logits, 6, 2, &p, pick, w);
+	cr_assert_float_eq(w[0], 1.0 / (1.0 + exp(-2.0)), 1e-6);
+}
