@@ -52,6 +52,9 @@ void lm_constrain_fini(struct lm_constrain *c)
 	free(c->gr);
 	free(c->bits);
 	free(c->masked);
+	free(c->lit);
+	free(c->lit_off);
+	free(c->lit_text);
 	gbnf_vocab_free(c->vocab);
 	memset(c, 0, sizeof *c);
 }
@@ -59,6 +62,46 @@ void lm_constrain_fini(struct lm_constrain *c)
 static const char *cs_piece(void *ctx, int32_t id, size_t *len)
 {
 	return tok_piece(ctx, id, len);
+}
+
+/* The control tokens a grammar may spell (lm_constrain.lit): not end-of-generation, not
+ * unused, with text. */
+static int cs_literals(struct lm_constrain *c, const tok_vocab *v)
+{
+	size_t bytes = 0, len = 0;
+	int32_t n = 0;
+	free(c->lit);
+	free(c->lit_off);
+	free(c->lit_text);
+	c->lit = NULL;
+	c->lit_off = NULL;
+	c->lit_text = NULL;
+	for (int pass = 0; pass < 2; pass++) {
+		n = 0;
+		bytes = 0;
+		for (int32_t id = 0; id < c->n_vocab; id++) {
+			unsigned a = tok_attr(v, id);
+			const char *t = tok_text(v, id, &len);
+			if (!(a & TOK_ATTR_CONTROL) || (a & TOK_ATTR_UNUSED) || tok_is_eog(v, id) ||
+			    t == NULL || len == 0)
+				continue;
+			if (pass == 1) {
+				c->lit[n] = id;
+				c->lit_off[n] = (uint32_t)bytes;
+				memcpy(c->lit_text + bytes, t, len);
+			}
+			n++;
+			bytes += len;
+		}
+		if (pass == 0 &&
+		    ((c->lit = malloc((size_t)n * sizeof *c->lit + 1)) == NULL ||
+		     (c->lit_off = malloc(((size_t)n + 1) * sizeof *c->lit_off)) == NULL ||
+		     (c->lit_text = malloc(bytes + 1)) == NULL))
+			return LM_ENOMEM;
+	}
+	c->lit_off[n] = (uint32_t)bytes;
+	c->n_lit = n;
+	return 0;
 }
 
 int lm_constrain_vocab(struct lm_constrain *c, const char *model_path, lm_diag *d)
@@ -82,6 +125,8 @@ int lm_constrain_vocab(struct lm_constrain *c, const char *model_path, lm_diag *
 	c->masked = c->masked != NULL ? c->masked : malloc((size_t)c->n_vocab * sizeof(float));
 	if (rc == 0 && (c->slots == NULL || c->gr == NULL || c->bits == NULL || c->masked == NULL))
 		rc = lm_fail(d, LM_ENOMEM, "out of memory for grammars");
+	if (rc == 0 && cs_literals(c, v) != 0)
+		rc = lm_fail(d, LM_ENOMEM, "out of memory for grammars");
 	if (rc == 0)
 		rc = gbnf_vocab_build(c->n_vocab, cs_piece, v, &c->vocab, d);
 	if (rc == 0) {
@@ -102,7 +147,8 @@ uint64_t lm_constrain_bytes(const struct lm_constrain *c)
 		return 0;
 	int32_t n_gr = c->n_slots + LM_CONSTRAIN_SPARE;
 	uint64_t b = gbnf_vocab_bytes(c->vocab) + ((uint64_t)c->n_vocab + 31) / 32 * 4 +
-		     (uint64_t)c->n_vocab * sizeof(float) +
+		     (uint64_t)c->n_lit * (sizeof *c->lit + sizeof *c->lit_off) +
+		     c->lit_off[c->n_lit] + (uint64_t)c->n_vocab * sizeof(float) +
 		     (uint64_t)c->n_slots * sizeof *c->slots + (uint64_t)n_gr * sizeof *c->gr;
 	for (int32_t i = 0; i < c->n_slots; i++)
 		b += (uint64_t)c->slots[i].st.cap * sizeof(int32_t);
@@ -119,6 +165,43 @@ static bool cs_is_eog(const struct lm_constrain *c, int32_t id)
 		if (c->eog[i] == id)
 			return true;
 	return false;
+}
+
+/* Token id's place among the control tokens a grammar may spell, or -1. */
+static int32_t cs_lit(const struct lm_constrain *c, int32_t id)
+{
+	int32_t lo = 0, hi = c->n_lit;
+	while (lo < hi) {
+		int32_t mid = lo + (hi - lo) / 2;
+		if (c->lit[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < c->n_lit && c->lit[lo] == id ? lo : -1;
+}
+
+/* Advances st over token id: a control token by its text, spelled literally; any other by its
+ * bytes. */
+static int cs_accept(const struct lm_constrain *c, const struct gbnf *g, struct gbnf_state *st,
+		     int32_t id, lm_diag *d)
+{
+	int32_t i = cs_lit(c, id);
+	if (i < 0)
+		return gbnf_accept_token(g, c->vocab, st, id, d);
+	return gbnf_accept_literal(g, st, c->lit_text + c->lit_off[i],
+				   c->lit_off[i + 1] - c->lit_off[i], d);
+}
+
+/* Whether control token lit[i] may come next. */
+static bool cs_lit_ok(const struct lm_constrain *c, const struct lm_constraint *k, int32_t i)
+{
+	struct gbnf_state t = {0};
+	bool ok = gbnf_state_copy(&t, &k->st) == 0 &&
+		  gbnf_accept_literal(k->g, &t, c->lit_text + c->lit_off[i],
+				      c->lit_off[i + 1] - c->lit_off[i], NULL) == 0;
+	gbnf_state_fini(&t);
+	return ok;
 }
 
 static uint64_t cs_hash(const char *text, uint32_t len)
@@ -204,7 +287,7 @@ int lm_constrain_begin(struct lm_constrain *c, int32_t slot, uint64_t seq_id, ui
 	for (int32_t i = 0; i < n_ids; i++) {
 		if (cs_is_eog(c, ids[i]))
 			continue;
-		if ((rc = gbnf_accept_token(k->g, c->vocab, &k->st, ids[i], d)) != 0) {
+		if ((rc = cs_accept(c, k->g, &k->st, ids[i], d)) != 0) {
 			lm_diag_prefix(d, "sequence %" PRIu64 ": its token %d (id %d) replayed",
 				       seq_id, i, ids[i]);
 			return rc;
@@ -227,7 +310,8 @@ static bool cs_admits(const struct lm_constrain *c, const struct lm_constraint *
 {
 	if (cs_is_eog(c, id))
 		return gbnf_accepting(&k->st);
-	return gbnf_token_ok(k->g, c->vocab, &k->st, id);
+	int32_t i = cs_lit(c, id);
+	return i >= 0 ? cs_lit_ok(c, k, i) : gbnf_token_ok(k->g, c->vocab, &k->st, id);
 }
 
 /* Greedy under the mask: the admitted token (or, when the grammar may end, end-of-generation
@@ -268,6 +352,11 @@ static int cs_masked_draw(struct lm_constrain *c, struct lm_sampler *s, struct l
 			       "sequence %" PRIu64 ": the grammar's matcher passes its bounds",
 			       k->seq_id);
 	c->masks++;
+	for (int32_t i = 0; i < c->n_lit; i++)
+		if (cs_lit_ok(c, k, i)) {
+			c->bits[c->lit[i] >> 5] |= 1u << (c->lit[i] & 31);
+			n++;
+		}
 	bool end = gbnf_accepting(&k->st);
 	if (!(p->temperature > 0) && (n > 0 || end)) {
 		*token = cs_masked_argmax(c, logits, end);
@@ -307,7 +396,7 @@ int lm_constrain_sample(struct lm_constrain *c, struct lm_sampler *s, int32_t sl
 	} else if ((rc = cs_masked_draw(c, s, k, logits, p, &y, d)) != 0) {
 		return rc;
 	}
-	if (!cs_is_eog(c, y) && (rc = gbnf_accept_token(k->g, c->vocab, &k->st, y, d)) != 0)
+	if (!cs_is_eog(c, y) && (rc = cs_accept(c, k->g, &k->st, y, d)) != 0)
 		return lm_fail(d, rc, "sequence %" PRIu64 ": the grammar refused its own draw %d",
 			       k->seq_id, y);
 	k->step++;

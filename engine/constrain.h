@@ -12,7 +12,9 @@
  * otherwise every token the grammar rejects is masked to -inf (a mask over the vocabulary's
  * trie, gbnf.h) and the row is drawn again. End-of-generation tokens are admitted exactly when
  * the grammar is in an accepting state; a grammar that is complete admits nothing else, so
- * the next token ends the sequence. The same function draws every row of a speculative
+ * the next token ends the sequence. A control token, whose text plain output leaves out, is
+ * admitted by its text only where the grammar spells that text literally (as a tool call's
+ * grammar spells <|channel|> or <|tool_call>), never inside free text. The same function draws every row of a speculative
  * verification, so drafts are checked against the grammar and the first one it rejects ends
  * the acceptance.
  */
@@ -58,6 +60,14 @@ struct lm_constrain {
 	struct gbnf_vocab *vocab; /* NULL until the first grammar (lm_constrain_vocab) */
 	int32_t eog[32];          /* end-of-generation ids */
 	int32_t n_eog;
+	/* Control tokens (not end-of-generation, not unused): no bytes as text, so never in the
+	 * trie; each is admitted where the grammar spells its text literally (a call's markers,
+	 * <|channel|>, <|tool_call>: gbnf_accept_literal). lit[i] is an id, ascending, its text
+	 * lit_text[lit_off[i], lit_off[i + 1]). */
+	int32_t *lit;
+	uint32_t *lit_off; /* [n_lit + 1] */
+	char *lit_text;
+	int32_t n_lit;
 	uint32_t *bits;              /* [(n_vocab + 31) / 32] */
 	float *masked;               /* [n_vocab] */
 	struct lm_constraint *slots; /* [n_slots] */

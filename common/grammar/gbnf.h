@@ -72,6 +72,13 @@ int gbnf_state_copy(struct gbnf_state *dst, const struct gbnf_state *src);
  * unchanged), LM_ERANGE when matching would pass the bounds, LM_ENOMEM. */
 int gbnf_accept(const struct gbnf *g, struct gbnf_state *s, const void *bytes, size_t n,
 		lm_diag *d);
+/* Advances s over n bytes of UTF-8 spelled literally: each character only where the grammar
+ * has that character alone (a literal's, or a one-character class), never through a range, a
+ * negated class, `.` or a class of several. How a control token (its text a marker such as
+ * <|channel|>) is matched: where the grammar spells its text, not inside free text. As
+ * gbnf_accept otherwise; LM_EINVAL also inside a partial character or for empty text. */
+int gbnf_accept_literal(const struct gbnf *g, struct gbnf_state *s, const void *bytes, size_t n,
+			lm_diag *d);
 /* Whether the text so far is a sentence of the grammar (ending here is allowed). */
 bool gbnf_accepting(const struct gbnf_state *s);
 /* Whether nothing more can follow: accepting, and no stack can take another character. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/base/buf.h"
+#include "common/base/utf8.h"
 #include "common/grammar/gbnf_impl.h"
 
 /* Expansion work per step; a grammar that needs more is refused (LM_ERANGE), not looped on. */
@@ -175,15 +176,25 @@ static int32_t st_after_class(const struct gbnf *g, int32_t pos)
 	return pos;
 }
 
+/* Whether the class at pos is one character alone, as a literal's characters are (not a range,
+ * not a negated class, not `.`, not one of several). */
+static bool st_lone_char(const struct gbnf *g, int32_t pos)
+{
+	const struct gbnf_el *e = &g->el[pos];
+	return e->type == GBNF_CHAR && e[1].type != GBNF_RNG_UPPER && e[1].type != GBNF_CHAR_ALT;
+}
+
+/* out += in's stacks advanced over cp; with `literal`, only the stacks whose top is cp alone. */
 static int st_step_cp(const struct gbnf *g, const int32_t *in, uint32_t cp, struct gbnf_state *out,
-		      struct gbnf_scratch *sc)
+		      struct gbnf_scratch *sc, bool literal)
 {
 	int rc;
 	for (int32_t i = 0, at = ST_HEAD; i < in[ST_N]; i++) {
 		int32_t depth = in[at];
 		const int32_t *stk = in + at + 1;
 		at += 1 + depth;
-		if (depth == 0 || !st_match(g, stk[depth - 1], cp))
+		if (depth == 0 || (literal && !st_lone_char(g, stk[depth - 1])) ||
+		    !st_match(g, stk[depth - 1], cp))
 			continue;
 		int32_t next = st_after_class(g, stk[depth - 1]);
 		sc->wlen = 0;
@@ -231,7 +242,7 @@ int gbnf_step_byte(const struct gbnf *g, const int32_t *in, uint8_t b, struct gb
 	gbnf_state_reset(out, 0, 0);
 	if (prem == 0) {
 		if (b < 0x80)
-			return st_step_cp(g, in, b, out, sc);
+			return st_step_cp(g, in, b, out, sc, false);
 		if (b >= 0xC2 && b <= 0xDF)
 			pv = b & 0x1F, prem = len = 2;
 		else if (b >= 0xE0 && b <= 0xEF)
@@ -251,7 +262,7 @@ int gbnf_step_byte(const struct gbnf *g, const int32_t *in, uint8_t b, struct gb
 	if (!st_utf8_possible(len, lo, hi))
 		return 0;
 	if (prem == 0)
-		return st_step_cp(g, in, (uint32_t)pv, out, sc);
+		return st_step_cp(g, in, (uint32_t)pv, out, sc, false);
 	/* Only the values a valid character of this length can still take. */
 	uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
 	lo = lo > min ? lo : min;
@@ -327,6 +338,45 @@ int gbnf_accept(const struct gbnf *g, struct gbnf_state *s, const void *bytes, s
 		lm_fail(d, rc, "grammar: matching the text passes the matcher's bounds");
 	else if (rc == LM_ENOMEM)
 		lm_fail(d, rc, "grammar: out of memory");
+	if (rc == 0) {
+		gbnf_state_fini(s);
+		*s = a;
+		a = (struct gbnf_state){0};
+	}
+	gbnf_state_fini(&a);
+	gbnf_state_fini(&b);
+	gbnf_scratch_fini(&sc);
+	return rc;
+}
+
+int gbnf_accept_literal(const struct gbnf *g, struct gbnf_state *s, const void *bytes, size_t n,
+			lm_diag *d)
+{
+	const uint8_t *p = bytes;
+	if (s->v == NULL || s->v[ST_PREM] != 0 || n == 0 || !lm_utf8_valid(p, n))
+		return lm_fail(d, LM_EINVAL, "grammar: the text is not where a literal may start");
+	struct gbnf_scratch sc = {0};
+	struct gbnf_state a = {0}, b = {0};
+	int rc = gbnf_state_copy(&a, s);
+	for (size_t i = 0, k; rc == 0 && i < n; i += k) {
+		k = lm_utf8_len(p + i, n - i);
+		uint32_t cp = k == 1 ? p[i] : (uint32_t)(p[i] & (0xFF >> (k + 1)));
+		for (size_t j = 1; j < k; j++)
+			cp = cp << 6 | (p[i + j] & 0x3F);
+		if ((rc = st_reserve(&b, ST_HEAD)) != 0)
+			break;
+		gbnf_state_reset(&b, 0, 0);
+		rc = st_step_cp(g, a.v, cp, &b, &sc, true);
+		if (rc == 0 && b.v[ST_N] == 0)
+			rc = lm_fail(d, LM_EINVAL,
+				     "grammar: byte %zu of the text is not a literal's here", i);
+		struct gbnf_state t = a;
+		a = b;
+		b = t;
+	}
+	if (rc == LM_ERANGE || rc == LM_ENOMEM)
+		lm_fail(d, rc, "grammar: %s",
+			rc == LM_ENOMEM ? "out of memory" : "matching passes the matcher's bounds");
 	if (rc == 0) {
 		gbnf_state_fini(s);
 		*s = a;

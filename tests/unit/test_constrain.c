@@ -182,3 +182,35 @@ Test(constrain, slots_share_a_grammar_and_keep_their_own_state)
 	cr_assert_eq(lm_constrain_sample(&c, &s, 1, row(0, b, a), &greedy, &t, &d), 0);
 	cr_assert(t != a && t != b, "slot 1's grammar was complete: end of generation, got %d", t);
 }
+
+/* A control token (no bytes as text: BOS here, <s>) is drawn where the grammar spells its text
+ * as a literal, through the fast path and through a mask, and replayed; where only a class
+ * could spell it (free text), it is not. */
+Test(constrain, a_control_token_only_where_the_grammar_spells_it)
+{
+	const int32_t a = tok("a"), b = tok("b");
+	cr_assert_geq(c.n_lit, 1, "stories260K's BOS is a control token");
+	const int32_t ctl = c.lit[0];
+	char text[32], g[128];
+	snprintf(text, sizeof text, "%.*s", (int)(c.lit_off[1] - c.lit_off[0]), c.lit_text);
+	cr_assert(text[0] != '\0' && strchr(text, '"') == NULL && strchr(text, '\\') == NULL);
+	snprintf(g, sizeof g, "root ::= \"b\"? \"%s\" \"a\"", text);
+	begin(g, NULL, 0);
+	cr_assert_eq(draw(row(0, ctl, a)), ctl, "the literal's control token, as drawn");
+	cr_assert_eq(c.fast, 1);
+	cr_assert_eq(draw(row(0, ctl, a)), a, "its text is spelled: 'a' next");
+	begin(g, NULL, 0);
+	cr_assert_eq(draw(row(0, b, a)), b);
+	/* The best admitted after "b" is the control token, ranked second: found by the mask. */
+	cr_assert_eq(draw(row(0, a, ctl)), ctl, "the mask admits it");
+	/* Replayed: the matcher is rebuilt past it. */
+	const int32_t ids[2] = {b, ctl};
+	begin(g, ids, 2);
+	cr_assert_eq(draw(row(0, b, a)), a);
+	/* Free text that would spell the same characters does not take the control token. */
+	begin("root ::= [^x]{1,20}", NULL, 0);
+	cr_assert(draw(row(0, ctl, a)) != ctl, "a control token inside free text");
+	snprintf(g, sizeof g, "root ::= [%s]+", text);
+	begin(g, NULL, 0);
+	cr_assert(draw(row(0, ctl, a)) != ctl, "a class of several characters");
+}
