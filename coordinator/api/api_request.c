@@ -17,6 +17,7 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_json.h"
 #include "coordinator/api/chat_jinja.h"
+#include "common/grammar/gbnf.h"
 #include "coordinator/api/json_schema.h"
 
 /* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
@@ -761,12 +762,86 @@ static int api_chat_tools(const cJSON *req, const struct api_limits *lim, struct
 	return 0;
 }
 
-int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d)
+/* The parameters (a JSON schema) of the function `name` among tools, or NULL. */
+static const cJSON *api_tool_params(const cJSON *tools, const char *name)
+{
+	const cJSON *t;
+	if (!cJSON_IsArray(tools))
+		return NULL;
+	cJSON_ArrayForEach(t, tools)
+	{
+		const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "name");
+		if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+			return cJSON_GetObjectItemCaseSensitive(f, "parameters");
+	}
+	return NULL;
+}
+
+int api_tool_grammar(const struct api_request *r, const cJSON *tools, struct lm_buf *out,
+		     lm_diag *d)
 {
 	if (r->tool_choice != API_TOOLS_REQUIRED && r->tool_choice != API_TOOLS_NAMED)
 		return 0;
 	struct tool_want w = api_tool_want(r);
-	return tool_call_grammar(&r->syntax, w.names, w.n_names, r->parallel_tool_calls, out, d);
+	char rule[API_MAX_TOOLS][16];
+	const char *args[API_MAX_TOOLS] = {0};
+	struct lm_buf rules = {0};
+	int next = 0, rc = 0;
+	for (int i = 0; i < w.n_names && i < API_MAX_TOOLS && rc == 0; i++) {
+		const cJSON *p = api_tool_params(tools, w.names[i]);
+		lm_diag ignored = {{0}};
+		/* A schema json_schema.h cannot enforce leaves those arguments any object. */
+		int root = p != NULL ? json_schema_rules(p, &next, &rules, &ignored) : LM_EINVAL;
+		if (root == LM_ENOMEM)
+			rc = root;
+		if (root >= 0) {
+			snprintf(rule[i], sizeof rule[i], "r%d", root);
+			args[i] = rule[i];
+		}
+	}
+	if (rc == 0)
+		rc = tool_call_grammar_args(&r->syntax, w.names, args, w.n_names,
+					    r->parallel_tool_calls, out, d);
+	if (rc == 0 && rules.len > 0 &&
+	    (lm_buf_add(out, rules.p, rules.len) | lm_buf_adds(out, json_schema_prelude)) != 0)
+		rc = LM_ENOMEM;
+	lm_buf_fini(&rules);
+	if (rc == LM_ENOMEM)
+		return lm_fail(d, rc, "out of memory");
+	if (rc == 0 && out->len > GBNF_MAX_TEXT)
+		return lm_fail(d, LM_EINVAL, "the tools make a grammar of more than %d bytes",
+			       GBNF_MAX_TEXT);
+	return rc;
+}
+
+/* tool_choice "required" or a named function: the output is held to the template's call syntax
+ * (api_tool_grammar), which a grammar of the request's own would contradict. */
+static int api_tool_force(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	if (r->tool_choice != API_TOOLS_REQUIRED && r->tool_choice != API_TOOLS_NAMED)
+		return 0;
+	if (r->grammar != NULL)
+		return API_BAD(err, "tool_choice",
+			       "a 'tool_choice' that forces a call (\"required\" or a named "
+			       "function) cannot be combined with 'response_format', "
+			       "'json_schema' or 'grammar'");
+	struct lm_buf g = {0};
+	struct gbnf *compiled = NULL;
+	lm_diag d = {{0}};
+	int rc = api_tool_grammar(r, cJSON_GetObjectItemCaseSensitive(req, "tools"), &g, &d);
+	if (rc == 0 && g.p != NULL) /* a grammar of ours that does not compile is a bug: say so */
+		rc = gbnf_compile(g.p, g.len, &compiled, &d);
+	gbnf_free(compiled);
+	if (rc == 0) {
+		r->grammar = g.p;
+		g = (struct lm_buf){0};
+	}
+	lm_buf_fini(&g);
+	if (rc == LM_ENOMEM)
+		return API_NOMEM(err);
+	return rc != 0 ? API_BAD(err, "tool_choice", "'tool_choice' cannot force a call: %s", d.msg)
+		       : 0;
 }
 
 struct tool_want api_tool_want(const struct api_request *r)
@@ -1031,7 +1106,7 @@ static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const
 		return API_BAD(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
 	r->n_logprobs = (int32_t)top;
 	api_chat_stops(lim, vocab, r);
-	return 0;
+	return api_tool_force(req, r, err);
 }
 
 int api_chat_parse(const char *body, size_t len, const struct api_limits *lim,

@@ -163,10 +163,13 @@ struct api_request {
  * alone), unless tool_choice is "none" or there are no tools. */
 struct tool_want api_tool_want(const struct api_request *r);
 /* The GBNF grammar (tool_call.h) that forces r's tool_choice "required" or named function in
- * the template's call syntax, appended to out; nothing for the other choices. LM_EINVAL when
- * the template has no call syntax. Not applied yet: constrained decoding is to carry it to the
- * sampling step. */
-int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d);
+ * the template's call syntax, appended to out; nothing for the other choices. Each function's
+ * arguments are held to its "parameters" in tools (the request's array; NULL: none) where
+ * json_schema.h can enforce the schema, else any JSON object. LM_EINVAL when the template has
+ * no call syntax (or the grammar would pass GBNF_MAX_TEXT). api_chat_parse puts it in
+ * r->grammar, and refuses a forcing tool_choice beside a grammar of the request's own. */
+int api_tool_grammar(const struct api_request *r, const cJSON *tools, struct lm_buf *out,
+		     lm_diag *d);
 
 /* Why a request was refused: what the HTTP reply says. */
 struct api_error {

@@ -497,6 +497,23 @@ static int js_rule(struct js *j, const cJSON *s, int depth)
 	return rc != 0 ? rc : id;
 }
 
+const char json_schema_prelude[] = JS_PRELUDE;
+
+int json_schema_rules(const cJSON *schema, int *next, struct lm_buf *out, lm_diag *d)
+{
+	struct js j = {.out = out, .doc = schema, .d = d, .next_id = *next};
+	size_t start = out->len;
+	int root = js_rule(&j, schema, 0);
+	if (root < 0) {
+		out->len = start;
+		if (out->p != NULL)
+			out->p[start] = '\0';
+		return root;
+	}
+	*next = j.next_id;
+	return root;
+}
+
 int json_schema_gbnf(const cJSON *schema, struct lm_buf *out, lm_diag *d)
 {
 	struct js j = {.out = out, .doc = schema, .d = d};

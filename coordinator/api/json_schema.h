@@ -36,6 +36,16 @@ extern const char json_object_gbnf[];
  * LM_ENOMEM. Bounded: nesting deeper than 64, or a grammar past GBNF_MAX_TEXT, is refused. */
 int json_schema_gbnf(const cJSON *schema, struct lm_buf *out, lm_diag *d);
 
+/* The rules of several schemas in one grammar (a tool's arguments, tool_call.h): schema's
+ * rules appended to out, numbered from *next on (advanced past them), each named "r<n>", and
+ * without the rules they share, json_schema_prelude, which the grammar holds once. Returns the
+ * number n of the schema's own rule "r<n>", or a negative error as json_schema_gbnf's (out is
+ * then as it was). */
+int json_schema_rules(const cJSON *schema, int *next, struct lm_buf *out, lm_diag *d);
+/* The rules every schema's rules use: space, char, string, integer, number, boolean, null,
+ * value, object, array. */
+extern const char json_schema_prelude[];
+
 /* The constraint a request body asks for, as grammar text (malloc'd, *grammar; NULL when none):
  *     response_format {"type": "text"}                        none
  *     response_format {"type": "json_object"}                 any JSON object
