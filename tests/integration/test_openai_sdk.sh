@@ -3,6 +3,8 @@
 # and completions, streaming and not, models.list and models.retrieve, and parameters the API
 # refuses, which must surface as the SDK's BadRequestError with the API's message. The model is
 # synthetic with Phi-3's vocabulary and chat template; its text is noise, its shapes are not.
+# Then a mesh with Qwen 2.5's template (Hermes calls): calls forced by tool_choice, created and
+# streamed (the SDK assembles the call).
 source "$(dirname "$0")/lib.sh"
 
 root=$(cd "$(dirname "$0")/../.." && pwd)

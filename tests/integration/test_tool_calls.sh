@@ -7,7 +7,10 @@
 # makes every token a marker (<channel|> closes the reasoning: what follows is content;
 # <|tool_call> starts a call the model never finishes: it comes back as text, never
 # half-parsed). Streams carry the same text in deltas. The expected texts come from the plain
-# completion of the same tokens, and from the markers' own texts.
+# completion of the same tokens, and from the markers' own texts. tool_choice "required" or
+# named does force a call (constrained decoding): Gemma 4's <|tool_call> is drawn as its control
+# token, and on a second mesh with Qwen 2.5's template and vocabulary (Hermes calls) every forced
+# call parses and its arguments validate against the function's parameters, streamed or not.
 source "$(dirname "$0")/lib.sh"
 
 vocab="$LM_SHARED/tokenizer/ggml-vocab-gemma-4.gguf"
