@@ -144,6 +144,39 @@ Test(gbnf, accepting_and_complete)
 	gbnf_free(g);
 }
 
+/* A literal spelling (a control token's text) passes only where each character stands alone:
+ * a literal's characters or a one-character class, not a range, a negated class, `.` or a
+ * class of several; multi-byte characters too. Refused text leaves the state as it was. */
+Test(gbnf, literal_spelling_only_through_lone_characters)
+{
+	struct gbnf *g = compile_ok("root ::= \"<|c|>\" [a-z]+ | [<] \"é\" \"x\" | .* \"!\"\n");
+	struct gbnf_state s;
+	lm_diag d = {{0}};
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "<|c|>", 5, &d), 0, "%s", d.msg);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "ab", 2, &d), LM_EINVAL, "[a-z] is a range");
+	cr_assert(strstr(d.msg, "literal") != NULL, "%s", d.msg);
+	cr_assert_eq(gbnf_accept(g, &s, "ab", 2, NULL), 0, "the state is as it was");
+	cr_assert(gbnf_accepting(&s));
+	gbnf_state_fini(&s);
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "<é", 3, &d), 0, "%s", d.msg);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "x", 1, &d), 0, "%s", d.msg);
+	cr_assert(gbnf_complete(&s));
+	gbnf_state_fini(&s);
+	/* Only `.` could take "?": refused, where plain text passes. */
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "?", 1, &d), LM_EINVAL);
+	cr_assert_eq(gbnf_accept(g, &s, "?", 1, NULL), 0);
+	/* Not UTF-8, empty, or inside a partial character: refused. */
+	cr_assert_eq(gbnf_accept_literal(g, &s, "\xff", 1, &d), LM_EINVAL);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "", 0, &d), LM_EINVAL);
+	cr_assert_eq(gbnf_accept(g, &s, "\xc3", 1, NULL), 0);
+	cr_assert_eq(gbnf_accept_literal(g, &s, "!", 1, &d), LM_EINVAL);
+	gbnf_state_fini(&s);
+	gbnf_free(g);
+}
+
 Test(gbnf, bad_grammars_name_line_and_column)
 {
 	compile_bad("root ::= \"a\"\nfoo ::= bar\n", LM_EFORMAT,
