@@ -19,14 +19,28 @@
 
 /* A tensor's dimension, in the layer's own hyperparameters. */
 enum lm_dim {
-	LM_DIM_ONE = 0, /* 1: a vector */
-	LM_DIM_EMBD,    /* n_embd */
-	LM_DIM_Q,       /* n_head(il) x head_dim(il) */
-	LM_DIM_KV,      /* n_head_kv(il) x head_dim(il) */
-	LM_DIM_FF,      /* n_ff(il) */
-	LM_DIM_HEAD,    /* head_dim(il) */
-	LM_DIM_EXPERTS, /* n_expert(il) */
-	LM_DIM_FF_EXP,  /* n_ff_exp(il): one expert's feed-forward width */
+	LM_DIM_ONE = 0,  /* 1: a vector */
+	LM_DIM_EMBD,     /* n_embd */
+	LM_DIM_Q,        /* n_head(il) x head_dim(il) */
+	LM_DIM_KV,       /* n_head_kv(il) x head_dim(il) */
+	LM_DIM_FF,       /* n_ff(il) */
+	LM_DIM_HEAD,     /* head_dim(il) */
+	LM_DIM_EXPERTS,  /* n_expert(il) */
+	LM_DIM_FF_EXP,   /* n_ff_exp(il): one expert's feed-forward width */
+	LM_DIM_QG,       /* n_head(il) x 2 x head_dim(il): queries and their gates (qwen35) */
+	LM_DIM_CONV,     /* the delta-net's conv channels (dnet.h: lm_dnet_conv_dim) */
+	LM_DIM_VALUE,    /* the delta-net's value width, n_v_heads x ssm head_dim */
+	LM_DIM_VHEADS,   /* the delta-net's value heads */
+	LM_DIM_SSM_HEAD, /* the delta-net's head size (ssm.state_size) */
+	LM_DIM_CONV_K,   /* the delta-net's conv taps */
+	LM_DIM_FF_SHEXP, /* n_ff_shexp(il): the shared expert's width (qwen35moe) */
+};
+
+/* Which layers of a model have a tensor (qwen35's attention and recurrent layers differ). */
+enum lm_layer_kind {
+	LM_KIND_ANY = 0,   /* every layer */
+	LM_KIND_ATTN,      /* attention layers only */
+	LM_KIND_RECURRENT, /* recurrent layers only */
 };
 
 /* One tensor of a layer: which (its field and its name under "blk.N.") and its shape. */
@@ -35,21 +49,32 @@ struct lm_tensor_spec {
 	enum lm_dim ne0, ne1;
 	bool optional;   /* absent in the file: the field stays unbound (data == NULL) */
 	enum lm_dim ne2; /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else ONE */
+	enum lm_layer_kind kind; /* the layers that have it */
 };
 
-#define LM_TENSOR(field, ne0, ne1)                                          \
-	{                                                                   \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE \
+#define LM_TENSOR(field, ne0, ne1)                                                       \
+	{                                                                                \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, LM_KIND_ANY \
 	}
-#define LM_TENSOR_OPT(field, ne0, ne1)                                     \
-	{                                                                  \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE \
+#define LM_TENSOR_OPT(field, ne0, ne1)                                                  \
+	{                                                                               \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE, LM_KIND_ANY \
+	}
+
+/* A tensor of the attention layers only, or of the recurrent ones only. */
+#define LM_TENSOR_ATTN(field, ne0, ne1)                                                   \
+	{                                                                                 \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, LM_KIND_ATTN \
+	}
+#define LM_TENSOR_REC(field, ne0, ne1)                                                         \
+	{                                                                                      \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, LM_KIND_RECURRENT \
 	}
 
 /* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts. */
-#define LM_TENSOR_EXPS(field, ne0, ne1)                                         \
-	{                                                                       \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS \
+#define LM_TENSOR_EXPS(field, ne0, ne1)                                                      \
+	{                                                                                    \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS, LM_KIND_ANY \
 	}
 
 /* A tensor (by a part of its name) that layermesh refuses, and why. */
@@ -116,6 +141,6 @@ const char *lm_arch_names(void);
 extern const struct lm_refusal lm_refused_moe[];
 
 extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_qwen3moe,
-	lm_arch_gemma3, lm_arch_gemma4;
+	lm_arch_gemma3, lm_arch_gemma4, lm_arch_qwen35, lm_arch_qwen35moe;
 
 #endif

@@ -25,6 +25,8 @@
  *                       seed + i. At most the mesh's slots (api_call.c refuses more)
  *     user, model       any string (one model)
  *     return_token_ids  true or false
+ *     timings_per_token true or false (llama-server's): each chunk of a stream, and its usage
+ *                       chunk, carries llama-server's "timings" so far
  * POST /v1/completions also takes:
  *     prompt            a string (tokenized here, with BOS when the vocabulary wants one;
  *                       special-token text stays text) or a non-empty array of token ids
@@ -137,8 +139,9 @@ struct api_request {
 	bool want_ids;      /* return_token_ids */
 	bool no_speculate;  /* "speculate": false: no drafts for this request */
 	bool no_cache;      /* "cache_prompt": false: reuse no slot's rows (llama-server's field) */
-	int32_t n;          /* choices returned, 1..API_MAX_N */
-	int32_t best_of;    /* sequences generated, n..API_MAX_N (completions; chat: n) */
+	bool timings_per_token;     /* llama-server's: each streamed chunk carries "timings" */
+	int32_t n;                  /* choices returned, 1..API_MAX_N */
+	int32_t best_of;            /* sequences generated, n..API_MAX_N (completions; chat: n) */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

@@ -167,6 +167,18 @@ static int32_t mesh_ring_ctx(const struct mesh *m)
 	return least;
 }
 
+/* Whether the model has recurrent layers (qwen35). A recurrent state is the sequence after its
+ * last position and returns only to states a stage kept for rollback (engine/kv_cache.h), not to
+ * the end of an arbitrary shared prefix: the prefix cache stays off for such a model, and every
+ * request is computed from position 0 (docs/recurrent-cache.md). */
+static bool mesh_recurrent(const struct mesh *m)
+{
+	for (int32_t l = 0; l < m->hp.n_layer; l++)
+		if (m->hp.layer[l].recurrent)
+			return true;
+	return false;
+}
+
 /* How conversations are rendered: by the model's own template through the Jinja engine, or
  * by the format mesh.toml's [model] chat_template names (for a model without a template). The
  * format recognised in a template gives its end-of-turn stops. */
@@ -267,7 +279,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .draft = m->draft,
 			       .max_draft = m->cfg.max_draft,
 			       .spec_max_streams = m->cfg.spec_max_streams,
-			       .prefix_cache = m->cfg.prefix_cache,
+			       .prefix_cache = m->cfg.prefix_cache && !mesh_recurrent(m),
 			       .ring_rollback = mesh_ring_rollback(m),
 			       .ring_ctx = mesh_ring_ctx(m),
 			       .push = &m->head,
@@ -292,10 +304,13 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 	struct api_cfg ac = {
 		.http = m->cfg.http,
 		.model_name = m->model_name,
+		.model_path = m->cfg.model_path,
+		.slots = m->cfg.slots,
 		.auth_token = m->cfg.auth_token,
 		.fingerprint = m->facts.fingerprint,
 		.max_seq = m->facts.max_seq,
 		.max_queued = m->cfg.max_queued,
+		.seed = m->cfg.seed,
 		.jinja = m->jinja,
 		.chat = m->chat,
 		.chat_why = m->chat_why,
