@@ -251,6 +251,12 @@ static int js_array(struct js *j, const cJSON *s, int depth, struct lm_buf *body
 		return rc;
 	if (max >= 0 && max < min)
 		return js_fail(j, LM_EINVAL, "'maxItems' is below 'minItems'");
+	if (cJSON_IsArray(items) && prefix == NULL) {
+		/* The older drafts' tuple: an array of schemas is prefixItems, as llama.cpp reads it
+		 * (exactly those items; their additional items are allowed, not required). */
+		prefix = items;
+		items = NULL;
+	}
 	if (items != NULL && !cJSON_IsFalse(items)) {
 		size_t at = js_push(j, "items", -1);
 		item = js_rule(j, items, depth + 1);

@@ -108,6 +108,13 @@ Test(json_schema, arrays_strings_enums)
 	yes(g, "[1,\"a\"]");
 	no(g, "[1]");
 	no(g, "[\"a\",1]");
+	gbnf_free(
+		g); /* The older drafts' tuple, an array of items (llama-server's tests send it): as
+	 * prefixItems. */
+	g = schema_grammar("{\"items\":[{\"type\":\"integer\"}]}");
+	yes(g, "[ -3000 ]");
+	no(g, "[]");
+	no(g, "[1, 2]");
 	gbnf_free(g);
 }
 
