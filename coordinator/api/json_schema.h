@@ -5,7 +5,8 @@
  *     type (a name or an array of names): object, array, string, number, integer, boolean, null
  *     object: properties, required, additionalProperties (false or absent: no other key; true
  *             or a schema: further "key": value pairs after the named ones)
- *     array: items, prefixItems, minItems, maxItems
+ *     array: items, prefixItems, minItems, maxItems (items as an array of schemas, the older
+ *            drafts' tuple: as prefixItems, as llama.cpp reads it)
  *     string: minLength, maxLength; format is an annotation and is not enforced
  *     enum, const (any JSON values), anyOf, oneOf, $ref to "#/$defs/..." or
  *     "#/definitions/..." (recursion allowed), and the annotations (title, description,
