@@ -54,7 +54,13 @@ struct lm_slice {
 	X(gate_inp, "ffn_gate_inp.weight")              /* (n_embd, n_expert): the router */      \
 	X(gate_exps, "ffn_gate_exps.weight") /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
 	X(up_exps, "ffn_up_exps.weight")     /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
-	X(down_exps, "ffn_down_exps.weight") /* (n_ff_exp, n_embd, n_expert): bound per expert */
+	X(down_exps, "ffn_down_exps.weight") /* (n_ff_exp, n_embd, n_expert): bound per expert */ \
+	X(gate_up_exps, "ffn_gate_up_exps.weight")   /* (n_embd, 2 n_ff_exp, n_expert): fused */  \
+	X(down_exps_s, "ffn_down_exps.scale")        /* (n_expert) f32: the experts' outputs' */  \
+	X(gate_inp_s, "ffn_gate_inp.scale")          /* (n_embd) f32: the router input's */       \
+	X(ffn_pre_norm_2, "pre_ffw_norm_2.weight")   /* (n_embd): the experts' input (gemma4) */  \
+	X(ffn_post_norm_1, "post_ffw_norm_1.weight") /* (n_embd): the shared FFN's output */      \
+	X(ffn_post_norm_2, "post_ffw_norm_2.weight") /* (n_embd): the experts' output */
 
 /* A mixture-of-experts layer's experts. Expert e of a 3-D tensor is the contiguous block of its
  * ne1 rows at e x ne1 x row_bytes: each is bound as a matrix of its own that points into the
@@ -62,7 +68,11 @@ struct lm_slice {
  * only the experts it uses. */
 struct lm_experts {
 	int32_t n;                          /* experts; 0 on a dense layer */
-	struct lm_weight *gate, *up, *down; /* [n] each */
+	struct lm_weight *gate, *up, *down; /* [n] each; a fused gate_up tensor binds gate and up
+					     * to the two halves (gate rows, then up rows) of each
+					     * expert's block */
+	const float *down_scale;            /* [n] host: expert e's output times down_scale[e]
+					     * (ffn_down_exps.scale); NULL: none */
 };
 
 struct lm_layer_weights {
@@ -70,8 +80,8 @@ struct lm_layer_weights {
 	LM_LAYER_TENSORS(LM_LAYER_FIELD_)
 #undef LM_LAYER_FIELD_
 	float out_scale_value;  /* out_scale's one value, read at binding (1 without it) */
-	struct lm_experts exps; /* gate_exps, up_exps and down_exps, expert by expert (their
-				 * fields above stay unbound) */
+	struct lm_experts exps; /* gate_exps, up_exps (or gate_up_exps) and down_exps, expert
+				 * by expert (their fields above stay unbound) */
 };
 
 enum lm_layer_tensor {
