@@ -27,6 +27,7 @@ enum lm_dim {
 	LM_DIM_HEAD,    /* head_dim(il) */
 	LM_DIM_EXPERTS, /* n_expert(il) */
 	LM_DIM_FF_EXP,  /* n_ff_exp(il): one expert's feed-forward width */
+	LM_DIM_FF_EXP2, /* 2 x n_ff_exp(il): an expert's fused gate and up rows */
 };
 
 /* One tensor of a layer: which (its field and its name under "blk.N.") and its shape. */
@@ -35,21 +36,38 @@ struct lm_tensor_spec {
 	enum lm_dim ne0, ne1;
 	bool optional;   /* absent in the file: the field stays unbound (data == NULL) */
 	enum lm_dim ne2; /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else ONE */
+	bool moe;        /* bound on the mixture-of-experts layers only, and refused on a dense
+			  * layer (hp.layer[il].n_expert == 0) */
 };
 
-#define LM_TENSOR(field, ne0, ne1)                                          \
-	{                                                                   \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE \
+#define LM_TENSOR(field, ne0, ne1)                                                 \
+	{                                                                          \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, false \
 	}
-#define LM_TENSOR_OPT(field, ne0, ne1)                                     \
-	{                                                                  \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE \
+#define LM_TENSOR_OPT(field, ne0, ne1)                                            \
+	{                                                                         \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE, false \
+	}
+/* A tensor of the mixture-of-experts layers only (required there; optional: _OPT). */
+#define LM_TENSOR_MOE(field, ne0, ne1)                                            \
+	{                                                                         \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, true \
+	}
+#define LM_TENSOR_MOE_OPT(field, ne0, ne1)                                       \
+	{                                                                        \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE, true \
 	}
 
-/* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts. */
-#define LM_TENSOR_EXPS(field, ne0, ne1)                                         \
-	{                                                                       \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS \
+/* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts (on the
+ * mixture-of-experts layers). A fused gate_up_exps binds each expert's two halves as its gate
+ * and up; a layer must end with a gate, an up and a down for every expert. */
+#define LM_TENSOR_EXPS(field, ne0, ne1)                                               \
+	{                                                                             \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS, true \
+	}
+#define LM_TENSOR_EXPS_OPT(field, ne0, ne1)                                          \
+	{                                                                            \
+		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_EXPERTS, true \
 	}
 
 /* A tensor (by a part of its name) that layermesh refuses, and why. */

@@ -157,7 +157,26 @@ static int64_t synth_ffn_exp(const struct synth_opts *o)
 	return o->ffn_exp != 0 ? o->ffn_exp : o->ffn;
 }
 
-/* Layer l's FFN: dense, or qwen3moe's router and experts. */
+/* Gemma 4 26B-A4B's experts beside the dense FFN (which becomes the shared one): the norms
+ * of the two branches, the router with its input scale, the experts' fused gate and up (as
+ * the converter writes them), their down and its per-expert output scale. */
+static void synth_add_gemma4_experts(const struct synth_opts *o, uint32_t l,
+				     struct synth_tensor *out, size_t *n)
+{
+	const int64_t dim = o->dim, fe = synth_ffn_exp(o), ne = o->experts;
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm_1.weight", l);
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.pre_ffw_norm_2.weight", l);
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm_2.weight", l);
+	synth_add(out, n, SYNTH_ROUTER, dim, ne, "blk.%u.ffn_gate_inp.weight", l);
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.ffn_gate_inp.scale", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, 2 * fe, "blk.%u.ffn_gate_up_exps.weight", l);
+	out[*n - 1].ne2 = ne;
+	synth_add(out, n, SYNTH_MATRIX, fe, dim, "blk.%u.ffn_down_exps.weight", l);
+	out[*n - 1].ne2 = ne;
+	synth_add(out, n, SYNTH_SCALE, ne, 1, "blk.%u.ffn_down_exps.scale", l);
+}
+
+/* Layer l's FFN: dense, or qwen3moe's router and experts, or gemma4's dense FFN and experts. */
 static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_tensor *out,
 			  size_t *n)
 {
@@ -166,6 +185,8 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
+		if (o->experts != 0)
+			synth_add_gemma4_experts(o, l, out, n);
 		return;
 	}
 	const int64_t fe = synth_ffn_exp(o), ne = o->experts;
@@ -181,7 +202,7 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 /* Room for the tensors synth_tensors lists. */
 static size_t synth_tensors_cap(const struct synth_opts *o)
 {
-	return 4 + 16 * (size_t)o->layers;
+	return 4 + 24 * (size_t)o->layers;
 }
 
 /* Fills `out` in file order (the order llama.cpp's converters write); returns the count. */
@@ -271,14 +292,18 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3 or "
 			       "gemma4",
 			       o->arch);
-	if (arch == SYNTH_QWEN3MOE && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
-				       o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
+	if ((arch == SYNTH_QWEN3MOE || (arch == SYNTH_GEMMA4 && o->experts != 0)) &&
+	    (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
+	     o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
 		return lm_fail(d, LM_EINVAL,
-			       "qwen3moe needs --experts in [1, 512] and --experts-used in [1, "
-			       "--experts] (and --ffn-exp up to 1048576)");
-	if (arch != SYNTH_QWEN3MOE && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
-		return lm_fail(d, LM_EINVAL,
-			       "--experts, --experts-used and --ffn-exp are qwen3moe's");
+			       "%s needs --experts in [1, 512] and --experts-used in [1, "
+			       "--experts] (and --ffn-exp up to 1048576)",
+			       o->arch);
+	if (arch != SYNTH_QWEN3MOE && arch != SYNTH_GEMMA4 &&
+	    (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
+		return lm_fail(
+			d, LM_EINVAL,
+			"--experts, --experts-used and --ffn-exp are qwen3moe's and gemma4's");
 	if (arch == SYNTH_GEMMA4 && o->window == 0)
 		return lm_fail(d, LM_EINVAL, "gemma4 needs --window (its sliding layers)");
 	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE) &&
@@ -826,7 +851,7 @@ static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *
 	return 0;
 }
 
-/* qwen3moe's keys: the experts, how many a token takes, their width. */
+/* qwen3moe's and gemma4's keys: the experts, how many a token takes, their width. */
 static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
 {
 	char k[96];
@@ -880,7 +905,7 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	    (arch == SYNTH_LLAMA && o->window != 0 &&
 	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
 	    (synth_gemma(o) && (rc = synth_put_gemma(w, o, d)) != 0) ||
-	    (arch == SYNTH_QWEN3MOE && (rc = synth_put_experts(w, o, d)) != 0) ||
+	    (o->experts != 0 && (rc = synth_put_experts(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)
 		return rc;

@@ -30,7 +30,12 @@
  *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
  *              --kv-heads-swa), no attn_v on the global layers (V = K), layer_output_scale
  *              [1], and rope_freqs.weight [head_dim / 2] whose last three quarters are 1e30:
- *              the global layers' partial ("proportional") rope
+ *              the global layers' partial ("proportional") rope; with --experts, every
+ *              layer also has 26B-A4B's experts beside its FFN (which becomes the shared
+ *              one): post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2 [dim],
+ *              ffn_gate_inp.weight [dim, experts] (f32), ffn_gate_inp.scale [dim],
+ *              ffn_gate_up_exps.weight [dim, 2 ffn_exp, experts] (gate rows, then up rows),
+ *              ffn_down_exps.weight [ffn_exp, dim, experts], ffn_down_exps.scale [experts]
  * and an architecture's keys under its own prefix ("gemma4.attention.sliding_window", ...).
  *
  * Weights. Every tensor has its own PRNG stream (splitmix64 seeded from the seed and the tensor's
@@ -88,9 +93,10 @@ struct synth_opts {
 	float rope_base_swa;   /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
 	float softcap;         /* <arch>.final_logit_softcapping; 0: none */
 	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
-	uint32_t experts;      /* qwen3moe: experts per layer (<arch>.expert_count) */
-	uint32_t experts_used; /* qwen3moe: experts a token takes (expert_used_count) */
-	uint32_t ffn_exp;      /* qwen3moe: an expert's width; 0: ffn */
+	uint32_t experts;      /* qwen3moe, gemma4: experts per layer (<arch>.expert_count; gemma4
+				* 0: dense) */
+	uint32_t experts_used; /* experts a token takes (expert_used_count) */
+	uint32_t ffn_exp;      /* an expert's width; 0: ffn */
 	bool sparse;           /* the tensor index and no data: a file with holes */
 	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
 };

@@ -47,6 +47,9 @@ struct lm_layer_hparams {
 	 * n_ff_exp, of which each token takes the n_expert_used its router ranks first; n_ff is
 	 * then unused. 0, 0, 0 on a dense layer. */
 	int32_t n_expert, n_expert_used, n_ff_exp;
+	/* A mixture-of-experts layer's shared FFN beside its experts, run on every token (gemma4:
+	 * its n_ff-wide FFN); 0: none. */
+	int32_t n_ff_shared;
 };
 
 /* How a router's logits become the weights of the experts it picks. */
@@ -93,7 +96,8 @@ const char *lm_hparams_archs(void);
 struct lm_widths {
 	int32_t q_dim;         /* n_head x head_dim */
 	int32_t kv_dim;        /* n_head_kv x head_dim */
-	int32_t ff_dim;        /* n_ff, or an expert's n_ff_exp on a mixture-of-experts layer */
+	int32_t ff_dim;        /* n_ff, or on a mixture-of-experts layer the wider of an expert's
+				* n_ff_exp and its shared FFN's n_ff_shared */
 	int32_t head_dim;      /* per head */
 	int32_t group;         /* query heads per KV head */
 	int32_t n_heads;       /* query heads */

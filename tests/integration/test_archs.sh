@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every architecture through the mesh. For each of llama (and Mistral's window), qwen2, qwen3,
-# qwen3moe, gemma3 and gemma4, a synthetic GQA model of 7 layers runs over a 3-worker mesh whose
+# qwen3moe, gemma3, gemma4 and gemma4moe (Gemma 4 26B-A4B's layout), a synthetic GQA model of 7 layers runs over a 3-worker mesh whose
 # fence crosses sliding/global boundaries (gemma: window 8, layers 2 and 5 global; the fence
 # [0,2) [2,5) [5,7) starts a worker on each global layer and ends one on a sliding layer) and
 # cuts inside the run of mixture-of-experts layers (qwen3moe: 8 experts, 2 per token, on every
-# layer):
+# layer; gemma4moe: the same experts beside each layer's shared FFN):
 #   - greedy generation of 30 tokens (over 3x the window) equals `layermesh run`'s ids;
 #   - `layermesh diff` finds every layer of the mesh equal to the single process.
 # The single process is held to llama.cpp by tests/oracle/test_oracle_archs.sh.
@@ -18,13 +18,14 @@ shape() {
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	mistral) echo "--window 8" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 2 --ffn-exp 128" ;;
+	gemma4moe) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3 --experts 8 --experts-used 2 --ffn-exp 128" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac
 }
 
 n=0
-for arch in ${LM_TEST_ARCHS:-llama mistral qwen2 qwen3 qwen3moe gemma3 gemma4}; do
+for arch in ${LM_TEST_ARCHS:-llama mistral qwen2 qwen3 qwen3moe gemma3 gemma4 gemma4moe}; do
 	for type in q8_0 f32; do
 		model="$LM_TMP/$arch-$type.gguf"
 		# shellcheck disable=SC2046

@@ -1,10 +1,11 @@
 #!/bin/bash
 # test_oracle_archs.sh LAYERMESH LM_ORACLE — every architecture against llama.cpp itself.
 #
-# For llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4, in f32, q8_0 and q4_K: a synthetic model
+# For llama, qwen2, qwen3, qwen3moe, gemma3, gemma4 and gemma4moe, in f32, q8_0 and q4_K: a synthetic model
 # (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of
 # window 8, each third layer global; gemma4 with its two head sizes and KV head counts; qwen3moe
-# with 8 experts of width 256 on every layer, 3 per token) is run on a prompt of 74
+# with 8 experts of width 256 on every layer, 3 per token; gemma4moe, Gemma 4 26B-A4B's layout:
+# gemma4's shape with the same experts beside each layer's FFN) is run on a prompt of 74
 # tokens, more than 3x the window, by llama.cpp's generic x64 CPU build (`--cpu-variant x64`) and
 # by `layermesh run` with its default kernels:
 #   - the logits after the prompt within the tolerance of the architecture and type;
@@ -22,7 +23,11 @@
 # Tolerances, measured at the commit that set them (max |diff| of the prompt's logits): f32
 # 1.8e-6 (llama, qwen) and 8.5e-4 (gemma: its GELU rounds through f16, so an activation one ulp
 # apart may round to another half); quantized types up to 0.15, where one activation on a
-# quantization boundary moves a dot product by a whole quantum.
+# quantization boundary moves a dot product by a whole quantum. gemma4moe in q4_K: a quantum
+# that moves a router's pick moves the logits further; llama.cpp's own builds differ by 0.812
+# on this file (x64 against haswell, measured), layermesh's default kernels by 0.408 from x64:
+# its prompt logits are held to 1.0, its greedy continuation to the quantized margin (there
+# llama.cpp's haswell build and layermesh both agree with x64 at every position).
 set -eu
 
 LAYERMESH=$1
@@ -43,6 +48,7 @@ shape() {
 	gemma4) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3" ;;
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 3 --ffn-exp 256" ;;
+	gemma4moe) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3 --experts 8 --experts-used 3 --ffn-exp 256" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac
@@ -54,8 +60,15 @@ tolerance() { # arch type
 	*) echo 0.3 ;;
 	esac
 }
+# The last prompt position's: gemma4moe in q4_K, see above.
+prompt_tolerance() { # arch type
+	case $1-$2 in
+	gemma4moe-q4_K) echo 1.0 ;;
+	*) tolerance "$1" "$2" ;;
+	esac
+}
 
-for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4}; do
+for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4 gemma4moe}; do
 	for type in f32 q8_0 q4_K q4_0; do
 		f=$TMP/$arch-$type.gguf
 		# shellcheck disable=SC2046
@@ -77,7 +90,8 @@ for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4}; do
 		tol=$(tolerance $arch $type)
 		"$LAYERMESH" run --model "$f" --prompt "$PROMPT" --temp 0 -n 1 --threads 1 \
 			--logits "$TMP/ours.txt" >/dev/null 2>&1 || fail "$arch $type: layermesh run"
-		r=$(python3 "$HERE/compare_logits.py" last "$TMP/ours.txt" "$TMP/theirs.txt" $tol) ||
+		r=$(python3 "$HERE/compare_logits.py" last "$TMP/ours.txt" "$TMP/theirs.txt" \
+			"$(prompt_tolerance $arch $type)") ||
 			fail "$arch $type, prompt logits: $r"
 		echo "ok: $arch $type, prompt logits: $r"
 

@@ -331,6 +331,70 @@ Test(forward, sliding_and_global_slices_at_every_cut, .timeout = 60)
 	unlink(path);
 }
 
+/* A 128-wide, 300-token model at `path` (open in `whole`, two slots): two sequences
+ * interleaved in one batch give each row the same bits as the sequences run alone, and the
+ * model cut into two stages at layer `cut` equals the whole. */
+static void moe_batches_and_stages(struct rig *whole, const char *path, int32_t cut,
+				   int32_t n_layer)
+{
+	enum { V = 300 };
+	lm_diag d = {{0}};
+	int32_t a[5] = {17, 203, 44, 261, 78}, b[4] = {3, 291, 280, 94};
+	static float la[5 * V], lb[4 * V], mixed[9 * V];
+	run_rows(whole, 0, 0, a, 5, la);
+	run_rows(whole, 1, 0, b, 4, lb);
+	struct lm_tok_loc loc[9];
+	int32_t ids[9], rows[9];
+	int k = 0;
+	for (int i = 0; i < 5; i++) {
+		loc[k] = (struct lm_tok_loc){0, 5 + i};
+		ids[k++] = a[4 - i];
+		if (i < 4) {
+			loc[k] = (struct lm_tok_loc){1, 4 + i};
+			ids[k++] = b[3 - i];
+		}
+	}
+	for (int i = 0; i < 9; i++)
+		rows[i] = i;
+	/* Continue both sequences with their tokens reversed, first in one batch ... */
+	struct lm_batch bt = {.n = 9, .ids = ids, .loc = loc, .n_out = 9, .out_rows = rows};
+	cr_assert_eq(lm_forward_run(&whole->fw, &bt, NULL, NULL, mixed, &d), 0, "%s", d.msg);
+	/* ... then each alone, token by token, from the same cache state. */
+	struct rig solo;
+	rig_open(&solo, path, NULL, 2, 16, false);
+	run_rows(&solo, 0, 0, a, 5, la);
+	run_rows(&solo, 1, 0, b, 4, lb);
+	for (int i = 0; i < 9; i++) {
+		float one[V];
+		run_rows(&solo, loc[i].slot, loc[i].pos, &ids[i], 1, one);
+		cr_expect_eq(memcmp(one, mixed + (size_t)i * V, sizeof one), 0,
+			     "row %d differs alone and in the batch", i);
+	}
+	rig_close(&solo);
+
+	/* Two stages cut inside the run of MoE layers. */
+	static float want[5 * V], got[5 * V], h[5 * 128];
+	struct rig w1;
+	rig_open(&w1, path, NULL, 1, 16, false);
+	run_rows(&w1, 0, 0, a, 5, want);
+	rig_close(&w1);
+	struct rig s0, s1;
+	struct lm_slice sa = {0, cut, true, false}, sb = {cut, n_layer, false, true};
+	rig_open(&s0, path, &sa, 1, 16, false);
+	rig_open(&s1, path, &sb, 1, 16, false);
+	for (int i = 0; i < 5; i++) {
+		loc[i] = (struct lm_tok_loc){0, i};
+		rows[i] = i;
+	}
+	struct lm_batch bs = {.n = 5, .ids = a, .loc = loc, .n_out = 5, .out_rows = rows};
+	cr_assert_eq(lm_forward_run(&s0.fw, &bs, NULL, h, NULL, &d), 0, "%s", d.msg);
+	bs.ids = NULL;
+	cr_assert_eq(lm_forward_run(&s1.fw, &bs, h, NULL, got, &d), 0, "%s", d.msg);
+	cr_expect_eq(memcmp(got, want, sizeof want), 0, "two stages differ from the whole");
+	rig_close(&s0);
+	rig_close(&s1);
+}
+
 /* qwen3moe (8 experts, 2 per token): each expert is bound as a matrix pointing at its own block
  * of the mapped 3-D tensor; two sequences interleaved in one batch give each row the same bits
  * as the sequences run alone; and the model cut into two stages inside its MoE layers equals
@@ -372,60 +436,63 @@ Test(forward, qwen3moe_experts_in_place_batches_and_stages, .timeout = 60)
 			     (const uint8_t *)t->data + (size_t)e * 128 * (64 / 32 * 34),
 			     "expert %d points into the mapping", e);
 
-	int32_t a[5] = {17, 203, 44, 261, 78}, b[4] = {3, 291, 280, 94};
-	static float la[5 * V], lb[4 * V], mixed[9 * V];
-	run_rows(&whole, 0, 0, a, 5, la);
-	run_rows(&whole, 1, 0, b, 4, lb);
-	struct lm_tok_loc loc[9];
-	int32_t ids[9], rows[9];
-	int k = 0;
-	for (int i = 0; i < 5; i++) {
-		loc[k] = (struct lm_tok_loc){0, 5 + i};
-		ids[k++] = a[4 - i];
-		if (i < 4) {
-			loc[k] = (struct lm_tok_loc){1, 4 + i};
-			ids[k++] = b[3 - i];
-		}
-	}
-	for (int i = 0; i < 9; i++)
-		rows[i] = i;
-	/* Continue both sequences with their tokens reversed, first in one batch ... */
-	struct lm_batch bt = {.n = 9, .ids = ids, .loc = loc, .n_out = 9, .out_rows = rows};
-	cr_assert_eq(lm_forward_run(&whole.fw, &bt, NULL, NULL, mixed, &d), 0, "%s", d.msg);
-	/* ... then each alone, token by token, from the same cache state. */
-	struct rig solo;
-	rig_open(&solo, path, NULL, 2, 16, false);
-	run_rows(&solo, 0, 0, a, 5, la);
-	run_rows(&solo, 1, 0, b, 4, lb);
-	for (int i = 0; i < 9; i++) {
-		float one[V];
-		run_rows(&solo, loc[i].slot, loc[i].pos, &ids[i], 1, one);
-		cr_expect_eq(memcmp(one, mixed + (size_t)i * V, sizeof one), 0,
-			     "row %d differs alone and in the batch", i);
-	}
-	rig_close(&solo);
+	moe_batches_and_stages(&whole, path, 2, 3);
+	rig_close(&whole);
+	unlink(path);
+}
 
-	/* Two stages cut inside the run of MoE layers. */
-	static float want[5 * V], got[5 * V], h[5 * 128];
-	struct rig w1;
-	rig_open(&w1, path, NULL, 1, 16, false);
-	run_rows(&w1, 0, 0, a, 5, want);
-	rig_close(&w1);
-	struct rig s0, s1;
-	struct lm_slice sa = {0, 2, true, false}, sb = {2, 3, false, true};
-	rig_open(&s0, path, &sa, 1, 16, false);
-	rig_open(&s1, path, &sb, 1, 16, false);
-	for (int i = 0; i < 5; i++) {
-		loc[i] = (struct lm_tok_loc){0, i};
-		rows[i] = i;
+/* gemma4 with experts (26B-A4B's layout: 8 experts, 2 per token, beside each layer's FFN): the
+ * fused gate/up tensor is bound expert by expert as two matrices pointing at the two halves of
+ * the expert's block, and the per-expert scales are read in place; batches and a cut inside the
+ * MoE layers as for qwen3moe. */
+Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
+{
+	char path[] = "/tmp/lm_test_forward_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "gemma4";
+	o.dim = 128;
+	o.layers = 4;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.head_dim = 64;
+	o.head_dim_swa = 32;
+	o.kv_heads_swa = 4;
+	o.window = 4;
+	o.swa_period = 2;
+	o.ffn = 192;
+	o.ffn_exp = 64;
+	o.experts = 8;
+	o.experts_used = 2;
+	o.vocab = 300;
+	o.type = LM_Q8_0;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	struct rig whole;
+	rig_open(&whole, path, NULL, 2, 16, false);
+	const struct lm_layer_hparams *l = &whole.m.hp.layer[1];
+	cr_expect(l->n_expert == 8 && l->n_expert_used == 2 && l->n_ff_exp == 64 &&
+		  l->n_ff_shared == 192);
+	const struct gguf_tensor *t =
+		gguf_find_tensor(whole.m.file, "blk.1.ffn_gate_up_exps.weight");
+	const struct gguf_tensor *sc = gguf_find_tensor(whole.m.file, "blk.1.ffn_down_exps.scale");
+	cr_assert(t != NULL && sc != NULL);
+	const struct lm_experts *x = &lm_model_layer(&whole.m, 1)->exps;
+	cr_assert_eq(x->n, 8);
+	const size_t row = 128 / 32 * 34; /* a q8_0 row of 128 */
+	for (int e = 0; e < 8; e++) {
+		const uint8_t *block = (const uint8_t *)t->data + (size_t)e * 128 * row;
+		cr_expect_eq(x->gate[e].data, block, "expert %d's gate points into the mapping", e);
+		cr_expect_eq(x->up[e].data, block + 64 * row, "expert %d's up is its second half",
+			     e);
+		cr_expect(x->gate[e].ne1 == 64 && x->up[e].ne1 == 64);
 	}
-	struct lm_batch bs = {.n = 5, .ids = a, .loc = loc, .n_out = 5, .out_rows = rows};
-	cr_assert_eq(lm_forward_run(&s0.fw, &bs, NULL, h, NULL, &d), 0, "%s", d.msg);
-	bs.ids = NULL;
-	cr_assert_eq(lm_forward_run(&s1.fw, &bs, h, NULL, got, &d), 0, "%s", d.msg);
-	cr_expect_eq(memcmp(got, want, sizeof want), 0, "two stages differ from the whole");
-	rig_close(&s0);
-	rig_close(&s1);
+	cr_expect_eq((const void *)x->down_scale, sc->data);
+	moe_batches_and_stages(&whole, path, 1, 4);
 	rig_close(&whole);
 	unlink(path);
 }
