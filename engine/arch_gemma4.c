@@ -26,6 +26,7 @@
  *   logits: final softcapping                             (forward.c)
  */
 #include <math.h>
+#include <string.h>
 
 #include "engine/arch.h"
 
@@ -134,8 +135,11 @@ static int gemma4_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
 	    (rc = gemma4_router_input(fw, il, n, d)) ||
 	    (rc = lm_moe_run_routed(fw->be, s, &ml, s->xe, s->xe, s->xr, n, d)) ||
 	    (rc = lm_layer_norm(fw, s->xe, s->xe, &w->ffn_post_norm_2, eps, il, n,
-				"post_ffw_norm_2", d)))
+				"post_ffw_norm_2", d))) {
+		if (d != NULL && strncmp(d->msg, "layer ", 6) != 0) /* the mixture names its op */
+			lm_diag_prefix(d, "layer %d", il);
 		return rc;
+	}
 	if ((rc = fw->be->iface->add(fw->be->ctx, fw->h, s->xe, len)) != 0)
 		return lm_layer_fail(fw, rc, il, "ffn_moe_combined", d);
 	return 0;
