@@ -441,6 +441,16 @@ Test(forward, qwen3moe_experts_in_place_batches_and_stages, .timeout = 60)
 	unlink(path);
 }
 
+static int refuse_gelu_mul(void *ctx, float *y, const float *gate, const float *up, size_t len)
+{
+	return LM_EDEVICE;
+}
+
+static int refuse_mul_rows(void *ctx, float *y, const float *b, int width, int n)
+{
+	return LM_EDEVICE;
+}
+
 /* gemma4 with experts (26B-A4B's layout: 8 experts, 2 per token, beside each layer's FFN): the
  * fused gate/up tensor is bound expert by expert as two matrices pointing at the two halves of
  * the expert's block, and the per-expert scales are read in place; batches and a cut inside the
@@ -493,6 +503,23 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 	}
 	cr_expect_eq((const void *)x->down_scale, sc->data);
 	moe_batches_and_stages(&whole, path, 1, 4);
+
+	/* A failure inside the mixture names its layer and its op. */
+	struct lm_backend_i iface = *whole.be.iface;
+	struct lm_backend refusing = {&iface, whole.be.ctx};
+	whole.fw.be = &refusing;
+	int32_t ids[2] = {1, 2}, rows[1] = {1};
+	struct lm_tok_loc loc[2] = {{0, 0}, {0, 1}};
+	struct lm_batch b = {.n = 2, .ids = ids, .loc = loc, .n_out = 1, .out_rows = rows};
+	static float out[300];
+	iface.gelu_mul = refuse_gelu_mul;
+	cr_expect_eq(lm_forward_run(&whole.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
+	cr_expect_str_eq(d.msg, "layer 0: ffn_shexp gelu_mul failed: device error");
+	iface.gelu_mul = whole.be.iface->gelu_mul;
+	iface.mul_rows = refuse_mul_rows;
+	cr_expect_eq(lm_forward_run(&whole.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
+	cr_expect_str_eq(d.msg, "layer 0: ffn_gate_inp.scale failed: device error");
+	whole.fw.be = &whole.be;
 	rig_close(&whole);
 	unlink(path);
 }
