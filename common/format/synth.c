@@ -185,7 +185,7 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
-		if (o->experts != 0)
+		if (o->experts != 0 && l >= o->dense_layers)
 			synth_add_gemma4_experts(o, l, out, n);
 		return;
 	}
@@ -304,6 +304,10 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 		return lm_fail(
 			d, LM_EINVAL,
 			"--experts, --experts-used and --ffn-exp are qwen3moe's and gemma4's");
+	if (o->dense_layers != 0 &&
+	    (arch != SYNTH_GEMMA4 || o->experts == 0 || o->dense_layers >= o->layers))
+		return lm_fail(d, LM_EINVAL,
+			       "--dense-layers is gemma4's with --experts, fewer than --layers");
 	if (arch == SYNTH_GEMMA4 && o->window == 0)
 		return lm_fail(d, LM_EINVAL, "gemma4 needs --window (its sliding layers)");
 	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE) &&

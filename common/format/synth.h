@@ -36,6 +36,7 @@
  *              ffn_gate_inp.weight [dim, experts] (f32), ffn_gate_inp.scale [dim],
  *              ffn_gate_up_exps.weight [dim, 2 ffn_exp, experts] (gate rows, then up rows),
  *              ffn_down_exps.weight [ffn_exp, dim, experts], ffn_down_exps.scale [experts]
+ *              (--dense-layers N: not on the first N layers, which stay dense)
  * and an architecture's keys under its own prefix ("gemma4.attention.sliding_window", ...).
  *
  * Weights. Every tensor has its own PRNG stream (splitmix64 seeded from the seed and the tensor's
@@ -97,6 +98,7 @@ struct synth_opts {
 				* 0: dense) */
 	uint32_t experts_used; /* experts a token takes (expert_used_count) */
 	uint32_t ffn_exp;      /* an expert's width; 0: ffn */
+	uint32_t dense_layers; /* gemma4 with experts: the first dense_layers layers have none */
 	bool sparse;           /* the tensor index and no data: a file with holes */
 	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
 };

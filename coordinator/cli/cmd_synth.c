@@ -29,6 +29,7 @@ static void synth_usage(FILE *out)
 	      "                    the shared FFN's width)\n"
 	      "  --experts-used K  experts each token takes, up to N\n"
 	      "  --ffn-exp F       an expert's width (default --ffn)\n"
+	      "  --dense-layers N  gemma4 with experts: the first N layers stay dense (no router)\n"
 	      "  --dim D           embedding length (<arch>.embedding_length), up to 65536\n"
 	      "  --layers L        transformer blocks (<arch>.block_count), up to 512\n"
 	      "  --heads H         attention heads; D must be a multiple of H, and D/H even\n"
@@ -162,6 +163,7 @@ static const struct synth_opt synth_table[] = {
 	SO("experts", SK_U32, experts),
 	SO("experts-used", SK_U32, experts_used),
 	SO("ffn-exp", SK_U32, ffn_exp),
+	SO("dense-layers", SK_U32, dense_layers),
 	SO("sparse", SK_FLAG, sparse),
 	SO("threads", SK_U32, threads),
 };

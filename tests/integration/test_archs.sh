@@ -4,7 +4,8 @@
 # fence crosses sliding/global boundaries (gemma: window 8, layers 2 and 5 global; the fence
 # [0,2) [2,5) [5,7) starts a worker on each global layer and ends one on a sliding layer) and
 # cuts inside the run of mixture-of-experts layers (qwen3moe: 8 experts, 2 per token, on every
-# layer; gemma4moe: the same experts beside each layer's shared FFN):
+# layer; gemma4moe: the same experts beside the shared FFN of every layer but the first, so that
+# the first worker holds a dense layer and a MoE one):
 #   - greedy generation of 30 tokens (over 3x the window) equals `layermesh run`'s ids;
 #   - `layermesh diff` finds every layer of the mesh equal to the single process.
 # The single process is held to llama.cpp by tests/oracle/test_oracle_archs.sh.
@@ -18,7 +19,7 @@ shape() {
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	mistral) echo "--window 8" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 2 --ffn-exp 128" ;;
-	gemma4moe) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3 --experts 8 --experts-used 2 --ffn-exp 128" ;;
+	gemma4moe) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3 --experts 8 --experts-used 2 --ffn-exp 128 --dense-layers 1" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac

@@ -5,7 +5,7 @@
 # (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of
 # window 8, each third layer global; gemma4 with its two head sizes and KV head counts; qwen3moe
 # with 8 experts of width 256 on every layer, 3 per token; gemma4moe, Gemma 4 26B-A4B's layout:
-# gemma4's shape with the same experts beside each layer's FFN) is run on a prompt of 74
+# gemma4's shape with the same experts beside every layer's FFN) is run on a prompt of 74
 # tokens, more than 3x the window, by llama.cpp's generic x64 CPU build (`--cpu-variant x64`) and
 # by `layermesh run` with its default kernels:
 #   - the logits after the prompt within the tolerance of the architecture and type;
@@ -23,11 +23,16 @@
 # Tolerances, measured at the commit that set them (max |diff| of the prompt's logits): f32
 # 1.8e-6 (llama, qwen) and 8.5e-4 (gemma: its GELU rounds through f16, so an activation one ulp
 # apart may round to another half); quantized types up to 0.15, where one activation on a
-# quantization boundary moves a dot product by a whole quantum. gemma4moe in q4_K: a quantum
-# that moves a router's pick moves the logits further; llama.cpp's own builds differ by 0.812
-# on this file (x64 against haswell, measured), layermesh's default kernels by 0.408 from x64:
-# its prompt logits are held to 1.0, its greedy continuation to the quantized margin (there
-# llama.cpp's haswell build and layermesh both agree with x64 at every position).
+# quantization boundary moves a dot product by a whole quantum. gemma4moe in q4_K: where such a
+# difference swaps the router's last pick of a token (the synthetic router's logits are close:
+# a few of its 370 picks are near ties), that token's FFN output changes by a whole expert and
+# the logits by up to ~1.5; K-quant dot products sum in each build's own order, so this is not
+# layermesh's alone: on this file llama.cpp's own x64 and haswell builds differ by 0.812
+# (measured; layermesh's AVX2 kernels by 0.408 from x64). Held to 1.0, prompt and greedy margin
+# alike: a weak check, the f32, q8_0 and scalar q4_0 ones carry the experts' arithmetic. (With
+# the first layer dense, measured too, it is layermesh's AVX2 kernels that swap a pick while
+# llama.cpp's two builds agree: the last prompt position's top two logits, 0.38 apart, trade
+# places.)
 set -eu
 
 LAYERMESH=$1
@@ -57,14 +62,7 @@ shape() {
 tolerance() { # arch type
 	case $2 in
 	f32) case $1 in gemma*) echo 5e-3 ;; *) echo 1e-4 ;; esac ;;
-	*) echo 0.3 ;;
-	esac
-}
-# The last prompt position's: gemma4moe in q4_K, see above.
-prompt_tolerance() { # arch type
-	case $1-$2 in
-	gemma4moe-q4_K) echo 1.0 ;;
-	*) tolerance "$1" "$2" ;;
+	*) case $1-$2 in gemma4moe-q4_K) echo 1.0 ;; *) echo 0.3 ;; esac ;;
 	esac
 }
 
@@ -90,8 +88,7 @@ for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4 gemma4moe}
 		tol=$(tolerance $arch $type)
 		"$LAYERMESH" run --model "$f" --prompt "$PROMPT" --temp 0 -n 1 --threads 1 \
 			--logits "$TMP/ours.txt" >/dev/null 2>&1 || fail "$arch $type: layermesh run"
-		r=$(python3 "$HERE/compare_logits.py" last "$TMP/ours.txt" "$TMP/theirs.txt" \
-			"$(prompt_tolerance $arch $type)") ||
+		r=$(python3 "$HERE/compare_logits.py" last "$TMP/ours.txt" "$TMP/theirs.txt" $tol) ||
 			fail "$arch $type, prompt logits: $r"
 		echo "ok: $arch $type, prompt logits: $r"
 

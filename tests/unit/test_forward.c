@@ -441,7 +441,7 @@ Test(forward, qwen3moe_experts_in_place_batches_and_stages, .timeout = 60)
 	unlink(path);
 }
 
-static int refuse_gelu_mul(void *ctx, float *y, const float *gate, const float *up, size_t len)
+static int refuse_download(void *ctx, void *dst, const void *src, size_t n)
 {
 	return LM_EDEVICE;
 }
@@ -451,7 +451,8 @@ static int refuse_mul_rows(void *ctx, float *y, const float *b, int width, int n
 	return LM_EDEVICE;
 }
 
-/* gemma4 with experts (26B-A4B's layout: 8 experts, 2 per token, beside each layer's FFN): the
+/* gemma4 with experts (26B-A4B's layout: 8 experts, 2 per token, beside the FFN of every layer
+ * but the first, which stays dense): the
  * fused gate/up tensor is bound expert by expert as two matrices pointing at the two halves of
  * the expert's block, and the per-expert scales are read in place; batches and a cut inside the
  * MoE layers as for qwen3moe. */
@@ -478,6 +479,7 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 	o.ffn_exp = 64;
 	o.experts = 8;
 	o.experts_used = 2;
+	o.dense_layers = 1;
 	o.vocab = 300;
 	o.type = LM_Q8_0;
 	lm_diag d = {{0}};
@@ -487,6 +489,8 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 	const struct lm_layer_hparams *l = &whole.m.hp.layer[1];
 	cr_expect(l->n_expert == 8 && l->n_expert_used == 2 && l->n_ff_exp == 64 &&
 		  l->n_ff_shared == 192);
+	cr_expect(whole.m.hp.layer[0].n_expert == 0 && lm_model_layer(&whole.m, 0)->exps.n == 0,
+		  "layer 0 stays dense");
 	const struct gguf_tensor *t =
 		gguf_find_tensor(whole.m.file, "blk.1.ffn_gate_up_exps.weight");
 	const struct gguf_tensor *sc = gguf_find_tensor(whole.m.file, "blk.1.ffn_down_exps.scale");
@@ -502,7 +506,7 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 		cr_expect(x->gate[e].ne1 == 64 && x->up[e].ne1 == 64);
 	}
 	cr_expect_eq((const void *)x->down_scale, sc->data);
-	moe_batches_and_stages(&whole, path, 1, 4);
+	moe_batches_and_stages(&whole, path, 2, 4); /* [0, 2): a dense layer and a MoE one */
 
 	/* A failure inside the mixture names its layer and its op. */
 	struct lm_backend_i iface = *whole.be.iface;
@@ -512,13 +516,13 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 	struct lm_tok_loc loc[2] = {{0, 0}, {0, 1}};
 	struct lm_batch b = {.n = 2, .ids = ids, .loc = loc, .n_out = 1, .out_rows = rows};
 	static float out[300];
-	iface.gelu_mul = refuse_gelu_mul;
+	iface.download = refuse_download; /* the first: layer 1's router logits to the host */
 	cr_expect_eq(lm_forward_run(&whole.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
-	cr_expect_str_eq(d.msg, "layer 0: ffn_shexp gelu_mul failed: device error");
-	iface.gelu_mul = whole.be.iface->gelu_mul;
+	cr_expect_str_eq(d.msg, "layer 1: router download failed: device error");
+	iface.download = whole.be.iface->download;
 	iface.mul_rows = refuse_mul_rows;
 	cr_expect_eq(lm_forward_run(&whole.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
-	cr_expect_str_eq(d.msg, "layer 0: ffn_gate_inp.scale failed: device error");
+	cr_expect_str_eq(d.msg, "layer 1: ffn_gate_inp.scale failed: device error");
 	whole.fw.be = &whole.be;
 	rig_close(&whole);
 	unlink(path);

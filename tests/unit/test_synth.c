@@ -429,6 +429,19 @@ Test(synth, gemma4_experts_have_26b_a4b_s_layout)
 	cr_expect_not_null(gguf_find_tensor(f, "blk.1.ffn_down.weight"), "the shared FFN stays");
 	cr_expect_null(gguf_find_tensor(f, "blk.1.ffn_gate_exps.weight"));
 	gguf_close(f);
+	/* --dense-layers 1: the first layer has no experts, the second has. */
+	o.dense_layers = 1;
+	o.out = tmp_path("g4d.gguf");
+	write_ok(&o, NULL);
+	f = open_ok(o.out);
+	cr_expect_null(gguf_find_tensor(f, "blk.0.ffn_gate_inp.weight"));
+	cr_expect_null(gguf_find_tensor(f, "blk.0.post_ffw_norm_1.weight"));
+	cr_expect_not_null(gguf_find_tensor(f, "blk.1.ffn_gate_up_exps.weight"));
+	gguf_close(f);
+	o.dense_layers = 2; /* not fewer than the layers */
+	lm_diag d = {{0}};
+	cr_expect_eq(synth_write(&o, NULL, &d), LM_EINVAL);
+	o.dense_layers = 0;
 	/* Without --experts, gemma4 stays dense. */
 	o.experts = o.experts_used = o.ffn_exp = 0;
 	o.out = tmp_path("g4.gguf");
