@@ -45,12 +45,8 @@ ORACLE=$BUILD/tests/oracle/lm_oracle
 SHARED=$(meson introspect "$BUILD" --buildoptions | jq -r '.[] | select(.name == "shared_dir") | .value')
 STORIES=$SHARED/models/stories260K.gguf
 TMP=$(mktemp -d /tmp/lm-bench-spec.XXXXXX)
-UP_PID=
-cleanup() {
-	[ -z "$UP_PID" ] || { kill -TERM "$UP_PID" 2>/dev/null; wait "$UP_PID" 2>/dev/null || true; }
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+source "$ROOT/bench/lib.sh"
+trap bench_cleanup EXIT
 OUT=$TMP/out.md
 say() { echo "$*" >>"$OUT"; }
 
@@ -58,39 +54,8 @@ say() { echo "$*" >>"$OUT"; }
 
 # mesh_up NAME FENCE SPEC: a mesh of stories260K over the workers of FENCE ("0:2 2:4 4:5").
 mesh_up() {
-	local name=$1 fence=$2 spec=$3 dir=$TMP/$1 i=0 r http
-	mkdir -p "$dir"
-	http=$((20000 + RANDOM % 10000))
-	{
-		printf '[model]\npath = "%s"\nmax_seq_len = 512\nslots = 17\nmax_batch = 64\n\n' "$STORIES"
-		printf '[coordinator]\nhttp = "127.0.0.1:%d"\ndata_in = "ipc://%s/c.data"\n\n' "$http" "$dir"
-		printf '[plan]\nstrategy = "pinned"\n\n[speculative]\n%b\n' "$spec"
-		for r in $fence; do
-			printf '[[worker]]\nname = "w%d"\ndata = "ipc://%s/w%d.data"\n' $i "$dir" $i
-			printf 'control = "ipc://%s/w%d.ctl"\nhttp = "127.0.0.1:%d"\n' "$dir" $i $((http + 1 + i))
-			printf 'memory_limit = "256MiB"\nlayers = [%s, %s]\n\n' "${r%%:*}" "${r##*:}"
-			i=$((i + 1))
-		done
-	} >"$dir/mesh.toml"
-	URL=http://127.0.0.1:$http
-	"$LM" up "$dir/mesh.toml" --worker-bin "$WORKER" --timeout 60 >"$dir/up.log" 2>&1 &
-	UP_PID=$!
-	for i in $(seq 600); do
-		curl -sf "$URL/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$UP_PID" 2>/dev/null || { cat "$dir/up.log" >&2; exit 1; }
-		sleep 0.1
-	done
-	echo "bench/spec.sh: $name did not come up" >&2
-	exit 1
+	bench_mesh_up "$1" "$STORIES" 512 256MiB "$2" "" "[speculative]\n$3\n\n" 60
 }
-
-mesh_down() {
-	kill -TERM "$UP_PID"
-	wait "$UP_PID" 2>/dev/null || true
-	UP_PID=
-}
-
-metric() { curl -sf "$URL/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 
 # one PROMPT SPECULATE: decode tokens/s of one request.
 one() {
@@ -112,8 +77,6 @@ many() {
 	t1=$(date +%s.%N)
 	python3 -c "print(16 * $TOKENS / ($t1 - $t0))"
 }
-
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 # measure NAME FENCE SPEC PROMPT: one table row.
 measure() {

@@ -4,8 +4,8 @@
 #include <string.h>
 
 static const struct lm_arch *const arch_all[] = {
-	&lm_arch_llama,    &lm_arch_qwen2,  &lm_arch_qwen3,
-	&lm_arch_qwen3moe, &lm_arch_gemma3, &lm_arch_gemma4,
+	&lm_arch_llama,  &lm_arch_qwen2,  &lm_arch_qwen3,  &lm_arch_qwen3moe,
+	&lm_arch_gemma3, &lm_arch_gemma4, &lm_arch_qwen35, &lm_arch_qwen35moe,
 };
 
 const struct lm_arch *lm_arch_find(const char *name)

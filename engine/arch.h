@@ -19,56 +19,67 @@
 
 /* A tensor's dimension, in the layer's own hyperparameters. */
 enum lm_dim {
-	LM_DIM_ONE = 0, /* 1: a vector */
-	LM_DIM_EMBD,    /* n_embd */
-	LM_DIM_Q,       /* n_head(il) x head_dim(il) */
-	LM_DIM_KV,      /* n_head_kv(il) x head_dim(il) */
-	LM_DIM_FF,      /* n_ff(il) */
-	LM_DIM_HEAD,    /* head_dim(il) */
-	LM_DIM_EXPERTS, /* n_expert(il) */
-	LM_DIM_FF_EXP,  /* n_ff_exp(il): one expert's feed-forward width */
-	LM_DIM_FF_EXP2, /* 2 x n_ff_exp(il): an expert's fused gate and up rows */
+	LM_DIM_ONE = 0,  /* 1: a vector */
+	LM_DIM_EMBD,     /* n_embd */
+	LM_DIM_Q,        /* n_head(il) x head_dim(il) */
+	LM_DIM_KV,       /* n_head_kv(il) x head_dim(il) */
+	LM_DIM_FF,       /* n_ff(il) */
+	LM_DIM_HEAD,     /* head_dim(il) */
+	LM_DIM_EXPERTS,  /* n_expert(il) */
+	LM_DIM_FF_EXP,   /* n_ff_exp(il): one expert's feed-forward width */
+	LM_DIM_FF_EXP2,  /* 2 x n_ff_exp(il): an expert's fused gate and up rows */
+	LM_DIM_QG,       /* n_head(il) x 2 x head_dim(il): queries and their gates (qwen35) */
+	LM_DIM_CONV,     /* the delta-net's conv channels (dnet.h: lm_dnet_conv_dim) */
+	LM_DIM_VALUE,    /* the delta-net's value width, n_v_heads x ssm head_dim */
+	LM_DIM_VHEADS,   /* the delta-net's value heads */
+	LM_DIM_SSM_HEAD, /* the delta-net's head size (ssm.state_size) */
+	LM_DIM_CONV_K,   /* the delta-net's conv taps */
+	LM_DIM_FF_SHEXP, /* n_ff_shexp(il): the shared expert's width (qwen35moe) */
+};
+
+/* Which layers of a model have a tensor (qwen35's attention and recurrent layers differ). */
+enum lm_layer_kind {
+	LM_KIND_ANY = 0,   /* every layer */
+	LM_KIND_ATTN,      /* attention layers only */
+	LM_KIND_RECURRENT, /* recurrent layers only */
 };
 
 /* One tensor of a layer: which (its field and its name under "blk.N.") and its shape. */
 struct lm_tensor_spec {
 	enum lm_layer_tensor t;
 	enum lm_dim ne0, ne1;
-	bool optional;   /* absent in the file: the field stays unbound (data == NULL) */
-	enum lm_dim ne2; /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else ONE */
-	bool moe;        /* bound on the mixture-of-experts layers only, and refused on a dense
-			  * layer (hp.layer[il].n_expert == 0) */
+	bool optional;           /* absent in the file: the field stays unbound (data == NULL) */
+	enum lm_dim ne2;         /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else
+				  * ONE */
+	enum lm_layer_kind kind; /* the layers that have it */
+	bool moe;                /* bound on the mixture-of-experts layers only, and refused on a
+				  * dense layer (hp.layer[il].n_expert == 0) */
 };
 
-#define LM_TENSOR(field, ne0, ne1)                                                 \
-	{                                                                          \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, false \
+#define LM_TENSOR_SPEC_(field, ne0_, ne1_, opt, ne2_, kind_, moe_)                              \
+	{                                                                                       \
+		.t = LM_T_##field, .ne0 = LM_DIM_##ne0_, .ne1 = LM_DIM_##ne1_, .optional = opt, \
+		.ne2 = LM_DIM_##ne2_, .kind = LM_KIND_##kind_, .moe = moe_                      \
 	}
-#define LM_TENSOR_OPT(field, ne0, ne1)                                            \
-	{                                                                         \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE, false \
-	}
+
+#define LM_TENSOR(field, ne0, ne1)     LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, ANY, false)
+#define LM_TENSOR_OPT(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, true, ONE, ANY, false)
+
+/* A tensor of the attention layers only, or of the recurrent ones only. */
+#define LM_TENSOR_ATTN(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, ATTN, false)
+#define LM_TENSOR_REC(field, ne0, ne1) \
+	LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, RECURRENT, false)
+
 /* A tensor of the mixture-of-experts layers only (required there; optional: _OPT). */
-#define LM_TENSOR_MOE(field, ne0, ne1)                                            \
-	{                                                                         \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, true \
-	}
-#define LM_TENSOR_MOE_OPT(field, ne0, ne1)                                       \
-	{                                                                        \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE, true \
-	}
+#define LM_TENSOR_MOE(field, ne0, ne1)     LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, ANY, true)
+#define LM_TENSOR_MOE_OPT(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, true, ONE, ANY, true)
 
 /* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts (on the
  * mixture-of-experts layers). A fused gate_up_exps binds each expert's two halves as its gate
  * and up; a layer must end with a gate, an up and a down for every expert. */
-#define LM_TENSOR_EXPS(field, ne0, ne1)                                               \
-	{                                                                             \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS, true \
-	}
-#define LM_TENSOR_EXPS_OPT(field, ne0, ne1)                                          \
-	{                                                                            \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_EXPERTS, true \
-	}
+#define LM_TENSOR_EXPS(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, false, EXPERTS, ANY, true)
+#define LM_TENSOR_EXPS_OPT(field, ne0, ne1) \
+	LM_TENSOR_SPEC_(field, ne0, ne1, true, EXPERTS, ANY, true)
 
 /* A tensor (by a part of its name) that layermesh refuses, and why. */
 struct lm_refusal {
@@ -134,6 +145,6 @@ const char *lm_arch_names(void);
 extern const struct lm_refusal lm_refused_moe[];
 
 extern const struct lm_arch lm_arch_llama, lm_arch_qwen2, lm_arch_qwen3, lm_arch_qwen3moe,
-	lm_arch_gemma3, lm_arch_gemma4;
+	lm_arch_gemma3, lm_arch_gemma4, lm_arch_qwen35, lm_arch_qwen35moe;
 
 #endif

@@ -42,8 +42,11 @@ int lm_engine_open(struct lm_engine *e, const struct lm_engine_cfg *cfg, lm_diag
 				  : LM_ENGINE_MAX_SEQ_DEFAULT;
 	if (s->end > s->begin) {
 		struct kv_geom geom[LM_MAX_LAYERS];
-		for (int32_t il = s->begin; il < s->end; il++)
+		for (int32_t il = s->begin; il < s->end; il++) {
 			geom[il - s->begin] = lm_hparams_kv_geom(hp, il);
+			if (hp->layer[il].recurrent)
+				geom[il - s->begin].keep = kv_geom_rec_keep(cfg->max_draft);
+		}
 		struct kv_cache_cfg kc = {
 			.base_layer = s->begin,
 			.num_layers = s->end - s->begin,

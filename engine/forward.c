@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/arch.h"
+#include "engine/dnet.h"
 #include "engine/kv_cache.h"
 
 static void *fw_alloc(struct lm_forward *fw, int32_t rows, int32_t cols)
@@ -13,6 +14,31 @@ static void *fw_alloc(struct lm_forward *fw, int32_t rows, int32_t cols)
 	size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
 	fw->scratch_bytes += bytes;
 	return fw->be->iface->malloc(fw->be->ctx, bytes);
+}
+
+/* qwen35's buffers (forward.h's dn) for the slice's recurrent and gated attention layers. */
+static int fw_dnet_init(struct lm_forward *fw, lm_diag *d)
+{
+	const struct lm_ssm_params *p = &fw->model->hp.ssm;
+	const int32_t n = fw->max_batch, cd = lm_dnet_conv_dim(p), vd = lm_dnet_value_dim(p);
+	fw->dn.qkv = fw_alloc(fw, n, cd);
+	fw->dn.z = fw_alloc(fw, n, vd);
+	fw->dn.o = fw_alloc(fw, n, vd);
+	fw->dn.b = fw_alloc(fw, n, p->n_v_heads);
+	fw->dn.a = fw_alloc(fw, n, p->n_v_heads);
+	if (fw->model->hp.layer[fw->model->slice.begin].n_ff_shexp > 0 &&
+	    (fw->dn.hs = fw_alloc(fw, n, fw->model->hp.n_embd)) == NULL)
+		return lm_fail(d, LM_ENOMEM, "forward: out of memory for a batch of %d", n);
+	fw->dn.host_floats = lm_dnet_host_floats(p, n, fw->q_dim, fw->model->hp.n_embd);
+	fw->dn.host = malloc(fw->dn.host_floats * sizeof(float));
+	fw->scratch_bytes += fw->dn.host_floats * sizeof(float);
+	if (fw->dn.qkv == NULL || fw->dn.z == NULL || fw->dn.o == NULL || fw->dn.b == NULL ||
+	    fw->dn.a == NULL || fw->dn.host == NULL)
+		return lm_fail(d, LM_ENOMEM,
+			       "forward: out of memory for the recurrent layers' "
+			       "buffers of a batch of %d",
+			       n);
+	return 0;
 }
 
 int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_backend *be,
@@ -51,14 +77,19 @@ int lm_forward_init(struct lm_forward *fw, const struct lm_model *m, struct lm_b
 	}
 	if (m->slice.head)
 		fw->logits = fw_alloc(fw, max_batch, hp->n_vocab);
+	int rc;
 	if (nl > 0 && wd.n_expert > 0) {
-		int rc = lm_moe_scratch_init(&fw->moe, be, max_batch, e, wd.n_expert,
-					     wd.n_expert_used, wd.ff_dim, d);
+		rc = lm_moe_scratch_init(&fw->moe, be, max_batch, e, wd.n_expert, wd.n_expert_used,
+					 wd.ff_dim, d);
 		if (rc != 0) {
 			lm_forward_fini(fw);
 			return rc;
 		}
 		fw->scratch_bytes += fw->moe.bytes;
+	}
+	if (nl > 0 && hp->ssm.head_dim > 0 && (rc = fw_dnet_init(fw, d)) != 0) {
+		lm_forward_fini(fw);
+		return rc;
 	}
 	if (fw->x == NULL || fw->h == NULL ||
 	    (nl > 0 && (fw->q == NULL || fw->k == NULL || fw->v == NULL || fw->att == NULL ||
@@ -74,11 +105,23 @@ void lm_forward_fini(struct lm_forward *fw)
 {
 	if (fw == NULL || fw->be == NULL)
 		return;
-	float *bufs[] = {fw->x, fw->h, fw->q, fw->k, fw->v, fw->att, fw->gate, fw->up, fw->logits};
+	float *bufs[] = {fw->x,    fw->h,    fw->q,    fw->k,      fw->v,
+			 fw->att,  fw->gate, fw->up,   fw->logits, fw->dn.qkv,
+			 fw->dn.z, fw->dn.o, fw->dn.b, fw->dn.a,   fw->dn.hs};
+	free(fw->dn.host);
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		fw->be->iface->mfree(fw->be->ctx, bufs[i]);
 	lm_moe_scratch_fini(&fw->moe, fw->be);
 	memset(fw, 0, sizeof *fw);
+}
+
+int32_t lm_batch_slot_last(const struct lm_batch *b, int32_t t)
+{
+	int32_t last = b->loc[t].pos;
+	for (int32_t u = t + 1; u < b->n; u++)
+		if (b->loc[u].slot == b->loc[t].slot)
+			last = b->loc[u].pos;
+	return last;
 }
 
 /* Whether token t is its slot's first in the batch. */
@@ -252,11 +295,18 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 			fw->hook(fw->hook_arg, il, fw->x, b->n);
 		}
 	}
-	/* The cache now holds every token of the batch: each slot's length is past its last one. */
+	/* The cache now holds every token of the batch: each slot's length is past its last one,
+	 * and its recurrent layers keep the states after the positions before it that a
+	 * rollback may ask for (the layers kept them: arch_qwen35.c). */
 	for (int32_t t = 0; fw->kv != NULL && t < b->n; t++) {
 		const struct lm_tok_loc *l = &b->loc[t];
 		if ((rc = kv_cache_set_len(fw->kv, l->slot, l->pos + 1, d)) != 0)
 			return rc;
+		if (fw->kv->n_recurrent > 0 && fw_first_of_slot(b, t)) {
+			int32_t last = lm_batch_slot_last(b, t), keep = fw->kv->rec_keep;
+			kv_cache_rec_kept(fw->kv, l->slot,
+					  last - keep > l->pos ? last - keep : l->pos, last);
+		}
 	}
 
 	if (m->slice.head && b->n_out > 0)

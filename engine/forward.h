@@ -56,7 +56,18 @@ struct lm_forward {
 	float *logits;             /* [max_batch][n_vocab], head only */
 	struct lm_moe_scratch moe; /* the mixture-of-experts layers' buffers, where the slice has
 				    * any (moe.bytes 0 otherwise) */
-	size_t scratch_bytes;      /* what the buffers above take */
+	/* qwen35's buffers (a model with hp.ssm), where the slice has layers: backend qkv
+	 * [max_batch][conv_dim], z and o [max_batch][value_dim], b and a [max_batch][n_v_heads];
+	 * host: the same for the delta rule, which runs on the host (engine/dnet.h), or an
+	 * attention layer's queries and gates [max_batch][q_dim], then one layer's small tensors
+	 * and the delta rule's work area. */
+	struct {
+		float *qkv, *z, *o, *b, *a;
+		float *hs; /* [max_batch][n_embd]: a shared expert's input, then its output */
+		float *host;
+		size_t host_floats;
+	} dn;
+	size_t scratch_bytes; /* what the buffers above take */
 	lm_forward_hook hook;
 	void *hook_arg;
 };
@@ -84,5 +95,8 @@ int lm_forward_run_checked(struct lm_forward *fw, const struct lm_batch *b, cons
 
 /* Whether all n values are finite. */
 bool lm_all_finite(const float *x, size_t n);
+
+/* The position of the last token of token t's slot in batch b. */
+int32_t lm_batch_slot_last(const struct lm_batch *b, int32_t t);
 
 #endif

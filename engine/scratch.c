@@ -2,6 +2,7 @@
 #include "engine/scratch.h"
 
 #include "common/wire/wire.h"
+#include "engine/dnet.h"
 #include "engine/moe.h"
 #include "engine/weights.h"
 
@@ -21,6 +22,11 @@ uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, in
 			       ? lm_moe_scratch_bytes(max_batch, hp->n_embd, w.n_expert,
 						      w.n_expert_used, w.ff_dim)
 			       : 0;
+	/* qwen35's buffers: the delta-net's projections on the backend, and on the host. */
+	if (end > begin && hp->ssm.head_dim > 0)
+		floats += b * (uint64_t)lm_dnet_batch_floats(&hp->ssm) +
+			  (uint64_t)lm_dnet_host_floats(&hp->ssm, max_batch, w.q_dim, hp->n_embd) +
+			  (hp->layer[begin].n_ff_shexp > 0 ? b * e : 0);
 	return floats * sizeof(float) + moe;
 }
 

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/log.h"
 #include "engine/arch.h"
+#include "engine/dnet.h"
 
 /* ------------------------------------------------------------------ binding */
 
@@ -113,6 +115,8 @@ static int model_check_unsupported(const struct lm_model *m, lm_diag *d)
 {
 	for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(m->file, i);
+		if (t->layer >= m->hp.n_layer && t->layer < m->hp.n_layer + m->hp.n_layer_nextn)
+			continue; /* a multi-token prediction layer: ignored (lm_model_open) */
 		for (const struct lm_refusal *r = m->arch->refused; r != NULL && r->part != NULL;
 		     r++)
 			if (strstr(t->name, r->part) != NULL)
@@ -154,6 +158,20 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 		return hp->layer[il].n_ff_exp;
 	case LM_DIM_FF_EXP2:
 		return 2 * (int64_t)hp->layer[il].n_ff_exp;
+	case LM_DIM_QG:
+		return (int64_t)hp->layer[il].n_head * 2 * hp->layer[il].head_dim;
+	case LM_DIM_CONV:
+		return lm_dnet_conv_dim(&hp->ssm);
+	case LM_DIM_VALUE:
+		return lm_dnet_value_dim(&hp->ssm);
+	case LM_DIM_VHEADS:
+		return hp->ssm.n_v_heads;
+	case LM_DIM_SSM_HEAD:
+		return hp->ssm.head_dim;
+	case LM_DIM_CONV_K:
+		return hp->ssm.conv_kernel;
+	case LM_DIM_FF_SHEXP:
+		return hp->layer[il].n_ff_shexp;
 	case LM_DIM_ONE:
 		break;
 	}
@@ -273,6 +291,9 @@ static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 	char name[96];
 	for (size_t i = 0; i < m->arch->n_tensors; i++) {
 		const struct lm_tensor_spec *ts = &m->arch->tensors[i];
+		if (ts->kind != LM_KIND_ANY &&
+		    (ts->kind == LM_KIND_RECURRENT) != m->hp.layer[il].recurrent)
+			continue;
 		snprintf(name, sizeof name, "blk.%d.%s", il, lm_layer_tensor_name(ts->t));
 		if (ts->moe && !moe) {
 			if (gguf_find_tensor(m->file, name) != NULL)
@@ -347,6 +368,11 @@ int lm_model_open(struct lm_model *m, const char *path, const struct lm_slice *s
 			     lm_arch_names());
 		goto fail;
 	}
+	if (m->hp.n_layer_nextn > 0)
+		lm_info("%s: %d multi-token prediction layer%s (blk.%d and on) ignored: layermesh "
+			"runs the model's %d layers",
+			path, m->hp.n_layer_nextn, m->hp.n_layer_nextn == 1 ? "" : "s",
+			m->hp.n_layer, m->hp.n_layer);
 	if ((rc = model_check_unsupported(m, d)) != 0)
 		goto fail;
 	m->slice = slice != NULL ? *slice : (struct lm_slice){0, m->hp.n_layer, true, true};

@@ -60,7 +60,20 @@ struct lm_slice {
 	X(gate_inp_s, "ffn_gate_inp.scale")          /* (n_embd) f32: the router input's */       \
 	X(ffn_pre_norm_2, "pre_ffw_norm_2.weight")   /* (n_embd): the experts' input (gemma4) */  \
 	X(ffn_post_norm_1, "post_ffw_norm_1.weight") /* (n_embd): the shared FFN's output */      \
-	X(ffn_post_norm_2, "post_ffw_norm_2.weight") /* (n_embd): the experts' output */
+	X(ffn_post_norm_2, "post_ffw_norm_2.weight") /* (n_embd): the experts' output */          \
+	X(wqkv, "attn_qkv.weight")         /* (n_embd, conv_dim): qwen35's mixed Q, K, V */       \
+	X(wqkv_gate, "attn_gate.weight")   /* (n_embd, value_dim): the output gate z */           \
+	X(ssm_conv1d, "ssm_conv1d.weight") /* (conv_kernel, conv_dim) f32 */                      \
+	X(ssm_dt, "ssm_dt.bias")           /* (n_v_heads) */                                      \
+	X(ssm_a, "ssm_a")                  /* (n_v_heads): -exp(A_log) */                         \
+	X(ssm_beta, "ssm_beta.weight")     /* (n_embd, n_v_heads) */                              \
+	X(ssm_alpha, "ssm_alpha.weight")   /* (n_embd, n_v_heads) */                              \
+	X(ssm_norm, "ssm_norm.weight")     /* (ssm head_dim) */                                   \
+	X(ssm_out, "ssm_out.weight")       /* (value_dim, n_embd) */                              \
+	X(gate_inp_shexp, "ffn_gate_inp_shexp.weight") /* (n_embd): the shared expert's gate */   \
+	X(w_gate_shexp, "ffn_gate_shexp.weight")       /* (n_embd, n_ff_shexp) */                 \
+	X(w_up_shexp, "ffn_up_shexp.weight")           /* (n_embd, n_ff_shexp) */                 \
+	X(w_down_shexp, "ffn_down_shexp.weight")       /* (n_ff_shexp, n_embd) */
 
 /* A mixture-of-experts layer's experts. Expert e of a 3-D tensor is the contiguous block of its
  * ne1 rows at e x ne1 x row_bytes: each is bound as a matrix of its own that points into the

@@ -160,6 +160,7 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "tokens_processed", (double)s->tokens);
 		cJSON_AddNumberToObject(o, "ring_errors", (double)s->ring_errors);
 		cJSON_AddNumberToObject(o, "releases", (double)s->releases);
+		cJSON_AddNumberToObject(o, "copies", (double)s->copies);
 		if (s->backend != NULL)
 			cJSON_AddStringToObject(o, "backend", s->backend);
 		if (s->mem_total > 0) {
@@ -236,6 +237,9 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 			 "Ring messages that could not be processed or forwarded.", s->dropped);
 	lm_mtext_counter(&t, "layermesh_worker_releases_total", "RELEASE messages applied.",
 			 s->releases);
+	lm_mtext_counter(&t, "layermesh_worker_copies_total",
+			 "COPY messages applied (a prompt's rows shared by parallel samples).",
+			 s->copies);
 	lm_mtext_counter(&t, "layermesh_worker_successor_redials_total",
 			 "Dials to the successor started afresh after it had no connection for "
 			 "a while (link.h).",

@@ -65,7 +65,7 @@ struct health_snapshot {
 	uint64_t kv_layer_bytes[LM_MAX_LAYERS]; /* [kv_num_layers]: K and V of each owned layer */
 	uint64_t weight_bytes, mapped_bytes;
 	int32_t active_sequences; /* KV slots holding positions */
-	uint64_t batches, tokens, ring_errors, releases;
+	uint64_t batches, tokens, ring_errors, releases, copies;
 	/* The backend and its memory: device memory for "cuda", host memory for "cpu" (total
 	 * and free: the device's or the host's; used: what the backend holds). mem_total == 0:
 	 * not known. */

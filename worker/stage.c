@@ -489,6 +489,28 @@ static int stage_release(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	return 0;
 }
 
+/* COPY: each destination takes the source's first positions (kv_cache_copy); a destination
+ * that could not is left empty, and the refusal goes down the ring. */
+static int stage_copy(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
+{
+	struct wire_copy c;
+	int rc = wire_decode_copy(nng_msg_body(in), nng_msg_len(in), &st->lim, &st->scratch, &c, d);
+	st->malformed = rc != 0;
+	if (rc != 0)
+		return rc;
+	int first = 0;
+	for (int32_t i = 0; i < c.n; i++) {
+		rc = kv_cache_copy(&st->eng.kv, c.src, c.dst[i], c.len, first == 0 ? d : NULL);
+		if (first == 0)
+			first = rc;
+	}
+	if (first != 0)
+		return first;
+	atomic_fetch_add(&st->stats.copies, 1);
+	*out = in; /* every stage applies it, then the coordinator sees it back */
+	return 0;
+}
+
 int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 {
 	struct wire_head h;
@@ -504,6 +526,9 @@ int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 		break;
 	case WIRE_RELEASE:
 		rc = stage_release(st, in, out, d);
+		break;
+	case WIRE_COPY:
+		rc = stage_copy(st, in, out, d);
 		break;
 	case WIRE_ERROR:
 		*out = in; /* an earlier stage's refusal travels on to the coordinator */

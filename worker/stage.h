@@ -34,6 +34,7 @@ struct stage_stats {
 	_Atomic uint64_t tokens;     /* tokens computed */
 	_Atomic uint64_t errors;     /* ring messages refused (malformed, out of range) */
 	_Atomic uint64_t releases;   /* RELEASE messages applied */
+	_Atomic uint64_t copies;     /* COPY messages applied */
 	_Atomic uint64_t compute_ns; /* time inside the forward */
 	/* The backend's memory (lm_backend_mem_info) as the compute thread last read it (after
 	 * the load and after each batch), for /status and /metrics, which must not call into the

@@ -503,6 +503,7 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	s->tokens = atomic_load(&st->stats.tokens);
 	s->ring_errors = atomic_load(&st->stats.errors);
 	s->releases = atomic_load(&st->stats.releases);
+	s->copies = atomic_load(&st->stats.copies);
 	s->backend = w->o->backend;
 	s->mem_total = atomic_load(&st->stats.mem_total);
 	s->mem_free = atomic_load(&st->stats.mem_free);

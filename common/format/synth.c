@@ -69,7 +69,8 @@ enum synth_kind {
 	SYNTH_BIAS,   /* 0.1 noise, f32 */
 	SYNTH_SCALE,  /* 0.75 + 0.05 noise, f32: a layer's output scale */
 	SYNTH_FREQS,  /* rope frequency factors, f32, computed (not noise) */
-	SYNTH_ROUTER, /* noise / sqrt(ne0), f32: a mixture's router */
+	SYNTH_ROUTER, /* noise / sqrt(ne0), f32: a mixture's router (and qwen35's conv1d) */
+	SYNTH_DECAY,  /* -exp(0.5 noise), f32: qwen35's ssm_a (-exp(A_log)) */
 };
 
 struct synth_tensor {
@@ -86,11 +87,13 @@ enum synth_arch {
 	SYNTH_GEMMA3,
 	SYNTH_GEMMA4,
 	SYNTH_QWEN3MOE,
+	SYNTH_QWEN35,
+	SYNTH_QWEN35MOE,
 	SYNTH_N_ARCH
 };
 
-static const char *const synth_arch_names[] = {"llama",  "qwen2",  "qwen3",
-					       "gemma3", "gemma4", "qwen3moe"};
+static const char *const synth_arch_names[] = {"llama",  "qwen2",    "qwen3",  "gemma3",
+					       "gemma4", "qwen3moe", "qwen35", "qwen35moe"};
 
 static int synth_arch_of(const struct synth_opts *o)
 {
@@ -100,6 +103,20 @@ static int synth_arch_of(const struct synth_opts *o)
 		if (strcmp(o->arch, synth_arch_names[i]) == 0)
 			return i;
 	return -1;
+}
+
+/* qwen35 and qwen35moe: delta-net and gated attention layers. */
+static bool synth_q35(const struct synth_opts *o)
+{
+	int a = synth_arch_of(o);
+	return a == SYNTH_QWEN35 || a == SYNTH_QWEN35MOE;
+}
+
+/* qwen3moe and qwen35moe: a mixture of experts on every layer. */
+static bool synth_moe(const struct synth_opts *o)
+{
+	int a = synth_arch_of(o);
+	return a == SYNTH_QWEN3MOE || a == SYNTH_QWEN35MOE;
 }
 
 static bool synth_gemma(const struct synth_opts *o)
@@ -181,7 +198,7 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 			  size_t *n)
 {
 	const int64_t dim = o->dim, ffn = o->ffn;
-	if (synth_arch_of(o) != SYNTH_QWEN3MOE) {
+	if (!synth_moe(o)) {
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
@@ -197,6 +214,62 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 	out[*n - 1].ne2 = ne;
 	synth_add(out, n, SYNTH_MATRIX, dim, fe, "blk.%u.ffn_up_exps.weight", l);
 	out[*n - 1].ne2 = ne;
+	if (synth_arch_of(o) != SYNTH_QWEN35MOE)
+		return;
+	/* qwen35moe's shared expert, --ffn wide, and its gate (one value per token). */
+	synth_add(out, n, SYNTH_BIAS, dim, 1, "blk.%u.ffn_gate_inp_shexp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate_shexp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up_shexp.weight", l);
+	synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down_shexp.weight", l);
+}
+
+/* qwen35's delta-net shape: head size, key heads, value heads; its attention interval. */
+static uint32_t synth_ssm_state(const struct synth_opts *o)
+{
+	return o->ssm_state != 0 ? o->ssm_state : o->dim / o->heads;
+}
+static uint32_t synth_ssm_k_heads(const struct synth_opts *o)
+{
+	return o->ssm_k_heads != 0 ? o->ssm_k_heads : o->kv_heads;
+}
+static uint32_t synth_ssm_v_heads(const struct synth_opts *o)
+{
+	return o->ssm_v_heads != 0 ? o->ssm_v_heads : o->heads;
+}
+static bool synth_recurrent(const struct synth_opts *o, uint32_t il)
+{
+	uint32_t every = o->full_attn_every != 0 ? o->full_attn_every : 4;
+	return synth_q35(o) && (il + 1) % every != 0;
+}
+
+/* qwen35's layer l before its FFN: the gated delta-net, or gated attention. */
+static void synth_add_qwen35(const struct synth_opts *o, uint32_t l, struct synth_tensor *out,
+			     size_t *n)
+{
+	const int64_t dim = o->dim, hd = o->dim / o->heads, q = (int64_t)o->heads * hd;
+	const int64_t kv = (int64_t)o->kv_heads * hd, S = synth_ssm_state(o);
+	const int64_t nk = synth_ssm_k_heads(o), nv = synth_ssm_v_heads(o);
+	const int64_t conv = (2 * nk + nv) * S, vd = nv * S;
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.attn_norm.weight", l);
+	if (synth_recurrent(o, l)) {
+		synth_add(out, n, SYNTH_MATRIX, dim, conv, "blk.%u.attn_qkv.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, dim, vd, "blk.%u.attn_gate.weight", l);
+		synth_add(out, n, SYNTH_ROUTER, 4, conv, "blk.%u.ssm_conv1d.weight", l);
+		synth_add(out, n, SYNTH_BIAS, nv, 1, "blk.%u.ssm_dt.bias", l);
+		synth_add(out, n, SYNTH_DECAY, nv, 1, "blk.%u.ssm_a", l);
+		synth_add(out, n, SYNTH_MATRIX, dim, nv, "blk.%u.ssm_beta.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, dim, nv, "blk.%u.ssm_alpha.weight", l);
+		synth_add(out, n, SYNTH_NORM, S, 1, "blk.%u.ssm_norm.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, vd, dim, "blk.%u.ssm_out.weight", l);
+	} else {
+		synth_add(out, n, SYNTH_MATRIX, dim, 2 * q, "blk.%u.attn_q.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_k.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, dim, kv, "blk.%u.attn_v.weight", l);
+		synth_add(out, n, SYNTH_NORM, hd, 1, "blk.%u.attn_q_norm.weight", l);
+		synth_add(out, n, SYNTH_NORM, hd, 1, "blk.%u.attn_k_norm.weight", l);
+		synth_add(out, n, SYNTH_MATRIX, q, dim, "blk.%u.attn_output.weight", l);
+	}
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.post_attention_norm.weight", l);
 }
 
 /* Room for the tensors synth_tensors lists. */
@@ -213,7 +286,11 @@ static size_t synth_tensors(const struct synth_opts *o, struct synth_tensor *out
 	size_t n = 0;
 
 	synth_add(out, &n, SYNTH_MATRIX, dim, o->vocab, "token_embd.weight");
-	for (uint32_t l = 0; l < o->layers; l++) {
+	for (uint32_t l = 0; synth_q35(o) && l < o->layers; l++) {
+		synth_add_qwen35(o, l, out, &n);
+		synth_add_ffn(o, l, out, &n);
+	}
+	for (uint32_t l = 0; !synth_q35(o) && l < o->layers; l++) {
 		int64_t hd, kvh;
 		synth_layer_geom(o, l, &hd, &kvh);
 		const int64_t q = (int64_t)o->heads * hd, kv = kvh * hd;
@@ -289,25 +366,50 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 	const int arch = synth_arch_of(o);
 	if (arch < 0)
 		return lm_fail(d, LM_EINVAL,
-			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3 or "
-			       "gemma4",
+			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3, "
+			       "gemma4, qwen35 or qwen35moe",
 			       o->arch);
-	if ((arch == SYNTH_QWEN3MOE || (arch == SYNTH_GEMMA4 && o->experts != 0)) &&
+	if ((synth_moe(o) || (arch == SYNTH_GEMMA4 && o->experts != 0)) &&
 	    (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
 	     o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
 		return lm_fail(d, LM_EINVAL,
 			       "%s needs --experts in [1, 512] and --experts-used in [1, "
 			       "--experts] (and --ffn-exp up to 1048576)",
 			       o->arch);
-	if (arch != SYNTH_QWEN3MOE && arch != SYNTH_GEMMA4 &&
+	if (!synth_moe(o) && arch != SYNTH_GEMMA4 &&
 	    (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
-		return lm_fail(
-			d, LM_EINVAL,
-			"--experts, --experts-used and --ffn-exp are qwen3moe's and gemma4's");
+		return lm_fail(d, LM_EINVAL,
+			       "--experts, --experts-used and --ffn-exp are qwen3moe's, "
+			       "qwen35moe's and gemma4's");
 	if (o->dense_layers != 0 &&
 	    (arch != SYNTH_GEMMA4 || o->experts == 0 || o->dense_layers >= o->layers))
 		return lm_fail(d, LM_EINVAL,
 			       "--dense-layers is gemma4's with --experts, fewer than --layers");
+	if (!synth_q35(o) && (o->ssm_state != 0 || o->ssm_k_heads != 0 || o->ssm_v_heads != 0 ||
+			      o->full_attn_every != 0))
+		return lm_fail(d, LM_EINVAL,
+			       "--ssm-state, --ssm-k-heads, --ssm-v-heads and --full-attn-every "
+			       "are qwen35's");
+	if (synth_q35(o)) {
+		uint32_t S = synth_ssm_state(o), nk = synth_ssm_k_heads(o);
+		uint32_t nv = synth_ssm_v_heads(o), hd = o->dim / o->heads;
+		if (S < 1 || S > 1024 || nk < 1 || nv < nk || nv > 1024 || nv % nk != 0 ||
+		    o->full_attn_every > 512)
+			return lm_fail(
+				d, LM_EINVAL,
+				"qwen35: --ssm-state %u (1 to 1024), --ssm-k-heads %u and "
+				"--ssm-v-heads %u (a multiple of them, up to 1024) are out of "
+				"range",
+				S, nk, nv);
+		if (hd % 8 != 0)
+			return lm_fail(
+				d, LM_EINVAL,
+				"qwen35's head size %u: its rope turns a quarter of each head "
+				"in pairs, so it must be a multiple of 8",
+				hd);
+		if (o->window != 0)
+			return lm_fail(d, LM_EINVAL, "qwen35 has no sliding window");
+	}
 	if (arch == SYNTH_GEMMA4 && o->window == 0)
 		return lm_fail(d, LM_EINVAL, "gemma4 needs --window (its sliding layers)");
 	if ((arch == SYNTH_QWEN2 || arch == SYNTH_QWEN3 || arch == SYNTH_QWEN3MOE) &&
@@ -518,6 +620,10 @@ static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 		scale = (float)(0.05 / SYNTH_NOISE_STD);
 		offset = 0.75f;
 		break;
+	case SYNTH_DECAY:
+		scale = (float)(0.5 / SYNTH_NOISE_STD);
+		offset = 0.0f;
+		break;
 	default:
 		scale = (float)(1.0 / sqrt((double)t->ne0) / SYNTH_NOISE_STD);
 		offset = 0.0f;
@@ -529,6 +635,8 @@ static int synth_write_tensor(gguf_writer *w, const struct synth_opts *o,
 			float *x = row + r * t->ne0;
 			for (int64_t i = 0; i < t->ne0; i++)
 				x[i] = offset + (float)synth_noise(&state) * scale;
+			for (int64_t i = 0; t->kind == SYNTH_DECAY && i < t->ne0; i++)
+				x[i] = -expf(x[i]);
 			if (t->kind ==
 			    SYNTH_FREQS) /* Llama 3.1's factors, or Gemma 4's proportional rope */
 				for (int64_t i = 0; i < t->ne0; i++)
@@ -855,7 +963,39 @@ static int synth_put_gemma(gguf_writer *w, const struct synth_opts *o, lm_diag *
 	return 0;
 }
 
-/* qwen3moe's and gemma4's keys: the experts, how many a token takes, their width. */
+/* qwen35's keys: the delta-net's shape, the attention interval, the head size (key_length) and
+ * its partial multi-section rope: a quarter of each head turns, its pairs in three interleaved
+ * sections (Qwen 3.5's [11, 11, 10, 0] of 32). */
+static int synth_put_qwen35(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
+{
+	char k[96];
+	const uint32_t hd = o->dim / o->heads, S = synth_ssm_state(o), pairs = hd / 8;
+	/* Interleaved sections: pair i takes section i mod 3, so section r has the pairs
+	 * i = r, r + 3, ... below `pairs`. */
+	const int32_t sections[4] = {(int32_t)(pairs + 2) / 3, (int32_t)(pairs + 1) / 3,
+				     (int32_t)pairs / 3, 0};
+	int rc;
+	if ((rc = gguf_writer_kv_u32(w, synth_key(o, "ssm.conv_kernel", k, sizeof k), 4, d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "ssm.state_size", k, sizeof k), S, d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "ssm.group_count", k, sizeof k),
+				     synth_ssm_k_heads(o), d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "ssm.time_step_rank", k, sizeof k),
+				     synth_ssm_v_heads(o), d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "ssm.inner_size", k, sizeof k),
+				     S * synth_ssm_v_heads(o), d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "full_attention_interval", k, sizeof k),
+				     o->full_attn_every != 0 ? o->full_attn_every : 4, d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.key_length", k, sizeof k), hd,
+				     d)) ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.value_length", k, sizeof k), hd,
+				     d)) ||
+	    (rc = gguf_writer_kv_arr(w, synth_key(o, "rope.dimension_sections", k, sizeof k),
+				     GGUF_TYPE_INT32, sections, 4, d)))
+		return rc;
+	return 0;
+}
+
+/* qwen3moe's, qwen35moe's and gemma4's keys: the experts, how many a token takes, their width. */
 static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
 {
 	char k[96];
@@ -865,7 +1005,11 @@ static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "expert_used_count", k, sizeof k),
 				     o->experts_used, d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "expert_feed_forward_length", k, sizeof k),
-				     (uint32_t)synth_ffn_exp(o), d)) != 0)
+				     (uint32_t)synth_ffn_exp(o), d)) != 0 ||
+	    (synth_arch_of(o) == SYNTH_QWEN35MOE &&
+	     (rc = gguf_writer_kv_u32(
+		      w, synth_key(o, "expert_shared_feed_forward_length", k, sizeof k), o->ffn,
+		      d)) != 0))
 		return rc;
 	return 0;
 }
@@ -894,8 +1038,8 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 		    0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "feed_forward_length", k, sizeof k), o->ffn,
 				     d)) != 0 ||
-	    (rc = gguf_writer_kv_u32(w, synth_key(o, "rope.dimension_count", k, sizeof k), hd,
-				     d)) != 0 ||
+	    (rc = gguf_writer_kv_u32(w, synth_key(o, "rope.dimension_count", k, sizeof k),
+				     synth_q35(o) ? hd / 4 : hd, d)) != 0 ||
 	    (rc = gguf_writer_kv_u32(w, synth_key(o, "attention.head_count", k, sizeof k), o->heads,
 				     d)) != 0 ||
 	    (arch != SYNTH_GEMMA4 &&
@@ -910,6 +1054,7 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
 	    (synth_gemma(o) && (rc = synth_put_gemma(w, o, d)) != 0) ||
 	    (o->experts != 0 && (rc = synth_put_experts(w, o, d)) != 0) ||
+	    (synth_q35(o) && (rc = synth_put_qwen35(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)
 		return rc;

@@ -27,6 +27,16 @@
  *              [dim, ffn_exp, experts], ffn_down_exps.weight [ffn_exp, dim, experts]
  *     gemma3   attn_q_norm, attn_k_norm [head_dim], post_attention_norm, post_ffw_norm [dim];
  *              every layer but each --swa-period-th slides over --window positions
+ *     qwen35   recurrent layers (all but each --full-attn-every-th): attn_qkv [dim, conv],
+ *              attn_gate [dim, v], ssm_conv1d [4, conv] (f32), ssm_dt.bias, ssm_a [v_heads]
+ *              (f32, -exp(noise)), ssm_beta and ssm_alpha [dim, v_heads], ssm_norm [state],
+ *              ssm_out [v, dim] (conv = (2 k_heads + v_heads) x state, v = v_heads x state);
+ *              attention layers: attn_q [dim, 2 q_dim] (queries and gates), attn_k, attn_v,
+ *              attn_q_norm, attn_k_norm, attn_output; on both post_attention_norm [dim] in
+ *              place of ffn_norm; a quarter of each head turns (rope.dimension_sections)
+ *     qwen35moe  qwen35's layers with qwen3moe's experts in place of the FFN, and a shared
+ *              expert of --ffn: ffn_gate_inp_shexp.weight [dim] (f32), ffn_{gate,up}_shexp
+ *              [dim, ffn], ffn_down_shexp [ffn, dim]
  *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
  *              --kv-heads-swa), no attn_v on the global layers (V = K), layer_output_scale
  *              [1], and rope_freqs.weight [head_dim / 2] whose last three quarters are 1e30:
@@ -94,13 +104,18 @@ struct synth_opts {
 	float rope_base_swa;   /* <arch>.rope.freq_base_swa; 0: not written (llama.cpp: 10000) */
 	float softcap;         /* <arch>.final_logit_softcapping; 0: none */
 	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
-	uint32_t experts;      /* qwen3moe, gemma4: experts per layer (<arch>.expert_count; gemma4
-				* 0: dense) */
+	uint32_t experts;      /* qwen3moe, qwen35moe, gemma4: experts per layer
+				* (<arch>.expert_count; gemma4 0: dense) */
 	uint32_t experts_used; /* experts a token takes (expert_used_count) */
 	uint32_t ffn_exp;      /* an expert's width; 0: ffn */
 	uint32_t dense_layers; /* gemma4 with experts: the first dense_layers layers have none */
-	bool sparse;           /* the tensor index and no data: a file with holes */
-	uint32_t threads;      /* rows quantized at once (the same bytes for any count); 0: 1 */
+	uint32_t ssm_state;    /* qwen35: the delta-net's head size; 0: dim / heads */
+	uint32_t ssm_k_heads;  /* qwen35: its key heads; 0: kv_heads */
+	uint32_t ssm_v_heads;  /* qwen35: its value heads (a multiple of the key heads); 0: heads */
+	uint32_t full_attn_every; /* qwen35: each N-th layer attends, the others are recurrent;
+				   * 0: 4 */
+	bool sparse;              /* the tensor index and no data: a file with holes */
+	uint32_t threads;         /* rows quantized at once (the same bytes for any count); 0: 1 */
 };
 
 struct synth_stats {

@@ -63,7 +63,9 @@ int hp_get_per_layer(const gguf_file *f, const char *arch, const char *suffix,
 		    a->type == GGUF_TYPE_FLOAT64 || a->type == GGUF_TYPE_BOOL)
 			return lm_fail(d, LM_EFORMAT, "metadata '%s' must be an integer array",
 				       key);
-		if (a->n != (uint64_t)hp->n_layer)
+		/* n_layer values, or one more for each prediction layer (which are ignored). */
+		if (a->n != (uint64_t)hp->n_layer &&
+		    a->n != (uint64_t)hp->n_layer + (uint64_t)hp->n_layer_nextn)
 			return lm_fail(d, LM_EFORMAT,
 				       "metadata '%s' has %llu entries for %d layers", key,
 				       (unsigned long long)a->n, hp->n_layer);
@@ -96,6 +98,22 @@ int hp_get_per_layer(const gguf_file *f, const char *arch, const char *suffix,
 
 /* ------------------------------------------------------------------ loading */
 
+/* Multi-token prediction layers (qwen35's) are the last of block_count: the model's layers are
+ * those before them. */
+static int hp_nextn(const gguf_file *f, const char *arch, struct lm_hparams *hp, lm_diag *d)
+{
+	uint32_t nextn = 0;
+	if (hp_get_u32_zero(f, arch, "nextn_predict_layers", &nextn, NULL) != 0 || nextn == 0)
+		return 0;
+	if (nextn >= (uint32_t)hp->n_layer)
+		return lm_fail(d, LM_EFORMAT,
+			       "metadata '%s.nextn_predict_layers' = %u leaves no layer of %d",
+			       arch, nextn, hp->n_layer);
+	hp->n_layer_nextn = (int32_t)nextn;
+	hp->n_layer -= (int32_t)nextn;
+	return 0;
+}
+
 /* The keys every architecture reads the same way, into hp and r. */
 static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparams *hp,
 			  struct hp_read *r, lm_diag *d)
@@ -111,6 +129,8 @@ static int hp_load_common(const gguf_file *f, const char *arch, struct lm_hparam
 	if (hp->n_layer > LM_MAX_LAYERS)
 		return lm_fail(d, LM_EUNSUPPORTED, "%d layers exceed the supported %d", hp->n_layer,
 			       LM_MAX_LAYERS);
+	if ((rc = hp_nextn(f, arch, hp, d)) != 0)
+		return rc;
 	const size_t o_head = offsetof(struct lm_layer_hparams, n_head);
 	const size_t o_kv = offsetof(struct lm_layer_hparams, n_head_kv);
 	if ((rc = hp_get_per_layer(f, arch, "attention.head_count", hp, o_head, true, d)) != 0 ||
@@ -263,8 +283,8 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 	if (r.n_expert > 0 && !any_moe)
 		return lm_fail(d, LM_EUNSUPPORTED,
 			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
-			       "supported for this architecture (layermesh runs them for qwen3moe "
-			       "and gemma4)",
+			       "supported for this architecture (layermesh runs them for qwen3moe, "
+			       "qwen35moe and gemma4)",
 			       arch, arch, r.n_expert);
 	if ((rc = hp_check_layers(hp, d)) != 0)
 		return rc;
@@ -290,6 +310,12 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il)
 {
 	const struct lm_layer_hparams *l = &hp->layer[il];
+	if (l->recurrent) {
+		const struct lm_ssm_params *s = &hp->ssm;
+		int64_t conv_dim = (int64_t)(2 * s->n_k_heads + s->n_v_heads) * s->head_dim;
+		return (struct kv_geom){.conv = (int64_t)(s->conv_kernel - 1) * conv_dim,
+					.state = (int64_t)s->n_v_heads * s->head_dim * s->head_dim};
+	}
 	return (struct kv_geom){
 		.n_kv_heads = l->n_head_kv, .head_dim = l->head_dim, .window = l->window};
 }
@@ -299,17 +325,21 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 	struct lm_widths w = {0};
 	for (int32_t il = begin; il < end; il++) {
 		const struct lm_layer_hparams *l = &hp->layer[il];
-		int32_t q = l->n_head * l->head_dim, k = l->n_head_kv * l->head_dim;
-		int32_t g = l->n_head / l->n_head_kv;
-		w.q_dim = q > w.q_dim ? q : w.q_dim;
-		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
-		int32_t ff = l->n_expert > 0
-				     ? (l->n_ff_exp > l->n_ff_shared ? l->n_ff_exp : l->n_ff_shared)
-				     : l->n_ff;
+		int32_t ff = l->n_expert > 0 ? l->n_ff_exp : l->n_ff;
+		ff = l->n_ff_shexp > ff ? l->n_ff_shexp : ff;
 		w.ff_dim = ff > w.ff_dim ? ff : w.ff_dim;
 		w.n_expert = l->n_expert > w.n_expert ? l->n_expert : w.n_expert;
 		w.n_expert_used =
 			l->n_expert_used > w.n_expert_used ? l->n_expert_used : w.n_expert_used;
+		if (l->recurrent) {
+			w.n_recurrent++;
+			continue;
+		}
+		int32_t q = l->n_head * l->head_dim * (l->q_gate ? 2 : 1);
+		int32_t k = l->n_head_kv * l->head_dim;
+		int32_t g = l->n_head / l->n_head_kv;
+		w.q_dim = q > w.q_dim ? q : w.q_dim;
+		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
 		w.head_dim = l->head_dim > w.head_dim ? l->head_dim : w.head_dim;
 		w.group = g > w.group ? g : w.group;
 		w.n_heads = l->n_head > w.n_heads ? l->n_head : w.n_heads;
@@ -334,6 +364,8 @@ int lm_model_costs(const gguf_file *f, const struct lm_hparams *hp, struct lm_mo
 	costs->embd_bytes = costs->head_bytes = costs->head_flops = 0;
 	for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(f, i);
+		if (t->layer >= hp->n_layer && t->layer < hp->n_layer + hp->n_layer_nextn)
+			continue; /* a prediction layer: not run, not planned */
 		if (t->layer >= 0) {
 			if (t->layer >= hp->n_layer)
 				return lm_fail(

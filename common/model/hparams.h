@@ -47,9 +47,31 @@ struct lm_layer_hparams {
 	 * n_ff_exp, of which each token takes the n_expert_used its router ranks first; n_ff is
 	 * then unused. 0, 0, 0 on a dense layer. */
 	int32_t n_expert, n_expert_used, n_ff_exp;
-	/* A mixture-of-experts layer's shared FFN beside its experts, run on every token (gemma4:
-	 * its n_ff-wide FFN); 0: none. */
-	int32_t n_ff_shared;
+	/* A recurrent layer (qwen35's gated delta-net): no attention and no KV rows, a state of
+	 * lm_hparams.ssm's shape per sequence instead; n_head, n_head_kv and head_dim then
+	 * unused. */
+	bool recurrent;
+	/* An attention layer whose Q projection carries a gate per head (qwen35): its output is
+	 * n_head x 2 x head_dim, each head's queries then its gate, and the attention output is
+	 * multiplied by sigmoid(gate) before Wo. */
+	bool q_gate;
+	/* A mixture-of-experts layer's shared FFN (shared expert) beside its routed experts, run
+	 * on every token: its width; 0: none. qwen35moe's ffn_*_shexp, gemma4's own n_ff-wide
+	 * FFN (engine/moe.h: struct lm_moe_shared). */
+	int32_t n_ff_shexp;
+};
+
+/* The shape of the gated delta-net layers (qwen35), from "<arch>.ssm.*": q and k have
+ * n_k_heads heads of head_dim, v has n_v_heads heads of head_dim (value head h reads key head
+ * h % n_k_heads, as llama.cpp's kernel does); a causal conv1d of conv_kernel taps runs over the
+ * conv_dim = 2 x n_k_heads x head_dim + n_v_heads x head_dim channels of the mixed QKV
+ * projection. Per sequence a layer keeps (conv_kernel - 1) x conv_dim inputs of its conv and
+ * an n_v_heads x head_dim x head_dim state, in f32. All 0 in a model without them. */
+struct lm_ssm_params {
+	int32_t conv_kernel; /* ssm.conv_kernel */
+	int32_t head_dim;    /* ssm.state_size */
+	int32_t n_k_heads;   /* ssm.group_count */
+	int32_t n_v_heads;   /* ssm.time_step_rank */
 };
 
 /* How a router's logits become the weights of the experts it picks. */
@@ -81,13 +103,18 @@ struct lm_hparams {
 	bool tied;           /* no output.weight: the head reuses token_embd.weight */
 	bool has_rope_freqs; /* the file has rope_freqs.weight (some layer applies it) */
 	struct lm_moe_params moe; /* the routers of the mixture-of-experts layers */
+	struct lm_ssm_params ssm; /* the recurrent layers' shape (qwen35) */
+	/* Layers past n_layer in the file (<arch>.nextn_predict_layers: qwen35's multi-token
+	 * prediction blocks): block_count - n_layer. Not run and not planned: their tensors are
+	 * left unmapped (engine/weights.c says so in a log line), their per-layer values skipped. */
+	int32_t n_layer_nextn;
 	struct lm_layer_hparams layer[LM_MAX_LAYERS];
 };
 
 /* Reads and validates the hyperparameters; nothing is mapped. LM_EUNSUPPORTED, naming the
  * architecture or the feature, for what layermesh does not run. */
 int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d);
-/* The KV geometry of layer il. */
+/* The KV geometry of layer il (a recurrent layer's: its state, kv_geom.h). */
 struct kv_geom lm_hparams_kv_geom(const struct lm_hparams *hp, int32_t il);
 /* The architectures lm_hparams_load reads, comma-separated, for messages. */
 const char *lm_hparams_archs(void);
@@ -97,12 +124,13 @@ struct lm_widths {
 	int32_t q_dim;         /* n_head x head_dim */
 	int32_t kv_dim;        /* n_head_kv x head_dim */
 	int32_t ff_dim;        /* n_ff, or on a mixture-of-experts layer the wider of an expert's
-				* n_ff_exp and its shared FFN's n_ff_shared */
+				* n_ff_exp and its shared FFN's n_ff_shexp */
 	int32_t head_dim;      /* per head */
 	int32_t group;         /* query heads per KV head */
 	int32_t n_heads;       /* query heads */
 	int32_t n_expert;      /* experts of a mixture-of-experts layer (0: none in the range) */
 	int32_t n_expert_used; /* experts a token takes */
+	int32_t n_recurrent;   /* recurrent layers in the range */
 };
 struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, int32_t end);
 

@@ -127,28 +127,27 @@ static int hp_qwen(const gguf_file *f, struct lm_hparams *hp, const struct hp_re
 	return rc != 0 ? rc : hp_no_rope_freqs(hp, d);
 }
 
-/* qwen3moe: qwen3's attention, and on every layer a mixture of expert_count experts of which
+/* The mixture of experts of qwen3moe and qwen35moe: on every layer expert_count experts of which
  * each token takes expert_used_count (a scalar or per-layer array), expert_feed_forward_length
  * wide (per layer; absent: feed_forward_length / expert_used_count, as llama.cpp). llama.cpp's
  * graph routes by a softmax over all experts and always normalises the picked weights. Expert
  * groups (DeepSeek's) are refused with their key. */
-static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
-		       lm_diag *d)
+static int hp_experts(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+		      lm_diag *d)
 {
-	int rc = hp_qwen(f, hp, r, d);
-	if (rc != 0)
-		return rc;
+	int rc;
 	if (r->n_expert == 0)
-		return lm_fail(d, LM_EFORMAT, "metadata 'qwen3moe.expert_count' is missing or 0");
+		return lm_fail(d, LM_EFORMAT, "metadata '%s.expert_count' is missing or 0",
+			       hp->arch);
 	if (r->n_expert > LM_MAX_EXPERTS)
-		return lm_fail(d, LM_EFORMAT, "qwen3moe.expert_count = %u is over %d", r->n_expert,
-			       LM_MAX_EXPERTS);
+		return lm_fail(d, LM_EFORMAT, "%s.expert_count = %u is over %d", hp->arch,
+			       r->n_expert, LM_MAX_EXPERTS);
 	uint32_t groups = 0;
 	if (hp_get_u32_zero(f, hp->arch, "expert_group_count", &groups, NULL) == 0 && groups > 1)
 		return lm_fail(d, LM_EUNSUPPORTED,
-			       "qwen3moe: expert groups (qwen3moe.expert_group_count = %u) are "
+			       "%s: expert groups (%s.expert_group_count = %u) are "
 			       "not supported",
-			       groups);
+			       hp->arch, hp->arch, groups);
 	if ((rc = hp_get_per_layer(f, hp->arch, "expert_used_count", hp,
 				   offsetof(struct lm_layer_hparams, n_expert_used), true, d)) != 0)
 		return rc;
@@ -164,6 +163,13 @@ static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct h
 	}
 	hp->moe = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f};
 	return 0;
+}
+
+static int hp_qwen3moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+		       lm_diag *d)
+{
+	int rc = hp_qwen(f, hp, r, d);
+	return rc != 0 ? rc : hp_experts(f, hp, r, d);
 }
 
 /* gemma3: a sliding window on every layer but each sixth (or the pattern's), those layers'
@@ -197,7 +203,7 @@ static int hp_gemma3(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 /* gemma4 with experts (26B-A4B): a layer whose file has blk.N.ffn_gate_inp.weight is a
  * mixture of expert_count experts, expert_used_count of them per token, each
  * expert_feed_forward_length wide, beside its dense FFN, which then runs as a shared one
- * (n_ff_shared = n_ff); llama.cpp's graph routes by a softmax and normalises the picked
+ * (n_ff_shexp = n_ff); llama.cpp's graph routes by a softmax and normalises the picked
  * weights. Other layers stay dense. */
 static int hp_gemma4_experts(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
 			     lm_diag *d)
@@ -218,7 +224,7 @@ static int hp_gemma4_experts(const gguf_file *f, struct lm_hparams *hp, const st
 		snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
 		if (gguf_find_tensor(f, name) != NULL) {
 			l->n_expert = (int32_t)r->n_expert;
-			l->n_ff_shared = l->n_ff;
+			l->n_ff_shexp = l->n_ff;
 		} else {
 			l->n_expert_used = l->n_ff_exp = 0;
 		}
@@ -270,10 +276,155 @@ static int hp_gemma4(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 	return r->n_expert > 0 ? hp_gemma4_experts(f, hp, r, d) : 0;
 }
 
+/* qwen35's layer pattern: "qwen35.attention.recurrent_layers" (one bool a layer), else each
+ * full_attention_interval-th layer (default 4) attends and the others are recurrent. */
+static int hp_recurrent_pattern(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.recurrent_layers", hp->arch);
+	const struct gguf_kv *kv = gguf_find(f, key);
+	if (kv != NULL) {
+		const struct gguf_arr *a = &kv->v.arr;
+		if (kv->type != GGUF_TYPE_ARRAY || a->data == NULL ||
+		    a->type == GGUF_TYPE_FLOAT32 || a->type == GGUF_TYPE_FLOAT64 ||
+		    a->type == GGUF_TYPE_STRING)
+			return lm_fail(d, LM_EFORMAT, "metadata '%s' must be an array of bools",
+				       key);
+		if (a->n != (uint64_t)hp->n_layer &&
+		    a->n != (uint64_t)hp->n_layer + (uint64_t)hp->n_layer_nextn)
+			return lm_fail(d, LM_EFORMAT,
+				       "metadata '%s' has %llu entries for %d layers", key,
+				       (unsigned long long)a->n, hp->n_layer);
+		for (int32_t il = 0; il < hp->n_layer; il++)
+			hp->layer[il].recurrent = gguf_arr_u64(a, (uint64_t)il) != 0;
+		return 0;
+	}
+	uint32_t interval = 4;
+	int rc = hp_get_u32_zero(f, hp->arch, "full_attention_interval", &interval, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	if (interval == 0 || interval > LM_MAX_LAYERS)
+		return lm_fail(d, LM_EFORMAT, "%s.full_attention_interval = %u is out of range",
+			       hp->arch, interval);
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		hp->layer[il].recurrent = ((uint32_t)il + 1) % interval != 0;
+	return 0;
+}
+
+/* qwen35's rope: multi-section ("rope.dimension_sections", 4 counts of rotated pairs) and
+ * interleaved, as Qwen3-VL's. For text every section's position is the token's but the fourth
+ * one's, which is 0: pair i (i < n_rot / 2) turns as NeoX's unless it falls in the fourth
+ * section, where it does not turn at all. layermesh runs the sections that cover every pair
+ * (Qwen 3.5's [11, 11, 10, 0] of 32 pairs) and refuses the others with the key. */
+static int hp_rope_sections(const gguf_file *f, const struct lm_hparams *hp, int32_t n_rot,
+			    lm_diag *d)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch);
+	const struct gguf_kv *kv = gguf_find(f, key);
+	if (kv == NULL)
+		return 0; /* no sections: plain NeoX */
+	const struct gguf_arr *a = &kv->v.arr;
+	if (kv->type != GGUF_TYPE_ARRAY || a->data == NULL || a->n > 4 ||
+	    a->type == GGUF_TYPE_FLOAT32 || a->type == GGUF_TYPE_FLOAT64 ||
+	    a->type == GGUF_TYPE_STRING)
+		return lm_fail(d, LM_EFORMAT, "metadata '%s' must be up to 4 integers", key);
+	int64_t s[4] = {0, 0, 0, 0}, total = 0;
+	for (uint64_t i = 0; i < a->n; i++) {
+		s[i] = gguf_arr_i64(a, i);
+		if (s[i] < 0 || s[i] > (1 << 16))
+			return lm_fail(d, LM_EFORMAT, "metadata '%s'[%llu] = %lld is out of range",
+				       key, (unsigned long long)i, (long long)s[i]);
+		total += s[i];
+	}
+	if (total <= 0)
+		return lm_fail(d, LM_EFORMAT, "metadata '%s' has no sections", key);
+	/* ggml's interleaved multi-section rope: pair i is in section (i mod total) and takes
+	 * the t, h or w position by (i mod total) mod 3 within 3 x that section's count, else
+	 * the fourth (e) one. */
+	for (int32_t i = 0; i < n_rot / 2; i++) {
+		int64_t sec = i % total;
+		bool txt = (sec % 3 == 0 && sec < 3 * s[0]) || (sec % 3 == 1 && sec < 3 * s[1]) ||
+			   (sec % 3 == 2 && sec < 3 * s[2]);
+		if (!txt)
+			return lm_fail(
+				d, LM_EUNSUPPORTED,
+				"metadata '%s' = [%lld, %lld, %lld, %lld]: rotated pair %d "
+				"takes the fourth section's position; only sections that "
+				"cover every pair of the %d rotated dimensions are supported",
+				key, (long long)s[0], (long long)s[1], (long long)s[2],
+				(long long)s[3], i, n_rot);
+	}
+	return 0;
+}
+
+/* qwen35 (Qwen 3.5 dense): gated delta-net layers and, each full_attention_interval-th
+ * (or as "attention.recurrent_layers" says), gated full-attention ones with per-head Q/K norms
+ * and partial multi-section rope (rope.dimension_count of the head). The ssm.* keys give the
+ * delta-net's shape. Its multi-token prediction layers (nextn_predict_layers, the last of
+ * block_count) are read past by hparams.c and ignored. */
+static int hp_qwen35(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r, lm_diag *d)
+{
+	int rc = hp_no_rope_freqs(hp, d);
+	if (rc == 0)
+		rc = hp_rope_sections(f, hp, r->n_rot, d);
+	if (rc != 0)
+		return rc;
+	struct lm_ssm_params *s = &hp->ssm;
+	int32_t inner = 0;
+	const char *keys[] = {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+			      "ssm.time_step_rank", "ssm.inner_size"};
+	int32_t *vals[] = {&s->conv_kernel, &s->head_dim, &s->n_k_heads, &s->n_v_heads, &inner};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		if ((rc = hp_get_i32(f, hp->arch, keys[i], vals[i], d)) != 0)
+			return rc == LM_ENOTFOUND
+				       ? lm_fail(d, LM_EFORMAT, "metadata '%s.%s' is missing",
+						 hp->arch, keys[i])
+				       : rc;
+	if (s->conv_kernel < 2 || s->conv_kernel > 64 || s->head_dim > 4096 ||
+	    s->n_k_heads > 4096 || s->n_v_heads > 4096 || s->n_v_heads % s->n_k_heads != 0 ||
+	    (int64_t)inner != (int64_t)s->head_dim * s->n_v_heads)
+		return lm_fail(d, LM_EFORMAT,
+			       "%s.ssm: conv kernel %d (2 to 64), %d key heads and %d value heads "
+			       "(a multiple of them) of %d, inner size %d (value heads x state "
+			       "size) are out of range",
+			       hp->arch, s->conv_kernel, s->n_k_heads, s->n_v_heads, s->head_dim,
+			       inner);
+	if ((rc = hp_recurrent_pattern(f, hp, d)) != 0)
+		return rc;
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		hp->layer[il].q_gate = !hp->layer[il].recurrent;
+	return 0;
+}
+
+/* qwen35moe (Qwen 3.5 35B-A3B to 397B-A17B): qwen35's layers with qwen3moe's mixture of experts
+ * in place of the FFN, beside a shared expert of expert_shared_feed_forward_length (default
+ * feed_forward_length) whose output is scaled by a sigmoid gate of its own. */
+static int hp_qwen35moe(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+			lm_diag *d)
+{
+	int rc = hp_qwen35(f, hp, r, d);
+	if (rc == 0)
+		rc = hp_experts(f, hp, r, d);
+	if (rc != 0)
+		return rc;
+	int32_t shexp = hp->layer[0].n_ff;
+	rc = hp_get_i32(f, hp->arch, "expert_shared_feed_forward_length", &shexp, d);
+	if (rc != 0 && rc != LM_ENOTFOUND)
+		return rc;
+	if (shexp > (1 << 24))
+		return lm_fail(d, LM_EFORMAT, "%s.expert_shared_feed_forward_length %d is too wide",
+			       hp->arch, shexp);
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		hp->layer[il].n_ff_shexp = shexp;
+	return 0;
+}
+
 static const struct hp_arch hp_archs[] = {
 	{"llama", LM_ROPE_NORM, hp_llama},   {"qwen2", LM_ROPE_NEOX, hp_qwen},
 	{"qwen3", LM_ROPE_NEOX, hp_qwen},    {"qwen3moe", LM_ROPE_NEOX, hp_qwen3moe},
 	{"gemma3", LM_ROPE_NEOX, hp_gemma3}, {"gemma4", LM_ROPE_NEOX, hp_gemma4},
+	{"qwen35", LM_ROPE_NEOX, hp_qwen35}, {"qwen35moe", LM_ROPE_NEOX, hp_qwen35moe},
 };
 
 const struct hp_arch *hp_arch_find(const char *name)
@@ -286,5 +437,5 @@ const struct hp_arch *hp_arch_find(const char *name)
 
 const char *lm_hparams_archs(void)
 {
-	return "llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4";
+	return "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35 and qwen35moe";
 }

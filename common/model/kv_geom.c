@@ -5,8 +5,15 @@
 
 #include "common/base/err.h"
 
+const char *kv_kind_name(enum kv_kind k)
+{
+	return k == KV_RECURRENT ? "recurrent" : k == KV_SLIDING ? "sliding" : "global";
+}
+
 int32_t kv_geom_ctx(const struct kv_geom *g, int32_t max_seq, int32_t extra)
 {
+	if (g->state > 0)
+		return 0;
 	if (g->window > 0 && extra >= 0 && (int64_t)g->window + extra < max_seq)
 		return g->window + extra;
 	return max_seq;
@@ -40,6 +47,16 @@ int kv_geom_check(const struct kv_geom *g, enum lm_dtype t, char *why, size_t ca
 			 kv_type_names());
 		return LM_EINVAL;
 	}
+	if (g->state > 0 || g->conv > 0) {
+		if (g->state <= 0 || g->conv <= 0 || g->state > ((int64_t)1 << 40) ||
+		    g->conv > ((int64_t)1 << 40)) {
+			snprintf(why, cap,
+				 "a recurrent state of %lld + %lld values is out of range",
+				 (long long)g->conv, (long long)g->state);
+			return LM_EINVAL;
+		}
+		return 0; /* f32 whatever the types: they apply to K and V rows */
+	}
 	if (g->n_kv_heads <= 0 || g->head_dim <= 0) {
 		snprintf(why, cap, "%d KV heads of head_dim %d hold nothing", g->n_kv_heads,
 			 g->head_dim);
@@ -72,6 +89,19 @@ int kv_geom_kv_bytes(const struct kv_geom *g, int32_t max_seq, int32_t extra, in
 	uint64_t kr, vr;
 	if (max_seq <= 0 || slots <= 0 || g->window < 0)
 		return LM_EINVAL;
+	if (g->state > 0) {
+		char why[8];
+		if (kv_geom_check(g, k_type, why, sizeof why) != 0)
+			return LM_EINVAL;
+		/* Per slot (and per state kept), not per position. */
+		if (g->keep < 0 || g->keep > 4096)
+			return LM_EINVAL;
+		const uint64_t copies = (uint64_t)slots * (1 + (uint64_t)g->keep);
+		if (__builtin_mul_overflow((uint64_t)g->conv * sizeof(float), copies, k_bytes) ||
+		    __builtin_mul_overflow((uint64_t)g->state * sizeof(float), copies, v_bytes))
+			return LM_EOVERFLOW;
+		return 0;
+	}
 	int rc = kv_geom_row_bytes(g, k_type, &kr);
 	if (rc == 0)
 		rc = kv_geom_row_bytes(g, v_type, &vr);

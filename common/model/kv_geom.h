@@ -26,12 +26,39 @@
 
 #include "common/base/dtype.h"
 
-/* The shape of one layer's attention cache. */
+/* The shape of one layer's cache. Its kind comes from the model file: a global layer (rows by
+ * position), a sliding one (a ring of its window), or a recurrent one (state > 0: qwen35's
+ * gated delta-net), which keeps no rows at all but a fixed-size state per slot, conv f32
+ * values of its conv ring and state f32 values of its SSM state, whatever max_seq is, and
+ * `keep` more of them per slot for rollback. A
+ * recurrent layer's "K" bytes are its conv ring, its "V" bytes its SSM state (the plan's
+ * table names them so); cache types do not apply to it. */
 struct kv_geom {
 	int32_t n_kv_heads;
 	int32_t head_dim;
 	int32_t window; /* 0 for a global layer; else its sliding window in positions */
+	int64_t conv;   /* recurrent: f32 values of the conv ring per slot; else 0 */
+	int64_t state;  /* recurrent: f32 values of the SSM state per slot; 0: not recurrent */
+	int32_t keep;   /* recurrent: states kept per slot to roll back to (kv_geom_rec_keep) */
 };
+
+/* The states a recurrent layer keeps per slot beside its live one so that a sequence can
+ * return to the state after any of the positions a speculative draft of up to max_draft tokens
+ * may be rolled back to (docs/recurrent-cache.md): max_draft. */
+static inline int32_t kv_geom_rec_keep(int32_t max_draft)
+{
+	return max_draft > 0 ? max_draft : 0;
+}
+
+enum kv_kind { KV_GLOBAL = 0, KV_SLIDING, KV_RECURRENT };
+
+static inline enum kv_kind kv_geom_kind(const struct kv_geom *g)
+{
+	return g->state > 0 ? KV_RECURRENT : g->window > 0 ? KV_SLIDING : KV_GLOBAL;
+}
+
+/* "global", "sliding" or "recurrent". */
+const char *kv_kind_name(enum kv_kind k);
 
 /* The K and V types of one kind of layer. */
 struct kv_pair {
@@ -55,7 +82,7 @@ static inline struct kv_pair kv_types_for(const struct kv_types *t, const struct
 	return g->window > 0 ? t->swa : t->global;
 }
 
-/* Rows per slot for a layer: max_seq for a global layer; for a sliding layer a ring of its
+/* Rows per slot for a layer (0 for a recurrent one): max_seq for a global layer; for a sliding layer a ring of its
  * window plus `extra` rows, capped at max_seq. The extra rows are those a batch may write past
  * the window before every token of it has read (a slot's chunk of m tokens: m - 1, since the
  * whole batch is stored before any token attends), so no token reads a row its own batch

@@ -63,7 +63,7 @@ int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv
 	for (int32_t i = 0; i < n_layers; i++) {
 		const struct kv_geom *g = &geom[i];
 		const struct kv_pair t = kv_types_for(types, g);
-		const char *kind = g->window > 0 ? "sliding" : "global";
+		const char *kind = kv_kind_name(kv_geom_kind(g));
 		char why[160];
 		if (kv_geom_check(g, t.k, why, sizeof why) != 0 ||
 		    kv_geom_check(g, t.v, why, sizeof why) != 0)
@@ -91,7 +91,8 @@ int fence_kv_costs(struct fence_layer *layers, int32_t n_layers, const struct kv
 		layers[i].kv_k_bytes = k;
 		layers[i].kv_v_bytes = v;
 		layers[i].kv_f32_bytes = f;
-		layers[i].sliding = g->window > 0;
+		layers[i].sliding = kv_geom_kind(g) == KV_SLIDING;
+		layers[i].recurrent = kv_geom_kind(g) == KV_RECURRENT;
 	}
 	return 0;
 }
@@ -609,8 +610,10 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 	plan->strategy = in->strategy;
 	plan->n_layers = c.L;
 	plan->kv_types = in->kv_types;
-	for (int32_t i = 0; i < c.L; i++)
+	for (int32_t i = 0; i < c.L; i++) {
 		plan->has_sliding |= in->layers[i].sliding;
+		plan->has_recurrent |= in->layers[i].recurrent;
+	}
 	for (int32_t j = 0; j < c.W; j++) {
 		struct fence_stage *s = &plan->stages[j];
 		int32_t a = plan->cuts[j], b = plan->cuts[j + 1];
@@ -631,7 +634,9 @@ int fence_plan_make(struct fence_plan *plan, const struct fence_input *in, lm_di
 		plan->mixed_kv |= memcmp(&s->kv_types, &in->kv_types, sizeof s->kv_types) != 0;
 		for (int32_t i = a; i < b; i++) {
 			const struct fence_layer *l = &kv[i];
-			const int kind = l->sliding ? FENCE_KV_SLIDING : FENCE_KV_GLOBAL;
+			const int kind = l->recurrent ? FENCE_KV_RECURRENT
+					 : l->sliding ? FENCE_KV_SLIDING
+						      : FENCE_KV_GLOBAL;
 			s->kv_kind[kind][0] = sat_add(s->kv_kind[kind][0], l->kv_k_bytes);
 			s->kv_kind[kind][1] = sat_add(s->kv_kind[kind][1], l->kv_v_bytes);
 			s->kv_f32_bytes = sat_add(s->kv_f32_bytes, l->kv_f32_bytes);

@@ -65,10 +65,11 @@ struct fence_layer {
 	uint64_t kv_k_bytes, kv_v_bytes; /* kv_bytes split into K and V */
 	uint64_t kv_f32_bytes;           /* what the same K and V would take in f32 */
 	bool sliding;                    /* a sliding-window layer (its own cache types) */
+	bool recurrent; /* a recurrent layer: K is its conv ring, V its SSM state, f32, per slot */
 };
 
 /* KV bytes of a stage by layer kind and tensor: [FENCE_KV_GLOBAL or FENCE_KV_SLIDING][0 K, 1 V]. */
-enum { FENCE_KV_GLOBAL = 0, FENCE_KV_SLIDING = 1 };
+enum { FENCE_KV_GLOBAL = 0, FENCE_KV_SLIDING = 1, FENCE_KV_RECURRENT = 2, FENCE_KV_KINDS = 3 };
 
 /* One worker as the planner sees it. */
 struct fence_worker {
@@ -100,12 +101,12 @@ struct fence_input {
 
 /* One worker's share of a plan. */
 struct fence_stage {
-	char *name;               /* owned by the plan */
-	int32_t start, end;       /* layers [start, end) */
-	uint64_t weight_bytes;    /* of its layers */
-	uint64_t kv_bytes;        /* of its layers */
-	uint64_t kv_kind[2][2];   /* kv_bytes by layer kind and K/V (FENCE_KV_*) */
-	uint64_t kv_f32_bytes;    /* its layers' K and V in f32 */
+	char *name;                          /* owned by the plan */
+	int32_t start, end;                  /* layers [start, end) */
+	uint64_t weight_bytes;               /* of its layers */
+	uint64_t kv_bytes;                   /* of its layers */
+	uint64_t kv_kind[FENCE_KV_KINDS][2]; /* kv_bytes by layer kind and K/V (FENCE_KV_*) */
+	uint64_t kv_f32_bytes;               /* its layers' K and V in f32 */
 	struct kv_types kv_types; /* the types its cache is priced in (its own, or the input's) */
 	uint64_t scratch_bytes;   /* the worker's and its layers' */
 	uint64_t extra_bytes;     /* embedding and/or head */
@@ -122,6 +123,7 @@ struct fence_plan {
 	struct kv_types kv_types;   /* the input's */
 	bool mixed_kv;              /* some worker's cache types are not the input's */
 	bool has_sliding;           /* some layer slides */
+	bool has_recurrent;         /* some layer is recurrent (its state per slot) */
 	int32_t *cuts;              /* [n_workers + 1]: c0 = 0 ... cW = n_layers */
 	struct fence_stage *stages; /* [n_workers] */
 	uint64_t total_flops;       /* per token, all stages */

@@ -35,6 +35,8 @@ static const char *fmt_flops(uint64_t f, char *buf, size_t cap)
 /* The type of one layer kind's K (kv 0) or V (kv 1) in types t. */
 static enum lm_dtype kv_type_of(const struct kv_types *t, int kind, int kv)
 {
+	if (kind == FENCE_KV_RECURRENT)
+		return LM_F32;
 	const struct kv_pair *p = kind == FENCE_KV_SLIDING ? &t->swa : &t->global;
 	return kv ? p->v : p->k;
 }
@@ -43,31 +45,42 @@ static enum lm_dtype kv_type_of(const struct kv_types *t, int kind, int kv)
  * types differ, "global K", each cell naming its own. */
 static const char *kv_column(const struct fence_plan *p, int kind, int kv, char *buf, size_t cap)
 {
+	if (kind == FENCE_KV_RECURRENT) {
+		snprintf(buf, cap, "rec. %s f32", kv ? "state" : "conv");
+		return buf;
+	}
 	snprintf(buf, cap, "%s %s%s%s", kind == FENCE_KV_SLIDING ? "sliding" : "global",
 		 kv ? "V" : "K", p->mixed_kv ? "" : " ",
 		 p->mixed_kv ? "" : lm_dtype_name(kv_type_of(&p->kv_types, kind, kv)));
 	return buf;
 }
 
+/* Whether the plan has layers of `kind` (global ones always are shown). */
+static bool kv_has_kind(const struct fence_plan *p, int kind)
+{
+	return kind == FENCE_KV_GLOBAL || (kind == FENCE_KV_SLIDING && p->has_sliding) ||
+	       (kind == FENCE_KV_RECURRENT && p->has_recurrent);
+}
+
 /* The KV cache by type: each worker's K and V of each layer kind in its own type, beside what
- * the same rows would take in f32 and the share saved. */
+ * the same rows would take in f32 and the share saved. A recurrent layer's conv ring and SSM
+ * state (f32, per slot: they do not grow with the context) have their own columns. */
 static void kv_table(const struct fence_plan *p, FILE *out, int nw)
 {
-	const int kinds = p->has_sliding ? 2 : 1;
-	char col[4][40];
+	char col[FENCE_KV_KINDS * 2][40];
 	fprintf(out, "\nKV cache by type (every slot's rows):\n%-*s", nw, "worker");
-	for (int kind = 0; kind < kinds; kind++)
-		for (int kv = 0; kv < 2; kv++)
+	for (int kind = 0; kind < FENCE_KV_KINDS; kind++)
+		for (int kv = 0; kv_has_kind(p, kind) && kv < 2; kv++)
 			fprintf(out, " %17s", kv_column(p, kind, kv, col[2 * kind + kv], 40));
 	fprintf(out, " %10s %11s %7s\n", "KV MiB", "as f32 MiB", "saved");
-	uint64_t tot[2][2] = {{0}}, tk = 0, tf = 0;
+	uint64_t tot[FENCE_KV_KINDS][2] = {{0}}, tk = 0, tf = 0;
 	for (int32_t j = 0; j <= p->n_workers; j++) {
 		const bool total = j == p->n_workers;
 		const struct fence_stage *s = total ? NULL : &p->stages[j];
 		uint64_t kvb = total ? tk : s->kv_bytes, f32 = total ? tf : s->kv_f32_bytes;
 		fprintf(out, "%-*s", nw, total ? "total" : s->name);
-		for (int kind = 0; kind < kinds; kind++)
-			for (int kv = 0; kv < 2; kv++) {
+		for (int kind = 0; kind < FENCE_KV_KINDS; kind++)
+			for (int kv = 0; kv_has_kind(p, kind) && kv < 2; kv++) {
 				uint64_t b = total ? tot[kind][kv] : s->kv_kind[kind][kv];
 				if (p->mixed_kv && !total)
 					fprintf(out, " %5s %11.2f",
@@ -140,13 +153,14 @@ int fence_plan_write_table(const struct fence_plan *p, FILE *out)
 /* "kv_by_type": {"global_k": {"type": "q8_0", "bytes": n}, ...}, "kv_f32_bytes". */
 static bool kv_json(const struct fence_plan *p, cJSON *w, const struct fence_stage *s)
 {
-	static const char *const names[2][2] = {{"global_k", "global_v"},
-						{"sliding_k", "sliding_v"}};
+	static const char *const names[FENCE_KV_KINDS][2] = {{"global_k", "global_v"},
+							     {"sliding_k", "sliding_v"},
+							     {"recurrent_conv", "recurrent_state"}};
 	cJSON *by = cJSON_AddObjectToObject(w, "kv_by_type");
 	bool ok = by != NULL &&
 		  cJSON_AddNumberToObject(w, "kv_f32_bytes", (double)s->kv_f32_bytes) != NULL;
-	for (int kind = 0; ok && kind < (p->has_sliding ? 2 : 1); kind++)
-		for (int kv = 0; ok && kv < 2; kv++) {
+	for (int kind = 0; ok && kind < FENCE_KV_KINDS; kind++)
+		for (int kv = 0; ok && kv_has_kind(p, kind) && kv < 2; kv++) {
 			cJSON *e = cJSON_AddObjectToObject(by, names[kind][kv]);
 			ok = e != NULL &&
 			     cJSON_AddStringToObject(

@@ -17,8 +17,8 @@
  * wire.h and update this table with it, so two builds that disagree refuse each other at HELLO
  * instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
-	static_assert(WIRE_VERSION_CURRENT == 4 && (name) == (value), #name \
-		      " is pinned by protocol version 4: bump WIRE_VERSION and update wire.c")
+	static_assert(WIRE_VERSION_CURRENT == 5 && (name) == (value), #name \
+		      " is pinned by protocol version 5: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -35,7 +35,8 @@ WIRE_PIN(WIRE_PAUSE, 12);
 WIRE_PIN(WIRE_RESUME, 13);
 WIRE_PIN(WIRE_REPOINT, 14);
 WIRE_PIN(WIRE_TRACE, 15);
-WIRE_PIN(WIRE_TYPE_MAX, 15);
+WIRE_PIN(WIRE_COPY, 16);
+WIRE_PIN(WIRE_TYPE_MAX, 16);
 
 WIRE_PIN(WIRE_DT_NONE, 0);
 WIRE_PIN(WIRE_DT_I32, 1);
@@ -103,7 +104,7 @@ const char *wire_type_name(uint32_t t)
 		[WIRE_KV_IMPORT] = "KV_IMPORT", [WIRE_STATUS] = "STATUS",
 		[WIRE_ERROR] = "ERROR",         [WIRE_PAUSE] = "PAUSE",
 		[WIRE_RESUME] = "RESUME",       [WIRE_REPOINT] = "REPOINT",
-		[WIRE_TRACE] = "TRACE",
+		[WIRE_TRACE] = "TRACE",         [WIRE_COPY] = "COPY",
 	};
 	if (t >= 1 && t <= WIRE_TYPE_MAX)
 		return names[t];

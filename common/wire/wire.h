@@ -8,8 +8,9 @@
  * Planes.
  *   data ring    coordinator PUSH -> w0 PULL, w0 PUSH -> w1 PULL, ..., wN PUSH -> coordinator
  *                PULL. Carries FORWARD (token ids into w0, hidden states between workers),
- *                TOKENS (sampled ids, from the last worker), RELEASE (passes every worker in
- *                order, then returns to the coordinator as its acknowledgement) and ERROR (a
+ *                TOKENS (sampled ids, from the last worker), RELEASE and COPY (each passes
+ *                every worker in order, then returns to the coordinator as its
+ *                acknowledgement) and ERROR (a
  *                worker that cannot process a ring message sends ERROR down the ring instead,
  *                and every later worker forwards it untouched).
  *   control      coordinator REQ -> each worker's REP. HELLO, ASSIGN/READY, STATUS, DRAIN,
@@ -63,7 +64,7 @@
 #include "common/model/sampling.h"
 #include "common/base/dtype.h"
 
-#define WIRE_VERSION_CURRENT 4
+#define WIRE_VERSION_CURRENT 5
 /* A test build may claim another version (tests/integration: a redeploy of a build that speaks
  * another protocol must be refused at HELLO, both versions named). */
 #ifdef LM_TEST_WIRE_VERSION
@@ -89,7 +90,8 @@ enum wire_type {
 	WIRE_RESUME = 13,
 	WIRE_REPOINT = 14,
 	WIRE_TRACE = 15,
-	WIRE_TYPE_MAX = 15,
+	WIRE_COPY = 16, /* version 5 */
+	WIRE_TYPE_MAX = 16,
 };
 
 enum wire_dtype {
@@ -268,6 +270,23 @@ struct wire_release {
 	int32_t *slots; /* [n] */
 };
 
+/* COPY (version 5): "slot" (the source, in [0, slots)), "slots" (the destinations, as RELEASE's;
+ * at least one) and "len" (positions, in [1, max_seq]). Every stage makes each destination hold
+ * the source's first len positions on every layer it holds (kv_cache_copy), then passes the
+ * message on; it comes back to the coordinator as its acknowledgement. Parallel samples of one
+ * prompt compute it once and copy its rows (coordinator/sched/scheduler.h). Ordered on the ring
+ * with the FORWARDs around it, as RELEASE is: a destination's next FORWARD, sent after the COPY,
+ * finds the rows on every stage. A stage that cannot copy (its source holds fewer positions)
+ * sends ERROR down the ring; the destinations' FORWARDs are then refused and recompute. */
+struct wire_copy {
+	uint64_t id;
+	uint64_t fingerprint;
+	int32_t src;
+	int32_t len;
+	int32_t n;
+	int32_t *dst; /* [n]: decode: in scratch; encode: the caller's */
+};
+
 /* ERROR: "code" (LM_E* value, i64; negative, fits int32), "msg" (string), "about" (the type of
  * the failed message, u32; any value, since the failed message may be of a type this build does
  * not know). */
@@ -390,6 +409,8 @@ int wire_decode_tokens(const void *buf, size_t len, const struct wire_limits *li
 		       struct wire_scratch *s, struct wire_tokens *t, lm_diag *d);
 int wire_decode_release(const void *buf, size_t len, const struct wire_limits *lim,
 			struct wire_scratch *s, struct wire_release *r, lm_diag *d);
+int wire_decode_copy(const void *buf, size_t len, const struct wire_limits *lim,
+		     struct wire_scratch *s, struct wire_copy *c, lm_diag *d);
 int wire_decode_hello(const void *buf, size_t len, struct wire_hello *h, lm_diag *d);
 /* What a HELLO reply's "fp" carries for a model of `fingerprint` asked with request id `id`:
  * SipHash-2-4 of id keyed by the fingerprint (never 0), or 0 for fingerprint 0 (no model). */
@@ -434,6 +455,7 @@ void wire_buf_fini(struct wire_buf *b);
 int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f);
 int wire_encode_tokens(struct wire_buf *b, const struct wire_tokens *t);
 int wire_encode_release(struct wire_buf *b, const struct wire_release *r);
+int wire_encode_copy(struct wire_buf *b, const struct wire_copy *c);
 int wire_encode_hello(struct wire_buf *b, const struct wire_hello *h, bool reply);
 int wire_encode_assign(struct wire_buf *b, const struct wire_assign *a);
 int wire_encode_ready(struct wire_buf *b, const struct wire_ready *r);

@@ -515,23 +515,30 @@ struct wd_release {
 	struct wire_release *r;
 };
 
-static int wd_release_slots(struct wd *c, void *ctx)
+/* An array of at least `least` slot numbers into the scratch (RELEASE's and COPY's "slots"). */
+static int wd_slot_list(struct wd *c, const struct wire_limits *lim, struct wire_scratch *s,
+			uint32_t least, int32_t *n_out, int32_t **out)
 {
-	struct wd_release *x = ctx;
 	uint32_t n;
 	int rc;
 	if ((rc = wd_array(c, &n)) != 0)
 		return rc;
-	if ((rc = wd_count(c, n, 0, x->lim->slots, "slots", x->s->cap)) != 0)
+	if ((rc = wd_count(c, n, least, lim->slots, "slots", s->cap)) != 0)
 		return rc;
-	x->r->n = (int32_t)n;
-	x->r->slots = x->s->slots;
-	for (int32_t i = 0; i < x->r->n; i++) {
+	*n_out = (int32_t)n;
+	*out = s->slots;
+	for (int32_t i = 0; i < (int32_t)n; i++) {
 		c->idx = i;
-		if ((rc = wd_i32(c, 0, (int64_t)x->lim->slots - 1, &x->s->slots[i])) != 0)
+		if ((rc = wd_i32(c, 0, (int64_t)lim->slots - 1, &s->slots[i])) != 0)
 			return rc;
 	}
 	return 0;
+}
+
+static int wd_release_slots(struct wd *c, void *ctx)
+{
+	struct wd_release *x = ctx;
+	return wd_slot_list(c, x->lim, x->s, 0, &x->r->n, &x->r->slots);
 }
 
 int wire_decode_release(const void *buf, size_t len, const struct wire_limits *lim,
@@ -556,6 +563,52 @@ int wire_decode_release(const void *buf, size_t len, const struct wire_limits *l
 		return rc;
 	r->id = w.h.id;
 	r->fingerprint = w.h.fingerprint;
+	return wd_no_payload(&c, &w, len);
+}
+
+/* ---------------------------------------------------------------- COPY */
+
+struct wd_copy {
+	const struct wire_limits *lim;
+	struct wire_scratch *s;
+	struct wire_copy *k;
+};
+
+static int wd_copy_slots(struct wd *c, void *ctx)
+{
+	struct wd_copy *x = ctx;
+	return wd_slot_list(c, x->lim, x->s, 1, &x->k->n, &x->k->dst);
+}
+
+int wire_decode_copy(const void *buf, size_t len, const struct wire_limits *lim,
+		     struct wire_scratch *s, struct wire_copy *k, lm_diag *d)
+{
+	const uint64_t keys = WK_BASE | WK_BIT(WK_SLOTS) | WK_BIT(WK_SLOT) | WK_BIT(WK_LEN);
+	struct wd_copy x = {.lim = lim, .s = s, .k = k};
+	const struct wd_spec spec = {.allowed = keys,
+				     .types = WT_BIT(WIRE_COPY),
+				     .fp = lim->fingerprint,
+				     .inline_key = WK_SLOTS,
+				     .parse = wd_copy_slots,
+				     .ctx = &x};
+	struct wd c;
+	struct wd_head w;
+	int rc;
+
+	memset(k, 0, sizeof *k);
+	wd_init(&c, buf, len, d, "COPY");
+	if ((rc = wd_walk(&c, &spec, &w)) != 0)
+		return rc;
+	if ((rc = wd_require(&c, &w, keys)) != 0)
+		return rc;
+	k->id = w.h.id;
+	k->fingerprint = w.h.fingerprint;
+	wd_at(&c, &w, WK_SLOT);
+	if ((rc = wd_i32(&c, 0, (int64_t)lim->slots - 1, &k->src)) != 0)
+		return rc;
+	wd_at(&c, &w, WK_LEN);
+	if ((rc = wd_i32(&c, 1, lim->max_seq, &k->len)) != 0)
+		return rc;
 	return wd_no_payload(&c, &w, len);
 }
 

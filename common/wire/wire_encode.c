@@ -347,6 +347,25 @@ int wire_encode_release(struct wire_buf *b, const struct wire_release *r)
 	return wire_enc_end(&e);
 }
 
+int wire_encode_copy(struct wire_buf *b, const struct wire_copy *c)
+{
+	if (c->n < 1 || c->dst == NULL)
+		return LM_EINVAL;
+	struct wire_enc e;
+	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + 20 + (size_t)c->n * 5))
+		return LM_ENOMEM;
+	wire_head(&e, 7, WIRE_COPY, c->id, true, c->fingerprint);
+	wire_key(&e, "slot");
+	wire_i64(&e, c->src);
+	wire_key(&e, "len");
+	wire_i64(&e, c->len);
+	wire_key(&e, "slots");
+	wire_array(&e, (size_t)c->n);
+	for (int32_t i = 0; i < c->n; i++)
+		wire_i64(&e, c->dst[i]);
+	return wire_enc_end(&e);
+}
+
 int wire_encode_hello(struct wire_buf *b, const struct wire_hello *h, bool reply)
 {
 	struct wire_enc e;

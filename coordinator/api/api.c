@@ -263,6 +263,36 @@ static void api_readyz(nng_aio *aio)
 	lm_httpd_reply(aio, 503, "text/plain", body, (size_t)n < sizeof body ? (size_t)n : 0);
 }
 
+/* GET /slots: every KV slot, as llama-server's /slots shows them (the fields it shares with
+ * it, and the prefix cache's): busy or idle, the sequence in it (id_task), the context, the
+ * positions held (n_past) and the prompt rows not computed (n_cached). */
+static void api_slots(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
+	struct sched_slot_view v[256];
+	int32_t n = sched_slots(a->cfg.sched, v, 256);
+	cJSON *o = cJSON_CreateArray();
+	for (int32_t i = 0; i < n; i++) {
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddNumberToObject(e, "id", i);
+		cJSON_AddNumberToObject(e, "id_task", v[i].busy ? (double)v[i].seq_id : -1);
+		cJSON_AddNumberToObject(e, "n_ctx", a->cfg.max_seq);
+		cJSON_AddBoolToObject(e, "is_processing", v[i].busy);
+		cJSON_AddStringToObject(e, "state", v[i].busy ? "processing" : "idle");
+		cJSON_AddBoolToObject(e, "reserved", v[i].reserved);
+		cJSON_AddNumberToObject(e, "n_past", v[i].n_past);
+		cJSON_AddNumberToObject(e, "n_cached", v[i].n_cached);
+		cJSON_AddNumberToObject(e, "n_prompt_tokens", v[i].n_prompt);
+		cJSON *next = cJSON_AddObjectToObject(e, "next_token");
+		cJSON_AddBoolToObject(next, "has_next_token", v[i].busy);
+		cJSON_AddNumberToObject(next, "n_decoded", v[i].n_gen);
+		cJSON_AddItemToArray(o, e);
+	}
+	lm_httpd_reply_json(aio, 200, o);
+}
+
 static void api_status(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
@@ -419,6 +449,7 @@ static int api_routes(struct api *a, lm_diag *d)
 		{"GET", "/healthz", api_healthz, a, 0, false},
 		{"GET", "/readyz", api_readyz, a, 0, false},
 		{"GET", "/v1/status", api_status, a, 0, false},
+		{"GET", "/slots", api_slots, a, 0, false},
 		/* Without /v1, as many clients send them (llama-server answers both). */
 		{"POST", "/completions", api_completions, a, API_MAX_BODY, true},
 		{"POST", "/chat/completions", api_chat, a, API_MAX_BODY, true},

@@ -26,13 +26,14 @@
 #include "coordinator/api/api_impl.h"
 #include "coordinator/api/api_json.h"
 
-struct api_call {
-	struct api *api;
-	char id[48];
-	long created;
+/* One choice: its own sequence, seed and text. The scheduler's thread alone touches it once
+ * submitted. */
+struct api_choice {
+	struct api_call *call;
+	int32_t index; /* the choice's place among those generated (best_of reorders them) */
+	uint64_t seed;
 	uint64_t seq_id;
-	struct api_request req; /* the parsed request: prompt, sampling, stops, options */
-	/* Generation state: the scheduler thread's alone once submitted. */
+	_Atomic uint64_t live_id; /* seq_id once submitted, for a client gone meanwhile */
 	struct tok_stream ts;
 	char *piece;           /* [tok_stream_cap(vocab)] one token's decoded text */
 	struct lm_buf text;    /* everything emitted (plain requests) */
@@ -43,11 +44,27 @@ struct api_call {
 	size_t sent_content, sent_reasoning;
 	bool stop_hit;
 	int32_t *gen, n_gen, cap_gen;
+	double sum_lp; /* of its tokens' logprobs: best_of ranks by it */
 	/* Plain requests with logprobs: completions' four arrays, chat's content entries. */
 	cJSON *lp_tokens, *lp_values, *lp_top, *lp_offsets, *lp_content;
-	uint64_t t_submit, t_first, t_done; /* lm_now_ns */
-	int32_t cached; /* prompt tokens reused from a slot's rows (the scheduler writes it) */
-	nng_aio *aio;   /* plain requests: replied in on_done */
+	uint64_t t_first;   /* lm_now_ns */
+	int32_t cached;     /* prompt tokens reused from a slot's rows (the scheduler writes it) */
+	const char *finish; /* "stop" or "length" once it ended well */
+};
+
+struct api_call {
+	struct api *api;
+	char id[48];
+	long created;
+	struct api_request req; /* the parsed request: prompt, sampling, stops, options */
+	struct api_choice *ch;  /* [req.best_of] */
+	int32_t n_ch;
+	_Atomic int32_t n_done;    /* choices ended: the one that ends last answers */
+	uint64_t t_submit, t_done; /* lm_now_ns */
+	nng_aio *aio;              /* plain requests: replied once every choice ended */
+	/* Under mu: the first error a choice ended with (code 0: none). */
+	int err_code;
+	char err_msg[512];
 	/* Streams, under mu: the stream once started, events queued before it, and whether the
 	 * scheduler is done (then whoever comes second frees the call). */
 	pthread_mutex_t mu;
@@ -55,7 +72,6 @@ struct api_call {
 	struct lm_buf early;
 	bool sched_done, started;
 	_Atomic bool client_gone;
-	_Atomic uint64_t live_id;
 	_Atomic int refs;
 };
 
@@ -75,20 +91,27 @@ static double api_ms(uint64_t a_ns, uint64_t b_ns)
 	return (double)(b_ns - a_ns) / 1e6;
 }
 
+static void api_choice_fini(struct api_choice *h)
+{
+	free(h->piece);
+	lm_buf_fini(&h->text);
+	lm_buf_fini(&h->pending);
+	lm_buf_fini(&h->raw);
+	free(h->gen);
+	cJSON_Delete(h->lp_tokens);
+	cJSON_Delete(h->lp_values);
+	cJSON_Delete(h->lp_top);
+	cJSON_Delete(h->lp_offsets);
+	cJSON_Delete(h->lp_content);
+}
+
 static void api_call_free(struct api_call *c)
 {
+	for (int32_t i = 0; i < c->n_ch; i++)
+		api_choice_fini(&c->ch[i]);
+	free(c->ch);
 	api_request_fini(&c->req);
-	free(c->piece);
-	lm_buf_fini(&c->text);
-	lm_buf_fini(&c->pending);
-	lm_buf_fini(&c->raw);
 	lm_buf_fini(&c->early);
-	free(c->gen);
-	cJSON_Delete(c->lp_tokens);
-	cJSON_Delete(c->lp_values);
-	cJSON_Delete(c->lp_top);
-	cJSON_Delete(c->lp_offsets);
-	cJSON_Delete(c->lp_content);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -104,9 +127,11 @@ static void api_gone(void *arg)
 {
 	struct api_call *c = arg;
 	atomic_store(&c->client_gone, true);
-	uint64_t id = atomic_load(&c->live_id);
-	if (id != 0)
-		sched_cancel(c->api->cfg.sched, id);
+	for (int32_t i = 0; i < c->n_ch; i++) {
+		uint64_t id = atomic_load(&c->ch[i].live_id);
+		if (id != 0)
+			sched_cancel(c->api->cfg.sched, id);
+	}
 }
 
 /* ------------------------------------------------------------------ token texts */
@@ -198,13 +223,14 @@ static cJSON *api_head(const struct api_call *c, const char *object)
 
 /* A stream's chunk: one choice with text (completions) or a delta (chat); finish NULL while
  * it goes on. */
-static cJSON *api_chunk(const struct api_call *c, const char *text, bool role, const char *finish)
+static cJSON *api_chunk(const struct api_call *c, int32_t index, const char *text, bool role,
+			const char *finish)
 {
 	bool chat = c->req.kind == API_CHAT;
 	cJSON *o = api_head(c, chat ? "chat.completion.chunk" : "text_completion");
 	cJSON *ch = cJSON_CreateObject();
 	cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
-	cJSON_AddNumberToObject(ch, "index", 0);
+	cJSON_AddNumberToObject(ch, "index", index);
 	if (chat) {
 		cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
 		if (role)
@@ -224,30 +250,48 @@ static cJSON *api_chunk(const struct api_call *c, const char *text, bool role, c
 	return o;
 }
 
+/* The request's usage: the prompt counted once, however many choices shared it; every
+ * generated token of every choice (best_of's unreturned ones too, as OpenAI counts them). */
 static void api_add_usage(const struct api_call *c, cJSON *o, bool timings)
 {
+	int32_t gen = 0;
+	uint64_t first = 0;
+	for (int32_t i = 0; i < c->n_ch; i++) {
+		gen += c->ch[i].n_gen;
+		if (c->ch[i].n_gen > 0 && (first == 0 || c->ch[i].t_first < first))
+			first = c->ch[i].t_first;
+	}
 	cJSON_DeleteItemFromObject(o, "usage");
 	cJSON *u = cJSON_AddObjectToObject(o, "usage");
 	cJSON_AddNumberToObject(u, "prompt_tokens", c->req.n_prompt);
-	cJSON_AddNumberToObject(u, "completion_tokens", c->n_gen);
-	cJSON_AddNumberToObject(u, "total_tokens", c->req.n_prompt + c->n_gen);
+	cJSON_AddNumberToObject(u, "completion_tokens", gen);
+	cJSON_AddNumberToObject(u, "total_tokens", c->req.n_prompt + gen);
 	cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"),
-				"cached_tokens", c->cached);
+				"cached_tokens", c->ch[0].cached);
 	if (!timings)
 		return;
 	/* Timings in the manner of llama.cpp's server: prefill is submit to first token. */
 	cJSON *t = cJSON_AddObjectToObject(o, "timings");
-	double prefill = c->n_gen > 0 ? api_ms(c->t_submit, c->t_first) : 0;
-	double decode = c->n_gen > 1 ? api_ms(c->t_first, c->t_done) : 0;
+	double prefill = gen > 0 ? api_ms(c->t_submit, first) : 0;
+	double decode = gen > c->n_ch ? api_ms(first, c->t_done) : 0;
 	cJSON_AddNumberToObject(t, "prompt_n", c->req.n_prompt);
 	cJSON_AddNumberToObject(t, "prompt_ms", prefill);
-	cJSON_AddNumberToObject(t, "predicted_n", c->n_gen);
+	cJSON_AddNumberToObject(t, "predicted_n", gen);
 	cJSON_AddNumberToObject(t, "predicted_ms", decode);
 	if (c->req.want_ids) {
 		cJSON *p = cJSON_AddArrayToObject(o, "prompt_token_ids");
 		for (int32_t i = 0; i < c->req.n_prompt; i++)
 			cJSON_AddItemToArray(p, cJSON_CreateNumber(c->req.prompt[i]));
 	}
+}
+
+/* A choice's generated ids. */
+static cJSON *api_ids(const struct api_choice *h)
+{
+	cJSON *ids = cJSON_CreateArray();
+	for (int32_t i = 0; i < h->n_gen; i++)
+		cJSON_AddItemToArray(ids, cJSON_CreateNumber(h->gen[i]));
+	return ids;
 }
 
 /* A tool call as OpenAI writes it: {"id", "type": "function", "function": {"name",
@@ -268,8 +312,8 @@ static cJSON *api_tool_call(const struct tool_call *tc, int index)
 }
 
 /* A plain answer's message from the parsed output: content (null when there are calls and no
- * text), reasoning_content, tool_calls. */
-static void api_parsed_message(cJSON *m, const struct tool_parsed *p)
+ * text), reasoning_content, tool_calls. Returns whether there were calls. */
+static bool api_parsed_message(cJSON *m, const struct tool_parsed *p)
 {
 	bool blank = true;
 	for (size_t i = 0; i < p->content.len && blank; i++)
@@ -277,57 +321,105 @@ static void api_parsed_message(cJSON *m, const struct tool_parsed *p)
 	if (p->n_calls > 0 && blank)
 		cJSON_AddNullToObject(m, "content");
 	else
-		cJSON_AddStringToObject(m, "content", p->content.p);
+		cJSON_AddStringToObject(m, "content", p->content.p != NULL ? p->content.p : "");
 	if (p->reasoning.len > 0)
 		cJSON_AddStringToObject(m, "reasoning_content", p->reasoning.p);
 	if (p->n_calls == 0)
-		return;
+		return false;
 	cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
 	for (int i = 0; i < p->n_calls; i++)
 		cJSON_AddItemToArray(calls, api_tool_call(&p->calls[i], -1));
+	return true;
 }
 
-/* The whole answer of a plain request (parsed: its chat output parsed, or NULL). */
-static cJSON *api_answer(struct api_call *c, const char *finish, const struct tool_parsed *parsed)
+/* A chat choice's message: its text, or with a parsed output its content, reasoning and tool
+ * calls. Returns the finish reason, "tool_calls" where calls ended it. */
+static const char *api_message(struct api_call *c, struct api_choice *h, cJSON *m)
+{
+	const char *text = h->text.p != NULL ? h->text.p : "";
+	const char *finish = h->finish != NULL ? h->finish : "length";
+	struct tool_parsed p;
+	struct tool_want w = api_tool_want(&c->req);
+	if (!c->req.parse_output ||
+	    tool_parse(&c->req.syntax, &w, text, h->text.len, true, &p) != 0) {
+		cJSON_AddStringToObject(m, "content", text);
+		return finish;
+	}
+	if (api_parsed_message(m, &p) && strcmp(finish, "stop") == 0)
+		finish = "tool_calls";
+	tool_parsed_fini(&p);
+	return finish;
+}
+
+/* One choice of a plain answer, at place `index`. */
+static cJSON *api_answer_choice(struct api_call *c, struct api_choice *h, int32_t index)
 {
 	bool chat = c->req.kind == API_CHAT;
-	cJSON *o = api_head(c, chat ? "chat.completion" : "text_completion");
 	cJSON *ch = cJSON_CreateObject();
-	cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
-	cJSON_AddNumberToObject(ch, "index", 0);
-	const char *text = c->text.p != NULL ? c->text.p : "";
+	cJSON_AddNumberToObject(ch, "index", index);
+	const char *text = h->text.p != NULL ? h->text.p : "";
+	const char *finish = h->finish != NULL ? h->finish : "length";
 	cJSON *lp = NULL;
 	if (chat) {
 		cJSON *m = cJSON_AddObjectToObject(ch, "message");
 		cJSON_AddStringToObject(m, "role", "assistant");
-		if (parsed != NULL)
-			api_parsed_message(m, parsed);
-		else
-			cJSON_AddStringToObject(m, "content", text);
+		finish = api_message(c, h, m);
 		cJSON_AddNullToObject(m, "refusal");
 		if (c->req.logprobs) {
 			lp = cJSON_CreateObject();
-			cJSON_AddItemToObject(lp, "content", c->lp_content);
-			c->lp_content = NULL;
+			cJSON_AddItemToObject(lp, "content", h->lp_content);
+			h->lp_content = NULL;
 		}
 	} else {
 		cJSON_AddStringToObject(ch, "text", text);
 		if (c->req.n_logprobs > 0) {
 			lp = cJSON_CreateObject();
-			cJSON_AddItemToObject(lp, "tokens", c->lp_tokens);
-			cJSON_AddItemToObject(lp, "token_logprobs", c->lp_values);
-			cJSON_AddItemToObject(lp, "top_logprobs", c->lp_top);
-			cJSON_AddItemToObject(lp, "text_offset", c->lp_offsets);
-			c->lp_tokens = c->lp_values = c->lp_top = c->lp_offsets = NULL;
+			cJSON_AddItemToObject(lp, "tokens", h->lp_tokens);
+			cJSON_AddItemToObject(lp, "token_logprobs", h->lp_values);
+			cJSON_AddItemToObject(lp, "top_logprobs", h->lp_top);
+			cJSON_AddItemToObject(lp, "text_offset", h->lp_offsets);
+			h->lp_tokens = h->lp_values = h->lp_top = h->lp_offsets = NULL;
 		}
 	}
 	cJSON_AddItemToObject(ch, "logprobs", lp != NULL ? lp : cJSON_CreateNull());
 	cJSON_AddStringToObject(ch, "finish_reason", finish);
-	if (c->req.want_ids) {
-		cJSON *ids = cJSON_AddArrayToObject(o, "token_ids");
-		for (int32_t i = 0; i < c->n_gen; i++)
-			cJSON_AddItemToArray(ids, cJSON_CreateNumber(c->gen[i]));
+	if (c->n_ch > 1) {
+		api_json_add_u64(ch, "seed", h->seed);
+		if (c->req.want_ids)
+			cJSON_AddItemToObject(ch, "token_ids", api_ids(h));
 	}
+	return ch;
+}
+
+/* best_of: the order of the choices by their sums of logprobs, highest first (ties: the
+ * earlier seed first). */
+static void api_rank(const struct api_call *c, int32_t *order)
+{
+	for (int32_t i = 0; i < c->n_ch; i++) {
+		int32_t k = i;
+		while (k > 0 && c->ch[order[k - 1]].sum_lp < c->ch[i].sum_lp) {
+			order[k] = order[k - 1];
+			k--;
+		}
+		order[k] = i;
+	}
+}
+
+/* The whole answer of a plain request: its n best choices (all of them without best_of). */
+static cJSON *api_answer(struct api_call *c)
+{
+	bool chat = c->req.kind == API_CHAT;
+	cJSON *o = api_head(c, chat ? "chat.completion" : "text_completion");
+	cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+	int32_t order[API_MAX_N];
+	api_rank(c, order);
+	if (c->req.best_of == c->req.n)
+		for (int32_t i = 0; i < c->n_ch; i++)
+			order[i] = i;
+	for (int32_t i = 0; i < c->req.n; i++)
+		cJSON_AddItemToArray(choices, api_answer_choice(c, &c->ch[order[i]], i));
+	if (c->req.want_ids && c->n_ch == 1)
+		cJSON_AddItemToObject(o, "token_ids", api_ids(&c->ch[0]));
 	api_add_usage(c, o, true);
 	return o;
 }
@@ -361,6 +453,27 @@ static void api_stream_json(struct api_call *c, cJSON *o)
 
 /* ------------------------------------------------------------------ generation callbacks */
 
+/* The logprobs of a stream's chunk of one token, into its choice ch. */
+static void api_chunk_logprobs(struct api_choice *h, cJSON *ch, int32_t token, float logprob,
+			       const int32_t *top_ids, const float *top_lp, int32_t n_top)
+{
+	const struct api *a = h->call->api;
+	cJSON *lp = cJSON_CreateObject();
+	if (h->call->req.kind == API_CHAT) {
+		cJSON *content = cJSON_AddArrayToObject(lp, "content");
+		cJSON_AddItemToArray(content,
+				     api_chat_logprob(a, token, logprob, top_ids, top_lp, n_top));
+	} else {
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "tokens"),
+				     api_token_string(a, token));
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "token_logprobs"),
+				     cJSON_CreateNumber(logprob));
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "top_logprobs"),
+				     api_top_completion(a, top_ids, top_lp, n_top));
+	}
+	cJSON_ReplaceItemInObject(ch, "logprobs", lp);
+}
+
 /* What b holds past *sent, into *out (malloc'd; left NULL when nothing is new). */
 static void api_take_new(const struct lm_buf *b, size_t *sent, char **out)
 {
@@ -372,16 +485,17 @@ static void api_take_new(const struct lm_buf *b, size_t *sent, char **out)
 
 /* A stream with a parsed output: text joins what came so far, and the new content and
  * reasoning of its partial parse go out (a partial parse is a prefix of any later one). */
-static void api_parse_delta(struct api_call *c, const char *text, size_t len, char **content,
+static void api_parse_delta(struct api_choice *h, const char *text, size_t len, char **content,
 			    char **reasoning)
 {
+	struct api_call *c = h->call;
 	struct tool_parsed p;
 	struct tool_want w = api_tool_want(&c->req);
-	if (lm_buf_add(&c->raw, text, len) != 0 ||
-	    tool_parse(&c->req.syntax, &w, c->raw.p, c->raw.len, false, &p) != 0)
+	if (lm_buf_add(&h->raw, text, len) != 0 ||
+	    tool_parse(&c->req.syntax, &w, h->raw.p, h->raw.len, false, &p) != 0)
 		return;
-	api_take_new(&p.content, &c->sent_content, content);
-	api_take_new(&p.reasoning, &c->sent_reasoning, reasoning);
+	api_take_new(&p.content, &h->sent_content, content);
+	api_take_new(&p.reasoning, &h->sent_reasoning, reasoning);
 	tool_parsed_fini(&p);
 }
 
@@ -396,43 +510,30 @@ static void api_add_reasoning(cJSON *chunk, char *reasoning)
 }
 
 /* Emits text that can no longer be part of a stop string, with the token that made it. */
-static void api_emit(struct api_call *c, const char *text, size_t len, int32_t token, float logprob,
-		     const int32_t *top_ids, const float *top_lp, int32_t n_top)
+static void api_emit(struct api_choice *h, const char *text, size_t len, int32_t token,
+		     float logprob, const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
+	struct api_call *c = h->call;
 	if (!c->req.stream) {
-		lm_buf_add(&c->text, text, len);
+		lm_buf_add(&h->text, text, len);
 		return;
 	}
 	bool chat = c->req.kind == API_CHAT;
 	bool with_lp = token >= 0 && c->req.logprobs;
 	char *piece = NULL, *reasoning = NULL;
 	if (chat && c->req.parse_output)
-		api_parse_delta(c, text, len, &piece, &reasoning);
+		api_parse_delta(h, text, len, &piece, &reasoning);
 	else if (len > 0 || !chat)
 		piece = strndup(text, len);
 	if (chat && piece == NULL && reasoning == NULL && !with_lp &&
 	    !(token >= 0 && c->req.want_ids))
 		return; /* nothing to tell a chat client yet */
-	cJSON *o = api_chunk(c, piece != NULL ? piece : chat ? NULL : "", false, NULL);
+	cJSON *o = api_chunk(c, h->index, piece != NULL ? piece : chat ? NULL : "", false, NULL);
 	free(piece);
 	api_add_reasoning(o, reasoning);
-	cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
-	if (with_lp && chat) {
-		cJSON *lp = cJSON_CreateObject();
-		cJSON *content = cJSON_AddArrayToObject(lp, "content");
-		cJSON_AddItemToArray(
-			content, api_chat_logprob(c->api, token, logprob, top_ids, top_lp, n_top));
-		cJSON_ReplaceItemInObject(ch, "logprobs", lp);
-	} else if (with_lp) {
-		cJSON *lp = cJSON_CreateObject();
-		cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "tokens"),
-				     api_token_string(c->api, token));
-		cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "token_logprobs"),
-				     cJSON_CreateNumber(logprob));
-		cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "top_logprobs"),
-				     api_top_completion(c->api, top_ids, top_lp, n_top));
-		cJSON_ReplaceItemInObject(ch, "logprobs", lp);
-	}
+	if (with_lp)
+		api_chunk_logprobs(h, cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0),
+				   token, logprob, top_ids, top_lp, n_top);
 	if (token >= 0 && c->req.want_ids)
 		cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "token_ids"),
 				     cJSON_CreateNumber(token));
@@ -442,85 +543,89 @@ static void api_emit(struct api_call *c, const char *text, size_t len, int32_t t
 /* Moves detokenized text from `pending` out, holding back the longest tail that could still
  * begin a stop string (api_stop_cut); returns true when a stop string was found (text after it
  * is dropped). */
-static bool api_release_text(struct api_call *c, bool final, int32_t token, float logprob,
+static bool api_release_text(struct api_choice *h, bool final, int32_t token, float logprob,
 			     const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
 	bool hit;
-	size_t cut = api_stop_cut(&c->req, c->pending.p, c->pending.len, final, &hit);
+	size_t cut = api_stop_cut(&h->call->req, h->pending.p, h->pending.len, final, &hit);
 	if (cut > 0 || token >= 0)
-		api_emit(c, c->pending.p ? c->pending.p : "", cut, token, logprob, top_ids, top_lp,
+		api_emit(h, h->pending.p ? h->pending.p : "", cut, token, logprob, top_ids, top_lp,
 			 n_top);
 	if (cut > 0) /* pending.p is NULL until text arrives */
-		memmove(c->pending.p, c->pending.p + cut, c->pending.len - cut);
-	c->pending.len -= cut;
+		memmove(h->pending.p, h->pending.p + cut, h->pending.len - cut);
+	h->pending.len -= cut;
 	if (hit)
-		c->pending.len = 0;
+		h->pending.len = 0;
 	return hit;
 }
 
 /* A plain request's logprobs of one token. */
-static void api_keep_logprobs(struct api_call *c, int32_t token, float logprob,
+static void api_keep_logprobs(struct api_choice *h, int32_t token, float logprob,
 			      const int32_t *top_ids, const float *top_lp, int32_t n_top,
 			      size_t offset)
 {
-	if (c->req.kind == API_CHAT) {
-		cJSON_AddItemToArray(c->lp_content, api_chat_logprob(c->api, token, logprob,
-								     top_ids, top_lp, n_top));
+	const struct api *a = h->call->api;
+	if (h->call->req.kind == API_CHAT) {
+		cJSON_AddItemToArray(h->lp_content,
+				     api_chat_logprob(a, token, logprob, top_ids, top_lp, n_top));
 		return;
 	}
-	cJSON_AddItemToArray(c->lp_tokens, api_token_string(c->api, token));
-	cJSON_AddItemToArray(c->lp_values, cJSON_CreateNumber(logprob));
-	cJSON_AddItemToArray(c->lp_top, api_top_completion(c->api, top_ids, top_lp, n_top));
-	cJSON_AddItemToArray(c->lp_offsets, cJSON_CreateNumber((double)offset));
+	cJSON_AddItemToArray(h->lp_tokens, api_token_string(a, token));
+	cJSON_AddItemToArray(h->lp_values, cJSON_CreateNumber(logprob));
+	cJSON_AddItemToArray(h->lp_top, api_top_completion(a, top_ids, top_lp, n_top));
+	cJSON_AddItemToArray(h->lp_offsets, cJSON_CreateNumber((double)offset));
 }
 
 /* A token's text into pending; returns its length. A parsed output keeps the text of the
  * control tokens that are its syntax's markers (<|channel|>, <|tool_call>, [TOOL_CALLS], ...),
  * which plain text leaves out, as llama-server keeps its "preserved tokens". */
-static size_t api_piece(struct api_call *c, int32_t token)
+static size_t api_piece(struct api_choice *h, int32_t token)
 {
-	const tok_vocab *v = c->api->cfg.vocab;
+	const struct api_request *r = &h->call->req;
+	const tok_vocab *v = h->call->api->cfg.vocab;
 	size_t n = 0, len = 0;
-	if (tok_stream_push(v, &c->ts, token, c->piece, tok_stream_cap(v), &n) != 0)
+	if (tok_stream_push(v, &h->ts, token, h->piece, tok_stream_cap(v), &n) != 0)
 		return 0;
 	const char *t = NULL;
-	if (n == 0 && c->req.parse_output && (tok_attr(v, token) & TOK_ATTR_CONTROL) != 0 &&
+	if (n == 0 && r->parse_output && (tok_attr(v, token) & TOK_ATTR_CONTROL) != 0 &&
 	    !tok_is_eog(v, token))
 		t = tok_text(v, token, &len);
-	if (t != NULL && len > 0 && tool_syntax_marker(&c->req.syntax, t, len)) {
-		n = tok_stream_flush(&c->ts, c->piece, tok_stream_cap(v));
-		lm_buf_add(&c->pending, c->piece, n);
-		lm_buf_add(&c->pending, t, len);
+	if (t != NULL && len > 0 && tool_syntax_marker(&r->syntax, t, len)) {
+		n = tok_stream_flush(&h->ts, h->piece, tok_stream_cap(v));
+		lm_buf_add(&h->pending, h->piece, n);
+		lm_buf_add(&h->pending, t, len);
 		return n + len;
 	}
-	lm_buf_add(&c->pending, c->piece, n);
+	lm_buf_add(&h->pending, h->piece, n);
 	return n;
 }
 
 static void api_on_token(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top)
 {
-	struct api_call *c = arg;
-	if (c->n_gen == 0)
-		c->t_first = lm_now_ns();
-	if (c->n_gen == c->cap_gen) {
-		int32_t cap = c->cap_gen ? c->cap_gen * 2 : 64;
-		int32_t *g = realloc(c->gen, (size_t)cap * sizeof *g);
+	struct api_choice *h = arg;
+	struct api_call *c = h->call;
+	if (h->n_gen == 0)
+		h->t_first = lm_now_ns();
+	if (h->n_gen == h->cap_gen) {
+		int32_t cap = h->cap_gen ? h->cap_gen * 2 : 64;
+		int32_t *g = realloc(h->gen, (size_t)cap * sizeof *g);
 		if (g == NULL)
 			return;
-		c->gen = g;
-		c->cap_gen = cap;
+		h->gen = g;
+		h->cap_gen = cap;
 	}
-	c->gen[c->n_gen++] = token;
-	if (c->stop_hit)
+	h->gen[h->n_gen++] = token;
+	if (h->stop_hit)
 		return;
-	size_t n = api_piece(c, token);
+	h->sum_lp += logprob;
+	size_t n = api_piece(h, token);
 	if (!c->req.stream && c->req.logprobs)
-		api_keep_logprobs(c, token, logprob, top_ids, top_lp, n_top,
-				  c->text.len + c->pending.len - n);
-	if (api_release_text(c, false, token, logprob, top_ids, top_lp, n_top)) {
-		c->stop_hit = true;
-		sched_cancel(c->api->cfg.sched, c->seq_id);
+		api_keep_logprobs(h, token, logprob, top_ids, top_lp, n_top,
+				  h->text.len + h->pending.len - n);
+	if (api_release_text(h, false, token, logprob, top_ids, top_lp, n_top)) {
+		h->stop_hit = true;
+		sched_cancel(c->api->cfg.sched, h->seq_id);
 	}
 }
 
@@ -529,29 +634,16 @@ static uint16_t api_status_of(int code)
 	return code == LM_EUNAVAILABLE || code == LM_ETIMEOUT ? 503 : code == LM_EBUSY ? 429 : 500;
 }
 
-/* A stream's end: the last chunk, usage when asked, [DONE]; or the error as an event. */
-static void api_stream_done(struct api_call *c, enum sched_finish why, int code, const char *msg,
-			    const char *finish)
+/* A stream's end, once every choice ended: usage when asked, [DONE]; an error was sent as an
+ * event when it happened. */
+static void api_stream_end(struct api_call *c)
 {
-	if (why == SCHED_FINISH_ERROR) {
-		char *e = lm_httpd_error_json("server_error", NULL, msg ? msg : lm_strerror(code));
-		if (e != NULL) {
-			api_stream_raw(c, e);
-			free(e);
-		}
-	} else if (why != SCHED_FINISH_CANCEL || c->stop_hit) {
-		cJSON *o = api_chunk(c, c->req.kind == API_CHAT ? NULL : "", false, finish);
-		if (c->req.kind == API_COMPLETION)
-			api_add_usage(c, o,
-				      true); /* as before stream_options: layermesh generate */
-		api_stream_json(c, o);
-		if (c->req.include_usage) {
-			cJSON *u = api_head(c, c->req.kind == API_CHAT ? "chat.completion.chunk"
-								       : "text_completion");
-			cJSON_AddArrayToObject(u, "choices");
-			api_add_usage(c, u, false);
-			api_stream_json(c, u);
-		}
+	if (c->err_code == 0 && c->req.include_usage) {
+		cJSON *u = api_head(c, c->req.kind == API_CHAT ? "chat.completion.chunk"
+							       : "text_completion");
+		cJSON_AddArrayToObject(u, "choices");
+		api_add_usage(c, u, false);
+		api_stream_json(c, u);
 	}
 	api_stream_raw(c, "[DONE]");
 	pthread_mutex_lock(&c->mu);
@@ -560,29 +652,29 @@ static void api_stream_done(struct api_call *c, enum sched_finish why, int code,
 		lm_httpd_stream_end(c->st);
 	c->st = NULL;
 	pthread_mutex_unlock(&c->mu);
-	api_call_unref(c);
 }
 
 /* A stream's parsed output at its end: what the final parse adds to the content and the
  * reasoning, then each call in a chunk of its own (delta.tool_calls with its index, which the
  * SDKs assemble). Returns whether there were calls. */
-static bool api_stream_parsed_end(struct api_call *c)
+static bool api_stream_parsed_end(struct api_choice *h)
 {
+	struct api_call *c = h->call;
 	struct tool_parsed p;
 	struct tool_want w = api_tool_want(&c->req);
-	if (tool_parse(&c->req.syntax, &w, c->raw.p, c->raw.len, true, &p) != 0)
+	if (tool_parse(&c->req.syntax, &w, h->raw.p, h->raw.len, true, &p) != 0)
 		return false;
 	char *content = NULL, *reasoning = NULL;
-	api_take_new(&p.content, &c->sent_content, &content);
-	api_take_new(&p.reasoning, &c->sent_reasoning, &reasoning);
+	api_take_new(&p.content, &h->sent_content, &content);
+	api_take_new(&p.reasoning, &h->sent_reasoning, &reasoning);
 	if (content != NULL || reasoning != NULL) {
-		cJSON *o = api_chunk(c, content, false, NULL);
+		cJSON *o = api_chunk(c, h->index, content, false, NULL);
 		api_add_reasoning(o, reasoning);
 		api_stream_json(c, o);
 	}
 	free(content);
 	for (int i = 0; i < p.n_calls; i++) {
-		cJSON *o = api_chunk(c, NULL, false, NULL);
+		cJSON *o = api_chunk(c, h->index, NULL, false, NULL);
 		cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
 		cJSON *calls =
 			cJSON_AddArrayToObject(cJSON_GetObjectItem(ch, "delta"), "tool_calls");
@@ -594,82 +686,130 @@ static bool api_stream_parsed_end(struct api_call *c)
 	return calls;
 }
 
-/* A plain answer with a parsed output. */
-static void api_reply_parsed(struct api_call *c, const char *finish)
+/* A stream's choice ended: its last chunk (a completion's last, the last of all, carries the
+ * usage, as `layermesh generate` reads it), or the error as an event. */
+static void api_stream_choice_done(struct api_choice *h, enum sched_finish why, int code,
+				   const char *msg, bool last)
 {
-	struct tool_parsed p;
-	struct tool_want w = api_tool_want(&c->req);
-	if (tool_parse(&c->req.syntax, &w, c->text.p, c->text.len, true, &p) != 0) {
-		lm_httpd_reply_error(c->aio, 500, "server_error", NULL, "out of memory");
-		return;
+	struct api_call *c = h->call;
+	if (why == SCHED_FINISH_ERROR) {
+		char *e = lm_httpd_error_json("server_error", NULL, msg ? msg : lm_strerror(code));
+		if (e != NULL) {
+			api_stream_raw(c, e);
+			free(e);
+		}
+	} else if (why != SCHED_FINISH_CANCEL || h->stop_hit) {
+		const char *finish = h->finish;
+		if (c->req.kind == API_CHAT && c->req.parse_output && api_stream_parsed_end(h) &&
+		    strcmp(finish, "stop") == 0)
+			finish = "tool_calls";
+		cJSON *o =
+			api_chunk(c, h->index, c->req.kind == API_CHAT ? NULL : "", false, finish);
+		if (c->req.kind == API_COMPLETION && last)
+			api_add_usage(c, o, true);
+		api_stream_json(c, o);
 	}
-	if (p.n_calls > 0 && strcmp(finish, "stop") == 0)
-		finish = "tool_calls";
-	lm_httpd_reply_json(c->aio, 200, api_answer(c, finish, &p));
-	tool_parsed_fini(&p);
+}
+
+/* The first error of the call is its answer; the other choices are cancelled. */
+static void api_call_failed(struct api_call *c, int code, const char *msg)
+{
+	pthread_mutex_lock(&c->mu);
+	bool first = c->err_code == 0;
+	if (first) {
+		c->err_code = code != 0 ? code : LM_EIO;
+		snprintf(c->err_msg, sizeof c->err_msg, "%s", msg ? msg : lm_strerror(code));
+	}
+	pthread_mutex_unlock(&c->mu);
+	for (int32_t i = 0; first && i < c->n_ch; i++) {
+		uint64_t id = atomic_load(&c->ch[i].live_id);
+		if (id != 0)
+			sched_cancel(c->api->cfg.sched, id);
+	}
+}
+
+/* Choice h ended (from the scheduler, or a submit that failed). The last choice to end
+ * answers the call and lets the scheduler's reference go. */
+static void api_choice_done(struct api_choice *h, enum sched_finish why, int code, const char *msg)
+{
+	struct api_call *c = h->call;
+	if (!h->stop_hit && why != SCHED_FINISH_ERROR) {
+		char tail[8];
+		size_t n = tok_stream_flush(&h->ts, tail, sizeof tail);
+		lm_buf_add(&h->pending, tail, n);
+		if (api_release_text(h, true, -1, 0, NULL, NULL, 0))
+			h->stop_hit = true;
+	}
+	h->finish = h->stop_hit || why == SCHED_FINISH_STOP ? "stop" : "length";
+	if (why == SCHED_FINISH_ERROR)
+		api_call_failed(c, code, msg);
+	bool last = atomic_fetch_add(&c->n_done, 1) + 1 == c->n_ch;
+	if (last)
+		c->t_done = lm_now_ns();
+	if (c->req.stream)
+		api_stream_choice_done(h, why, code, msg, last);
+	if (!last)
+		return;
+	if (c->req.stream)
+		api_stream_end(c);
+	else if (c->err_code != 0)
+		lm_httpd_reply_error(c->aio, api_status_of(c->err_code), "server_error", NULL, "%s",
+				     c->err_msg);
+	else
+		lm_httpd_reply_json(c->aio, 200, api_answer(c));
+	api_call_unref(c);
 }
 
 static void api_on_done(void *arg, enum sched_finish why, int code, const char *msg)
 {
-	struct api_call *c = arg;
-	c->t_done = lm_now_ns();
-	if (!c->stop_hit && why != SCHED_FINISH_ERROR) {
-		char tail[8];
-		size_t n = tok_stream_flush(&c->ts, tail, sizeof tail);
-		lm_buf_add(&c->pending, tail, n);
-		if (api_release_text(c, true, -1, 0, NULL, NULL, 0))
-			c->stop_hit = true;
-	}
-	const char *finish = c->stop_hit || why == SCHED_FINISH_STOP ? "stop" : "length";
-	bool parsed = c->req.kind == API_CHAT && c->req.parse_output;
-	if (c->req.stream) {
-		if (parsed && why != SCHED_FINISH_ERROR &&
-		    (why != SCHED_FINISH_CANCEL || c->stop_hit) && api_stream_parsed_end(c) &&
-		    strcmp(finish, "stop") == 0)
-			finish = "tool_calls";
-		api_stream_done(c, why, code, msg, finish);
-		return;
-	}
-	if (why == SCHED_FINISH_ERROR)
-		lm_httpd_reply_error(c->aio, api_status_of(code), "server_error", NULL, "%s",
-				     msg ? msg : lm_strerror(code));
-	else if (parsed)
-		api_reply_parsed(c, finish);
-	else
-		lm_httpd_reply_json(c->aio, 200, api_answer(c, finish, NULL));
-	api_call_unref(c);
+	api_choice_done(arg, why, code, msg);
 }
 
 /* ------------------------------------------------------------------ the handler */
 
+static int api_choice_init(struct api_call *c, struct api_choice *h, int32_t index)
+{
+	h->call = c;
+	h->index = index;
+	/* Each choice draws from its own seed: the request's plus its index. */
+	h->seed = c->req.sampling.seed + (uint64_t)index;
+	h->piece = malloc(tok_stream_cap(c->api->cfg.vocab));
+	tok_stream_init(&h->ts);
+	if (c->req.kind == API_CHAT) {
+		h->lp_content = cJSON_CreateArray();
+	} else {
+		h->lp_tokens = cJSON_CreateArray();
+		h->lp_values = cJSON_CreateArray();
+		h->lp_top = cJSON_CreateArray();
+		h->lp_offsets = cJSON_CreateArray();
+	}
+	return h->piece != NULL ? 0 : LM_ENOMEM;
+}
+
 static struct api_call *api_call_new(struct api *a, struct api_request *req)
 {
 	struct api_call *c = calloc(1, sizeof *c);
-	char *piece = malloc(tok_stream_cap(a->cfg.vocab));
-	if (c == NULL || piece == NULL) {
-		free(c);
-		free(piece);
+	if (c == NULL)
 		return NULL;
-	}
 	pthread_mutex_init(&c->mu, NULL);
 	c->req = *req;
 	memset(req, 0, sizeof *req);
-	c->piece = piece;
 	c->api = a;
 	c->created = (long)time(NULL);
 	snprintf(c->id, sizeof c->id, "%s-%lx%06llx", c->req.kind == API_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long)c->created, (unsigned long long)atomic_fetch_add(&a->next_id, 1));
-	tok_stream_init(&c->ts);
-	if (c->req.kind == API_CHAT) {
-		c->lp_content = cJSON_CreateArray();
-	} else {
-		c->lp_tokens = cJSON_CreateArray();
-		c->lp_values = cJSON_CreateArray();
-		c->lp_top = cJSON_CreateArray();
-		c->lp_offsets = cJSON_CreateArray();
-	}
 	if (!c->req.seed_given)
 		c->req.sampling.seed = api_random_seed();
+	int32_t n = c->req.best_of > c->req.n ? c->req.best_of : c->req.n;
+	c->ch = calloc((size_t)(n > 0 ? n : 1), sizeof *c->ch);
+	c->n_ch = c->ch != NULL ? (n > 0 ? n : 1) : 0;
+	bool ok = c->ch != NULL;
+	for (int32_t i = 0; ok && i < c->n_ch; i++)
+		ok = api_choice_init(c, &c->ch[i], i) == 0;
+	if (!ok) {
+		api_call_free(c);
+		return NULL;
+	}
 	return c;
 }
 
@@ -697,19 +837,21 @@ static void api_refuse_submit(nng_aio *aio, int rc, const lm_diag *d)
 static void api_start_stream(nng_aio *aio, struct api_call *c)
 {
 	if (c->req.kind == API_CHAT) {
-		/* OpenAI's first chunk: the role, before any content. */
-		cJSON *o = api_chunk(c, "", true, NULL);
-		char *s = cJSON_PrintUnformatted(o);
-		cJSON_Delete(o);
-		pthread_mutex_lock(&c->mu);
+		/* OpenAI's first chunk of each choice: the role, before any content. */
 		struct lm_buf first = {0};
-		lm_buf_printf(&first, "data: %s\n\n", s != NULL ? s : "{}");
+		for (int32_t i = 0; i < c->n_ch; i++) {
+			cJSON *o = api_chunk(c, i, "", true, NULL);
+			char *s = cJSON_PrintUnformatted(o);
+			cJSON_Delete(o);
+			lm_buf_printf(&first, "data: %s\n\n", s != NULL ? s : "{}");
+			free(s);
+		}
+		pthread_mutex_lock(&c->mu);
 		if (c->early.len > 0)
 			lm_buf_add(&first, c->early.p, c->early.len);
 		lm_buf_fini(&c->early);
 		c->early = first;
 		pthread_mutex_unlock(&c->mu);
-		free(s);
 	}
 	struct lm_http_stream *st = lm_httpd_stream(aio, "text/event-stream", api_gone, c);
 	pthread_mutex_lock(&c->mu);
@@ -725,40 +867,16 @@ static void api_start_stream(nng_aio *aio, struct api_call *c)
 		c->st = NULL;
 	pthread_mutex_unlock(&c->mu);
 	if (st == NULL) {
-		sched_cancel(c->api->cfg.sched, atomic_load(&c->live_id));
+		for (int32_t i = 0; i < c->n_ch; i++)
+			sched_cancel(c->api->cfg.sched, atomic_load(&c->ch[i].live_id));
 		lm_httpd_reply_error(aio, 500, "server_error", NULL, "out of memory");
 	}
 }
 
-void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
+/* Submits choice i: the first computes the prompt, the others take its rows (scheduler.h). */
+static int api_submit_choice(struct api_call *c, int32_t i, lm_diag *d)
 {
-	const char *body;
-	size_t len;
-	if (!api_authorized(aio, a))
-		return;
-	lm_httpd_body(aio, &body, &len);
-	struct api_request req;
-	struct api_error err;
-	int rc = kind == API_CHAT ? api_chat_parse(body, len, &a->lim, a->cfg.vocab, &req, &err)
-				  : api_request_parse(body, len, &a->lim, a->cfg.vocab, &req, &err);
-	if (rc != 0) {
-		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
-				err.message);
-		api_error_fini(&err);
-		return;
-	}
-	if (req.ignored[0] != '\0') {
-		lm_httpd_add_header(aio, "X-Layermesh-Ignored-Fields", req.ignored);
-		lm_debug("%s: ignored unknown fields: %s",
-			 kind == API_CHAT ? "chat completion" : "completion", req.ignored);
-	}
-	struct api_call *c = api_call_new(a, &req);
-	if (c == NULL) {
-		api_request_fini(&req);
-		lm_httpd_refuse(aio, LM_HTTP_REFUSE_INTERNAL, 500, "server_error", NULL,
-				"out of memory");
-		return;
-	}
+	struct api_choice *h = &c->ch[i];
 	struct sched_req r = {.prompt = c->req.prompt,
 			      .n_prompt = c->req.n_prompt,
 			      .max_tokens = c->req.max_tokens,
@@ -771,10 +889,74 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 			      .n_stop_ids = c->req.n_stop_ids,
 			      .no_speculate = c->req.no_speculate,
 			      .no_cache = c->req.no_cache,
-			      .cached = &c->cached,
+			      .cached = &h->cached,
+			      .share_prompt_of = i > 0 ? c->ch[0].seq_id : 0,
 			      .on_token = api_on_token,
 			      .on_done = api_on_done,
-			      .arg = c};
+			      .arg = h};
+	r.sampling.seed = h->seed;
+	int rc = sched_submit(c->api->cfg.sched, &r, &h->seq_id, d);
+	if (rc == 0)
+		atomic_store(&h->live_id, h->seq_id);
+	return rc;
+}
+
+/* More choices than the mesh has slots can never run together: refused (400). */
+static bool api_check_choices(nng_aio *aio, const struct api *a, const struct api_request *req)
+{
+	int32_t n = req->best_of > req->n ? req->best_of : req->n;
+	int32_t open = sched_open_slots(a->cfg.sched);
+	if (n <= 1 || n <= open)
+		return true;
+	lm_httpd_refuse(aio, LM_HTTP_REFUSE_INVALID, 400, "invalid_request_error",
+			req->best_of > req->n ? "best_of" : "n",
+			"%d choices need %d sequences at once; this mesh runs at most %d ([model] "
+			"slots)",
+			(int)n, (int)n, (int)open);
+	return false;
+}
+
+/* Parses the body into *req, or refuses the request (false). */
+static bool api_parse(nng_aio *aio, struct api *a, enum api_kind kind, struct api_request *req)
+{
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	struct api_error err;
+	int rc = kind == API_CHAT ? api_chat_parse(body, len, &a->lim, a->cfg.vocab, req, &err)
+				  : api_request_parse(body, len, &a->lim, a->cfg.vocab, req, &err);
+	if (rc != 0) {
+		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
+				err.message);
+		api_error_fini(&err);
+		return false;
+	}
+	if (req->ignored[0] != '\0') {
+		lm_httpd_add_header(aio, "X-Layermesh-Ignored-Fields", req->ignored);
+		lm_debug("%s: ignored unknown fields: %s",
+			 kind == API_CHAT ? "chat completion" : "completion", req->ignored);
+	}
+	if (!api_check_choices(aio, a, req)) {
+		api_request_fini(req);
+		return false;
+	}
+	return true;
+}
+
+void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
+{
+	if (!api_authorized(aio, a))
+		return;
+	struct api_request req;
+	if (!api_parse(aio, a, kind, &req))
+		return;
+	struct api_call *c = api_call_new(a, &req);
+	if (c == NULL) {
+		api_request_fini(&req);
+		lm_httpd_refuse(aio, LM_HTTP_REFUSE_INTERNAL, 500, "server_error", NULL,
+				"out of memory");
+		return;
+	}
 	lm_diag d = {{0}};
 	c->t_submit = lm_now_ns();
 	if (!c->req.stream)
@@ -783,18 +965,24 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 	/* Before the submit: a plain request is answered from the scheduler's thread, after
 	 * which the aio is no longer this request's. */
 	lm_httpd_on_gone(aio, api_gone, c);
-	rc = sched_submit(a->cfg.sched, &r, &c->seq_id, &d);
+	int rc = api_submit_choice(c, 0, &d);
 	if (rc != 0) {
 		api_refuse_submit(aio, rc, &d);
 		api_call_free(c);
 		return;
 	}
-	/* c->seq_id was set before the scheduler could see the request; the gone callback
-	 * reads live_id. */
-	atomic_store(&c->live_id, c->seq_id);
+	/* A later choice the scheduler refuses (its queue filled meanwhile) ends the call with
+	 * that error, the ones submitted cancelled. */
+	for (int32_t i = 1; i < c->n_ch; i++) {
+		if (rc == 0)
+			rc = api_submit_choice(c, i, &d);
+		if (rc != 0)
+			api_choice_done(&c->ch[i], SCHED_FINISH_ERROR, rc, lm_diag_str(&d, rc));
+	}
 	if (atomic_load(&c->client_gone))
-		sched_cancel(a->cfg.sched, c->seq_id);
+		for (int32_t i = 0; i < c->n_ch; i++)
+			sched_cancel(a->cfg.sched, atomic_load(&c->ch[i].live_id));
 	if (c->req.stream)
 		api_start_stream(aio, c);
-	api_call_unref(c); /* a plain request: on_done replies */
+	api_call_unref(c); /* a plain request: the last choice's end replies */
 }

@@ -302,10 +302,12 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 {
 	double n = 1;
 	int rc;
-	if ((rc = api_number(req, "n", 1, 1, true, &n, err)) != 0 ||
+	if ((rc = api_number(req, "n", 1, API_MAX_N, true, &n, err)) != 0 ||
 	    (rc = api_bool(req, "stream", &r->stream, err)) != 0 ||
 	    (rc = api_bool(req, "return_token_ids", &r->want_ids, err)) != 0)
 		return rc;
+	r->n = (int32_t)n;
+	r->best_of = r->n;
 	bool speculate = true;
 	if ((rc = api_bool(req, "speculate", &speculate, err)) != 0)
 		return rc;
@@ -377,11 +379,17 @@ static int api_completion_fields(const cJSON *req, const struct api_limits *lim,
 	    (rc = api_common(req, lim, vocab, 16, r, err)) != 0 ||
 	    (rc = api_number(req, "logprobs", 0, API_MAX_LOGPROBS, true, &lp, err)) != 0)
 		return rc;
-	const cJSON *bo = cJSON_GetObjectItemCaseSensitive(req, "best_of");
-	if (bo != NULL && !cJSON_IsNull(bo) && (!cJSON_IsNumber(bo) || bo->valuedouble != 1))
+	double best_of = r->n;
+	if ((rc = api_number(req, "best_of", 1, API_MAX_N, true, &best_of, err)) != 0)
+		return rc;
+	if (best_of < r->n)
+		return API_BAD(err, "best_of", "'best_of' (%g) must be at least 'n' (%d)", best_of,
+			       (int)r->n);
+	if (best_of > r->n && r->stream)
 		return API_BAD(err, "best_of",
-			       "'best_of' other than 1 is not supported (one completion is "
-			       "generated per request)");
+			       "'best_of' above 'n' cannot be streamed: the best are known only "
+			       "at the end");
+	r->best_of = (int32_t)best_of;
 	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "echo")))
 		return API_BAD(err, "echo", "echo is not supported");
 	const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(req, "suffix");

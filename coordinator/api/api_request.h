@@ -20,13 +20,18 @@
  *     stop              a string or an array of up to API_MAX_STOPS non-empty strings of at
  *                       most API_MAX_STOP_LEN bytes, valid UTF-8, without U+0000
  *     stream            true or false; stream_options {"include_usage": bool} only with it
- *     n                 1 only                   user, model   any string (one model)
+ *     n                 integer [1, API_MAX_N]: choices, each its own sequence; the prompt is
+ *                       computed once and its rows copied (scheduler.h); choice i samples with
+ *                       seed + i. At most the mesh's slots (api_call.c refuses more)
+ *     user, model       any string (one model)
  *     return_token_ids  true or false
  * POST /v1/completions also takes:
  *     prompt            a string (tokenized here, with BOS when the vocabulary wants one;
  *                       special-token text stays text) or a non-empty array of token ids
  *     logprobs          integer [0, API_MAX_LOGPROBS]   echo  false only
- *     best_of           1 only                          suffix  null or "" only
+ *     best_of           integer [n, API_MAX_N], default n: sequences generated, of which the n
+ *                       with the highest sum of logprobs are returned; above n not with stream
+ *     suffix            null or "" only
  * POST /v1/chat/completions also takes:
  *     messages          a non-empty array of {"role": "system"|"developer"|"user"|"assistant",
  *                       "content": a string, an array of {"type": "text", "text": ...} parts,
@@ -86,6 +91,7 @@
 #define API_MAX_TEMPLATE_STOPS 4
 #define API_MAX_TOOLS          128
 #define API_MAX_TOOL_CALLS     128 /* in one history message */
+#define API_MAX_N              16 /* n and best_of */
 
 enum api_kind { API_COMPLETION, API_CHAT };
 
@@ -127,6 +133,8 @@ struct api_request {
 	bool want_ids;      /* return_token_ids */
 	bool no_speculate;  /* "speculate": false: no drafts for this request */
 	bool no_cache;      /* "cache_prompt": false: reuse no slot's rows (llama-server's field) */
+	int32_t n;          /* choices returned, 1..API_MAX_N */
+	int32_t best_of;    /* sequences generated, n..API_MAX_N (completions; chat: n) */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

@@ -22,14 +22,21 @@ static void synth_usage(FILE *out)
 	      "  --out FILE        the GGUF to write (replaced atomically)\n"
 	      "  --arch A          llama (default), qwen2 (Q/K/V biases), qwen3 (Q/K norms),\n"
 	      "                    qwen3moe (qwen3 with a mixture of experts on every layer),\n"
+	      "                    qwen35 (gated delta-net layers, gated full attention),\n"
+	      "                    qwen35moe (qwen35 with experts and a shared expert),\n"
 	      "                    gemma3 or gemma4 (sliding and global layers, post-norms,\n"
 	      "                    GELU FFN; gemma4: no V on global layers, output scales)\n"
-	      "  --experts N       qwen3moe, gemma4: experts per layer (<arch>.expert_count), up\n"
-	      "                    to 512; gemma4 with experts is the 26B-A4B layout (--ffn is\n"
-	      "                    the shared FFN's width)\n"
+	      "  --experts N       qwen3moe, qwen35moe, gemma4: experts per layer\n"
+	      "                    (<arch>.expert_count), up to 512; gemma4 with experts is the\n"
+	      "                    26B-A4B layout (--ffn is the shared FFN's width)\n"
 	      "  --experts-used K  experts each token takes, up to N\n"
 	      "  --ffn-exp F       an expert's width (default --ffn)\n"
 	      "  --dense-layers N  gemma4 with experts: the first N layers stay dense (no router)\n"
+	      "  --ssm-state S     qwen35 (gated delta-net layers and gated attention): the\n"
+	      "                    delta-net's head size (default dim / heads)\n"
+	      "  --ssm-k-heads K   qwen35: its key heads (default --kv-heads)\n"
+	      "  --ssm-v-heads V   qwen35: its value heads, a multiple of K (default --heads)\n"
+	      "  --full-attn-every N  qwen35: each N-th layer attends (default 4)\n"
 	      "  --dim D           embedding length (<arch>.embedding_length), up to 65536\n"
 	      "  --layers L        transformer blocks (<arch>.block_count), up to 512\n"
 	      "  --heads H         attention heads; D must be a multiple of H, and D/H even\n"
@@ -164,6 +171,10 @@ static const struct synth_opt synth_table[] = {
 	SO("experts-used", SK_U32, experts_used),
 	SO("ffn-exp", SK_U32, ffn_exp),
 	SO("dense-layers", SK_U32, dense_layers),
+	SO("ssm-state", SK_U32, ssm_state),
+	SO("ssm-k-heads", SK_U32, ssm_k_heads),
+	SO("ssm-v-heads", SK_U32, ssm_v_heads),
+	SO("full-attn-every", SK_U32, full_attn_every),
 	SO("sparse", SK_FLAG, sparse),
 	SO("threads", SK_U32, threads),
 };

@@ -152,6 +152,33 @@ static int32_t mesh_ring_rollback(const struct mesh *m)
 	return -1;
 }
 
+/* The rows of the smallest sliding-window ring a worker keeps (sched_cfg.ring_ctx); 0 when no
+ * layer slides. */
+static int32_t mesh_ring_ctx(const struct mesh *m)
+{
+	int32_t extra = kv_geom_ring_extra(m->cfg.max_batch, m->cfg.max_draft), least = 0;
+	for (int32_t l = 0; l < m->hp.n_layer; l++) {
+		if (m->hp.layer[l].window <= 0)
+			continue;
+		struct kv_geom g = {.window = m->hp.layer[l].window};
+		int32_t ctx = kv_geom_ctx(&g, m->facts.max_seq, extra);
+		least = least == 0 || ctx < least ? ctx : least;
+	}
+	return least;
+}
+
+/* Whether the model has recurrent layers (qwen35). A recurrent state is the sequence after its
+ * last position and returns only to states a stage kept for rollback (engine/kv_cache.h), not to
+ * the end of an arbitrary shared prefix: the prefix cache stays off for such a model, and every
+ * request is computed from position 0 (docs/recurrent-cache.md). */
+static bool mesh_recurrent(const struct mesh *m)
+{
+	for (int32_t l = 0; l < m->hp.n_layer; l++)
+		if (m->hp.layer[l].recurrent)
+			return true;
+	return false;
+}
+
 /* How conversations are rendered: by the model's own template through the Jinja engine, or
  * by the format mesh.toml's [model] chat_template names (for a model without a template). The
  * format recognised in a template gives its end-of-turn stops. */
@@ -252,8 +279,9 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .draft = m->draft,
 			       .max_draft = m->cfg.max_draft,
 			       .spec_max_streams = m->cfg.spec_max_streams,
-			       .prefix_cache = m->cfg.prefix_cache,
+			       .prefix_cache = m->cfg.prefix_cache && !mesh_recurrent(m),
 			       .ring_rollback = mesh_ring_rollback(m),
+			       .ring_ctx = mesh_ring_ctx(m),
 			       .push = &m->head,
 			       .pull = m->pull};
 	/* A sequence ends where `layermesh run` ends it: at any end-of-generation id (EOS, EOT, EOM,

@@ -65,6 +65,9 @@ static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *src,
 	cJSON_AddNumberToObject(q, "spec_steps", (double)atomic_load(&s->spec_steps));
 	cJSON_AddNumberToObject(q, "spec_shadowed", (double)atomic_load(&s->spec_shadowed));
 	cJSON_AddNumberToObject(q, "prompt_tokens_cached", (double)atomic_load(&s->prompt_cached));
+	cJSON_AddNumberToObject(q, "prompt_tokens_shared", (double)atomic_load(&s->prompt_shared));
+	cJSON_AddNumberToObject(q, "prompt_tokens_computed",
+				(double)atomic_load(&s->prompt_computed));
 	cJSON_AddNumberToObject(q, "cached_slots", (double)atomic_load(&s->cached_slots));
 }
 
@@ -230,6 +233,14 @@ char *mesh_status_metrics(void *arg)
 		"Prompt tokens whose KV rows a slot still held (the prefix cache): reused, "
 		"not computed.",
 		atomic_load(&s->prompt_cached));
+	lm_mtext_counter(&t, "layermesh_prompt_tokens_shared_total",
+			 "Prompt tokens whose KV rows were copied from a parallel sample's slot "
+			 "(n > 1): computed once for all the samples.",
+			 atomic_load(&s->prompt_shared));
+	lm_mtext_counter(&t, "layermesh_prompt_tokens_computed_total",
+			 "Prompt positions sent through the ring to be computed (replays and "
+			 "batches sent again included).",
+			 atomic_load(&s->prompt_computed));
 	lm_mtext_counter(&t, "layermesh_batches_total", "FORWARD batches sent into the ring.",
 			 atomic_load(&s->batches));
 	lm_mtext_counter(&t, "layermesh_ring_errors_total", "Ring messages refused or malformed.",

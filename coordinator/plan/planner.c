@@ -253,6 +253,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		layers[i].weight_bytes = lc[i].weight_bytes;
 		layers[i].flops = lc[i].flops;
 		geom[i] = lm_hparams_kv_geom(hp, i);
+		if (hp->layer[i].recurrent)
+			geom[i].keep = kv_geom_rec_keep(cfg->max_draft);
 	}
 	/* One slot more than [model] slots: the coordinator keeps it for probes (smoke tests). */
 	rc = fence_kv_costs(layers, L, geom, max_seq,

@@ -74,7 +74,8 @@ int32_t prefix_usable(const struct prefix_index *x, int32_t slot, const int32_t 
 	int32_t c = 0;
 	while (c < most && p->tok[c] == tok[c])
 		c++;
-	if (c > 0 && x->rollback >= 0 && p->hi - c > x->rollback)
+	if (c > 0 && x->rollback >= 0 && p->hi - c > x->rollback &&
+	    !(x->ring_ctx > 0 && p->hi <= x->ring_ctx))
 		return 0; /* a sliding ring no longer holds what the continuation reads */
 	return c;
 }

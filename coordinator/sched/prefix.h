@@ -11,8 +11,10 @@
  *   - at most the prompt less its last token: the step must compute one row to sample from;
  *   - on a model with sliding-window layers, only a rollback the ring still allows: a ring
  *     written up to position `hi` keeps its window plus ring_extra rows, so a continuation at
- *     p reads what it needs only if hi - p <= `rollback` (kv_geom_ring_extra + 1, engine/kv_cache.c);
- *     otherwise nothing is reused and the prompt is computed from position 0.
+ *     p reads what it needs only if hi - p <= `rollback` (kv_geom_ring_extra + 1, engine/kv_cache.c),
+ *     or if no ring has wrapped yet (hi <= `ring_ctx`, the smallest ring's rows, when known);
+ *     otherwise nothing is reused and the prompt is computed from position 0 (a shorter
+ *     prefix would roll back further still).
  *
  * Never a stale row: the index describes processes that are alive. Any pause of the scheduler
  * (a worker away, a rolling redeploy's switch) forgets every entry (prefix_forget_all), since
@@ -43,6 +45,7 @@ struct prefix_index {
 	struct prefix_slot *slot; /* [slots] */
 	int32_t slots, max_seq;
 	int32_t rollback; /* rows below hi a sliding ring can roll back; < 0: no sliding layers */
+	int32_t ring_ctx; /* rows of the smallest sliding ring (0: not known; set after init) */
 	uint64_t clock;
 	int32_t n_held; /* slots whose rows the index vouches for */
 };

@@ -1,5 +1,6 @@
 /* scheduler.c — continuous batching over the data ring. See scheduler.h. */
 #include "coordinator/sched/scheduler.h"
+#include "coordinator/sched/sched_impl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,106 +10,6 @@
 
 #include "common/base/clock.h"
 #include "common/base/log.h"
-
-#define SCHED_MAX_INFLIGHT 64 /* a 60-stage ring keeps every stage busy */
-#define SCHED_IDLE_WAIT_MS 50
-
-struct sched_seq {
-	uint64_t id;
-	int32_t slot; /* -1 while queued */
-	int32_t *tok; /* [cap]: prompt then generated tokens */
-	int32_t n_tok, cap;
-	int32_t n_prompt, n_gen;
-	int32_t n_done; /* positions whose KV rows the workers hold */
-	int32_t max_tokens;
-	int32_t n_logprobs;
-	struct lm_sampling sampling;
-	struct lm_penalties pen;
-	struct lm_logit_bias *bias; /* [n_bias] */
-	struct lm_logit_adjust adj; /* what the next sampled step sends */
-	int32_t stop_ids[SCHED_MAX_REQ_STOPS];
-	int32_t n_bias, n_stop_ids;
-	void (*on_token)(void *, int32_t, float, const int32_t *, const float *, int32_t);
-	void (*on_done)(void *, enum sched_finish, int, const char *);
-	void *arg;
-	bool inflight;
-	bool cancel;
-	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
-	bool spec; /* may speculate (the request did not opt out) */
-	struct spec_adapt adapt; /* how many tokens it drafts next (spec_adapt.h) */
-	bool no_cache;           /* reuses no slot's rows */
-	int32_t *cached;         /* sched_req.cached */
-	int32_t hi;              /* the highest position its batches wrote in its slot */
-	int64_t progress_ms;     /* lm_now_ms at submit and whenever a batch of it came back */
-	int32_t retries;         /* batches of this sequence a worker refused */
-	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
-	struct sched_seq *next;          /* inbox / wait queue link */
-};
-
-struct sched_batch {
-	uint64_t id;
-	int64_t sent_ms;
-	int32_t n;
-	struct sched_seq **seqs; /* [slots] */
-	int32_t *chunk;          /* [slots] tokens of each sequence in the batch */
-	bool *sample;            /* [slots] */
-	int32_t *n_draft;        /* [slots] drafted tokens among a sequence's chunk */
-	int32_t *draft_at;       /* [slots] where its drafts start in `drafts` */
-	int32_t *drafts;         /* [max_batch] every drafted id of the batch, in order */
-	int32_t n_drafts;
-};
-
-struct sched {
-	struct sched_cfg cfg;
-	pthread_t thread;
-	bool locks_ready; /* mu, cv and qcv are initialised (sched_fini destroys them) */
-	bool running;     /* the thread and the receive run (sched_stop ends them) */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	/* Shared with other threads, under mu. */
-	bool stopping, available;
-	bool paused, replay_pending;
-	bool quiesce,
-		quiesced;   /* sched_quiesce asked / the thread stopped with nothing in flight */
-	pthread_cond_t qcv; /* signalled when `quiesced` becomes true */
-	struct sched_slot *snap; /* [slots]: the live slots when quiesced */
-	int32_t n_snap;
-	uint64_t pauses; /* counts sched_pause calls: a pause lifted before the thread woke up
-			  * must still make it forget the batches in flight */
-	char why[256];
-	struct sched_seq *inbox, *inbox_tail;
-	uint64_t *cancels;
-	int32_t n_cancels, cap_cancels;
-	nng_msg **rx;
-	int32_t n_rx, cap_rx;
-	uint64_t next_seq_id;
-	/* The scheduler thread's own. */
-	struct sched_seq **slot_seq; /* [slots] */
-	struct sched_seq *wait_head, *wait_tail;
-	struct sched_batch inflight[SCHED_MAX_INFLIGHT];
-	int32_t n_inflight;
-	int64_t send_failing_ms; /* since when FORWARDs cannot be sent; 0 while they can */
-	int32_t rr;              /* round-robin start for fairness */
-	uint64_t next_batch_id;
-	int32_t *release; /* [slots] slots to empty on the workers */
-	int32_t n_release;
-	struct prefix_index prefix; /* what idle slots hold (cfg.prefix_cache) */
-	bool *free_slot;            /* [slots] scratch for sched_admit */
-	nng_aio *rx_aio;
-	struct wire_buf buf;
-	struct wire_scratch scratch;
-	struct wire_limits lim;
-	struct wire_seq *wseqs;     /* [slots] */
-	int32_t *ids;               /* [max_batch] */
-	uint64_t pauses_seen;       /* the thread's copy of `pauses` */
-	int64_t paused_since_ms;    /* the thread's: when the current hold began (0: not held) */
-	bool *blamed;               /* [n_workers], under mu: causes of the next replay */
-	bool *turn_blamed;          /* [n_workers], the thread's copy for one turn */
-	_Atomic uint64_t oldest_id; /* the batch travelling longest (0: none) ... */
-	_Atomic int64_t oldest_sent_ms; /* ... and when it was sent */
-	struct lm_log_limit log_limit;  /* what peers make the scheduler say, once a second */
-	struct sched_stats stats;
-};
 
 /* A warning a peer can make the scheduler repeat: one line a second per kind. */
 #define sched_warn_limited(s, kind, code, fmt, ...)                                              \
@@ -123,7 +24,7 @@ struct sched {
 		}                                                                                \
 	} while (0)
 
-static void sched_free_seq(struct sched_seq *q)
+void sched_free_seq(struct sched_seq *q)
 {
 	if (q != NULL) {
 		free(q->tok);
@@ -188,10 +89,109 @@ static void sched_forget_prefix(struct sched *s)
 	atomic_store(&s->stats.cached_slots, 0);
 }
 
+/* ------------------------------------------------------------------ parallel samples
+ *
+ * A request with share_prompt_of waits in its slot until the sequence it names (its leader)
+ * holds its prompt's rows but the last, then a COPY (wire.h) makes every worker copy those
+ * rows into its slot and it starts at the prompt's last token. The COPY goes before any
+ * FORWARD of the same turn, so on every stage it is applied after the leader's rows were
+ * written and before the sample's first batch arrives. What can go wrong falls back on what
+ * is always valid, computing from position 0: a leader gone before its rows were ready frees
+ * its samples to compute their prompts; a pause or a quiesce drops the COPYs not yet sent
+ * (and replay rebuilds the sent ones as any sequence's rows); a worker that cannot copy
+ * refuses the sample's next batch, which is then sent again from position 0. */
+
+/* The rows of leader l's prompt a sample copies: all but the last, which it computes. */
+static int32_t sched_share_len(const struct sched_seq *l)
+{
+	return l->n_prompt - 1;
+}
+
+/* Sample f takes leader l's prompt rows: a COPY is queued, and its first batch starts after
+ * them once it is sent. */
+static void sched_share_into(struct sched *s, struct sched_seq *l, struct sched_seq *f)
+{
+	const int32_t p = sched_share_len(l);
+	f->leader = 0;
+	if (p <= f->n_done || s->n_copies >= s->cfg.slots)
+		return; /* it already holds as much from the prefix cache */
+	s->copies[s->n_copies++] = (struct sched_copy){
+		.src = l->slot, .dst = f->slot, .len = p, .gain = p - f->n_done};
+	f->copy_queued = true;
+	f->n_done = p;
+	f->reused = p;
+	f->hi = l->hi > p ? l->hi : p;
+}
+
+/* Leader l's rows may have become ready (its n_done grew): its waiting samples take them. */
+static void sched_share_ready(struct sched *s, struct sched_seq *l)
+{
+	if (!l->has_followers || l->n_done < sched_share_len(l))
+		return;
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		struct sched_seq *f = s->slot_seq[i];
+		if (f != NULL && f->leader == l->id)
+			sched_share_into(s, l, f);
+	}
+	l->has_followers = false;
+}
+
+/* Sample q, just admitted: waits for its leader's rows, takes them now, or (no such leader
+ * in a slot, another prompt) computes its own. */
+static void sched_share_admit(struct sched *s, struct sched_seq *q)
+{
+	struct sched_seq *l = NULL;
+	for (int32_t i = 0; i < s->cfg.slots && l == NULL; i++)
+		if (s->slot_seq[i] != NULL && s->slot_seq[i]->id == q->leader && i != q->slot)
+			l = s->slot_seq[i];
+	if (l == NULL || l->n_prompt != q->n_prompt || sched_share_len(l) < 1 ||
+	    memcmp(l->tok, q->tok, (size_t)q->n_prompt * sizeof *q->tok) != 0) {
+		q->leader = 0;
+		return;
+	}
+	l->has_followers = true;
+	sched_share_ready(s, l);
+}
+
+/* The COPYs not yet sent are dropped (a worker may be gone, or a redeploy is about to list
+ * the slots): their samples compute their prompts from position 0. */
+static void sched_drop_copies(struct sched *s)
+{
+	for (int32_t k = 0; k < s->n_copies; k++) {
+		struct sched_seq *f = s->slot_seq[s->copies[k].dst];
+		if (f != NULL && f->copy_queued) {
+			f->copy_queued = false;
+			f->n_done = 0;
+		}
+	}
+	s->n_copies = 0;
+}
+
+/* Sample q ends (or its slot is emptied): a COPY into its slot not yet sent is dropped. Its
+ * leader's end frees the samples waiting for it. */
+static void sched_share_end(struct sched *s, struct sched_seq *q)
+{
+	if (q->copy_queued) {
+		for (int32_t k = 0; k < s->n_copies; k++)
+			if (s->copies[k].dst == q->slot) {
+				s->copies[k] = s->copies[--s->n_copies];
+				break;
+			}
+		q->copy_queued = false;
+		q->n_done = 0;
+	}
+	if (!q->has_followers)
+		return;
+	for (int32_t i = 0; i < s->cfg.slots; i++)
+		if (s->slot_seq[i] != NULL && s->slot_seq[i]->leader == q->id)
+			s->slot_seq[i]->leader = 0;
+}
+
 static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish why, int code,
 			 const char *msg)
 {
 	if (q->slot >= 0) {
+		sched_share_end(s, q);
 		if (s->cfg.draft.iface != NULL && s->cfg.draft.iface->release != NULL)
 			s->cfg.draft.iface->release(s->cfg.draft.ctx, q->slot);
 		s->slot_seq[q->slot] = NULL;
@@ -317,6 +317,7 @@ static void sched_take_tokens(struct sched *s, struct sched_batch *b, int32_t k,
 		return;
 	}
 	q->n_done += b->chunk[k] - (nd - (m - 1));
+	sched_share_ready(s, q);
 	if (nd > 0) {
 		atomic_fetch_add(&s->stats.spec_steps, 1);
 		atomic_fetch_add(&s->stats.spec_drafted, (uint64_t)nd);
@@ -362,6 +363,7 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 		q->progress_ms = now_ms;
 		if (!b->sample[k]) {
 			q->n_done += b->chunk[k];
+			sched_share_ready(s, q);
 			if (q->cancel)
 				sched_finish(s, q, SCHED_FINISH_CANCEL, 0, NULL);
 			continue;
@@ -406,6 +408,8 @@ static void sched_on_ring_error(struct sched *s, nng_msg *m)
 		return;
 	}
 	int32_t bi;
+	if (e.about == WIRE_COPY) /* its samples' next batches are refused and sent again */
+		s->copies_out -= s->copies_out > 0;
 	if (sched_find_batch(s, e.id, &bi) == NULL) {
 		sched_warn_limited(s, "refused", e.code, "a worker refused message %llu (%s): %s",
 				   (unsigned long long)e.id, wire_type_name(e.about), e.msg);
@@ -451,6 +455,8 @@ static void sched_on_msg(struct sched *s, nng_msg *m)
 		sched_on_tokens(s, m);
 	} else if (h.type == WIRE_ERROR) {
 		sched_on_ring_error(s, m);
+	} else if (h.type == WIRE_COPY) { /* its acknowledgement, as RELEASE's */
+		s->copies_out -= s->copies_out > 0;
 	} else if (h.type != WIRE_RELEASE) { /* RELEASE coming home is its acknowledgement */
 		atomic_fetch_add(&s->stats.ring_errors, 1);
 		sched_warn_limited(s, "unexpected", (int64_t)h.type, "unexpected %s on the ring",
@@ -494,6 +500,41 @@ static void sched_send_release(struct sched *s)
 		s->n_release = 0;
 	/* On failure the slots stay listed and go with the next RELEASE; a new sequence in a
 	 * slot starts at position 0 and needs no release to be correct. */
+}
+
+/* The queued COPYs, one message per source (its samples' slots together). Sent before the
+ * turn's FORWARDs; what cannot be sent waits for the next turn, its samples with it. */
+static void sched_send_copies(struct sched *s)
+{
+	while (s->n_copies > 0) {
+		const struct sched_copy c0 = s->copies[0];
+		int32_t *dst = s->copy_dst, n = 0;
+		for (int32_t k = 0; k < s->n_copies; k++)
+			if (s->copies[k].src == c0.src && s->copies[k].len == c0.len)
+				dst[n++] = s->copies[k].dst;
+		struct wire_copy c = {.id = s->next_batch_id++,
+				      .fingerprint = s->cfg.fingerprint,
+				      .src = c0.src,
+				      .len = c0.len,
+				      .n = n,
+				      .dst = dst};
+		wire_buf_reset(&s->buf);
+		if (wire_encode_copy(&s->buf, &c) != 0 || sched_send(s, &s->buf, NULL, 0) != 0)
+			return;
+		s->copies_out++;
+		s->copies_sent_ms = lm_now_ms();
+		for (int32_t k = 0; k < s->n_copies;) {
+			struct sched_copy *e = &s->copies[k];
+			if (e->src != c0.src || e->len != c0.len) {
+				k++;
+				continue;
+			}
+			if (s->slot_seq[e->dst] != NULL)
+				s->slot_seq[e->dst]->copy_queued = false;
+			atomic_fetch_add(&s->stats.prompt_shared, (uint64_t)e->gain);
+			*e = s->copies[--s->n_copies];
+		}
+	}
 }
 
 /* Asks the draft source for up to `room` tokens to follow decoding sequence q, into the batch's
@@ -542,7 +583,8 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 	for (int32_t i = 0; i < slots; i++)
 		if (s->slot_seq[i] != NULL) {
 			active++;
-			ready += !s->slot_seq[i]->inflight;
+			ready += !s->slot_seq[i]->inflight && s->slot_seq[i]->leader == 0 &&
+				 !s->slot_seq[i]->copy_queued;
 		}
 	if (ready == 0)
 		return false;
@@ -554,7 +596,8 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 	b->n_drafts = 0;
 	for (int32_t k = 0; k < slots && b->n < share && budget > 0; k++) {
 		struct sched_seq *q = s->slot_seq[(s->rr + k) % slots];
-		if (q == NULL || q->inflight || (q->solo && b->n > 0))
+		if (q == NULL || q->inflight || (q->solo && b->n > 0) || q->leader != 0 ||
+		    q->copy_queued)
 			continue;
 		int32_t remaining = q->n_tok - q->n_done;
 		int32_t chunk = remaining;
@@ -644,8 +687,16 @@ static void sched_dispatch(struct sched *s)
 		}
 		s->send_failing_ms = 0;
 		b->sent_ms = lm_now_ms();
-		for (int32_t k = 0; k < b->n; k++)
-			b->seqs[k]->inflight = true;
+		for (int32_t k = 0; k < b->n; k++) {
+			struct sched_seq *q = b->seqs[k];
+			int32_t end = q->n_done + b->chunk[k];
+			if (q->n_done < q->n_prompt)
+				atomic_fetch_add(
+					&s->stats.prompt_computed,
+					(uint64_t)((end < q->n_prompt ? end : q->n_prompt) -
+						   q->n_done));
+			q->inflight = true;
+		}
 		s->n_inflight++;
 		atomic_fetch_add(&s->stats.batches, 1);
 	}
@@ -667,10 +718,10 @@ static int32_t sched_pick_slot(struct sched *s, const struct sched_seq *q, int32
 	}
 	for (int32_t i = 0; i < s->cfg.slots; i++)
 		s->free_slot[i] = i < open && s->slot_seq[i] == NULL;
-	int32_t slot = prefix_choose(&s->prefix, s->free_slot, q->tok, q->n_prompt, reuse);
-	if (q->no_cache)
-		*reuse = 0;
-	return slot;
+	/* A request that reuses nothing takes an empty slot, else the one kept least recently,
+	 * and leaves the rows others could reuse where they are. */
+	return prefix_choose(&s->prefix, s->free_slot, q->tok, q->no_cache ? 1 : q->n_prompt,
+			     reuse);
 }
 
 static void sched_admit(struct sched *s)
@@ -693,8 +744,11 @@ static void sched_admit(struct sched *s)
 			atomic_store(&s->stats.cached_slots, s->prefix.n_held);
 			atomic_fetch_add(&s->stats.prompt_cached, (uint64_t)reuse);
 		}
+		q->reused = reuse;
 		if (q->cached != NULL)
 			*q->cached = reuse;
+		if (q->leader != 0)
+			sched_share_admit(s, q);
 		atomic_fetch_sub(&s->stats.queued, 1);
 		atomic_fetch_add(&s->stats.active, 1);
 		lm_hist_observe(&s->stats.queue_wait, lm_now_ns() - q->t_submit_ns);
@@ -968,7 +1022,10 @@ static void sched_apply_mesh_state(struct sched *s, const struct sched_turn *t)
 	if (paused) {
 		sched_forget_inflight(s);
 		s->pauses_seen = t->pauses;
+		s->copies_out = 0; /* a worker that held them may be gone */
 	}
+	if (paused || t->paused || t->quiesce)
+		sched_drop_copies(s);
 	/* A pause (a worker away) or a quiesce (a redeploy replacing a worker) may leave a
 	 * process that holds none of the idle slots' rows: the prefix cache forgets them all. */
 	if (s->cfg.prefix_cache && (paused || t->paused || t->quiesce || t->replay))
@@ -999,6 +1056,10 @@ static void sched_check_timeouts(struct sched *s)
 			i++;
 		}
 	}
+	/* A COPY whose acknowledgement never came (a worker lost it) holds a quiesce no longer:
+	 * its samples' batches, if the rows are missing, are refused and sent again. */
+	if (s->copies_out > 0 && now - s->copies_sent_ms > s->cfg.batch_timeout_ms)
+		s->copies_out = 0;
 	/* A ring that takes nothing (its first worker gone and not coming back, a transport that
 	 * never connects) must not hold requests forever. */
 	if (s->send_failing_ms != 0 && now - s->send_failing_ms > s->cfg.batch_timeout_ms) {
@@ -1015,7 +1076,7 @@ static void sched_check_timeouts(struct sched *s)
  * sched_quiesce to return. */
 static void sched_publish_quiesced(struct sched *s)
 {
-	if (s->n_inflight > 0)
+	if (s->n_inflight > 0 || s->copies_out > 0)
 		return;
 	int32_t k = 0;
 	for (int32_t i = 0; i < s->cfg.slots; i++)
@@ -1026,6 +1087,27 @@ static void sched_publish_quiesced(struct sched *s)
 	s->quiesced = s->quiesce;
 	pthread_cond_broadcast(&s->qcv);
 	pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: the slots as sched_slots shows them. */
+static void sched_publish_slots(struct sched *s)
+{
+	for (int32_t i = 0; i < s->cfg.slots; i++) {
+		const struct sched_seq *q = s->slot_seq[i];
+		struct sched_slot_view *v = &s->view[i];
+		*v = (struct sched_slot_view){.reserved =
+						      i >= s->cfg.slots - s->cfg.reserved_slots};
+		if (q != NULL) {
+			v->busy = true;
+			v->seq_id = q->id;
+			v->n_prompt = q->n_prompt;
+			v->n_gen = q->n_gen;
+			v->n_past = q->n_done;
+			v->n_cached = q->reused;
+		} else if (s->cfg.prefix_cache) {
+			v->n_past = v->n_cached = s->prefix.slot[i].n;
+		}
+	}
 }
 
 /* Under mu: sleeps until another thread hands something over (or SCHED_IDLE_WAIT_MS, for the
@@ -1058,6 +1140,8 @@ static void *sched_main(void *arg)
 		} else if (t.up) {
 			sched_check_timeouts(s);
 			sched_admit(s);
+			if (!t.quiesce)
+				sched_send_copies(s);
 			sched_send_release(s);
 			if (!t.quiesce)
 				sched_dispatch(s);
@@ -1067,6 +1151,7 @@ static void *sched_main(void *arg)
 		sched_publish_oldest(s);
 
 		pthread_mutex_lock(&s->mu);
+		sched_publish_slots(s);
 		sched_wait(s);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -1116,6 +1201,9 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->slot_seq = calloc((size_t)slots, sizeof *s->slot_seq);
 	s->snap = calloc((size_t)slots, sizeof *s->snap);
 	s->release = calloc((size_t)slots * 2, sizeof *s->release);
+	s->copies = calloc((size_t)slots, sizeof *s->copies);
+	s->copy_dst = calloc((size_t)slots, sizeof *s->copy_dst);
+	s->view = calloc((size_t)slots, sizeof *s->view);
 	s->free_slot = calloc((size_t)slots, sizeof *s->free_slot);
 	s->wseqs = calloc((size_t)slots, sizeof *s->wseqs);
 	s->ids = calloc((size_t)cfg->max_batch, sizeof *s->ids);
@@ -1123,12 +1211,14 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	s->blamed = calloc(nw, sizeof *s->blamed);
 	s->turn_blamed = calloc(nw, sizeof *s->turn_blamed);
 	s->stats.worker_replays = calloc(nw, sizeof *s->stats.worker_replays);
-	bool ok = s->slot_seq && s->snap && s->release && s->free_slot && s->wseqs && s->ids &&
-		  s->blamed && s->turn_blamed && s->stats.worker_replays &&
+	bool ok = s->slot_seq && s->snap && s->release && s->copies && s->copy_dst && s->view &&
+		  s->free_slot && s->wseqs && s->ids && s->blamed && s->turn_blamed &&
+		  s->stats.worker_replays &&
 		  (!cfg->prefix_cache ||
 		   prefix_init(&s->prefix, slots, cfg->max_seq, cfg->ring_rollback, NULL) == 0) &&
 		  wire_scratch_init_rows(&s->scratch, slots,
 					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
+	s->prefix.ring_ctx = cfg->prefix_cache ? cfg->ring_ctx : 0;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
 		b->seqs = calloc((size_t)slots, sizeof *b->seqs);
@@ -1218,6 +1308,9 @@ void sched_fini(struct sched *s)
 	free(s->slot_seq);
 	free(s->snap);
 	free(s->release);
+	free(s->copies);
+	free(s->copy_dst);
+	free(s->view);
 	free(s->free_slot);
 	prefix_fini(&s->prefix);
 	free(s->wseqs);
@@ -1227,170 +1320,6 @@ void sched_fini(struct sched *s)
 	wire_scratch_fini(&s->scratch);
 	wire_buf_fini(&s->buf);
 	free(s);
-}
-
-/* The request's penalties, biases and stop ids. */
-static int sched_check_adjust(const struct sched *s, const struct sched_req *r,
-			      struct lm_penalties *pen, lm_diag *d)
-{
-	*pen = r->penalties;
-	if (pen->repeat == 0)
-		pen->repeat = 1; /* a zeroed struct: no penalty */
-	const struct lm_penalties *p = pen;
-	if (p->last_n < 0 || p->last_n > LM_MAX_PENALTY_WINDOW)
-		return lm_fail(d, LM_EINVAL, "a penalty window of %d tokens (at most %d)",
-			       p->last_n, LM_MAX_PENALTY_WINDOW);
-	if (r->n_bias < 0 || (r->n_bias > 0 && r->bias == NULL) || r->n_stop_ids < 0 ||
-	    r->n_stop_ids > SCHED_MAX_REQ_STOPS || (r->n_stop_ids > 0 && r->stop_ids == NULL))
-		return lm_fail(d, LM_EINVAL, "malformed biases or stop ids");
-	const struct lm_logit_adjust a = {.presence = p->presence,
-					  .frequency = p->frequency,
-					  .repeat = p->repeat,
-					  .bias = r->bias,
-					  .n_bias = r->n_bias};
-	int rc = lm_logit_adjust_check(&a, s->cfg.n_vocab, d);
-	if (rc != 0)
-		return rc;
-	for (int32_t i = 0; i < r->n_stop_ids; i++)
-		if (r->stop_ids[i] < 0 || r->stop_ids[i] >= s->cfg.n_vocab)
-			return lm_fail(d, LM_EINVAL, "stop id %d is not in the vocabulary",
-				       r->stop_ids[i]);
-	return 0;
-}
-
-/* A request's prompt, limits and sampling against the scheduler's; its penalties into *pen. */
-static int sched_check_req(const struct sched *s, const struct sched_req *r,
-			   struct lm_penalties *pen, lm_diag *d)
-{
-	int rc;
-	if (r->n_prompt < 1)
-		return lm_fail(d, LM_EINVAL, "the prompt has no tokens");
-	if (r->n_prompt >= s->cfg.max_seq)
-		return lm_fail(
-			d, LM_EINVAL,
-			"the prompt has %d tokens; the context holds %d (prompt plus at least "
-			"one generated token)",
-			r->n_prompt, s->cfg.max_seq);
-	for (int32_t i = 0; i < r->n_prompt; i++)
-		if (r->prompt[i] < 0 || r->prompt[i] >= s->cfg.n_vocab)
-			return lm_fail(d, LM_EINVAL,
-				       "prompt token %d (id %d) is not in the vocabulary", i,
-				       r->prompt[i]);
-	if (r->max_tokens < 0)
-		return lm_fail(d, LM_EINVAL, "max_tokens must not be negative");
-	if (r->n_logprobs < 0 || r->n_logprobs > s->cfg.max_logprobs)
-		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
-	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
-		return rc;
-	return sched_check_adjust(s, r, pen, d);
-}
-
-/* The sequence of a checked request, not yet queued (*out; the caller frees it with
- * sched_free_seq). */
-static int sched_new_seq(const struct sched *s, const struct sched_req *r,
-			 const struct lm_penalties *pen, struct sched_seq **out, lm_diag *d)
-{
-	struct sched_seq *q = calloc(1, sizeof *q);
-	if (q == NULL)
-		return lm_fail(d, LM_ENOMEM, "out of memory");
-	if (r->n_bias > 0) {
-		q->bias = malloc((size_t)r->n_bias * sizeof *q->bias);
-		if (q->bias == NULL) {
-			free(q);
-			return lm_fail(d, LM_ENOMEM, "out of memory");
-		}
-		memcpy(q->bias, r->bias, (size_t)r->n_bias * sizeof *q->bias);
-		q->n_bias = r->n_bias;
-	}
-	q->pen = *pen;
-	q->n_stop_ids = r->n_stop_ids;
-	if (r->n_stop_ids > 0) /* stop_ids may be NULL then, which memcpy must not see */
-		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
-	q->cap = s->cfg.max_seq;
-	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
-	if (q->tok == NULL) {
-		sched_free_seq(q);
-		return lm_fail(d, LM_ENOMEM, "out of memory");
-	}
-	memcpy(q->tok, r->prompt, (size_t)r->n_prompt * sizeof *q->tok);
-	q->n_tok = q->n_prompt = r->n_prompt;
-	q->slot = -1;
-	if (r->probe) {
-		if (s->cfg.reserved_slots < 1) {
-			sched_free_seq(q);
-			return lm_fail(d, LM_EINVAL, "this scheduler keeps no slot for probes");
-		}
-		q->slot = s->cfg.slots - s->cfg.reserved_slots;
-	}
-	q->max_tokens = r->max_tokens;
-	q->spec = !r->no_speculate && !r->probe;
-	q->no_cache = r->no_cache || r->probe;
-	q->cached = r->cached;
-	spec_adapt_init(&q->adapt, s->cfg.max_draft);
-	q->n_logprobs = r->n_logprobs;
-	q->sampling = r->sampling;
-	q->on_token = r->on_token;
-	q->on_done = r->on_done;
-	q->arg = r->arg;
-	q->t_submit_ns = lm_now_ns();
-	q->progress_ms = lm_now_ms();
-	*out = q;
-	return 0;
-}
-
-int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *seq_id, lm_diag *d)
-{
-	struct lm_penalties pen;
-	struct sched_seq *q = NULL;
-	int rc;
-	if ((rc = sched_check_req(s, r, &pen, d)) != 0 ||
-	    (rc = sched_new_seq(s, r, &pen, &q, d)) != 0)
-		return rc;
-
-	pthread_mutex_lock(&s->mu);
-	if (!s->available || s->stopping) {
-		rc = lm_fail(d, LM_EUNAVAILABLE, "%s",
-			     s->stopping ? "the coordinator is stopping" : s->why);
-		pthread_mutex_unlock(&s->mu);
-		sched_free_seq(q);
-		return rc;
-	}
-	/* Requests not yet admitted count against the bound only past the free slots they are
-	 * about to take. */
-	int32_t free_slots = s->cfg.slots - s->cfg.reserved_slots - atomic_load(&s->stats.active);
-	if (!r->probe && s->cfg.max_queued > 0 &&
-	    atomic_load(&s->stats.queued) - (free_slots > 0 ? free_slots : 0) >=
-		    s->cfg.max_queued) {
-		rc = lm_fail(d, LM_EBUSY,
-			     "%d requests wait for a slot already, the limit ([coordinator] "
-			     "max_queued); try again shortly",
-			     (int)s->cfg.max_queued);
-		pthread_mutex_unlock(&s->mu);
-		sched_free_seq(q);
-		return rc;
-	}
-	q->id = s->next_seq_id++;
-	*seq_id = q->id;
-	if (r->max_tokens == 0) {
-		/* Nothing to generate: done without touching the mesh. */
-		pthread_mutex_unlock(&s->mu);
-		atomic_fetch_add(&s->stats.requests, 1);
-		lm_hist_observe(&s->stats.duration, lm_now_ns() - q->t_submit_ns);
-		q->on_done(q->arg, SCHED_FINISH_LENGTH, 0, NULL);
-		sched_free_seq(q);
-		return 0;
-	}
-	if (s->inbox_tail != NULL)
-		s->inbox_tail->next = q;
-	else
-		s->inbox = q;
-	s->inbox_tail = q;
-	atomic_fetch_add(&s->stats.requests, 1);
-	atomic_fetch_add(&s->stats.queued, 1);
-	atomic_fetch_add(&s->stats.prompt_tokens, (uint64_t)r->n_prompt);
-	pthread_cond_signal(&s->cv);
-	pthread_mutex_unlock(&s->mu);
-	return 0;
 }
 
 void sched_cancel(struct sched *s, uint64_t seq_id)
@@ -1483,4 +1412,18 @@ bool sched_oldest(const struct sched *s, uint64_t *batch_id, int64_t *sent_ms)
 const struct sched_stats *sched_stats(const struct sched *s)
 {
 	return &s->stats;
+}
+
+int32_t sched_slots(struct sched *s, struct sched_slot_view *out, int32_t cap)
+{
+	int32_t n = s->cfg.slots < cap ? s->cfg.slots : cap;
+	pthread_mutex_lock(&s->mu);
+	memcpy(out, s->view, (size_t)n * sizeof *out);
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+int32_t sched_open_slots(const struct sched *s)
+{
+	return s->cfg.slots - s->cfg.reserved_slots;
 }

@@ -68,6 +68,12 @@ struct sched_req {
 	 * prefix cache), when the request takes its slot, before any on_token. May be NULL. */
 	int32_t *cached;
 	bool no_speculate; /* decode one token a step even where the scheduler has drafts */
+	/* Parallel samples: the id of a request submitted before this one with the same prompt.
+	 * This one waits until that sequence's prompt rows are computed, then every worker copies
+	 * them into this one's slot (a COPY, wire.h) and it computes only the prompt's last
+	 * token, with its own sampling. If that sequence is gone first (or its prompt differs),
+	 * this one computes its prompt itself. 0: none. */
+	uint64_t share_prompt_of;
 	/* One generated token; top_ids/top_lp hold n_top alternatives. */
 	void (*on_token)(void *arg, int32_t token, float logprob, const int32_t *top_ids,
 			 const float *top_lp, int32_t n_top);
@@ -113,6 +119,7 @@ struct sched_cfg {
 	 * the model has no sliding-window layer. */
 	bool prefix_cache;
 	int32_t ring_rollback;
+	int32_t ring_ctx;     /* rows of the smallest sliding ring; 0: not known (prefix.h) */
 	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
 	nng_socket pull;      /* from the last worker; opened and listening */
 };
@@ -128,6 +135,12 @@ struct sched_stats {
 	/* Prompt tokens whose rows a slot still held from an earlier sequence (the prefix cache):
 	 * counted in prompt_tokens, never computed. */
 	_Atomic uint64_t prompt_cached;
+	/* Prompt tokens whose rows were copied from a parallel sample's slot (share_prompt_of):
+	 * counted in prompt_tokens, never computed. */
+	_Atomic uint64_t prompt_shared;
+	/* Prompt positions sent through the ring to be computed: each prompt token a request did
+	 * not reuse or copy, and again each one a replay or a refused batch sent again. */
+	_Atomic uint64_t prompt_computed;
 	_Atomic int32_t cached_slots; /* idle slots whose rows the prefix cache keeps */
 	_Atomic int32_t active, queued;
 	/* [n_workers]: sequences replayed because that worker went down (sched_blame). A fault
@@ -202,5 +215,23 @@ int sched_quiesce(struct sched *s, int64_t timeout_ms, struct sched_slot *out, i
 		  int32_t *n, lm_diag *d);
 
 const struct sched_stats *sched_stats(const struct sched *s);
+
+/* One KV slot as sched_slots shows it (llama-server's /slots). */
+struct sched_slot_view {
+	bool busy;       /* a sequence holds it */
+	bool reserved;   /* kept for probes */
+	uint64_t seq_id; /* the sequence's (busy) */
+	int32_t n_prompt, n_gen;
+	int32_t n_past;   /* positions the workers hold for it */
+	int32_t n_cached; /* busy: prompt rows it reused or copied; idle: the rows the prefix cache
+			   * keeps there */
+};
+/* Every slot's view as of the scheduler's last turn (at most cap, into out): how many. From any
+ * thread. */
+int32_t sched_slots(struct sched *s, struct sched_slot_view *out, int32_t cap);
+
+/* The slots requests may take (cfg.slots less the reserved): the most sequences, parallel
+ * samples of one request included, that run at once. From any thread. */
+int32_t sched_open_slots(const struct sched *s);
 
 #endif

@@ -162,6 +162,27 @@ static void check_release(const uint8_t *data, size_t size, const struct wire_li
 	CHECK(r.n == 0 || memcmp(g.slots, r.slots, (size_t)r.n * sizeof r.slots[0]) == 0);
 }
 
+static void check_copy(const uint8_t *data, size_t size, const struct wire_limits *lim)
+{
+	struct wire_copy c, g;
+	lm_diag d;
+	d.msg[0] = '\0';
+	int rc = wire_decode_copy(data, size, lim, &s1, &c, &d);
+	check_rc(rc, &d);
+	if (rc != 0)
+		return;
+	CHECK(c.n >= 1 && c.n <= lim->slots && c.n <= s1.cap);
+	CHECK(c.src >= 0 && c.src < lim->slots && c.len >= 1 && c.len <= lim->max_seq);
+	for (int32_t i = 0; i < c.n; i++)
+		CHECK(c.dst[i] >= 0 && c.dst[i] < lim->slots);
+	wire_buf_reset(&enc);
+	CHECK(wire_encode_copy(&enc, &c) == 0);
+	CHECK(wire_decode_copy(enc.data, enc.len, lim, &s2, &g, NULL) == 0);
+	CHECK(g.id == c.id && g.fingerprint == c.fingerprint && g.n == c.n && g.src == c.src &&
+	      g.len == c.len);
+	CHECK(memcmp(g.dst, c.dst, (size_t)c.n * sizeof c.dst[0]) == 0);
+}
+
 static void check_hello(const uint8_t *data, size_t size)
 {
 	struct wire_hello h, g;
@@ -307,6 +328,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_forward(data, size, lim);
 		check_tokens(data, size, lim);
 		check_release(data, size, lim);
+		check_copy(data, size, lim);
 		check_control(data, size, lim);
 	}
 	check_hello(data, size);

@@ -71,9 +71,9 @@ exec 3<&-
 grep -q '^HTTP/1.1 400 ' <<<"$reply" && grep -q 'Host header is missing' <<<"$reply" ||
 	fail "no Host: $reply"
 is_error 400 "$(post /v1/completions '{"prompt": "x", "max_tokens": 1} trailing')"
-is_error 400 "$(post /v1/completions '{"prompt": "x", "best_of": 2}')" best_of
+is_error 400 "$(post /v1/completions '{"prompt": "x", "best_of": 3}')" best_of
 is_error 400 "$(post /v1/completions '{"prompt": "x", "suffix": "y"}')" suffix
-is_error 400 "$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "n": 2}')" n
+is_error 400 "$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "n": 3}')" n
 is_error 400 "$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}')" tools
 echo "ok: errors are OpenAI-style JSON"
 

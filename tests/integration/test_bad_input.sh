@@ -47,7 +47,7 @@ expect 400 temperature '{"prompt": "The cat", "temperature": "hot"}'
 expect 400 top_p '{"prompt": "The cat", "top_p": 2}'
 expect 400 stream '{"prompt": "The cat", "stream": "yes"}'
 expect 400 stop '{"prompt": "The cat", "stop": [1, 2]}'
-expect 400 n '{"prompt": "The cat", "n": 3}'
+expect 400 n '{"prompt": "The cat", "n": 17}'
 printf '{"prompt": "The \001cat"}' >"$dir/raw_ctl"
 expect 400 - "$(cat "$dir/raw_ctl")"
 # An unknown field is ignored and named in a response header (and a debug log line).

@@ -148,7 +148,7 @@ for j in 0 1 2; do
 
 	page=$(metrics "$url")
 	for pair in batches_total:batches tokens_total:tokens_processed \
-		ring_errors_total:ring_errors dropped_total:dropped releases_total:releases \
+		ring_errors_total:ring_errors dropped_total:dropped releases_total:releases copies_total:copies \
 		kv_bytes:kv_bytes weight_bytes:weight_bytes active_sequences:active_sequences; do
 		m=$(mval "$page" "layermesh_worker_${pair%%:*}")
 		s=$(jq ".${pair##*:}" <<<"$st")

@@ -6,8 +6,8 @@
 # of 60 layers (50 sliding of 16 KV heads x 256, 10 global of 4 x 512) with the real Gemma 4
 # vocabulary of 262,144 tokens, over 20 workers of 3 layers, after load, speculation and a
 # redeploy under load; and a worker resident past its memory_limit refuses its slice, saying
-# both figures. A mixture-of-experts slice (qwen3moe, gemma4 with experts) is held to the same
-# bound.
+# both figures. A mixture-of-experts slice (qwen3moe, gemma4 with experts) and a recurrent one
+# (qwen35, its states kept for rollback included) are held to the same bound.
 source "$(dirname "$0")/lib.sh"
 
 # 8 layers of about 12.6 MB each (f32, dim 512, ffn 1536, 4 KV heads of 64): a 100 MB model.
@@ -105,6 +105,43 @@ for arch in qwen3moe gemma4; do
 	echo "$arch, experts: peak resident at most planned + $((worst / 1024)) KiB"
 	lm_down "$dir"
 done
+
+# qwen35, 8 layers alternating gated delta-net and attention, speculating (max_draft 4): a
+# worker's cache is its attention layer's rows and its recurrent layer's state per slot (conv
+# ring 3 x (2 x 4 + 16) x 128 and state 16 x 128 x 128, f32) with the 4 states it keeps for
+# rollback, 1 MiB each, resident and held to the plan.
+rec="$LM_TMP/qwen35.gguf"
+"$LM_BIN" synth --out "$rec" --arch qwen35 --full-attn-every 2 --dim 512 --layers 8 --heads 8 \
+	--kv-heads 4 --ssm-state 128 --ssm-v-heads 16 --ffn 1536 --type q8_0 --seed 3 \
+	--vocab-from "$LM_SHARED/models/stories260K.gguf" >/dev/null
+dir="$LM_TMP/mesh-qwen35"
+mkdir -p "$dir"
+LM_MAX_SEQ=128 LM_SLOTS=4 lm_mesh_toml "$dir/mesh.toml" "$rec" ipc "$(lm_port)" 0:2 2:4 4:6 6:8
+printf '\n[speculative]\nsource = "ngram"\nmax_draft = 4\nmax_streams = 0\n' >>"$dir/mesh.toml"
+lm_up "$dir/mesh.toml" "$dir/up.log"
+"$LM_BIN" generate --url "$LM_URL" --prompt "Once upon a time" -n 64 --temp 0 >/dev/null ||
+	fail "qwen35: a request failed"
+status=$(curl -sf "$LM_URL/v1/status")
+# (4 slots + 1 for probes) x: 128 rows of K and V (4 x 64 f32), and (1 + 4) states of
+# (9216 + 262144) f32.
+want_kv=$((5 * 128 * 2 * 1024 + 5 * 5 * (9216 + 262144) * 4))
+worst=0
+for j in 0 1 2 3; do
+	w=$(jq ".workers[$j]" <<<"$status")
+	kv=$(jq '.kv_bytes' <<<"$w")
+	[ "$kv" -eq "$want_kv" ] || fail "qwen35: w$j reports $kv bytes of cache; its layers need $want_kv"
+	planned=$(jq ".plan.workers[$j].total_bytes" <<<"$status")
+	[ "$(jq ".plan.workers[$j].kv_bytes" <<<"$status")" -eq "$want_kv" ] ||
+		fail "qwen35: w$j's plan prices its cache at $(jq ".plan.workers[$j].kv_bytes" <<<"$status"), not $want_kv"
+	pid=$(jq '.pid' <<<"$w")
+	peak=$(($(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status") * 1024))
+	over=$((peak - planned))
+	[ "$over" -gt "$worst" ] && worst=$over
+	[ "$peak" -le $((planned + slack)) ] ||
+		fail "qwen35: w$j peaked at $peak bytes; its slice plans $planned (+ $slack allowed)"
+done
+echo "qwen35: each worker's cache $want_kv bytes as planned; peak resident at most planned + $((worst / 1024)) KiB"
+lm_down "$dir"
 
 # ---------------------------------------------------------------- the mission's shape
 # dim 128 keeps the layers small, so that what a worker holds besides its layers (the

@@ -150,8 +150,14 @@ await row("completions.create", "POST /v1/completions", "stream, stream_options.
 	return `works: ${text.length} characters, usage ${usage.total_tokens} tokens`;
 });
 
-await refused("chat.completions.create", "POST /v1/chat/completions", "n 2",
-	() => client.chat.completions.create({ model, messages: hello, n: 2 }), "'n' must be");
+await row("chat.completions.create", "POST /v1/chat/completions", "n 2, temperature 0", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, n: 2, max_tokens: 6, temperature: 0 });
+	must(r.choices.length === 2 && r.choices[0].index === 0 && r.choices[1].index === 1, JSON.stringify(r.choices));
+	must(r.choices[0].message.content === r.choices[1].message.content, "greedy choices differ");
+	return `works: 2 choices, equal under greedy`;
+});
+await refused("chat.completions.create", "POST /v1/chat/completions", "n 17",
+	() => client.chat.completions.create({ model, messages: hello, n: 17 }), "'n'");
 const tools = [{ type: "function", function: { name: "get_weather", description: "The weather.",
 	parameters: { type: "object", properties: { city: { type: "string" } } } } }];
 const toolHistory = [
@@ -200,8 +206,11 @@ await row("chat.completions.create", "POST /v1/chat/completions", "store, metada
 	must(ignored === "store, metadata, service_tier", `X-Layermesh-Ignored-Fields: ${ignored}`);
 	return `works, ignored and named: X-Layermesh-Ignored-Fields: ${ignored}`;
 });
-await refused("completions.create", "POST /v1/completions", "best_of 2",
-	() => client.completions.create({ model, prompt: "x", best_of: 2 }), "'best_of' other than 1");
+await row("completions.create", "POST /v1/completions", "best_of 3, n 1", async () => {
+	const r = await client.completions.create({ model, prompt: "Once", best_of: 3, max_tokens: 4, seed: 7 });
+	must(r.choices.length === 1 && r.usage.completion_tokens === 12, JSON.stringify(r));
+	return `works: the best of 3, usage ${r.usage.completion_tokens} completion tokens`;
+});
 await refused("completions.create", "POST /v1/completions", "suffix",
 	() => client.completions.create({ model, prompt: "x", suffix: "y" }), "'suffix' is not supported");
 await refused("completions.create", "POST /v1/completions", "echo true",

@@ -1,11 +1,14 @@
 #!/bin/bash
 # test_oracle_archs.sh LAYERMESH LM_ORACLE — every architecture against llama.cpp itself.
 #
-# For llama, qwen2, qwen3, qwen3moe, gemma3, gemma4 and gemma4moe, in f32, q8_0 and q4_K: a synthetic model
-# (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of
-# window 8, each third layer global; gemma4 with its two head sizes and KV head counts; qwen3moe
-# with 8 experts of width 256 on every layer, 3 per token; gemma4moe, Gemma 4 26B-A4B's layout:
-# gemma4's shape with the same experts beside every layer's FFN) is run on a prompt of 74
+# For llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, gemma4moe, qwen35 and qwen35moe, in f32, q8_0
+# and q4_K: a synthetic model (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma
+# with sliding layers of window 8, each third layer global; gemma4 with its two head sizes and KV
+# head counts; qwen3moe with 8 experts of width 256 on every layer, 3 per token; gemma4moe, Gemma 4
+# 26B-A4B's layout: gemma4's shape with the same experts beside every layer's FFN; qwen35 with
+# layer 3 of 5 a gated attention layer and the others gated delta-net ones of 2 key and 8 value
+# heads, a quarter of each attention head turned by its multi-section rope; qwen35moe the same
+# with qwen3moe's 8 experts, 3 per token, and a gated shared expert) is run on a prompt of 74
 # tokens, more than 3x the window, by llama.cpp's generic x64 CPU build (`--cpu-variant x64`) and
 # by `layermesh run` with its default kernels:
 #   - the logits after the prompt within the tolerance of the architecture and type;
@@ -54,6 +57,8 @@ shape() {
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 3 --ffn-exp 256" ;;
 	gemma4moe) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3 --experts 8 --experts-used 3 --ffn-exp 256" ;;
+	qwen35) echo "--arch qwen35" ;;
+	qwen35moe) echo "--arch qwen35moe --experts 8 --experts-used 3 --ffn-exp 256" ;;
 	llama) echo "" ;;
 	*) echo "--arch $1" ;;
 	esac
@@ -66,7 +71,7 @@ tolerance() { # arch type
 	esac
 }
 
-for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4 gemma4moe}; do
+for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4 gemma4moe qwen35 qwen35moe}; do
 	for type in f32 q8_0 q4_K q4_0; do
 		f=$TMP/$arch-$type.gguf
 		# shellcheck disable=SC2046

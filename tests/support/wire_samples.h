@@ -54,6 +54,7 @@ enum ws_kind {
 	WS_REPOINT,
 	WS_DRAIN,
 	WS_STATUS_REPLY,
+	WS_COPY,
 	WS_COUNT
 };
 
@@ -65,6 +66,7 @@ static const char *const ws_names[WS_COUNT] = {
 	[WS_TOKENS] = "tokens",
 	[WS_TOKENS_EMPTY] = "tokens_empty",
 	[WS_RELEASE] = "release",
+	[WS_COPY] = "copy",
 	[WS_HELLO_REQUEST] = "hello_request",
 	[WS_HELLO_REPLY] = "hello_reply",
 	[WS_HELLO_REPLY_NO_SLICE] = "hello_reply_no_slice",
@@ -215,6 +217,12 @@ static inline int ws_make(int k, struct wire_buf *b)
 		struct wire_release r = {.id = 9, .fingerprint = WS_FP, .n = 8, .slots = slots};
 		return wire_encode_release(b, &r);
 	}
+	case WS_COPY: {
+		int32_t dst[3] = {7, 2, 5};
+		struct wire_copy c = {
+			.id = 10, .fingerprint = WS_FP, .src = 3, .len = 13, .n = 3, .dst = dst};
+		return wire_encode_copy(b, &c);
+	}
 	case WS_HELLO_REQUEST: {
 		struct wire_hello h = {.id = 1};
 		return wire_encode_hello(b, &h, false);
@@ -314,6 +322,10 @@ static inline int ws_decode(int k, const void *buf, size_t len, struct wire_scra
 	case WS_RELEASE: {
 		struct wire_release r;
 		return wire_decode_release(buf, len, lim, s, &r, d);
+	}
+	case WS_COPY: {
+		struct wire_copy c;
+		return wire_decode_copy(buf, len, lim, s, &c, d);
 	}
 	case WS_HELLO_REQUEST:
 	case WS_HELLO_REPLY:

@@ -392,7 +392,10 @@ Test(api_request, sampling_ranges)
 		"'logprobs' must be an integer in [0, 20], got 21");
 	refused("{\"prompt\": [1], \"logprobs\": true}", BAD, "logprobs",
 		"'logprobs' must be a number");
-	refused("{\"prompt\": [1], \"n\": 2}", BAD, "n", "'n' must be an integer in [1, 1], got 2");
+	refused("{\"prompt\": [1], \"n\": 17}", BAD, "n",
+		"'n' must be an integer in [1, 16], got 17");
+	refused("{\"prompt\": [1], \"n\": 0}", BAD, "n",
+		"'n' must be an integer in [1, 16], got 0");
 }
 
 Test(api_request, flags)
@@ -449,8 +452,8 @@ Test(api_request, first_mistake_wins)
 		"'prompt' must be a string or an array of token ids (one prompt per request)");
 	refused("{\"prompt\": 5, \"max_tokens\": -1}", BAD, "prompt",
 		"'prompt' must be a string or an array of token ids (one prompt per request)");
-	refused("{\"prompt\": [1], \"stop\": 5, \"n\": 3, \"stream\": 2}", BAD, "n",
-		"'n' must be an integer in [1, 1], got 3");
+	refused("{\"prompt\": [1], \"stop\": 5, \"n\": 1.5, \"stream\": 2}", BAD, "n",
+		"'n' must be an integer in [1, 16], got 1.5");
 	refused("{\"prompt\": [1], \"stop\": 5, \"stream\": 2}", BAD, "stream",
 		"'stream' must be true or false");
 }
@@ -644,12 +647,8 @@ Test(api_request, penalties_bias_and_seed)
 /* What is not implemented is refused, naming the field; neutral values pass. */
 Test(api_request, unsupported_fields)
 {
-	refused("{\"prompt\": [1], \"best_of\": 2}", BAD, "best_of",
-		"'best_of' other than 1 is not supported (one completion is generated per "
-		"request)");
 	refused("{\"prompt\": [1], \"suffix\": \"x\"}", BAD, "suffix",
 		"'suffix' is not supported (this server does no insertion)");
-	refused("{\"prompt\": [1], \"n\": 2}", BAD, "n", "'n' must be an integer in [1, 1], got 2");
 	refused("{\"prompt\": [1], \"stream_options\": {\"include_usage\": true}}", BAD,
 		"stream_options", "'stream_options' is only allowed with 'stream': true");
 	refused("{\"prompt\": [1], \"model\": 5}", BAD, "model", "must be a string");
@@ -659,6 +658,34 @@ Test(api_request, unsupported_fields)
 		 &r);
 	cr_expect(r.include_usage);
 	api_request_fini(&r);
+}
+
+/* n and best_of: choices and the sequences they are drawn from. best_of below n, or above it in
+ * a stream (the best are known only at the end), is refused; chat has no best_of. */
+Test(api_request, n_and_best_of)
+{
+	struct api_request r;
+	parse_ok("{\"prompt\": [1], \"n\": 3}", &r);
+	cr_expect_eq(r.n, 3);
+	cr_expect_eq(r.best_of, 3);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"n\": 2, \"best_of\": 5}", &r);
+	cr_expect_eq(r.n, 2);
+	cr_expect_eq(r.best_of, 5);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"best_of\": 4}", &r);
+	cr_expect_eq(r.n, 1);
+	cr_expect_eq(r.best_of, 4);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"n\": 4, \"best_of\": 4, \"stream\": true}", &r);
+	cr_expect_eq(r.best_of, 4);
+	api_request_fini(&r);
+	refused("{\"prompt\": [1], \"n\": 3, \"best_of\": 2}", BAD, "best_of",
+		"'best_of' (2) must be at least 'n' (3)");
+	refused("{\"prompt\": [1], \"best_of\": 2, \"stream\": true}", BAD, "best_of",
+		"'best_of' above 'n' cannot be streamed: the best are known only at the end");
+	refused("{\"prompt\": [1], \"best_of\": 17}", BAD, "best_of",
+		"'best_of' must be an integer in [1, 16], got 17");
 }
 
 /* A prompt that cannot fit is refused before it is tokenized: at most max_token_bytes bytes

@@ -148,6 +148,55 @@ Test(fence_kv, mixed_geometry_layer_by_layer)
 			 "block may not straddle two heads");
 }
 
+/* Recurrent layers (qwen35's delta-nets: conv ring 24576 f32 and state 524288 f32 per slot, 4
+ * states kept for rollback) beside global ones: their bytes are per slot whatever max_seq and
+ * the cache types, and the plan's table and JSON show them in their own columns. */
+Test(fence_kv, recurrent_layers_by_kind)
+{
+	struct kv_geom geom[4];
+	for (int i = 0; i < 4; i++)
+		geom[i] = i % 2 == 1 ? (struct kv_geom){.n_kv_heads = 2, .head_dim = 32}
+				     : (struct kv_geom){.conv = 24576, .state = 524288, .keep = 4};
+	struct fence_layer short_ctx[4], long_ctx[4];
+	memset(short_ctx, 0, sizeof short_ctx);
+	memset(long_ctx, 0, sizeof long_ctx);
+	lm_diag d = {{0}};
+	cr_assert_eq(fence_kv_costs(short_ctx, 4, geom, 256, 0, 2, KV_TYPES(LM_Q8_0, LM_Q8_0), &d),
+		     0, "%s", d.msg);
+	cr_assert_eq(fence_kv_costs(long_ctx, 4, geom, 65536, 0, 2, KV_TYPES(LM_F32, LM_F32), &d),
+		     0, "%s", d.msg);
+	/* 2 slots x (1 + 4) states x (24576 + 524288) x 4 bytes. */
+	cr_expect_eq(short_ctx[0].kv_bytes, 2ull * 5 * (24576 + 524288) * 4);
+	cr_expect_eq(long_ctx[0].kv_bytes, short_ctx[0].kv_bytes);
+	cr_expect_eq(short_ctx[0].kv_k_bytes, 2ull * 5 * 24576 * 4);
+	cr_expect(short_ctx[0].recurrent && !short_ctx[0].sliding && !short_ctx[1].recurrent);
+	cr_expect_eq(long_ctx[1].kv_bytes, 2ull * 65536 * 2 * 64 * 4);
+	struct fence_worker w[2] = {
+		{.name = "a", .memory_limit = 4 * GiB, .speed = 1, .pin_start = 0, .pin_end = 2},
+		{.name = "b", .memory_limit = 4 * GiB, .speed = 1, .pin_start = 2, .pin_end = 4},
+	};
+	struct fence_input in = {.strategy = FENCE_PINNED,
+				 .n_layers = 4,
+				 .layers = short_ctx,
+				 .n_workers = 2,
+				 .workers = w,
+				 .kv_types = *KV_TYPES(LM_Q8_0, LM_Q8_0)};
+	struct fence_plan p;
+	cr_assert_eq(fence_plan_make(&p, &in, &d), 0, "%s", d.msg);
+	cr_expect(p.has_recurrent);
+	cr_expect_eq(p.stages[0].kv_kind[FENCE_KV_RECURRENT][1], 2ull * 5 * 524288 * 4);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	cr_assert_eq(fence_plan_write_table(&p, f), 0);
+	fclose(f);
+	cr_expect(strstr(text, "rec. conv f32") != NULL && strstr(text, "rec. state f32") != NULL &&
+			  strstr(text, "global K q8_0") != NULL,
+		  "%s", text);
+	free(text);
+	fence_plan_fini(&p);
+}
+
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static struct fence_layer flat_layer(uint64_t weight, uint64_t kv, uint64_t flops)

@@ -10,6 +10,7 @@
 
 #include "engine/weights.h"
 #include "engine/forward.h"
+#include "engine/scratch.h"
 #include "common/format/synth.h"
 
 static const char *shared(const char *rel)
@@ -56,6 +57,9 @@ struct rig {
 	struct lm_forward fw;
 };
 
+/* States a recurrent layer keeps for rollback in the rigs opened next (kv_geom's keep). */
+static int32_t rig_keep;
+
 static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, int slots,
 		     int max_batch, bool scalar)
 {
@@ -65,8 +69,11 @@ static void rig_open(struct rig *r, const char *path, const struct lm_slice *s, 
 	cr_assert_eq(lm_backend_cpu_init(&r->be, &bo), 0);
 	cr_assert_eq(lm_model_open(&r->m, path, s, &r->be, false, &d), 0, "%s", d.msg);
 	struct kv_geom g[LM_MAX_LAYERS];
-	for (int i = r->m.slice.begin; i < r->m.slice.end; i++)
+	for (int i = r->m.slice.begin; i < r->m.slice.end; i++) {
 		g[i - r->m.slice.begin] = lm_hparams_kv_geom(&r->m.hp, i);
+		if (r->m.hp.layer[i].recurrent)
+			g[i - r->m.slice.begin].keep = rig_keep;
+	}
 	struct kv_cache_cfg kc = {.base_layer = r->m.slice.begin,
 				  .num_layers = r->m.slice.end - r->m.slice.begin,
 				  .geom = g,
@@ -488,7 +495,7 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 	rig_open(&whole, path, NULL, 2, 16, false);
 	const struct lm_layer_hparams *l = &whole.m.hp.layer[1];
 	cr_expect(l->n_expert == 8 && l->n_expert_used == 2 && l->n_ff_exp == 64 &&
-		  l->n_ff_shared == 192);
+		  l->n_ff_shexp == 192);
 	cr_expect(whole.m.hp.layer[0].n_expert == 0 && lm_model_layer(&whole.m, 0)->exps.n == 0,
 		  "layer 0 stays dense");
 	const struct gguf_tensor *t =
@@ -525,6 +532,190 @@ Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
 	cr_expect_str_eq(d.msg, "layer 1: ffn_gate_inp.scale failed: device error");
 	whole.fw.be = &whole.be;
 	rig_close(&whole);
+	unlink(path);
+}
+
+/* qwen35 (4 layers: recurrent, attention, recurrent, attention; 2 key and 4 value heads in the
+ * delta-net): a prefill equals the same tokens token by token bit for bit (the delta rule runs
+ * token by token in any batch); two sequences interleaved in one batch equal each alone; stages
+ * cut between a recurrent and an attention layer, either way, equal the whole; a rollback the
+ * recurrent state cannot make is refused naming the layer, and a restart from 0 starts from a
+ * zeroed state. */
+Test(forward, qwen35_recurrent_batches_stages_and_rollback, .timeout = 60)
+{
+	char path[] = "/tmp/lm_test_forward_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "qwen35";
+	o.dim = 128;
+	o.layers = 4;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.ssm_v_heads = 4;
+	o.full_attn_every = 2;
+	o.ffn = 192;
+	o.vocab = 300;
+	o.type = LM_Q8_0;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	enum { V = 300 };
+	struct rig whole;
+	rig_open(&whole, path, NULL, 2, 16, false);
+	const struct lm_hparams *hp = &whole.m.hp;
+	cr_expect(hp->layer[0].recurrent && !hp->layer[1].recurrent && hp->layer[2].recurrent &&
+		  !hp->layer[3].recurrent);
+	cr_expect(hp->ssm.conv_kernel == 4 && hp->ssm.head_dim == 32 && hp->ssm.n_k_heads == 2 &&
+		  hp->ssm.n_v_heads == 4);
+	/* Per slot: conv ring 3 x (2 x 2 + 4) x 32 f32, state 4 x 32 x 32 f32, on the two
+	 * recurrent layers; the attention layers' 128 rows of 2 x 32 K and V f32. */
+	cr_expect_eq(whole.kv.bytes,
+		     2 * 2 * (3 * 8 * 32 + 4 * 32 * 32) * 4 + 2 * 2 * 128 * 2 * 64 * 4);
+	/* The planner prices the scratch the stage allocates, the delta-net's included. */
+	cr_expect_eq(whole.fw.scratch_bytes, lm_forward_scratch_bytes(hp, 0, 4, true, 16));
+
+	int32_t a[6] = {17, 203, 44, 261, 78, 5}, b[4] = {3, 291, 280, 94};
+	static float la[6 * V], lone[6 * V], lb[4 * V], mixed[8 * V];
+	run_rows(&whole, 0, 0, a, 6, la);
+	struct rig tok;
+	rig_open(&tok, path, NULL, 2, 16, false);
+	for (int i = 0; i < 6; i++)
+		run_rows(&tok, 0, i, &a[i], 1, lone + (size_t)i * V);
+	cr_expect_eq(memcmp(la, lone, sizeof la), 0, "a prefill differs from token by token");
+	/* A restart from 0 on the same slot zeroes the state: the same logits again. */
+	run_rows(&tok, 0, 0, a, 6, lone);
+	cr_expect_eq(memcmp(la, lone, sizeof la), 0, "a restart from 0 kept an old state");
+	rig_close(&tok);
+
+	/* Rolling slot 0 back to 3 of its 6 positions cannot restore the delta-net's state. */
+	struct lm_tok_loc loc[8];
+	int32_t ids[8], rows[8];
+	loc[0] = (struct lm_tok_loc){0, 3};
+	rows[0] = 0;
+	struct lm_batch bad = {.n = 1, .ids = a, .loc = loc, .n_out = 1, .out_rows = rows};
+	cr_expect_eq(lm_forward_run(&whole.fw, &bad, NULL, NULL, mixed, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "layer 0 is recurrent") != NULL, "%s", d.msg);
+
+	run_rows(&whole, 1, 0, b, 4, lb);
+	for (int i = 0, k = 0; i < 4; i++) {
+		loc[k] = (struct lm_tok_loc){0, 6 + i};
+		ids[k++] = a[5 - i];
+		loc[k] = (struct lm_tok_loc){1, 4 + i};
+		ids[k++] = b[3 - i];
+	}
+	for (int i = 0; i < 8; i++)
+		rows[i] = i;
+	struct lm_batch bt = {.n = 8, .ids = ids, .loc = loc, .n_out = 8, .out_rows = rows};
+	cr_assert_eq(lm_forward_run(&whole.fw, &bt, NULL, NULL, mixed, &d), 0, "%s", d.msg);
+	struct rig solo;
+	rig_open(&solo, path, NULL, 2, 16, false);
+	run_rows(&solo, 0, 0, a, 6, la);
+	run_rows(&solo, 1, 0, b, 4, lb);
+	for (int i = 0; i < 8; i++) {
+		float one[V];
+		run_rows(&solo, loc[i].slot, loc[i].pos, &ids[i], 1, one);
+		cr_expect_eq(memcmp(one, mixed + (size_t)i * V, sizeof one), 0,
+			     "row %d differs alone and in the batch", i);
+	}
+	rig_close(&solo);
+	rig_close(&whole);
+
+	/* Stages cut after layer 0 (recurrent | attention) and after layer 1 (attention |
+	 * recurrent) equal the whole. */
+	static float want[6 * V], got[6 * V], h[6 * 128];
+	struct rig w1;
+	rig_open(&w1, path, NULL, 1, 16, false);
+	run_rows(&w1, 0, 0, a, 6, want);
+	rig_close(&w1);
+	for (int cut = 1; cut <= 2; cut++) {
+		struct rig s0, s1;
+		struct lm_slice sa = {0, cut, true, false}, sb = {cut, 4, false, true};
+		rig_open(&s0, path, &sa, 1, 16, false);
+		rig_open(&s1, path, &sb, 1, 16, false);
+		for (int i = 0; i < 6; i++) {
+			loc[i] = (struct lm_tok_loc){0, i};
+			rows[i] = i;
+		}
+		struct lm_batch bs = {.n = 6, .ids = a, .loc = loc, .n_out = 6, .out_rows = rows};
+		cr_assert_eq(lm_forward_run(&s0.fw, &bs, NULL, h, NULL, &d), 0, "%s", d.msg);
+		bs.ids = NULL;
+		cr_assert_eq(lm_forward_run(&s1.fw, &bs, h, NULL, got, &d), 0, "%s", d.msg);
+		cr_expect_eq(memcmp(got, want, sizeof want), 0, "cut at %d differs from the whole",
+			     cut);
+		rig_close(&s0);
+		rig_close(&s1);
+	}
+	unlink(path);
+}
+
+/* qwen35 with 3 states kept (drafts of up to 3 tokens): a verify batch of 4 tokens keeps the
+ * states after its first three positions; rolled back to any of them, the next token's logits
+ * are those of the accepted sequence run from scratch, bit for bit. The state before the batch
+ * is not kept: rolling back to it is refused. */
+Test(forward, qwen35_rollback_to_a_kept_state, .timeout = 60)
+{
+	char path[] = "/tmp/lm_test_forward_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "qwen35";
+	o.dim = 128;
+	o.layers = 3;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.full_attn_every = 2;
+	o.ffn = 192;
+	o.vocab = 300;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	enum { V = 300 };
+	int32_t prompt[4] = {17, 203, 44, 261}, draft[4] = {78, 5, 99, 123}, next = 250;
+	static float logits[8 * V], want[V];
+	rig_keep = 3;
+	struct rig r;
+	rig_open(&r, path, NULL, 1, 16, false);
+	rig_keep = 0;
+	cr_expect_eq(r.kv.rec_keep, 3);
+	for (int back = 1; back <= 3; back++) {
+		/* The prompt, the verify batch at [4, 8), then the sequence back to 4 + back
+		 * positions and on with another token. */
+		run_rows(&r, 0, 0, prompt, 4, logits);
+		run_rows(&r, 0, 4, draft, 4, logits);
+		cr_expect(r.kv.rec_lo[0] == 4 && r.kv.rec_hi[0] == 7, "kept [%d, %d)",
+			  r.kv.rec_lo[0], r.kv.rec_hi[0]);
+		float got[V];
+		run_rows(&r, 0, 4 + back, &next, 1, got);
+		struct rig fresh;
+		rig_open(&fresh, path, NULL, 1, 16, false);
+		int32_t seq[9];
+		memcpy(seq, prompt, sizeof prompt);
+		memcpy(seq + 4, draft, (size_t)back * sizeof(int32_t));
+		seq[4 + back] = next;
+		for (int i = 0; i <= 4 + back; i++)
+			run_rows(&fresh, 0, i, &seq[i], 1, want);
+		rig_close(&fresh);
+		cr_expect_eq(memcmp(got, want, sizeof want), 0,
+			     "rolled back to %d positions, the logits differ from a fresh run",
+			     4 + back);
+	}
+	/* Back to 4: the state before the verify batch was not kept. */
+	run_rows(&r, 0, 0, prompt, 4, logits);
+	run_rows(&r, 0, 4, draft, 4, logits);
+	struct lm_tok_loc loc = {0, 4};
+	int32_t row = 0;
+	struct lm_batch b = {.n = 1, .ids = &next, .loc = &loc, .n_out = 1, .out_rows = &row};
+	cr_expect_eq(lm_forward_run(&r.fw, &b, NULL, NULL, logits, &d), LM_ERANGE);
+	cr_expect(
+		strstr(d.msg, "keeps those after positions [4, 7), not the one after position 3") !=
+			NULL,
+		"%s", d.msg);
+	rig_close(&r);
 	unlink(path);
 }
 

@@ -262,3 +262,187 @@ Test(kv_cache, bad_configs_are_errors)
 	cfg.num_layers = 0;
 	cr_expect_eq(kv_cache_init(&kv, NULL, &cfg, &d), LM_EINVAL);
 }
+
+/* Fills every K and V byte of slot `slot` with `v` (a global and a sliding layer alike). */
+static void fill_slot(struct kv_cache *kv, int32_t slot, uint8_t v)
+{
+	for (int32_t i = 0; i < kv->num_layers; i++) {
+		struct lm_kv_layer *l = &kv->layers[i];
+		memset((uint8_t *)l->k + (size_t)slot * l->ctx * l->k_row_bytes, v,
+		       (size_t)l->ctx * l->k_row_bytes);
+		memset((uint8_t *)l->v + (size_t)slot * l->ctx * l->v_row_bytes, v,
+		       (size_t)l->ctx * l->v_row_bytes);
+	}
+}
+
+/* Byte `row`'s first K and V bytes of slot `slot` in layer i. */
+static uint8_t k_at(const struct kv_cache *kv, int32_t i, int32_t slot, int32_t row)
+{
+	const struct lm_kv_layer *l = &kv->layers[i];
+	return ((const uint8_t *)l->k)[((size_t)slot * l->ctx + (size_t)row) * l->k_row_bytes];
+}
+
+static uint8_t v_at(const struct kv_cache *kv, int32_t i, int32_t slot, int32_t row)
+{
+	const struct lm_kv_layer *l = &kv->layers[i];
+	return ((const uint8_t *)l->v)[((size_t)slot * l->ctx + (size_t)row) * l->v_row_bytes];
+}
+
+/* A copy gives the destination the source's first len rows of a global layer, the whole ring of
+ * a sliding one, and the source's high-water mark; the global layer's rows past len, and every
+ * other slot, are left alone. */
+Test(kv_cache, copy_takes_the_prefix_and_the_ring)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 2, .head_dim = 4},
+			       {.n_kv_heads = 2, .head_dim = 4, .window = 8}};
+	struct kv_cache kv = make(5, 2, g, 3, LM_F32);
+	lm_diag d = {{0}};
+	fill_slot(&kv, 0, 0xaa);
+	fill_slot(&kv, 1, 0x11);
+	fill_slot(&kv, 2, 0x22);
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 12, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 2, 30, &d), 0);
+	cr_assert_eq(kv_cache_copy(&kv, 0, 2, 11, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv.len[2], 11);
+	cr_expect_eq(kv.hi[2], 12);
+	for (int32_t r = 0; r < 32; r++) {
+		uint8_t want = r < 11 ? 0xaa : 0x22;
+		cr_expect_eq(k_at(&kv, 0, 2, r), want, "global row %d", r);
+		cr_expect_eq(v_at(&kv, 0, 2, r), want, "global row %d", r);
+	}
+	for (int32_t r = 0; r < kv.layers[1].ctx; r++) {
+		cr_expect_eq(k_at(&kv, 1, 2, r), 0xaa, "ring row %d", r);
+		cr_expect_eq(v_at(&kv, 1, 2, r), 0xaa, "ring row %d", r);
+	}
+	cr_expect_eq(k_at(&kv, 0, 1, 0), 0x11);
+	cr_expect_eq(kv.len[0], 12);
+	/* The destination rolls back as the source would. */
+	cr_expect_eq(kv_cache_truncate(&kv, 2, 11, &d), 0, "%s", d.msg);
+	kv_cache_fini(&kv);
+}
+
+/* A copy that cannot be made (more rows than the source holds, rows its ring lost, the source
+ * itself, no rows) is refused, and the destination is left empty, never with another
+ * sequence's rows a later batch could read. */
+Test(kv_cache, copy_refused_leaves_the_destination_empty)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 1, .head_dim = 4},
+			       {.n_kv_heads = 1, .head_dim = 4, .window = 8}};
+	struct kv_cache kv = make(0, 2, g, 3, LM_F32);
+	lm_diag d = {{0}};
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 6, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 1, 7, &d), LM_ERANGE);
+	cr_expect_eq(kv.len[1], 0);
+	cr_expect_eq(kv.hi[1], 0);
+	/* A ring written to 30 no longer holds what position 10 reads. */
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 30, &d), 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 1, 10, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "re-prefill") != NULL, "%s", d.msg);
+	cr_expect_eq(kv.len[1], 0);
+	cr_assert_eq(kv_cache_set_len(&kv, 1, 20, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 1, 1, 4, &d), LM_EINVAL);
+	cr_expect_eq(kv.len[1], 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 2, 0, &d), LM_EINVAL);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 3, 4, &d), LM_ERANGE);
+	cr_expect_eq(kv.len[0], 30, "the source is left as it was");
+	kv_cache_fini(&kv);
+}
+
+/* A recurrent layer (Qwen3.5-9B's delta-net: conv ring 3 x 8192 f32, state 32 x 128 x 128 f32)
+ * costs its state per slot whatever the context; its types are f32 whatever the cache's. */
+Test(kv_cache, recurrent_state_is_per_slot_not_per_position)
+{
+	struct kv_geom g = {.conv = 3 * 8192, .state = 32 * 128 * 128};
+	uint64_t k = 0, v = 0, b = 0;
+	cr_assert_eq(kv_geom_kv_bytes(&g, 128, 0, 1, LM_Q8_0, LM_Q4_0, &k, &v), 0);
+	cr_expect_eq(k, 98304ull);
+	cr_expect_eq(v, 2097152ull);
+	cr_assert_eq(kv_geom_bytes(&g, 262144, 0, 4, LM_F16, LM_F16, &b), 0);
+	cr_expect_eq(b, 4 * (98304ull + 2097152ull));
+	cr_expect_eq(kv_geom_kind(&g), KV_RECURRENT);
+	cr_expect_eq(kv_geom_ctx(&g, 4096, 8), 0);
+	struct kv_geom half = {.conv = 0, .state = 16};
+	char why[128];
+	cr_expect_eq(kv_geom_check(&half, LM_F32, why, sizeof why), LM_EINVAL);
+}
+
+/* Attention, recurrent, attention: the recurrent layer has a state per slot and no rows; it
+ * rolls back only to 0 (zeroed) or nowhere; its state travels in an export. */
+Test(kv_cache, recurrent_layer_state_rollback_and_export)
+{
+	struct kv_geom g[3] = {{.n_kv_heads = 2, .head_dim = 32},
+			       {.conv = 6, .state = 8},
+			       {.n_kv_heads = 2, .head_dim = 32}};
+	struct kv_cache kv = make(10, 3, g, 2, LM_F32);
+	lm_diag d = {{0}};
+	cr_expect_eq(kv.n_recurrent, 1);
+	cr_expect_eq(kv.bytes, 2 * (2 * 32 * 2 * 64 * 4) + 2 * (6 + 8) * 4);
+	float *conv, *state, *c1, *s1;
+	cr_assert_eq(kv_cache_rec(&kv, 11, 0, &conv, &state, &d), 0, "%s", d.msg);
+	cr_assert_eq(kv_cache_rec(&kv, 11, 1, &c1, &s1, &d), 0, "%s", d.msg);
+	cr_expect(c1 == conv + 6 && s1 == state + 8);
+	cr_expect_eq(kv_cache_rec(&kv, 10, 0, &c1, &s1, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "no recurrent state") != NULL, "%s", d.msg);
+	cr_expect_eq(kv_cache_rec(&kv, 11, 2, &c1, &s1, &d), LM_ERANGE);
+	cr_expect_eq(kv_cache_rec(&kv, 13, 0, &c1, &s1, &d), LM_ERANGE);
+
+	for (int i = 0; i < 6; i++)
+		conv[i] = (float)i + 0.5f;
+	for (int i = 0; i < 8; i++)
+		state[i] = -(float)i;
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 5, &d), 0);
+	cr_expect_eq(kv_cache_can_truncate(&kv, 0, 5, &d), 0);
+	cr_expect_eq(kv_cache_truncate(&kv, 0, 3, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "layer 11 is recurrent") != NULL, "%s", d.msg);
+	cr_expect_eq(kv.len[0], 5);
+
+	/* Export: K and V rows of layer 10, the conv ring then the state of layer 11, rows of
+	 * layer 12. */
+	uint64_t n = kv_cache_export_bytes(&kv, 0);
+	cr_expect_eq(n, 2 * 5 * 2 * (2 * 32 * 4) + (6 + 8) * 4);
+	uint8_t *buf = malloc(n);
+	cr_assert_eq(kv_cache_export(&kv, 0, buf, n, &d), 0, "%s", d.msg);
+	const float *rec = (const float *)(buf + 5 * 2 * 32 * 4 * 2);
+	cr_expect(rec[0] == 0.5f && rec[5] == 5.5f && rec[6] == 0.0f && rec[13] == -7.0f);
+	cr_assert_eq(kv_cache_import(&kv, 1, 5, 5, buf, n, &d), 0, "%s", d.msg);
+	cr_expect_eq(memcmp(c1, conv, 6 * sizeof(float)), 0);
+	cr_expect_eq(memcmp(s1, state, 8 * sizeof(float)), 0);
+	free(buf);
+
+	/* Back to 0: a fresh start, the state zeroed. */
+	cr_assert_eq(kv_cache_truncate(&kv, 0, 0, &d), 0, "%s", d.msg);
+	for (int i = 0; i < 6; i++)
+		cr_expect_eq(conv[i], 0.0f);
+	for (int i = 0; i < 8; i++)
+		cr_expect_eq(state[i], 0.0f);
+	cr_expect_eq(kv_cache_export_bytes(&kv, 0), 0);
+	kv_cache_fini(&kv);
+}
+
+/* A copy into another slot (parallel samples' COPY) takes a recurrent layer's live state only
+ * when the source holds exactly the positions copied; a shorter copy is refused (the sample is
+ * then computed from 0), never made with a state that belongs to later positions. */
+Test(kv_cache, copy_takes_a_recurrent_state_only_at_the_source_length)
+{
+	struct kv_geom g[2] = {{.n_kv_heads = 2, .head_dim = 4}, {.conv = 6, .state = 8}};
+	struct kv_cache kv = make(0, 2, g, 3, LM_F32);
+	lm_diag d = {{0}};
+	float *conv, *state, *c2, *s2;
+	cr_assert_eq(kv_cache_rec(&kv, 1, 0, &conv, &state, &d), 0, "%s", d.msg);
+	cr_assert_eq(kv_cache_rec(&kv, 1, 2, &c2, &s2, &d), 0, "%s", d.msg);
+	for (int i = 0; i < 6; i++)
+		conv[i] = (float)i + 0.25f;
+	for (int i = 0; i < 8; i++)
+		state[i] = -(float)i - 1;
+	cr_assert_eq(kv_cache_set_len(&kv, 0, 7, &d), 0);
+	cr_expect_eq(kv_cache_copy(&kv, 0, 2, 6, &d), LM_ERANGE);
+	cr_expect(strstr(d.msg, "recurrent") != NULL, "%s", d.msg);
+	cr_expect_eq(kv.len[2], 0);
+	cr_assert_eq(kv_cache_copy(&kv, 0, 2, 7, &d), 0, "%s", d.msg);
+	cr_expect_eq(kv.len[2], 7);
+	cr_expect_eq(memcmp(c2, conv, 6 * sizeof(float)), 0);
+	cr_expect_eq(memcmp(s2, state, 8 * sizeof(float)), 0);
+	kv_cache_fini(&kv);
+}

@@ -263,9 +263,9 @@ Test(model, gemma4_layers_with_a_router_have_experts_beside_their_ffn)
 	cr_assert_eq(gemma4_experts_load(NULL, 1u, &hp, &d), 0, "%s", d.msg);
 	const struct lm_layer_hparams *m = &hp.layer[0], *dn = &hp.layer[1];
 	cr_expect(m->n_expert == 4 && m->n_expert_used == 2 && m->n_ff_exp == 32);
-	cr_expect_eq(m->n_ff_shared, 128);
+	cr_expect_eq(m->n_ff_shexp, 128);
 	cr_expect(dn->n_expert == 0 && dn->n_expert_used == 0 && dn->n_ff_exp == 0 &&
-		  dn->n_ff_shared == 0 && dn->n_ff == 128);
+		  dn->n_ff_shexp == 0 && dn->n_ff == 128);
 	cr_expect(hp.moe.gating == LM_MOE_SOFTMAX && hp.moe.norm && hp.moe.scale == 1.0f);
 	/* A stage's FFN buffers hold the wider of the experts and the shared FFN. */
 	cr_expect_eq(lm_hparams_widths(&hp, 0, 1).ff_dim, 128);
@@ -287,4 +287,105 @@ Test(model, gemma4_per_layer_embeddings_and_shared_kv_are_refused_with_the_key)
 	cr_expect_eq(gemma4_experts_load("gemma4.attention.shared_kv_layers", 3u, &hp, &d),
 		     LM_EUNSUPPORTED);
 	cr_expect(strstr(d.msg, "gemma4.attention.shared_kv_layers") != NULL, "%s", d.msg);
+}
+
+#define Q35_TRY(expr)                   \
+	do {                            \
+		if ((rc = (expr)) != 0) \
+			goto q35_fail_; \
+	} while (0)
+
+/* qwen35's metadata, 4 layers, in a variant: 0 as Qwen 3.5 writes it, 1 the per-layer pattern
+ * array, 2 rope sections that miss a pair, 3 without ssm.inner_size, 4 with an MTP layer. */
+static int q35_meta(gguf_writer *w, int variant, lm_diag *d)
+{
+	int rc = 0;
+	Q35_TRY(gguf_writer_kv_str(w, "general.architecture", "qwen35", d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.context_length", 64, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.embedding_length", 64, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.block_count", 4, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.feed_forward_length", 64, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.attention.head_count", 2, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.attention.head_count_kv", 1, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.attention.key_length", 32, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.attention.value_length", 32, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.rope.dimension_count", 8, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.ssm.conv_kernel", 4, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.ssm.state_size", 16, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.ssm.group_count", 2, d));
+	Q35_TRY(gguf_writer_kv_u32(w, "qwen35.ssm.time_step_rank", 4, d));
+	if (variant != 3)
+		Q35_TRY(gguf_writer_kv_u32(w, "qwen35.ssm.inner_size", 64, d));
+	/* 4 pairs: sections [2, 1, 1] cover them; [4, 0, 0] leaves pair 1 to the fourth. */
+	static const int32_t good[4] = {2, 1, 1, 0}, bad[4] = {4, 0, 0, 0};
+	Q35_TRY(gguf_writer_kv_arr(w, "qwen35.rope.dimension_sections", GGUF_TYPE_INT32,
+				   variant == 2 ? bad : good, 4, d));
+	if (variant == 1) {
+		static const bool recurrent[4] = {false, true, true, false};
+		Q35_TRY(gguf_writer_kv_arr(w, "qwen35.attention.recurrent_layers", GGUF_TYPE_BOOL,
+					   recurrent, 4, d));
+	}
+	if (variant == 4)
+		Q35_TRY(gguf_writer_kv_u32(w, "qwen35.nextn_predict_layers", 1, d));
+	Q35_TRY(gs_tensor(w, "token_embd.weight", LM_F32, 64, 8, d));
+	if (variant == 4)
+		Q35_TRY(gs_tensor(w, "blk.3.nextn.eh_proj.weight", LM_F32, 128, 64, d));
+q35_fail_:
+	return rc;
+}
+
+static int q35_load(int variant, struct lm_hparams *hp, lm_diag *d)
+{
+	gguf_writer w;
+	cr_assert_eq(gguf_writer_init(&w, 0, d), 0, "%s", d->msg);
+	cr_assert_eq(q35_meta(&w, variant, d), 0, "%s", d->msg);
+	uint8_t *img = NULL;
+	size_t len = 0;
+	cr_assert_eq(gs_finish(&w, &img, &len, d), 0, "%s", d->msg);
+	gguf_writer_fini(&w);
+	gguf_file *f = NULL;
+	cr_assert_eq(gguf_open_mem(img, len, &f, d), 0, "%s", d->msg);
+	int rc = lm_hparams_load(f, hp, d);
+	struct lm_layer_cost lc[4];
+	struct lm_model_costs costs = {.layer = lc};
+	if (rc == 0)
+		rc = lm_model_costs(f, hp, &costs, d);
+	gguf_close(f);
+	free(img);
+	return rc;
+}
+
+/* qwen35: the layer pattern from full_attention_interval (default 4) or the per-layer array,
+ * the delta-net's shape from the ssm keys and the recurrent layers' state geometry; a missing
+ * ssm key and rope sections that leave a pair to the non-text section are refused with their
+ * keys; a multi-token prediction layer is left out of the model (and of its costs). */
+Test(model, qwen35_layer_pattern_state_geometry_and_refusals)
+{
+	static struct lm_hparams hp;
+	lm_diag d = {{0}};
+	cr_assert_eq(q35_load(0, &hp, &d), 0, "%s", d.msg);
+	cr_expect(hp.layer[0].recurrent && hp.layer[1].recurrent && hp.layer[2].recurrent &&
+		  !hp.layer[3].recurrent);
+	cr_expect(hp.layer[3].q_gate && !hp.layer[0].q_gate);
+	cr_expect_eq(hp.layer[3].rope.n_rot, 8);
+	struct kv_geom g = lm_hparams_kv_geom(&hp, 0), a = lm_hparams_kv_geom(&hp, 3);
+	cr_expect_eq(g.conv, 3 * (2 * 2 + 4) * 16);
+	cr_expect_eq(g.state, 4 * 16 * 16);
+	cr_expect(kv_geom_kind(&g) == KV_RECURRENT && kv_geom_kind(&a) == KV_GLOBAL);
+	cr_expect(a.n_kv_heads == 1 && a.head_dim == 32 && a.state == 0);
+	struct lm_widths w = lm_hparams_widths(&hp, 0, 4);
+	cr_expect_eq(w.n_recurrent, 3);
+	cr_expect_eq(w.q_dim, 2 * 2 * 32, "queries and their gates");
+
+	cr_assert_eq(q35_load(1, &hp, &d), 0, "%s", d.msg);
+	cr_expect(!hp.layer[0].recurrent && hp.layer[1].recurrent && hp.layer[2].recurrent &&
+		  !hp.layer[3].recurrent);
+	cr_expect_eq(q35_load(2, &hp, &d), LM_EUNSUPPORTED);
+	cr_expect(strstr(d.msg, "qwen35.rope.dimension_sections") != NULL, "%s", d.msg);
+	cr_expect_eq(q35_load(3, &hp, &d), LM_EFORMAT);
+	cr_expect(strstr(d.msg, "qwen35.ssm.inner_size") != NULL, "%s", d.msg);
+	cr_assert_eq(q35_load(4, &hp, &d), 0, "%s", d.msg);
+	cr_expect_eq(hp.n_layer, 3);
+	cr_expect_eq(hp.n_layer_nextn, 1);
+	cr_expect(hp.layer[0].recurrent && hp.layer[1].recurrent && hp.layer[2].recurrent);
 }

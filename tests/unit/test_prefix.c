@@ -52,6 +52,21 @@ Test(prefix, a_sliding_ring_bounds_the_rollback)
 	prefix_fini(&x);
 }
 
+/* A ring that has not wrapped (written up to hi <= its rows) still holds every row: any
+ * rollback is reused; once it wraps, only the short ones. */
+Test(prefix, a_ring_that_has_not_wrapped_rolls_back_anywhere)
+{
+	struct prefix_index x;
+	cr_assert_eq(prefix_init(&x, 2, 64, 3, NULL), 0);
+	x.ring_ctx = 9;
+	prefix_keep(&x, 0, conv, 8, 9);
+	const int32_t early[] = {1, 10, 11, 12, 13, 77};
+	cr_expect_eq(prefix_usable(&x, 0, early, 6), 5, "hi 9 <= 9 rows: nothing was lost");
+	prefix_keep(&x, 0, conv, 8, 10);
+	cr_expect_eq(prefix_usable(&x, 0, early, 6), 0, "hi 10 > 9 rows: the ring lost row 0");
+	prefix_fini(&x);
+}
+
 /* A request takes the free slot with the longest usable prefix; with none, an empty slot,
  * else the one kept least recently. */
 Test(prefix, the_slot_with_the_most_reuse_then_an_empty_one_then_the_oldest)

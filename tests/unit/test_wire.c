@@ -36,7 +36,8 @@ Test(wire, dtype_sizes_and_type_names)
 	cr_assert_str_eq(wire_type_name(WIRE_REPOINT), "REPOINT");
 	cr_assert_str_eq(wire_type_name(0), "UNKNOWN");
 	cr_assert_str_eq(wire_type_name(WIRE_TRACE), "TRACE");
-	cr_assert_str_eq(wire_type_name(16), "UNKNOWN");
+	cr_assert_str_eq(wire_type_name(WIRE_COPY), "COPY");
+	cr_assert_str_eq(wire_type_name(17), "UNKNOWN");
 	cr_assert_str_eq(wire_type_name(UINT32_MAX), "UNKNOWN");
 }
 
@@ -247,6 +248,51 @@ Test(wire, release_round_trip)
 	cr_assert_eq(wire_decode_release(buf.data, buf.len, &lim, &scr, &r, NULL), 0);
 	cr_assert_eq(r.n, 0);
 	cr_assert_eq(r.fingerprint, 0);
+}
+
+Test(wire, copy_round_trip)
+{
+	make(WS_COPY);
+	struct wire_copy c;
+	cr_assert_eq(wire_decode_copy(buf.data, buf.len, &ws_limits, &scr, &c, NULL), 0);
+	cr_assert_eq(c.id, 10);
+	cr_assert_eq(c.fingerprint, WS_FP);
+	cr_assert_eq(c.src, 3);
+	cr_assert_eq(c.len, 13);
+	cr_assert_eq(c.n, 3);
+	cr_assert_arr_eq(c.dst, ((int32_t[]){7, 2, 5}), 3 * sizeof(int32_t));
+	/* No destination is no copy: the encoder refuses it. */
+	struct wire_copy e = {.src = 1, .len = 1};
+	cr_assert_eq(wire_encode_copy(&buf, &e), LM_EINVAL);
+}
+
+/* A COPY's rows and slots are held to the receiver's cache: a source or a destination past its
+ * slots, no positions, more than a sequence holds, or no destination, are refused. */
+Test(wire, copy_out_of_range_is_refused)
+{
+	struct {
+		int32_t src, len, n, dst0;
+		const char *what;
+	} bad[] = {
+		{8, 4, 1, 0, "slot"},  {0, 4, 1, 8, "slots"}, {0, 0, 1, 1, "len"},
+		{0, 257, 1, 1, "len"}, {-1, 4, 1, 1, "slot"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int32_t dst[1] = {bad[i].dst0};
+		struct wire_copy c = {.id = 1,
+				      .fingerprint = WS_FP,
+				      .src = bad[i].src,
+				      .len = bad[i].len,
+				      .n = bad[i].n,
+				      .dst = dst};
+		wire_buf_reset(&buf);
+		cr_assert_eq(wire_encode_copy(&buf, &c), 0);
+		struct wire_copy g;
+		lm_diag d = {{0}};
+		cr_expect_eq(wire_decode_copy(buf.data, buf.len, &ws_limits, &scr, &g, &d),
+			     LM_EPROTO, "case %zu", i);
+		cr_expect(strstr(d.msg, bad[i].what) != NULL, "case %zu: %s", i, d.msg);
+	}
 }
 
 /* SipHash-2-4 against its authors' published vectors: key 00 01 .. 0f, message 00 01 .. of
@@ -709,7 +755,7 @@ Test(wire, encoder_refuses_inconsistent_structs_and_leaves_the_buffer)
 	cr_assert_eq(wire_encode_kv(&buf, WIRE_FORWARD, &kv), LM_EINVAL);
 	cr_assert_eq(wire_encode_simple(&buf, WIRE_FORWARD, 1, 1), LM_EINVAL);
 	cr_assert_eq(wire_encode_simple(&buf, (enum wire_type)0, 1, 1), LM_EINVAL);
-	cr_assert_eq(wire_encode_raw(&buf, (enum wire_type)16, 1, 1, NULL, 0), LM_EINVAL);
+	cr_assert_eq(wire_encode_raw(&buf, (enum wire_type)17, 1, 1, NULL, 0), LM_EINVAL);
 	cr_assert_eq(buf.len, len);
 }
 

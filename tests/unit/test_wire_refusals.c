@@ -319,6 +319,11 @@ Test(wire_refusals, wrong_fingerprint_names_the_messages_only)
 			rc = wire_decode_release(buf.data, buf.len, &lim, &scr, &r, &d);
 			break;
 		}
+		case WS_COPY: {
+			struct wire_copy c;
+			rc = wire_decode_copy(buf.data, buf.len, &lim, &scr, &c, &d);
+			break;
+		}
 		case WS_REPOINT: {
 			struct wire_repoint r;
 			rc = wire_decode_repoint(buf.data, buf.len, &lim, &r, &d);
