@@ -128,7 +128,8 @@ int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b,
 /* h = (act(h Wgate) * (h Wup)) Wdown, act SiLU or (gelu) GELU. */
 int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_diag *d);
 /* h = the mixture of experts of layer il over h (engine/moe.c): the router picks each token's
- * experts, and their outputs are summed by the router's weights. */
+ * experts, and their outputs are summed by the router's weights; plus the layer's shared
+ * expert (ffn_*_shexp, gated by ffn_gate_inp_shexp where bound) where the file has one. */
 int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);
 /* x += h. */
 int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);
