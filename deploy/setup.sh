@@ -35,9 +35,10 @@ packages=(
 	clang-14 libclang-rt-14-dev clang-format-14 iproute2 curl jq
 	systemd strace python3 systemd-container debootstrap openssl
 )
-# The API's tests: headless Chromium (CORS), promtool (the /metrics page); wrk for
-# bench/http_wrk.sh.
-test_packages=(chromium prometheus wrk)
+# The API's tests: headless Chromium (CORS), promtool (the /metrics page); pytest and what
+# llama.cpp's server tests import (test_llama_server.sh); wrk for bench/http_wrk.sh.
+test_packages=(chromium prometheus wrk python3-pytest python3-requests python3-filelock
+	python3-wget python3-pytest-timeout)
 
 install_packages() {
 	local missing=()

@@ -542,6 +542,22 @@ static int mc_origins(struct mc *m, const struct toml_value *tab)
 	return 0;
 }
 
+/* [coordinator] seed: an integer a JSON number holds exactly, as a request's seed. */
+static int mc_seed(struct mc *m, const struct toml_value *tab, int64_t *out)
+{
+	const struct toml_value *v = toml_get(tab, "seed");
+	if (v == NULL)
+		return 0;
+	int rc = toml_expect(m->doc, v, TOML_INTEGER, m->d);
+	if (rc != 0)
+		return rc;
+	if (v->u.i < 0 || v->u.i > 9007199254740991LL)
+		return MC_FAIL(m, v, "must be 0 to 9007199254740991 (2^53 - 1), not %lld",
+			       (long long)v->u.i);
+	*out = v->u.i;
+	return 0;
+}
+
 static int mc_coordinator(struct mc *m)
 {
 	static const char *const keys[] = {"http",
@@ -559,6 +575,7 @@ static int mc_coordinator(struct mc *m)
 					   "insecure",
 					   "prefix_cache",
 					   "ui",
+					   "seed",
 					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
@@ -592,7 +609,7 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_millis(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0 ||
 	    (rc = mc_bool(m, t, "insecure", &cfg->insecure)) != 0 ||
 	    (rc = mc_bool(m, t, "prefix_cache", &cfg->prefix_cache)) != 0 ||
-	    (rc = mc_bool(m, t, "ui", &cfg->ui)) != 0)
+	    (rc = mc_bool(m, t, "ui", &cfg->ui)) != 0 || (rc = mc_seed(m, t, &cfg->seed)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {
@@ -1014,6 +1031,7 @@ static int mc_read(struct mesh_config *cfg, const struct toml_doc *doc, const ch
 	cfg->request_timeout_ms = MESH_REQUEST_TIMEOUT_MS;
 	cfg->worker_timeout_ms = MESH_WORKER_TIMEOUT_MS;
 	cfg->prefix_cache = true;
+	cfg->seed = -1;
 	cfg->strategy = FENCE_BALANCED;
 	cfg->path = strdup(path);
 	cfg->http = strdup("127.0.0.1:8080");

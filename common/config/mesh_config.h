@@ -76,6 +76,9 @@
  *                                    liveness probe unanswered before it is declared down
  *                                    (killed if the coordinator started it, its sequences
  *                                    replayed); 0.1 to 3600, default 1
+ *   seed          integer            the seed of a generation request that gives none,
+ *                                    0 to 2^53 - 1 (llama-server's --seed); default none:
+ *                                    each such request draws a fresh one
  *   prefix_cache  boolean            keep an ended sequence's KV rows in its slot, so that a
  *                                    request sharing their prefix computes only the rest
  *                                    (coordinator/sched/prefix.h); default true
@@ -244,7 +247,8 @@ struct mesh_config {
 	int32_t request_timeout_ms, worker_timeout_ms;
 	bool insecure; /* plain tcp:// beyond loopback allowed (a warning at every start) */
 	bool prefix_cache;
-	bool ui; /* the pages for people: GET / and /chat */
+	int64_t seed; /* of a request without one; -1: each draws its own */
+	bool ui;      /* the pages for people: GET / and /chat */
 
 	/* [plan] */
 	enum fence_strategy strategy;

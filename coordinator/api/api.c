@@ -18,6 +18,11 @@ static void api_completions(nng_aio *aio)
 	api_generate(aio, lm_httpd_data(aio), API_COMPLETION);
 }
 
+static void api_native(nng_aio *aio)
+{
+	api_generate_native(aio, lm_httpd_data(aio));
+}
+
 static void api_chat(nng_aio *aio)
 {
 	api_generate(aio, lm_httpd_data(aio), API_CHAT);
@@ -223,6 +228,113 @@ static void api_detokenize(nng_aio *aio)
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "content", text.p != NULL ? text.p : "");
 	lm_buf_fini(&text);
+	lm_httpd_reply_json(aio, 200, o);
+}
+
+/* ------------------------------------------------------------------ llama-server's extras */
+
+/* GET /props, llama-server's: the model, the slots and the context each has, the defaults a
+ * /completion request runs with (api_native.h), the chat template's name. The seed is
+ * [coordinator] seed; without one a request without a seed draws its own, and the seed shown
+ * is llama-server's mark for that, 4294967295. */
+static void api_props(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
+	cJSON *o = cJSON_CreateObject();
+	cJSON *g = cJSON_AddObjectToObject(o, "default_generation_settings");
+	cJSON_AddNumberToObject(g, "id", 0);
+	cJSON_AddNumberToObject(g, "n_ctx", a->cfg.max_seq);
+	cJSON_AddBoolToObject(g, "is_processing", false);
+	cJSON *p = cJSON_AddObjectToObject(g, "params");
+	cJSON_AddNumberToObject(p, "n_predict", -1);
+	cJSON_AddNumberToObject(p, "seed", a->cfg.seed >= 0 ? (double)a->cfg.seed : 4294967295.0);
+	cJSON_AddNumberToObject(p, "temperature", 0.8);
+	cJSON_AddNumberToObject(p, "top_k", 40);
+	cJSON_AddNumberToObject(p, "top_p", 0.95);
+	cJSON_AddNumberToObject(p, "min_p", 0.05);
+	cJSON_AddNumberToObject(p, "repeat_last_n", 64);
+	cJSON_AddNumberToObject(p, "repeat_penalty", 1);
+	cJSON_AddNumberToObject(o, "total_slots", a->cfg.slots);
+	cJSON_AddStringToObject(o, "model_path", a->cfg.model_path ? a->cfg.model_path : "");
+	cJSON_AddStringToObject(o, "model_alias", a->cfg.model_name);
+	bool fam = a->cfg.chat != CHAT_NONE;
+	if (fam || a->cfg.jinja != NULL)
+		cJSON_AddStringToObject(o, "chat_template",
+					fam ? chat_format_name(a->cfg.chat) : "jinja");
+	else
+		cJSON_AddNullToObject(o, "chat_template");
+	cJSON *m = cJSON_AddObjectToObject(o, "modalities");
+	cJSON_AddBoolToObject(m, "vision", false);
+	cJSON_AddBoolToObject(m, "audio", false);
+	cJSON_AddStringToObject(o, "bos_token", a->bos_text);
+	cJSON_AddStringToObject(o, "eos_token", a->eos_text);
+	cJSON_AddBoolToObject(o, "webui", a->cfg.ui);
+	lm_httpd_reply_json(aio, 200, o);
+}
+
+/* POST /apply-template {messages, chat_template_kwargs}: the prompt the chat API would
+ * generate from, {"prompt": text}, as llama-server answers it. */
+static void api_apply_template(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	char why[200];
+	cJSON *req = api_json_parse(body, len, why, sizeof why);
+	if (!cJSON_IsObject(req)) {
+		cJSON_Delete(req);
+		lm_httpd_refuse(aio, LM_HTTP_REFUSE_INVALID, 400, "invalid_request_error", NULL,
+				"%s%s", req == NULL ? "the request body is not valid JSON: " : "",
+				req == NULL ? why : "the body must be a JSON object");
+		return;
+	}
+	struct lm_buf text = {0};
+	struct api_error err = {0};
+	int rc = api_chat_prompt(req, &a->lim, true, &text, &err);
+	cJSON_Delete(req);
+	if (rc != 0) {
+		lm_buf_fini(&text);
+		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
+				err.message);
+		api_error_fini(&err);
+		return;
+	}
+	cJSON *o = cJSON_CreateObject();
+	/* (The JSON string cJSON writes stops at a NUL: U+0000 in a message cannot travel.) */
+	char *s = strndup(text.p != NULL ? text.p : "", text.len);
+	cJSON_AddStringToObject(o, "prompt", s != NULL ? s : "");
+	free(s);
+	lm_buf_fini(&text);
+	lm_httpd_reply_json(aio, 200, o);
+}
+
+/* POST /v1/chat/completions/input_tokens (and without /v1), llama-server's: a chat request's
+ * prompt tokens, {"input_tokens": n}, counted as the chat endpoint renders and tokenizes it;
+ * nothing is generated. A request the chat endpoint refuses is refused alike. */
+static void api_chat_tokens(nng_aio *aio)
+{
+	struct api *a = lm_httpd_data(aio);
+	if (!api_authorized(aio, a))
+		return;
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	struct api_request req;
+	struct api_error err;
+	if (api_chat_parse(body, len, &a->lim, a->cfg.vocab, &req, &err) != 0) {
+		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
+				err.message);
+		api_error_fini(&err);
+		return;
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "input_tokens", req.n_prompt);
+	api_request_fini(&req);
 	lm_httpd_reply_json(aio, 200, o);
 }
 
@@ -443,9 +555,16 @@ static int api_routes(struct api *a, lm_diag *d)
 		{"POST", "/v1/chat/completions", api_chat, a, API_MAX_BODY, true},
 		{"GET", "/v1/models", api_models, a, 0, false},
 		{"GET", "/v1/models/", api_model_one, a, 0, false},
+		{"POST", "/completion", api_native, a, API_MAX_BODY, true},
+		{"GET", "/props", api_props, a, 0, false},
+		{"POST", "/apply-template", api_apply_template, a, API_MAX_BODY, true},
+		{"POST", "/v1/chat/completions/input_tokens", api_chat_tokens, a, API_MAX_BODY,
+		 true},
+		{"POST", "/chat/completions/input_tokens", api_chat_tokens, a, API_MAX_BODY, true},
 		{"POST", "/tokenize", api_tokenize, a, API_MAX_BODY, true},
 		{"POST", "/detokenize", api_detokenize, a, API_MAX_BODY, true},
 		{"GET", "/health", api_health, a, 0, false},
+		{"GET", "/v1/health", api_health, a, 0, false},
 		{"GET", "/healthz", api_healthz, a, 0, false},
 		{"GET", "/readyz", api_readyz, a, 0, false},
 		{"GET", "/v1/status", api_status, a, 0, false},

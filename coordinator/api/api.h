@@ -27,9 +27,9 @@
  * Text exists only here: prompts are tokenized and tokens detokenized in the coordinator. Errors
  * are OpenAI-style JSON: {"error": {"message", "type", "param", "code"}}, for every status,
  * the HTTP server's own included (common/wire/httpd.h). Generation requests:
- *   - no seed: a fresh random one per request, reported as "seed" in the response (and in
- *     each chunk), so that any run can be repeated; system_fingerprint names the model
- *     (fp_ and its fingerprint);
+ *   - no seed: [coordinator] seed, or without it a fresh random one per request, reported as
+ *     "seed" in the response (and in each chunk), so that any run can be repeated;
+ *     system_fingerprint names the model (fp_ and its fingerprint);
  *   - a client that goes away, streaming or not, has its sequence cancelled;
  *   - a full queue ([coordinator] max_queued) is 429 with Retry-After, a mesh not ready 503.
  */
@@ -51,10 +51,13 @@ struct api;
 struct api_cfg {
 	const char *http;       /* host:port */
 	const char *model_name; /* shown as "model" */
+	const char *model_path; /* the GGUF file, shown by /props */
+	int32_t slots;          /* sequences served at once, shown by /props */
 	const char *auth_token; /* admin endpoints need it when set */
 	uint64_t fingerprint;   /* the model's, for system_fingerprint */
 	int32_t max_seq;        /* context length */
 	int32_t max_queued;     /* shown on /metrics */
+	int64_t seed;           /* of a request without one ([coordinator] seed); -1: drawn */
 	const tok_vocab *vocab; /* borrowed */
 	struct sched *sched;    /* borrowed */
 	/* The model's chat template for the Jinja engine (borrowed; NULL: none), and the chat format

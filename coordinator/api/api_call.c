@@ -11,6 +11,10 @@
  * answer a plain request before the handler has returned); the last to let go frees the call.
  * A stream starts after the submit, so events from the scheduler thread may come first: they
  * wait in `early` until it starts.
+ *
+ * llama-server's POST /completion is a /v1/completions request once its body is translated
+ * (api_native.h), of one choice; the call then differs only in the shape of its answer and
+ * events (api_native_answer, api_native_emit, api_native_final).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +29,7 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_impl.h"
 #include "coordinator/api/api_json.h"
+#include "coordinator/api/api_native.h"
 
 /* One choice: its own sequence, seed and text. The scheduler's thread alone touches it once
  * submitted. */
@@ -43,9 +48,12 @@ struct api_choice {
 	struct lm_buf raw;
 	size_t sent_content, sent_reasoning;
 	bool stop_hit;
+	bool new_line;                        /* the text so far holds a '\n' */
+	char stop_word[API_MAX_STOP_LEN + 1]; /* the stop string that ended it */
 	int32_t *gen, n_gen, cap_gen;
 	double sum_lp; /* of its tokens' logprobs: best_of ranks by it */
-	/* Plain requests with logprobs: completions' four arrays, chat's content entries. */
+	/* Plain requests with logprobs: completions' four arrays, chat's (and /completion's)
+	 * content entries. */
 	cJSON *lp_tokens, *lp_values, *lp_top, *lp_offsets, *lp_content;
 	uint64_t t_first;   /* lm_now_ns */
 	int32_t cached;     /* prompt tokens reused from a slot's rows (the scheduler writes it) */
@@ -57,7 +65,10 @@ struct api_call {
 	char id[48];
 	long created;
 	struct api_request req; /* the parsed request: prompt, sampling, stops, options */
-	struct api_choice *ch;  /* [req.best_of] */
+	/* llama-server's /completion (api_native.h): its answer's shape; one choice. */
+	bool native;
+	struct api_native nat;
+	struct api_choice *ch; /* [req.best_of] */
 	int32_t n_ch;
 	_Atomic int32_t n_done;    /* choices ended: the one that ends last answers */
 	uint64_t t_submit, t_done; /* lm_now_ns */
@@ -111,6 +122,7 @@ static void api_call_free(struct api_call *c)
 		api_choice_fini(&c->ch[i]);
 	free(c->ch);
 	api_request_fini(&c->req);
+	api_native_fini(&c->nat);
 	lm_buf_fini(&c->early);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -250,17 +262,63 @@ static cJSON *api_chunk(const struct api_call *c, int32_t index, const char *tex
 	return o;
 }
 
+/* The tokens every choice generated; *first: when the first of them came (0: none yet). */
+static int32_t api_generated(const struct api_call *c, uint64_t *first)
+{
+	int32_t gen = 0;
+	*first = 0;
+	for (int32_t i = 0; i < c->n_ch; i++) {
+		gen += c->ch[i].n_gen;
+		if (c->ch[i].n_gen > 0 && (*first == 0 || c->ch[i].t_first < *first))
+			*first = c->ch[i].t_first;
+	}
+	return gen;
+}
+
+/* llama-server's timings up to end_ns of n_gen tokens from n_seq sequences, the first of them
+ * at first: prompt (submit to first token) and generation (each sequence's tokens after its
+ * first). */
+static cJSON *api_llama_timings(const struct api_call *c, int32_t n_gen, int32_t n_seq,
+				uint64_t first, int32_t cached, uint64_t end_ns)
+{
+	cJSON *t = cJSON_CreateObject();
+	int32_t n_dec = n_gen > n_seq ? n_gen - n_seq : 0;
+	double prefill = n_gen > 0 ? api_ms(c->t_submit, first) : 0;
+	double decode = n_dec > 0 ? api_ms(first, end_ns) : 0;
+	/* llama-server's prompt_n: the prompt's tokens computed, those not reused (cache_n). */
+	int32_t n_new = c->req.n_prompt - cached;
+	cJSON_AddNumberToObject(t, "cache_n", cached);
+	cJSON_AddNumberToObject(t, "prompt_n", n_new);
+	cJSON_AddNumberToObject(t, "prompt_ms", prefill);
+	cJSON_AddNumberToObject(t, "prompt_per_token_ms", n_new > 0 ? prefill / n_new : 0);
+	cJSON_AddNumberToObject(t, "prompt_per_second", prefill > 0 ? 1e3 * n_new / prefill : 0);
+	cJSON_AddNumberToObject(t, "predicted_n", n_gen);
+	cJSON_AddNumberToObject(t, "predicted_ms", decode);
+	cJSON_AddNumberToObject(t, "predicted_per_token_ms", n_dec > 0 ? decode / n_dec : 0);
+	cJSON_AddNumberToObject(t, "predicted_per_second", decode > 0 ? 1e3 * n_dec / decode : 0);
+	return t;
+}
+
+/* One choice's llama-server timings up to end_ns. */
+static cJSON *api_native_timings(const struct api_choice *h, uint64_t end_ns)
+{
+	return api_llama_timings(h->call, h->n_gen, 1, h->t_first, h->cached, end_ns);
+}
+
+/* The whole call's llama-server timings up to end_ns: every choice's tokens. */
+static cJSON *api_call_timings(const struct api_call *c, uint64_t end_ns)
+{
+	uint64_t first;
+	int32_t gen = api_generated(c, &first);
+	return api_llama_timings(c, gen, c->n_ch, first, c->ch[0].cached, end_ns);
+}
+
 /* The request's usage: the prompt counted once, however many choices shared it; every
  * generated token of every choice (best_of's unreturned ones too, as OpenAI counts them). */
 static void api_add_usage(const struct api_call *c, cJSON *o, bool timings)
 {
-	int32_t gen = 0;
-	uint64_t first = 0;
-	for (int32_t i = 0; i < c->n_ch; i++) {
-		gen += c->ch[i].n_gen;
-		if (c->ch[i].n_gen > 0 && (first == 0 || c->ch[i].t_first < first))
-			first = c->ch[i].t_first;
-	}
+	uint64_t first;
+	int32_t gen = api_generated(c, &first);
 	cJSON_DeleteItemFromObject(o, "usage");
 	cJSON *u = cJSON_AddObjectToObject(o, "usage");
 	cJSON_AddNumberToObject(u, "prompt_tokens", c->req.n_prompt);
@@ -424,6 +482,119 @@ static cJSON *api_answer(struct api_call *c)
 	return o;
 }
 
+/* ------------------------------------------------------------------ llama-server's shapes */
+
+/* A token's entry of completion_probabilities: chat's entry with the ids added. */
+static cJSON *api_native_logprob(const struct api *a, int32_t token, float logprob,
+				 const int32_t *ids, const float *lp, int32_t n)
+{
+	cJSON *e = api_chat_logprob(a, token, logprob, ids, lp, n);
+	cJSON_AddNumberToObject(e, "id", token);
+	cJSON *tops = cJSON_GetObjectItem(e, "top_logprobs");
+	int32_t i = 0;
+	for (cJSON *t = tops != NULL ? tops->child : NULL; t != NULL && i < n; t = t->next, i++)
+		cJSON_AddNumberToObject(t, "id", ids[i]);
+	return e;
+}
+
+/* The settings choice h ran with, in llama-server's names. */
+static cJSON *api_native_settings(const struct api_choice *h)
+{
+	const struct api_call *c = h->call;
+	cJSON *g = cJSON_CreateObject();
+	cJSON_AddNumberToObject(g, "n_predict", c->nat.n_predict);
+	api_json_add_u64(g, "seed", h->seed);
+	cJSON_AddNumberToObject(g, "temperature", c->req.sampling.temperature);
+	cJSON_AddNumberToObject(g, "top_k", c->req.sampling.top_k);
+	cJSON_AddNumberToObject(g, "top_p", c->req.sampling.top_p);
+	cJSON_AddNumberToObject(g, "min_p", c->req.sampling.min_p);
+	cJSON_AddNumberToObject(g, "n_probs", c->nat.n_probs);
+	cJSON_AddBoolToObject(g, "stream", c->req.stream);
+	cJSON *stops = cJSON_AddArrayToObject(g, "stop");
+	for (int i = 0; i < c->req.n_stops; i++)
+		cJSON_AddItemToArray(stops, cJSON_CreateString(c->req.stops[i]));
+	return g;
+}
+
+/* The prompt as text, control tokens (BOS) as their vocabulary text, as llama-server shows it. */
+static void api_native_prompt_text(const struct api_call *c, cJSON *o)
+{
+	const tok_vocab *v = c->api->cfg.vocab;
+	struct lm_buf b = {0};
+	for (int32_t i = 0; i < c->req.n_prompt; i++) {
+		size_t len = 0;
+		int32_t id = c->req.prompt[i];
+		const char *p = tok_attr(v, id) & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)
+					? tok_text(v, id, &len)
+					: tok_piece(v, id, &len);
+		if (p != NULL)
+			lm_buf_add(&b, p, len);
+	}
+	char *s = b.len > 0 && lm_utf8_valid(b.p, b.len) && memchr(b.p, '\0', b.len) == NULL
+			  ? strndup(b.p, b.len)
+			  : NULL;
+	cJSON_AddStringToObject(o, "prompt", s != NULL ? s : "");
+	free(s);
+	lm_buf_fini(&b);
+}
+
+/* llama-server's stop_type of an ended choice: a stop string, the end of generation, or
+ * the token limit. */
+static const char *api_native_stop_type(const struct api_choice *h)
+{
+	if (h->stop_hit)
+		return "word";
+	return h->finish != NULL && strcmp(h->finish, "stop") == 0 ? "eos" : "limit";
+}
+
+/* A stream's event for one token of choice h, or (final) the whole answer of llama-server's
+ * /completion: content, the generated ids, counts, settings, why it stopped, timings. */
+static cJSON *api_native_answer(struct api_choice *h, const char *content, int32_t token,
+				bool final)
+{
+	struct api_call *c = h->call;
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "index", h->index);
+	cJSON_AddStringToObject(o, "content", content);
+	cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+	if (!final)
+		cJSON_AddItemToArray(toks, cJSON_CreateNumber(token));
+	for (int32_t i = 0; final && !c->req.stream && c->nat.return_tokens && i < h->n_gen; i++)
+		cJSON_AddItemToArray(toks, cJSON_CreateNumber(h->gen[i]));
+	cJSON_AddNumberToObject(o, "id_slot", -1);
+	cJSON_AddBoolToObject(o, "stop", final);
+	if (final)
+		cJSON_AddStringToObject(o, "model", c->api->cfg.model_name);
+	cJSON_AddNumberToObject(o, "tokens_predicted", h->n_gen);
+	cJSON_AddNumberToObject(o, "tokens_evaluated", c->req.n_prompt);
+	if (!final)
+		return o;
+	cJSON_AddItemToObject(o, "generation_settings", api_native_settings(h));
+	api_native_prompt_text(c, o);
+	cJSON_AddBoolToObject(o, "has_new_line", h->new_line);
+	cJSON_AddBoolToObject(o, "truncated", false); /* a prompt that does not fit is a 400 */
+	cJSON_AddStringToObject(o, "stop_type", api_native_stop_type(h));
+	cJSON_AddStringToObject(o, "stopping_word", h->stop_word);
+	/* The sequence's positions held in the cache at its end. */
+	cJSON_AddNumberToObject(o, "tokens_cached", c->req.n_prompt + h->n_gen);
+	cJSON_AddItemToObject(o, "timings", api_native_timings(h, c->t_done));
+	if (!c->req.stream && c->nat.n_probs > 0) {
+		cJSON_AddItemToObject(o, "completion_probabilities", h->lp_content);
+		h->lp_content = NULL;
+	}
+	if (c->nat.response_fields == NULL)
+		return o;
+	cJSON *few = api_native_fields(o, c->nat.response_fields);
+	cJSON_Delete(o);
+	return few;
+}
+
+/* Choice h's final answer (a stream's last event): its text, or what a stream held back. */
+static cJSON *api_native_final(struct api_choice *h)
+{
+	return api_native_answer(h, h->text.p != NULL ? h->text.p : "", -1, true);
+}
+
 /* ------------------------------------------------------------------ streams */
 
 static void api_stream_raw(struct api_call *c, const char *data)
@@ -509,13 +680,44 @@ static void api_add_reasoning(cJSON *chunk, char *reasoning)
 	free(reasoning);
 }
 
+/* A /completion stream's event for one token of choice h; text without a token (the tail
+ * released at the end) waits for the last event. */
+static void api_native_emit(struct api_choice *h, const char *text, size_t len, int32_t token,
+			    float logprob, const int32_t *top_ids, const float *top_lp,
+			    int32_t n_top)
+{
+	struct api_call *c = h->call;
+	if (token < 0) {
+		lm_buf_add(&h->text, text, len);
+		return;
+	}
+	char *piece = strndup(text, len);
+	if (piece == NULL)
+		return;
+	cJSON *o = api_native_answer(h, piece, token, false);
+	free(piece);
+	if (c->req.timings_per_token)
+		cJSON_AddItemToObject(o, "timings", api_native_timings(h, lm_now_ns()));
+	if (c->nat.n_probs > 0)
+		cJSON_AddItemToArray(
+			cJSON_AddArrayToObject(o, "completion_probabilities"),
+			api_native_logprob(c->api, token, logprob, top_ids, top_lp, n_top));
+	api_stream_json(c, o);
+}
+
 /* Emits text that can no longer be part of a stop string, with the token that made it. */
 static void api_emit(struct api_choice *h, const char *text, size_t len, int32_t token,
 		     float logprob, const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
 	struct api_call *c = h->call;
+	if (len > 0 && memchr(text, '\n', len) != NULL)
+		h->new_line = true;
 	if (!c->req.stream) {
 		lm_buf_add(&h->text, text, len);
+		return;
+	}
+	if (c->native) {
+		api_native_emit(h, text, len, token, logprob, top_ids, top_lp, n_top);
 		return;
 	}
 	bool chat = c->req.kind == API_CHAT;
@@ -537,6 +739,8 @@ static void api_emit(struct api_choice *h, const char *text, size_t len, int32_t
 	if (token >= 0 && c->req.want_ids)
 		cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "token_ids"),
 				     cJSON_CreateNumber(token));
+	if (c->req.timings_per_token)
+		cJSON_AddItemToObject(o, "timings", api_native_timings(h, lm_now_ns()));
 	api_stream_json(c, o);
 }
 
@@ -546,8 +750,16 @@ static void api_emit(struct api_choice *h, const char *text, size_t len, int32_t
 static bool api_release_text(struct api_choice *h, bool final, int32_t token, float logprob,
 			     const int32_t *top_ids, const float *top_lp, int32_t n_top)
 {
+	const struct api_request *r = &h->call->req;
 	bool hit;
-	size_t cut = api_stop_cut(&h->call->req, h->pending.p, h->pending.len, final, &hit);
+	size_t cut = api_stop_cut(r, h->pending.p, h->pending.len, final, &hit);
+	for (int i = 0; hit && i < r->n_stops; i++) {
+		size_t n = strlen(r->stops[i]);
+		if (cut + n <= h->pending.len && memcmp(h->pending.p + cut, r->stops[i], n) == 0) {
+			snprintf(h->stop_word, sizeof h->stop_word, "%s", r->stops[i]);
+			break;
+		}
+	}
 	if (cut > 0 || token >= 0)
 		api_emit(h, h->pending.p ? h->pending.p : "", cut, token, logprob, top_ids, top_lp,
 			 n_top);
@@ -565,9 +777,10 @@ static void api_keep_logprobs(struct api_choice *h, int32_t token, float logprob
 			      size_t offset)
 {
 	const struct api *a = h->call->api;
-	if (h->call->req.kind == API_CHAT) {
+	if (h->call->native || h->call->req.kind == API_CHAT) {
 		cJSON_AddItemToArray(h->lp_content,
-				     api_chat_logprob(a, token, logprob, top_ids, top_lp, n_top));
+				     (h->call->native ? api_native_logprob : api_chat_logprob)(
+					     a, token, logprob, top_ids, top_lp, n_top));
 		return;
 	}
 	cJSON_AddItemToArray(h->lp_tokens, api_token_string(a, token));
@@ -634,18 +847,21 @@ static uint16_t api_status_of(int code)
 	return code == LM_EUNAVAILABLE || code == LM_ETIMEOUT ? 503 : code == LM_EBUSY ? 429 : 500;
 }
 
-/* A stream's end, once every choice ended: usage when asked, [DONE]; an error was sent as an
- * event when it happened. */
+/* A stream's end, once every choice ended: usage when asked, [DONE] (not /completion's, which
+ * llama-server ends without it); an error was sent as an event when it happened. */
 static void api_stream_end(struct api_call *c)
 {
-	if (c->err_code == 0 && c->req.include_usage) {
+	if (c->err_code == 0 && c->req.include_usage && !c->native) {
 		cJSON *u = api_head(c, c->req.kind == API_CHAT ? "chat.completion.chunk"
 							       : "text_completion");
 		cJSON_AddArrayToObject(u, "choices");
 		api_add_usage(c, u, false);
+		if (c->req.timings_per_token)
+			cJSON_AddItemToObject(u, "timings", api_call_timings(c, c->t_done));
 		api_stream_json(c, u);
 	}
-	api_stream_raw(c, "[DONE]");
+	if (!c->native)
+		api_stream_raw(c, "[DONE]");
 	pthread_mutex_lock(&c->mu);
 	c->sched_done = true;
 	if (c->st != NULL)
@@ -698,6 +914,9 @@ static void api_stream_choice_done(struct api_choice *h, enum sched_finish why, 
 			api_stream_raw(c, e);
 			free(e);
 		}
+	} else if (c->native && (why != SCHED_FINISH_CANCEL || h->stop_hit)) {
+		/* /completion's last event: the whole answer, its text the tail held back. */
+		api_stream_json(c, api_native_final(h));
 	} else if (why != SCHED_FINISH_CANCEL || h->stop_hit) {
 		const char *finish = h->finish;
 		if (c->req.kind == API_CHAT && c->req.parse_output && api_stream_parsed_end(h) &&
@@ -756,7 +975,8 @@ static void api_choice_done(struct api_choice *h, enum sched_finish why, int cod
 		lm_httpd_reply_error(c->aio, api_status_of(c->err_code), "server_error", NULL, "%s",
 				     c->err_msg);
 	else
-		lm_httpd_reply_json(c->aio, 200, api_answer(c));
+		lm_httpd_reply_json(c->aio, 200,
+				    c->native ? api_native_final(&c->ch[0]) : api_answer(c));
 	api_call_unref(c);
 }
 
@@ -775,7 +995,7 @@ static int api_choice_init(struct api_call *c, struct api_choice *h, int32_t ind
 	h->seed = c->req.sampling.seed + (uint64_t)index;
 	h->piece = malloc(tok_stream_cap(c->api->cfg.vocab));
 	tok_stream_init(&h->ts);
-	if (c->req.kind == API_CHAT) {
+	if (c->native || c->req.kind == API_CHAT) {
 		h->lp_content = cJSON_CreateArray();
 	} else {
 		h->lp_tokens = cJSON_CreateArray();
@@ -786,7 +1006,7 @@ static int api_choice_init(struct api_call *c, struct api_choice *h, int32_t ind
 	return h->piece != NULL ? 0 : LM_ENOMEM;
 }
 
-static struct api_call *api_call_new(struct api *a, struct api_request *req)
+static struct api_call *api_call_new(struct api *a, struct api_request *req, struct api_native *nat)
 {
 	struct api_call *c = calloc(1, sizeof *c);
 	if (c == NULL)
@@ -794,12 +1014,20 @@ static struct api_call *api_call_new(struct api *a, struct api_request *req)
 	pthread_mutex_init(&c->mu, NULL);
 	c->req = *req;
 	memset(req, 0, sizeof *req);
+	if (nat != NULL) {
+		c->native = true;
+		c->nat = *nat;
+		memset(nat, 0, sizeof *nat);
+	}
 	c->api = a;
 	c->created = (long)time(NULL);
 	snprintf(c->id, sizeof c->id, "%s-%lx%06llx", c->req.kind == API_CHAT ? "chatcmpl" : "cmpl",
 		 (unsigned long)c->created, (unsigned long long)atomic_fetch_add(&a->next_id, 1));
+	/* Without a seed: the server's ([coordinator] seed), else (or for /completion's seed -1)
+	 * a fresh one. */
 	if (!c->req.seed_given)
-		c->req.sampling.seed = api_random_seed();
+		c->req.sampling.seed = a->cfg.seed >= 0 && !c->nat.draw_seed ? (uint64_t)a->cfg.seed
+									     : api_random_seed();
 	int32_t n = c->req.best_of > c->req.n ? c->req.best_of : c->req.n;
 	c->ch = calloc((size_t)(n > 0 ? n : 1), sizeof *c->ch);
 	c->n_ch = c->ch != NULL ? (n > 0 ? n : 1) : 0;
@@ -916,25 +1144,14 @@ static bool api_check_choices(nng_aio *aio, const struct api *a, const struct ap
 	return false;
 }
 
-/* Parses the body into *req, or refuses the request (false). */
-static bool api_parse(nng_aio *aio, struct api *a, enum api_kind kind, struct api_request *req)
+/* A parsed request's checks before it runs: its unknown fields named, its choices within the
+ * mesh's slots. False: refused, and req finished. */
+static bool api_admit(nng_aio *aio, const struct api *a, struct api_request *req)
 {
-	const char *body;
-	size_t len;
-	lm_httpd_body(aio, &body, &len);
-	struct api_error err;
-	int rc = kind == API_CHAT ? api_chat_parse(body, len, &a->lim, a->cfg.vocab, req, &err)
-				  : api_request_parse(body, len, &a->lim, a->cfg.vocab, req, &err);
-	if (rc != 0) {
-		lm_httpd_refuse(aio, err.reason, err.status, err.type, err.param, "%s",
-				err.message);
-		api_error_fini(&err);
-		return false;
-	}
 	if (req->ignored[0] != '\0') {
 		lm_httpd_add_header(aio, "X-Layermesh-Ignored-Fields", req->ignored);
 		lm_debug("%s: ignored unknown fields: %s",
-			 kind == API_CHAT ? "chat completion" : "completion", req->ignored);
+			 req->kind == API_CHAT ? "chat completion" : "completion", req->ignored);
 	}
 	if (!api_check_choices(aio, a, req)) {
 		api_request_fini(req);
@@ -943,16 +1160,19 @@ static bool api_parse(nng_aio *aio, struct api *a, enum api_kind kind, struct ap
 	return true;
 }
 
-void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
+/* Submits a parsed request (nat: llama-server's /completion, else NULL) and answers it. */
+static void api_run(nng_aio *aio, struct api *a, struct api_request *req, struct api_native *nat)
 {
-	if (!api_authorized(aio, a))
+	if (!api_admit(aio, a, req)) {
+		if (nat != NULL)
+			api_native_fini(nat);
 		return;
-	struct api_request req;
-	if (!api_parse(aio, a, kind, &req))
-		return;
-	struct api_call *c = api_call_new(a, &req);
+	}
+	struct api_call *c = api_call_new(a, req, nat);
 	if (c == NULL) {
-		api_request_fini(&req);
+		api_request_fini(req);
+		if (nat != NULL)
+			api_native_fini(nat);
 		lm_httpd_refuse(aio, LM_HTTP_REFUSE_INTERNAL, 500, "server_error", NULL,
 				"out of memory");
 		return;
@@ -985,4 +1205,49 @@ void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
 	if (c->req.stream)
 		api_start_stream(aio, c);
 	api_call_unref(c); /* a plain request: the last choice's end replies */
+}
+
+static void api_refuse_parse(nng_aio *aio, struct api_error *err)
+{
+	lm_httpd_refuse(aio, err->reason, err->status, err->type, err->param, "%s", err->message);
+	api_error_fini(err);
+}
+
+void api_generate(nng_aio *aio, struct api *a, enum api_kind kind)
+{
+	const char *body;
+	size_t len;
+	if (!api_authorized(aio, a))
+		return;
+	lm_httpd_body(aio, &body, &len);
+	struct api_request req;
+	struct api_error err;
+	int rc = kind == API_CHAT ? api_chat_parse(body, len, &a->lim, a->cfg.vocab, &req, &err)
+				  : api_request_parse(body, len, &a->lim, a->cfg.vocab, &req, &err);
+	if (rc != 0)
+		api_refuse_parse(aio, &err);
+	else
+		api_run(aio, a, &req, NULL);
+}
+
+void api_generate_native(nng_aio *aio, struct api *a)
+{
+	const char *body;
+	size_t len;
+	if (!api_authorized(aio, a))
+		return;
+	lm_httpd_body(aio, &body, &len);
+	struct api_native nat;
+	struct api_request req;
+	struct api_error err;
+	char *plain = NULL;
+	int rc = api_native_body(body, len, a->lim.max_seq, a->cfg.vocab, &plain, &nat, &err);
+	if (rc == 0 &&
+	    (rc = api_request_parse(plain, strlen(plain), &a->lim, a->cfg.vocab, &req, &err)) != 0)
+		api_native_fini(&nat);
+	free(plain);
+	if (rc != 0)
+		api_refuse_parse(aio, &err);
+	else
+		api_run(aio, a, &req, &nat);
 }

@@ -24,6 +24,9 @@ struct api {
 
 /* POST /v1/completions and /v1/chat/completions: parse, submit, answer (api_call.c). */
 void api_generate(nng_aio *aio, struct api *a, enum api_kind kind);
+/* POST /completion, llama-server's own: its body translated (api_native.h), its answer in its
+ * shape (api_call.c). */
+void api_generate_native(nng_aio *aio, struct api *a);
 
 /* A seed for a request that gave none: 53 random bits (JSON numbers hold them exactly). */
 uint64_t api_random_seed(void);

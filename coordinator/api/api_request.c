@@ -98,6 +98,7 @@ static const char *const api_common_keys[] = {
 	"logprobs",
 	"speculate",
 	"cache_prompt",
+	"timings_per_token",
 	NULL,
 };
 static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
@@ -316,6 +317,8 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 	if ((rc = api_bool(req, "cache_prompt", &cache, err)) != 0)
 		return rc;
 	r->no_cache = !cache;
+	if ((rc = api_bool(req, "timings_per_token", &r->timings_per_token, err)) != 0)
+		return rc;
 	const cJSON *so = cJSON_GetObjectItemCaseSensitive(req, "stream_options");
 	if (so != NULL && !cJSON_IsNull(so)) {
 		if (!r->stream)

@@ -25,6 +25,8 @@
  *                       seed + i. At most the mesh's slots (api_call.c refuses more)
  *     user, model       any string (one model)
  *     return_token_ids  true or false
+ *     timings_per_token true or false (llama-server's): each chunk of a stream, and its usage
+ *                       chunk, carries llama-server's "timings" so far
  * POST /v1/completions also takes:
  *     prompt            a string (tokenized here, with BOS when the vocabulary wants one;
  *                       special-token text stays text) or a non-empty array of token ids
@@ -91,7 +93,7 @@
 #define API_MAX_TEMPLATE_STOPS 4
 #define API_MAX_TOOLS          128
 #define API_MAX_TOOL_CALLS     128 /* in one history message */
-#define API_MAX_N              16 /* n and best_of */
+#define API_MAX_N              16  /* n and best_of */
 
 enum api_kind { API_COMPLETION, API_CHAT };
 
@@ -133,8 +135,9 @@ struct api_request {
 	bool want_ids;      /* return_token_ids */
 	bool no_speculate;  /* "speculate": false: no drafts for this request */
 	bool no_cache;      /* "cache_prompt": false: reuse no slot's rows (llama-server's field) */
-	int32_t n;          /* choices returned, 1..API_MAX_N */
-	int32_t best_of;    /* sequences generated, n..API_MAX_N (completions; chat: n) */
+	bool timings_per_token;     /* llama-server's: each streamed chunk carries "timings" */
+	int32_t n;                  /* choices returned, 1..API_MAX_N */
+	int32_t best_of;            /* sequences generated, n..API_MAX_N (completions; chat: n) */
 	char *stops[API_MAX_STOPS]; /* [n_stops] owned, non-empty, NUL-terminated */
 	int n_stops;
 	size_t max_stop; /* the longest stop string's length; 0 without stops */

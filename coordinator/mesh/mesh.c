@@ -304,10 +304,13 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 	struct api_cfg ac = {
 		.http = m->cfg.http,
 		.model_name = m->model_name,
+		.model_path = m->cfg.model_path,
+		.slots = m->cfg.slots,
 		.auth_token = m->cfg.auth_token,
 		.fingerprint = m->facts.fingerprint,
 		.max_seq = m->facts.max_seq,
 		.max_queued = m->cfg.max_queued,
+		.seed = m->cfg.seed,
 		.jinja = m->jinja,
 		.chat = m->chat,
 		.chat_why = m->chat_why,

@@ -4,7 +4,9 @@
  * generated them (tok_stream_push, then api_stop_cut, as api_call.c drives them); the same
  * bytes as a /v1/chat/completions body (api_chat_parse, in a chat format picked by the input's
  * length, so every formatter is reached); and as an HTTP request head and a chunked body
- * (common/wire/http_parse.h), whole and in two pieces.
+ * (common/wire/http_parse.h), whole and in two pieces; and as llama-server's /completion body
+ * (api_native_body, coordinator/api/api_native.h), whose translation must be strict JSON that
+ * api_request_parse takes or refuses as it does any body.
  *
  * The vocabulary is the tiny SentencePiece one of tests/support/gguf_samples.h (byte tokens,
  * multi-byte characters, a user-defined token), or the GGUF file LM_FUZZ_VOCAB names. The
@@ -31,6 +33,8 @@
 #include "common/wire/http_parse.h"
 #include "common/wire/httpd.h"
 #include "common/model/sampling.h"
+#include "coordinator/api/api_json.h"
+#include "coordinator/api/api_native.h"
 #include "coordinator/api/api_request.h"
 #include "tests/support/gguf_samples.h"
 
@@ -262,6 +266,38 @@ static void check_http(const uint8_t *data, size_t size)
 	free(two);
 }
 
+/* A /completion body: refused as a completion is (nothing to free), or translated into an
+ * object of strict JSON, which is then parsed and held to the same promises. */
+static void check_native(const uint8_t *data, size_t size, const struct api_limits *lim)
+{
+	struct api_native nat;
+	struct api_request r = {0};
+	struct api_error err;
+	char *out = NULL;
+	int rc = api_native_body((const char *)data, size, lim->max_seq, vocab, &out, &nat, &err);
+	if (rc != 0) {
+		CHECK(out == NULL && nat.response_fields == NULL);
+		check_refused(rc, &r, &err);
+		api_error_fini(&err);
+		return;
+	}
+	CHECK(out != NULL && nat.n_probs >= 0 && nat.n_probs <= API_MAX_LOGPROBS &&
+	      nat.n_predict >= -1);
+	char why[200];
+	cJSON *o = api_json_parse(out, strlen(out), why, sizeof why);
+	CHECK(cJSON_IsObject(o));
+	cJSON_Delete(o);
+	rc = api_request_parse(out, strlen(out), lim, vocab, &r, &err);
+	if (rc == 0)
+		check_accepted(&r, lim);
+	else
+		check_refused(rc, &r, &err);
+	api_request_fini(&r);
+	api_error_fini(&err);
+	api_native_fini(&nat);
+	free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (vocab == NULL)
@@ -278,5 +314,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	api_error_fini(&err);
 	check_chat(data, size);
 	check_http(data, size);
+	check_native(data, size, &lim);
 	return 0;
 }

@@ -92,7 +92,7 @@ lm_wait_exit() {
 # fence range ("0:2 2:5"), pinned, over TRANSPORT: ipc, tcp, or tls (tls+tcp://, with the
 # certificates in $LM_TLS_DIR: ca.pem, mesh.pem, mesh.key). $LM_AUTH_TOKEN, when set, becomes
 # [coordinator] auth_token; $LM_REQUEST_TIMEOUT and $LM_WORKER_TIMEOUT (seconds), [coordinator]
-# request_timeout and worker_timeout; $LM_KV_TYPE_K, $LM_KV_TYPE_V, $LM_KV_TYPE_K_SWA and
+# request_timeout and worker_timeout; $LM_SEED, [coordinator] seed; $LM_KV_TYPE_K, $LM_KV_TYPE_V, $LM_KV_TYPE_K_SWA and
 # $LM_KV_TYPE_V_SWA, [model] kv_type_k, kv_type_v, kv_type_k_swa and kv_type_v_swa;
 # $LM_WORKER_KV, one word per worker in order ("q4_0 - f16,f32"), the worker's own kv_type_k and
 # kv_type_v: T for both, K,V apart, "-" for none.
@@ -120,6 +120,7 @@ lm_mesh_toml() {
 		[ -z "${LM_AUTH_TOKEN:-}" ] || echo "auth_token = \"$LM_AUTH_TOKEN\""
 		[ -z "${LM_REQUEST_TIMEOUT:-}" ] || echo "request_timeout = $LM_REQUEST_TIMEOUT"
 		[ -z "${LM_WORKER_TIMEOUT:-}" ] || echo "worker_timeout = $LM_WORKER_TIMEOUT"
+		[ -z "${LM_SEED:-}" ] || echo "seed = $LM_SEED"
 		if [ "$transport" != ipc ]; then
 			echo "data_in = \"$scheme://127.0.0.1:$(lm_port)\""
 		else

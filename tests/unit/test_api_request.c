@@ -409,6 +409,21 @@ Test(api_request, flags)
 	refused("{\"prompt\": [1], \"echo\": true}", BAD, "echo", "echo is not supported");
 }
 
+/* llama-server's timings_per_token: a boolean, off by default. */
+Test(api_request, timings_per_token)
+{
+	struct api_request r;
+	parse_ok("{\"prompt\": [1]}", &r);
+	cr_expect_not(r.timings_per_token);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [1], \"timings_per_token\": true}", &r);
+	cr_expect(r.timings_per_token);
+	cr_expect_str_eq(r.ignored, "");
+	api_request_fini(&r);
+	refused("{\"prompt\": [1], \"timings_per_token\": 1}", BAD, "timings_per_token",
+		"'timings_per_token' must be true or false");
+}
+
 Test(api_request, stops)
 {
 	const char *msg = "'stop' must be up to 4 non-empty strings of at most 256 bytes";

@@ -626,7 +626,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
 		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
 		"http_read_timeout, http_idle_timeout, max_connections, cors_origins, "
-		"request_timeout, worker_timeout, insecure, prefix_cache, ui)");
+		"request_timeout, worker_timeout, insecure, prefix_cache, ui, seed)");
 }
 
 Test(mesh_config, workers)
@@ -783,12 +783,11 @@ Test(mesh_config, api_keys)
 {
 	struct mesh_config c;
 	lm_diag d = {{0}};
-	const char *text =
-		"[model]\npath = 'm.gguf'\nchat_template = 'chatml'\n"
-		"[coordinator]\ndata_in = 'ipc:///tmp/c'\nmax_queued = 0\n"
-		"http_read_timeout = 2.5\nhttp_idle_timeout = 60\nmax_connections = 9\n"
-		"cors_origins = ['https://app.example:8443', 'null']\nui = false\n" WORKER("a",
-											   "9000");
+	const char *text = "[model]\npath = 'm.gguf'\nchat_template = 'chatml'\n"
+			   "[coordinator]\ndata_in = 'ipc:///tmp/c'\nmax_queued = 0\n"
+			   "http_read_timeout = 2.5\nhttp_idle_timeout = 60\nmax_connections = 9\n"
+			   "cors_origins = ['https://app.example:8443', 'null']\nui = false\n"
+			   "seed = 9007199254740991\n" WORKER("a", "9000");
 	cr_assert_eq(mesh_config_parse(&c, "/srv/mesh/mesh.toml", text, strlen(text), &d), 0, "%s",
 		     d.msg);
 	cr_expect_str_eq(c.chat_template, "chatml");
@@ -800,6 +799,7 @@ Test(mesh_config, api_keys)
 	cr_expect_str_eq(c.cors_origins[0], "https://app.example:8443");
 	cr_expect_str_eq(c.cors_origins[1], "null");
 	cr_expect(!c.ui);
+	cr_expect_eq(c.seed, 9007199254740991LL);
 	mesh_config_fini(&c);
 	/* The defaults. */
 	text = MODEL COORD WORKER("a", "9000");
@@ -812,7 +812,14 @@ Test(mesh_config, api_keys)
 	cr_expect_eq(c.max_connections, 512);
 	cr_expect_eq(c.n_cors, 0);
 	cr_expect(c.ui);
+	cr_expect_eq(c.seed, -1);
 	mesh_config_fini(&c);
+	expect_refused(MODEL COORD "seed = -1\n" WORKER("a", "9000"),
+		       "/srv/mesh/mesh.toml:5:8: coordinator.seed: must be 0 to 9007199254740991 "
+		       "(2^53 - 1), not -1");
+	expect_refused(
+		MODEL COORD "seed = 42.0\n" WORKER("a", "9000"),
+		"/srv/mesh/mesh.toml:5:8: coordinator.seed: expected an integer, found float");
 	expect_refused(MODEL COORD "ui = 'off'\n" WORKER("a", "9000"),
 		       "/srv/mesh/mesh.toml:5:6: coordinator.ui: expected a boolean, found string");
 	expect_refused(
