@@ -258,7 +258,6 @@ static void model_unbind_experts(struct lm_model *m, struct lm_layer_weights *l)
 	memset(&l->exps, 0, sizeof l->exps);
 }
 
-/* Binds layer il's tensors as the architecture's table lists them. */
 /* A mixture-of-experts layer's experts complete, and their output scales (host floats, read
  * in place from the mapping) finite. */
 static int model_check_experts(struct lm_model *m, struct lm_layer_weights *l, int32_t il,
