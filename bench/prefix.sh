@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench/prefix.sh — the prefix cache through a real 3-worker mesh, on and off, interleaved.
 #
-#   bench/prefix.sh [--reps N] [--build DIR] [--record] [--quick]
+#   bench/prefix.sh [--reps N] [--build DIR] [--record] [--quick] [--arch qwen35] [--chat]
 #
 # A synthetic llama (q8_0, dim 256, 6 layers, 4,096 positions, stories260K's vocabulary) over
-# three workers on ipc (`layermesh up`, one thread a worker). Prompts are token ids, so every
+# three workers on ipc (`layermesh up`, one thread a worker); --arch qwen35: a qwen35 of the same
+# sizes whose even layers are gated delta-nets (each worker holds two of them and one attention
+# layer). --chat measures the chat alone. Prompts are token ids, so every
 # figure is about the ring, not the tokenizer. Measured (medians over --reps, on and off
 # alternately so both see the same machine):
 #   - chat: the fifth turn of a conversation whose history is 2,000 tokens, adding 50: the
@@ -30,12 +32,16 @@ BUILD=$ROOT/build
 REPS=5
 RECORD=0
 QUICK=0
+ARCH=llama
+CHAT_ONLY=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--reps) REPS=$2; shift ;;
 	--build) BUILD=$2; shift ;;
 	--record) RECORD=1 ;;
 	--quick) QUICK=1 ;;
+	--arch) ARCH=$2; shift ;;
+	--chat) CHAT_ONLY=1 ;;
 	*) echo "bench/prefix.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -53,8 +59,12 @@ OUT=$TMP/out.md
 say() { echo "$*" >>"$OUT"; }
 
 MODEL=$TMP/m.gguf
-"$LM" synth --out "$MODEL" --dim 256 --layers 6 --heads 8 --kv-heads 2 --ffn 768 --vocab 512 \
-	--ctx 4096 --type q8_0 --seed 3 --vocab-from "$SHARED/models/stories260K.gguf" >/dev/null
+ARCH_ARGS=()
+[ "$ARCH" = llama ] || ARCH_ARGS=(--arch "$ARCH")
+[ "$ARCH" != qwen35 ] || ARCH_ARGS+=(--full-attn-every 2)
+"$LM" synth --out "$MODEL" "${ARCH_ARGS[@]}" --dim 256 --layers 6 --heads 8 --kv-heads 2 \
+	--ffn 768 --vocab 512 --ctx 4096 --type q8_0 --seed 3 \
+	--vocab-from "$SHARED/models/stories260K.gguf" >/dev/null
 
 # mesh_up NAME CACHE: the model over three workers, [coordinator] prefix_cache = CACHE.
 mesh_up() {
@@ -93,6 +103,7 @@ on_m=$(echo "${on[*]}" | median)
 off_m=$(echo "${off[*]}" | median)
 
 # ---------------------------------------------------------------- shared
+if [ "$CHAT_ONLY" = 0 ]; then
 ids "$SYS" 2 >"$TMP/system"
 round() { # round R: $CLIENTS clients at once, each the system prompt and 16 tokens of its own for
 	# round R; prints the wall seconds
@@ -148,16 +159,18 @@ n4_wall=$(printf '%s\n' "${n4[@]}" | cut -d' ' -f1 | median)
 sep_wall=$(printf '%s\n' "${sep[@]}" | cut -d' ' -f1 | median)
 n4_comp=$(printf '%s\n' "${n4[@]}" | cut -d' ' -f2 | median)
 sep_comp=$(printf '%s\n' "${sep[@]}" | cut -d' ' -f2 | median)
+fi
 
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 say "### Prefix cache ($(date -u +%Y-%m-%d), $(git -C "$ROOT" rev-parse --short HEAD))"
 say ""
 say "$CPU (family $FAM, model $MOD), $(nproc) vCPUs; load $LOAD0 at the start, $LOAD1 at the end."
-say "Synthetic llama q8_0 (dim 256, 6 layers, vocab 512, 4,096 positions) over 3 workers on ipc, 1 thread each; medians of $REPS."
+say "Synthetic $ARCH q8_0 (dim 256, 6 layers, vocab 512, 4,096 positions) over 3 workers on ipc, 1 thread each; medians of $REPS."
 say ""
 say "| measure | cache on | cache off | on vs off |"
 say "|---|---|---|---|"
 say "| time to first token, 5th turn ($HIST + $TURN tokens) | $(printf '%.3f' "$on_m") s | $(printf '%.3f' "$off_m") s | $(python3 -c "print(f'{$off_m / $on_m:.2f}x faster')") |"
+if [ "$CHAT_ONLY" = 0 ]; then
 say "| $CLIENTS clients, a shared $SYS-token system prompt, 2nd round: prompt tokens computed | ${computed[true]} | ${computed[false]} | $(python3 -c "print(f'{${computed[false]} / max(1, ${computed[true]}):.1f}x fewer')") |"
 say "| the same: wall time of the round | ${wall[true]} s | ${wall[false]} s | $(python3 -c "print(f'{${wall[false]} / ${wall[true]}:.2f}x faster')") |"
 say ""
@@ -165,6 +178,7 @@ say "| $NPROMPT-token prompt, $NTOK tokens each, greedy | n = 4, one request | 4
 say "|---|---|---|---|"
 say "| wall time | $n4_wall s | $sep_wall s | $(python3 -c "print(f'{$sep_wall / $n4_wall:.2f}x faster')") |"
 say "| prompt tokens computed | $n4_comp | $sep_comp | $(python3 -c "print(f'{$sep_comp / max(1, $n4_comp):.1f}x fewer')") |"
+fi
 say ""
 say "Prompt tokens reused in the chat runs: $cached."
 cat "$OUT"

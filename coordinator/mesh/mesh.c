@@ -169,8 +169,8 @@ static int32_t mesh_ring_ctx(const struct mesh *m)
 
 /* Whether the model has recurrent layers (qwen35). A recurrent state is the sequence after its
  * last position and returns only to states a stage kept for rollback (engine/kv_cache.h), not to
- * the end of an arbitrary shared prefix: the prefix cache stays off for such a model, and every
- * request is computed from position 0 (docs/recurrent-cache.md). */
+ * the end of an arbitrary shared prefix: the prefix cache reuses a slot only at a length every
+ * stage can return to (prefix.h; docs/recurrent-cache.md, "Prefix reuse"). */
 static bool mesh_recurrent(const struct mesh *m)
 {
 	for (int32_t l = 0; l < m->hp.n_layer; l++)
@@ -279,7 +279,9 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .draft = m->draft,
 			       .max_draft = m->cfg.max_draft,
 			       .spec_max_streams = m->cfg.spec_max_streams,
-			       .prefix_cache = m->cfg.prefix_cache && !mesh_recurrent(m),
+			       .prefix_cache = m->cfg.prefix_cache,
+			       .recurrent = mesh_recurrent(m),
+			       .rec_keep = kv_geom_rec_keep(m->cfg.max_draft),
 			       .ring_rollback = mesh_ring_rollback(m),
 			       .ring_ctx = mesh_ring_ctx(m),
 			       .push = &m->head,

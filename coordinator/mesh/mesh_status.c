@@ -71,16 +71,18 @@ static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *src,
 	cJSON_AddNumberToObject(q, "cached_slots", (double)atomic_load(&s->cached_slots));
 }
 
-/* "layer_kinds": what each layer of [start, end) is, "global" or "sliding" (a sliding-window
- * layer), by its attention (a mixture-of-experts layer is one of the two); the mesh runs no
- * other kind (recurrent layers are refused when the model is loaded). */
+/* "layer_kinds": what each layer of [start, end) is: "recurrent" (a delta-net layer, its state
+ * per slot), else by its attention "global" or "sliding" (a sliding-window layer); a
+ * mixture-of-experts layer is one of these. */
 static void mesh_status_layer_kinds(cJSON *w, const struct lm_hparams *hp, int32_t start,
 				    int32_t end)
 {
 	cJSON *kinds = cJSON_AddArrayToObject(w, "layer_kinds");
 	for (int32_t il = start; kinds != NULL && il < end && il < LM_MAX_LAYERS; il++)
-		cJSON_AddItemToArray(
-			kinds, cJSON_CreateString(hp->layer[il].window > 0 ? "sliding" : "global"));
+		cJSON_AddItemToArray(kinds,
+				     cJSON_CreateString(hp->layer[il].recurrent    ? "recurrent"
+							: hp->layer[il].window > 0 ? "sliding"
+										   : "global"));
 }
 
 cJSON *mesh_status_json(void *arg)

@@ -17,6 +17,7 @@ int prefix_init(struct prefix_index *x, int32_t slots, int32_t max_seq, int32_t 
 	x->slots = slots;
 	x->max_seq = max_seq;
 	x->rollback = rollback;
+	x->rec_keep = -1;
 	return 0;
 }
 
@@ -37,9 +38,11 @@ void prefix_drop(struct prefix_index *x, int32_t slot)
 	x->n_held -= x->slot[slot].n > 0;
 	x->slot[slot].n = 0;
 	x->slot[slot].hi = 0;
+	x->slot[slot].len = x->slot[slot].back = 0;
 }
 
-void prefix_keep(struct prefix_index *x, int32_t slot, const int32_t *tok, int32_t n, int32_t hi)
+void prefix_keep(struct prefix_index *x, int32_t slot, const int32_t *tok, int32_t n, int32_t hi,
+		 int32_t first, int32_t len)
 {
 	if (slot < 0 || slot >= x->slots)
 		return;
@@ -56,6 +59,14 @@ void prefix_keep(struct prefix_index *x, int32_t slot, const int32_t *tok, int32
 	x->n_held += p->n == 0;
 	p->n = n;
 	p->hi = hi > n ? hi : n;
+	/* A stage keeps the states after its last batch's positions but its last, at most keep of
+	 * them (kv_cache_rec_kept, engine/forward.c). Lengths that do not add up keep no state to
+	 * go back to: len < n leaves nothing reusable (prefix_usable). */
+	int32_t keep = x->rec_keep > 0 ? x->rec_keep : 0, back = len - keep;
+	p->len = len;
+	p->back = back > first + 1 ? back : first + 1;
+	if (p->back > len || p->back < 1)
+		p->back = len;
 	p->used = ++x->clock;
 }
 
@@ -77,6 +88,8 @@ int32_t prefix_usable(const struct prefix_index *x, int32_t slot, const int32_t 
 	if (c > 0 && x->rollback >= 0 && p->hi - c > x->rollback &&
 	    !(x->ring_ctx > 0 && p->hi <= x->ring_ctx))
 		return 0; /* a sliding ring no longer holds what the continuation reads */
+	if (c > 0 && x->rec_keep >= 0 && (p->len < p->n || c < p->back || c > p->len))
+		return 0; /* no stage keeps the recurrent state after position c - 1 */
 	return c;
 }
 

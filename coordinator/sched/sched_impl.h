@@ -46,7 +46,10 @@ struct sched_seq {
 	int32_t reused; /* prompt rows it did not compute: the prefix cache's, or copied */
 	bool copy_queued;
 	bool has_followers;
-	int32_t hi;          /* the highest position its batches wrote in its slot */
+	int32_t hi; /* the highest position its batches wrote in its slot */
+	/* The positions [last_at, last_end) of the last batch sent for its slot (or of what it
+	 * found there): what a recurrent stage keeps states of (prefix.h). */
+	int32_t last_at, last_end;
 	int64_t progress_ms; /* lm_now_ms at submit and whenever a batch of it came back */
 	int32_t retries;     /* batches of this sequence a worker refused */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */

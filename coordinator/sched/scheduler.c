@@ -121,6 +121,8 @@ static void sched_share_into(struct sched *s, struct sched_seq *l, struct sched_
 	f->n_done = p;
 	f->reused = p;
 	f->hi = l->hi > p ? l->hi : p;
+	f->last_at = p - 1; /* a copy holds the live state at p and keeps none */
+	f->last_end = p;
 }
 
 /* Leader l's rows may have become ready (its n_done grew): its waiting samples take them. */
@@ -201,7 +203,8 @@ static void sched_finish(struct sched *s, struct sched_seq *q, enum sched_finish
 		bool keep = s->cfg.prefix_cache && why != SCHED_FINISH_ERROR &&
 			    q->slot < s->cfg.slots - s->cfg.reserved_slots && !q->inflight;
 		if (keep) {
-			prefix_keep(&s->prefix, q->slot, q->tok, q->n_done, q->hi);
+			prefix_keep(&s->prefix, q->slot, q->tok, q->n_done, q->hi, q->last_at,
+				    q->last_end);
 		} else {
 			if (s->cfg.prefix_cache)
 				prefix_drop(&s->prefix, q->slot);
@@ -435,6 +438,12 @@ static void sched_on_ring_error(struct sched *s, nng_msg *m)
 		} else if (q->retries < 2) {
 			q->retries++;
 			q->n_done = 0;
+			/* A reuse refused before its first token (a stage that could not return to
+			 * the prefix's end): the request reports what it computed. After a token,
+			 * on_token has published the count, and it stays as it was. */
+			if (q->n_gen == 0 && q->cached != NULL)
+				*q->cached = 0;
+			q->reused = 0;
 			atomic_fetch_add(&s->stats.replays, 1);
 		} else {
 			sched_finish(s, q, SCHED_FINISH_ERROR, e.code < 0 ? e.code : LM_EPROTO,
@@ -690,6 +699,8 @@ static void sched_dispatch(struct sched *s)
 		for (int32_t k = 0; k < b->n; k++) {
 			struct sched_seq *q = b->seqs[k];
 			int32_t end = q->n_done + b->chunk[k];
+			q->last_at = q->n_done;
+			q->last_end = end;
 			if (q->n_done < q->n_prompt)
 				atomic_fetch_add(
 					&s->stats.prompt_computed,
@@ -740,6 +751,8 @@ static void sched_admit(struct sched *s)
 			 * and keeps the rows before it. The rings' high-water mark stays. */
 			q->n_done = reuse;
 			q->hi = reuse > 0 ? s->prefix.slot[i].hi : 0;
+			q->last_at = reuse > 0 ? s->prefix.slot[i].back - 1 : 0;
+			q->last_end = reuse > 0 ? s->prefix.slot[i].len : 0;
 			prefix_drop(&s->prefix, i);
 			atomic_store(&s->stats.cached_slots, s->prefix.n_held);
 			atomic_fetch_add(&s->stats.prompt_cached, (uint64_t)reuse);
@@ -1219,6 +1232,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 		  wire_scratch_init_rows(&s->scratch, slots,
 					 cfg->max_batch > slots ? cfg->max_batch : slots) == 0;
 	s->prefix.ring_ctx = cfg->prefix_cache ? cfg->ring_ctx : 0;
+	s->prefix.rec_keep = cfg->prefix_cache && cfg->recurrent ? cfg->rec_keep : -1;
 	for (int32_t i = 0; ok && i < SCHED_MAX_INFLIGHT; i++) {
 		struct sched_batch *b = &s->inflight[i];
 		b->seqs = calloc((size_t)slots, sizeof *b->seqs);

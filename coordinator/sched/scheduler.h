@@ -119,7 +119,12 @@ struct sched_cfg {
 	 * the model has no sliding-window layer. */
 	bool prefix_cache;
 	int32_t ring_rollback;
-	int32_t ring_ctx;     /* rows of the smallest sliding ring; 0: not known (prefix.h) */
+	int32_t ring_ctx; /* rows of the smallest sliding ring; 0: not known (prefix.h) */
+	/* The model has recurrent layers, each keeping rec_keep states per slot beside its live
+	 * one (kv_geom_rec_keep): a slot's rows are reused only at a length every stage can
+	 * return to (prefix.h). */
+	bool recurrent;
+	int32_t rec_keep;
 	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
 	nng_socket pull;      /* from the last worker; opened and listening */
 };

@@ -48,6 +48,9 @@
 #define T_MAX_DRAFT 4
 
 static char model_path[64];
+/* The architecture make_model writes: NULL, llama; "qwen35", the same sizes with a recurrent
+ * (gated delta-net) layer in each stage, before an attention one. Set before ring_up. */
+static const char *model_arch;
 
 static inline void make_model(void)
 {
@@ -69,6 +72,10 @@ static inline void make_model(void)
 	o.ctx = 128;
 	o.type = LM_F32;
 	o.seed = 11;
+	if (model_arch != NULL) {
+		o.arch = model_arch;
+		o.full_attn_every = 2;
+	}
 	lm_diag d = {{0}};
 	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
 }

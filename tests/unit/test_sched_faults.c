@@ -309,3 +309,72 @@ Test(sched_faults, replays_are_counted_for_the_blamed_worker, .timeout = 30)
 	ring_down(&r);
 	req_fini(&a);
 }
+
+/* The prefix cache on recurrent layers, told that each stage keeps 8 states per slot where it
+ * keeps 4 (max_draft 4): a reuse the index offers at a length whose state no stage kept is
+ * refused (LM_ERANGE), and the sequence is computed from position 0 with the engine's tokens,
+ * reporting nothing reused. A reuse at a length whose state the stages did keep restores it,
+ * with the engine's tokens again. */
+Test(sched_faults, a_recurrent_reuse_a_stage_refuses_is_computed_from_0, .timeout = 30)
+{
+	model_arch = "qwen35";
+	struct ring r;
+	struct sched_cfg cfg = default_cfg(); /* prefill chunks of 8 */
+	cfg.prefix_cache = true;
+	cfg.ring_rollback = -1;
+	cfg.recurrent = true;
+	cfg.rec_keep = 8; /* the stages keep T_MAX_DRAFT = 4 */
+	ring_up(&r, &cfg);
+	const struct sched_stats *st = sched_stats(r.s);
+	/* a: 16 prompt tokens in batches [0, 8) and [8, 16) and one token sampled: the stages
+	 * keep the states after 11 .. 14; the index believes after 8 .. 14. */
+	struct req a, b, c;
+	req_init(&a, 70, 16, 1);
+	req_start(&r, &a);
+	expect_like_reference(&a, NULL, 0);
+	/* b leaves a's tokens after 10: the index offers 10, which needs the state after 9. */
+	req_init(&b, 71, 14, 6);
+	memcpy(b.prompt, a.prompt, 10 * sizeof *b.prompt);
+	req_start(&r, &b);
+	expect_like_reference(&b, NULL, 0);
+	cr_expect_eq(b.cached, 0, "a refused reuse reports %d cached", b.cached);
+	cr_expect_eq(atomic_load(&st->ring_errors), 1);
+	cr_expect_eq(atomic_load(&st->replays), 1);
+	/* b was computed again from 0, [0, 8) then [8, 14), and decoded 5 tokens one at a time:
+	 * the stages keep no state but the live one, after 18 positions. c extends all of it. */
+	struct req c2;
+	req_init(&c, 72, 22, 4);
+	memcpy(c.prompt, b.prompt, 14 * sizeof *c.prompt);
+	memcpy(c.prompt + 14, b.tok, 5 * sizeof *c.prompt);
+	req_start(&r, &c);
+	expect_like_reference(&c, NULL, 0);
+	cr_expect_eq(c.cached, 19, "c reused %d", c.cached);
+	cr_expect_eq(atomic_load(&st->ring_errors), 1, "no other refusal");
+	/* c2 leaves c's tokens after 12: nowhere a stage can return to, nothing is offered. */
+	req_init(&c2, 73, 15, 4);
+	memcpy(c2.prompt, c.prompt, 12 * sizeof *c2.prompt);
+	req_start(&r, &c2);
+	expect_like_reference(&c2, NULL, 0);
+	cr_expect_eq(c2.cached, 0);
+	cr_expect_eq(atomic_load(&st->ring_errors), 1, "no other refusal");
+	/* d as a, in a slot of its own; e leaves it after 13: the state after 12 is kept, and
+	 * every stage rolls its delta-net state back to it. */
+	struct req d, e;
+	req_init(&d, 74, 16, 1);
+	req_start(&r, &d);
+	expect_like_reference(&d, NULL, 0);
+	req_init(&e, 75, 15, 4);
+	memcpy(e.prompt, d.prompt, 13 * sizeof *e.prompt);
+	req_start(&r, &e);
+	expect_like_reference(&e, NULL, 0);
+	cr_expect_eq(e.cached, 13, "e reused %d", e.cached);
+	cr_expect_eq(atomic_load(&st->ring_errors), 1, "no other refusal");
+	cr_expect_eq(atomic_load(&st->replays), 1);
+	ring_down(&r);
+	req_fini(&a);
+	req_fini(&b);
+	req_fini(&c);
+	req_fini(&c2);
+	req_fini(&d);
+	req_fini(&e);
+}

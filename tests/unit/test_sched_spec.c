@@ -150,6 +150,8 @@ static void conversation(bool cache, bool spec, struct req turns[3])
 	struct sched_cfg cfg = spec ? spec_cfg(default_cfg(), false) : default_cfg();
 	cfg.prefix_cache = cache;
 	cfg.ring_rollback = -1;
+	cfg.recurrent = model_arch != NULL; /* qwen35: each stage keeps max_draft states */
+	cfg.rec_keep = T_MAX_DRAFT;
 	ring_up(&r, &cfg);
 	for (int t = 0; t < 3; t++) {
 		struct req *q = &turns[t];
@@ -212,6 +214,20 @@ Test(sched_spec, a_conversation_reuses_its_rows_with_the_same_bits, .timeout = 3
 
 Test(sched_spec, a_speculating_conversation_reuses_its_rows_with_the_same_bits, .timeout = 30)
 {
+	conversation_with_and_without(1);
+}
+
+/* The same on recurrent layers: each turn extends all the last one held, a length every stage
+ * can return to, even after a verify batch whose drafts were partly rejected. */
+Test(sched_spec, a_recurrent_conversation_reuses_its_states_with_the_same_bits, .timeout = 30)
+{
+	model_arch = "qwen35";
+	conversation_with_and_without(0);
+}
+
+Test(sched_spec, a_speculating_recurrent_conversation_reuses_its_states, .timeout = 30)
+{
+	model_arch = "qwen35";
 	conversation_with_and_without(1);
 }
 
