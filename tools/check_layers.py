@@ -9,6 +9,7 @@ lists; DESIGN.md: common <- kernels <- engine <- worker, coordinator):
 
     common/base                      nothing else
     common/format, common/tok        base (tok also format: it reads GGUF metadata)
+    common/grammar                   base (GBNF grammars and their matching over token bytes)
     common/model                     base, format
     common/wire                      base, model (sampling parameters travel on the wire)
     common/plan                      base, format, model
@@ -37,6 +38,7 @@ ALLOWED = {
     'common/base': set(),
     'common/format': {'common/base'},
     'common/tok': {'common/base', 'common/format'},
+    'common/grammar': {'common/base'},
     'common/model': {'common/base', 'common/format'},
     'common/wire': {'common/base', 'common/model'},
     'common/plan': {'common/base', 'common/format', 'common/model'},

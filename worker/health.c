@@ -161,6 +161,12 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 		cJSON_AddNumberToObject(o, "ring_errors", (double)s->ring_errors);
 		cJSON_AddNumberToObject(o, "releases", (double)s->releases);
 		cJSON_AddNumberToObject(o, "copies", (double)s->copies);
+		if (s->assign.head) {
+			cJSON *gr = cJSON_AddObjectToObject(o, "grammar");
+			cJSON_AddNumberToObject(gr, "draws", (double)s->grammar_draws);
+			cJSON_AddNumberToObject(gr, "admitted_unmasked", (double)s->grammar_fast);
+			cJSON_AddNumberToObject(gr, "masked", (double)s->grammar_masked);
+		}
 		if (s->backend != NULL)
 			cJSON_AddStringToObject(o, "backend", s->backend);
 		if (s->mem_total > 0) {
@@ -240,6 +246,13 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 	lm_mtext_counter(&t, "layermesh_worker_copies_total",
 			 "COPY messages applied (a prompt's rows shared by parallel samples).",
 			 s->copies);
+	lm_mtext_counter(&t, "layermesh_worker_grammar_draws_total",
+			 "Tokens drawn under a grammar (constrained decoding).", s->grammar_draws);
+	lm_mtext_counter(
+		&t, "layermesh_worker_grammar_masked_total",
+		"Grammar draws whose unconstrained token the grammar rejected, drawn again "
+		"from a mask.",
+		s->grammar_masked);
 	lm_mtext_counter(&t, "layermesh_worker_successor_redials_total",
 			 "Dials to the successor started afresh after it had no connection for "
 			 "a while (link.h).",

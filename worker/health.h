@@ -66,6 +66,7 @@ struct health_snapshot {
 	uint64_t weight_bytes, mapped_bytes;
 	int32_t active_sequences; /* KV slots holding positions */
 	uint64_t batches, tokens, ring_errors, releases, copies;
+	uint64_t grammar_draws, grammar_fast, grammar_masked; /* the last stage's (constrain.h) */
 	/* The backend and its memory: device memory for "cuda", host memory for "cpu" (total
 	 * and free: the device's or the host's; used: what the backend holds). mem_total == 0:
 	 * not known. */

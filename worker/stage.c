@@ -87,6 +87,7 @@ int stage_init(struct stage *st, const struct wire_assign *a, const char *backen
 		if (st->logits == NULL || st->adjusted == NULL || st->top == NULL ||
 		    lm_sampler_init(&st->sampler, st->n_vocab) != 0)
 			goto nomem;
+		lm_constrain_init(&st->cons, a->slots, st->n_vocab);
 	}
 	/* What the stage holds besides the engine (for stage_scratch_held). */
 	st->host_bytes = rows * (sizeof *st->ids + sizeof *st->loc + 2 * width * sizeof(float)) +
@@ -109,6 +110,7 @@ void stage_fini(struct stage *st)
 		return;
 	lm_engine_close(&st->eng);
 	lm_sampler_fini(&st->sampler);
+	lm_constrain_fini(&st->cons);
 	wire_scratch_fini(&st->scratch);
 	wire_buf_fini(&st->hdr);
 	free(st->ids);
@@ -261,7 +263,7 @@ uint64_t stage_scratch_held(const struct stage *st)
 	if (st->trace_rows != NULL)
 		trace += (uint64_t)st->assign.max_batch * sizeof *st->trace_rows;
 	return st->eng.fw.scratch_bytes + lm_backend_scratch_held(&st->eng.be) + st->host_bytes +
-	       trace;
+	       trace + lm_constrain_bytes(&st->cons);
 }
 
 int stage_trace(struct stage *st, int32_t slot, int32_t *rows, void **out, size_t *bytes,
@@ -336,6 +338,44 @@ static void stage_emit(struct stage *st, const struct wire_seq *q, const float *
 		*top_len = stage_top_logprobs(st, row, q->n_logprobs, *top_len);
 }
 
+/* A constrained sequence's token, or its verified run, under its grammar (constrain.h): with
+ * its logit adjustments applied first, as llama.cpp's chain applies biases before the grammar. */
+static int stage_constrained(struct stage *st, const struct wire_seq *q, const float *rows,
+			     const int32_t *drafts, int32_t *n, lm_diag *d)
+{
+	*n = 1;
+	if (q->n_draft > 0)
+		return lm_constrain_verify(&st->cons, &st->sampler, q->slot, rows, drafts,
+					   q->n_draft, &q->sampling, st->verified, n, d);
+	if (q->adjust != NULL) {
+		memcpy(st->adjusted, rows, (size_t)st->n_vocab * sizeof(float));
+		lm_adjust_logits(&st->sampler, st->adjusted, q->adjust);
+		rows = st->adjusted;
+	}
+	return lm_constrain_sample(&st->cons, &st->sampler, q->slot, rows, &q->sampling,
+				   st->verified, d);
+}
+
+/* The last stage's matchers for the batch's constrained sequences, before anything is
+ * computed: a sequence whose matcher this stage does not hold (and whose grammar did not come
+ * with it) refuses the batch, and the coordinator sends it again with its grammar. */
+static int stage_grammars(struct stage *st, const struct wire_forward *f, lm_diag *d)
+{
+	for (int32_t s = 0; s < f->n_seqs; s++) {
+		const struct wire_seq *q = &f->seqs[s];
+		const struct wire_grammar *g = q->grammar;
+		if (g == NULL)
+			continue;
+		int rc = lm_constrain_vocab(&st->cons, st->assign.model, d);
+		if (rc == 0)
+			rc = lm_constrain_begin(&st->cons, q->slot, q->seq_id, q->step, g->text,
+						g->len, g->ids, g->n_ids, d);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* Last stage: each sampling sequence's token, or a speculating one's verified run (the
  * accepted drafts and the token after them), in order, as one TOKENS message. */
 static int stage_tokens(struct stage *st, const struct wire_forward *f, nng_msg **out, lm_diag *d)
@@ -350,7 +390,15 @@ static int stage_tokens(struct stage *st, const struct wire_forward *f, nng_msg 
 		if (!q->sample)
 			continue;
 		int32_t n = 1;
-		if (q->n_draft == 0 && q->adjust != NULL) {
+		if (q->grammar != NULL) {
+			uint64_t d0 = st->cons.drawn, f0 = st->cons.fast, m0 = st->cons.masks;
+			int rc = stage_constrained(st, q, rows, f->drafts + drafted, &n, d);
+			atomic_fetch_add(&st->stats.grammar_draws, st->cons.drawn - d0);
+			atomic_fetch_add(&st->stats.grammar_fast, st->cons.fast - f0);
+			atomic_fetch_add(&st->stats.grammar_masked, st->cons.masks - m0);
+			if (rc != 0)
+				return rc;
+		} else if (q->n_draft == 0 && q->adjust != NULL) {
 			/* Bias and penalties change what is drawn; the logprobs stay the model's.
 			 * (The wire refuses drafts beside adjustments.) */
 			memcpy(st->adjusted, rows, v * sizeof(float));
@@ -435,6 +483,8 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	int32_t n = f.n_tokens, n_out = 0;
 	if ((rc = stage_batch(st, &f, &n_out, d)) != 0)
 		return rc;
+	if (last && (rc = stage_grammars(st, &f, d)) != 0)
+		return rc;
 	struct lm_batch b = {.n = n, .loc = st->loc, .n_out = n_out, .out_rows = st->out_rows};
 	const float *hin = NULL;
 	if (first) {
@@ -482,8 +532,10 @@ static int stage_release(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	st->malformed = rc != 0;
 	if (rc != 0)
 		return rc;
-	for (int32_t i = 0; i < r.n; i++)
+	for (int32_t i = 0; i < r.n; i++) {
 		kv_cache_truncate(&st->eng.kv, r.slots[i], 0, NULL);
+		lm_constrain_end(&st->cons, r.slots[i]);
+	}
 	atomic_fetch_add(&st->stats.releases, 1);
 	*out = in; /* every stage applies it, then the coordinator sees it back */
 	return 0;

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/scratch.h"
 #include "engine/sampler.h"
+#include "engine/constrain.h"
 #include "common/wire/wire.h"
 #include "kernels/backend.h"
 
@@ -36,6 +37,9 @@ struct stage_stats {
 	_Atomic uint64_t releases;   /* RELEASE messages applied */
 	_Atomic uint64_t copies;     /* COPY messages applied */
 	_Atomic uint64_t compute_ns; /* time inside the forward */
+	/* Constrained decoding (engine/constrain.h): tokens drawn under a grammar, those whose
+	 * unconstrained draw the grammar admitted, and the draws that needed a mask. */
+	_Atomic uint64_t grammar_draws, grammar_fast, grammar_masked;
 	/* The backend's memory (lm_backend_mem_info) as the compute thread last read it (after
 	 * the load and after each batch), for /status and /metrics, which must not call into the
 	 * backend from their own threads. mem_total == 0: the backend does not say. */
@@ -47,6 +51,7 @@ struct stage {
 	struct wire_assign assign; /* what this stage was given */
 	struct lm_engine eng;      /* backend, slice, KV cache, forward */
 	struct lm_sampler sampler; /* last stage */
+	struct lm_constrain cons;  /* last stage: the slots' grammars (constrain.h) */
 	struct wire_limits lim;
 	struct wire_scratch scratch;
 	struct wire_buf hdr;

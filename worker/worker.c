@@ -504,6 +504,9 @@ static void worker_snapshot(void *arg, struct health_snapshot *s)
 	s->ring_errors = atomic_load(&st->stats.errors);
 	s->releases = atomic_load(&st->stats.releases);
 	s->copies = atomic_load(&st->stats.copies);
+	s->grammar_draws = atomic_load(&st->stats.grammar_draws);
+	s->grammar_fast = atomic_load(&st->stats.grammar_fast);
+	s->grammar_masked = atomic_load(&st->stats.grammar_masked);
 	s->backend = w->o->backend;
 	s->mem_total = atomic_load(&st->stats.mem_total);
 	s->mem_free = atomic_load(&st->stats.mem_free);

@@ -10,15 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The values below are protocol version 4 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
+/* The values below are protocol version 6 (2 added TRACE; 3 FORWARD's "adj" and "dr", READY's
  * "dig", ASSIGN's per-kind cache types and "drf", and the bound on data-ring messages; 4 the
- * HELLO reply's "fp" as a proof, wire_hello_proof, not the fingerprint itself). Changing
- * any of them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in
+ * HELLO reply's "fp" as a proof, wire_hello_proof, not the fingerprint itself; 5 COPY; 6
+ * FORWARD's "gr", the grammars of constrained sequences). Changing any of them (or any header key or payload layout) changes the protocol: bump WIRE_VERSION in
  * wire.h and update this table with it, so two builds that disagree refuse each other at HELLO
  * instead of misreading each other. */
 #define WIRE_PIN(name, value)                                               \
-	static_assert(WIRE_VERSION_CURRENT == 5 && (name) == (value), #name \
-		      " is pinned by protocol version 5: bump WIRE_VERSION and update wire.c")
+	static_assert(WIRE_VERSION_CURRENT == 6 && (name) == (value), #name \
+		      " is pinned by protocol version 6: bump WIRE_VERSION and update wire.c")
 
 WIRE_PIN(WIRE_HELLO, 1);
 WIRE_PIN(WIRE_ASSIGN, 2);
@@ -156,6 +156,8 @@ void wire_scratch_fini(struct wire_scratch *s)
 	free(s->hist);
 	free(s->bias);
 	free(s->drafts);
+	free(s->gr);
+	free(s->gr_ids);
 	memset(s, 0, sizeof *s);
 }
 
@@ -187,6 +189,8 @@ size_t wire_max_data_message(const struct wire_limits *lim)
 	size_t width = (size_t)(lim->dim > 1 ? lim->dim : 1);
 	size_t rows = (size_t)lim->max_batch * width * sizeof(float);
 	size_t top = seqs * (size_t)lim->max_logprobs * 8;
+	/* "gr": each sequence's grammar text and its generated ids (5 bytes each at most). */
+	head += seqs * (WIRE_MAX_GRAMMAR + 32 + 5 * (size_t)(lim->max_seq > 0 ? lim->max_seq : 0));
 	return head + (rows > top ? rows : top);
 }
 

@@ -64,7 +64,7 @@
 #include "common/model/sampling.h"
 #include "common/base/dtype.h"
 
-#define WIRE_VERSION_CURRENT 5
+#define WIRE_VERSION_CURRENT 6
 /* A test build may claim another version (tests/integration: a redeploy of a build that speaks
  * another protocol must be refused at HELLO, both versions named). */
 #ifdef LM_TEST_WIRE_VERSION
@@ -102,6 +102,10 @@ enum wire_dtype {
 	WIRE_DT_BF16 = 4,
 	WIRE_DT_RAW = 5, /* opaque bytes (KV rows) */
 };
+
+/* The most bytes of grammar text one sequence's "gr" entry carries (common/grammar/gbnf.h's
+ * GBNF_MAX_TEXT: engine/constrain.c holds the two equal). */
+#define WIRE_MAX_GRAMMAR (256 * 1024)
 
 /* The most top-logprob alternatives a TOKENS message carries per token. */
 #define WIRE_MAX_LOGPROBS 20
@@ -153,6 +157,22 @@ struct wire_seq {
 	 * Encode: the caller's; decode: points into the scratch. */
 	const struct lm_logit_adjust *adjust;
 	int32_t n_draft; /* its last n_draft tokens are drafts to verify (0: none) */
+	/* The grammar its output is held to (FORWARD's "gr", version 6); NULL: none. Encode: the
+	 * caller's; decode: points into the message and the scratch. */
+	const struct wire_grammar *grammar;
+};
+
+/* A constrained sequence's part of "gr" (docs/constrained-decoding.md). With text (len > 0),
+ * the last stage (re)builds the sequence's matcher: it compiles the GBNF and advances it over
+ * ids, the n_ids = step tokens the sequence has generated so far. Without (len 0, n_ids 0), it
+ * continues from the matcher it holds for the slot, which must be this sequence's, advanced
+ * over exactly `step` tokens; else it refuses the batch, and the coordinator sends the text
+ * again. text is not NUL-terminated. */
+struct wire_grammar {
+	const char *text;
+	uint32_t len;
+	const int32_t *ids;
+	int32_t n_ids;
 };
 
 /* FORWARD: "seqs" (array of per-sequence arrays), "n" (total tokens), "dt" (wire_dtype),
@@ -163,7 +183,11 @@ struct wire_seq {
  *     [index i32, presence f32, frequency f32, repeat f32, [window ids i32...],
  *      [[id i32, bias f32]...]]
  * one per such sequence, `index` its place in "seqs" (ascending, each at most once), checked
- * with lm_logit_adjust_check against n_vocab. payload_len must equal
+ * with lm_logit_adjust_check against n_vocab. "gr" (version 6) when any sequence is held to a
+ * grammar: an array of [index i32, text str, [ids i32...]], one per such sequence (struct
+ * wire_grammar; index ascending, the sequence sampling, text at most WIRE_MAX_GRAMMAR bytes
+ * without NUL, ids empty without text and exactly `step` of them with it, each in
+ * [0, n_vocab)). payload_len must equal
  * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n).
  * Decoding checks 1 <= n_seqs <= max_seqs, 1 <= n <= max_batch, dt one of I32 (dim 1, every
  * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim), and "dr" holding the sum of the
@@ -371,6 +395,10 @@ struct wire_scratch {
 	int32_t *hist;               /* [cap][LM_MAX_PENALTY_WINDOW] */
 	struct lm_logit_bias *bias;  /* [cap][LM_MAX_LOGIT_BIAS] */
 	int32_t *drafts;
+	/* For FORWARD's "gr", allocated at the first message that has one: */
+	struct wire_grammar *gr; /* [cap] */
+	int32_t *gr_ids;         /* [gr_ids_cap] every entry's ids */
+	size_t gr_ids_cap;
 	int32_t cap;  /* sequences and slots */
 	int32_t rows; /* TOKENS entries and drafted ids: one per row of a batch at most */
 };

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 
+#include "common/base/buf.h"
 #include "common/base/dtype.h"
 
 /* ---------------------------------------------------------------- the decoders */
@@ -66,6 +67,7 @@ static int wd_seq(struct wd *c, const struct wire_limits *lim, struct wire_seq *
 	int rc;
 	c->elem = NULL;
 	q->adjust = NULL;
+	q->grammar = NULL;
 	if ((rc = wd_tuple(c, 13)) != 0)
 		return rc;
 	c->elem = wire_seq_elems[0];
@@ -283,6 +285,78 @@ static int wd_forward_adjust(struct wd *c, const struct wd_head *w, const struct
 	return 0;
 }
 
+/* One "gr" entry: [index, text, [ids...]], its ids appended to the scratch at *used. */
+static int wd_grammar_one(struct wd *c, const struct wire_limits *lim, struct wire_scratch *s,
+			  int32_t n_seqs, int32_t prev, int32_t *index, struct wire_grammar *g,
+			  size_t *used)
+{
+	int rc;
+	uint32_t m;
+	c->elem = NULL;
+	if ((rc = wd_tuple(c, 3)) != 0)
+		return rc;
+	c->elem = "index";
+	if ((rc = wd_i32(c, prev + 1, (int64_t)n_seqs - 1, index)) != 0)
+		return rc;
+	const struct wire_seq *q = &s->seqs[*index];
+	if (!q->sample)
+		return wd_fail(c, LM_EPROTO,
+			       "sequence %" PRId32 " has a grammar but does not sample", *index);
+	c->elem = "text";
+	if ((rc = wd_strref(c, &g->text, &g->len, WIRE_MAX_GRAMMAR)) != 0)
+		return rc;
+	c->elem = "ids";
+	if ((rc = wd_array(c, &m)) != 0)
+		return rc;
+	uint64_t want = g->len > 0 ? q->step : 0;
+	if (m != want || m > (uint32_t)lim->max_seq)
+		return wd_fail(c, LM_EPROTO, "%" PRIu32 " ids where %" PRIu64 " were expected (%s)",
+			       m, want, g->len > 0 ? "the generated tokens" : "none without text");
+	size_t cap = s->gr_ids_cap;
+	int32_t *ids = lm_grow(s->gr_ids, &cap, *used + m + 1, sizeof *ids, 256);
+	if (ids == NULL)
+		return wd_fail(c, LM_ENOMEM, "out of memory for grammar replays");
+	s->gr_ids = ids;
+	s->gr_ids_cap = cap;
+	for (uint32_t j = 0; j < m; j++)
+		if ((rc = wd_i32(c, 0, (int64_t)lim->n_vocab - 1, &ids[*used + j])) != 0)
+			return rc;
+	g->n_ids = (int32_t)m;
+	g->ids = NULL; /* pointed at once every entry is read: the array may move */
+	*used += m;
+	return 0;
+}
+
+/* "gr": the constrained sequences' grammars, attached to the sequences they name. */
+static int wd_forward_grammar(struct wd *c, const struct wd_head *w, const struct wire_limits *lim,
+			      struct wire_scratch *s, struct wire_forward *f)
+{
+	uint32_t n;
+	int rc;
+	wd_at(c, w, WK_GR);
+	if ((rc = wd_array(c, &n)) != 0)
+		return rc;
+	if ((rc = wd_count(c, n, 0, f->n_seqs, "the batch's sequences", s->cap)) != 0)
+		return rc;
+	if (n > 0 && s->gr == NULL && (s->gr = calloc((size_t)s->cap, sizeof *s->gr)) == NULL)
+		return wd_fail(c, LM_ENOMEM, "out of memory for grammars");
+	int32_t prev = -1;
+	size_t used = 0;
+	for (int32_t k = 0; k < (int32_t)n; k++) {
+		c->idx = k;
+		if ((rc = wd_grammar_one(c, lim, s, f->n_seqs, prev, &prev, &s->gr[k], &used)) != 0)
+			return rc;
+		s->seqs[prev].grammar = &s->gr[k];
+	}
+	used = 0;
+	for (int32_t k = 0; k < (int32_t)n; k++) {
+		s->gr[k].ids = s->gr_ids + used;
+		used += (size_t)s->gr[k].n_ids;
+	}
+	c->idx = -1;
+	return 0;
+}
+
 /* "dr": exactly the sum of the sequences' n_draft ids, each a token. */
 static int wd_forward_drafts(struct wd *c, const struct wd_head *w, const struct wire_limits *lim,
 			     struct wire_scratch *s, struct wire_forward *f)
@@ -322,7 +396,8 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 	const uint64_t keys = WK_BASE | WK_BIT(WK_SEQS) | WK_BIT(WK_N) | WK_BIT(WK_DT) |
 			      WK_BIT(WK_DIM) | WK_BIT(WK_PL);
 	struct wd_forward x = {.lim = lim, .s = s, .f = f};
-	const struct wd_spec spec = {.allowed = keys | WK_BIT(WK_ADJ) | WK_BIT(WK_DR),
+	const struct wd_spec spec = {.allowed =
+					     keys | WK_BIT(WK_ADJ) | WK_BIT(WK_DR) | WK_BIT(WK_GR),
 				     .types = WT_BIT(WIRE_FORWARD),
 				     .fp = lim->fingerprint,
 				     .inline_key = WK_SEQS,
@@ -381,6 +456,8 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 		return rc;
 
 	if ((w.seen & WK_BIT(WK_ADJ)) != 0 && (rc = wd_forward_adjust(&c, &w, lim, s, f)) != 0)
+		return rc;
+	if ((w.seen & WK_BIT(WK_GR)) != 0 && (rc = wd_forward_grammar(&c, &w, lim, s, f)) != 0)
 		return rc;
 
 	/* n <= max_batch and dim <= INT32_MAX: the product fits in 64 bits. */

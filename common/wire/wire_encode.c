@@ -230,6 +230,43 @@ static void wire_adjust(struct wire_enc *e, const struct wire_forward *f, size_t
 	}
 }
 
+/* The sequences held to a grammar and a bound of their "gr" bytes; LM_EINVAL for one that is
+ * not self-consistent. */
+static int wire_grammar_bound(const struct wire_forward *f, size_t *n, size_t *bound)
+{
+	for (int32_t i = 0; i < f->n_seqs; i++) {
+		const struct wire_grammar *g = f->seqs[i].grammar;
+		if (g == NULL)
+			continue;
+		if (g->n_ids < 0 || (g->n_ids > 0 && g->ids == NULL) ||
+		    (g->len > 0 && g->text == NULL) || g->len > WIRE_MAX_GRAMMAR)
+			return LM_EINVAL;
+		(*n)++;
+		*bound += 1 + 5 + 5 + g->len + 5 + 5 * (size_t)g->n_ids;
+	}
+	if (*n > 0)
+		*bound += 3 + 5;
+	return 0;
+}
+
+/* "gr": [index, text, [ids...]] per constrained sequence. */
+static void wire_grammar(struct wire_enc *e, const struct wire_forward *f, size_t n)
+{
+	wire_key(e, "gr");
+	wire_array(e, n);
+	for (int32_t i = 0; i < f->n_seqs; i++) {
+		const struct wire_grammar *g = f->seqs[i].grammar;
+		if (g == NULL)
+			continue;
+		wire_array(e, 3);
+		wire_i64(e, i);
+		wire_str(e, g->len > 0 ? g->text : "", g->len);
+		wire_array(e, (size_t)g->n_ids);
+		for (int32_t j = 0; j < g->n_ids; j++)
+			wire_i64(e, g->ids[j]);
+	}
+}
+
 int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 {
 	if (f->n_seqs < 0 || (f->n_seqs > 0 && f->seqs == NULL) || f->n_tokens < 0 || f->dim < 0 ||
@@ -249,16 +286,17 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 	    pl != f->payload_len)
 		return LM_EINVAL;
 	size_t copy = f->payload != NULL ? f->payload_len : 0;
-	size_t n_adj = 0, adj_bound = 0;
-	if (wire_adjust_bound(f, &n_adj, &adj_bound) != 0)
+	size_t n_adj = 0, adj_bound = 0, n_gr = 0;
+	if (wire_adjust_bound(f, &n_adj, &adj_bound) != 0 ||
+	    wire_grammar_bound(f, &n_gr, &adj_bound) != 0)
 		return LM_EINVAL;
 	struct wire_enc e;
 	if (wire_enc_begin(&e, b,
 			   WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + adj_bound +
 				   (size_t)f->n_drafts * 5 + 8 + copy))
 		return LM_ENOMEM;
-	wire_head(&e, 9 + (n_adj > 0) + (f->n_drafts > 0), WIRE_FORWARD, f->batch_id, true,
-		  f->fingerprint);
+	wire_head(&e, 9 + (n_adj > 0) + (n_gr > 0) + (f->n_drafts > 0), WIRE_FORWARD, f->batch_id,
+		  true, f->fingerprint);
 	wire_key(&e, "seqs");
 	wire_array(&e, (size_t)f->n_seqs);
 	for (int32_t i = 0; i < f->n_seqs; i++) {
@@ -292,6 +330,8 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 	wire_i64(&e, f->dim);
 	if (n_adj > 0)
 		wire_adjust(&e, f, n_adj);
+	if (n_gr > 0)
+		wire_grammar(&e, f, n_gr);
 	wire_key(&e, "pl");
 	wire_u64(&e, f->payload_len);
 	wire_raw(&e, f->payload, copy);

@@ -58,7 +58,7 @@ static const struct {
 	[WK_CODE] = {"code", 4}, [WK_MSG] = {"msg", 3},     [WK_ABOUT] = {"about", 5},
 	[WK_ADJ] = {"adj", 3},   [WK_DIG] = {"dig", 3},     [WK_DR] = {"dr", 2},
 	[WK_KKS] = {"kks", 3},   [WK_KVS] = {"kvs", 3},     [WK_DRF] = {"drf", 3},
-	[WK_HI] = {"hi", 2},
+	[WK_HI] = {"hi", 2},     [WK_GR] = {"gr", 2},
 };
 
 static int wire_key_find(const uint8_t *s, uint32_t n, uint64_t allowed)
@@ -309,6 +309,22 @@ int wd_str(struct wd *c, char *dst, size_t cap, bool nonempty)
 		return wd_fail(c, LM_EPROTO, "the string is empty");
 	memcpy(dst, s, n);
 	dst[n] = '\0';
+	return 0;
+}
+
+int wd_strref(struct wd *c, const char **s, uint32_t *n, uint32_t most)
+{
+	const uint8_t *p;
+	c->at = c->p;
+	int rc = wd_rd_str(c, &p, n);
+	if (rc != 0)
+		return wd_bad(c, rc, "a string");
+	if (*n > most)
+		return wd_fail(c, LM_EPROTO, "a string of %" PRIu32 " bytes, longer than %" PRIu32,
+			       *n, most);
+	if (memchr(p, '\0', *n) != NULL)
+		return wd_fail(c, LM_EPROTO, "the string contains a NUL byte");
+	*s = (const char *)p;
 	return 0;
 }
 

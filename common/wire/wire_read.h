@@ -60,6 +60,7 @@ enum wire_key {
 	WK_KVS,
 	WK_DRF,
 	WK_HI,
+	WK_GR,
 	WK_COUNT
 };
 
@@ -264,6 +265,8 @@ static inline int wd_bool(struct wd *c, bool *out)
 
 /* A string into dst[cap]: at most cap - 1 bytes, no NUL, non-empty if asked. */
 int wd_str(struct wd *c, char *dst, size_t cap, bool nonempty);
+/* A string of at most `most` bytes, left in the message: *s points at its bytes. */
+int wd_strref(struct wd *c, const char **s, uint32_t *n, uint32_t most);
 
 /* An array header whose count the bytes left could hold. */
 int wd_array(struct wd *c, uint32_t *n);

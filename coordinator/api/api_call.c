@@ -1116,6 +1116,7 @@ static int api_submit_choice(struct api_call *c, int32_t i, lm_diag *d)
 			      .stop_ids = c->req.stop_ids,
 			      .n_stop_ids = c->req.n_stop_ids,
 			      .no_speculate = c->req.no_speculate,
+			      .grammar = c->req.grammar,
 			      .no_cache = c->req.no_cache,
 			      .cached = &h->cached,
 			      .share_prompt_of = i > 0 ? c->ch[0].seq_id : 0,

@@ -17,6 +17,8 @@
 #include "common/base/utf8.h"
 #include "coordinator/api/api_json.h"
 #include "coordinator/api/chat_jinja.h"
+#include "common/grammar/gbnf.h"
+#include "coordinator/api/json_schema.h"
 
 /* Fills err (the message formatted as the HTTP error reply formats it) and returns the code. */
 static int api_refuse(struct api_error *err, int code, uint16_t status, const char *type,
@@ -98,14 +100,16 @@ static const char *const api_common_keys[] = {
 	"logprobs",
 	"speculate",
 	"cache_prompt",
+	"response_format",
+	"json_schema",
+	"grammar",
 	"timings_per_token",
 	NULL,
 };
 static const char *const api_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
 static const char *const api_chat_keys[] = {
-	"messages", "max_completion_tokens", "top_logprobs",        "response_format",
-	"tools",    "tool_choice",           "parallel_tool_calls", "chat_template_kwargs",
-	NULL,
+	"messages",    "max_completion_tokens", "top_logprobs",         "tools",
+	"tool_choice", "parallel_tool_calls",   "chat_template_kwargs", NULL,
 };
 
 static bool api_listed(const char *const *list, const char *key)
@@ -341,6 +345,17 @@ static int api_flags(const cJSON *req, struct api_request *r, struct api_error *
 	return 0;
 }
 
+/* Structured output (json_schema.h): the grammar the last worker holds the output to. */
+static int api_grammar(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	const char *param = NULL;
+	lm_diag d = {{0}};
+	int rc = json_schema_request(req, &r->grammar, &param, &d);
+	if (rc == LM_ENOMEM)
+		return API_NOMEM(err);
+	return rc != 0 ? API_BAD(err, param, "%s", d.msg) : 0;
+}
+
 /* What both endpoints share, after the prompt: numbers, flags, stops, adjustments. */
 static int api_common(const cJSON *req, const struct api_limits *lim, const tok_vocab *vocab,
 		      double max_tokens, struct api_request *r, struct api_error *err)
@@ -358,7 +373,7 @@ static int api_common(const cJSON *req, const struct api_limits *lim, const tok_
 		max_tokens = lim->max_seq - r->n_prompt; /* ends with finish_reason "length" */
 	if ((rc = api_flags(req, r, err)) != 0 || (rc = api_stops(req, r, err)) != 0 ||
 	    (rc = api_penalties(req, lim, r, err)) != 0 ||
-	    (rc = api_logit_bias(req, vocab, r, err)) != 0)
+	    (rc = api_logit_bias(req, vocab, r, err)) != 0 || (rc = api_grammar(req, r, err)) != 0)
 		return rc;
 	r->max_tokens = (int32_t)max_tokens;
 	r->seed_given = seed >= 0;
@@ -750,12 +765,86 @@ static int api_chat_tools(const cJSON *req, const struct api_limits *lim, struct
 	return 0;
 }
 
-int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d)
+/* The parameters (a JSON schema) of the function `name` among tools, or NULL. */
+static const cJSON *api_tool_params(const cJSON *tools, const char *name)
+{
+	const cJSON *t;
+	if (!cJSON_IsArray(tools))
+		return NULL;
+	cJSON_ArrayForEach(t, tools)
+	{
+		const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+		const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "name");
+		if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+			return cJSON_GetObjectItemCaseSensitive(f, "parameters");
+	}
+	return NULL;
+}
+
+int api_tool_grammar(const struct api_request *r, const cJSON *tools, struct lm_buf *out,
+		     lm_diag *d)
 {
 	if (r->tool_choice != API_TOOLS_REQUIRED && r->tool_choice != API_TOOLS_NAMED)
 		return 0;
 	struct tool_want w = api_tool_want(r);
-	return tool_call_grammar(&r->syntax, w.names, w.n_names, r->parallel_tool_calls, out, d);
+	char rule[API_MAX_TOOLS][16];
+	const char *args[API_MAX_TOOLS] = {0};
+	struct lm_buf rules = {0};
+	int next = 0, rc = 0;
+	for (int i = 0; i < w.n_names && i < API_MAX_TOOLS && rc == 0; i++) {
+		const cJSON *p = api_tool_params(tools, w.names[i]);
+		lm_diag ignored = {{0}};
+		/* A schema json_schema.h cannot enforce leaves those arguments any object. */
+		int root = p != NULL ? json_schema_rules(p, &next, &rules, &ignored) : LM_EINVAL;
+		if (root == LM_ENOMEM)
+			rc = root;
+		if (root >= 0) {
+			snprintf(rule[i], sizeof rule[i], "r%d", root);
+			args[i] = rule[i];
+		}
+	}
+	if (rc == 0)
+		rc = tool_call_grammar_args(&r->syntax, w.names, args, w.n_names,
+					    r->parallel_tool_calls, out, d);
+	if (rc == 0 && rules.len > 0 &&
+	    (lm_buf_add(out, rules.p, rules.len) | lm_buf_adds(out, json_schema_prelude)) != 0)
+		rc = LM_ENOMEM;
+	lm_buf_fini(&rules);
+	if (rc == LM_ENOMEM)
+		return lm_fail(d, rc, "out of memory");
+	if (rc == 0 && out->len > GBNF_MAX_TEXT)
+		return lm_fail(d, LM_EINVAL, "the tools make a grammar of more than %d bytes",
+			       GBNF_MAX_TEXT);
+	return rc;
+}
+
+/* tool_choice "required" or a named function: the output is held to the template's call syntax
+ * (api_tool_grammar), which a grammar of the request's own would contradict. */
+static int api_tool_force(const cJSON *req, struct api_request *r, struct api_error *err)
+{
+	if (r->tool_choice != API_TOOLS_REQUIRED && r->tool_choice != API_TOOLS_NAMED)
+		return 0;
+	if (r->grammar != NULL)
+		return API_BAD(err, "tool_choice",
+			       "a 'tool_choice' that forces a call (\"required\" or a named "
+			       "function) cannot be combined with 'response_format', "
+			       "'json_schema' or 'grammar'");
+	struct lm_buf g = {0};
+	struct gbnf *compiled = NULL;
+	lm_diag d = {{0}};
+	int rc = api_tool_grammar(r, cJSON_GetObjectItemCaseSensitive(req, "tools"), &g, &d);
+	if (rc == 0 && g.p != NULL) /* a grammar of ours that does not compile is a bug: say so */
+		rc = gbnf_compile(g.p, g.len, &compiled, &d);
+	gbnf_free(compiled);
+	if (rc == 0) {
+		r->grammar = g.p;
+		g = (struct lm_buf){0};
+	}
+	lm_buf_fini(&g);
+	if (rc == LM_ENOMEM)
+		return API_NOMEM(err);
+	return rc != 0 ? API_BAD(err, "tool_choice", "'tool_choice' cannot force a call: %s", d.msg)
+		       : 0;
 }
 
 struct tool_want api_tool_want(const struct api_request *r)
@@ -764,20 +853,6 @@ struct tool_want api_tool_want(const struct api_request *r)
 		return (struct tool_want){true, (const char *const *)&r->tool_choice_name, 1};
 	return (struct tool_want){r->tool_choice != API_TOOLS_NONE && r->n_tools > 0,
 				  (const char *const *)r->tool_names, r->n_tools};
-}
-
-/* The fields of OpenAI's chat API that stand for features this server does not have: their
- * neutral values are accepted, anything else refused. */
-static int api_chat_unsupported(const cJSON *req, struct api_error *err)
-{
-	const cJSON *rf = cJSON_GetObjectItemCaseSensitive(req, "response_format");
-	const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rf, "type");
-	if (rf != NULL && !cJSON_IsNull(rf) &&
-	    !(cJSON_IsObject(rf) && cJSON_GetArraySize(rf) == 1 && cJSON_IsString(rt) &&
-	      strcmp(rt->valuestring, "text") == 0))
-		return API_BAD(err, "response_format",
-			       "only 'response_format' {\"type\": \"text\"} is supported");
-	return 0;
 }
 
 /* The rendered conversation into ids: special-token text parsed (the template's markers), BOS
@@ -1028,14 +1103,13 @@ static int api_chat_fields(const cJSON *req, const struct api_limits *lim, const
 	double max_tokens = mct >= 0 ? mct : lim->max_seq - r->n_prompt;
 	if ((rc = api_common(req, lim, vocab, max_tokens, r, err)) != 0 ||
 	    (rc = api_bool(req, "logprobs", &r->logprobs, err)) != 0 ||
-	    (rc = api_number(req, "top_logprobs", 0, API_MAX_LOGPROBS, true, &top, err)) != 0 ||
-	    (rc = api_chat_unsupported(req, err)) != 0)
+	    (rc = api_number(req, "top_logprobs", 0, API_MAX_LOGPROBS, true, &top, err)) != 0)
 		return rc;
 	if (top > 0 && !r->logprobs)
 		return API_BAD(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
 	r->n_logprobs = (int32_t)top;
 	api_chat_stops(lim, vocab, r);
-	return 0;
+	return api_tool_force(req, r, err);
 }
 
 int api_chat_parse(const char *body, size_t len, const struct api_limits *lim,
@@ -1062,6 +1136,7 @@ void api_request_fini(struct api_request *r)
 		return;
 	free(r->prompt);
 	free(r->bias);
+	free(r->grammar);
 	for (int i = 0; i < r->n_stops; i++)
 		free(r->stops[i]);
 	for (int i = 0; i < r->n_tools; i++)

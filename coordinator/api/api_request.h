@@ -47,7 +47,6 @@
  *     chat_template_kwargs  an object: each key a variable of the template's (its knobs:
  *                       enable_thinking, reasoning_effort, ...; chat_jinja.h); only with the
  *                       model's own template
- *     response_format   {"type": "text"} only
  *     tools             an array of at most API_MAX_TOOLS {"type": "function", "function":
  *                       {"name": [A-Za-z0-9_.-]{1,64}, each once; "description": a string;
  *                       "parameters": an object; "strict": a boolean}}, given to the template
@@ -64,6 +63,11 @@
  *   "name" (a string) on any message.
  * The output of a chat request is parsed by the template's syntax (tool_call.h): reasoning and
  * tool calls apart from the content.
+ * Structured output, on both endpoints (json_schema.h; docs/constrained-decoding.md): at most
+ * one of response_format ({"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}), json_schema (a schema) and grammar (GBNF),
+ * compiled to the grammar the output is held to; a schema or grammar this server cannot
+ * enforce is refused with the reason (line and column for GBNF).
  * Any other field is refused, naming it. A string prompt (or a rendered conversation) longer
  * in bytes than the context could hold in tokens is refused before it is tokenized.
  */
@@ -154,16 +158,21 @@ struct api_request {
 	bool parallel_tool_calls;
 	struct tool_syntax syntax;
 	bool parse_output;
+	/* GBNF the output is held to (constrained decoding), or NULL; owned. */
+	char *grammar;
 };
 
 /* What the output parse of r looks for (tool_call.h): calls, to its tools (the named one
  * alone), unless tool_choice is "none" or there are no tools. */
 struct tool_want api_tool_want(const struct api_request *r);
 /* The GBNF grammar (tool_call.h) that forces r's tool_choice "required" or named function in
- * the template's call syntax, appended to out; nothing for the other choices. LM_EINVAL when
- * the template has no call syntax. Not applied yet: constrained decoding is to carry it to the
- * sampling step. */
-int api_tool_grammar(const struct api_request *r, struct lm_buf *out, lm_diag *d);
+ * the template's call syntax, appended to out; nothing for the other choices. Each function's
+ * arguments are held to its "parameters" in tools (the request's array; NULL: none) where
+ * json_schema.h can enforce the schema, else any JSON object. LM_EINVAL when the template has
+ * no call syntax (or the grammar would pass GBNF_MAX_TEXT). api_chat_parse puts it in
+ * r->grammar, and refuses a forcing tool_choice beside a grammar of the request's own. */
+int api_tool_grammar(const struct api_request *r, const cJSON *tools, struct lm_buf *out,
+		     lm_diag *d);
 
 /* Why a request was refused: what the HTTP reply says. */
 struct api_error {

@@ -118,5 +118,11 @@ void tool_call_id(char out[TOOL_CALL_ID_LEN]);
  * names is empty or a name is not [A-Za-z0-9_.-]; LM_ENOMEM. Appends to out. */
 int tool_call_grammar(const struct tool_syntax *s, const char *const *names, int n, bool parallel,
 		      struct lm_buf *out, lm_diag *d);
+/* The same with each tool's arguments held to a rule of the caller's: args[i] names the GBNF
+ * rule of names[i]'s arguments (NULL: any JSON object), which the caller appends to the
+ * grammar (json_schema_rules). Gemma 4's arguments are not JSON: any object of its syntax. */
+int tool_call_grammar_args(const struct tool_syntax *s, const char *const *names,
+			   const char *const *args, int n, bool parallel, struct lm_buf *out,
+			   lm_diag *d);
 
 #endif

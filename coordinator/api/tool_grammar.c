@@ -73,48 +73,70 @@ static int tg_names(struct lm_buf *o, const char *const *names, int n)
 	return rc | lm_buf_addc(o, '\n');
 }
 
+/* One call's text around its name and arguments: pre NAME mid ARGUMENTS post (GBNF). */
+struct tg_call {
+	const char *pre, *mid, *post;
+};
+
+static const struct tg_call tg_hermes = {
+	"\"<tool_call>\" ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"\"",
+	"\"\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws", "ws \"}\" ws \"</tool_call>\""};
+static const struct tg_call tg_llama3 = {"\"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"\"",
+					 "\"\\\"\" ws \",\" ws \"\\\"parameters\\\"\" ws \":\" ws",
+					 "ws \"}\""};
+static const struct tg_call tg_mistral_args = {"\"[TOOL_CALLS]\"", "\"[ARGS]\"", ""};
+static const struct tg_call tg_mistral_obj = {
+	"\"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"\"",
+	"\"\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws", "ws \"}\""};
+static const struct tg_call tg_harmony = {"\"<|channel|>commentary to=functions.\"",
+					  "\" <|constrain|>json\"? \"<|message|>\"", ""};
+static const struct tg_call tg_deepseek = {"\"<｜tool▁call▁begin｜>\"", "\"<｜tool▁sep｜>\"",
+					   "\"<｜tool▁call▁end｜>\""};
+
+/* rule ::= one call as c spells it: to tool-name with any JSON object (args NULL), or to each of
+ * names[0..n) with its arguments' rule args[i] (NULL: any JSON object). */
+static int tg_named(struct lm_buf *o, const char *rule, const struct tg_call *c,
+		    const char *const *names, const char *const *args, int n)
+{
+	int rc = lm_buf_printf(o, "%s ::= %s ", rule, c->pre);
+	if (args == NULL)
+		rc |= lm_buf_printf(o, "tool-name %s json-object", c->mid);
+	for (int i = 0; args != NULL && i < n; i++)
+		rc |= lm_buf_adds(o, i == 0 ? "( " : " | ") | tg_lit(o, names[i]) |
+		      lm_buf_printf(o, " %s %s", c->mid, args[i] != NULL ? args[i] : "json-object");
+	if (args != NULL)
+		rc |= lm_buf_adds(o, " )");
+	return rc | lm_buf_printf(o, "%s%s\n", c->post[0] != '\0' ? " " : "", c->post);
+}
+
 /* call ::= one call in the format's syntax; *sep: what goes between parallel calls. */
-static int tg_call(const struct tool_syntax *s, struct lm_buf *o, const char **sep)
+static int tg_call(const struct tool_syntax *s, const char *const *names, const char *const *args,
+		   int n, struct lm_buf *o, const char **sep)
 {
 	*sep = "ws";
 	switch (s->fmt) {
 	case TOOL_FMT_HERMES:
-		return lm_buf_adds(o,
-				   "call ::= \"<tool_call>\" ws \"{\" ws \"\\\"name\\\"\" ws \":\" "
-				   "ws \"\\\"\" tool-name \"\\\"\" ws \",\" ws "
-				   "\"\\\"arguments\\\"\" ws \":\" ws json-object ws \"}\" ws "
-				   "\"</tool_call>\"\n");
+		return tg_named(o, "call", &tg_hermes, names, args, n);
 	case TOOL_FMT_LLAMA3:
 		*sep = "ws \";\" ws";
-		return lm_buf_adds(o,
-				   "call ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"\" "
-				   "tool-name \"\\\"\" ws \",\" ws \"\\\"parameters\\\"\" ws \":\" "
-				   "ws json-object ws \"}\"\n");
+		return tg_named(o, "call", &tg_llama3, names, args, n);
 	case TOOL_FMT_MISTRAL:
 		if (s->mistral_args)
-			return lm_buf_adds(o, "call ::= \"[TOOL_CALLS]\" tool-name \"[ARGS]\" "
-					      "json-object\n");
+			return tg_named(o, "call", &tg_mistral_args, names, args, n);
 		*sep = NULL; /* one [TOOL_CALLS] holds them all */
-		return lm_buf_adds(
-			o, "call ::= \"[TOOL_CALLS]\" \"[\" ws call-obj ( ws \",\" ws "
-			   "call-obj )* ws \"]\"\n"
-			   "call-obj ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"\" "
-			   "tool-name \"\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws "
-			   "json-object ws \"}\"\n");
+		return lm_buf_adds(o, "call ::= \"[TOOL_CALLS]\" \"[\" ws call-obj ( ws \",\" ws "
+				      "call-obj )* ws \"]\"\n") |
+		       tg_named(o, "call-obj", &tg_mistral_obj, names, args, n);
 	case TOOL_FMT_HARMONY:
 		*sep = NULL; /* a call ends the turn (<|call|>) */
-		return lm_buf_adds(o, "call ::= \"<|channel|>commentary to=functions.\" tool-name "
-				      "\" <|constrain|>json\"? \"<|message|>\" json-object\n");
-	case TOOL_FMT_GEMMA4:
+		return tg_named(o, "call", &tg_harmony, names, args, n);
+	case TOOL_FMT_GEMMA4: /* its arguments are not JSON: any object of its own syntax */
 		return lm_buf_adds(o, "call ::= \"<|tool_call>call:\" tool-name g4-object "
 				      "\"<tool_call|>\"\n") |
 		       lm_buf_adds(o, tg_gemma4);
 	case TOOL_FMT_DEEPSEEK:
 		*sep = NULL; /* one section holds them all */
-		return lm_buf_adds(o, "call ::= \"<｜tool▁call▁"
-				      "begin｜>\" tool-name \"<｜tool"
-				      "▁sep｜>\" json-object \"<｜"
-				      "tool▁call▁end｜>\"\n");
+		return tg_named(o, "call", &tg_deepseek, names, args, n);
 	default:
 		return LM_EINVAL;
 	}
@@ -141,6 +163,13 @@ static int tg_think(const struct tool_syntax *s, struct lm_buf *o, bool *has)
 int tool_call_grammar(const struct tool_syntax *s, const char *const *names, int n, bool parallel,
 		      struct lm_buf *out, lm_diag *d)
 {
+	return tool_call_grammar_args(s, names, NULL, n, parallel, out, d);
+}
+
+int tool_call_grammar_args(const struct tool_syntax *s, const char *const *names,
+			   const char *const *args, int n, bool parallel, struct lm_buf *out,
+			   lm_diag *d)
+{
 	if (n <= 0)
 		return lm_fail(d, LM_EINVAL, "a tool-call grammar needs at least one tool");
 	for (int i = 0; i < n; i++) {
@@ -154,7 +183,7 @@ int tool_call_grammar(const struct tool_syntax *s, const char *const *names, int
 	const char *sep;
 	bool think;
 	struct lm_buf body = {0};
-	int rc = tg_call(s, &body, &sep);
+	int rc = tg_call(s, names, args, n, &body, &sep);
 	if (rc == LM_EINVAL) {
 		lm_buf_fini(&body);
 		return lm_fail(d, LM_EINVAL, "the %s format has no tool-call syntax",

@@ -30,6 +30,9 @@ struct sched_seq {
 	struct lm_logit_adjust adj; /* what the next sampled step sends */
 	int32_t stop_ids[SCHED_MAX_REQ_STOPS];
 	int32_t n_bias, n_stop_ids;
+	char *grammar;           /* sched_req.grammar, or NULL */
+	struct wire_grammar wgr; /* what the next sampled step sends of it */
+	bool gr_sent; /* the last worker has the grammar (reset when the sequence restarts) */
 	void (*on_token)(void *, int32_t, float, const int32_t *, const float *, int32_t);
 	void (*on_done)(void *, enum sched_finish, int, const char *);
 	void *arg;

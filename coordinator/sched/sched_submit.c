@@ -59,6 +59,9 @@ static int sched_check_req(const struct sched *s, const struct sched_req *r,
 		return lm_fail(d, LM_EINVAL, "logprobs must be in [0, %d]", s->cfg.max_logprobs);
 	if ((rc = lm_sampling_check(&r->sampling, d)) != 0)
 		return rc;
+	if (r->grammar != NULL && (r->grammar[0] == '\0' || strlen(r->grammar) > WIRE_MAX_GRAMMAR))
+		return lm_fail(d, LM_EINVAL, "the grammar is empty or longer than %d bytes",
+			       WIRE_MAX_GRAMMAR);
 	return sched_check_adjust(s, r, pen, d);
 }
 
@@ -85,7 +88,7 @@ static int sched_new_seq(const struct sched *s, const struct sched_req *r,
 		memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
 	q->cap = s->cfg.max_seq;
 	q->tok = malloc((size_t)q->cap * sizeof *q->tok);
-	if (q->tok == NULL) {
+	if (q->tok == NULL || (r->grammar != NULL && (q->grammar = strdup(r->grammar)) == NULL)) {
 		sched_free_seq(q);
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	}

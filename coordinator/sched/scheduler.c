@@ -29,6 +29,7 @@ void sched_free_seq(struct sched_seq *q)
 	if (q != NULL) {
 		free(q->tok);
 		free(q->bias);
+		free(q->grammar);
 		free(q);
 	}
 }
@@ -585,6 +586,20 @@ static int32_t sched_draft(struct sched *s, struct sched_seq *q, int32_t room,
 	return k < 0 ? 0 : k > most ? most : k;
 }
 
+/* A constrained sequence's step w: a new sequence, or a replay from position 0, sends its
+ * grammar and the tokens generated so far, from which the last worker rebuilds its matcher;
+ * else an empty grammar, telling the last worker to use the matcher it holds. */
+static void sched_grammar(struct sched_seq *q, struct wire_seq *w)
+{
+	q->gr_sent = q->gr_sent && w->pos > 0;
+	if (!w->sample || q->grammar == NULL)
+		return;
+	q->wgr = q->gr_sent ? (struct wire_grammar){0}
+			    : (struct wire_grammar){q->grammar, (uint32_t)strlen(q->grammar),
+						    q->tok + q->n_prompt, q->n_gen};
+	w->grammar = &q->wgr;
+}
+
 /* Packs the next batch from sequences not in flight. Returns false when there is none. */
 static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n_tokens)
 {
@@ -646,6 +661,7 @@ static bool sched_build_batch(struct sched *s, struct sched_batch *b, int32_t *n
 							  .n_bias = q->n_bias};
 			w->adjust = &q->adj;
 		}
+		sched_grammar(q, w);
 		b->seqs[b->n] = q;
 		b->chunk[b->n] = chunk;
 		b->sample[b->n] = w->sample;
@@ -707,6 +723,7 @@ static void sched_dispatch(struct sched *s)
 					(uint64_t)((end < q->n_prompt ? end : q->n_prompt) -
 						   q->n_done));
 			q->inflight = true;
+			q->gr_sent |= b->sample[k];
 		}
 		s->n_inflight++;
 		atomic_fetch_add(&s->stats.batches, 1);
@@ -1093,8 +1110,11 @@ static void sched_publish_quiesced(struct sched *s)
 		return;
 	int32_t k = 0;
 	for (int32_t i = 0; i < s->cfg.slots; i++)
-		if (s->slot_seq[i] != NULL)
+		if (s->slot_seq[i] != NULL) {
 			s->snap[k++] = (struct sched_slot){i, s->slot_seq[i]->n_done};
+			/* A redeploy may replace the last worker: its grammars go again. */
+			s->slot_seq[i]->gr_sent = false;
+		}
 	pthread_mutex_lock(&s->mu);
 	s->n_snap = k;
 	s->quiesced = s->quiesce;

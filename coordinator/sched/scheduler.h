@@ -68,6 +68,10 @@ struct sched_req {
 	 * prefix cache), when the request takes its slot, before any on_token. May be NULL. */
 	int32_t *cached;
 	bool no_speculate; /* decode one token a step even where the scheduler has drafts */
+	/* GBNF the output is held to (constrained decoding), or NULL; copied. The last worker
+	 * gets it with the sequence's first sampled step, and again with the tokens generated so
+	 * far whenever its matcher may be gone (a replay, a quiesce for a redeploy). */
+	const char *grammar;
 	/* Parallel samples: the id of a request submitted before this one with the same prompt.
 	 * This one waits until that sequence's prompt rows are computed, then every worker copies
 	 * them into this one's slot (a COPY, wire.h) and it computes only the prompt's last

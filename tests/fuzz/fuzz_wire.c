@@ -52,6 +52,25 @@ static bool same_f32(float a, float b)
 	return memcmp(&a, &b, sizeof a) == 0;
 }
 
+/* A decoded sequence's grammar ("gr") as wire.h promises it, and b's the same after a round
+ * trip. */
+static void check_grammar(const struct wire_seq *a, const struct wire_seq *b,
+			  const struct wire_limits *lim)
+{
+	const struct wire_grammar *x = a->grammar, *y = b->grammar;
+	CHECK((x == NULL) == (y == NULL));
+	if (x == NULL || y == NULL)
+		return;
+	CHECK(a->sample && x->len <= WIRE_MAX_GRAMMAR);
+	CHECK(x->len == 0 ? x->n_ids == 0 : (uint64_t)x->n_ids == a->step);
+	CHECK(x->len == 0 || memchr(x->text, '\0', x->len) == NULL);
+	for (int32_t i = 0; i < x->n_ids; i++)
+		CHECK(x->ids[i] >= 0 && x->ids[i] < lim->n_vocab);
+	CHECK(y->len == x->len && y->n_ids == x->n_ids);
+	CHECK(x->len == 0 || memcmp(x->text, y->text, x->len) == 0);
+	CHECK(x->n_ids == 0 || memcmp(x->ids, y->ids, (size_t)x->n_ids * sizeof x->ids[0]) == 0);
+}
+
 static void check_forward(const uint8_t *data, size_t size, const struct wire_limits *lim)
 {
 	struct wire_forward f, g;
@@ -109,6 +128,7 @@ static void check_forward(const uint8_t *data, size_t size, const struct wire_li
 		      same_f32(a->sampling.top_p, b->sampling.top_p) &&
 		      same_f32(a->sampling.min_p, b->sampling.min_p) &&
 		      a->sampling.seed == b->sampling.seed);
+		check_grammar(a, b, lim);
 	}
 }
 

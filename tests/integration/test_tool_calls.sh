@@ -7,7 +7,10 @@
 # makes every token a marker (<channel|> closes the reasoning: what follows is content;
 # <|tool_call> starts a call the model never finishes: it comes back as text, never
 # half-parsed). Streams carry the same text in deltas. The expected texts come from the plain
-# completion of the same tokens, and from the markers' own texts.
+# completion of the same tokens, and from the markers' own texts. tool_choice "required" or
+# named does force a call (constrained decoding): Gemma 4's <|tool_call> is drawn as its control
+# token, and on a second mesh with Qwen 2.5's template and vocabulary (Hermes calls) every forced
+# call parses and its arguments validate against the function's parameters, streamed or not.
 source "$(dirname "$0")/lib.sh"
 
 vocab="$LM_SHARED/tokenizer/ggml-vocab-gemma-4.gguf"
@@ -121,4 +124,77 @@ stream=$(chat_stream "$body, \"stream\": true}")
 jq -e '.content == "<|tool_call><|tool_call><|tool_call>" and (.calls | length) == 0 and
 	.finish == "length"' <<<"$stream" >/dev/null || fail "a call written badly, streamed: $stream"
 echo "ok: a call written badly comes back as text, streamed or not"
+
+# (c) tool_choice "required" holds the output to the template's call syntax. Gemma 4's markers
+# are control tokens: the first token drawn is <|tool_call> itself, where the grammar spells
+# its text (a random-weight model then writes arguments as long as max_tokens lets it).
+out=$(chat "{\"messages\": $history, \"tools\": $tools, \"tool_choice\": \"required\",
+	\"parallel_tool_calls\": false, \"max_tokens\": 24, \"return_token_ids\": true,
+	\"temperature\": 0}")
+jq -e --argjson open "$open" '.token_ids[0] == $open and .choices[0] as $c |
+	($c.finish_reason == "tool_calls" and ($c.message.tool_calls | length) == 1 and
+	 $c.message.tool_calls[0].function.name == "get_weather" and
+	 ($c.message.tool_calls[0].function.arguments | fromjson | type) == "object") or
+	($c.finish_reason == "length" and ($c.message.content | startswith("<|tool_call>call:get_weather{")))' \
+	<<<"$out" >/dev/null || fail "a required call in Gemma 4's syntax: $out"
+out=$(chat "{\"messages\": $history, \"tools\": $tools, \"tool_choice\": \"required\",
+	\"response_format\": {\"type\": \"json_object\"}}")
+jq -e '.error.param == "tool_choice" and (.error.message | contains("cannot be combined"))' \
+	<<<"$out" >/dev/null || fail "a forced call beside a response_format: $out"
+echo "ok: tool_choice required forces a call in Gemma 4's syntax; with a response_format, a 400"
 lm_down "$dir"
+
+# (d) Hermes (Qwen 2.5's template and vocabulary): every forced call parses, and its arguments
+# validate against the function's parameters; streamed, the same call.
+qvocab="$LM_SHARED/tokenizer/ggml-vocab-qwen2.gguf"
+qtmpl="$LM_SHARED/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+[ -f "$qvocab" ] && [ -f "$qtmpl" ] || { echo "SKIP: $qvocab or $qtmpl is missing"; exit 77; }
+qdir="$dir/qwen"
+mkdir -p "$qdir"
+"$LM_BIN" synth --out "$qdir/qwen.gguf" --dim 64 --layers 2 --heads 4 --ffn 128 --type q8_0 \
+	--vocab-from "$qvocab" --chat-template "$qtmpl" >/dev/null
+LM_SLOTS=4 LM_MAX_SEQ=1024 lm_mesh_toml "$qdir/mesh.toml" "$qdir/qwen.gguf" ipc "$(lm_port)" 0:1 1:2
+lm_up "$qdir/mesh.toml" "$qdir/up.log"
+grep -q "tool calls: hermes" "$qdir/up.log" ||
+	fail "the mesh did not take Qwen's template for Hermes calls: $(cat "$qdir/up.log")"
+params='{"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+	"days": {"type": "integer"}, "unit": {"enum": ["C", "F"]}}, "required": ["city", "days"],
+	"additionalProperties": false}'
+jq -n --argjson p "$params" '$p' >"$qdir/schema.json"
+qtools="[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": $params}},
+	{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": \"object\"}}}]"
+ask='[{"role": "user", "content": "Weather in Paris for 3 days?"}]'
+named='{"type": "function", "function": {"name": "get_weather"}}'
+for seed in 1 2 3 4 5 6; do
+	out=$(chat "{\"messages\": $ask, \"tools\": $qtools, \"tool_choice\": $named,
+		\"parallel_tool_calls\": false, \"temperature\": 0.9, \"seed\": $seed, \"max_tokens\": 300}")
+	jq -e '.choices[0].finish_reason == "tool_calls" and
+		(.choices[0].message.tool_calls | length) == 1 and
+		.choices[0].message.tool_calls[0].function.name == "get_weather" and
+		(.choices[0].message.tool_calls[0].id | startswith("call_"))' <<<"$out" >/dev/null ||
+		fail "seed $seed: a named call in Hermes syntax: $out"
+	jq '{choices: [{text: .choices[0].message.tool_calls[0].function.arguments,
+		finish_reason: .choices[0].finish_reason}], usage}' \
+		<<<"$out" >"$qdir/args.$seed.json"
+done
+python3 "$(dirname "$0")/json_validate.py" "$qdir/schema.json" "$qdir"/args.*.json ||
+	fail "a call's arguments do not validate against its parameters"
+# "required": a call to either function (one: a random-weight model given parallel calls would
+# write them until max_tokens).
+out=$(chat "{\"messages\": $ask, \"tools\": $qtools, \"tool_choice\": \"required\",
+	\"parallel_tool_calls\": false, \"temperature\": 0, \"max_tokens\": 300}")
+jq -e '.choices[0].finish_reason == "tool_calls" and
+	(.choices[0].message.tool_calls | length) == 1 and
+	(.choices[0].message.tool_calls[0].function.name | IN("get_weather", "get_time")) and
+	(.choices[0].message.tool_calls[0].function.arguments | fromjson | type) == "object"' \
+	<<<"$out" >/dev/null || fail "required: $out"
+body="{\"messages\": $ask, \"tools\": $qtools, \"tool_choice\": $named,
+	\"parallel_tool_calls\": false, \"temperature\": 0, \"max_tokens\": 300"
+out=$(chat "$body}")
+stream=$(chat_stream "$body, \"stream\": true}")
+jq -e --argjson o "$out" '.finish == "tool_calls" and (.calls | length) == 1 and
+	.calls[0].function.name == "get_weather" and
+	.calls[0].function.arguments == $o.choices[0].message.tool_calls[0].function.arguments' \
+	<<<"$stream" >/dev/null || fail "the streamed call: $stream vs $out"
+echo "ok: Hermes calls forced by tool_choice parse, their arguments validate, streamed or not"
+lm_down "$qdir"

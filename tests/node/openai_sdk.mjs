@@ -44,6 +44,52 @@ async function refused(call, endpoint, params, fn, needle) {
 
 const hello = [{ role: "user", content: "Hello" }];
 
+function finish() {
+	console.log("| SDK call | endpoint | parameters | result |");
+	console.log("| --- | --- | --- | --- |");
+	for (const r of rows) console.log(r);
+	console.log(`\n${rows.length - failed} of ${rows.length} calls did what they should`);
+	process.exit(failed === 0 ? 0 : 1);
+}
+
+// A mesh whose template has Hermes calls (`node openai_sdk.mjs BASE_URL MODEL tools`): calls
+// forced by tool_choice, their arguments held to the function's parameters, streamed and not.
+async function forcedCalls() {
+	const weather = { type: "function", function: { name: "get_weather", description: "The weather.",
+		parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 }, days: { type: "integer" } },
+			required: ["city", "days"], additionalProperties: false } } };
+	const ask = [{ role: "user", content: "Weather in Paris for 3 days?" }];
+	function checkCall(c) {
+		must(c.finish_reason === "tool_calls" && c.message.tool_calls?.length === 1, JSON.stringify(c));
+		const call = c.message.tool_calls[0];
+		must(call.type === "function" && call.function.name === "get_weather" && call.id.startsWith("call_"), JSON.stringify(call));
+		const a = JSON.parse(call.function.arguments);
+		must(typeof a.city === "string" && a.city.length <= 12 && Number.isInteger(a.days) &&
+			Object.keys(a).length === 2, call.function.arguments);
+		return call.function.arguments;
+	}
+	const params = { model, messages: ask, tools: [weather], tool_choice: "required", parallel_tool_calls: false, temperature: 0, max_tokens: 300 };
+	let plain = "";
+	await row("chat.completions.create", "POST /v1/chat/completions", "tools, tool_choice required", async () => {
+		const r = await client.chat.completions.create(params);
+		plain = checkCall(r.choices[0]);
+		return `works: get_weather(${plain})`;
+	});
+	await row("chat.completions.stream().finalChatCompletion()", "POST /v1/chat/completions", "stream, tools, tool_choice named", async () => {
+		const s = client.chat.completions.stream({ ...params, tool_choice: { type: "function", function: { name: "get_weather" } } });
+		const r = await s.finalChatCompletion();
+		const args = checkCall(r.choices[0]);
+		must(args === plain, `streamed ${args}, not ${plain}`);
+		return `works: assembled, get_weather(${args})`;
+	});
+	await refused("chat.completions.create", "POST /v1/chat/completions", "tool_choice required with response_format json_object",
+		() => client.chat.completions.create({ ...params, response_format: { type: "json_object" } }), "cannot be combined");
+}
+if (process.argv[4] === "tools") {
+	await forcedCalls();
+	finish();
+}
+
 await row("models.list()", "GET /v1/models", "-", async () => {
 	const page = await client.models.list();
 	must(page.data.length === 1 && page.data[0].id === model, JSON.stringify(page.data));
@@ -150,6 +196,38 @@ await row("completions.create", "POST /v1/completions", "stream, stream_options.
 	return `works: ${text.length} characters, usage ${usage.total_tokens} tokens`;
 });
 
+// Structured output: the content parses and holds to the schema, streamed and not.
+const person = {
+	type: "object",
+	properties: { name: { type: "string", maxLength: 20 }, age: { type: "integer" }, pet: { enum: ["cat", "dog"] } },
+	required: ["name", "age", "pet"], additionalProperties: false,
+};
+const personFormat = { type: "json_schema", json_schema: { name: "person", strict: true, schema: person } };
+function checkPerson(text) {
+	const v = JSON.parse(text);
+	must(typeof v.name === "string" && v.name.length <= 20, `name: ${text}`);
+	must(Number.isInteger(v.age) && ["cat", "dog"].includes(v.pet), `age, pet: ${text}`);
+	must(Object.keys(v).length === 3, `keys: ${text}`);
+	return v;
+}
+await row("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema (strict)", async () => {
+	const r = await client.chat.completions.create({ model, messages: hello, temperature: 0, response_format: personFormat });
+	must(r.choices[0].finish_reason === "stop", `finish_reason ${r.choices[0].finish_reason}`);
+	return `works: ${JSON.stringify(checkPerson(r.choices[0].message.content))}`;
+});
+await row("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema, stream", async () => {
+	const stream = await client.chat.completions.create({ model, messages: hello, temperature: 0.8, seed: 3, stream: true, response_format: personFormat });
+	let text = "";
+	for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
+	return `works: ${JSON.stringify(checkPerson(text))}`;
+});
+await row("completions.create", "POST /v1/completions", "response_format json_object", async () => {
+	const r = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 200, temperature: 0, response_format: { type: "json_object" } });
+	if (r.choices[0].finish_reason !== "stop") return `works: cut at max_tokens (${r.choices[0].text.length} characters)`;
+	const v = JSON.parse(r.choices[0].text);
+	must(v !== null && typeof v === "object" && !Array.isArray(v), r.choices[0].text);
+	return `works: ${r.choices[0].text.trim()}`;
+});
 await row("chat.completions.create", "POST /v1/chat/completions", "n 2, temperature 0", async () => {
 	const r = await client.chat.completions.create({ model, messages: hello, n: 2, max_tokens: 6, temperature: 0 });
 	must(r.choices.length === 2 && r.choices[0].index === 0 && r.choices[1].index === 1, JSON.stringify(r.choices));
@@ -178,19 +256,17 @@ await row("chat.completions.create", "POST /v1/chat/completions", "assistant too
 	must(r.choices[0].message.role === "assistant", JSON.stringify(r));
 	return `works: ${r.usage.prompt_tokens} prompt tokens`;
 });
-await row("chat.completions.stream().finalChatCompletion()", "POST /v1/chat/completions", "stream, tools, tool_choice required", async () => {
-	const s = client.chat.completions.stream({ model, messages: toolHistory, tools, tool_choice: "required", max_tokens: 4 });
-	const r = await s.finalChatCompletion();
-	const c = r.choices[0];
-	must(c.message.role === "assistant" && typeof c.message.content === "string", JSON.stringify(r));
-	return `works: assembled, finish_reason ${c.finish_reason}`;
-});
+// Nothing to force a call into: this template has no call syntax.
+await refused("chat.completions.stream()", "POST /v1/chat/completions", "stream, tools, tool_choice required",
+	() => client.chat.completions.stream({ model, messages: toolHistory, tools, tool_choice: "required", max_tokens: 4 }).finalChatCompletion(),
+	"cannot force a call");
 await refused("chat.completions.create", "POST /v1/chat/completions", "tool_choice naming no tool",
 	() => client.chat.completions.create({ model, messages: hello, tools, tool_choice: { type: "function", function: { name: "f" } } }),
 	"which 'tools' does not have");
-await refused("chat.completions.create", "POST /v1/chat/completions", "response_format json_object",
-	() => client.chat.completions.create({ model, messages: hello, response_format: { type: "json_object" } }),
-	"response_format");
+await refused("chat.completions.create", "POST /v1/chat/completions", "response_format json_schema with a pattern",
+	() => client.chat.completions.create({ model, messages: hello,
+		response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "a+" } } } }),
+	"'pattern' is not supported");
 await refused("chat.completions.create", "POST /v1/chat/completions", "role function",
 	() => client.chat.completions.create({ model, messages: [...hello, { role: "function", name: "f", content: "x" }] }),
 	"role 'function' is not supported");
@@ -218,8 +294,4 @@ await refused("completions.create", "POST /v1/completions", "echo true",
 await refused("completions.create", "POST /v1/completions", "presence_penalty 3",
 	() => client.completions.create({ model, prompt: "x", presence_penalty: 3 }), "presence_penalty");
 
-console.log("| SDK call | endpoint | parameters | result |");
-console.log("| --- | --- | --- | --- |");
-for (const r of rows) console.log(r);
-console.log(`\n${rows.length - failed} of ${rows.length} calls did what they should`);
-process.exit(failed === 0 ? 0 : 1);
+finish();

@@ -488,6 +488,7 @@ struct req {
 	uint64_t share_of; /* sched_req.share_prompt_of */
 	float temperature; /* 0: greedy */
 	uint64_t seed;
+	const char *grammar; /* sched_req.grammar */
 };
 
 /* The most sequences the scheduler held in slots at any token (read on its thread). */
@@ -575,6 +576,7 @@ static inline int req_submit(struct ring *r, struct req *q, lm_diag *d)
 		.share_prompt_of = q->share_of,
 		.n_logprobs = 2,
 		.no_speculate = q->no_speculate,
+		.grammar = q->grammar,
 		.cached = &q->cached,
 		.on_token = req_on_token,
 		.on_done = req_on_done,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/format/gguf.h"
+#include "common/grammar/gbnf.h"
 #include "common/wire/httpd.h"
 #include "common/tok/tokenizer.h"
 #include "coordinator/api/api_json.h"
@@ -157,6 +158,29 @@ Test(api_request, null_is_absent)
 	cr_expect_eq(r.n_stops, 0);
 	cr_expect_not(r.stream);
 	api_request_fini(&r);
+}
+
+Test(api_request, structured_output_fields)
+{
+	struct api_request r;
+	parse_ok("{\"prompt\": [5]}", &r);
+	cr_expect_null(r.grammar);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [5], \"response_format\": {\"type\": \"json_object\"}}", &r);
+	cr_assert_not_null(r.grammar);
+	cr_expect(strstr(r.grammar, "root ::= object") != NULL, "%s", r.grammar);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [5], \"json_schema\": {\"enum\": [\"a\", \"b\"]}}", &r);
+	cr_assert_not_null(r.grammar);
+	cr_expect(strstr(r.grammar, "\"\\\"a\\\"\" space") != NULL, "%s", r.grammar);
+	api_request_fini(&r);
+	parse_ok("{\"prompt\": [5], \"grammar\": \"root ::= [0-9]+\"}", &r);
+	cr_expect_str_eq(r.grammar, "root ::= [0-9]+");
+	api_request_fini(&r);
+	refused("{\"prompt\": [5], \"grammar\": \"root ::= [0-9\"}", 400, "grammar",
+		"grammar: line 1, column 10: unterminated character class");
+	refused("{\"prompt\": [5], \"json_schema\": {\"type\": \"integer\", \"minimum\": 1}}", 400,
+		"json_schema", "json_schema: /: 'minimum' is not supported");
 }
 
 Test(api_request, single_stop_string)
@@ -797,10 +821,15 @@ Test(api_request, chat_messages_are_checked)
 		     "'max_tokens' and 'max_completion_tokens' disagree", bad);
 	snprintf(body, sizeof body,
 		 "{\"messages\": %s, \"response_format\": {\"type\": "
-		 "\"json_object\"}}",
+		 "\"yaml\"}}",
 		 hi);
 	chat_refused(&l, body, "response_format",
-		     "only 'response_format' {\"type\": \"text\"} is supported", bad);
+		     "'response_format' type \"yaml\" is not supported (text, json_object, "
+		     "json_schema)",
+		     bad);
+	snprintf(body, sizeof body, "{\"messages\": %s, \"grammar\": \"root ::= x\"}", hi);
+	chat_refused(&l, body, "grammar",
+		     "grammar: line 1, column 10: rule 'x' is used but not defined", bad);
 	snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}",
 		 hi);
 	chat_refused(&l, body, "tools",
@@ -1087,7 +1116,7 @@ Test(api_request, chat_takes_tools_and_tool_history)
 		cr_expect_eq(w.n_names, ok[i].choice == API_TOOLS_NAMED ? 1 : 2);
 		/* required and named get the grammar of their calls; the others none. */
 		struct lm_buf g = {0};
-		cr_expect_eq(api_tool_grammar(&r, &g, &d), 0, "%s", d.msg);
+		cr_expect_eq(api_tool_grammar(&r, NULL, &g, &d), 0, "%s", d.msg);
 		bool constrained =
 			ok[i].choice == API_TOOLS_REQUIRED || ok[i].choice == API_TOOLS_NAMED;
 		cr_expect_eq(g.len > 0, constrained, "%s", json);
@@ -1168,5 +1197,116 @@ Test(api_request, chat_takes_tools_and_tool_history)
 		     "'tools' needs the model's own chat template (mesh.toml names the format "
 		     "chatml, which renders no tools)",
 		     bad);
+	jinja_free(t);
+}
+
+/* Whether r's grammar admits text. */
+static bool grammar_admits(const struct api_request *r, const char *text)
+{
+	struct gbnf *g = NULL;
+	lm_diag d = {{0}};
+	cr_assert_not_null(r->grammar);
+	cr_assert_eq(gbnf_compile(r->grammar, strlen(r->grammar), &g, &d), 0, "%s", d.msg);
+	bool ok = gbnf_matches(g, text, strlen(text));
+	gbnf_free(g);
+	return ok;
+}
+
+/* tool_choice "required" or a named function holds the output to the template's call syntax,
+ * each function's arguments to its parameters where the schema can be enforced (else any
+ * object); "auto" leaves the output free. A forcing choice with a grammar of the request's
+ * own, or with a template that has no call syntax, is refused. */
+Test(api_request, a_forcing_tool_choice_holds_the_output_to_the_call_syntax)
+{
+	const char *src = "{% for m in messages %}{{ m.content }}{% endfor %}"
+			  "{% if tools %}<tool_call></tool_call>{% endif %}";
+	lm_diag d = {{0}};
+	jinja_tmpl *t = jinja_parse(src, strlen(src), &d);
+	cr_assert_not_null(t, "%s", d.msg);
+	struct api_limits l = {.max_seq = 512, .jinja = t, .bos_text = "", .eos_text = ""};
+	l.tools = tool_syntax_detect(src, strlen(src));
+	cr_assert_eq(l.tools.fmt, TOOL_FMT_HERMES);
+	const char *tools =
+		"[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+		"\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+		"\"string\", \"maxLength\": 8}}, \"required\": [\"city\"], "
+		"\"additionalProperties\": false}}}, {\"type\": \"function\", \"function\": "
+		"{\"name\": \"get_time\", \"parameters\": {\"type\": \"object\", \"properties\": "
+		"{\"tz\": {\"type\": \"string\", \"pattern\": \"^[A-Z]\"}}}}}]";
+	const char *weather = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+			      "\"Paris\"}}</tool_call>";
+	const char *town = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"town\": "
+			   "\"Paris\"}}</tool_call>";
+	const char *long_city = "<tool_call>{\"name\": \"get_weather\", \"arguments\": "
+				"{\"city\": \"Paris, France\"}}</tool_call>";
+	const char *time = "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"anything\": "
+			   "[1, 2]}}</tool_call>";
+	char json[2048];
+	struct api_request r;
+	struct api_error err;
+	snprintf(json, sizeof json,
+		 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": %s, "
+		 "\"tool_choice\": \"required\"}",
+		 tools);
+	cr_assert_eq(chat_parse(&l, vocab, json, &r, &err), 0, "%s", err.message);
+	cr_expect(grammar_admits(&r, weather), "%s", r.grammar);
+	cr_expect(grammar_admits(&r, time), "%s", r.grammar);
+	cr_expect(grammar_admits(&r, "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}"
+				     "</tool_call>\n<tool_call>{\"name\": \"get_time\", "
+				     "\"arguments\": {}}</tool_call>"),
+		  "parallel calls: %s", r.grammar);
+	cr_expect(!grammar_admits(&r, town), "the schema's required key");
+	cr_expect(!grammar_admits(&r, long_city), "the schema's maxLength");
+	cr_expect(!grammar_admits(&r, "It is sunny."), "text instead of a call");
+	api_request_fini(&r);
+
+	snprintf(json, sizeof json,
+		 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": %s, "
+		 "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+		 "\"get_weather\"}}, \"parallel_tool_calls\": false}",
+		 tools);
+	cr_assert_eq(chat_parse(&l, vocab, json, &r, &err), 0, "%s", err.message);
+	cr_expect(grammar_admits(&r, weather), "%s", r.grammar);
+	cr_expect(!grammar_admits(&r, time), "a function not named");
+	api_request_fini(&r);
+
+	/* auto constrains nothing of its own; a response_format beside it is the request's. */
+	snprintf(json, sizeof json,
+		 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": %s, "
+		 "\"tool_choice\": \"auto\"}",
+		 tools);
+	cr_assert_eq(chat_parse(&l, vocab, json, &r, &err), 0, "%s", err.message);
+	cr_expect_null(r.grammar);
+	api_request_fini(&r);
+
+	const enum lm_http_refusal bad = LM_HTTP_REFUSE_INVALID;
+	static const char *const own[] = {"\"response_format\": {\"type\": \"json_object\"}",
+					  "\"grammar\": \"root ::= \\\"a\\\"\"",
+					  "\"json_schema\": {\"type\": \"string\"}"};
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+		snprintf(json, sizeof json,
+			 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": "
+			 "%s, \"tool_choice\": \"required\", %s}",
+			 tools, own[i]);
+		chat_refused(&l, json, "tool_choice",
+			     "a 'tool_choice' that forces a call (\"required\" or a named "
+			     "function) cannot be combined with 'response_format', 'json_schema' "
+			     "or 'grammar'",
+			     bad);
+	}
+	/* A template whose calls this server cannot parse cannot be held to them. */
+	const char *plain = "{% for m in messages %}{{ m.content }}{% endfor %}";
+	jinja_tmpl *p = jinja_parse(plain, strlen(plain), &d);
+	cr_assert_not_null(p, "%s", d.msg);
+	struct api_limits lp = {.max_seq = 512, .jinja = p, .bos_text = "", .eos_text = ""};
+	lp.tools = tool_syntax_detect(plain, strlen(plain));
+	snprintf(json, sizeof json,
+		 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": %s, "
+		 "\"tool_choice\": \"required\"}",
+		 tools);
+	chat_refused(&lp, json, "tool_choice",
+		     "'tool_choice' cannot force a call: the none format has no tool-call syntax",
+		     bad);
+	jinja_free(p);
 	jinja_free(t);
 }

@@ -154,3 +154,86 @@ Test(sched_samples, a_replay_after_a_fault_rebuilds_the_copied_rows, .timeout = 
 	for (int i = 0; i < N_SAMPLES; i++)
 		req_fini(&q[i]);
 }
+
+/* What the constrained samples are held to: letters, then one mark, then the end. */
+#define T_GRAMMAR "root ::= [a-e]{8,20} (\".\" | \"!\")"
+
+/* Request q's tokens are a sentence of T_GRAMMAR over the last stage's vocabulary (a prefix
+ * of one, when cut at max_tokens). */
+static void expect_in_grammar(struct hop *last, const struct req *q, int i)
+{
+	struct gbnf *g = NULL;
+	struct gbnf_state st;
+	lm_diag d = {{0}};
+	cr_assert_eq(gbnf_compile(T_GRAMMAR, strlen(T_GRAMMAR), &g, &d), 0, "%s", d.msg);
+	cr_assert_eq(gbnf_state_init(g, &st, &d), 0, "%s", d.msg);
+	pthread_mutex_lock(&last->mu);
+	const struct gbnf_vocab *v = last->st.cons.vocab;
+	cr_assert_not_null(v, "the last stage loaded no grammar vocabulary");
+	for (int32_t j = 0; j < q->n; j++)
+		cr_expect_eq(gbnf_accept_token(g, v, &st, q->tok[j], &d), 0,
+			     "sample %d, token %d (id %d): %s", i, j, q->tok[j], d.msg);
+	pthread_mutex_unlock(&last->mu);
+	if (q->why == SCHED_FINISH_STOP)
+		cr_expect(gbnf_accepting(&st), "sample %d stopped before the grammar's end", i);
+	gbnf_state_fini(&st);
+	gbnf_free(g);
+}
+
+/* Constrained samples at temperature 1, the last worker restarted while they decode: each
+ * sample's grammar goes with its first sampled step after its copied prompt and again with
+ * its tokens after the replay; each holds to the grammar and draws exactly what a request of
+ * its own with its seed and grammar draws. */
+Test(sched_samples, constrained_samples_hold_to_the_grammar_across_a_replay, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	cfg.stop_ids[cfg.n_stop_ids++] = 2; /* </s>, which the grammar admits at its end */
+	ring_up(&r, &cfg);
+	struct req q[N_SAMPLES], solo;
+	for (int i = 0; i < N_SAMPLES; i++) {
+		req_init(&q[i], 13, 14, 16);
+		q[i].temperature = 1.0f;
+		q[i].seed = 500 + (uint64_t)i;
+		q[i].grammar = T_GRAMMAR;
+		q[i].no_speculate = true;
+	}
+	hold_when(&r.hop[0], 2, &q[0], &q[N_SAMPLES - 1]);
+	for (int i = 0; i < N_SAMPLES; i++) {
+		q[i].share_of = i > 0 ? q[0].id : 0;
+		req_start(&r, &q[i]);
+	}
+	cr_assert(req_wait_tokens(&q[0], 2, T_WAIT_MS));
+	cr_assert(req_wait_tokens(&q[N_SAMPLES - 1], 2, T_WAIT_MS));
+	cr_assert_eq(atomic_load(&r.hop[0].fault), HOP_HOLD);
+	atomic_store(&r.hop[0].fault, HOP_DROP);
+	cr_assert(wait_atomic_geq(&r.hop[0].dropped, 1));
+	sched_pause(r.s, "test: the last worker restarting");
+	hop_restart(&r.hop[T_HOPS - 1]);
+	atomic_store(&r.hop[0].fault, HOP_PASS);
+	sched_resume(r.s, true);
+	for (int i = 0; i < N_SAMPLES; i++) {
+		cr_assert(req_wait(&q[i], T_WAIT_MS));
+		cr_assert_eq(q[i].code, 0, "sample %d: %s", i, q[i].msg);
+		expect_in_grammar(&r.hop[T_HOPS - 1], &q[i], i);
+	}
+	cr_expect_geq(atomic_load(&sched_stats(r.s)->replays), 1);
+	cr_expect_eq(atomic_load(&sched_stats(r.s)->prompt_shared), (uint64_t)(N_SAMPLES - 1) * 13);
+	for (int i = 0; i < N_SAMPLES; i++) {
+		req_init(&solo, 13, 14, 16);
+		solo.temperature = 1.0f;
+		solo.seed = q[i].seed;
+		solo.grammar = T_GRAMMAR;
+		solo.no_speculate = true;
+		req_start(&r, &solo);
+		cr_assert(req_wait(&solo, T_WAIT_MS));
+		cr_expect_eq(solo.why, q[i].why, "sample %d", i);
+		cr_expect_eq(solo.n, q[i].n, "sample %d", i);
+		for (int32_t j = 0; j < solo.n && j < q[i].n; j++)
+			cr_expect_eq(solo.tok[j], q[i].tok[j], "sample %d, token %d", i, j);
+		req_fini(&solo);
+	}
+	ring_down(&r);
+	for (int i = 0; i < N_SAMPLES; i++)
+		req_fini(&q[i]);
+}

@@ -956,6 +956,121 @@ Test(wire, forward_adjust_out_of_range)
 	cr_assert_eq(wire_encode_forward(&buf, &f), LM_EINVAL);
 }
 
+/* ---------------------------------------------------------------- FORWARD's "gr" (version 6) */
+
+/* Sequence 1 continues its matcher; sequence 2 (step 17) sends its grammar and 17 ids. */
+static void grammar_batch(struct wire_seq q[3], struct wire_grammar g[2], int32_t ids[17])
+{
+	ws_seqs(q);
+	for (int i = 0; i < 17; i++)
+		ids[i] = i * 58;
+	g[0] = (struct wire_grammar){0};
+	g[1] = (struct wire_grammar){.text = "root ::= \"a\"", .len = 12, .ids = ids, .n_ids = 17};
+	q[1].grammar = &g[0];
+	q[2].grammar = &g[1];
+}
+
+Test(wire, forward_grammar_round_trips)
+{
+	struct wire_seq q[3];
+	struct wire_grammar gr[2];
+	int32_t gids[17];
+	grammar_batch(q, gr, gids);
+	static const int32_t ids[6] = {0, 999, 1, 500, 998, 2};
+	struct wire_forward f = {.batch_id = 9,
+				 .fingerprint = WS_FP,
+				 .n_seqs = 3,
+				 .seqs = q,
+				 .n_tokens = 6,
+				 .dtype = WIRE_DT_I32,
+				 .dim = 1,
+				 .payload = ids,
+				 .payload_len = sizeof ids};
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &f), 0);
+	struct wire_forward g;
+	lm_diag d = {{0}};
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &g, &d), 0, "%s",
+		     d.msg);
+	cr_assert_null(g.seqs[0].grammar);
+	cr_assert_not_null(g.seqs[1].grammar);
+	cr_assert_eq(g.seqs[1].grammar->len, 0);
+	cr_assert_eq(g.seqs[1].grammar->n_ids, 0);
+	const struct wire_grammar *x = g.seqs[2].grammar;
+	cr_assert_not_null(x);
+	cr_assert_eq(x->len, 12);
+	cr_assert(memcmp(x->text, "root ::= \"a\"", 12) == 0);
+	cr_assert_eq(x->n_ids, 17);
+	for (int i = 0; i < 17; i++)
+		cr_assert_eq(x->ids[i], i * 58);
+	/* A middle stage re-encodes what it decoded: the grammars go on unchanged. */
+	struct wire_buf again = {0};
+	cr_assert_eq(wire_encode_forward(&again, &g), 0);
+	cr_assert_eq(again.len, buf.len);
+	cr_assert(memcmp(again.data, buf.data, buf.len) == 0);
+	wire_buf_fini(&again);
+	cr_assert_leq(buf.len, wire_max_data_message(&ws_limits));
+}
+
+Test(wire, forward_grammar_refusals)
+{
+	struct wire_seq q[3];
+	struct wire_grammar gr[2];
+	int32_t gids[17];
+	static const int32_t ids[6] = {0, 999, 1, 500, 998, 2};
+	struct wire_forward f = {.fingerprint = WS_FP,
+				 .n_seqs = 3,
+				 .seqs = q,
+				 .n_tokens = 6,
+				 .dtype = WIRE_DT_I32,
+				 .dim = 1,
+				 .payload = ids,
+				 .payload_len = sizeof ids};
+	static const struct {
+		int what;
+		const char *needle;
+	} cases[] = {
+		{0, "16 ids where 17 were expected"},
+		{1, "has a grammar but does not sample"},
+		{2, "NUL"},
+		{3, "outside"},
+		{4, "1 ids where 0 were expected"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		grammar_batch(q, gr, gids);
+		switch (cases[i].what) {
+		case 0:
+			gr[1].n_ids = 16;
+			break;
+		case 1:
+			q[0].grammar = &gr[1];
+			q[0].step = 17;
+			break;
+		case 2:
+			gr[1].text = "root\0::=\"a\"";
+			break;
+		case 3:
+			gids[3] = 1000; /* past the vocabulary */
+			break;
+		default:
+			gr[0].ids = gids;
+			gr[0].n_ids = 1;
+			break;
+		}
+		wire_buf_reset(&buf);
+		cr_assert_eq(wire_encode_forward(&buf, &f), 0);
+		struct wire_forward g;
+		lm_diag d = {{0}};
+		expect_err(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &g, &d),
+			   LM_EPROTO, &d, cases[i].needle);
+		cr_assert(strstr(d.msg, "\"gr\"") != NULL, "%s", d.msg);
+	}
+	grammar_batch(q, gr, gids);
+	gr[1].len = WIRE_MAX_GRAMMAR + 1;
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &f), LM_EINVAL);
+}
+
 /* wire_max_data_message bounds the largest legal data-ring message: every field at its widest
  * encoding, every sequence, the whole payload. A receiver caps its sockets at it. */
 Test(wire, max_data_message_bounds_the_largest_legal_messages)
