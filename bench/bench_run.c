@@ -7,9 +7,11 @@
  * forward pass, logits of the last token only; greedy-decode M tokens one forward pass each,
  * argmax of the logits with the lowest id winning ties), printing per repetition
  *     prefill rep=I tokens=N ms=T tok_s=S cpu_ms=C
- *     decode rep=I tokens=M ms=T tok_s=S cpu_ms=C
+ *     decode rep=I tokens=M ms=T tok_s=S cpu_ms=C read_bytes_tok=B
  * (cpu_ms: the CPU time of all the process's threads over the same interval; with one thread,
- * the time the work took without the waits a loaded machine adds).
+ * the time the work took without the waits a loaded machine adds; read_bytes_tok: a counter's,
+ * the bytes of every weight matrix the decode's matmuls took, each call counting its matrix
+ * once, per token: what the decode read of the weights, the embedding's one row aside).
  * The N prompt ids are BOS (when the vocabulary has one) then the same fixed pseudo-random walk
  * over the vocabulary lm_oracle uses, so both programs see the same tokens. Only the forward
  * passes and the argmax are timed; loading (the whole file mapped and prefaulted) is not. The
@@ -19,8 +21,9 @@
  * Before anything else one line describes what is measured:
  *     info backend=B threads=T kernels=K n_layer=L weight_bytes=W decode_bytes=B
  * K is the CPU backend's kernel set in use (generic, avx2, avx512, amx), or the backend's name.
- * decode_bytes is what one decode step reads of the weights: every layer's tensors, the output
- * norm and head, and one row of the token embedding.
+ * decode_bytes is what one decode step reads of the weights: every layer's tensors (of a
+ * mixture-of-experts layer's experts, the expert_used_count a token takes: the active experts'
+ * bytes), the output norm and head, and one row of the token embedding.
  *
  *   --reps R           repetitions (default 3)
  *   --threads T        CPU threads (default 1)
@@ -189,6 +192,44 @@ static int32_t bench_argmax(const float *logits, int32_t n_vocab)
 	return best;
 }
 
+/* The counter behind read_bytes_tok: the engine's matmul, counting its weights' bytes. */
+static const struct lm_backend_i *bench_real_iface;
+static struct lm_backend_i bench_counting_iface;
+static uint64_t bench_read_bytes;
+
+static int bench_counting_matmul(void *ctx, float *y, const struct lm_weight *w, const float *x,
+				 int n)
+{
+	bench_read_bytes += (uint64_t)w->row_bytes * (uint64_t)w->ne1;
+	return bench_real_iface->matmul(ctx, y, w, x, n);
+}
+
+static void bench_count_reads(struct lm_backend *be)
+{
+	bench_real_iface = be->iface;
+	bench_counting_iface = *be->iface;
+	bench_counting_iface.matmul = bench_counting_matmul;
+	be->iface = &bench_counting_iface;
+}
+
+/* What a decode step reads of the weights: the layers (of an expert tensor, the experts a token
+ * takes), the head, one embedding row. */
+static uint64_t bench_decode_bytes(const struct lm_model *model, const struct lm_model_costs *mc)
+{
+	const struct lm_hparams *hp = &model->hp;
+	uint64_t bytes = mc->head_bytes + mc->embd_bytes / (uint64_t)hp->n_vocab;
+	for (int32_t il = 0; il < hp->n_layer; il++)
+		bytes += mc->layer[il].weight_bytes;
+	for (uint64_t i = 0; i < gguf_n_tensors(model->file); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(model->file, i);
+		const struct lm_layer_hparams *l = t->layer >= 0 ? &hp->layer[t->layer] : NULL;
+		if (l != NULL && l->n_expert > 0 && t->n_dims == 3 && t->ne[2] == l->n_expert)
+			bytes -= t->size / (uint64_t)l->n_expert *
+				 (uint64_t)(l->n_expert - l->n_expert_used);
+	}
+	return bytes;
+}
+
 struct bench_ctx {
 	struct lm_forward *fw;
 	const int32_t *ids; /* [n] the prompt */
@@ -253,6 +294,7 @@ static int bench_loop(struct bench_ctx *b, const struct bench_opts *o, lm_diag *
 		if (o->decode == 0)
 			continue;
 		tok = bench_argmax(b->logits, b->n_vocab);
+		bench_read_bytes = 0;
 		t0 = lm_now_s();
 		c0 = lm_cpu_s();
 		for (long k = 0; k < o->decode; k++)
@@ -260,8 +302,11 @@ static int bench_loop(struct bench_ctx *b, const struct bench_opts *o, lm_diag *
 				return rc;
 		t1 = lm_now_s();
 		c1 = lm_cpu_s();
-		printf("decode rep=%ld tokens=%ld ms=%.3f tok_s=%.2f cpu_ms=%.3f\n", rep, o->decode,
-		       (t1 - t0) * 1e3, (double)o->decode / (t1 - t0), (c1 - c0) * 1e3);
+		printf("decode rep=%ld tokens=%ld ms=%.3f tok_s=%.2f cpu_ms=%.3f "
+		       "read_bytes_tok=%llu\n",
+		       rep, o->decode, (t1 - t0) * 1e3, (double)o->decode / (t1 - t0),
+		       (c1 - c0) * 1e3,
+		       (unsigned long long)(bench_read_bytes / (uint64_t)o->decode));
 		fflush(stdout);
 	}
 	return 0;
@@ -301,7 +346,6 @@ int main(int argc, char **argv)
 	}
 	const struct lm_hparams *hp = &model->hp;
 
-	/* What a decode step reads: the layers, the head, one embedding row. */
 	costs = calloc((size_t)hp->n_layer, sizeof *costs);
 	if (costs == NULL) {
 		rc = lm_fail(&d, LM_ENOMEM, "out of memory");
@@ -310,9 +354,7 @@ int main(int argc, char **argv)
 	struct lm_model_costs mc = {.layer = costs};
 	if ((rc = lm_model_costs(model->file, hp, &mc, &d)) != 0)
 		goto out;
-	uint64_t decode_bytes = mc.head_bytes + mc.embd_bytes / (uint64_t)hp->n_vocab;
-	for (int32_t il = 0; il < hp->n_layer; il++)
-		decode_bytes += costs[il].weight_bytes;
+	uint64_t decode_bytes = bench_decode_bytes(model, &mc);
 	if (!o.print_prompt)
 		printf("info backend=%s threads=%d kernels=%s n_layer=%d weight_bytes=%llu "
 		       "decode_bytes=%llu\n",
@@ -348,7 +390,9 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
+	bench_count_reads(&eng.be);
 	rc = bench_loop(&b, &o, &d);
+	eng.be.iface = bench_real_iface;
 	if (rc == 0 && fflush(stdout) != 0)
 		rc = lm_fail(&d, LM_EIO, "writing to stdout failed");
 out:

@@ -15,6 +15,13 @@
 #           the per-hop cost) and on the 0.85B q8_0 model
 #   batch   16 concurrent sequences against one through the 0.85B q8_0 mesh's HTTP API, and each
 #           worker's peak resident memory (VmHWM) beside its planned bytes
+#   moe     a synthetic qwen3moe of 1.91B parameters, 0.50B of them active per token (dim 2048,
+#           16 layers, 32/8 heads, 32 experts of width 512 of which a token takes 4, the
+#           32000-token llama vocabulary; 2.0 GB in q8_0) in each of --moe-types: prefill and
+#           decode at each of --threads, llama.cpp and layermesh interleaved as in single, with
+#           the weight bytes a decode token read (bench_run's counter: the bytes of every matrix
+#           its matmuls took) beside the active bytes (every tensor but the experts a token does
+#           not take); then 16 concurrent sequences against one through a 3-worker mesh of it
 #
 # Every comparison is interleaved, repetition by repetition: both programs are loaded and warmed
 # up once (--bench-warmup), then told to run one repetition at a time (--bench-wait), llama.cpp's
@@ -28,12 +35,15 @@
 #
 # Options:
 #   --quick           a small subset to try the driver: bw, unix, single on stories260K and q4_0
-#                     at 1 thread (32-token prefill, 8-token decode), mesh on stories260K;
+#                     at 1 thread (32-token prefill, 8-token decode), mesh on stories260K; with
+#                     --sections moe, a 5M-parameter MoE (dim 256, 4 layers, 8 experts of width
+#                     128, 2 per token, stories260K's vocabulary) in place of the 2B one;
 #                     nothing is written to RESULTS.md unless --record
 #   --sections LIST   e.g. single,mesh
 #   --reps N          repetitions of every measurement (default 5)
 #   --threads LIST    thread counts of the single section (default "1 2")
 #   --types LIST      0.85B weight types (default "q8_0 q4_0 q4_K")
+#   --moe-types LIST  the MoE model's weight types (default "q8_0"; the first also runs the mesh)
 #   --prefill N       prompt tokens of the single section (default 128)
 #   --decode M        decoded tokens on the 0.85B models (default 64) ...
 #   --decode-small M  ... and on stories260K and the hop model (default 64)
@@ -49,18 +59,20 @@
 #   --no-record       do not
 #
 # The machine may be shared: the load average is recorded at the start and the end of the run.
-# Generated models (about 1.9 GB for the three 0.85B files) are written once and reused.
+# Generated models (about 1.9 GB for the three 0.85B files, 2.0 GB for the q8_0 MoE) are written
+# once and reused (bench/models is not tracked by git).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build
 MODELS=$ROOT/bench/models
 OUT=$ROOT/bench/out
-SECTIONS="bw,unix,single,mesh,batch"
+SECTIONS="bw,unix,single,mesh,batch,moe"
 KERNELS=auto
 REPS=5
 THREADS="1 2"
 TYPES="q8_0 q4_0 q4_K"
+MOE_TYPES="q8_0"
 PREFILL=128
 DECODE=64
 DECODE_SMALL=64
@@ -81,6 +93,7 @@ while [ $# -gt 0 ]; do
 	--reps) REPS=$2; shift ;;
 	--threads) THREADS=$2; shift ;;
 	--types) TYPES=$2; shift ;;
+	--moe-types) MOE_TYPES=$2; shift ;;
 	--prefill) PREFILL=$2; shift ;;
 	--decode) DECODE=$2; shift ;;
 	--decode-small) DECODE_SMALL=$2; shift ;;
@@ -99,7 +112,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 if [ "$QUICK" = 1 ]; then
-	[ "$SECTIONS" = "bw,unix,single,mesh,batch" ] && SECTIONS="bw,unix,single,mesh"
+	[ "$SECTIONS" = "bw,unix,single,mesh,batch,moe" ] && SECTIONS="bw,unix,single,mesh"
 	THREADS=1 TYPES=q4_0 PREFILL=32 DECODE=8 DECODE_SMALL=16
 	QUICK_MESH=1
 fi
@@ -123,7 +136,7 @@ ORACLE=$BUILD/tests/oracle/lm_oracle
 for p in "$LM" "$WORKER" "$BRUN" "$MEMBW" "$UNIXB" "$NNGB"; do
 	[ -x "$p" ] || die "$p is missing: build first (ninja -C $BUILD)"
 done
-if has single && [ ! -x "$ORACLE" ]; then
+if { has single || has moe; } && [ ! -x "$ORACLE" ]; then
 	die "$ORACLE is missing: configure with -Dllama_oracle=DIR (deploy/oracle-setup.sh DIR)"
 fi
 for t in jq curl; do command -v $t >/dev/null || die "$t is needed"; done
@@ -182,6 +195,21 @@ model_hop() {
 		--seed 1 --ctx 512 --vocab-from "$STORIES"
 }
 
+# The MoE model of the moe section (see the top); --quick: a 5M-parameter one.
+model_moe() {
+	if [ "$QUICK" = 1 ]; then
+		synth "synth-moe-tiny-$1" --arch qwen3moe --dim 256 --layers 4 --heads 8 --kv-heads 2 \
+			--ffn 128 --ffn-exp 128 --experts 8 --experts-used 2 --type "$1" --seed 1 \
+			--ctx 2048 --vocab-from "$STORIES"
+		return
+	fi
+	[ -f "$VOCAB" ] || die "$VOCAB is missing"
+	synth "synth-moe-2b-a05b-$1" --arch qwen3moe --dim 2048 --layers 16 --heads 32 --kv-heads 8 \
+		--ffn 512 --ffn-exp 512 --experts 32 --experts-used 4 --type "$1" --seed 1 --ctx 2048 \
+		--vocab-from "$VOCAB"
+}
+moe_name() { if [ "$QUICK" = 1 ]; then echo "moe-tiny-$1"; else echo "moe-2B-A0.5B-$1"; fi; }
+
 # --- interleaved servers ----------------------------------------------------------------------
 # srv_start ID CMD...: starts CMD (which takes --bench-warmup --bench-wait) with its stdin and
 # stdout on fifos, and waits until it prints "ready" (loaded and warmed up).
@@ -234,6 +262,9 @@ record_rep() {
 		row "$1" "$2" "$3" "$4" "$5" "${phase}_tok_s" "$(field "$l" tok_s)"
 		row "$1" "$2" "$3" "$4" "$5" "${phase}_cpu_ms" "$(field "$l" cpu_ms)"
 		row "$1" "$2" "$3" "$4" "$5" "${phase}_ms" "$(field "$l" ms)"
+		if [ -n "$(field "$l" read_bytes_tok)" ]; then
+			row "$1" "$2" "$3" "$4" "$5" "${phase}_read_bytes_tok" "$(field "$l" read_bytes_tok)"
+		fi
 	done <<<"$6"
 }
 
@@ -280,29 +311,31 @@ section_unix() {
 	done
 }
 
-# single_pair NAME FILE THREADS DECODE: llama.cpp and layermesh, interleaved.
+# single_pair NAME FILE THREADS DECODE: llama.cpp and layermesh, interleaved; the rows go to
+# section PAIR_SECTION (default single).
 single_pair() {
-	local name=$1 file=$2 th=$3 dec=$4 r a b c
-	log "single: $name, $th thread(s), prefill $PREFILL, decode $dec, $REPS reps"
+	local name=$1 file=$2 th=$3 dec=$4 r a b c sec=${PAIR_SECTION:-single}
+	log "$sec: $name, $th thread(s), prefill $PREFILL, decode $dec, $REPS reps"
 	srv_start oracle "$ORACLE" --model "$file" --bench-prefill "$PREFILL" --bench-decode "$dec" \
 		--reps "$REPS" --threads "$th" --bench-warmup --bench-wait
 	srv_start layermesh "$BRUN" --model "$file" --bench-prefill "$PREFILL" --bench-decode "$dec" \
 		--reps "$REPS" --threads "$th" --kernels "$KERNELS" --bench-warmup --bench-wait
 	srv_start membw "$MEMBW" --mib 1024 --reps "$REPS" --threads "$th" --bench-wait
-	row single "$name" layermesh "$th" 0 decode_bytes "$(field "${SRV_INFO[layermesh]}" decode_bytes)"
+	row "$sec" "$name" layermesh "$th" 0 decode_bytes "$(field "${SRV_INFO[layermesh]}" decode_bytes)"
+	row "$sec" "$name" layermesh "$th" 0 weight_bytes "$(field "${SRV_INFO[layermesh]}" weight_bytes)"
 	echo "$(field "${SRV_INFO[layermesh]}" kernels)" >"$TMP/kernels"
 	for ((r = 0; r < REPS; r++)); do
 		a=$(srv_rep oracle)
 		b=$(srv_rep layermesh)
 		c=$(srv_rep membw | grep '^read')
-		row single "$name" bw "$th" "$r" gb_s "$(field "$c" gb_s)"
+		row "$sec" "$name" bw "$th" "$r" gb_s "$(field "$c" gb_s)"
 		{
 			echo "$name th=$th llama.cpp: $a" | tr '\n' ' '
 			echo "| layermesh: $b | $c" | tr '\n' ' '
 			echo
 		} >>"$LOG"
-		record_rep single "$name" llama.cpp "$th" "$r" "$a"
-		record_rep single "$name" layermesh "$th" "$r" "$b"
+		record_rep "$sec" "$name" llama.cpp "$th" "$r" "$a"
+		record_rep "$sec" "$name" layermesh "$th" "$r" "$b"
 	done
 	srv_stop oracle
 	srv_stop layermesh
@@ -515,7 +548,8 @@ batch_round() {
 }
 
 # busy_round IMPL REP K T IDS: batch_round of K sequences, with each worker's utilisation over
-# it (its compute histogram's sum grown over the wall time) as rows.
+# it (its compute histogram's sum grown over the wall time) as rows (of section BATCH_SECTION,
+# default batch, and model BATCH_MODEL, default 0.85B-q8_0).
 busy_round() {
 	local impl=$1 r=$2 c0 c1 t0 t1 out j u
 	c0=$(worker_sums)
@@ -523,12 +557,13 @@ busy_round() {
 	out=$(batch_round "$3" "$4" "$5")
 	t1=$(date +%s%N)
 	c1=$(worker_sums)
-	row batch 0.85B-q8_0 "$impl" 1 "$r" agg_tok_s "${out%% *}"
-	row batch 0.85B-q8_0 "$impl" 1 "$r" wall_tok_s "${out##* }"
+	local sec=${BATCH_SECTION:-batch} m=${BATCH_MODEL:-0.85B-q8_0}
+	row "$sec" "$m" "$impl" 1 "$r" agg_tok_s "${out%% *}"
+	row "$sec" "$m" "$impl" 1 "$r" wall_tok_s "${out##* }"
 	for j in 0 1 2; do
 		u=$(awk -v a="$c0" -v b="$c1" -v j="$j" -v ns=$((t1 - t0)) 'BEGIN {
 			split(a, x, " "); split(b, y, " "); printf "%.3f", (y[6 * j + 1] - x[6 * j + 1]) / (ns / 1e9) }')
-		row batch 0.85B-q8_0 "$impl" 1 "$r" "busy_w$j" "$u"
+		row "$sec" "$m" "$impl" 1 "$r" "busy_w$j" "$u"
 	done
 	echo "$out"
 }
@@ -578,6 +613,33 @@ section_batch() {
 	section_batch_one_inflight
 }
 
+# The MoE model against llama.cpp at each thread count, then 1 and 16 sequences through a
+# 3-worker mesh of it (the first of --moe-types), interleaved round by round.
+section_moe() {
+	local t th f name ids r one sixteen
+	for t in $MOE_TYPES; do
+		f=$(model_moe "$t")
+		name=$(moe_name "$t")
+		for th in $THREADS; do
+			PAIR_SECTION=moe single_pair "$name" "$f" "$th" "$DECODE"
+		done
+	done
+	t=${MOE_TYPES%% *}
+	f=$(model_moe "$t")
+	name=$(moe_name "$t")
+	log "moe batch: $name, 1 and 16 concurrent sequences of $BATCH_TOKENS tokens through 3 workers, $REPS reps"
+	mesh_up "$name" "$f"
+	ids=$("$BRUN" --model "$f" --bench-prefill 64 --print-prompt)
+	complete "$ids" 2 >/dev/null # the mesh's own warm-up
+	for ((r = 0; r < REPS; r++)); do
+		one=$(BATCH_SECTION=moebatch BATCH_MODEL=$name busy_round seq1 "$r" 1 "$BATCH_TOKENS" "$ids")
+		sixteen=$(BATCH_SECTION=moebatch BATCH_MODEL=$name busy_round seq16 "$r" 16 \
+			"$BATCH_TOKENS" "$ids")
+		echo "moe batch rep $r: 1 seq $one | 16 seqs $sixteen (timings, wall tok/s)" >>"$LOG"
+	done
+	mesh_down
+}
+
 # --- run --------------------------------------------------------------------------------------
 
 CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)
@@ -602,6 +664,7 @@ has unix && section_unix
 has single && section_single
 has mesh && section_mesh
 has batch && ! has mesh && section_batch
+has moe && section_moe
 
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 MINUTES=$((($(date +%s) - T_START + 30) / 60))

@@ -27,6 +27,9 @@ NR == 1 { next }
 	if ($1 == "single" && !(($4) in th_seen)) { th_seen[$4] = 1; ths[++n_ths] = $4 }
 	if ($1 == "mesh" && !(($2) in mesh_seen)) { mesh_seen[$2] = 1; meshes[++n_meshes] = $2 }
 	if ($1 == "batch" && $3 == "worker" && !(($2) in w_seen)) { w_seen[$2] = 1; ws[++n_ws] = $2 }
+	if ($1 == "moe" && !(($2) in moe_seen)) { moe_seen[$2] = 1; moes[++n_moes] = $2 }
+	if ($1 == "moe" && !(($4) in moe_th_seen)) { moe_th_seen[$4] = 1; moe_ths[++n_moe_ths] = $4 }
+	if ($1 == "moebatch") moebatch = $2
 }
 function sorted(s, a,   n, i, j, x) {
 	n = split(s, a, " ")
@@ -255,6 +258,55 @@ END {
 			ts = ts sprintf("| peak RSS <= planned + 16 MiB, %s | %+.1f MiB | %s |\n", w, \
 				(H - P) / 1048576, yes(H <= P + 16 * 1048576))
 		}
+	}
+	if (seen["moe"]) {
+		printf "\nMixture of experts, single process, tok/s: a synthetic qwen3moe, interleaved "
+		printf "with llama.cpp as above (prefill of %d tokens, decode of %d). Active MB/token: ", \
+			prefill, decode
+		printf "the bytes of every tensor, of the expert tensors only the share of the experts "
+		printf "a token takes, the head and one embedding row; read "
+		printf "MB/token: bench_run'"'"'s counter of the bytes of every weight matrix its decode "
+		printf "matmuls took, per token.\n\n"
+		printf "| model | thr | prefill llama.cpp | prefill layermesh | ratio | CPU | "
+		printf "decode llama.cpp | decode layermesh | ratio | CPU | all MB | active MB/token | "
+		printf "read MB/token | read / active |\n"
+		printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+		for (i = 1; i <= n_moes; i++) for (j = 1; j <= n_moe_ths; j++) {
+			m = moes[i]; t = moe_ths[j]
+			L = "moe|" m "|llama.cpp|" t "|"; M = "moe|" m "|layermesh|" t "|"
+			if (!((L "decode_tok_s") in list)) continue
+			cpu_p = sprintf("%.3fx", med(L "prefill_cpu_ms") / med(M "prefill_cpu_ms"))
+			cpu_d = sprintf("%.3fx", med(L "decode_cpu_ms") / med(M "decode_cpu_ms"))
+			act = med(M "decode_bytes"); rd = med(M "decode_read_bytes_tok")
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f | %.3f |\n", \
+				m, t, mmm(L "prefill_tok_s"), mmm(M "prefill_tok_s"), \
+				ratio(M "prefill_tok_s", L "prefill_tok_s"), cpu_p, \
+				mmm(L "decode_tok_s"), mmm(M "decode_tok_s"), \
+				ratio(M "decode_tok_s", L "decode_tok_s"), cpu_d, \
+				med(M "weight_bytes") / 1e6, act / 1e6, rd / 1e6, act ? rd / act : 0
+			rn = rnum(M "decode_tok_s", L "decode_tok_s")
+			ts = ts sprintf("| MoE decode >= 1.10x llama.cpp, %s %s thr | %.3fx | %s |\n", \
+				m, t, rn, yes(rn >= 1.10))
+			ts = ts sprintf("| MoE bytes read per token within 10%% of the active bytes, %s %s thr | %.3f | %s |\n", \
+				m, t, act ? rd / act : 0, yes(act && rd / act <= 1.10 && rd / act >= 0.90))
+		}
+	}
+	if (moebatch != "") {
+		A = "moebatch|" moebatch "|seq1|1|"; B = "moebatch|" moebatch "|seq16|1|"
+		printf "\nMixture of experts through a 3-worker mesh (%s, balanced fence, one thread a ", \
+			moebatch
+		printf "worker): 1 and 16 concurrent sequences as in the batching table.\n\n"
+		printf "| sequences | aggregate decode tok/s | ratio | wall tok/s | ratio | w0 | w1 | w2 |\n"
+		printf "|---|---|---|---|---|---|---|---|\n"
+		printf "| 1 | %s | | %s | | %s | %s | %s |\n", mmm(A "agg_tok_s"), mmm(A "wall_tok_s"), \
+			mmm(A "busy_w0"), mmm(A "busy_w1"), mmm(A "busy_w2")
+		printf "| 16 | %s | %s | %s | %s | %s | %s | %s |\n", mmm(B "agg_tok_s"), \
+			ratio(B "agg_tok_s", A "agg_tok_s"), mmm(B "wall_tok_s"), \
+			ratio(B "wall_tok_s", A "wall_tok_s"), mmm(B "busy_w0"), mmm(B "busy_w1"), \
+			mmm(B "busy_w2")
+		r = rnum(B "agg_tok_s", A "agg_tok_s")
+		ts = ts sprintf("| MoE 16 sequences >= 6x one sequence through 3 workers, aggregate decode | %.2fx | %s |\n", \
+			r, yes(r >= 6))
 	}
 	if (ts != "") {
 		printf "\nTargets:\n\n| target | measured | |\n|---|---|---|\n%s", ts

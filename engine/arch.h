@@ -28,6 +28,7 @@ enum lm_dim {
 	LM_DIM_HEADS,    /* n_head(il): one value per query head */
 	LM_DIM_EXPERTS,  /* n_expert(il) */
 	LM_DIM_FF_EXP,   /* n_ff_exp(il): one expert's feed-forward width */
+	LM_DIM_FF_EXP2,  /* 2 x n_ff_exp(il): an expert's fused gate and up rows */
 	LM_DIM_QG,       /* n_head(il) x 2 x head_dim(il): queries and their gates (qwen35) */
 	LM_DIM_CONV,     /* the delta-net's conv channels (dnet.h: lm_dnet_conv_dim) */
 	LM_DIM_VALUE,    /* the delta-net's value width, n_v_heads x ssm head_dim */
@@ -48,35 +49,38 @@ enum lm_layer_kind {
 struct lm_tensor_spec {
 	enum lm_layer_tensor t;
 	enum lm_dim ne0, ne1;
-	bool optional;   /* absent in the file: the field stays unbound (data == NULL) */
-	enum lm_dim ne2; /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else ONE */
+	bool optional;           /* absent in the file: the field stays unbound (data == NULL) */
+	enum lm_dim ne2;         /* LM_DIM_EXPERTS: a tensor of experts (struct lm_experts); else
+				  * ONE */
 	enum lm_layer_kind kind; /* the layers that have it */
+	bool moe;                /* bound on the mixture-of-experts layers only, and refused on a
+				  * dense layer (hp.layer[il].n_expert == 0) */
 };
 
-#define LM_TENSOR(field, ne0, ne1)                                                       \
-	{                                                                                \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, LM_KIND_ANY \
+#define LM_TENSOR_SPEC_(field, ne0_, ne1_, opt, ne2_, kind_, moe_)                              \
+	{                                                                                       \
+		.t = LM_T_##field, .ne0 = LM_DIM_##ne0_, .ne1 = LM_DIM_##ne1_, .optional = opt, \
+		.ne2 = LM_DIM_##ne2_, .kind = LM_KIND_##kind_, .moe = moe_                      \
 	}
-#define LM_TENSOR_OPT(field, ne0, ne1)                                                  \
-	{                                                                               \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, true, LM_DIM_ONE, LM_KIND_ANY \
-	}
+
+#define LM_TENSOR(field, ne0, ne1)     LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, ANY, false)
+#define LM_TENSOR_OPT(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, true, ONE, ANY, false)
 
 /* A tensor of the attention layers only, or of the recurrent ones only. */
-#define LM_TENSOR_ATTN(field, ne0, ne1)                                                   \
-	{                                                                                 \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, LM_KIND_ATTN \
-	}
-#define LM_TENSOR_REC(field, ne0, ne1)                                                         \
-	{                                                                                      \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_ONE, LM_KIND_RECURRENT \
-	}
+#define LM_TENSOR_ATTN(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, ATTN, false)
+#define LM_TENSOR_REC(field, ne0, ne1) \
+	LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, RECURRENT, false)
 
-/* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts. */
-#define LM_TENSOR_EXPS(field, ne0, ne1)                                                      \
-	{                                                                                    \
-		LM_T_##field, LM_DIM_##ne0, LM_DIM_##ne1, false, LM_DIM_EXPERTS, LM_KIND_ANY \
-	}
+/* A tensor of the mixture-of-experts layers only (required there; optional: _OPT). */
+#define LM_TENSOR_MOE(field, ne0, ne1)     LM_TENSOR_SPEC_(field, ne0, ne1, false, ONE, ANY, true)
+#define LM_TENSOR_MOE_OPT(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, true, ONE, ANY, true)
+
+/* A tensor of experts, (ne0, ne1) each, bound into the layer's struct lm_experts (on the
+ * mixture-of-experts layers). A fused gate_up_exps binds each expert's two halves as its gate
+ * and up; a layer must end with a gate, an up and a down for every expert. */
+#define LM_TENSOR_EXPS(field, ne0, ne1) LM_TENSOR_SPEC_(field, ne0, ne1, false, EXPERTS, ANY, true)
+#define LM_TENSOR_EXPS_OPT(field, ne0, ne1) \
+	LM_TENSOR_SPEC_(field, ne0, ne1, true, EXPERTS, ANY, true)
 
 /* A tensor (by a part of its name) that layermesh refuses, and why. */
 struct lm_refusal {
@@ -125,7 +129,8 @@ int lm_layer_attend(struct lm_forward *fw, int32_t il, const struct lm_batch *b,
 /* h = (act(h Wgate) * (h Wup)) Wdown, act SiLU or (gelu) GELU. */
 int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_diag *d);
 /* h = the mixture of experts of layer il over h (engine/moe.c): the router picks each token's
- * experts, and their outputs are summed by the router's weights. */
+ * experts, and their outputs are summed by the router's weights; plus the layer's shared
+ * expert (ffn_*_shexp, gated by ffn_gate_inp_shexp where bound) where the file has one. */
 int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);
 /* x += h. */
 int lm_layer_residual(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d);

@@ -15,7 +15,8 @@
  *       rope of a text token, hparams_arch.c)
  *       x += (attention(q, K, V) * sigmoid(gate)) Wo          (scale 1/sqrt(head_dim))
  *     h = rmsnorm(x) * post_attention_norm;  x += (silu(h Wgate) * (h Wup)) Wdown
- *   qwen35moe: the FFN is qwen3moe's mixture of experts (engine/moe.h) plus a shared expert,
+ *   qwen35moe: the FFN is qwen3moe's mixture of experts plus a gated shared expert, both in
+ *   engine/moe.h (struct lm_moe_shared),
  *       x += moe(h) + sigmoid(h . gate_inp_shexp) * (silu(h Wg_sh) * (h Wu_sh)) Wd_sh
  *   (llama.cpp, src/models/qwen35moe.cpp)
  *
@@ -200,46 +201,6 @@ static int q35_attention(struct lm_forward *fw, int32_t il, const struct lm_batc
 	return lm_layer_proj(fw, fw->h, &w->wo, NULL, fw->att, il, n, "attn_output", d);
 }
 
-/* qwen35moe's FFN over h (normed): the routed experts' mixture plus the shared expert's
- * output times sigmoid(h . gate_inp_shexp), into h. */
-static int q35_moe_ffn(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
-{
-	const struct lm_backend *be = fw->be;
-	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
-	const size_t e = (size_t)fw->model->hp.n_embd;
-	const size_t len = (size_t)n * (size_t)fw->model->hp.layer[il].n_ff_shexp;
-	float *hs = fw->dn.hs, *out = fw->dn.host, *gate = out + (size_t)n * e;
-	int rc;
-	if ((rc = be->iface->copy(be->ctx, hs, fw->h, (size_t)n * e)) != 0)
-		return lm_layer_fail(fw, rc, il, "copy", d);
-	if ((rc = lm_layer_proj(fw, fw->dn.b, &w->gate_inp_shexp, NULL, hs, il, n,
-				"ffn_gate_inp_shexp", d)) ||
-	    (rc = lm_layer_proj(fw, fw->gate, &w->w_gate_shexp, NULL, hs, il, n, "ffn_gate_shexp",
-				d)) ||
-	    (rc = lm_layer_proj(fw, fw->up, &w->w_up_shexp, NULL, hs, il, n, "ffn_up_shexp", d)))
-		return rc;
-	if ((rc = be->iface->silu_mul(be->ctx, fw->gate, fw->gate, fw->up, len)) != 0)
-		return lm_layer_fail(fw, rc, il, "silu_mul", d);
-	if ((rc = lm_layer_proj(fw, hs, &w->w_down_shexp, NULL, fw->gate, il, n, "ffn_down_shexp",
-				d)) ||
-	    (rc = lm_layer_moe(fw, il, n, d)) ||
-	    (rc = q35_down(fw, out, hs, (size_t)n * e, il, "download shared expert", d)) ||
-	    (rc = q35_down(fw, gate, fw->dn.b, (size_t)n, il, "download shared gate", d)))
-		return rc;
-	if ((rc = lm_backend_sync(fw->be)) != 0)
-		return lm_layer_fail(fw, rc, il, "sync", d);
-	for (size_t t = 0; t < (size_t)n; t++) {
-		const float s = 1.0f / (1.0f + expf(-gate[t]));
-		for (size_t i = 0; i < e; i++)
-			out[t * e + i] *= s;
-	}
-	if ((rc = be->iface->upload(be->ctx, hs, out, (size_t)n * e * sizeof(float))) != 0)
-		return lm_layer_fail(fw, rc, il, "upload shared expert", d);
-	if ((rc = be->iface->add(be->ctx, fw->h, hs, (size_t)n * e)) != 0)
-		return lm_layer_fail(fw, rc, il, "shared expert add", d);
-	return 0;
-}
-
 static int qwen35_layer(struct lm_forward *fw, int32_t il, const struct lm_batch *b, lm_diag *d)
 {
 	const struct lm_hparams *hp = &fw->model->hp;
@@ -254,7 +215,7 @@ static int qwen35_layer(struct lm_forward *fw, int32_t il, const struct lm_batch
 		return rc;
 	if ((rc = lm_layer_norm(fw, fw->h, fw->x, &w->attn_post_norm, hp->rms_eps, il, n,
 				"post_attention_norm", d)) ||
-	    (rc = hp->layer[il].n_expert > 0 ? q35_moe_ffn(fw, il, n, d)
+	    (rc = hp->layer[il].n_expert > 0 ? lm_layer_moe(fw, il, n, d)
 					     : lm_layer_ffn(fw, il, n, false, d)) ||
 	    (rc = lm_layer_residual(fw, il, n, d)))
 		return rc;

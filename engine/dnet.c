@@ -15,16 +15,13 @@ size_t lm_dnet_batch_floats(const struct lm_ssm_params *p)
 	       2 * (size_t)p->n_v_heads;
 }
 
-size_t lm_dnet_host_floats(const struct lm_ssm_params *p, int32_t max_batch, int32_t q_dim,
-			   int32_t n_embd)
+size_t lm_dnet_host_floats(const struct lm_ssm_params *p, int32_t max_batch, int32_t q_dim)
 {
 	/* Per token: the delta-net's projections and output, or an attention layer's gates, its
 	 * queries and gates, its attention output (q_dim holds queries and gates). */
 	size_t per_token = lm_dnet_batch_floats(p);
 	if (3 * (size_t)q_dim / 2 > per_token)
 		per_token = 3 * (size_t)q_dim / 2;
-	if ((size_t)n_embd + 1 > per_token)
-		per_token = (size_t)n_embd + 1;
 	return (size_t)max_batch * per_token +
 	       (size_t)lm_dnet_conv_dim(p) * (size_t)p->conv_kernel + 2 * (size_t)p->n_v_heads +
 	       (size_t)p->head_dim + lm_dnet_work_floats(p);

@@ -51,11 +51,10 @@ static inline int32_t lm_dnet_value_dim(const struct lm_ssm_params *p)
 	return p->n_v_heads * p->head_dim;
 }
 
-/* Host floats of a stage's qwen35 buffers (forward.h's dn.host) for batches of max_batch,
- * attention layers up to q_dim (queries and gates) and a shared expert's n_embd outputs and
- * gate (qwen35moe); the backend ones are max_batch x lm_dnet_batch_floats. */
-size_t lm_dnet_host_floats(const struct lm_ssm_params *p, int32_t max_batch, int32_t q_dim,
-			   int32_t n_embd);
+/* Host floats of a stage's qwen35 buffers (forward.h's dn.host) for batches of max_batch and
+ * attention layers up to q_dim (queries and gates); the backend ones are max_batch x
+ * lm_dnet_batch_floats. */
+size_t lm_dnet_host_floats(const struct lm_ssm_params *p, int32_t max_batch, int32_t q_dim);
 size_t lm_dnet_batch_floats(const struct lm_ssm_params *p);
 
 /* Host floats lm_dnet_token needs as its work area. */

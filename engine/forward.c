@@ -26,10 +26,7 @@ static int fw_dnet_init(struct lm_forward *fw, lm_diag *d)
 	fw->dn.o = fw_alloc(fw, n, vd);
 	fw->dn.b = fw_alloc(fw, n, p->n_v_heads);
 	fw->dn.a = fw_alloc(fw, n, p->n_v_heads);
-	if (fw->model->hp.layer[fw->model->slice.begin].n_ff_shexp > 0 &&
-	    (fw->dn.hs = fw_alloc(fw, n, fw->model->hp.n_embd)) == NULL)
-		return lm_fail(d, LM_ENOMEM, "forward: out of memory for a batch of %d", n);
-	fw->dn.host_floats = lm_dnet_host_floats(p, n, fw->q_dim, fw->model->hp.n_embd);
+	fw->dn.host_floats = lm_dnet_host_floats(p, n, fw->q_dim);
 	fw->dn.host = malloc(fw->dn.host_floats * sizeof(float));
 	fw->scratch_bytes += fw->dn.host_floats * sizeof(float);
 	if (fw->dn.qkv == NULL || fw->dn.z == NULL || fw->dn.o == NULL || fw->dn.b == NULL ||
@@ -105,9 +102,8 @@ void lm_forward_fini(struct lm_forward *fw)
 {
 	if (fw == NULL || fw->be == NULL)
 		return;
-	float *bufs[] = {fw->x,    fw->h,    fw->q,    fw->k,      fw->v,
-			 fw->att,  fw->gate, fw->up,   fw->logits, fw->dn.qkv,
-			 fw->dn.z, fw->dn.o, fw->dn.b, fw->dn.a,   fw->dn.hs};
+	float *bufs[] = {fw->x,  fw->h,      fw->q,      fw->k,    fw->v,    fw->att,  fw->gate,
+			 fw->up, fw->logits, fw->dn.qkv, fw->dn.z, fw->dn.o, fw->dn.b, fw->dn.a};
 	free(fw->dn.host);
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		fw->be->iface->mfree(fw->be->ctx, bufs[i]);

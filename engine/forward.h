@@ -63,7 +63,6 @@ struct lm_forward {
 	 * and the delta rule's work area. */
 	struct {
 		float *qkv, *z, *o, *b, *a;
-		float *hs; /* [max_batch][n_embd]: a shared expert's input, then its output */
 		float *host;
 		size_t host_floats;
 	} dn;

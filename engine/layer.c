@@ -104,6 +104,11 @@ int lm_layer_ffn(struct lm_forward *fw, int32_t il, int32_t n, bool gelu, lm_dia
 int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
 {
 	const struct lm_layer_weights *w = lm_model_layer(fw->model, il);
+	/* The layer's shared expert, where its file has one (qwen35moe's, with its gate). */
+	const struct lm_moe_shared sh = {.gate = &w->w_gate_shexp,
+					 .up = &w->w_up_shexp,
+					 .down = &w->w_down_shexp,
+					 .gate_inp = &w->gate_inp_shexp};
 	const struct lm_moe_layer l = {.router = &w->gate_inp,
 				       .router_b = &w->gate_inp_b,
 				       .exps = &w->exps,
@@ -111,7 +116,8 @@ int lm_layer_moe(struct lm_forward *fw, int32_t il, int32_t n, lm_diag *d)
 				       .up_b = &w->up_exps_b,
 				       .down_b = &w->down_exps_b,
 				       .n_used = fw->model->hp.layer[il].n_expert_used,
-				       .p = fw->model->hp.moe};
+				       .p = fw->model->hp.moe,
+				       .shared = w->w_gate_shexp.data != NULL ? &sh : NULL};
 	int rc = lm_moe_run(fw->be, &fw->moe, &l, fw->h, fw->h, n, d);
 	if (rc != 0)
 		lm_diag_prefix(d, "layer %d", il);

@@ -9,7 +9,7 @@
 static uint64_t moe_dev_floats(int32_t b, int32_t e, int32_t ne, int32_t k, int32_t ff)
 {
 	uint64_t B = (uint64_t)b;
-	return B * (uint64_t)ne + B * 2 * (uint64_t)e + B * 2 * (uint64_t)ff +
+	return B * (uint64_t)ne + B * 5 * (uint64_t)e + B * 2 * (uint64_t)ff +
 	       (uint64_t)k * B * (uint64_t)e;
 }
 
@@ -23,7 +23,7 @@ static uint64_t moe_host_bytes(int32_t b, int32_t ne, int32_t k)
 uint64_t lm_moe_scratch_bytes(int32_t max_batch, int32_t n_embd, int32_t n_expert, int32_t n_used,
 			      int32_t n_ff)
 {
-	/* logits [b][ne]; xg, yg [b][e]; gate, up [b][ff]; ys [k][b][e] */
+	/* logits [b][ne]; xg, yg, ysh, xe, xr [b][e]; gate, up [b][ff]; ys [k][b][e] */
 	return moe_dev_floats(max_batch, n_embd, n_expert, n_used, n_ff) * sizeof(float) +
 	       moe_host_bytes(max_batch, n_expert, n_used);
 }
@@ -49,6 +49,9 @@ int lm_moe_scratch_init(struct lm_moe_scratch *s, struct lm_backend *be, int32_t
 	s->up = be->iface->malloc(ctx, B * (size_t)n_ff * sizeof(float));
 	s->yg = be->iface->malloc(ctx, B * E * sizeof(float));
 	s->ys = be->iface->malloc(ctx, K * B * E * sizeof(float));
+	s->ysh = be->iface->malloc(ctx, B * E * sizeof(float));
+	s->xe = be->iface->malloc(ctx, B * E * sizeof(float));
+	s->xr = be->iface->malloc(ctx, B * E * sizeof(float));
 	s->logits_host = malloc(B * (size_t)n_expert * sizeof(float));
 	s->pick = malloc(B * K * sizeof(int32_t));
 	s->weight = malloc(B * K * sizeof(float));
@@ -56,8 +59,9 @@ int lm_moe_scratch_init(struct lm_moe_scratch *s, struct lm_backend *be, int32_t
 	s->start = malloc(((size_t)n_expert + 1) * sizeof(int32_t));
 	s->bytes = lm_moe_scratch_bytes(max_batch, n_embd, n_expert, n_used, n_ff);
 	if (s->logits == NULL || s->xg == NULL || s->gate == NULL || s->up == NULL ||
-	    s->yg == NULL || s->ys == NULL || s->logits_host == NULL || s->pick == NULL ||
-	    s->weight == NULL || s->group == NULL || s->start == NULL) {
+	    s->yg == NULL || s->ys == NULL || s->ysh == NULL || s->xe == NULL || s->xr == NULL ||
+	    s->logits_host == NULL || s->pick == NULL || s->weight == NULL || s->group == NULL ||
+	    s->start == NULL) {
 		lm_moe_scratch_fini(s, be);
 		return lm_fail(d, LM_ENOMEM, "moe: out of memory for a batch of %d", max_batch);
 	}
@@ -68,7 +72,7 @@ void lm_moe_scratch_fini(struct lm_moe_scratch *s, struct lm_backend *be)
 {
 	if (s == NULL)
 		return;
-	float *dev[] = {s->logits, s->xg, s->gate, s->up, s->yg, s->ys};
+	float *dev[] = {s->logits, s->xg, s->gate, s->up, s->yg, s->ys, s->ysh, s->xe, s->xr};
 	for (size_t i = 0; be != NULL && i < sizeof dev / sizeof dev[0]; i++)
 		be->iface->mfree(be->ctx, dev[i]);
 	free(s->logits_host);
@@ -153,16 +157,27 @@ static int moe_bias(struct lm_backend *be, float *y, const struct lm_weight *b, 
 	return be->iface->add_rows(be->ctx, y, row, (int)width, m);
 }
 
-/* gate = act(gate, up) over len values: silu(gate) * up, or the clamped SwiGLU of gpt-oss. */
+/* gate = act(gate, up) over len values: silu(gate) * up, gelu(gate) * up, or the clamped
+ * SwiGLU of gpt-oss. */
 static int moe_act(struct lm_backend *be, const struct lm_moe_layer *l, float *gate,
 		   const float *up, size_t len)
 {
-	if (!l->p.swiglu_oai)
-		return be->iface->silu_mul(be->ctx, gate, gate, up, len);
-	if (be->iface->swiglu_oai == NULL)
-		return LM_EUNSUPPORTED;
-	return be->iface->swiglu_oai(be->ctx, gate, gate, up, len, LM_MOE_OAI_ALPHA,
-				     LM_MOE_OAI_LIMIT);
+	if (l->p.swiglu_oai) {
+		if (be->iface->swiglu_oai == NULL)
+			return LM_EUNSUPPORTED;
+		return be->iface->swiglu_oai(be->ctx, gate, gate, up, len, LM_MOE_OAI_ALPHA,
+					     LM_MOE_OAI_LIMIT);
+	}
+	return l->gelu ? be->iface->gelu_mul(be->ctx, gate, gate, up, len)
+		       : be->iface->silu_mul(be->ctx, gate, gate, up, len);
+}
+
+/* moe_act's op, for messages. */
+static const char *moe_act_name(const struct lm_moe_layer *l)
+{
+	return l->p.swiglu_oai ? "ffn_moe swiglu_oai"
+	       : l->gelu       ? "ffn_moe gelu_mul"
+			       : "ffn_moe silu_mul";
 }
 
 /* Routes the batch: every token's picks and weights, then the (token, rank) pairs grouped by
@@ -222,11 +237,14 @@ static int moe_expert(struct lm_backend *be, struct lm_moe_scratch *s, const str
 	    (rc = moe_bias(be, s->up, l->up_b, e, ff, m)) != 0)
 		return moe_fail(be, rc, "ffn_up_exps", d);
 	if ((rc = moe_act(be, l, s->gate, s->up, (size_t)m * (size_t)ff)) != 0)
-		return moe_fail(be, rc, l->p.swiglu_oai ? "ffn_moe swiglu_oai" : "ffn_moe silu_mul",
-				d);
+		return moe_fail(be, rc, moe_act_name(l), d);
 	if ((rc = bi->matmul(ctx, s->yg, &l->exps->down[e], s->gate, m)) != 0 ||
 	    (rc = moe_bias(be, s->yg, l->down_b, e, s->n_embd, m)) != 0)
 		return moe_fail(be, rc, "ffn_down_exps", d);
+	/* The expert's output scale, then the router's weight (llama.cpp's order). */
+	if (l->exps->down_scale != NULL &&
+	    (rc = bi->scale(ctx, s->yg, l->exps->down_scale[e], (size_t)m * E)) != 0)
+		return moe_fail(be, rc, "ffn_down_exps scale", d);
 	for (int32_t i = 0; i < m; i++) {
 		const int32_t t = g[i] / k, r = g[i] % k;
 		float *dst = s->ys + ((size_t)r * (size_t)s->max_batch + (size_t)t) * E;
@@ -237,8 +255,58 @@ static int moe_expert(struct lm_backend *be, struct lm_moe_scratch *s, const str
 	return 0;
 }
 
+int lm_moe_shared_run(struct lm_backend *be, struct lm_moe_scratch *s,
+		      const struct lm_moe_shared *sh, float *y, const float *x, int32_t n,
+		      lm_diag *d)
+{
+	const struct lm_backend_i *bi = be->iface;
+	void *ctx = be->ctx;
+	const int64_t ff = sh->gate->ne1;
+	const bool gated = sh->gate_inp != NULL && sh->gate_inp->data != NULL;
+	if (n <= 0 || n > s->max_batch || sh->gate->ne0 != s->n_embd || ff > s->n_ff ||
+	    sh->up->ne1 != ff || sh->down->ne0 != ff || sh->down->ne1 != s->n_embd ||
+	    (gated && (sh->gate_inp->ne0 != s->n_embd || sh->gate_inp->ne1 != 1)))
+		return lm_fail(d, LM_EINVAL,
+			       "moe: a shared FFN of %lld over %d tokens does not fit the scratch "
+			       "(%d wide, %d tokens)",
+			       (long long)ff, n, s->n_ff, s->max_batch);
+	const size_t len = (size_t)n * (size_t)ff, E = (size_t)s->n_embd;
+	int rc;
+	/* Everything that reads x first: y may be x. */
+	if ((rc = bi->matmul(ctx, s->gate, sh->gate, x, n)) != 0)
+		return moe_fail(be, rc, "ffn_gate_shexp", d);
+	if ((rc = bi->matmul(ctx, s->up, sh->up, x, n)) != 0)
+		return moe_fail(be, rc, "ffn_up_shexp", d);
+	if (gated &&
+	    ((rc = bi->matmul(ctx, s->logits, sh->gate_inp, x, n)) != 0 ||
+	     (rc = bi->download(ctx, s->logits_host, s->logits, (size_t)n * sizeof(float))) != 0))
+		return moe_fail(be, rc, "ffn_gate_inp_shexp", d);
+	rc = sh->gelu ? bi->gelu_mul(ctx, s->gate, s->gate, s->up, len)
+		      : bi->silu_mul(ctx, s->gate, s->gate, s->up, len);
+	if (rc != 0)
+		return moe_fail(be, rc, sh->gelu ? "ffn_shexp gelu_mul" : "ffn_shexp silu_mul", d);
+	if ((rc = bi->matmul(ctx, y, sh->down, s->gate, n)) != 0)
+		return moe_fail(be, rc, "ffn_down_shexp", d);
+	if (!gated)
+		return 0;
+	if ((rc = lm_backend_sync(be)) != 0)
+		return moe_fail(be, rc, "ffn_gate_inp_shexp download", d);
+	for (int32_t t = 0; t < n; t++) {
+		const float g = 1.0f / (1.0f + expf(-s->logits_host[t]));
+		if ((rc = bi->scale(ctx, y + (size_t)t * E, g, E)) != 0)
+			return moe_fail(be, rc, "ffn_shexp gate", d);
+	}
+	return 0;
+}
+
 int lm_moe_run(struct lm_backend *be, struct lm_moe_scratch *s, const struct lm_moe_layer *l,
 	       float *y, const float *x, int32_t n, lm_diag *d)
+{
+	return lm_moe_run_routed(be, s, l, y, x, x, n, d);
+}
+
+int lm_moe_run_routed(struct lm_backend *be, struct lm_moe_scratch *s, const struct lm_moe_layer *l,
+		      float *y, const float *x, const float *xr, int32_t n, lm_diag *d)
 {
 	const int32_t ne = (int32_t)l->router->ne1, k = l->n_used;
 	if (n <= 0 || n > s->max_batch || l->router->ne0 != s->n_embd || ne != l->exps->n ||
@@ -248,7 +316,10 @@ int lm_moe_run(struct lm_backend *be, struct lm_moe_scratch *s, const struct lm_
 			"moe: %d tokens, %d of %d experts do not fit the scratch (%d tokens, "
 			"%d of %d experts)",
 			n, k, ne, s->max_batch, s->n_used, s->n_expert);
-	int rc = moe_route_batch(be, s, l, x, n, d);
+	int rc = 0;
+	if (l->shared != NULL && (rc = lm_moe_shared_run(be, s, l->shared, s->ysh, x, n, d)) != 0)
+		return rc;
+	rc = moe_route_batch(be, s, l, xr, n, d);
 	for (int32_t e = 0; rc == 0 && e < ne; e++)
 		if (s->start[e + 1] > s->start[e])
 			rc = moe_expert(be, s, l, e, x, n, d);
@@ -262,5 +333,7 @@ int lm_moe_run(struct lm_backend *be, struct lm_moe_scratch *s, const struct lm_
 	for (int32_t r = 1; r < k; r++)
 		if ((rc = be->iface->add(be->ctx, y, s->ys + (size_t)r * plane, len)) != 0)
 			return moe_fail(be, rc, "ffn_moe sum", d);
+	if (l->shared != NULL && (rc = be->iface->add(be->ctx, y, s->ysh, len)) != 0)
+		return moe_fail(be, rc, "ffn_shexp add", d);
 	return 0;
 }

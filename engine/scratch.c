@@ -25,8 +25,7 @@ uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, in
 	/* qwen35's buffers: the delta-net's projections on the backend, and on the host. */
 	if (end > begin && hp->ssm.head_dim > 0)
 		floats += b * (uint64_t)lm_dnet_batch_floats(&hp->ssm) +
-			  (uint64_t)lm_dnet_host_floats(&hp->ssm, max_batch, w.q_dim, hp->n_embd) +
-			  (hp->layer[begin].n_ff_shexp > 0 ? b * e : 0);
+			  (uint64_t)lm_dnet_host_floats(&hp->ssm, max_batch, w.q_dim);
 	return floats * sizeof(float) + moe;
 }
 

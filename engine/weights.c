@@ -162,6 +162,8 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 		return hp->layer[il].n_expert;
 	case LM_DIM_FF_EXP:
 		return hp->layer[il].n_ff_exp;
+	case LM_DIM_FF_EXP2:
+		return 2 * (int64_t)hp->layer[il].n_ff_exp;
 	case LM_DIM_QG:
 		return (int64_t)hp->layer[il].n_head * 2 * hp->layer[il].head_dim;
 	case LM_DIM_CONV:
@@ -182,12 +184,13 @@ static int64_t model_dim(const struct lm_hparams *hp, int32_t il, enum lm_dim di
 	return 1;
 }
 
-/* The experts' array of layer l that tensor t fills. */
+/* The experts' array of layer l that tensor t fills (a fused gate_up: the gate's, and the up's
+ * beside it). */
 static struct lm_weight **model_exps_of(struct lm_layer_weights *l, enum lm_layer_tensor t)
 {
-	return t == LM_T_gate_exps ? &l->exps.gate
-	       : t == LM_T_up_exps ? &l->exps.up
-				   : &l->exps.down;
+	return t == LM_T_gate_exps || t == LM_T_gate_up_exps ? &l->exps.gate
+	       : t == LM_T_up_exps                           ? &l->exps.up
+							     : &l->exps.down;
 }
 
 /* Binds the 3-D tensor `name` of layer il, (ne0, ne1, n_expert), expert by expert: each a
@@ -214,24 +217,33 @@ static int model_bind_experts(struct lm_model *m, struct lm_layer_weights *l, in
 			       name, info->name);
 	if (t->data == NULL)
 		return lm_fail(d, LM_EINVAL, "tensor '%s' was not mapped", name);
+	const bool fused = which == LM_T_gate_up_exps;
 	struct lm_weight **exps = model_exps_of(l, which);
-	if ((*exps = calloc((size_t)n, sizeof **exps)) == NULL)
+	if (*exps != NULL || (fused && l->exps.up != NULL))
+		return lm_fail(d, LM_EFORMAT,
+			       "tensor '%s': layer %d has both fused and separate gate/up experts",
+			       name, il);
+	if ((*exps = calloc((size_t)n, sizeof **exps)) == NULL ||
+	    (fused && (l->exps.up = calloc((size_t)n, sizeof *l->exps.up)) == NULL))
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	l->exps.n = n;
 	uint64_t row;
 	lm_dtype_row_bytes(t->type, (uint64_t)ne0, &row);
 	const size_t block = (size_t)row * (size_t)ne1;
-	for (int32_t e = 0; e < n; e++) {
-		struct lm_weight *w = &(*exps)[e];
+	/* Fused: the gate's rows, then the up's, in each expert's block. */
+	const int64_t rows = fused ? ne1 / 2 : ne1;
+	for (int32_t e = 0; e < n * (fused ? 2 : 1); e++) {
+		const int32_t x = fused ? e / 2 : e;
+		struct lm_weight *w = fused && e % 2 == 1 ? &l->exps.up[x] : &(*exps)[x];
 		*w = (struct lm_weight){
-			.type = t->type, .ne0 = ne0, .ne1 = ne1, .row_bytes = (size_t)row};
-		int rc = lm_backend_weight_init(m->backend, w,
-						(const uint8_t *)t->data + (size_t)e * block);
+			.type = t->type, .ne0 = ne0, .ne1 = rows, .row_bytes = (size_t)row};
+		const size_t at = (size_t)x * block + (size_t)(e % 2 * fused) * (size_t)rows * row;
+		int rc = lm_backend_weight_init(m->backend, w, (const uint8_t *)t->data + at);
 		if (rc != 0)
 			return lm_fail(d, rc,
 				       "tensor '%s', expert %d: the %s backend cannot take "
 				       "it: %s",
-				       name, e,
+				       name, x,
 				       m->backend != NULL ? m->backend->iface->name : "host",
 				       lm_strerror(rc));
 	}
@@ -252,10 +264,35 @@ static void model_unbind_experts(struct lm_model *m, struct lm_layer_weights *l)
 	memset(&l->exps, 0, sizeof l->exps);
 }
 
+/* A mixture-of-experts layer's experts complete, and their output scales (host floats, read
+ * in place from the mapping) finite. */
+static int model_check_experts(struct lm_model *m, struct lm_layer_weights *l, int32_t il,
+			       lm_diag *d)
+{
+	if (l->exps.gate == NULL || l->exps.up == NULL || l->exps.down == NULL)
+		return lm_fail(d, LM_EFORMAT,
+			       "layer %d: its experts need ffn_down_exps and either "
+			       "ffn_gate_up_exps or ffn_gate_exps and ffn_up_exps",
+			       il);
+	if (l->down_exps_s.data == NULL)
+		return 0;
+	char name[96];
+	snprintf(name, sizeof name, "blk.%d.%s", il, lm_layer_tensor_name(LM_T_down_exps_s));
+	const struct gguf_tensor *t = gguf_find_tensor(m->file, name);
+	const float *s = t->data;
+	for (int32_t e = 0; e < l->exps.n; e++)
+		if (!isfinite(s[e]))
+			return lm_fail(d, LM_EFORMAT,
+				       "tensor '%s': expert %d's scale is not finite", name, e);
+	l->exps.down_scale = s;
+	return 0;
+}
+
 /* Binds layer il's tensors as the architecture's table lists them. */
 static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 {
 	struct lm_layer_weights *l = &m->layers[il - m->slice.begin];
+	const bool moe = m->hp.layer[il].n_expert > 0;
 	char name[96];
 	for (size_t i = 0; i < m->arch->n_tensors; i++) {
 		const struct lm_tensor_spec *ts = &m->arch->tensors[i];
@@ -263,6 +300,14 @@ static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 		    (ts->kind == LM_KIND_RECURRENT) != m->hp.layer[il].recurrent)
 			continue;
 		snprintf(name, sizeof name, "blk.%d.%s", il, lm_layer_tensor_name(ts->t));
+		if (ts->moe && !moe) {
+			if (gguf_find_tensor(m->file, name) != NULL)
+				return lm_fail(d, LM_EFORMAT,
+					       "tensor '%s': layer %d has no experts by the "
+					       "metadata (%s.expert_count, ffn_gate_inp)",
+					       name, il, m->hp.arch);
+			continue;
+		}
 		int rc = ts->ne2 == LM_DIM_EXPERTS
 				 ? model_bind_experts(m, l, il, ts->t, name,
 						      model_dim(&m->hp, il, ts->ne0),
@@ -275,6 +320,9 @@ static int model_bind_layer(struct lm_model *m, int32_t il, lm_diag *d)
 		if (rc != 0)
 			return rc == LM_ENOTFOUND ? LM_EFORMAT : rc;
 	}
+	int rc;
+	if (moe && (rc = model_check_experts(m, l, il, d)) != 0)
+		return rc;
 	/* The output scale is one number: read from the file (host memory) now. */
 	l->out_scale_value = 1.0f;
 	if (l->out_scale.data != NULL) {

@@ -60,15 +60,21 @@ struct lm_slice {
 	X(gate_exps, "ffn_gate_exps.weight") /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
 	X(up_exps, "ffn_up_exps.weight")     /* (n_embd, n_ff_exp, n_expert): bound per expert */ \
 	X(down_exps, "ffn_down_exps.weight") /* (n_ff_exp, n_embd, n_expert): bound per expert */ \
-	X(wqkv, "attn_qkv.weight")           /* (n_embd, conv_dim): qwen35's mixed Q, K, V */     \
-	X(wqkv_gate, "attn_gate.weight")     /* (n_embd, value_dim): the output gate z */         \
-	X(ssm_conv1d, "ssm_conv1d.weight")   /* (conv_kernel, conv_dim) f32 */                    \
-	X(ssm_dt, "ssm_dt.bias")             /* (n_v_heads) */                                    \
-	X(ssm_a, "ssm_a")                    /* (n_v_heads): -exp(A_log) */                       \
-	X(ssm_beta, "ssm_beta.weight")       /* (n_embd, n_v_heads) */                            \
-	X(ssm_alpha, "ssm_alpha.weight")     /* (n_embd, n_v_heads) */                            \
-	X(ssm_norm, "ssm_norm.weight")       /* (ssm head_dim) */                                 \
-	X(ssm_out, "ssm_out.weight")         /* (value_dim, n_embd) */                            \
+	X(gate_up_exps, "ffn_gate_up_exps.weight")   /* (n_embd, 2 n_ff_exp, n_expert): fused */  \
+	X(down_exps_s, "ffn_down_exps.scale")        /* (n_expert) f32: the experts' outputs' */  \
+	X(gate_inp_s, "ffn_gate_inp.scale")          /* (n_embd) f32: the router input's */       \
+	X(ffn_pre_norm_2, "pre_ffw_norm_2.weight")   /* (n_embd): the experts' input (gemma4) */  \
+	X(ffn_post_norm_1, "post_ffw_norm_1.weight") /* (n_embd): the shared FFN's output */      \
+	X(ffn_post_norm_2, "post_ffw_norm_2.weight") /* (n_embd): the experts' output */          \
+	X(wqkv, "attn_qkv.weight")         /* (n_embd, conv_dim): qwen35's mixed Q, K, V */       \
+	X(wqkv_gate, "attn_gate.weight")   /* (n_embd, value_dim): the output gate z */           \
+	X(ssm_conv1d, "ssm_conv1d.weight") /* (conv_kernel, conv_dim) f32 */                      \
+	X(ssm_dt, "ssm_dt.bias")           /* (n_v_heads) */                                      \
+	X(ssm_a, "ssm_a")                  /* (n_v_heads): -exp(A_log) */                         \
+	X(ssm_beta, "ssm_beta.weight")     /* (n_embd, n_v_heads) */                              \
+	X(ssm_alpha, "ssm_alpha.weight")   /* (n_embd, n_v_heads) */                              \
+	X(ssm_norm, "ssm_norm.weight")     /* (ssm head_dim) */                                   \
+	X(ssm_out, "ssm_out.weight")       /* (value_dim, n_embd) */                              \
 	X(gate_inp_shexp, "ffn_gate_inp_shexp.weight") /* (n_embd): the shared expert's gate */   \
 	X(w_gate_shexp, "ffn_gate_shexp.weight")       /* (n_embd, n_ff_shexp) */                 \
 	X(w_up_shexp, "ffn_up_shexp.weight")           /* (n_embd, n_ff_shexp) */                 \
@@ -80,7 +86,11 @@ struct lm_slice {
  * only the experts it uses. */
 struct lm_experts {
 	int32_t n;                          /* experts; 0 on a dense layer */
-	struct lm_weight *gate, *up, *down; /* [n] each */
+	struct lm_weight *gate, *up, *down; /* [n] each; a fused gate_up tensor binds gate and up
+					     * to the two halves (gate rows, then up rows) of each
+					     * expert's block */
+	const float *down_scale;            /* [n] host: expert e's output times down_scale[e]
+					     * (ffn_down_exps.scale); NULL: none */
 };
 
 struct lm_layer_weights {
@@ -88,8 +98,8 @@ struct lm_layer_weights {
 	LM_LAYER_TENSORS(LM_LAYER_FIELD_)
 #undef LM_LAYER_FIELD_
 	float out_scale_value;  /* out_scale's one value, read at binding (1 without it) */
-	struct lm_experts exps; /* gate_exps, up_exps and down_exps, expert by expert (their
-				 * fields above stay unbound) */
+	struct lm_experts exps; /* gate_exps, up_exps (or gate_up_exps) and down_exps, expert
+				 * by expert (their fields above stay unbound) */
 };
 
 enum lm_layer_tensor {

@@ -156,6 +156,9 @@ struct lm_backend_i {
 	/* y[t][i] += b[i] for t < n, i < width: a bias on every row. b is backend memory (a bound
 	 * weight's data). Required. */
 	int (*add_rows)(void *ctx, float *y, const float *b, int width, int n);
+	/* y[t][i] *= b[i] for t < n, i < width: a weight vector on every row (gemma4's router
+	 * input scale, after its other scale, in llama.cpp's order). b is backend memory. Required. */
+	int (*mul_rows)(void *ctx, float *y, const float *b, int width, int n);
 	/* y[i] *= s for i < len. Required. */
 	int (*scale)(void *ctx, float *y, float s, size_t len);
 	/* y[i] = x[i] for i < len; y does not overlap x. Required. */

@@ -179,8 +179,27 @@ static int64_t synth_ffn_exp(const struct synth_opts *o)
 	return o->ffn_exp != 0 ? o->ffn_exp : o->ffn;
 }
 
+/* Gemma 4 26B-A4B's experts beside the dense FFN (which becomes the shared one): the norms
+ * of the two branches, the router with its input scale, the experts' fused gate and up (as
+ * the converter writes them), their down and its per-expert output scale. */
+static void synth_add_gemma4_experts(const struct synth_opts *o, uint32_t l,
+				     struct synth_tensor *out, size_t *n)
+{
+	const int64_t dim = o->dim, fe = synth_ffn_exp(o), ne = o->experts;
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm_1.weight", l);
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.pre_ffw_norm_2.weight", l);
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.post_ffw_norm_2.weight", l);
+	synth_add(out, n, SYNTH_ROUTER, dim, ne, "blk.%u.ffn_gate_inp.weight", l);
+	synth_add(out, n, SYNTH_NORM, dim, 1, "blk.%u.ffn_gate_inp.scale", l);
+	synth_add(out, n, SYNTH_MATRIX, dim, 2 * fe, "blk.%u.ffn_gate_up_exps.weight", l);
+	out[*n - 1].ne2 = ne;
+	synth_add(out, n, SYNTH_MATRIX, fe, dim, "blk.%u.ffn_down_exps.weight", l);
+	out[*n - 1].ne2 = ne;
+	synth_add(out, n, SYNTH_SCALE, ne, 1, "blk.%u.ffn_down_exps.scale", l);
+}
+
 /* Layer l's FFN: dense, or the router and experts of qwen3moe, qwen35moe (and its shared
- * expert) and gpt-oss (with biases). */
+ * expert) and gpt-oss (with biases), or gemma4's dense FFN and experts. */
 static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_tensor *out,
 			  size_t *n)
 {
@@ -190,6 +209,8 @@ static void synth_add_ffn(const struct synth_opts *o, uint32_t l, struct synth_t
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_gate.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, ffn, dim, "blk.%u.ffn_down.weight", l);
 		synth_add(out, n, SYNTH_MATRIX, dim, ffn, "blk.%u.ffn_up.weight", l);
+		if (o->experts != 0 && l >= o->dense_layers)
+			synth_add_gemma4_experts(o, l, out, n);
 		return;
 	}
 	const int64_t fe = synth_ffn_exp(o), ne = o->experts;
@@ -381,17 +402,24 @@ static int synth_check_arch(const struct synth_opts *o, lm_diag *d)
 			       "arch '%s': synth writes llama, qwen2, qwen3, qwen3moe, gemma3, "
 			       "gemma4, gpt-oss, qwen35 or qwen35moe",
 			       o->arch);
-	if (synth_moe(o) && (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
-			     o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
+	if ((synth_moe(o) || (arch == SYNTH_GEMMA4 && o->experts != 0)) &&
+	    (o->experts < 1 || o->experts > 512 || o->experts_used < 1 ||
+	     o->experts_used > o->experts || o->ffn_exp > (1u << 20)))
 		return lm_fail(d, LM_EINVAL,
 			       "%s needs --experts in [1, 512] and --experts-used in [1, "
 			       "--experts] (and --ffn-exp up to 1048576)",
 			       o->arch);
-	if (!synth_moe(o) && (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0 ||
-			      o->exps_type != LM_DTYPE_COUNT))
+	if (!synth_moe(o) && arch != SYNTH_GEMMA4 &&
+	    (o->experts != 0 || o->experts_used != 0 || o->ffn_exp != 0))
 		return lm_fail(d, LM_EINVAL,
-			       "--experts, --experts-used, --ffn-exp and --experts-type are "
-			       "qwen3moe's, qwen35moe's and gpt-oss's");
+			       "--experts, --experts-used and --ffn-exp are qwen3moe's, "
+			       "qwen35moe's, gemma4's and gpt-oss's");
+	if (o->exps_type != LM_DTYPE_COUNT && o->experts == 0)
+		return lm_fail(d, LM_EINVAL, "--experts-type is the experts' (it needs --experts)");
+	if (o->dense_layers != 0 &&
+	    (arch != SYNTH_GEMMA4 || o->experts == 0 || o->dense_layers >= o->layers))
+		return lm_fail(d, LM_EINVAL,
+			       "--dense-layers is gemma4's with --experts, fewer than --layers");
 	if (!synth_q35(o) && (o->ssm_state != 0 || o->ssm_k_heads != 0 || o->ssm_v_heads != 0 ||
 			      o->full_attn_every != 0))
 		return lm_fail(d, LM_EINVAL,
@@ -1036,7 +1064,8 @@ static int synth_put_qwen35(gguf_writer *w, const struct synth_opts *o, lm_diag 
 	return 0;
 }
 
-/* The mixtures' keys: the experts, how many a token takes, their width. */
+/* The mixtures' keys (qwen3moe's, qwen35moe's, gemma4's and gpt-oss's): the experts, how many
+ * a token takes, their width. */
 static int synth_put_experts(gguf_writer *w, const struct synth_opts *o, lm_diag *d)
 {
 	char k[96];
@@ -1096,7 +1125,7 @@ static int synth_put_meta(gguf_writer *w, const struct synth_opts *o, uint32_t v
 	    (arch == SYNTH_LLAMA && o->window != 0 &&
 	     (rc = gguf_writer_kv_u32(w, "llama.attention.sliding_window", o->window, d)) != 0) ||
 	    ((synth_gemma(o) || arch == SYNTH_GPTOSS) && (rc = synth_put_gemma(w, o, d)) != 0) ||
-	    (synth_moe(o) && (rc = synth_put_experts(w, o, d)) != 0) ||
+	    (o->experts != 0 && (rc = synth_put_experts(w, o, d)) != 0) ||
 	    (synth_q35(o) && (rc = synth_put_qwen35(w, o, d)) != 0) ||
 	    (rc = gguf_writer_kv_u32(w, "layermesh.synth.version", SYNTH_FORMAT_VERSION, d)) != 0 ||
 	    (rc = gguf_writer_kv_u64(w, "layermesh.synth.seed", o->seed, d)) != 0)

@@ -46,7 +46,13 @@
  *     gemma4   as gemma3, with the sliding layers' own head size and KV heads (--head-dim-swa,
  *              --kv-heads-swa), no attn_v on the global layers (V = K), layer_output_scale
  *              [1], and rope_freqs.weight [head_dim / 2] whose last three quarters are 1e30:
- *              the global layers' partial ("proportional") rope
+ *              the global layers' partial ("proportional") rope; with --experts, every
+ *              layer also has 26B-A4B's experts beside its FFN (which becomes the shared
+ *              one): post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2 [dim],
+ *              ffn_gate_inp.weight [dim, experts] (f32), ffn_gate_inp.scale [dim],
+ *              ffn_gate_up_exps.weight [dim, 2 ffn_exp, experts] (gate rows, then up rows),
+ *              ffn_down_exps.weight [ffn_exp, dim, experts], ffn_down_exps.scale [experts]
+ *              (--dense-layers N: not on the first N layers, which stay dense)
  * and an architecture's keys under its own prefix ("gemma4.attention.sliding_window", ...).
  *
  * Weights. Every tensor has its own PRNG stream (splitmix64 seeded from the seed and the tensor's
@@ -110,12 +116,14 @@ struct synth_opts {
 	bool rope_llama3;      /* llama: rope_freqs.weight with Llama 3.1's scaling */
 	float rope_yarn;       /* gpt-oss: rope.scaling.type yarn of this factor; 0: none */
 	uint32_t rope_yarn_orig; /* its rope.scaling.original_context_length; 0: not written */
-	uint32_t experts;      /* qwen3moe, qwen35moe, gpt-oss: experts per layer (expert_count) */
-	uint32_t experts_used; /* experts a token takes (expert_used_count) */
-	uint32_t ffn_exp;      /* an expert's width; 0: ffn */
-	uint32_t ssm_state;    /* qwen35: the delta-net's head size; 0: dim / heads */
-	uint32_t ssm_k_heads;  /* qwen35: its key heads; 0: kv_heads */
-	uint32_t ssm_v_heads;  /* qwen35: its value heads (a multiple of the key heads); 0: heads */
+	uint32_t experts;        /* qwen3moe, qwen35moe, gemma4, gpt-oss: experts per layer
+				* (<arch>.expert_count; gemma4 0: dense) */
+	uint32_t experts_used;   /* experts a token takes (expert_used_count) */
+	uint32_t ffn_exp;        /* an expert's width; 0: ffn */
+	uint32_t dense_layers;   /* gemma4 with experts: the first dense_layers layers have none */
+	uint32_t ssm_state;      /* qwen35: the delta-net's head size; 0: dim / heads */
+	uint32_t ssm_k_heads;    /* qwen35: its key heads; 0: kv_heads */
+	uint32_t ssm_v_heads; /* qwen35: its value heads (a multiple of the key heads); 0: heads */
 	uint32_t full_attn_every; /* qwen35: each N-th layer attends, the others are recurrent;
 				   * 0: 4 */
 	bool sparse;              /* the tensor index and no data: a file with holes */

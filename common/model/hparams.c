@@ -283,11 +283,14 @@ int lm_hparams_load(const gguf_file *f, struct lm_hparams *hp, lm_diag *d)
 	if ((rc = ha->load(f, hp, &r, d)) != 0)
 		return rc;
 	/* Route each token through experts only where the architecture reads how. */
-	if (r.n_expert > 0 && hp->layer[0].n_expert == 0)
+	bool any_moe = false;
+	for (int32_t i = 0; i < hp->n_layer; i++)
+		any_moe = any_moe || hp->layer[i].n_expert > 0;
+	if (r.n_expert > 0 && !any_moe)
 		return lm_fail(d, LM_EUNSUPPORTED,
 			       "%s: mixture-of-experts layers (%s.expert_count = %u) are not "
 			       "supported for this architecture (layermesh runs them for qwen3moe, "
-			       "qwen35moe and gpt-oss)",
+			       "qwen35moe, gemma4 and gpt-oss)",
 			       arch, arch, r.n_expert);
 	if ((rc = hp_check_layers(hp, d)) != 0)
 		return rc;
@@ -328,14 +331,14 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 	struct lm_widths w = {0};
 	for (int32_t il = begin; il < end; il++) {
 		const struct lm_layer_hparams *l = &hp->layer[il];
-		w.ff_dim = l->n_ff_shexp > w.ff_dim ? l->n_ff_shexp : w.ff_dim;
+		int32_t ff = l->n_expert > 0 ? l->n_ff_exp : l->n_ff;
+		ff = l->n_ff_shexp > ff ? l->n_ff_shexp : ff;
+		w.ff_dim = ff > w.ff_dim ? ff : w.ff_dim;
+		w.n_expert = l->n_expert > w.n_expert ? l->n_expert : w.n_expert;
+		w.n_expert_used =
+			l->n_expert_used > w.n_expert_used ? l->n_expert_used : w.n_expert_used;
 		if (l->recurrent) {
 			w.n_recurrent++;
-			int32_t ff = l->n_expert > 0 ? l->n_ff_exp : l->n_ff;
-			w.ff_dim = ff > w.ff_dim ? ff : w.ff_dim;
-			w.n_expert = l->n_expert > w.n_expert ? l->n_expert : w.n_expert;
-			w.n_expert_used = l->n_expert_used > w.n_expert_used ? l->n_expert_used
-									     : w.n_expert_used;
 			continue;
 		}
 		int32_t q = l->n_head * l->head_dim * (l->q_gate ? 2 : 1);
@@ -343,11 +346,6 @@ struct lm_widths lm_hparams_widths(const struct lm_hparams *hp, int32_t begin, i
 		int32_t g = l->n_head / l->n_head_kv;
 		w.q_dim = q > w.q_dim ? q : w.q_dim;
 		w.kv_dim = k > w.kv_dim ? k : w.kv_dim;
-		int32_t ff = l->n_expert > 0 ? l->n_ff_exp : l->n_ff;
-		w.ff_dim = ff > w.ff_dim ? ff : w.ff_dim;
-		w.n_expert = l->n_expert > w.n_expert ? l->n_expert : w.n_expert;
-		w.n_expert_used =
-			l->n_expert_used > w.n_expert_used ? l->n_expert_used : w.n_expert_used;
 		w.head_dim = l->head_dim > w.head_dim ? l->head_dim : w.head_dim;
 		w.group = g > w.group ? g : w.group;
 		w.n_heads = l->n_head > w.n_heads ? l->n_head : w.n_heads;

@@ -55,7 +55,9 @@ struct lm_layer_hparams {
 	 * n_head x 2 x head_dim, each head's queries then its gate, and the attention output is
 	 * multiplied by sigmoid(gate) before Wo. */
 	bool q_gate;
-	/* A shared expert beside the routed ones (qwen35moe): its width; 0: none. */
+	/* A mixture-of-experts layer's shared FFN (shared expert) beside its routed experts, run
+	 * on every token: its width; 0: none. qwen35moe's ffn_*_shexp, gemma4's own n_ff-wide
+	 * FFN (engine/moe.h: struct lm_moe_shared). */
 	int32_t n_ff_shexp;
 };
 
@@ -126,7 +128,8 @@ const char *lm_hparams_archs(void);
 struct lm_widths {
 	int32_t q_dim;         /* n_head x head_dim */
 	int32_t kv_dim;        /* n_head_kv x head_dim */
-	int32_t ff_dim;        /* n_ff, or an expert's n_ff_exp on a mixture-of-experts layer */
+	int32_t ff_dim;        /* n_ff, or on a mixture-of-experts layer the wider of an expert's
+				* n_ff_exp and its shared FFN's n_ff_shexp */
 	int32_t head_dim;      /* per head */
 	int32_t group;         /* query heads per KV head */
 	int32_t n_heads;       /* query heads */

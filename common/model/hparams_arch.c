@@ -292,11 +292,44 @@ static int hp_gemma3(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 	return 0;
 }
 
-/* gemma4, dense: the pattern array of sliding and global layers, each kind with its own head
+/* gemma4 with experts (26B-A4B): a layer whose file has blk.N.ffn_gate_inp.weight is a
+ * mixture of expert_count experts, expert_used_count of them per token, each
+ * expert_feed_forward_length wide, beside its dense FFN, which then runs as a shared one
+ * (n_ff_shexp = n_ff); llama.cpp's graph routes by a softmax and normalises the picked
+ * weights. Other layers stay dense. */
+static int hp_gemma4_experts(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r,
+			     lm_diag *d)
+{
+	if (r->n_expert > LM_MAX_EXPERTS)
+		return lm_fail(d, LM_EFORMAT, "gemma4.expert_count = %u is over %d", r->n_expert,
+			       LM_MAX_EXPERTS);
+	int rc;
+	if ((rc = hp_get_per_layer(f, hp->arch, "expert_used_count", hp,
+				   offsetof(struct lm_layer_hparams, n_expert_used), true, d)) !=
+		    0 ||
+	    (rc = hp_get_per_layer(f, hp->arch, "expert_feed_forward_length", hp,
+				   offsetof(struct lm_layer_hparams, n_ff_exp), true, d)) != 0)
+		return rc;
+	for (int32_t il = 0; il < hp->n_layer; il++) {
+		struct lm_layer_hparams *l = &hp->layer[il];
+		char name[64];
+		snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+		if (gguf_find_tensor(f, name) != NULL) {
+			l->n_expert = (int32_t)r->n_expert;
+			l->n_ff_shexp = l->n_ff;
+		} else {
+			l->n_expert_used = l->n_ff_exp = 0;
+		}
+	}
+	hp->moe = (struct lm_moe_params){.gating = LM_MOE_SOFTMAX, .norm = true, .scale = 1.0f};
+	return 0;
+}
+
+/* gemma4: the pattern array of sliding and global layers, each kind with its own head
  * size, KV heads (per-layer head_count_kv), rotated dimensions and rope base; the global
  * layers' proportional rope through rope_freqs.weight; attention scale 1. The per-layer
  * embeddings and shared-KV layers of the E2B/E4B models need a design across stages (a
- * shared-KV layer's source may sit on another worker): refused. */
+ * shared-KV layer's source may sit on another worker): refused. Experts: above. */
 static int hp_gemma4(const gguf_file *f, struct lm_hparams *hp, const struct hp_read *r, lm_diag *d)
 {
 	uint32_t v = 0;
@@ -332,7 +365,7 @@ static int hp_gemma4(const gguf_file *f, struct lm_hparams *hp, const struct hp_
 	hp_set_sliding(hp, r, swa, (int32_t)window);
 	for (int32_t il = 0; il < hp->n_layer; il++)
 		hp->layer[il].rope_factors = !swa[il] && hp->has_rope_freqs;
-	return 0;
+	return r->n_expert > 0 ? hp_gemma4_experts(f, hp, r, d) : 0;
 }
 
 /* qwen35's layer pattern: "qwen35.attention.recurrent_layers" (one bool a layer), else each

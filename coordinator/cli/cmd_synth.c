@@ -28,12 +28,14 @@ static void synth_usage(FILE *out)
 	      "                    GELU FFN; gemma4: no V on global layers, output scales),\n"
 	      "                    gpt-oss (biases, attention sinks, sliding and global layers,\n"
 	      "                    experts with biases and a clamped SwiGLU)\n"
-	      "  --experts N       qwen3moe, qwen35moe, gpt-oss: experts per layer\n"
-	      "                    (<arch>.expert_count), up to 512\n"
-	      "  --experts-used K  the mixtures': experts each token takes, up to N\n"
-	      "  --ffn-exp F       the mixtures': an expert's width (default --ffn)\n"
-	      "  --experts-type T  the mixtures': the experts' weight type, --type's or mxfp4\n"
-	      "                    (default --type); F must be a multiple of its block\n"
+	      "  --experts N       qwen3moe, qwen35moe, gemma4, gpt-oss: experts per layer\n"
+	      "                    (<arch>.expert_count), up to 512; gemma4 with experts is the\n"
+	      "                    26B-A4B layout (--ffn is the shared FFN's width)\n"
+	      "  --experts-used K  experts each token takes, up to N\n"
+	      "  --ffn-exp F       an expert's width (default --ffn)\n"
+	      "  --experts-type T  the experts' weight type, --type's or mxfp4 (default --type);\n"
+	      "                    F must be a multiple of its block\n"
+	      "  --dense-layers N  gemma4 with experts: the first N layers stay dense (no router)\n"
 	      "  --ssm-state S     qwen35 (gated delta-net layers and gated attention): the\n"
 	      "                    delta-net's head size (default dim / heads)\n"
 	      "  --ssm-k-heads K   qwen35: its key heads (default --kv-heads)\n"
@@ -180,6 +182,7 @@ static const struct synth_opt synth_table[] = {
 	SO("experts-used", SK_U32, experts_used),
 	SO("ffn-exp", SK_U32, ffn_exp),
 	SO("experts-type", SK_TYPE, exps_type),
+	SO("dense-layers", SK_U32, dense_layers),
 	SO("ssm-state", SK_U32, ssm_state),
 	SO("ssm-k-heads", SK_U32, ssm_k_heads),
 	SO("ssm-v-heads", SK_U32, ssm_v_heads),

@@ -550,6 +550,17 @@ static int cpu_op_add_rows(void *vctx, float *y, const float *b, int width, int 
 	return 0;
 }
 
+static int cpu_op_mul_rows(void *vctx, float *y, const float *b, int width, int n)
+{
+	(void)vctx;
+	for (int t = 0; t < n; t++) {
+		float *r = y + (size_t)t * (size_t)width;
+		for (int i = 0; i < width; i++)
+			r[i] *= b[i];
+	}
+	return 0;
+}
+
 static int cpu_op_scale(void *vctx, float *y, float s, size_t len)
 {
 	(void)vctx;
@@ -589,6 +600,7 @@ static const struct lm_backend_i cpu_iface = {
 	.gelu_mul = cpu_op_gelu_mul,
 	.add = cpu_op_add,
 	.add_rows = cpu_op_add_rows,
+	.mul_rows = cpu_op_mul_rows,
 	.scale = cpu_op_scale,
 	.copy = cpu_op_copy,
 	.sync = NULL,

@@ -537,6 +537,14 @@ static int cuda_add_rows(void *vctx, float *y, const float *b, int width, int n)
 	return 0;
 }
 
+static int cuda_mul_rows(void *vctx, float *y, const float *b, int width, int n)
+{
+	struct cuda_ctx *c = vctx;
+	CUDA_ENTER(c);
+	CUDA_TRY(c, lmc_mul_rows(c->stream, y, b, width, n), "mul_rows of %d x %d", n, width);
+	return 0;
+}
+
 static int cuda_scale(void *vctx, float *y, float s, size_t len)
 {
 	CUDA_EW(lmc_scale, "scale", y, s, len);
@@ -600,6 +608,7 @@ static const struct lm_backend_i cuda_iface = {
 	.gelu_mul = cuda_gelu_mul,
 	.add = cuda_add,
 	.add_rows = cuda_add_rows,
+	.mul_rows = cuda_mul_rows,
 	.scale = cuda_scale,
 	.copy = cuda_copy,
 	.sync = cuda_sync,

@@ -12,7 +12,8 @@
  *   norm.cu        rmsnorm
  *   rope.cu        rope (normal, NeoX, frequency factors)
  *   attention.cu   KV stores and attention, per KV type (LMC_KV_TYPES)
- *   elementwise.cu get_rows, silu_mul, gelu_mul, add, add_rows, scale, copy
+ *   elementwise.cu get_rows, silu_mul, gelu_mul, add, add_rows, mul_rows, scale,
+ *                  copy
  */
 #ifndef LM_CUDA_IMPL_H
 #define LM_CUDA_IMPL_H
@@ -86,6 +87,7 @@ cudaError_t lmc_gelu_mul(cudaStream_t s, float *y, const float *g, const float *
 			 const uint16_t *table);
 cudaError_t lmc_add(cudaStream_t s, float *y, const float *a, size_t len);
 cudaError_t lmc_add_rows(cudaStream_t s, float *y, const float *b, int width, int n);
+cudaError_t lmc_mul_rows(cudaStream_t s, float *y, const float *b, int width, int n);
 cudaError_t lmc_scale(cudaStream_t s, float *y, float f, size_t len);
 cudaError_t lmc_copy(cudaStream_t s, float *y, const float *x, size_t len);
 

@@ -107,6 +107,12 @@ __global__ void k_add_rows(float *y, const float *__restrict__ b, int width, siz
 	y[i] += b[i % (size_t)width];
 }
 
+__global__ void k_mul_rows(float *y, const float *__restrict__ b, int width, size_t len)
+{
+	EW_LOOP(i, len)
+	y[i] *= b[i % (size_t)width];
+}
+
 __global__ void k_scale(float *y, float f, size_t len)
 {
 	EW_LOOP(i, len)
@@ -151,6 +157,15 @@ extern "C" cudaError_t lmc_add_rows(cudaStream_t s, float *y, const float *b, in
 	if (len == 0)
 		return cudaSuccess;
 	k_add_rows<<<lmc_blocks(len, EW_THREADS), EW_THREADS, 0, s>>>(y, b, width, len);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t lmc_mul_rows(cudaStream_t s, float *y, const float *b, int width, int n)
+{
+	const size_t len = (size_t)width * (size_t)(n > 0 ? n : 0);
+	if (len == 0)
+		return cudaSuccess;
+	k_mul_rows<<<lmc_blocks(len, EW_THREADS), EW_THREADS, 0, s>>>(y, b, width, len);
 	return cudaGetLastError();
 }
 

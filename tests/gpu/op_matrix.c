@@ -15,7 +15,7 @@
  *   kv_store    every K and V type (the cache bytes exact), then
  *   attention   global and sliding layers (a ring of window + batch - 1 rows, wrapped), GQA,
  *               several slots, batches of 1, 2, 7, 16 and 64;
- *   silu_mul, gelu_mul, add, add_rows, scale, copy.
+ *   silu_mul, gelu_mul, add, add_rows, mul_rows, scale, copy.
  * It prints one line per case and ends with "N passed, N failed"; exit 0 when all pass, 1 when
  * any fails, 77 (skipped) with the reason when the backend cannot start here (no GPU, or a build
  * without CUDA), so a machine without a GPU never reports the CUDA matrix as passed.
@@ -481,7 +481,7 @@ static void om_attention(struct om *m)
 
 /* ---------------------------------------------------------------------------- element-wise */
 
-enum om_ew { OM_SILU, OM_GELU, OM_ADD, OM_ADD_ROWS, OM_SCALE, OM_COPY };
+enum om_ew { OM_SILU, OM_GELU, OM_ADD, OM_ADD_ROWS, OM_MUL_ROWS, OM_SCALE, OM_COPY };
 
 static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const float *a,
 		     const float *c, size_t len)
@@ -495,6 +495,8 @@ static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const 
 		return b->iface->add(b->ctx, y, a, len);
 	case OM_ADD_ROWS:
 		return b->iface->add_rows(b->ctx, y, c, 37, (int)(len / 37));
+	case OM_MUL_ROWS:
+		return b->iface->mul_rows(b->ctx, y, c, 37, (int)(len / 37));
 	case OM_SCALE:
 		return b->iface->scale(b->ctx, y, 0.7071f, len);
 	case OM_COPY:
@@ -505,8 +507,8 @@ static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const 
 
 static void om_elementwise(struct om *m)
 {
-	static const char *const names[] = {"silu_mul", "gelu_mul", "add",
-					    "add_rows", "scale",    "copy"};
+	static const char *const names[] = {"silu_mul", "gelu_mul", "add", "add_rows",
+					    "mul_rows", "scale",    "copy"};
 	static const size_t lens[] = {37, 37 * 29, 37 * 2713};
 	for (int op = OM_SILU; op <= OM_COPY; op++)
 		for (int li = 0; li < 3; li++) {

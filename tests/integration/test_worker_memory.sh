@@ -6,8 +6,9 @@
 # of 60 layers (50 sliding of 16 KV heads x 256, 10 global of 4 x 512) with the real Gemma 4
 # vocabulary of 262,144 tokens, over 20 workers of 3 layers, after load, speculation and a
 # redeploy under load; and a worker resident past its memory_limit refuses its slice, saying
-# both figures. Mixture-of-experts slices (qwen3moe; gpt-oss with MXFP4 experts) and a recurrent
-# one (qwen35, its states kept for rollback included) are held to the same bound.
+# both figures. Mixture-of-experts slices (qwen3moe, gemma4 with experts; gpt-oss with MXFP4
+# experts) and a recurrent one (qwen35, its states kept for rollback included) are held to the
+# same bound.
 source "$(dirname "$0")/lib.sh"
 
 # 8 layers of about 12.6 MB each (f32, dim 512, ffn 1536, 4 KV heads of 64): a 100 MB model.
@@ -65,36 +66,46 @@ echo "every worker holds its slice and no more, in every cache type"
 # ---------------------------------------------------------------- a mixture of experts
 # qwen3moe, 8 layers of 16 experts (2 per token) of width 512, q8_0: a layer's bytes are all its
 # experts (16 x 3 x 512 x 512 in q8_0, about 13.4 MB), and a worker's peak stays within its plan
-# after a request that routes through many of them.
-moe="$LM_TMP/moe.gguf"
-"$LM_BIN" synth --out "$moe" --arch qwen3moe --dim 512 --layers 8 --heads 8 --kv-heads 4 \
-	--ffn 1536 --ffn-exp 512 --experts 16 --experts-used 2 --vocab 512 --type q8_0 --seed 3 \
-	--vocab-from "$LM_SHARED/models/stories260K.gguf" >/dev/null
-moe_bytes=$(stat -c %s "$moe")
-dir="$LM_TMP/mesh-moe"
-mkdir -p "$dir"
-LM_MAX_SEQ=128 LM_SLOTS=4 lm_mesh_toml "$dir/mesh.toml" "$moe" ipc "$(lm_port)" 0:2 2:4 4:6 6:8
-lm_up "$dir/mesh.toml" "$dir/up.log"
-"$LM_BIN" generate --url "$LM_URL" --prompt "Once upon a time" -n 64 --temp 0 >/dev/null ||
-	fail "qwen3moe: a request failed"
-status=$(curl -sf "$LM_URL/v1/status")
-worst=0
-for j in 0 1 2 3; do
-	planned=$(jq ".plan.workers[$j].total_bytes" <<<"$status")
-	weights=$(jq ".plan.workers[$j].weight_bytes" <<<"$status")
-	[ "$weights" -gt $((2 * 12 * 1024 * 1024)) ] ||
-		fail "qwen3moe: w$j plans $weights bytes of weights, fewer than its 2 layers' experts"
-	pid=$(jq ".workers[$j].pid" <<<"$status")
-	peak=$(($(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status") * 1024))
-	over=$((peak - planned))
-	[ "$over" -gt "$worst" ] && worst=$over
-	[ "$peak" -le $((planned + slack)) ] ||
-		fail "qwen3moe: w$j peaked at $peak bytes; its slice plans $planned (+ $slack allowed)"
-	[ "$peak" -lt $((moe_bytes / 2 + slack - 16 * 1024 * 1024)) ] ||
-		fail "qwen3moe: w$j peaked at $peak bytes, not far from the whole model's $moe_bytes"
+# after a request that routes through many of them. gemma4 with the same experts beside each
+# layer's shared FFN (Gemma 4 26B-A4B's layout), likewise.
+moe_shape() {
+	case $1 in
+	qwen3moe) echo "--arch qwen3moe" ;;
+	gemma4) echo "--arch gemma4 --head-dim 64 --window 32 --swa-period 4" ;;
+	esac
+}
+for arch in qwen3moe gemma4; do
+	moe="$LM_TMP/moe-$arch.gguf"
+	# shellcheck disable=SC2046
+	"$LM_BIN" synth --out "$moe" $(moe_shape $arch) --dim 512 --layers 8 --heads 8 \
+		--kv-heads 4 --ffn 1536 --ffn-exp 512 --experts 16 --experts-used 2 --vocab 512 \
+		--type q8_0 --seed 3 --vocab-from "$LM_SHARED/models/stories260K.gguf" >/dev/null
+	moe_bytes=$(stat -c %s "$moe")
+	dir="$LM_TMP/mesh-moe-$arch"
+	mkdir -p "$dir"
+	LM_MAX_SEQ=128 LM_SLOTS=4 lm_mesh_toml "$dir/mesh.toml" "$moe" ipc "$(lm_port)" 0:2 2:4 4:6 6:8
+	lm_up "$dir/mesh.toml" "$dir/up.log"
+	"$LM_BIN" generate --url "$LM_URL" --prompt "Once upon a time" -n 64 --temp 0 >/dev/null ||
+		fail "$arch: a request failed"
+	status=$(curl -sf "$LM_URL/v1/status")
+	worst=0
+	for j in 0 1 2 3; do
+		planned=$(jq ".plan.workers[$j].total_bytes" <<<"$status")
+		weights=$(jq ".plan.workers[$j].weight_bytes" <<<"$status")
+		[ "$weights" -gt $((2 * 12 * 1024 * 1024)) ] ||
+			fail "$arch: w$j plans $weights bytes of weights, fewer than its 2 layers' experts"
+		pid=$(jq ".workers[$j].pid" <<<"$status")
+		peak=$(($(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status") * 1024))
+		over=$((peak - planned))
+		[ "$over" -gt "$worst" ] && worst=$over
+		[ "$peak" -le $((planned + slack)) ] ||
+			fail "$arch: w$j peaked at $peak bytes; its slice plans $planned (+ $slack allowed)"
+		[ "$peak" -lt $((moe_bytes / 2 + slack - 16 * 1024 * 1024)) ] ||
+			fail "$arch: w$j peaked at $peak bytes, not far from the whole model's $moe_bytes"
+	done
+	echo "$arch, experts: peak resident at most planned + $((worst / 1024)) KiB"
+	lm_down "$dir"
 done
-echo "qwen3moe: peak resident at most planned + $((worst / 1024)) KiB"
-lm_down "$dir"
 
 # gpt-oss, 8 layers of 16 MXFP4 experts (2 per token) of width 512 and f32 elsewhere: the
 # experts at 17 bytes per 32 weights (16 x 3 x 512 x 512 x 17 / 32, about 6.7 MB a layer), their

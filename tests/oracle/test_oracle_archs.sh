@@ -1,11 +1,12 @@
 #!/bin/bash
 # test_oracle_archs.sh LAYERMESH LM_ORACLE — every architecture against llama.cpp itself.
 #
-# For llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe and gpt-oss, in f32, q8_0
-# and q4_K (gpt-oss also with MXFP4 experts and f32 elsewhere, as "mxfp4"): a synthetic model
-# (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of
+# For llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, gemma4moe, qwen35, qwen35moe and gpt-oss, in
+# f32, q8_0 and q4_K (gpt-oss also with MXFP4 experts and f32 elsewhere, as "mxfp4"): a synthetic
+# model (`layermesh synth`: GQA 8/2 heads, an odd count of 5 layers; gemma with sliding layers of
 # window 8, each third layer global; gemma4 with its two head sizes and KV head counts; qwen3moe
-# with 8 experts of width 256 on every layer, 3 per token; qwen35 with layer 3 of 5 a gated
+# with 8 experts of width 256 on every layer, 3 per token; gemma4moe, Gemma 4 26B-A4B's layout:
+# gemma4's shape with the same experts beside every layer's FFN; qwen35 with layer 3 of 5 a gated
 # attention layer and the others gated delta-net ones of 2 key and 8 value heads, a quarter of
 # each attention head turned by its multi-section rope; qwen35moe the same with qwen3moe's 8
 # experts, 3 per token, and a gated shared expert; gpt-oss with 8 experts like qwen3moe's, its
@@ -31,7 +32,16 @@
 # Tolerances, measured at the commit that set them (max |diff| of the prompt's logits): f32
 # 1.8e-6 (llama, qwen) and 8.5e-4 (gemma: its GELU rounds through f16, so an activation one ulp
 # apart may round to another half); quantized types up to 0.15, where one activation on a
-# quantization boundary moves a dot product by a whole quantum.
+# quantization boundary moves a dot product by a whole quantum. gemma4moe in q4_K: where such a
+# difference swaps the router's last pick of a token (the synthetic router's logits are close:
+# a few of its 370 picks are near ties), that token's FFN output changes by a whole expert and
+# the logits by up to ~1.5; K-quant dot products sum in each build's own order, so this is not
+# layermesh's alone: on this file llama.cpp's own x64 and haswell builds differ by 0.812
+# (measured; layermesh's AVX2 kernels by 0.408 from x64). Held to 1.0, prompt and greedy margin
+# alike: a weak check, the f32, q8_0 and scalar q4_0 ones carry the experts' arithmetic. (With
+# the first layer dense, measured too, it is layermesh's AVX2 kernels that swap a pick while
+# llama.cpp's two builds agree: the last prompt position's top two logits, 0.38 apart, trade
+# places.)
 set -eu
 
 LAYERMESH=$1
@@ -52,6 +62,7 @@ shape() {
 	gemma4) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3" ;;
 	gemma3) echo "--arch gemma3 --head-dim 32 --window 8 --swa-period 3" ;;
 	qwen3moe) echo "--arch qwen3moe --experts 8 --experts-used 3 --ffn-exp 256" ;;
+	gemma4moe) echo "--arch gemma4 --head-dim 64 --head-dim-swa 32 --kv-heads-swa 4 --window 8 --swa-period 3 --experts 8 --experts-used 3 --ffn-exp 256" ;;
 	qwen35) echo "--arch qwen35" ;;
 	qwen35moe) echo "--arch qwen35moe --experts 8 --experts-used 3 --ffn-exp 256" ;;
 	gpt-oss) echo "--arch gpt-oss --experts 8 --experts-used 3 --ffn-exp 256 --window 8 --rope-base 150000 --rope-yarn 32 --rope-yarn-orig 64" ;;
@@ -63,7 +74,7 @@ shape() {
 tolerance() { # arch type
 	case $2 in
 	f32) case $1 in gemma*) echo 5e-3 ;; *) echo 1e-4 ;; esac ;;
-	*) echo 0.3 ;;
+	*) case $1-$2 in gemma4moe-q4_K) echo 1.0 ;; *) echo 0.3 ;; esac ;;
 	esac
 }
 
@@ -93,7 +104,7 @@ weights() { # type: mxfp4 is MXFP4 experts with f32 elsewhere
 	esac
 }
 
-for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4 qwen35 qwen35moe gpt-oss}; do
+for arch in ${LM_TEST_ARCHS:-llama qwen2 qwen3 qwen3moe gemma3 gemma4 gemma4moe qwen35 qwen35moe gpt-oss}; do
 	for type in $(types $arch); do
 		f=$TMP/$arch-$type.gguf
 		# shellcheck disable=SC2046

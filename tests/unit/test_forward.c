@@ -338,10 +338,11 @@ Test(forward, sliding_and_global_slices_at_every_cut, .timeout = 60)
 	unlink(path);
 }
 
-/* A MoE model of 3 layers, dim 128 and a vocabulary of 300 (open in `whole`, closed here):
- * two sequences interleaved in one batch give each row the same bits as the sequences run
- * alone, and the model cut into two stages inside its MoE layers equals the whole. */
-static void moe_batches_and_stages(const char *path, struct rig *whole)
+/* A 128-wide, 300-token model at `path` (open in `whole`, two slots): two sequences
+ * interleaved in one batch give each row the same bits as the sequences run alone, and the
+ * model cut into two stages at layer `cut` equals the whole. */
+static void moe_batches_and_stages(struct rig *whole, const char *path, int32_t cut,
+				   int32_t n_layer)
 {
 	enum { V = 300 };
 	lm_diag d = {{0}};
@@ -385,7 +386,7 @@ static void moe_batches_and_stages(const char *path, struct rig *whole)
 	run_rows(&w1, 0, 0, a, 5, want);
 	rig_close(&w1);
 	struct rig s0, s1;
-	struct lm_slice sa = {0, 2, true, false}, sb = {2, 3, false, true};
+	struct lm_slice sa = {0, cut, true, false}, sb = {cut, n_layer, false, true};
 	rig_open(&s0, path, &sa, 1, 16, false);
 	rig_open(&s1, path, &sb, 1, 16, false);
 	for (int i = 0; i < 5; i++) {
@@ -399,7 +400,6 @@ static void moe_batches_and_stages(const char *path, struct rig *whole)
 	cr_expect_eq(memcmp(got, want, sizeof want), 0, "two stages differ from the whole");
 	rig_close(&s0);
 	rig_close(&s1);
-	rig_close(whole);
 }
 
 /* qwen3moe (8 experts, 2 per token): each expert is bound as a matrix pointing at its own block
@@ -443,7 +443,8 @@ Test(forward, qwen3moe_experts_in_place_batches_and_stages, .timeout = 60)
 			     (const uint8_t *)t->data + (size_t)e * 128 * (64 / 32 * 34),
 			     "expert %d points into the mapping", e);
 
-	moe_batches_and_stages(path, &whole);
+	moe_batches_and_stages(&whole, path, 2, 3);
+	rig_close(&whole);
 	unlink(path);
 }
 
@@ -491,7 +492,95 @@ Test(forward, gptoss_mxfp4_experts_in_place_batches_and_stages, .timeout = 60)
 		cr_expect_eq(w->exps.down[e].data,
 			     (const uint8_t *)t->data + (size_t)e * 128 * (64 / 32 * 17),
 			     "expert %d points into the mapping", e);
-	moe_batches_and_stages(path, &whole);
+	moe_batches_and_stages(&whole, path, 2, 3);
+	rig_close(&whole);
+	unlink(path);
+}
+
+static int refuse_download(void *ctx, void *dst, const void *src, size_t n)
+{
+	return LM_EDEVICE;
+}
+
+static int refuse_mul_rows(void *ctx, float *y, const float *b, int width, int n)
+{
+	return LM_EDEVICE;
+}
+
+/* gemma4 with experts (26B-A4B's layout: 8 experts, 2 per token, beside the FFN of every layer
+ * but the first, which stays dense): the
+ * fused gate/up tensor is bound expert by expert as two matrices pointing at the two halves of
+ * the expert's block, and the per-expert scales are read in place; batches and a cut inside the
+ * MoE layers as for qwen3moe. */
+Test(forward, gemma4_experts_in_place_batches_and_stages, .timeout = 60)
+{
+	char path[] = "/tmp/lm_test_forward_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = path;
+	o.arch = "gemma4";
+	o.dim = 128;
+	o.layers = 4;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.head_dim = 64;
+	o.head_dim_swa = 32;
+	o.kv_heads_swa = 4;
+	o.window = 4;
+	o.swa_period = 2;
+	o.ffn = 192;
+	o.ffn_exp = 64;
+	o.experts = 8;
+	o.experts_used = 2;
+	o.dense_layers = 1;
+	o.vocab = 300;
+	o.type = LM_Q8_0;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	struct rig whole;
+	rig_open(&whole, path, NULL, 2, 16, false);
+	const struct lm_layer_hparams *l = &whole.m.hp.layer[1];
+	cr_expect(l->n_expert == 8 && l->n_expert_used == 2 && l->n_ff_exp == 64 &&
+		  l->n_ff_shexp == 192);
+	cr_expect(whole.m.hp.layer[0].n_expert == 0 && lm_model_layer(&whole.m, 0)->exps.n == 0,
+		  "layer 0 stays dense");
+	const struct gguf_tensor *t =
+		gguf_find_tensor(whole.m.file, "blk.1.ffn_gate_up_exps.weight");
+	const struct gguf_tensor *sc = gguf_find_tensor(whole.m.file, "blk.1.ffn_down_exps.scale");
+	cr_assert(t != NULL && sc != NULL);
+	const struct lm_experts *x = &lm_model_layer(&whole.m, 1)->exps;
+	cr_assert_eq(x->n, 8);
+	const size_t row = 128 / 32 * 34; /* a q8_0 row of 128 */
+	for (int e = 0; e < 8; e++) {
+		const uint8_t *block = (const uint8_t *)t->data + (size_t)e * 128 * row;
+		cr_expect_eq(x->gate[e].data, block, "expert %d's gate points into the mapping", e);
+		cr_expect_eq(x->up[e].data, block + 64 * row, "expert %d's up is its second half",
+			     e);
+		cr_expect(x->gate[e].ne1 == 64 && x->up[e].ne1 == 64);
+	}
+	cr_expect_eq((const void *)x->down_scale, sc->data);
+	moe_batches_and_stages(&whole, path, 2, 4); /* [0, 2): a dense layer and a MoE one */
+
+	/* A failure inside the mixture names its layer and its op. */
+	struct lm_backend_i iface = *whole.be.iface;
+	struct lm_backend refusing = {&iface, whole.be.ctx};
+	whole.fw.be = &refusing;
+	int32_t ids[2] = {1, 2}, rows[1] = {1};
+	struct lm_tok_loc loc[2] = {{0, 0}, {0, 1}};
+	struct lm_batch b = {.n = 2, .ids = ids, .loc = loc, .n_out = 1, .out_rows = rows};
+	static float out[300];
+	iface.download = refuse_download; /* the first: layer 1's router logits to the host */
+	cr_expect_eq(lm_forward_run(&whole.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
+	cr_expect_str_eq(d.msg, "layer 1: router download failed: device error");
+	iface.download = whole.be.iface->download;
+	iface.mul_rows = refuse_mul_rows;
+	cr_expect_eq(lm_forward_run(&whole.fw, &b, NULL, NULL, out, &d), LM_EDEVICE);
+	cr_expect_str_eq(d.msg, "layer 1: ffn_gate_inp.scale failed: device error");
+	whole.fw.be = &whole.be;
+	rig_close(&whole);
 	unlink(path);
 }
 

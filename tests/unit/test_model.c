@@ -211,8 +211,8 @@ Test(model, yarn_rope_scaling_is_refused_with_the_key)
 	free(img);
 }
 
-/* Mixture-of-experts layers are run for qwen3moe, qwen35moe and gpt-oss only: any other architecture
- * with <arch>.expert_count is refused at load with the key. */
+/* Mixture-of-experts layers are run for qwen3moe, qwen35moe, gemma4 and gpt-oss only: any other
+ * architecture with <arch>.expert_count is refused at load with the key. */
 Test(model, experts_of_another_architecture_are_refused_with_the_key)
 {
 	gguf_writer w;
@@ -231,6 +231,83 @@ Test(model, experts_of_another_architecture_are_refused_with_the_key)
 	cr_expect(strstr(d.msg, "llama.expert_count = 8") != NULL, "%s", d.msg);
 	gguf_close(f);
 	free(img);
+}
+
+/* The keys of a 2-layer gemma4 with 4 experts (2 per token, 32 wide) beside a 128-wide FFN,
+ * plus `extra` (a key set to 2, or NULL), and token_embd; the router only on the layers of
+ * `moe_layers` (a bit each). Returns the hparams_load result. */
+static int gemma4_experts_load(const char *extra, unsigned moe_layers, struct lm_hparams *hp,
+			       lm_diag *d)
+{
+	gguf_writer w;
+	cr_assert_eq(gguf_writer_init(&w, 0, d), 0, "%s", d->msg);
+	static const bool swa[2] = {true, false};
+	cr_assert_eq(gguf_writer_kv_str(&w, "general.architecture", "gemma4", d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.block_count", 2, d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.embedding_length", 64, d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.attention.head_count", 4, d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.feed_forward_length", 128, d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.attention.sliding_window", 8, d), 0);
+	cr_assert_eq(gguf_writer_kv_arr(&w, "gemma4.attention.sliding_window_pattern",
+					GGUF_TYPE_BOOL, swa, 2, d),
+		     0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.expert_count", 4, d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.expert_used_count", 2, d), 0);
+	cr_assert_eq(gguf_writer_kv_u32(&w, "gemma4.expert_feed_forward_length", 32, d), 0);
+	if (extra != NULL)
+		cr_assert_eq(gguf_writer_kv_u32(&w, extra, 2, d), 0);
+	cr_assert_eq(gs_tensor(&w, "token_embd.weight", LM_F32, 64, 16, d), 0);
+	for (int il = 0; il < 2; il++) {
+		char name[64];
+		snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+		if (moe_layers & (1u << il))
+			cr_assert_eq(gs_tensor(&w, name, LM_F32, 64, 4, d), 0);
+	}
+	uint8_t *img = NULL;
+	size_t len = 0;
+	cr_assert_eq(gs_finish(&w, &img, &len, d), 0, "%s", d->msg);
+	gguf_writer_fini(&w);
+	gguf_file *f = NULL;
+	cr_assert_eq(gguf_open_mem(img, len, &f, d), 0, "%s", d->msg);
+	int rc = lm_hparams_load(f, hp, d);
+	gguf_close(f);
+	free(img);
+	return rc;
+}
+
+/* Gemma 4 26B-A4B: a layer with a router is a mixture of experts beside its FFN, which it keeps
+ * as a shared one; a layer without stays dense. */
+Test(model, gemma4_layers_with_a_router_have_experts_beside_their_ffn)
+{
+	static struct lm_hparams hp;
+	lm_diag d = {{0}};
+	cr_assert_eq(gemma4_experts_load(NULL, 1u, &hp, &d), 0, "%s", d.msg);
+	const struct lm_layer_hparams *m = &hp.layer[0], *dn = &hp.layer[1];
+	cr_expect(m->n_expert == 4 && m->n_expert_used == 2 && m->n_ff_exp == 32);
+	cr_expect_eq(m->n_ff_shexp, 128);
+	cr_expect(dn->n_expert == 0 && dn->n_expert_used == 0 && dn->n_ff_exp == 0 &&
+		  dn->n_ff_shexp == 0 && dn->n_ff == 128);
+	cr_expect(hp.moe.gating == LM_MOE_SOFTMAX && hp.moe.norm && hp.moe.scale == 1.0f);
+	/* A stage's FFN buffers hold the wider of the experts and the shared FFN. */
+	cr_expect_eq(lm_hparams_widths(&hp, 0, 1).ff_dim, 128);
+	cr_expect_eq(lm_hparams_widths(&hp, 0, 1).n_expert, 4);
+	/* expert_count with no router on any layer: nothing routes, refused with the key. */
+	cr_expect_eq(gemma4_experts_load(NULL, 0u, &hp, &d), LM_EUNSUPPORTED);
+	cr_expect(strstr(d.msg, "gemma4.expert_count = 4") != NULL, "%s", d.msg);
+}
+
+/* E2B/E4B's per-layer embeddings and shared-KV layers stay refused, experts or not, with the
+ * key that names them. */
+Test(model, gemma4_per_layer_embeddings_and_shared_kv_are_refused_with_the_key)
+{
+	static struct lm_hparams hp;
+	lm_diag d = {{0}};
+	cr_expect_eq(gemma4_experts_load("gemma4.embedding_length_per_layer_input", 3u, &hp, &d),
+		     LM_EUNSUPPORTED);
+	cr_expect(strstr(d.msg, "gemma4.embedding_length_per_layer_input") != NULL, "%s", d.msg);
+	cr_expect_eq(gemma4_experts_load("gemma4.attention.shared_kv_layers", 3u, &hp, &d),
+		     LM_EUNSUPPORTED);
+	cr_expect(strstr(d.msg, "gemma4.attention.shared_kv_layers") != NULL, "%s", d.msg);
 }
 
 #define Q35_TRY(expr)                   \

@@ -162,17 +162,63 @@ static double oss_act(double a, double b)
 	return a / (1 + exp(-1.702 * a)) * (b + 1);
 }
 
+/* An FFN's activation: silu(gate) * up, gelu(gate) * up, or gpt-oss's oss_act. */
+enum ref_act { REF_SILU, REF_GELU, REF_OSS };
+
+static double ref_act_of(enum ref_act act, double a, double c)
+{
+	if (act == REF_OSS)
+		return oss_act(a, c);
+	if (act == REF_GELU)
+		return 0.5 * a * (1 + tanh(sqrt(2 / M_PI) * (a + 0.044715 * a * a * a))) * c;
+	return a / (1 + exp(-a)) * c;
+}
+
+/* One expert's biases (gpt-oss's): its rows of the gate, up and down biases. */
+struct ref_bias {
+	const float *g, *u, *d;
+};
+
+/* One expert (or shared FFN) as stored, in double: out = down(act(gate x + bg, up x + bu)) + bd,
+ * the biases where b is given. */
+static void ffn_ref(enum lm_dtype type, const uint8_t *g, const uint8_t *u, const uint8_t *dn,
+		    size_t rb_gu, size_t rb_d, const float *x, enum ref_act act,
+		    const struct ref_bias *b, double *out)
+{
+	float row[EMBD > FF ? EMBD : FF];
+	double h[FF];
+	for (int j = 0; j < FF; j++) {
+		double a = b != NULL ? b->g[j] : 0, c = b != NULL ? b->u[j] : 0;
+		lm_dequantize_row(type, g + j * rb_gu, row, EMBD);
+		for (int i = 0; i < EMBD; i++)
+			a += (double)row[i] * x[i];
+		lm_dequantize_row(type, u + j * rb_gu, row, EMBD);
+		for (int i = 0; i < EMBD; i++)
+			c += (double)row[i] * x[i];
+		h[j] = ref_act_of(act, a, c);
+	}
+	for (int o = 0; o < EMBD; o++) {
+		double a = b != NULL ? b->d[o] : 0;
+		lm_dequantize_row(type, dn + o * rb_d, row, FF);
+		for (int j = 0; j < FF; j++)
+			a += (double)row[j] * h[j];
+		out[o] = a;
+	}
+}
+
 /* The reference, in double over the weights as stored (decoded back to floats): softmax over
- * all experts, the top NUSED, weights normalised to sum 1, each expert a SiLU-gated FFN. In the
- * oss form: the biased logits' top NUSED, weights the softmax of those logits, each expert
+ * all experts of the router over xr, the top NUSED, weights normalised to sum 1, each expert
+ * a SiLU- (or GELU-) gated FFN of x times its output scale where the layer has one. In the oss
+ * form: the biased logits' top NUSED, weights the softmax of those logits, each expert
  * (down(oss_act(gate x + bg, up x + bu)) + bd). */
-static void reference(const struct fixture *f, const float *x, double *y, int32_t *pick)
+static void reference_routed(const struct fixture *f, const float *x, const float *xr, double *y,
+			     int32_t *pick)
 {
 	double logit[NEXP], p[NEXP], sum = 0, max = -INFINITY;
 	for (int e = 0; e < NEXP; e++) {
 		logit[e] = f->oss ? f->router_bf[e] : 0;
 		for (int i = 0; i < EMBD; i++)
-			logit[e] += (double)f->router_f[e * EMBD + i] * x[i];
+			logit[e] += (double)f->router_f[e * EMBD + i] * xr[i];
 		max = logit[e] > max ? logit[e] : max;
 	}
 	for (int e = 0; e < NEXP; e++)
@@ -188,33 +234,25 @@ static void reference(const struct fixture *f, const float *x, double *y, int32_
 		pick[r] = best;
 		wsum += (w[r] = f->oss ? exp(logit[best] - max) : p[best] / sum);
 	}
-	float row[EMBD > FF ? EMBD : FF];
-	double h[FF];
 	memset(y, 0, EMBD * sizeof *y);
 	for (int r = 0; r < NUSED; r++) {
 		const size_t e = (size_t)pick[r];
-		const uint8_t *g = f->gate_r + e * FF * f->rb_gu, *u = f->up_r + e * FF * f->rb_gu;
-		const uint8_t *dn = f->down_r + e * EMBD * f->rb_d;
-		for (int j = 0; j < FF; j++) {
-			double a = 0, b = 0;
-			lm_dequantize_row(f->type, g + j * f->rb_gu, row, EMBD);
-			for (int i = 0; i < EMBD; i++)
-				a += (double)row[i] * x[i];
-			lm_dequantize_row(f->type, u + j * f->rb_gu, row, EMBD);
-			for (int i = 0; i < EMBD; i++)
-				b += (double)row[i] * x[i];
-			h[j] = f->oss ? oss_act(a + f->gate_bf[e * FF + j],
-						b + f->up_bf[e * FF + j])
-				      : a / (1 + exp(-a)) * b;
-		}
-		for (int o = 0; o < EMBD; o++) {
-			double a = f->oss ? f->down_bf[e * EMBD + o] : 0;
-			lm_dequantize_row(f->type, dn + o * f->rb_d, row, FF);
-			for (int j = 0; j < FF; j++)
-				a += (double)row[j] * h[j];
-			y[o] += w[r] / wsum * a;
-		}
+		double out[EMBD];
+		const struct ref_bias b = {f->gate_bf + e * FF, f->up_bf + e * FF,
+					   f->down_bf + e * EMBD};
+		const enum ref_act act = f->oss ? REF_OSS : f->layer.gelu ? REF_GELU : REF_SILU;
+		ffn_ref(f->type, f->gate_r + e * FF * f->rb_gu, f->up_r + e * FF * f->rb_gu,
+			f->down_r + e * EMBD * f->rb_d, f->rb_gu, f->rb_d, x, act,
+			f->oss ? &b : NULL, out);
+		const double s = f->exps.down_scale != NULL ? f->exps.down_scale[e] : 1.0;
+		for (int o = 0; o < EMBD; o++)
+			y[o] += w[r] / wsum * s * out[o];
 	}
+}
+
+static void reference(const struct fixture *f, const float *x, double *y, int32_t *pick)
+{
+	reference_routed(f, x, x, y, pick);
 }
 
 static void fill_x(float *x, int n, uint64_t seed)
@@ -404,4 +442,178 @@ Test(moe, routing_picks_the_best_and_weighs_as_the_file_says)
 	const double z = 2 * exp(0.0) + exp(-1.0);
 	cr_assert_float_eq(w[0], 1.0 / z, 1e-6);
 	cr_assert_float_eq(w[2], exp(-1.0) / z, 1e-6);
+}
+
+/* ---- shared experts ---- */
+
+/* A shared FFN of the fixture's type beside its experts: gate, up, down as bound (a kernel
+ * set may repack them in place) and as encoded (for the reference), and an f32 gate vector. */
+struct shared_fixture {
+	uint8_t *gate_q, *up_q, *down_q, *gate_r, *up_r, *down_r;
+	float gate_inp_f[EMBD];
+	float down_scale[NEXP];
+	struct lm_weight gate, up, down, gate_inp;
+	struct lm_moe_shared sh;
+};
+
+static void shared_init(struct shared_fixture *sf, struct fixture *f, bool gelu, bool gated,
+			uint64_t seed)
+{
+	memset(sf, 0, sizeof *sf);
+	struct test_rng r = {seed};
+	size_t n = (size_t)FF * EMBD, rb_gu, rb_d;
+	float *g = malloc(n * sizeof(float)), *u = malloc(n * sizeof(float));
+	float *dn = malloc(n * sizeof(float));
+	test_fill_gauss(&r, g, n, 1.0f / sqrtf(EMBD));
+	test_fill_gauss(&r, u, n, 1.0f / sqrtf(EMBD));
+	test_fill_gauss(&r, dn, n, 1.0f / sqrtf(FF));
+	test_fill_gauss(&r, sf->gate_inp_f, EMBD, 1.0f / sqrtf(EMBD));
+	for (int e = 0; e < NEXP; e++)
+		sf->down_scale[e] = 0.5f + 0.25f * (float)e;
+	sf->gate_q = encode(f->type, g, FF, EMBD, &rb_gu);
+	sf->up_q = encode(f->type, u, FF, EMBD, &rb_gu);
+	sf->down_q = encode(f->type, dn, EMBD, FF, &rb_d);
+	sf->gate_r = encode(f->type, g, FF, EMBD, &rb_gu);
+	sf->up_r = encode(f->type, u, FF, EMBD, &rb_gu);
+	sf->down_r = encode(f->type, dn, EMBD, FF, &rb_d);
+	free(g), free(u), free(dn);
+	struct lm_weight *w[] = {&sf->gate, &sf->up, &sf->down};
+	uint8_t *q[] = {sf->gate_q, sf->up_q, sf->down_q};
+	for (int i = 0; i < 3; i++) {
+		*w[i] = (struct lm_weight){.type = f->type,
+					   .ne0 = i < 2 ? EMBD : FF,
+					   .ne1 = i < 2 ? FF : EMBD,
+					   .row_bytes = i < 2 ? rb_gu : rb_d};
+		cr_assert_eq(lm_backend_weight_init(&f->be, w[i], q[i]), 0);
+	}
+	sf->gate_inp = (struct lm_weight){.type = LM_F32,
+					  .ne0 = EMBD,
+					  .ne1 = 1,
+					  .row_bytes = EMBD * sizeof(float),
+					  .data = sf->gate_inp_f};
+	sf->sh = (struct lm_moe_shared){.gate = &sf->gate,
+					.up = &sf->up,
+					.down = &sf->down,
+					.gate_inp = gated ? &sf->gate_inp : NULL,
+					.gelu = gelu};
+}
+
+static void shared_fini(struct shared_fixture *sf)
+{
+	free(sf->gate_q), free(sf->up_q), free(sf->down_q);
+	free(sf->gate_r), free(sf->up_r), free(sf->down_r);
+}
+
+/* The shared FFN of x in double: its FFN, times sigmoid(x . gate_inp) where gated. */
+static void shared_reference(const struct fixture *f, const struct shared_fixture *sf,
+			     const float *x, double *y)
+{
+	size_t rb_gu = f->rb_gu, rb_d = f->rb_d; /* the same shapes as an expert's */
+	ffn_ref(f->type, sf->gate_r, sf->up_r, sf->down_r, rb_gu, rb_d, x,
+		sf->sh.gelu ? REF_GELU : REF_SILU, NULL, y);
+	if (sf->sh.gate_inp == NULL)
+		return;
+	double g = 0;
+	for (int i = 0; i < EMBD; i++)
+		g += (double)sf->gate_inp_f[i] * x[i];
+	g = 1.0 / (1.0 + exp(-g));
+	for (int o = 0; o < EMBD; o++)
+		y[o] *= g;
+}
+
+/* GELU goes through an f16 table, as in GGUF's reference CPU op: its rounding is the floor. */
+static double shared_tolerance(size_t ti, bool gelu)
+{
+	return gelu && tolerance[ti] < 1e-5 ? 1e-5 : tolerance[ti];
+}
+
+Test(moe, a_shared_ffn_matches_a_scalar_reference, .timeout = 60)
+{
+	const enum lm_dtype st[] = {LM_F32, LM_Q8_0};
+	const size_t sti[] = {0, 2};
+	for (size_t i = 0; i < 2; i++)
+		for (int gelu = 0; gelu < 2; gelu++) {
+			struct fixture f;
+			struct shared_fixture sf;
+			fixture_init(&f, st[i], "best", 21 + i);
+			/* qwen35moe's kind (SiLU, sigmoid-gated) and gemma4's (GELU, ungated) */
+			shared_init(&sf, &f, gelu, !gelu, 31 + i);
+			float x[BATCH * EMBD], y[BATCH * EMBD];
+			fill_x(x, BATCH, 41);
+			lm_diag d;
+			cr_assert_eq(lm_moe_shared_run(&f.be, &f.s, &sf.sh, y, x, BATCH, &d), 0,
+				     "%s", d.msg);
+			for (int t = 0; t < BATCH; t++) {
+				double ref[EMBD];
+				shared_reference(&f, &sf, x + t * EMBD, ref);
+				double e = test_nmse_d(y + t * EMBD, ref, EMBD);
+				cr_assert(e < shared_tolerance(sti[i], gelu),
+					  "%s gelu %d token %d: nmse %g", lm_dtype_name(st[i]),
+					  gelu, t, e);
+			}
+			/* In place, y = x. */
+			float in[BATCH * EMBD];
+			memcpy(in, x, sizeof in);
+			cr_assert_eq(lm_moe_shared_run(&f.be, &f.s, &sf.sh, in, in, BATCH, &d), 0);
+			cr_assert(memcmp(in, y, sizeof in) == 0);
+			shared_fini(&sf);
+			fixture_fini(&f);
+		}
+}
+
+/* A layer with everything the files may add: a sigmoid-gated shared expert summed with the
+ * routed experts, GELU experts, per-expert output scales, a router reading its own rows. */
+Test(moe, shared_experts_scales_and_a_separate_router_input_match_the_reference, .timeout = 60)
+{
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		struct fixture f;
+		struct shared_fixture sf;
+		fixture_init(&f, types[ti], "best", 51 + ti);
+		shared_init(&sf, &f, false, true, 61 + ti);
+		f.exps.down_scale = sf.down_scale;
+		f.layer.gelu = true;
+		f.layer.shared = &sf.sh;
+		float x[BATCH * EMBD], xr[BATCH * EMBD], y[BATCH * EMBD];
+		fill_x(x, BATCH, 71);
+		fill_x(xr, BATCH, 72);
+		lm_diag d;
+		cr_assert_eq(lm_moe_run_routed(&f.be, &f.s, &f.layer, y, x, xr, BATCH, &d), 0, "%s",
+			     d.msg);
+		for (int t = 0; t < BATCH; t++) {
+			double ref[EMBD], sh[EMBD];
+			int32_t pick[NUSED];
+			reference_routed(&f, x + t * EMBD, xr + t * EMBD, ref, pick);
+			shared_reference(&f, &sf, x + t * EMBD, sh);
+			for (int o = 0; o < EMBD; o++)
+				ref[o] += sh[o];
+			for (int r = 0; r < NUSED; r++)
+				cr_assert_eq(f.s.pick[t * NUSED + r], pick[r],
+					     "%s token %d rank %d: routed on the wrong rows",
+					     lm_dtype_name(types[ti]), t, r);
+			double e = test_nmse_d(y + t * EMBD, ref, EMBD);
+			cr_assert(e < shared_tolerance(ti, true), "%s token %d: nmse %g",
+				  lm_dtype_name(types[ti]), t, e);
+		}
+		/* Batch invariance with all of it: each token alone, and the batch reversed. */
+		float xv[BATCH * EMBD], xrv[BATCH * EMBD], yv[BATCH * EMBD];
+		for (int t = 0; t < BATCH; t++) {
+			memcpy(xv + t * EMBD, x + (BATCH - 1 - t) * EMBD, EMBD * sizeof(float));
+			memcpy(xrv + t * EMBD, xr + (BATCH - 1 - t) * EMBD, EMBD * sizeof(float));
+		}
+		cr_assert_eq(lm_moe_run_routed(&f.be, &f.s, &f.layer, yv, xv, xrv, BATCH, &d), 0);
+		for (int t = 0; t < BATCH; t++) {
+			float one[EMBD];
+			cr_assert_eq(lm_moe_run_routed(&f.be, &f.s, &f.layer, one, x + t * EMBD,
+						       xr + t * EMBD, 1, &d),
+				     0);
+			cr_assert(memcmp(one, y + t * EMBD, sizeof one) == 0,
+				  "%s: token %d differs alone and in the batch",
+				  lm_dtype_name(types[ti]), t);
+			cr_assert(memcmp(one, yv + (BATCH - 1 - t) * EMBD, sizeof one) == 0,
+				  "%s: token %d differs in the reversed batch",
+				  lm_dtype_name(types[ti]), t);
+		}
+		shared_fini(&sf);
+		fixture_fini(&f);
+	}
 }

@@ -470,6 +470,69 @@ Test(synth, gptoss_has_biases_sinks_and_mxfp4_experts)
 	cr_expect_eq(synth_write(&bad, NULL, &d), LM_EINVAL); /* yarn is gpt-oss's */
 }
 
+/* gemma4 --experts: 26B-A4B's layout, the dense FFN kept beside the router, its input scale,
+ * the fused gate/up experts, their down and per-expert scales, and the branches' norms. */
+Test(synth, gemma4_experts_have_26b_a4b_s_layout)
+{
+	struct synth_opts o = small("g4moe.gguf", LM_Q8_0);
+	o.arch = "gemma4";
+	o.window = 8;
+	o.experts = 4;
+	o.experts_used = 2;
+	o.ffn_exp = 64;
+	write_ok(&o, NULL);
+	gguf_file *f = open_ok(o.out);
+	cr_expect_eq(get_u32(f, "gemma4.expert_count"), 4);
+	cr_expect_eq(get_u32(f, "gemma4.expert_used_count"), 2);
+	cr_expect_eq(get_u32(f, "gemma4.expert_feed_forward_length"), 64);
+	const struct gguf_tensor *gu = gguf_find_tensor(f, "blk.1.ffn_gate_up_exps.weight");
+	cr_assert_not_null(gu);
+	cr_expect(gu->type == LM_Q8_0 && gu->n_dims == 3 && gu->ne[0] == o.dim &&
+		  gu->ne[1] == 128 && gu->ne[2] == 4);
+	const struct gguf_tensor *dn = gguf_find_tensor(f, "blk.1.ffn_down_exps.weight");
+	cr_assert_not_null(dn);
+	cr_expect(dn->ne[0] == 64 && dn->ne[1] == o.dim && dn->ne[2] == 4);
+	const struct gguf_tensor *sc = gguf_find_tensor(f, "blk.1.ffn_down_exps.scale");
+	cr_assert_not_null(sc);
+	cr_expect(sc->type == LM_F32 && sc->n_dims == 1 && sc->ne[0] == 4);
+	const struct gguf_tensor *r = gguf_find_tensor(f, "blk.1.ffn_gate_inp.weight");
+	cr_assert_not_null(r);
+	cr_expect(r->type == LM_F32 && r->ne[0] == o.dim && r->ne[1] == 4);
+	static const char *const vectors[] = {"ffn_gate_inp.scale", "pre_ffw_norm_2.weight",
+					      "post_ffw_norm_1.weight", "post_ffw_norm_2.weight",
+					      "post_ffw_norm.weight"};
+	for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
+		char name[64];
+		snprintf(name, sizeof name, "blk.0.%s", vectors[i]);
+		const struct gguf_tensor *v = gguf_find_tensor(f, name);
+		cr_assert_not_null(v, "%s", name);
+		cr_expect(v->type == LM_F32 && v->ne[0] == o.dim, "%s", name);
+	}
+	cr_expect_not_null(gguf_find_tensor(f, "blk.1.ffn_down.weight"), "the shared FFN stays");
+	cr_expect_null(gguf_find_tensor(f, "blk.1.ffn_gate_exps.weight"));
+	gguf_close(f);
+	/* --dense-layers 1: the first layer has no experts, the second has. */
+	o.dense_layers = 1;
+	o.out = tmp_path("g4d.gguf");
+	write_ok(&o, NULL);
+	f = open_ok(o.out);
+	cr_expect_null(gguf_find_tensor(f, "blk.0.ffn_gate_inp.weight"));
+	cr_expect_null(gguf_find_tensor(f, "blk.0.post_ffw_norm_1.weight"));
+	cr_expect_not_null(gguf_find_tensor(f, "blk.1.ffn_gate_up_exps.weight"));
+	gguf_close(f);
+	o.dense_layers = 2; /* not fewer than the layers */
+	lm_diag d = {{0}};
+	cr_expect_eq(synth_write(&o, NULL, &d), LM_EINVAL);
+	o.dense_layers = 0;
+	/* Without --experts, gemma4 stays dense. */
+	o.experts = o.experts_used = o.ffn_exp = 0;
+	o.out = tmp_path("g4.gguf");
+	write_ok(&o, NULL);
+	f = open_ok(o.out);
+	cr_expect_null(gguf_find_tensor(f, "blk.1.ffn_gate_inp.weight"));
+	gguf_close(f);
+}
+
 Test(synth, vocab_from_copies_every_tokenizer_key)
 {
 	const char *src_path = shared_path("models/stories260K.gguf");
