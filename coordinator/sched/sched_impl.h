@@ -54,7 +54,7 @@ struct sched_seq {
 	 * found there): what a recurrent stage keeps states of (prefix.h). */
 	int32_t last_at, last_end;
 	int64_t progress_ms; /* lm_now_ms at submit and whenever a batch of it came back */
-	int32_t retries;     /* batches of this sequence a worker refused */
+	int32_t retries;     /* batches of this sequence refused since one went through */
 	uint64_t t_submit_ns, t_last_ns; /* lm_now_ns at submit and at its last generated token */
 	struct sched_seq *next;          /* inbox / wait queue link */
 };

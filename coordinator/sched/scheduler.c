@@ -365,6 +365,7 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 		struct sched_seq *q = b->seqs[k];
 		q->inflight = false;
 		q->progress_ms = now_ms;
+		q->retries = 0; /* a batch went through: the retries bound refusals in a row */
 		if (!b->sample[k]) {
 			q->n_done += b->chunk[k];
 			sched_share_ready(s, q);
@@ -425,7 +426,9 @@ static void sched_on_ring_error(struct sched *s, nng_msg *m)
 	}
 	/* A refused batch means a worker's cache no longer matches the sequence (a worker came back
 	 * empty while the batch was on its way, say). Prefilling the sequence again from position 0
-	 * is always valid, so each sequence gets two such retries before the request fails. */
+	 * is always valid, so each sequence gets two such retries in a row (a batch that goes
+	 * through starts the count again: a rolling redeploy of every worker may cost a sequence
+	 * one refusal at each switch) before the request fails. */
 	struct sched_batch *b = &s->inflight[bi];
 	char msg[600];
 	snprintf(msg, sizeof msg, "a worker refused the batch: %s", e.msg);

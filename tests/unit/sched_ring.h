@@ -215,10 +215,12 @@ static inline struct sched_cfg spec_cfg(struct sched_cfg cfg, bool model)
 
 enum hop_fault {
 	HOP_PASS = 0,
-	HOP_DROP = 1,   /* every message is lost here */
-	HOP_REFUSE = 2, /* a FORWARD carrying `fault_seq` is refused: ERROR down the ring */
-	HOP_GARBLE = 3, /* the answer to such a FORWARD is cut in half before it goes on */
-	HOP_HOLD = 4,   /* nothing is taken: messages wait in the socket (a busy worker) */
+	HOP_DROP = 1,         /* every message is lost here */
+	HOP_REFUSE = 2,       /* a FORWARD carrying `fault_seq` is refused: ERROR down the ring */
+	HOP_GARBLE = 3,       /* the answer to such a FORWARD is cut in half before it goes on */
+	HOP_HOLD = 4,         /* nothing is taken: messages wait in the socket (a busy worker) */
+	HOP_REFUSE_EVERY = 5, /* every refuse_every-th FORWARD carrying `fault_seq` is refused,
+			       * up to refuse_max of them */
 };
 
 struct hop {
@@ -233,6 +235,7 @@ struct hop {
 	_Atomic int fault;
 	_Atomic uint64_t fault_seq;
 	_Atomic int dropped, refused, garbled, max_seqs; /* max_seqs: most sequences in a FORWARD */
+	int refuse_every, refuse_max, carried; /* HOP_REFUSE_EVERY (set before the fault) */
 	/* FORWARDs with a draft, and those where a drafting sequence rides beside one that samples
 	 * without a draft. */
 	_Atomic int drafting, mixed;
@@ -295,7 +298,10 @@ static inline void *hop_main(void *arg)
 		wire_peek(nng_msg_body(in), nng_msg_len(in), &wh, NULL);
 		lm_diag d = {{0}};
 		int rc;
-		if (hit && fault == HOP_REFUSE) {
+		if (hit && fault == HOP_REFUSE_EVERY)
+			hit = ++h->carried % h->refuse_every == 0 &&
+			      atomic_load(&h->refused) < h->refuse_max;
+		if (hit && (fault == HOP_REFUSE || fault == HOP_REFUSE_EVERY)) {
 			rc = lm_fail(&d, LM_EBUSY, "test: this hop refuses sequence %llu",
 				     (unsigned long long)atomic_load(&h->fault_seq));
 			atomic_fetch_add(&h->refused, 1);

@@ -172,6 +172,34 @@ Test(sched_faults, an_error_from_the_ring_fails_only_its_batch, .timeout = 30)
 	req_fini(&y);
 }
 
+/* Refusals that progress separates do not add up: a sequence refused once, then again after
+ * tokens came, then a third time (as a rolling redeploy of three workers may refuse it at each
+ * switch), is computed again each time and ends with the reference's tokens; the two retries
+ * bound refusals in a row only. */
+Test(sched_faults, refusals_apart_are_each_retried, .timeout = 30)
+{
+	struct ring r;
+	struct sched_cfg cfg = default_cfg();
+	ring_up(&r, &cfg);
+	struct req x;
+	req_init(&x, 92, 6, 24);
+	sched_pause(r.s, "test: hold");
+	req_start(&r, &x);
+	cr_assert(wait_slots(&r, 1, 0));
+	r.hop[1].refuse_every = 4; /* the 4th, 8th and 12th FORWARD: tokens come between */
+	r.hop[1].refuse_max = 3;
+	atomic_store(&r.hop[1].fault_seq, x.id);
+	atomic_store(&r.hop[1].fault, HOP_REFUSE_EVERY);
+	sched_resume(r.s, false);
+	cr_assert(req_wait(&x, 20000));
+	expect_like_reference(&x, NULL, 0);
+	cr_expect_eq(atomic_load(&r.hop[1].refused), 3);
+	const struct sched_stats *st = sched_stats(r.s);
+	cr_expect_eq(atomic_load(&st->replays), 3);
+	ring_down(&r);
+	req_fini(&x);
+}
+
 /* The last worker's answer for one sequence's batch arrives malformed: the scheduler drops it
  * (a ring error), that batch fails when its time is up, and the other sequence completes. */
 Test(sched_faults, a_malformed_answer_fails_only_its_batch, .timeout = 30)
