@@ -234,15 +234,22 @@ static void stage_trace_hook(void *arg, int32_t layer, const float *x, int32_t n
 }
 
 /* Picks the traced slot's rows of a batch of n and makes room for them (at most LM_TRACE_ROWS
- * in all); false when out of memory (the batch is then not traced). */
+ * in all); false when out of memory (the batch is then not traced). The trace holds a row per
+ * position from 0: a batch that starts the slot at position p below what was traced (the
+ * sequence computed again, its batch refused further down the ring) replaces the rows from p
+ * on, so a replayed probe is recorded once. */
 static bool stage_trace_batch(struct stage *st, int32_t n)
 {
 	st->trace_batch = 0;
 	if (st->trace_slot < 0)
 		return true;
-	for (int32_t r = 0; r < n && st->trace_n + st->trace_batch < LM_TRACE_ROWS; r++)
-		if (st->eng.fw.max_batch > 0 && st->loc[r].slot == st->trace_slot)
-			st->trace_rows[st->trace_batch++] = r;
+	for (int32_t r = 0; r < n && st->trace_n + st->trace_batch < LM_TRACE_ROWS; r++) {
+		if (st->eng.fw.max_batch <= 0 || st->loc[r].slot != st->trace_slot)
+			continue;
+		if (st->trace_batch == 0 && st->loc[r].pos >= 0 && st->loc[r].pos < st->trace_n)
+			st->trace_n = st->loc[r].pos;
+		st->trace_rows[st->trace_batch++] = r;
+	}
 	size_t row = (size_t)(st->assign.end - st->assign.begin) * (size_t)st->dim;
 	size_t cap = (size_t)st->trace_cap;
 	float *t = lm_grow(st->trace, &cap, (size_t)(st->trace_n + st->trace_batch) * row + 1,

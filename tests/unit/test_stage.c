@@ -466,6 +466,34 @@ Test(stage, a_forward_below_a_slots_length_rolls_it_back, .timeout = 60)
 	unlink(model_path);
 }
 
+/* A traced slot computed again from position 0 (its batch refused further down the ring, and
+ * the sequence replayed) is recorded once: the rows of the second run replace the first's. */
+Test(stage, a_trace_recomputed_from_0_holds_one_run, .timeout = 60)
+{
+	make_model();
+	struct stage *mid = stage_open(2, 4, false);
+	int32_t rows;
+	void *trace = NULL;
+	size_t bytes;
+	lm_diag d = {{0}};
+	cr_assert_eq(stage_trace(mid, 1, &rows, &trace, &bytes, &d), 0, "%s", d.msg); /* arm */
+	free(trace);
+	size_t dim = (size_t)mid->dim;
+	float *out = malloc(6 * dim * sizeof(float));
+	cr_assert(out != NULL);
+	nng_msg_free(handled(mid, forward_msg(mid, 2, 3, 0)));
+	cr_assert_eq(hidden_of(mid, handled(mid, forward_msg(mid, 2, 3, 0)), out), 6);
+	cr_assert_eq(stage_trace(mid, -1, &rows, &trace, &bytes, &d), 0, "%s", d.msg);
+	cr_expect_eq(rows, 3, "%d rows recorded for a probe of 3", rows);
+	cr_assert_eq(bytes, 2 * 3 * dim * sizeof(float));
+	cr_expect_eq(memcmp((const float *)trace + 3 * dim, out + 3 * dim, 3 * dim * sizeof(float)),
+		     0, "after layer 3: not the rows of the last run");
+	free(trace);
+	free(out);
+	stage_fini(mid);
+	unlink(model_path);
+}
+
 /* The trace of a slot holds, after each of the stage's layers, the hidden rows the forward
  * computed for that slot: after the last layer, the rows the stage sent on; after the first,
  * what a stage of that one layer computes from the same input. */
