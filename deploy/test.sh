@@ -50,7 +50,9 @@ opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dwerror=true -Dllama_orac
 if [ -d build-asan ]; then meson configure build-asan "${opts[@]}" >/dev/null
 else meson setup build-asan "${opts[@]}" >/dev/null; fi
 ninja -C build-asan
+# tests/lsan.supp: the one leak not ours, in Criterion's own runner.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
 	meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
 
 fuzz_secs=${LM_FUZZ_SECONDS:-45}
