@@ -50,10 +50,12 @@ opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dwerror=true -Dllama_orac
 if [ -d build-asan ]; then meson configure build-asan "${opts[@]}" >/dev/null
 else meson setup build-asan "${opts[@]}" >/dev/null; fi
 ninja -C build-asan
-# tests/lsan.supp: the one leak not ours, in Criterion's own runner.
+# CRITERION_JOBS=1: Criterion's runner, running a file's tests side by side, now and then leaves
+# 48 bytes of its own unfreed (every frame inside libcriterion.so.3; 6 of 10 runs of three
+# test_planner tests with timeouts, 0 of 10 one at a time), which LeakSanitizer rightly fails;
+# meson already runs two test files at once on the two cores.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
-	meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
+	CRITERION_JOBS=1 meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
 
 fuzz_secs=${LM_FUZZ_SECONDS:-45}
 if [ "$fuzz_secs" -gt 0 ]; then
