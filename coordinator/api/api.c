@@ -115,17 +115,27 @@ static bool api_flag(const cJSON *o, const char *key, bool dflt, bool *ok)
 	return cJSON_IsTrue(v);
 }
 
+/* An authorized request's body parsed as JSON into *req (NULL when it is not JSON: why says
+ * why); false when the request was refused as unauthorized (answered already). */
+static bool api_body_json(nng_aio *aio, struct api *a, cJSON **req, char *why, size_t cap)
+{
+	if (!api_authorized(aio, a))
+		return false;
+	const char *body;
+	size_t len;
+	lm_httpd_body(aio, &body, &len);
+	*req = api_json_parse(body, len, why, cap);
+	return true;
+}
+
 /* POST /tokenize {content, add_special (false), parse_special (true), with_pieces (false)}. */
 static void api_tokenize(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
-	if (!api_authorized(aio, a))
-		return;
-	const char *body;
-	size_t len;
-	lm_httpd_body(aio, &body, &len);
 	char why[200];
-	cJSON *req = api_json_parse(body, len, why, sizeof why);
+	cJSON *req;
+	if (!api_body_json(aio, a, &req, why, sizeof why))
+		return;
 	const cJSON *content = cJSON_GetObjectItemCaseSensitive(req, "content");
 	bool ok = cJSON_IsString(content);
 	bool add = api_flag(req, "add_special", false, &ok);
@@ -184,13 +194,10 @@ static void api_tokenize(nng_aio *aio)
 static void api_detokenize(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
-	if (!api_authorized(aio, a))
-		return;
-	const char *body;
-	size_t len;
-	lm_httpd_body(aio, &body, &len);
 	char why[200];
-	cJSON *req = api_json_parse(body, len, why, sizeof why);
+	cJSON *req;
+	if (!api_body_json(aio, a, &req, why, sizeof why))
+		return;
 	const cJSON *toks = cJSON_GetObjectItemCaseSensitive(req, "tokens");
 	struct lm_buf raw = {0};
 	bool ok = cJSON_IsArray(toks);
@@ -279,13 +286,10 @@ static void api_props(nng_aio *aio)
 static void api_apply_template(nng_aio *aio)
 {
 	struct api *a = lm_httpd_data(aio);
-	if (!api_authorized(aio, a))
-		return;
-	const char *body;
-	size_t len;
-	lm_httpd_body(aio, &body, &len);
 	char why[200];
-	cJSON *req = api_json_parse(body, len, why, sizeof why);
+	cJSON *req;
+	if (!api_body_json(aio, a, &req, why, sizeof why))
+		return;
 	if (!cJSON_IsObject(req)) {
 		cJSON_Delete(req);
 		lm_httpd_refuse(aio, LM_HTTP_REFUSE_INVALID, 400, "invalid_request_error", NULL,
