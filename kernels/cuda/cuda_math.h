@@ -22,6 +22,10 @@
  * for Q8_K, bsums (int32, one per 16 values). Sums over units are f32; the CPU reference sums
  * the same integer products per block, so the two differ by the order of float additions only.
  *
+ * The order in which the matmul kernels add those f32 values is defined here too ("The sum
+ * order"), with the tensor-core GEMM's operand maps, so the GEMV and the GEMM share one
+ * definition and the host test can check that the GEMM's schedule gives the GEMV's bits.
+ *
  * Number conversions follow common/base/dtype.c bit for bit (the kernels are built with
  * -fmad=false, so no multiply-add is contracted where the reference rounds twice).
  */
@@ -260,6 +264,19 @@ struct lmc_xrow {
 	const int32_t *bsums; /* [ne0 / 16], Q8_K only */
 };
 
+/* A unit's value from its integer dot s, the weight block's scale wd and the activation block's
+ * xd: the only float arithmetic of a Q8_0 or Q4_0 unit, one definition for the GEMV (the dots
+ * below) and the tensor-core GEMM (matmul.cu), so both round the same products. */
+LMC_HD float lmc_unit_q8_0(int s, float wd, float xd)
+{
+	return (float)s * (wd * xd);
+}
+
+LMC_HD float lmc_unit_q4_0(int s, float wd, float xd)
+{
+	return (float)s * wd * xd;
+}
+
 /* Q8_0 weights: unit u is half h = u % 2 of block u / 2. */
 struct lmc_w_q8_0 {
 	int q[4];
@@ -282,7 +299,7 @@ LMC_HD float lmc_dot_q8_0(const struct lmc_w_q8_0 *w, int64_t u, const struct lm
 	int s = 0;
 	for (int i = 0; i < 4; i++)
 		s = lmc_dp4a(w->q[i], xv[i], s);
-	return (float)s * (w->d * x->d[u >> 1]);
+	return lmc_unit_q8_0(s, w->d, x->d[u >> 1]);
 }
 
 /* Q4_0 weights: unit u is bytes [8h, 8h + 8) of block u / 2's qs, h = u % 2: elements
@@ -314,7 +331,7 @@ LMC_HD float lmc_dot_q4_0(const struct lmc_w_q4_0 *w, int64_t u, const struct lm
 		s = lmc_dp4a(w->lo[i], lmc_ld_i32(xq + 8 * h + 4 * i), s);
 		s = lmc_dp4a(w->hi[i], lmc_ld_i32(xq + 16 + 8 * h + 4 * i), s);
 	}
-	return (float)s * w->d * x->d[blk];
+	return lmc_unit_q4_0(s, w->d, x->d[blk]);
 }
 
 /* The 6-bit scale and min of sub-block j of a Q4_K block's scales[12] (quant.c). */
@@ -416,6 +433,122 @@ LMC_HD float lmc_dot_q6_K(const struct lmc_w_q6_K *w, int64_t u, const struct lm
 	for (int g = 0; g < 4; g++)
 		s += w->sc[g] * lmc_dp4a(w->q[g], lmc_ld_i32(xq + 32 * g), 0);
 	return (float)s * (w->d * x->d[blk]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The sum order of every matmul kernel                                                       */
+
+/* A row's units are dealt to LMC_SUM_THREADS virtual threads: thread i takes units i, i + 128,
+ * ... and sums their values in that order, from 0.0f. The threads form LMC_SUM_WARPS warps of
+ * 32, each reduced by a butterfly (lane l adds lane l ^ o's value for o = 16, 8, 4, 2, 1; float
+ * addition commutes, so every lane ends with the same tree), and the warp totals are added in
+ * warp order. The GEMV runs exactly that with 128 real threads (lmc_warp_sum, lmc_sum_warps);
+ * the tensor-core GEMM computes the same tree in another schedule (lmc_tree_push), so a token's
+ * result is the same bits on either path. */
+#define LMC_SUM_THREADS 128
+#define LMC_SUM_WARPS   4
+
+/* The warp totals in warp order: tot = v for warp 0, tot + v after it. */
+LMC_HD float lmc_sum_warps_step(float tot, int warp, float v)
+{
+	return warp == 0 ? v : tot + v;
+}
+
+LMC_HD float lmc_sum_warps(const float part[LMC_SUM_WARPS])
+{
+	float s = 0.0f;
+	for (int w = 0; w < LMC_SUM_WARPS; w++)
+		s = lmc_sum_warps_step(s, w, part[w]);
+	return s;
+}
+
+/* k's 5 bits reversed: the lane whose value is the butterfly tree's k-th leaf from the left. */
+LMC_HD int lmc_bitrev5(int k)
+{
+	return ((k & 1) << 4) | ((k & 2) << 2) | (k & 4) | ((k & 8) >> 2) | ((k & 16) >> 4);
+}
+
+/* The butterfly's tree built leaf by leaf: leaf k (k = 0 .. 31) is the value of lane
+ * lmc_bitrev5(k). The butterfly's first step pairs lanes l and l ^ 16, leaves 2m and 2m + 1 in
+ * this order; each later step pairs neighbouring subtrees the same way, so the tree is a
+ * left-to-right pairing that st[] holds as a binary counter: st[L] is a pending subtree of 2^L
+ * leaves. Returns the subtree the leaf completes, the warp's total when k == 31. */
+LMC_HD float lmc_tree_push(float st[5], int k, float v)
+{
+	int l = 0;
+	while (l < 5 && ((k >> l) & 1)) {
+		v = st[l] + v;
+		l++;
+	}
+	if (l < 5)
+		st[l] = v;
+	return v;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The tensor-core GEMM's operands (mma.sync m16n8k16, s8 x s8 -> s32)                         */
+
+/* Fragments of a warp's mma, lane = 4 g + q (PTX ISA, "Matrix fragments for mma.m16n8k16"
+ * with .s8): A is 16 weight rows by 16 k, lane register i (0, 1) holding row g + 8 i, k 4q ..
+ * 4q + 3; B is 16 k by 8 tokens, one register: token g, k 4q .. 4q + 3; C is 16 rows by 8
+ * tokens of int32, register i (0 .. 3) holding row g + 8 (i / 2), token 2q + i % 2. The k of
+ * one mma are one unit's 16 elements, as four words (k-word q = lane % 4) in an order of the
+ * unit's choosing, the same for the weights and the activations: the integer dot is exact, so
+ * it equals the GEMV's dp4a sum of the unit. */
+LMC_HD int lmc_mma_a_row(int lane, int i)
+{
+	return (lane >> 2) + 8 * i;
+}
+
+LMC_HD int lmc_mma_b_token(int lane)
+{
+	return lane >> 2;
+}
+
+LMC_HD int lmc_mma_c_row(int lane, int i)
+{
+	return (lane >> 2) + 8 * (i >> 1);
+}
+
+LMC_HD int lmc_mma_c_token(int lane, int i)
+{
+	return 2 * (lane & 3) + (i & 1);
+}
+
+/* Q8_0: k-word j of unit u is bytes 4j .. 4j + 3 of the unit (lmc_load_q8_0's q[j]). */
+LMC_HD int lmc_kw_w_q8_0(const uint8_t *row, int64_t u, int j)
+{
+	return lmc_ld_i32_a2(row + (u >> 1) * LMC_Q8_0_BYTES + 2 + 16 * (int)(u & 1) + 4 * j);
+}
+
+LMC_HD float lmc_wd_q8_0(const uint8_t *row, int64_t u)
+{
+	return lmc_f16_to_f32(lmc_ld_u16(row + (u >> 1) * LMC_Q8_0_BYTES));
+}
+
+LMC_HD int lmc_kw_x_q8_0(const int8_t *xqs, int64_t u, int j)
+{
+	return lmc_ld_i32(xqs + 16 * u + 4 * j);
+}
+
+/* Q4_0: k-words 0, 1 are the low nibbles of the unit's bytes 0 .. 3 and 4 .. 7 (lmc_load_q4_0's
+ * lo[]), 2, 3 their high nibbles (hi[]), each minus 8; the activations' words match them. */
+LMC_HD int lmc_kw_w_q4_0(const uint8_t *row, int64_t u, int j)
+{
+	const int v =
+		lmc_ld_i32_a2(row + (u >> 1) * LMC_Q4_0_BYTES + 2 + 8 * (int)(u & 1) + 4 * (j & 1));
+	const uint32_t n = j < 2 ? (uint32_t)v : (uint32_t)v >> 4;
+	return lmc_vsub4((int)(n & 0x0f0f0f0fu), 0x08080808);
+}
+
+LMC_HD float lmc_wd_q4_0(const uint8_t *row, int64_t u)
+{
+	return lmc_f16_to_f32(lmc_ld_u16(row + (u >> 1) * LMC_Q4_0_BYTES));
+}
+
+LMC_HD int lmc_kw_x_q4_0(const int8_t *xqs, int64_t u, int j)
+{
+	return lmc_ld_i32(xqs + (u >> 1) * LMC_QK + 8 * (int)(u & 1) + 4 * (j & 1) + 16 * (j >> 1));
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -19,11 +19,31 @@
  * Activations are converted first, as GGUF's reference does (backend.h): to f16 or bf16 for
  * those weights, to Q8_0 or Q8_K blocks for the quantized ones, bit for bit as the CPU's
  * reference quantizers (see the converters below and tests/unit/test_cuda_math.c).
+ *
+ * Prefill on tensor cores. Batches of MMQ_MIN_TOKENS tokens or more of Q8_0 and Q4_0 weights
+ * take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every token the bits
+ * k_mmv gives it, so a token prefilled in a batch equals the same token decoded alone. Its k
+ * dimension is one unit (16 elements, in an order of the type's choosing: lmc_kw_*), so each
+ * mma yields, for 16 rows by 8 tokens, the exact integer dot of one unit, the one k_mmv's dp4a
+ * computes. The float part is k_mmv's to the operation: the unit's value by the same helper
+ * (lmc_unit_q8_0, lmc_unit_q4_0), the same sum order (cuda_math.h, "The sum order"): a warp
+ * owns 16 rows by 16 tokens and walks the 128 virtual threads of that order, warp by warp and,
+ * inside one, in the butterfly's leaf order (lmc_bitrev5); for virtual thread i it adds the
+ * values of units i, i + 128, ... in order from 0.0f, pushes the sum into the butterfly's tree
+ * (lmc_tree_push) and, at the warp's last leaf, adds the warp total after the previous ones
+ * (lmc_sum_warps_step). tests/unit/test_cuda_math.c emulates both kernels' orders and the
+ * mma's fragments on the host and requires the same bits; tests/gpu/op_matrix.c checks it on
+ * the GPU for batches on both sides of the threshold. The float work, four operations per
+ * (row, token, unit), is what the invariance costs: the integer dots are nearly free on the
+ * tensor cores, the scaling and the ordered sums are not. Operands are read straight from global
+ * memory (rows through L1, a token tile's activations shared by the block's four warps); a
+ * shared-memory staging of the tiles is the next step if the device run shows the loads bound.
+ * K-quants (Q4_K's two scales per unit, Q6_K's four) stay on k_mmv for now.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
-#define MMV_THREADS 128
-#define MMV_WARPS   (MMV_THREADS / 32)
+#define MMV_THREADS LMC_SUM_THREADS /* one real thread per virtual thread of the sum order */
+#define MMV_WARPS   LMC_SUM_WARPS
 /* Tokens per launch: keeps the grid (rows x tiles) inside its 2^31 - 1 blocks. */
 #define MMV_TOKENS_PER_LAUNCH 512
 
@@ -251,22 +271,18 @@ __global__ void __launch_bounds__(MMV_THREADS)
 				acc[t] += Op::dot(wu, u, xr[t]);
 	}
 
-	__shared__ float part[MMV_WARPS][T];
+	__shared__ float part[T][MMV_WARPS];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
 	for (int t = 0; t < T; t++) {
 		const float v = lmc_warp_sum(acc[t]);
 		if (lane == 0)
-			part[warp][t] = v;
+			part[t][warp] = v;
 	}
 	__syncthreads();
 	if ((int)threadIdx.x < nt) {
 		const int t = threadIdx.x;
-		float s = part[0][t];
-#pragma unroll
-		for (int k = 1; k < MMV_WARPS; k++)
-			s += part[k][t];
-		y[(size_t)(t0 + t) * (size_t)ne1 + (size_t)r] = s;
+		y[(size_t)(t0 + t) * (size_t)ne1 + (size_t)r] = lmc_sum_warps(part[t]);
 	}
 }
 
@@ -304,6 +320,141 @@ static cudaError_t mmv_dispatch(cudaStream_t s, const struct lm_weight *w, const
 	return mmv_launch<Op, 8>(s, w, a, y, n, units);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The tensor-core GEMM (prefill batches of Q8_0 and Q4_0 weights)                            */
+
+#define MMQ_MIN_TOKENS 16 /* batches from this many tokens take the GEMM */
+#define MMQ_WARPS      4
+#define MMQ_ROWS       (16 * MMQ_WARPS) /* a block's rows: 16 per warp */
+#define MMQ_NT         2                /* mma tiles of 8 tokens per warp */
+#define MMQ_TOKENS     (8 * MMQ_NT)     /* a block's tokens */
+
+/* A weight type's operands for the GEMM (cuda_math.h): k-words, block scale, unit value. */
+template <int (*KW_W)(const uint8_t *, int64_t, int), float (*WD)(const uint8_t *, int64_t),
+	  int (*KW_X)(const int8_t *, int64_t, int), float (*UNIT)(int, float, float), int UPB>
+struct mmq_quant {
+	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int j)
+	{
+		return KW_W(row, u, j);
+	}
+	static __device__ __forceinline__ float wd(const uint8_t *row, int64_t u)
+	{
+		return WD(row, u);
+	}
+	static __device__ __forceinline__ int kw_x(const int8_t *xqs, int64_t u, int j)
+	{
+		return KW_X(xqs, u, j);
+	}
+	static __device__ __forceinline__ float unit(int s, float wd, float xd)
+	{
+		return UNIT(s, wd, xd);
+	}
+	static const int upb = UPB; /* units per block of 32, for the activation scale's index */
+};
+
+typedef mmq_quant<lmc_kw_w_q8_0, lmc_wd_q8_0, lmc_kw_x_q8_0, lmc_unit_q8_0, LMC_UPB_Q8_0> mmq_q8_0;
+typedef mmq_quant<lmc_kw_w_q4_0, lmc_wd_q4_0, lmc_kw_x_q4_0, lmc_unit_q4_0, LMC_UPB_Q4_0> mmq_q4_0;
+
+/* c = a b over one unit: 16 rows by 8 tokens (fragments in cuda_math.h). */
+static __device__ __forceinline__ void mma_s8_16816(int c[4], int a0, int a1, int b)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+	    "{%7, %7, %7, %7};"
+	    : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+	    : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+/* One block: MMQ_ROWS rows by MMQ_TOKENS tokens, each warp 16 rows by all the tokens. A warp
+ * walks the virtual threads of the sum order (cuda_math.h) warp by warp and, inside one, in the
+ * butterfly's leaf order; for virtual thread i it runs units i, i + 128, ... through the mma
+ * and adds their values in order, as GEMV thread i does, then pushes the sum into the tree. */
+template <class Q>
+__global__ void __launch_bounds__(32 * MMQ_WARPS)
+	k_mmq(const uint8_t *__restrict__ w, size_t row_bytes, int64_t units, int64_t ne1,
+	      const int8_t *__restrict__ xqs, const float *__restrict__ xd, int64_t ne0,
+	      float *__restrict__ y, int n, int ntiles)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
+	const int t0 = (int)(blockIdx.x % ntiles) * MMQ_TOKENS;
+	const int64_t r0 = (int64_t)(blockIdx.x / ntiles) * MMQ_ROWS + 16 * warp;
+	const int64_t nb = ne0 / LMC_QK;
+	/* Rows and tokens past the edges read the last ones; their results are not stored. */
+	const uint8_t *wr[2];
+	const int8_t *xb[MMQ_NT];
+	const float *xs[MMQ_NT][2];
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+		wr[i] = w + (size_t)min(r0 + lmc_mma_a_row(lane, i), ne1 - 1) * row_bytes;
+#pragma unroll
+	for (int j = 0; j < MMQ_NT; j++) {
+		xb[j] = xqs + (size_t)min(t0 + 8 * j + lmc_mma_b_token(lane), n - 1) * (size_t)ne0;
+		for (int c = 0; c < 2; c++)
+			xs[j][c] = xd + (size_t)min(t0 + 8 * j + lmc_mma_c_token(lane, c), n - 1) *
+						(size_t)nb;
+	}
+	float st[MMQ_NT][4][5] = {}, tot[MMQ_NT][4] = {};
+	for (int vw = 0; vw < LMC_SUM_WARPS; vw++) {
+#pragma unroll
+		for (int k = 0; k < 32; k++) {
+			float acc[MMQ_NT][4] = {};
+			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < units;
+			     u += LMC_SUM_THREADS) {
+				const int a0 = Q::kw_w(wr[0], u, q), a1 = Q::kw_w(wr[1], u, q);
+				const float wd[2] = {Q::wd(wr[0], u), Q::wd(wr[1], u)};
+				const int64_t blk = u / Q::upb;
+#pragma unroll
+				for (int j = 0; j < MMQ_NT; j++) {
+					int c[4];
+					mma_s8_16816(c, a0, a1, Q::kw_x(xb[j], u, q));
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						acc[j][e] += Q::unit(c[e], wd[e >> 1],
+								     xs[j][e & 1][blk]);
+				}
+			}
+#pragma unroll
+			for (int j = 0; j < MMQ_NT; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const float v = lmc_tree_push(st[j][e], k, acc[j][e]);
+					if (k == 31)
+						tot[j][e] = lmc_sum_warps_step(tot[j][e], vw, v);
+				}
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < MMQ_NT; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int64_t r = r0 + lmc_mma_c_row(lane, e);
+			const int t = t0 + 8 * j + lmc_mma_c_token(lane, e);
+			if (r < ne1 && t < n)
+				y[(size_t)t * (size_t)ne1 + (size_t)r] = tot[j][e];
+		}
+}
+
+template <class Q>
+static cudaError_t mmq_launch(cudaStream_t s, const struct lm_weight *w, const struct lmc_act *a,
+			      float *y, int n, int64_t units)
+{
+	const int64_t rtiles = (w->ne1 + MMQ_ROWS - 1) / MMQ_ROWS;
+	for (int tb = 0; tb < n; tb += MMV_TOKENS_PER_LAUNCH) {
+		const int nn = n - tb < MMV_TOKENS_PER_LAUNCH ? n - tb : MMV_TOKENS_PER_LAUNCH;
+		const int ntiles = (nn + MMQ_TOKENS - 1) / MMQ_TOKENS;
+		const uint64_t blocks = (uint64_t)rtiles * (uint64_t)ntiles;
+		if (blocks > 0x7fffffffu)
+			return cudaErrorInvalidConfiguration;
+		const size_t e0 = (size_t)tb * (size_t)w->ne0;
+		k_mmq<Q><<<(unsigned)blocks, 32 * MMQ_WARPS, 0, s>>>(
+			(const uint8_t *)w->data, w->row_bytes, units, w->ne1, a->qs + e0,
+			a->d + e0 / LMC_QK, w->ne0, y + (size_t)tb * (size_t)w->ne1, nn, ntiles);
+		cudaError_t e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+	}
+	return cudaSuccess;
+}
+
 /* Whether rows of w start and end on 16 bytes (the vector paths of the float types). */
 static bool mmv_rows_16(const struct lm_weight *w)
 {
@@ -326,9 +477,13 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 		return mmv_rows_16(w) ? mmv_dispatch<op_h16<8, true>>(s, w, a, y, n, ne0 / 8)
 				      : mmv_dispatch<op_h16<1, true>>(s, w, a, y, n, ne0);
 	case LM_Q8_0:
-		return mmv_dispatch<op_q8_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q8_0);
+		return n >= MMQ_MIN_TOKENS
+			       ? mmq_launch<mmq_q8_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q8_0)
+			       : mmv_dispatch<op_q8_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q8_0);
 	case LM_Q4_0:
-		return mmv_dispatch<op_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0);
+		return n >= MMQ_MIN_TOKENS
+			       ? mmq_launch<mmq_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0)
+			       : mmv_dispatch<op_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0);
 	case LM_Q4_K:
 		return mmv_dispatch<op_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K);
 	case LM_Q6_K:
