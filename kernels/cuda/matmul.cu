@@ -39,6 +39,26 @@
  * memory (rows through L1, a token tile's activations shared by the block's four warps); a
  * shared-memory staging of the tiles is the next step if the device run shows the loads bound.
  * K-quants (Q4_K's two scales per unit, Q6_K's four) stay on k_mmv for now.
+ *
+ * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
+ * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 25
+ * kernels (rmsnorm 1; q, k, v 2 each: quantizer and GEMV; rope 2; kv_store 1; attention 3:
+ * scores, softmax, values; wo 2; add 1; rmsnorm 1; gate, up 2 each; silu_mul 1; down 2; add 1),
+ * so a token is 32 x 25 + 4 (embedding, output norm, lm_head 2) = 804 kernels, plus the copies
+ * of its id and its places in and of its logits out. Its weights are about 4.5 GB in q4_K:
+ * about 1.7 ms at 80% of an H100's 3.35 TB/s. At the 2 to 3 us a launch usually costs the host,
+ * 804 launches are 1.6 to 2.4 ms, as long as the reads; and 17 of a layer's 25 kernels are
+ * small (norms, rope, adds, the quantizers) whose minimum time on the GPU adds more. So
+ * launches are likely a bound of decode here. These are estimates, not measurements:
+ * bench_cuda's step lines measure it (host enqueue time, wall time, GPU time with the queue
+ * kept full; launch_share = (wall - GPU) / wall), and the device run decides. If launch_share
+ * is above about 0.1, the one-token step wants a CUDA graph. A graph is not a local change:
+ * the seam has no step boundary (the engine issues ops one by one), the token's places and id
+ * are copied from pageable host memory (not capturable), and attention's grid depends on the
+ * position, so a captured step needs pinned staging for the places, attention sized from
+ * device-side positions, and begin/end slots in the seam; fusing the small kernels (norm with
+ * the quantizer, rope with kv_store, the residual add into the GEMV's store) is the other way
+ * to fewer launches, and works without a graph.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
