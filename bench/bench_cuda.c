@@ -17,8 +17,8 @@
  *
  *     gemm type=T ne0=N ne1=N n=B us=T us_per_token=U tops=P
  * A gemm line times one matmul of a batch of B tokens (prefill): B = 8 and 15 run the GEMV
- * kernel, B >= 16 the tensor-core GEMM for q8_0 and q4_0 (kernels/cuda/matmul.cu; q4_K stays
- * on the GEMV, for comparison); tops counts 2 ne0 ne1 B operations.
+ * kernel, B >= 16 the tensor-core GEMM for q8_0, q4_0 and q4_K (kernels/cuda/matmul.cu; q6_K
+ * stays on the GEMV, for comparison); tops counts 2 ne0 ne1 B operations.
  *     step type=T layers=L seam_ops=S kernels=K enqueue_us=E wall_us=W gpu_us=G
  *          us_per_launch=E/K launch_share=(W-G)/W
  * A step line is one decode token of an 8B-shaped llama through the backend seam, op for op as
@@ -480,9 +480,9 @@ int main(int argc, char **argv)
 			rc = bench_gemv(&be, types[i], 14336, 4096, 8, reps, copy);
 	}
 	/* Prefill: one FFN-shaped matmul by batch size, on both sides of the GEMM's threshold. */
-	static const enum lm_dtype gemm_types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K};
+	static const enum lm_dtype gemm_types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
 	static const int batches[] = {8, 15, 16, 64, 512};
-	for (int i = 0; i < 3 && rc == 0; i++)
+	for (int i = 0; i < 4 && rc == 0; i++)
 		for (int b = 0; b < 5 && rc == 0; b++)
 			rc = bench_gemm(&be, gemm_types[i], 4096, 14336, batches[b],
 					batches[b] >= 64 ? 10 : 40);

@@ -349,32 +349,55 @@ LMC_HD void lmc_q4_K_scale_min(int j, const uint8_t *q, int *sc, int *m)
 /* Q4_K weights: unit u of block u / 8 is k = u % 8: chunk c = k / 2 of 32 qs bytes (sub-blocks
  * 2c in the low nibbles, 2c + 1 in the high ones), its half h = k % 2: bytes 16h .. 16h + 15,
  * elements 64c + 16h + i (low) and 64c + 32 + 16h + i (high) for i < 16. */
-struct lmc_w_q4_K {
-	int lo[4], hi[4];
+/* A Q4_K unit's scales: those of its two sub-blocks and the block's d and dmin. */
+struct lmc_q4_K_meta {
 	int sc0, m0, sc1, m1;
 	float d, dmin;
 };
 
-LMC_HD void lmc_load_q4_K(const uint8_t *row, int64_t u, struct lmc_w_q4_K *w)
+struct lmc_w_q4_K {
+	int lo[4], hi[4];
+	struct lmc_q4_K_meta m;
+};
+
+LMC_HD void lmc_meta_q4_K(const uint8_t *row, int64_t u, struct lmc_q4_K_meta *m)
 {
 	const uint8_t *b = row + (u >> 3) * LMC_Q4_K_BYTES;
-	const int k = (int)(u & 7), c = k >> 1, h = k & 1;
-	w->d = lmc_f16_to_f32(lmc_ld_u16(b));
-	w->dmin = lmc_f16_to_f32(lmc_ld_u16(b + 2));
+	const int c = (int)(u & 7) >> 1;
+	m->d = lmc_f16_to_f32(lmc_ld_u16(b));
+	m->dmin = lmc_f16_to_f32(lmc_ld_u16(b + 2));
 	uint8_t scales[12];
 	for (int i = 0; i < 3; i++) {
 		int v = lmc_ld_i32(b + 4 + 4 * i);
 		for (int j = 0; j < 4; j++)
 			scales[4 * i + j] = (uint8_t)((uint32_t)v >> (8 * j));
 	}
-	lmc_q4_K_scale_min(2 * c, scales, &w->sc0, &w->m0);
-	lmc_q4_K_scale_min(2 * c + 1, scales, &w->sc1, &w->m1);
+	lmc_q4_K_scale_min(2 * c, scales, &m->sc0, &m->m0);
+	lmc_q4_K_scale_min(2 * c + 1, scales, &m->sc1, &m->m1);
+}
+
+LMC_HD void lmc_load_q4_K(const uint8_t *row, int64_t u, struct lmc_w_q4_K *w)
+{
+	const uint8_t *b = row + (u >> 3) * LMC_Q4_K_BYTES;
+	const int k = (int)(u & 7), c = k >> 1, h = k & 1;
+	lmc_meta_q4_K(row, u, &w->m);
 	int v[4];
 	lmc_ld_i32x4(b + 16 + 32 * c + 16 * h, v);
 	for (int i = 0; i < 4; i++) {
 		w->lo[i] = v[i] & 0x0f0f0f0f;
 		w->hi[i] = (int)(((uint32_t)v[i] >> 4) & 0x0f0f0f0fu);
 	}
+}
+
+/* A Q4_K unit's value from its integer dots over the low (slo) and high (shi) nibbles, the
+ * activation block's dx and the unit's bsums bs[0] (low) and bs[2] (high): the float part of
+ * the GEMV's dot and the GEMM's, one definition. */
+LMC_HD float lmc_unit_q4_K(int slo, int shi, const struct lmc_q4_K_meta *m, float dx,
+			   const int32_t *bs)
+{
+	const float sum = dx * (m->d * (float)(m->sc0 * slo + m->sc1 * shi));
+	const float mins = dx * (m->dmin * (float)(m->m0 * bs[0] + m->m1 * bs[2]));
+	return sum - mins;
 }
 
 LMC_HD float lmc_dot_q4_K(const struct lmc_w_q4_K *w, int64_t u, const struct lmc_xrow *x)
@@ -390,11 +413,7 @@ LMC_HD float lmc_dot_q4_K(const struct lmc_w_q4_K *w, int64_t u, const struct lm
 		slo = lmc_dp4a(w->lo[i], xl[i], slo);
 		shi = lmc_dp4a(w->hi[i], xh[i], shi);
 	}
-	const int32_t *bs = x->bsums + blk * 16 + 4 * c + h;
-	const float dx = x->d[blk];
-	const float sum = dx * (w->d * (float)(w->sc0 * slo + w->sc1 * shi));
-	const float mins = dx * (w->dmin * (float)(w->m0 * bs[0] + w->m1 * bs[2]));
-	return sum - mins;
+	return lmc_unit_q4_K(slo, shi, &w->m, x->d[blk], x->bsums + blk * 16 + 4 * c + h);
 }
 
 /* Q6_K weights: unit u of block u / 16 is k = u % 16: half hh = k / 8 (128 values) and columns
@@ -549,6 +568,23 @@ LMC_HD float lmc_wd_q4_0(const uint8_t *row, int64_t u)
 LMC_HD int lmc_kw_x_q4_0(const int8_t *xqs, int64_t u, int j)
 {
 	return lmc_ld_i32(xqs + (u >> 1) * LMC_QK + 8 * (int)(u & 1) + 4 * (j & 1) + 16 * (j >> 1));
+}
+
+/* Q4_K: two mmas a unit, part p = 0 over its low nibbles (lmc_load_q4_K's lo[]), p = 1 over its
+ * high ones (hi[]); k-word j is bytes 4j .. 4j + 3 of the unit's 16 qs bytes, and the
+ * activations' words are the elements that go with them (lmc_dot_q4_K's xl[], xh[]). */
+LMC_HD int lmc_kw_w_q4_K(const uint8_t *row, int64_t u, int p, int j)
+{
+	const int k = (int)(u & 7);
+	const uint32_t v = (uint32_t)lmc_ld_i32(row + (u >> 3) * LMC_Q4_K_BYTES + 16 +
+						32 * (k >> 1) + 16 * (k & 1) + 4 * j);
+	return (int)((p ? v >> 4 : v) & 0x0f0f0f0fu);
+}
+
+LMC_HD int lmc_kw_x_q4_K(const int8_t *xqs, int64_t u, int p, int j)
+{
+	const int k = (int)(u & 7);
+	return lmc_ld_i32(xqs + (u >> 3) * LMC_QKK + 64 * (k >> 1) + 16 * (k & 1) + 32 * p + 4 * j);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -20,13 +20,14 @@
  * those weights, to Q8_0 or Q8_K blocks for the quantized ones, bit for bit as the CPU's
  * reference quantizers (see the converters below and tests/unit/test_cuda_math.c).
  *
- * Prefill on tensor cores. Batches of MMQ_MIN_TOKENS tokens or more of Q8_0 and Q4_0 weights
- * take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every token the bits
+ * Prefill on tensor cores. Batches of MMQ_MIN_TOKENS tokens or more of Q8_0, Q4_0 and Q4_K
+ * weights take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every token the bits
  * k_mmv gives it, so a token prefilled in a batch equals the same token decoded alone. Its k
- * dimension is one unit (16 elements, in an order of the type's choosing: lmc_kw_*), so each
- * mma yields, for 16 rows by 8 tokens, the exact integer dot of one unit, the one k_mmv's dp4a
+ * dimension is 16 elements of one unit, in an order of the type's choosing (lmc_kw_*): one mma
+ * per unit for Q8_0 and Q4_0, two for Q4_K (its low and its high nibbles, which have their own
+ * scales), so the mmas yield, for 16 rows by 8 tokens, the exact integer dots k_mmv's dp4a
  * computes. The float part is k_mmv's to the operation: the unit's value by the same helper
- * (lmc_unit_q8_0, lmc_unit_q4_0), the same sum order (cuda_math.h, "The sum order"): a warp
+ * (lmc_unit_q8_0, lmc_unit_q4_0, lmc_unit_q4_K), the same sum order (cuda_math.h, "The sum order"): a warp
  * owns 16 rows by 16 tokens and walks the 128 virtual threads of that order, warp by warp and,
  * inside one, in the butterfly's leaf order (lmc_bitrev5); for virtual thread i it adds the
  * values of units i, i + 128, ... in order from 0.0f, pushes the sum into the butterfly's tree
@@ -38,7 +39,8 @@
  * tensor cores, the scaling and the ordered sums are not. Operands are read straight from global
  * memory (rows through L1, a token tile's activations shared by the block's four warps); a
  * shared-memory staging of the tiles is the next step if the device run shows the loads bound.
- * K-quants (Q4_K's two scales per unit, Q6_K's four) stay on k_mmv for now.
+ * Q6_K stays on k_mmv: its unit has four scales, one per 4 elements, which would take four
+ * mmas a unit with three quarters of each one's k zero.
  *
  * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
  * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 25
@@ -349,33 +351,91 @@ static cudaError_t mmv_dispatch(cudaStream_t s, const struct lm_weight *w, const
 #define MMQ_NT         2                /* mma tiles of 8 tokens per warp */
 #define MMQ_TOKENS     (8 * MMQ_NT)     /* a block's tokens */
 
-/* A weight type's operands for the GEMM (cuda_math.h): k-words, block scale, unit value. */
-template <int (*KW_W)(const uint8_t *, int64_t, int), float (*WD)(const uint8_t *, int64_t),
-	  int (*KW_X)(const int8_t *, int64_t, int), float (*UNIT)(int, float, float), int UPB>
-struct mmq_quant {
-	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int j)
+/* A weight type's operands for the GEMM (cuda_math.h): NK mmas of 16 k per unit, the k-words
+ * of weights and activations for mma p, a row's scales for a unit (M), a token's scales (X)
+ * and the unit's value from its NK integer dots. */
+struct mmq_q8_0 {
+	static const int NK = 1;
+	typedef float M;
+	typedef const float *X;
+	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int p, int j)
 	{
-		return KW_W(row, u, j);
+		return lmc_kw_w_q8_0(row, u, j);
 	}
-	static __device__ __forceinline__ float wd(const uint8_t *row, int64_t u)
+	static __device__ __forceinline__ int kw_x(const int8_t *xq, int64_t u, int p, int j)
 	{
-		return WD(row, u);
+		return lmc_kw_x_q8_0(xq, u, j);
 	}
-	static __device__ __forceinline__ int kw_x(const int8_t *xqs, int64_t u, int j)
+	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
 	{
-		return KW_X(xqs, u, j);
+		m = lmc_wd_q8_0(row, u);
 	}
-	static __device__ __forceinline__ float unit(int s, float wd, float xd)
+	static __device__ __forceinline__ X xs(const struct lmc_act &a, int t)
 	{
-		return UNIT(s, wd, xd);
+		return a.d + (size_t)t * (size_t)(a.ne0 / LMC_QK);
 	}
-	static const int upb = UPB; /* units per block of 32, for the activation scale's index */
+	static __device__ __forceinline__ float unit(const int *s, const M &m, const X &x,
+						     int64_t u)
+	{
+		return lmc_unit_q8_0(s[0], m, x[u >> 1]);
+	}
 };
 
-typedef mmq_quant<lmc_kw_w_q8_0, lmc_wd_q8_0, lmc_kw_x_q8_0, lmc_unit_q8_0, LMC_UPB_Q8_0> mmq_q8_0;
-typedef mmq_quant<lmc_kw_w_q4_0, lmc_wd_q4_0, lmc_kw_x_q4_0, lmc_unit_q4_0, LMC_UPB_Q4_0> mmq_q4_0;
+struct mmq_q4_0 : mmq_q8_0 {
+	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int p, int j)
+	{
+		return lmc_kw_w_q4_0(row, u, j);
+	}
+	static __device__ __forceinline__ int kw_x(const int8_t *xq, int64_t u, int p, int j)
+	{
+		return lmc_kw_x_q4_0(xq, u, j);
+	}
+	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
+	{
+		m = lmc_wd_q4_0(row, u);
+	}
+	static __device__ __forceinline__ float unit(const int *s, const M &m, const X &x,
+						     int64_t u)
+	{
+		return lmc_unit_q4_0(s[0], m, x[u >> 1]);
+	}
+};
 
-/* c = a b over one unit: 16 rows by 8 tokens (fragments in cuda_math.h). */
+struct mmq_q4_K {
+	static const int NK = 2;
+	typedef struct lmc_q4_K_meta M;
+	struct X {
+		const float *d;
+		const int32_t *bsums;
+	};
+	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int p, int j)
+	{
+		return lmc_kw_w_q4_K(row, u, p, j);
+	}
+	static __device__ __forceinline__ int kw_x(const int8_t *xq, int64_t u, int p, int j)
+	{
+		return lmc_kw_x_q4_K(xq, u, p, j);
+	}
+	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
+	{
+		lmc_meta_q4_K(row, u, &m);
+	}
+	static __device__ __forceinline__ X xs(const struct lmc_act &a, int t)
+	{
+		return X{a.d + (size_t)t * (size_t)(a.ne0 / LMC_QKK),
+			 a.bsums + (size_t)t * (size_t)(a.ne0 / 16)};
+	}
+	static __device__ __forceinline__ float unit(const int *s, const M &m, const X &x,
+						     int64_t u)
+	{
+		const int64_t blk = u >> 3;
+		const int k = (int)(u & 7);
+		return lmc_unit_q4_K(s[0], s[1], &m, x.d[blk],
+				     x.bsums + blk * 16 + 4 * (k >> 1) + (k & 1));
+	}
+};
+
+/* c = a b over 16 k: 16 rows by 8 tokens (fragments in cuda_math.h). */
 static __device__ __forceinline__ void mma_s8_16816(int c[4], int a0, int a1, int b)
 {
 	asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
@@ -384,33 +444,33 @@ static __device__ __forceinline__ void mma_s8_16816(int c[4], int a0, int a1, in
 	    : "r"(a0), "r"(a1), "r"(b), "r"(0));
 }
 
-/* One block: MMQ_ROWS rows by MMQ_TOKENS tokens, each warp 16 rows by all the tokens. A warp
- * walks the virtual threads of the sum order (cuda_math.h) warp by warp and, inside one, in the
- * butterfly's leaf order; for virtual thread i it runs units i, i + 128, ... through the mma
- * and adds their values in order, as GEMV thread i does, then pushes the sum into the tree. */
+/* One block: MMQ_ROWS rows by MMQ_TOKENS tokens (from t_base), each warp 16 rows by all the
+ * tokens. A warp walks the virtual threads of the sum order (cuda_math.h) warp by warp and,
+ * inside one, in the butterfly's leaf order; for virtual thread i it runs units i, i + 128, ...
+ * through the mma and adds their values in order, as GEMV thread i does, then pushes the sum
+ * into the tree. */
 template <class Q>
 __global__ void __launch_bounds__(32 * MMQ_WARPS)
 	k_mmq(const uint8_t *__restrict__ w, size_t row_bytes, int64_t units, int64_t ne1,
-	      const int8_t *__restrict__ xqs, const float *__restrict__ xd, int64_t ne0,
-	      float *__restrict__ y, int n, int ntiles)
+	      struct lmc_act a, float *__restrict__ y, int t_base, int n, int ntiles)
 {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
-	const int t0 = (int)(blockIdx.x % ntiles) * MMQ_TOKENS;
+	const int t0 = t_base + (int)(blockIdx.x % ntiles) * MMQ_TOKENS;
 	const int64_t r0 = (int64_t)(blockIdx.x / ntiles) * MMQ_ROWS + 16 * warp;
-	const int64_t nb = ne0 / LMC_QK;
 	/* Rows and tokens past the edges read the last ones; their results are not stored. */
 	const uint8_t *wr[2];
 	const int8_t *xb[MMQ_NT];
-	const float *xs[MMQ_NT][2];
+	typename Q::X xs[MMQ_NT][2];
 #pragma unroll
 	for (int i = 0; i < 2; i++)
 		wr[i] = w + (size_t)min(r0 + lmc_mma_a_row(lane, i), ne1 - 1) * row_bytes;
 #pragma unroll
 	for (int j = 0; j < MMQ_NT; j++) {
-		xb[j] = xqs + (size_t)min(t0 + 8 * j + lmc_mma_b_token(lane), n - 1) * (size_t)ne0;
+		const int tb = min(t0 + 8 * j + lmc_mma_b_token(lane), n - 1);
+		xb[j] = a.qs + (size_t)tb * (size_t)a.ne0;
+#pragma unroll
 		for (int c = 0; c < 2; c++)
-			xs[j][c] = xd + (size_t)min(t0 + 8 * j + lmc_mma_c_token(lane, c), n - 1) *
-						(size_t)nb;
+			xs[j][c] = Q::xs(a, min(t0 + 8 * j + lmc_mma_c_token(lane, c), n - 1));
 	}
 	float st[MMQ_NT][4][5] = {}, tot[MMQ_NT][4] = {};
 	for (int vw = 0; vw < LMC_SUM_WARPS; vw++) {
@@ -419,17 +479,30 @@ __global__ void __launch_bounds__(32 * MMQ_WARPS)
 			float acc[MMQ_NT][4] = {};
 			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < units;
 			     u += LMC_SUM_THREADS) {
-				const int a0 = Q::kw_w(wr[0], u, q), a1 = Q::kw_w(wr[1], u, q);
-				const float wd[2] = {Q::wd(wr[0], u), Q::wd(wr[1], u)};
-				const int64_t blk = u / Q::upb;
+				int aw[Q::NK][2];
+				typename Q::M m[2];
+#pragma unroll
+				for (int i = 0; i < 2; i++) {
+#pragma unroll
+					for (int p = 0; p < Q::NK; p++)
+						aw[p][i] = Q::kw_w(wr[i], u, p, q);
+					Q::meta(wr[i], u, m[i]);
+				}
 #pragma unroll
 				for (int j = 0; j < MMQ_NT; j++) {
-					int c[4];
-					mma_s8_16816(c, a0, a1, Q::kw_x(xb[j], u, q));
+					int c[Q::NK][4];
 #pragma unroll
-					for (int e = 0; e < 4; e++)
-						acc[j][e] += Q::unit(c[e], wd[e >> 1],
-								     xs[j][e & 1][blk]);
+					for (int p = 0; p < Q::NK; p++)
+						mma_s8_16816(c[p], aw[p][0], aw[p][1],
+							     Q::kw_x(xb[j], u, p, q));
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						int s[Q::NK];
+#pragma unroll
+						for (int p = 0; p < Q::NK; p++)
+							s[p] = c[p][e];
+						acc[j][e] += Q::unit(s, m[e >> 1], xs[j][e & 1], u);
+					}
 				}
 			}
 #pragma unroll
@@ -464,10 +537,9 @@ static cudaError_t mmq_launch(cudaStream_t s, const struct lm_weight *w, const s
 		const uint64_t blocks = (uint64_t)rtiles * (uint64_t)ntiles;
 		if (blocks > 0x7fffffffu)
 			return cudaErrorInvalidConfiguration;
-		const size_t e0 = (size_t)tb * (size_t)w->ne0;
-		k_mmq<Q><<<(unsigned)blocks, 32 * MMQ_WARPS, 0, s>>>(
-			(const uint8_t *)w->data, w->row_bytes, units, w->ne1, a->qs + e0,
-			a->d + e0 / LMC_QK, w->ne0, y + (size_t)tb * (size_t)w->ne1, nn, ntiles);
+		k_mmq<Q><<<(unsigned)blocks, 32 * MMQ_WARPS, 0, s>>>((const uint8_t *)w->data,
+								     w->row_bytes, units, w->ne1,
+								     *a, y, tb, tb + nn, ntiles);
 		cudaError_t e = cudaGetLastError();
 		if (e != cudaSuccess)
 			return e;
@@ -505,7 +577,9 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 			       ? mmq_launch<mmq_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0)
 			       : mmv_dispatch<op_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0);
 	case LM_Q4_K:
-		return mmv_dispatch<op_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K);
+		return n >= MMQ_MIN_TOKENS
+			       ? mmq_launch<mmq_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K)
+			       : mmv_dispatch<op_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K);
 	case LM_Q6_K:
 		return mmv_dispatch<op_q6_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q6_K);
 	default:

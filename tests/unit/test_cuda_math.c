@@ -336,60 +336,123 @@ static void mma_emulate(int a[32][2], const int b[32], int d[32][4])
 	}
 }
 
-/* A Q8_0 / Q4_0 weight and a batch of Q8_0 activations, in the device layout. */
+/* A Q8_0 / Q4_0 / Q4_K weight and a batch of activations (Q8_0, or Q8_K for Q4_K) in the
+ * device layout (struct lmc_act's arrays). */
 struct mmq_case {
 	enum lm_dtype t;
 	int64_t ne0, ne1;
 	int n;
 	size_t rb;
+	int64_t units, nb, blck; /* units per row; activation blocks per token and their size */
 	uint8_t *w;
 	int8_t *xqs;
 	float *xd;
+	int32_t *bsums;
 	uint8_t *xref; /* the activations' GGUF blocks, for the CPU's dot product */
+	size_t xref_row;
 };
+
+/* The GEMM's operands of one type, as matmul.cu's mmq_* structs take them from cuda_math.h. */
+static int mmq_nk(const struct mmq_case *c)
+{
+	return c->t == LM_Q4_K ? 2 : 1;
+}
+
+static int mmq_kw_w(const struct mmq_case *c, const uint8_t *row, int64_t u, int p, int j)
+{
+	return c->t == LM_Q8_0   ? lmc_kw_w_q8_0(row, u, j)
+	       : c->t == LM_Q4_0 ? lmc_kw_w_q4_0(row, u, j)
+				 : lmc_kw_w_q4_K(row, u, p, j);
+}
+
+static int mmq_kw_x(const struct mmq_case *c, const int8_t *xq, int64_t u, int p, int j)
+{
+	return c->t == LM_Q8_0   ? lmc_kw_x_q8_0(xq, u, j)
+	       : c->t == LM_Q4_0 ? lmc_kw_x_q4_0(xq, u, j)
+				 : lmc_kw_x_q4_K(xq, u, p, j);
+}
+
+static float mmq_unit(const struct mmq_case *c, const int *s, const uint8_t *row, int64_t u,
+		      int tok)
+{
+	const float *xd = c->xd + (size_t)tok * (size_t)c->nb;
+	if (c->t == LM_Q8_0)
+		return lmc_unit_q8_0(s[0], lmc_wd_q8_0(row, u), xd[u >> 1]);
+	if (c->t == LM_Q4_0)
+		return lmc_unit_q4_0(s[0], lmc_wd_q4_0(row, u), xd[u >> 1]);
+	struct lmc_q4_K_meta m;
+	lmc_meta_q4_K(row, u, &m);
+	const int k = (int)(u & 7);
+	const int32_t *bs = c->bsums + (size_t)tok * (size_t)(c->ne0 / 16) + (u >> 3) * 16 +
+			    4 * (k >> 1) + (k & 1);
+	return lmc_unit_q4_K(s[0], s[1], &m, xd[u >> 3], bs);
+}
+
+/* The GEMV's value of unit u of a row for one token (lmc_load_* and lmc_dot_*). */
+static float gemv_unit(const struct mmq_case *c, const uint8_t *row, int64_t u,
+		       const struct lmc_xrow *x)
+{
+	if (c->t == LM_Q8_0) {
+		struct lmc_w_q8_0 wu;
+		lmc_load_q8_0(row, u, &wu);
+		return lmc_dot_q8_0(&wu, u, x);
+	}
+	if (c->t == LM_Q4_0) {
+		struct lmc_w_q4_0 wu;
+		lmc_load_q4_0(row, u, &wu);
+		return lmc_dot_q4_0(&wu, u, x);
+	}
+	struct lmc_w_q4_K wu;
+	lmc_load_q4_K(row, u, &wu);
+	return lmc_dot_q4_K(&wu, u, x);
+}
+
+static int mmq_clamp(int64_t v, int64_t hi)
+{
+	return (int)(v < hi ? v : hi - 1);
+}
+
+/* The unit's NK mmas for one warp: d[p][lane][e]. */
+static void mmq_unit_mmas(const struct mmq_case *c, int64_t r0, int t0, int64_t u, int d[2][32][4])
+{
+	for (int p = 0; p < mmq_nk(c); p++) {
+		int a[32][2], b[32];
+		for (int lane = 0; lane < 32; lane++) {
+			for (int i = 0; i < 2; i++) {
+				const int row = mmq_clamp(r0 + lmc_mma_a_row(lane, i), c->ne1);
+				a[lane][i] =
+					mmq_kw_w(c, c->w + (size_t)row * c->rb, u, p, lane & 3);
+			}
+			const int tok = mmq_clamp(t0 + lmc_mma_b_token(lane), c->n);
+			b[lane] =
+				mmq_kw_x(c, c->xqs + (size_t)tok * (size_t)c->ne0, u, p, lane & 3);
+		}
+		mma_emulate(a, b, d[p]);
+	}
+}
 
 /* One warp of k_mmq: rows r0 .. r0 + 15 by tokens t0 .. t0 + 7, lane by lane, in its order. */
 static void mmq_warp(const struct mmq_case *c, int64_t r0, int t0, float *y)
 {
-	const int64_t units = c->ne0 / 32 * 2, nb = c->ne0 / 32;
-	const bool q8 = c->t == LM_Q8_0;
 	static float st[32][4][5], tot[32][4];
 	memset(st, 0, sizeof st);
 	memset(tot, 0, sizeof tot);
 	for (int vw = 0; vw < LMC_SUM_WARPS; vw++) {
 		for (int k = 0; k < 32; k++) {
 			float acc[32][4] = {{0}};
-			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < units;
+			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < c->units;
 			     u += LMC_SUM_THREADS) {
-				int a[32][2], b[32], d[32][4];
-				float wd[32][2];
-				for (int lane = 0; lane < 32; lane++) {
-					for (int i = 0; i < 2; i++) {
-						int64_t row = r0 + lmc_mma_a_row(lane, i);
-						row = row < c->ne1 ? row : c->ne1 - 1;
-						const uint8_t *wr = c->w + (size_t)row * c->rb;
-						a[lane][i] = q8 ? lmc_kw_w_q8_0(wr, u, lane & 3)
-								: lmc_kw_w_q4_0(wr, u, lane & 3);
-						wd[lane][i] = q8 ? lmc_wd_q8_0(wr, u)
-								 : lmc_wd_q4_0(wr, u);
-					}
-					int tok = t0 + lmc_mma_b_token(lane);
-					tok = tok < c->n ? tok : c->n - 1;
-					const int8_t *xq = c->xqs + (size_t)tok * (size_t)c->ne0;
-					b[lane] = q8 ? lmc_kw_x_q8_0(xq, u, lane & 3)
-						     : lmc_kw_x_q4_0(xq, u, lane & 3);
-				}
-				mma_emulate(a, b, d);
+				int d[2][32][4];
+				mmq_unit_mmas(c, r0, t0, u, d);
 				for (int lane = 0; lane < 32; lane++)
 					for (int e = 0; e < 4; e++) {
-						int tok = t0 + lmc_mma_c_token(lane, e);
-						tok = tok < c->n ? tok : c->n - 1;
-						const float xd =
-							c->xd[(size_t)tok * (size_t)nb + u / 2];
-						const float wde = wd[lane][e >> 1];
-						acc[lane][e] +=
-							q8 ? lmc_unit_q8_0(d[lane][e], wde, xd)
-							   : lmc_unit_q4_0(d[lane][e], wde, xd);
+						const int row = mmq_clamp(
+							r0 + lmc_mma_c_row(lane, e), c->ne1);
+						const int tok = mmq_clamp(
+							t0 + lmc_mma_c_token(lane, e), c->n);
+						const int s[2] = {d[0][lane][e], d[1][lane][e]};
+						acc[lane][e] += mmq_unit(
+							c, s, c->w + (size_t)row * c->rb, u, tok);
 					}
 			}
 			for (int lane = 0; lane < 32; lane++)
@@ -410,35 +473,106 @@ static void mmq_warp(const struct mmq_case *c, int64_t r0, int t0, float *y)
 		}
 }
 
+/* Token t's activations: quantized as the reference does, spread into the device layout. */
+static void mmq_token(struct mmq_case *c, const float *f, int t)
+{
+	uint8_t *ref = c->xref + (size_t)t * c->xref_row;
+	cr_assert_eq(lm_quantize_row(c->t == LM_Q4_K ? LM_Q8_K : LM_Q8_0, f, ref, c->ne0), 0);
+	for (int64_t i = 0; i < c->nb; i++) {
+		int8_t *qs = c->xqs + (size_t)t * (size_t)c->ne0 + (size_t)(i * c->blck);
+		float *d = c->xd + (size_t)t * (size_t)c->nb + (size_t)i;
+		if (c->t == LM_Q4_K) {
+			const block_q8_K *b = (const block_q8_K *)ref + i;
+			*d = b->d;
+			memcpy(qs, b->qs, QK_K);
+			for (int j = 0; j < 16; j++)
+				c->bsums[(size_t)t * (size_t)(c->ne0 / 16) + (size_t)(i * 16 + j)] =
+					b->bsums[j];
+		} else {
+			const block_q8_0 *b = (const block_q8_0 *)ref + i;
+			*d = lm_f16_to_f32(b->d);
+			memcpy(qs, b->qs, QK8_0);
+		}
+	}
+}
+
 static void mmq_case_make(struct mmq_case *c, struct test_rng *r)
 {
 	uint64_t rb = 0;
 	cr_assert_eq(lm_dtype_row_bytes(c->t, (uint64_t)c->ne0, &rb), 0);
 	c->rb = (size_t)rb;
+	c->blck = c->t == LM_Q4_K ? QK_K : QK8_0;
+	c->nb = c->ne0 / c->blck;
+	c->units = c->t == LM_Q4_K ? c->nb * LMC_UPB_Q4_K : c->nb * LMC_UPB_Q8_0;
+	c->xref_row = (size_t)c->nb * (c->t == LM_Q4_K ? sizeof(block_q8_K) : sizeof(block_q8_0));
 	c->w = malloc(c->rb * (size_t)c->ne1);
 	c->xqs = malloc((size_t)c->ne0 * (size_t)c->n);
-	c->xd = malloc((size_t)(c->ne0 / 32) * (size_t)c->n * sizeof(float));
-	c->xref = malloc((size_t)(c->ne0 / 32) * sizeof(block_q8_0) * (size_t)c->n);
+	c->xd = malloc((size_t)c->nb * (size_t)c->n * sizeof(float));
+	c->bsums = malloc((size_t)(c->ne0 / 16) * (size_t)c->n * sizeof(int32_t));
+	c->xref = malloc(c->xref_row * (size_t)c->n);
 	float *f = malloc((size_t)c->ne0 * sizeof(float));
-	cr_assert(c->w && c->xqs && c->xd && c->xref && f);
+	cr_assert(c->w && c->xqs && c->xd && c->bsums && c->xref && f);
 	for (int64_t row = 0; row < c->ne1; row++) {
 		test_fill_gauss(r, f, (size_t)c->ne0, row % 3 == 0 ? 2.0f : 0.05f);
 		if (row == 1) /* a block of zeros: d = 0 */
-			memset(f, 0, 32 * sizeof(float));
+			memset(f, 0, (size_t)c->blck * sizeof(float));
 		cr_assert_eq(lm_quantize_row(c->t, f, c->w + (size_t)row * c->rb, c->ne0), 0);
 	}
 	for (int t = 0; t < c->n; t++) {
 		test_fill_gauss(r, f, (size_t)c->ne0, t % 2 ? 1.0f : 30.0f);
-		block_q8_0 *b = (block_q8_0 *)(c->xref + (size_t)t * (size_t)(c->ne0 / 32) *
-								 sizeof(block_q8_0));
-		cr_assert_eq(lm_quantize_row(LM_Q8_0, f, b, c->ne0), 0);
-		for (int64_t i = 0; i < c->ne0 / 32; i++) {
-			c->xd[(size_t)t * (size_t)(c->ne0 / 32) + (size_t)i] =
-				lm_f16_to_f32(b[i].d);
-			memcpy(c->xqs + (size_t)t * (size_t)c->ne0 + (size_t)i * 32, b[i].qs, 32);
-		}
+		mmq_token(c, f, t);
 	}
 	free(f);
+}
+
+static void mmq_case_free(struct mmq_case *c)
+{
+	free(c->w);
+	free(c->xqs);
+	free(c->xd);
+	free(c->bsums);
+	free(c->xref);
+}
+
+/* Every (row, token) of the emulated GEMM in y against the GEMV's order and the CPU's dot. */
+static void mmq_check(const struct mmq_case *c, const float *y)
+{
+	float *val = malloc((size_t)c->units * sizeof(float));
+	cr_assert(val != NULL);
+	const cpu_vec_dot_fn dot = c->t == LM_Q8_0   ? cpu_vec_dot_q8_0_generic
+				   : c->t == LM_Q4_0 ? cpu_vec_dot_q4_0_generic
+						     : cpu_vec_dot_q4_K_generic;
+	int order_matters = 0;
+	for (int t = 0; t < c->n; t++) {
+		const struct lmc_xrow x = {.qs = c->xqs + (size_t)t * (size_t)c->ne0,
+					   .d = c->xd + (size_t)t * (size_t)c->nb,
+					   .bsums = c->bsums + (size_t)t * (size_t)(c->ne0 / 16)};
+		for (int64_t row = 0; row < c->ne1; row++) {
+			const uint8_t *wr = c->w + (size_t)row * c->rb;
+			float plain = 0.0f;
+			double mag = 1e-30; /* the sum's conditioning: the error bound's scale */
+			for (int64_t u = 0; u < c->units; u++) {
+				val[u] = gemv_unit(c, wr, u, &x);
+				plain += val[u];
+				mag += fabs((double)val[u]);
+			}
+			const float want = gemv_order(val, c->units);
+			const float got = y[(size_t)t * (size_t)c->ne1 + (size_t)row];
+			order_matters += bits(plain) != bits(want);
+			cr_assert_eq(bits(got), bits(want),
+				     "%s ne0 %lld row %lld token %d: %.9g vs %.9g",
+				     lm_dtype_name(c->t), (long long)c->ne0, (long long)row, t, got,
+				     want);
+			const float ref = dot(c->ne0, wr, c->xref + (size_t)t * c->xref_row);
+			cr_assert(fabs((double)got - ref) <= 1e-5 * mag, "%s: %.9g vs cpu %.9g",
+				  lm_dtype_name(c->t), got, ref);
+		}
+	}
+	/* The data are such that another order of additions would round differently. */
+	if (c->ne0 >= 4096)
+		cr_assert(order_matters > 0, "%s ne0 %lld: no output depends on the order",
+			  lm_dtype_name(c->t), (long long)c->ne0);
+	free(val);
 }
 
 /* The tensor-core GEMM, emulated with its fragments and its order, gives every (row, token) the
@@ -448,67 +582,19 @@ Test(cuda_math, mma_gemm_order_is_the_gemv_order, .timeout = 120)
 	static const struct {
 		enum lm_dtype t;
 		int64_t ne0;
-	} shapes[] = {
-		{LM_Q8_0, 224}, {LM_Q8_0, 4096}, {LM_Q4_0, 288}, {LM_Q4_0, 4096}, {LM_Q8_0, 14336}};
+	} shapes[] = {{LM_Q8_0, 224}, {LM_Q8_0, 4096}, {LM_Q4_0, 288},   {LM_Q4_0, 4096},
+		      {LM_Q4_K, 768}, {LM_Q4_K, 4096}, {LM_Q8_0, 14336}, {LM_Q4_K, 14336}};
 	struct test_rng r = {46};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		struct mmq_case c = {.t = shapes[si].t, .ne0 = shapes[si].ne0, .ne1 = 21, .n = 19};
 		mmq_case_make(&c, &r);
-		const int64_t units = c.ne0 / 32 * 2;
 		float *y = malloc((size_t)c.n * (size_t)c.ne1 * sizeof(float));
-		float *val = malloc((size_t)units * sizeof(float));
-		cr_assert(y && val);
+		cr_assert(y != NULL);
 		for (int64_t r0 = 0; r0 < c.ne1; r0 += 16) /* partial tiles of rows and tokens */
 			for (int t0 = 0; t0 < c.n; t0 += 8)
 				mmq_warp(&c, r0, t0, y);
-		int order_matters = 0;
-		for (int t = 0; t < c.n; t++) {
-			const int8_t *xq = c.xqs + (size_t)t * (size_t)c.ne0;
-			const struct lmc_xrow x = {.qs = xq,
-						   .d = c.xd + (size_t)t * (size_t)(c.ne0 / 32)};
-			for (int64_t row = 0; row < c.ne1; row++) {
-				const uint8_t *wr = c.w + (size_t)row * c.rb;
-				float plain = 0.0f;
-				double mag =
-					1e-30; /* the sum's conditioning: the error bound's scale */
-				for (int64_t u = 0; u < units; u++) {
-					if (c.t == LM_Q8_0) {
-						struct lmc_w_q8_0 wu;
-						lmc_load_q8_0(wr, u, &wu);
-						val[u] = lmc_dot_q8_0(&wu, u, &x);
-					} else {
-						struct lmc_w_q4_0 wu;
-						lmc_load_q4_0(wr, u, &wu);
-						val[u] = lmc_dot_q4_0(&wu, u, &x);
-					}
-					plain += val[u];
-					mag += fabs((double)val[u]);
-				}
-				const float want = gemv_order(val, units);
-				const float got = y[(size_t)t * (size_t)c.ne1 + (size_t)row];
-				order_matters += bits(plain) != bits(want);
-				cr_assert_eq(bits(got), bits(want),
-					     "%s ne0 %lld row %lld token %d: %.9g vs %.9g",
-					     lm_dtype_name(c.t), (long long)c.ne0, (long long)row,
-					     t, got, want);
-				const float ref = (c.t == LM_Q8_0 ? cpu_vec_dot_q8_0_generic
-								  : cpu_vec_dot_q4_0_generic)(
-					c.ne0, wr,
-					c.xref + (size_t)t * (size_t)(c.ne0 / 32) *
-							 sizeof(block_q8_0));
-				cr_assert(fabs((double)got - ref) <= 1e-5 * mag,
-					  "%s: %.9g vs cpu %.9g", lm_dtype_name(c.t), got, ref);
-			}
-		}
-		/* The data are such that another order of additions would round differently. */
-		if (c.ne0 >= 4096)
-			cr_assert(order_matters > 0, "%s ne0 %lld: no output depends on the order",
-				  lm_dtype_name(c.t), (long long)c.ne0);
+		mmq_check(&c, y);
 		free(y);
-		free(val);
-		free(c.w);
-		free(c.xqs);
-		free(c.xd);
-		free(c.xref);
+		mmq_case_free(&c);
 	}
 }
