@@ -17,8 +17,8 @@
  *
  *     gemm type=T ne0=N ne1=N n=B us=T us_per_token=U tops=P
  * A gemm line times one matmul of a batch of B tokens (prefill): B = 8 and 15 run the GEMV
- * kernel, B >= 16 the tensor-core GEMM for q8_0, q4_0 and q4_K (kernels/cuda/matmul.cu; q6_K
- * stays on the GEMV, for comparison); tops counts 2 ne0 ne1 B operations.
+ * kernel, B >= 16 the tensor-core GEMM (kernels/cuda/matmul.cu), in q8_0, q4_0, q4_K and q6_K;
+ * tops counts 2 ne0 ne1 B operations.
  *     step type=T layers=L seam_ops=S kernels=K enqueue_us=E wall_us=W gpu_us=G
  *          us_per_launch=E/K launch_share=(W-G)/W
  * A step line is one decode token of an 8B-shaped llama through the backend seam, op for op as

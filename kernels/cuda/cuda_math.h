@@ -366,14 +366,23 @@ LMC_HD void lmc_meta_q4_K(const uint8_t *row, int64_t u, struct lmc_q4_K_meta *m
 	const int c = (int)(u & 7) >> 1;
 	m->d = lmc_f16_to_f32(lmc_ld_u16(b));
 	m->dmin = lmc_f16_to_f32(lmc_ld_u16(b + 2));
-	uint8_t scales[12];
-	for (int i = 0; i < 3; i++) {
-		int v = lmc_ld_i32(b + 4 + 4 * i);
-		for (int j = 0; j < 4; j++)
-			scales[4 * i + j] = (uint8_t)((uint32_t)v >> (8 * j));
+	/* lmc_q4_K_scale_min on the 12 bytes as three words, by shifts (no array to index: on the
+	 * device that would live in local memory). */
+	uint32_t v[3];
+	for (int i = 0; i < 3; i++)
+		v[i] = (uint32_t)lmc_ld_i32(b + 4 + 4 * i);
+	int sc[2], mn[2];
+	for (int h = 0; h < 2; h++) {
+		const int j = 2 * c + h, sh = 8 * (j & 3);
+		const uint32_t q0 = (v[0] >> sh) & 0xffu, q1 = (v[1] >> sh) & 0xffu;
+		const uint32_t q2 = (v[2] >> sh) & 0xffu;
+		sc[h] = j < 4 ? (int)(q0 & 63) : (int)((q2 & 0xf) | ((q0 >> 6) << 4));
+		mn[h] = j < 4 ? (int)(q1 & 63) : (int)((q2 >> 4) | ((q1 >> 6) << 4));
 	}
-	lmc_q4_K_scale_min(2 * c, scales, &m->sc0, &m->m0);
-	lmc_q4_K_scale_min(2 * c + 1, scales, &m->sc1, &m->m1);
+	m->sc0 = sc[0];
+	m->m0 = mn[0];
+	m->sc1 = sc[1];
+	m->m1 = mn[1];
 }
 
 LMC_HD void lmc_load_q4_K(const uint8_t *row, int64_t u, struct lmc_w_q4_K *w)
@@ -419,11 +428,32 @@ LMC_HD float lmc_dot_q4_K(const struct lmc_w_q4_K *w, int64_t u, const struct lm
 /* Q6_K weights: unit u of block u / 16 is k = u % 16: half hh = k / 8 (128 values) and columns
  * l0 = 4 (k % 8) .. l0 + 3 of it, which hold elements 128 hh + 32 g + l0 + i for g, i < 4 (4 low
  * bits from ql, 2 high bits from qh, minus 32), with scale scales[8 hh + l0 / 16 + 2 g]. */
-struct lmc_w_q6_K {
-	int q[4];
+/* A Q6_K unit's scales: one per group of 4 elements, and the block's d. */
+struct lmc_q6_K_meta {
 	int sc[4];
 	float d;
 };
+
+struct lmc_w_q6_K {
+	int q[4];
+	struct lmc_q6_K_meta m;
+};
+
+LMC_HD void lmc_meta_q6_K(const uint8_t *row, int64_t u, struct lmc_q6_K_meta *m)
+{
+	const uint8_t *b = row + (u >> 4) * LMC_Q6_K_BYTES;
+	const int k = (int)(u & 15), hh = k >> 3, l0 = 4 * (k & 7);
+	for (int g = 0; g < 4; g++)
+		m->sc[g] = (int)(int8_t)b[192 + 8 * hh + l0 / 16 + 2 * g];
+	m->d = lmc_f16_to_f32(lmc_ld_u16(b + 208));
+}
+
+/* A Q6_K unit's value from its scaled integer dot s: the float part of the GEMV's dot and the
+ * GEMM's, one definition. */
+LMC_HD float lmc_unit_q6_K(int s, float d, float dx)
+{
+	return (float)s * (d * dx);
+}
 
 LMC_HD void lmc_load_q6_K(const uint8_t *row, int64_t u, struct lmc_w_q6_K *w)
 {
@@ -438,9 +468,7 @@ LMC_HD void lmc_load_q6_K(const uint8_t *row, int64_t u, struct lmc_w_q6_K *w)
 	w->q[1] = lmc_vsub4((int)((c & m4) | (((h >> 2) & m2) << 4)), 0x20202020);
 	w->q[2] = lmc_vsub4((int)(((a >> 4) & m4) | (((h >> 4) & m2) << 4)), 0x20202020);
 	w->q[3] = lmc_vsub4((int)(((c >> 4) & m4) | (((h >> 6) & m2) << 4)), 0x20202020);
-	for (int g = 0; g < 4; g++)
-		w->sc[g] = (int)(int8_t)b[192 + 8 * hh + l0 / 16 + 2 * g];
-	w->d = lmc_f16_to_f32(lmc_ld_u16(b + 208));
+	lmc_meta_q6_K(row, u, &w->m);
 }
 
 LMC_HD float lmc_dot_q6_K(const struct lmc_w_q6_K *w, int64_t u, const struct lmc_xrow *x)
@@ -450,8 +478,8 @@ LMC_HD float lmc_dot_q6_K(const struct lmc_w_q6_K *w, int64_t u, const struct lm
 	const int8_t *xq = x->qs + blk * LMC_QKK + 128 * hh + l0;
 	int s = 0;
 	for (int g = 0; g < 4; g++)
-		s += w->sc[g] * lmc_dp4a(w->q[g], lmc_ld_i32(xq + 32 * g), 0);
-	return (float)s * (w->d * x->d[blk]);
+		s += w->m.sc[g] * lmc_dp4a(w->q[g], lmc_ld_i32(xq + 32 * g), 0);
+	return lmc_unit_q6_K(s, w->m.d, x->d[blk]);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -585,6 +613,30 @@ LMC_HD int lmc_kw_x_q4_K(const int8_t *xqs, int64_t u, int p, int j)
 {
 	const int k = (int)(u & 7);
 	return lmc_ld_i32(xqs + (u >> 3) * LMC_QKK + 64 * (k >> 1) + 16 * (k & 1) + 32 * p + 4 * j);
+}
+
+/* Q6_K: four mmas a unit, as each group of 4 elements (k-word g) has its own scale: mma p takes
+ * group p's weights from the lanes of k-word p and zero from the others (lmc_kw_part), so it
+ * yields group p's dot alone. k-word g is lmc_load_q6_K's q[g]. */
+LMC_HD int lmc_kw_w_q6_K(const uint8_t *row, int64_t u, int j)
+{
+	const uint8_t *b = row + (u >> 4) * LMC_Q6_K_BYTES;
+	const int k = (int)(u & 15), hh = k >> 3, l0 = 4 * (k & 7);
+	const uint32_t lo =
+		(uint32_t)lmc_ld_i32_a2(b + 64 * hh + 32 * (j & 1) + l0) >> (4 * (j >> 1));
+	const uint32_t hi = (uint32_t)lmc_ld_i32_a2(b + 128 + 32 * hh + l0) >> (2 * j);
+	return lmc_vsub4((int)((lo & 0x0f0f0f0fu) | ((hi & 0x03030303u) << 4)), 0x20202020);
+}
+
+LMC_HD int lmc_kw_part(int p, int j, int w)
+{
+	return p == j ? w : 0;
+}
+
+LMC_HD int lmc_kw_x_q6_K(const int8_t *xqs, int64_t u, int j)
+{
+	const int k = (int)(u & 15);
+	return lmc_ld_i32(xqs + (u >> 4) * LMC_QKK + 128 * (k >> 3) + 4 * (k & 7) + 32 * j);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -20,14 +20,15 @@
  * those weights, to Q8_0 or Q8_K blocks for the quantized ones, bit for bit as the CPU's
  * reference quantizers (see the converters below and tests/unit/test_cuda_math.c).
  *
- * Prefill on tensor cores. Batches of MMQ_MIN_TOKENS tokens or more of Q8_0, Q4_0 and Q4_K
- * weights take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every token the bits
+ * Prefill on tensor cores. Batches of MMQ_MIN_TOKENS tokens or more of Q8_0, Q4_0, Q4_K and
+ * Q6_K weights take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every token the bits
  * k_mmv gives it, so a token prefilled in a batch equals the same token decoded alone. Its k
  * dimension is 16 elements of one unit, in an order of the type's choosing (lmc_kw_*): one mma
  * per unit for Q8_0 and Q4_0, two for Q4_K (its low and its high nibbles, which have their own
- * scales), so the mmas yield, for 16 rows by 8 tokens, the exact integer dots k_mmv's dp4a
+ * scales), four for Q6_K (a scale per 4 elements: mma p keeps only k-word p, the rest zero,
+ * so a quarter of its k is work), so the mmas yield, for 16 rows by 8 tokens, the exact integer dots k_mmv's dp4a
  * computes. The float part is k_mmv's to the operation: the unit's value by the same helper
- * (lmc_unit_q8_0, lmc_unit_q4_0, lmc_unit_q4_K), the same sum order (cuda_math.h, "The sum order"): a warp
+ * (lmc_unit_q8_0, lmc_unit_q4_0, lmc_unit_q4_K, lmc_unit_q6_K), the same sum order (cuda_math.h, "The sum order"): a warp
  * owns 16 rows by 16 tokens and walks the 128 virtual threads of that order, warp by warp and,
  * inside one, in the butterfly's leaf order (lmc_bitrev5); for virtual thread i it adds the
  * values of units i, i + 128, ... in order from 0.0f, pushes the sum into the butterfly's tree
@@ -39,8 +40,6 @@
  * tensor cores, the scaling and the ordered sums are not. Operands are read straight from global
  * memory (rows through L1, a token tile's activations shared by the block's four warps); a
  * shared-memory staging of the tiles is the next step if the device run shows the loads bound.
- * Q6_K stays on k_mmv: its unit has four scales, one per 4 elements, which would take four
- * mmas a unit with three quarters of each one's k zero.
  *
  * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
  * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 25
@@ -351,20 +350,20 @@ static cudaError_t mmv_dispatch(cudaStream_t s, const struct lm_weight *w, const
 #define MMQ_NT         2                /* mma tiles of 8 tokens per warp */
 #define MMQ_TOKENS     (8 * MMQ_NT)     /* a block's tokens */
 
-/* A weight type's operands for the GEMM (cuda_math.h): NK mmas of 16 k per unit, the k-words
- * of weights and activations for mma p, a row's scales for a unit (M), a token's scales (X)
- * and the unit's value from its NK integer dots. */
+/* A weight type's operands for the GEMM (cuda_math.h): NK mmas of 16 k per unit, a lane's
+ * k-word j of weights and activations for each of them, a row's scales for a unit (M), a
+ * token's scales (X) and the unit's value from its NK integer dots. */
 struct mmq_q8_0 {
 	static const int NK = 1;
 	typedef float M;
 	typedef const float *X;
-	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int p, int j)
+	static __device__ __forceinline__ void kw_w(const uint8_t *row, int64_t u, int j, int *o)
 	{
-		return lmc_kw_w_q8_0(row, u, j);
+		o[0] = lmc_kw_w_q8_0(row, u, j);
 	}
-	static __device__ __forceinline__ int kw_x(const int8_t *xq, int64_t u, int p, int j)
+	static __device__ __forceinline__ void kw_x(const int8_t *xq, int64_t u, int j, int *o)
 	{
-		return lmc_kw_x_q8_0(xq, u, j);
+		o[0] = lmc_kw_x_q8_0(xq, u, j);
 	}
 	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
 	{
@@ -382,13 +381,13 @@ struct mmq_q8_0 {
 };
 
 struct mmq_q4_0 : mmq_q8_0 {
-	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int p, int j)
+	static __device__ __forceinline__ void kw_w(const uint8_t *row, int64_t u, int j, int *o)
 	{
-		return lmc_kw_w_q4_0(row, u, j);
+		o[0] = lmc_kw_w_q4_0(row, u, j);
 	}
-	static __device__ __forceinline__ int kw_x(const int8_t *xq, int64_t u, int p, int j)
+	static __device__ __forceinline__ void kw_x(const int8_t *xq, int64_t u, int j, int *o)
 	{
-		return lmc_kw_x_q4_0(xq, u, j);
+		o[0] = lmc_kw_x_q4_0(xq, u, j);
 	}
 	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
 	{
@@ -408,13 +407,15 @@ struct mmq_q4_K {
 		const float *d;
 		const int32_t *bsums;
 	};
-	static __device__ __forceinline__ int kw_w(const uint8_t *row, int64_t u, int p, int j)
+	static __device__ __forceinline__ void kw_w(const uint8_t *row, int64_t u, int j, int *o)
 	{
-		return lmc_kw_w_q4_K(row, u, p, j);
+		o[0] = lmc_kw_w_q4_K(row, u, 0, j);
+		o[1] = lmc_kw_w_q4_K(row, u, 1, j);
 	}
-	static __device__ __forceinline__ int kw_x(const int8_t *xq, int64_t u, int p, int j)
+	static __device__ __forceinline__ void kw_x(const int8_t *xq, int64_t u, int j, int *o)
 	{
-		return lmc_kw_x_q4_K(xq, u, p, j);
+		o[0] = lmc_kw_x_q4_K(xq, u, 0, j);
+		o[1] = lmc_kw_x_q4_K(xq, u, 1, j);
 	}
 	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
 	{
@@ -432,6 +433,43 @@ struct mmq_q4_K {
 		const int k = (int)(u & 7);
 		return lmc_unit_q4_K(s[0], s[1], &m, x.d[blk],
 				     x.bsums + blk * 16 + 4 * (k >> 1) + (k & 1));
+	}
+};
+
+struct mmq_q6_K {
+	static const int NK = 4;
+	typedef struct lmc_q6_K_meta M;
+	typedef const float *X;
+	static __device__ __forceinline__ void kw_w(const uint8_t *row, int64_t u, int j, int *o)
+	{
+		const int w = lmc_kw_w_q6_K(row, u, j);
+#pragma unroll
+		for (int p = 0; p < NK; p++)
+			o[p] = lmc_kw_part(p, j, w);
+	}
+	static __device__ __forceinline__ void kw_x(const int8_t *xq, int64_t u, int j, int *o)
+	{
+		const int x = lmc_kw_x_q6_K(xq, u, j);
+#pragma unroll
+		for (int p = 0; p < NK; p++)
+			o[p] = x;
+	}
+	static __device__ __forceinline__ void meta(const uint8_t *row, int64_t u, M &m)
+	{
+		lmc_meta_q6_K(row, u, &m);
+	}
+	static __device__ __forceinline__ X xs(const struct lmc_act &a, int t)
+	{
+		return a.d + (size_t)t * (size_t)(a.ne0 / LMC_QKK);
+	}
+	static __device__ __forceinline__ float unit(const int *s, const M &m, const X &x,
+						     int64_t u)
+	{
+		int si = 0;
+#pragma unroll
+		for (int g = 0; g < 4; g++)
+			si += m.sc[g] * s[g];
+		return lmc_unit_q6_K(si, m.d, x[u >> 4]);
 	}
 };
 
@@ -479,22 +517,20 @@ __global__ void __launch_bounds__(32 * MMQ_WARPS)
 			float acc[MMQ_NT][4] = {};
 			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < units;
 			     u += LMC_SUM_THREADS) {
-				int aw[Q::NK][2];
+				int aw[2][Q::NK];
 				typename Q::M m[2];
 #pragma unroll
 				for (int i = 0; i < 2; i++) {
-#pragma unroll
-					for (int p = 0; p < Q::NK; p++)
-						aw[p][i] = Q::kw_w(wr[i], u, p, q);
+					Q::kw_w(wr[i], u, q, aw[i]);
 					Q::meta(wr[i], u, m[i]);
 				}
 #pragma unroll
 				for (int j = 0; j < MMQ_NT; j++) {
-					int c[Q::NK][4];
+					int c[Q::NK][4], bx[Q::NK];
+					Q::kw_x(xb[j], u, q, bx);
 #pragma unroll
 					for (int p = 0; p < Q::NK; p++)
-						mma_s8_16816(c[p], aw[p][0], aw[p][1],
-							     Q::kw_x(xb[j], u, p, q));
+						mma_s8_16816(c[p], aw[0][p], aw[1][p], bx[p]);
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
 						int s[Q::NK];
@@ -581,7 +617,9 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 			       ? mmq_launch<mmq_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K)
 			       : mmv_dispatch<op_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K);
 	case LM_Q6_K:
-		return mmv_dispatch<op_q6_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q6_K);
+		return n >= MMQ_MIN_TOKENS
+			       ? mmq_launch<mmq_q6_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q6_K)
+			       : mmv_dispatch<op_q6_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q6_K);
 	default:
 		return cudaErrorInvalidValue;
 	}

@@ -98,7 +98,7 @@ static const enum lm_dtype om_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0,
 #define OM_N_TYPES (sizeof om_types / sizeof om_types[0])
 static const int om_batches[] = {1, 2, 7, 16, 64};
 #define OM_N_BATCHES 5
-/* matmul's: the CUDA backend's Q8_0, Q4_0 and Q4_K take the tensor-core GEMM from 16 tokens. */
+/* matmul's: the CUDA backend's quantized types take the tensor-core GEMM from 16 tokens. */
 static const int om_mm_batches[] = {1, 2, 7, 15, 16, 17, 64};
 #define OM_N_MM_BATCHES 7
 

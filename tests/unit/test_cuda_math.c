@@ -336,8 +336,8 @@ static void mma_emulate(int a[32][2], const int b[32], int d[32][4])
 	}
 }
 
-/* A Q8_0 / Q4_0 / Q4_K weight and a batch of activations (Q8_0, or Q8_K for Q4_K) in the
- * device layout (struct lmc_act's arrays). */
+/* A Q8_0 / Q4_0 / Q4_K / Q6_K weight and a batch of activations (Q8_0, or Q8_K for the
+ * K-quants) in the device layout (struct lmc_act's arrays). */
 struct mmq_case {
 	enum lm_dtype t;
 	int64_t ne0, ne1;
@@ -355,21 +355,29 @@ struct mmq_case {
 /* The GEMM's operands of one type, as matmul.cu's mmq_* structs take them from cuda_math.h. */
 static int mmq_nk(const struct mmq_case *c)
 {
-	return c->t == LM_Q4_K ? 2 : 1;
+	return c->t == LM_Q6_K ? 4 : c->t == LM_Q4_K ? 2 : 1;
 }
 
 static int mmq_kw_w(const struct mmq_case *c, const uint8_t *row, int64_t u, int p, int j)
 {
-	return c->t == LM_Q8_0   ? lmc_kw_w_q8_0(row, u, j)
-	       : c->t == LM_Q4_0 ? lmc_kw_w_q4_0(row, u, j)
-				 : lmc_kw_w_q4_K(row, u, p, j);
+	if (c->t == LM_Q8_0)
+		return lmc_kw_w_q8_0(row, u, j);
+	if (c->t == LM_Q4_0)
+		return lmc_kw_w_q4_0(row, u, j);
+	if (c->t == LM_Q4_K)
+		return lmc_kw_w_q4_K(row, u, p, j);
+	return lmc_kw_part(p, j, lmc_kw_w_q6_K(row, u, j));
 }
 
 static int mmq_kw_x(const struct mmq_case *c, const int8_t *xq, int64_t u, int p, int j)
 {
-	return c->t == LM_Q8_0   ? lmc_kw_x_q8_0(xq, u, j)
-	       : c->t == LM_Q4_0 ? lmc_kw_x_q4_0(xq, u, j)
-				 : lmc_kw_x_q4_K(xq, u, p, j);
+	if (c->t == LM_Q8_0)
+		return lmc_kw_x_q8_0(xq, u, j);
+	if (c->t == LM_Q4_0)
+		return lmc_kw_x_q4_0(xq, u, j);
+	if (c->t == LM_Q4_K)
+		return lmc_kw_x_q4_K(xq, u, p, j);
+	return lmc_kw_x_q6_K(xq, u, j);
 }
 
 static float mmq_unit(const struct mmq_case *c, const int *s, const uint8_t *row, int64_t u,
@@ -380,6 +388,14 @@ static float mmq_unit(const struct mmq_case *c, const int *s, const uint8_t *row
 		return lmc_unit_q8_0(s[0], lmc_wd_q8_0(row, u), xd[u >> 1]);
 	if (c->t == LM_Q4_0)
 		return lmc_unit_q4_0(s[0], lmc_wd_q4_0(row, u), xd[u >> 1]);
+	if (c->t == LM_Q6_K) {
+		struct lmc_q6_K_meta m6;
+		lmc_meta_q6_K(row, u, &m6);
+		int si = 0;
+		for (int g = 0; g < 4; g++)
+			si += m6.sc[g] * s[g];
+		return lmc_unit_q6_K(si, m6.d, xd[u >> 4]);
+	}
 	struct lmc_q4_K_meta m;
 	lmc_meta_q4_K(row, u, &m);
 	const int k = (int)(u & 7);
@@ -402,6 +418,11 @@ static float gemv_unit(const struct mmq_case *c, const uint8_t *row, int64_t u,
 		lmc_load_q4_0(row, u, &wu);
 		return lmc_dot_q4_0(&wu, u, x);
 	}
+	if (c->t == LM_Q6_K) {
+		struct lmc_w_q6_K wu;
+		lmc_load_q6_K(row, u, &wu);
+		return lmc_dot_q6_K(&wu, u, x);
+	}
 	struct lmc_w_q4_K wu;
 	lmc_load_q4_K(row, u, &wu);
 	return lmc_dot_q4_K(&wu, u, x);
@@ -413,7 +434,7 @@ static int mmq_clamp(int64_t v, int64_t hi)
 }
 
 /* The unit's NK mmas for one warp: d[p][lane][e]. */
-static void mmq_unit_mmas(const struct mmq_case *c, int64_t r0, int t0, int64_t u, int d[2][32][4])
+static void mmq_unit_mmas(const struct mmq_case *c, int64_t r0, int t0, int64_t u, int d[4][32][4])
 {
 	for (int p = 0; p < mmq_nk(c); p++) {
 		int a[32][2], b[32];
@@ -442,7 +463,7 @@ static void mmq_warp(const struct mmq_case *c, int64_t r0, int t0, float *y)
 			float acc[32][4] = {{0}};
 			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < c->units;
 			     u += LMC_SUM_THREADS) {
-				int d[2][32][4];
+				int d[4][32][4];
 				mmq_unit_mmas(c, r0, t0, u, d);
 				for (int lane = 0; lane < 32; lane++)
 					for (int e = 0; e < 4; e++) {
@@ -450,7 +471,8 @@ static void mmq_warp(const struct mmq_case *c, int64_t r0, int t0, float *y)
 							r0 + lmc_mma_c_row(lane, e), c->ne1);
 						const int tok = mmq_clamp(
 							t0 + lmc_mma_c_token(lane, e), c->n);
-						const int s[2] = {d[0][lane][e], d[1][lane][e]};
+						const int s[4] = {d[0][lane][e], d[1][lane][e],
+								  d[2][lane][e], d[3][lane][e]};
 						acc[lane][e] += mmq_unit(
 							c, s, c->w + (size_t)row * c->rb, u, tok);
 					}
@@ -477,11 +499,11 @@ static void mmq_warp(const struct mmq_case *c, int64_t r0, int t0, float *y)
 static void mmq_token(struct mmq_case *c, const float *f, int t)
 {
 	uint8_t *ref = c->xref + (size_t)t * c->xref_row;
-	cr_assert_eq(lm_quantize_row(c->t == LM_Q4_K ? LM_Q8_K : LM_Q8_0, f, ref, c->ne0), 0);
+	cr_assert_eq(lm_quantize_row(c->blck == QK_K ? LM_Q8_K : LM_Q8_0, f, ref, c->ne0), 0);
 	for (int64_t i = 0; i < c->nb; i++) {
 		int8_t *qs = c->xqs + (size_t)t * (size_t)c->ne0 + (size_t)(i * c->blck);
 		float *d = c->xd + (size_t)t * (size_t)c->nb + (size_t)i;
-		if (c->t == LM_Q4_K) {
+		if (c->blck == QK_K) {
 			const block_q8_K *b = (const block_q8_K *)ref + i;
 			*d = b->d;
 			memcpy(qs, b->qs, QK_K);
@@ -501,10 +523,13 @@ static void mmq_case_make(struct mmq_case *c, struct test_rng *r)
 	uint64_t rb = 0;
 	cr_assert_eq(lm_dtype_row_bytes(c->t, (uint64_t)c->ne0, &rb), 0);
 	c->rb = (size_t)rb;
-	c->blck = c->t == LM_Q4_K ? QK_K : QK8_0;
+	const bool kq = c->t == LM_Q4_K || c->t == LM_Q6_K;
+	c->blck = kq ? QK_K : QK8_0;
 	c->nb = c->ne0 / c->blck;
-	c->units = c->t == LM_Q4_K ? c->nb * LMC_UPB_Q4_K : c->nb * LMC_UPB_Q8_0;
-	c->xref_row = (size_t)c->nb * (c->t == LM_Q4_K ? sizeof(block_q8_K) : sizeof(block_q8_0));
+	c->units = c->nb * (c->t == LM_Q4_K   ? LMC_UPB_Q4_K
+			    : c->t == LM_Q6_K ? LMC_UPB_Q6_K
+					      : LMC_UPB_Q8_0);
+	c->xref_row = (size_t)c->nb * (kq ? sizeof(block_q8_K) : sizeof(block_q8_0));
 	c->w = malloc(c->rb * (size_t)c->ne1);
 	c->xqs = malloc((size_t)c->ne0 * (size_t)c->n);
 	c->xd = malloc((size_t)c->nb * (size_t)c->n * sizeof(float));
@@ -539,9 +564,12 @@ static void mmq_check(const struct mmq_case *c, const float *y)
 {
 	float *val = malloc((size_t)c->units * sizeof(float));
 	cr_assert(val != NULL);
-	const cpu_vec_dot_fn dot = c->t == LM_Q8_0   ? cpu_vec_dot_q8_0_generic
-				   : c->t == LM_Q4_0 ? cpu_vec_dot_q4_0_generic
-						     : cpu_vec_dot_q4_K_generic;
+	const cpu_vec_dot_fn dots[] = {cpu_vec_dot_q8_0_generic, cpu_vec_dot_q4_0_generic,
+				       cpu_vec_dot_q4_K_generic, cpu_vec_dot_q6_K_generic};
+	const cpu_vec_dot_fn dot = dots[c->t == LM_Q8_0   ? 0
+					: c->t == LM_Q4_0 ? 1
+					: c->t == LM_Q4_K ? 2
+							  : 3];
 	int order_matters = 0;
 	for (int t = 0; t < c->n; t++) {
 		const struct lmc_xrow x = {.qs = c->xqs + (size_t)t * (size_t)c->ne0,
@@ -582,8 +610,9 @@ Test(cuda_math, mma_gemm_order_is_the_gemv_order, .timeout = 120)
 	static const struct {
 		enum lm_dtype t;
 		int64_t ne0;
-	} shapes[] = {{LM_Q8_0, 224}, {LM_Q8_0, 4096}, {LM_Q4_0, 288},   {LM_Q4_0, 4096},
-		      {LM_Q4_K, 768}, {LM_Q4_K, 4096}, {LM_Q8_0, 14336}, {LM_Q4_K, 14336}};
+	} shapes[] = {{LM_Q8_0, 224},   {LM_Q8_0, 4096}, {LM_Q4_0, 288}, {LM_Q4_0, 4096},
+		      {LM_Q4_K, 768},   {LM_Q4_K, 4096}, {LM_Q6_K, 768}, {LM_Q6_K, 4096},
+		      {LM_Q8_0, 14336}, {LM_Q4_K, 14336}};
 	struct test_rng r = {46};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		struct mmq_case c = {.t = shapes[si].t, .ne0 = shapes[si].ne0, .ne1 = 21, .n = 19};
