@@ -43,6 +43,7 @@
 #define LMC_Q4_0_BYTES 18
 #define LMC_Q4_K_BYTES 144
 #define LMC_Q6_K_BYTES 210
+#define LMC_Q5_1_BYTES 24  /* KV cache rows only */
 #define LMC_QK         32  /* elements of a Q8_0 / Q4_0 block */
 #define LMC_QKK        256 /* elements of a K-quant block */
 #define LMC_UPB_Q8_0   2
@@ -193,6 +194,37 @@ LMC_HD uint16_t lmc_f32_to_bf16(float f)
 	if ((x & 0x7fffffffu) > 0x7f800000u)
 		return (uint16_t)((x >> 16) | 64u);
 	return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
+}
+
+/* e4m3 (LM_FP8_E4M3, the KV cache's fp8): lm_fp8_to_f32 and lm_f32_to_fp8. */
+LMC_HD float lmc_fp8_to_f32(uint32_t v)
+{
+	const uint32_t e = (v >> 3) & 0xfu, m = v & 7u;
+	float a;
+	if ((v & 0x7fu) == 0x7fu)
+		a = lmc_bits_f32(0x7fc00000u);
+	else if (e == 0)
+		a = (float)m * 0x1p-9f;
+	else
+		a = lmc_bits_f32(((e + 120u) << 23) | (m << 20));
+	return (v & 0x80u) ? -a : a;
+}
+
+LMC_HD uint8_t lmc_f32_to_fp8(float f)
+{
+	const uint32_t x = lmc_f32_bits(f);
+	const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+	const uint32_t ax = x & 0x7fffffffu;
+	if (ax > 0x7f800000u)
+		return (uint8_t)(sign | 0x7fu);
+	if (ax >= 0x43e00000u)
+		return (uint8_t)(sign | 0x7eu);
+	if (ax < 0x3c800000u) {
+		const float q = lmc_bits_f32(ax) * 512.0f + 8388608.0f;
+		return (uint8_t)(sign | (lmc_f32_bits(q) - 0x4b000000u));
+	}
+	const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);
+	return (uint8_t)(sign | ((r >> 20) - (120u << 3)));
 }
 
 /* The f32 value of x rounded to f16 (the F16 weights' activations, an F16 cache's q). */
@@ -460,6 +492,176 @@ LMC_HD float lmc_deq_q6_K(const uint8_t *row, int64_t i)
 	const int q = (lowq | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
 	const int sc = (int)(int8_t)b[192 + 8 * hh + l / 16 + 2 * g];
 	return lmc_f16_to_f32(lmc_ld_u16(b + 208)) * (float)sc * (float)q;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV cache blocks: stores and reads of the block types (attention.cu), as quant.c and        */
+/* kernels/cpu/attention_generic.c compute them                                               */
+
+LMC_HD void lmc_st_u16(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v & 0xffu);
+	p[1] = (uint8_t)((v >> 8) & 0xffu);
+}
+
+/* One Q4_0 block of 32 values at x into b (lm_quantize_q4_0_ref): the value of largest
+ * magnitude, the first one on a tie, sets d = max / -8; q = min(15, (int8_t)(x / d + 8.5)). One
+ * thread stores a block, scanning in the reference's order. */
+LMC_HD void lmc_store_q4_0(const float *x, uint8_t *b)
+{
+	float amax = 0.0f, max = 0.0f;
+	for (int j = 0; j < LMC_QK; j++) {
+		if (amax < fabsf(x[j])) {
+			amax = fabsf(x[j]);
+			max = x[j];
+		}
+	}
+	const float d = max / -8;
+	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	lmc_st_u16(b, lmc_f32_to_f16(d));
+	for (int j = 0; j < LMC_QK / 2; j++) {
+		const int q0 = (int8_t)(x[j] * id + 8.5f), q1 = (int8_t)(x[j + 16] * id + 8.5f);
+		b[2 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | ((q1 < 15 ? q1 : 15) << 4));
+	}
+}
+
+/* One Q5_1 block (lm_quantize_q5_1_ref): d = (max - min) / 31, m = min (each the first of equal
+ * values, as the reference's scan keeps it), q = (uint8_t)((x - min) / d + 0.5); the low 4 bits
+ * as Q4_0's nibbles, the fifth of element j in bit j of qh. */
+LMC_HD void lmc_store_q5_1(const float *x, uint8_t *b)
+{
+	float min = 3.402823466e+38f, max = -3.402823466e+38f;
+	for (int j = 0; j < LMC_QK; j++) {
+		min = x[j] < min ? x[j] : min;
+		max = x[j] > max ? x[j] : max;
+	}
+	const float d = (max - min) / 31;
+	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	lmc_st_u16(b, lmc_f32_to_f16(d));
+	lmc_st_u16(b + 2, lmc_f32_to_f16(min));
+	uint32_t qh = 0;
+	for (int j = 0; j < LMC_QK / 2; j++) {
+		const uint32_t q0 = (uint8_t)((x[j] - min) * id + 0.5f);
+		const uint32_t q1 = (uint8_t)((x[j + 16] - min) * id + 0.5f);
+		b[8 + j] = (uint8_t)((q0 & 0x0fu) | ((q1 & 0x0fu) << 4));
+		qh |= ((q0 >> 4) & 1u) << j;
+		qh |= ((q1 >> 4) & 1u) << (j + 16);
+	}
+	for (int i = 0; i < 4; i++)
+		b[4 + i] = (uint8_t)(qh >> (8 * i));
+}
+
+/* Element j (0..31) of a Q4_0 block: its nibble minus 8. */
+LMC_HD int lmc_q4_0_elem(const uint8_t *b, int j)
+{
+	return (j < 16 ? (b[2 + j] & 0x0f) : (b[2 + j - 16] >> 4)) - 8;
+}
+
+/* Element j of a Q5_1 block: its 5-bit q (the value is q d + m). */
+LMC_HD int lmc_q5_1_elem(const uint8_t *b, int j)
+{
+	const uint32_t qh = lmc_ld_u16(b + 4) | (lmc_ld_u16(b + 6) << 16);
+	const int lo = j < 16 ? (b[8 + j] & 0x0f) : (b[8 + j - 16] >> 4);
+	return lo | (int)(((qh >> j) & 1u) << 4);
+}
+
+/* Q8_1's s for a block of quants summing to `sum` with scale d (lm_quantize_q8_1_ref), as the
+ * f32 value of the half the reference stores. Its quants and d are Q8_0's. */
+LMC_HD float lmc_q8_1_s(int sum, float d)
+{
+	return lmc_round_f16((float)sum * d);
+}
+
+/* The scores: one K row of hd values with q in K's vec_dot layout, in the order of the CPU's
+ * generic dot products (kernels_generic.c, attention_generic.c). q is staged as floats (the
+ * f32 values of bf16-rounded q for BF16, q itself for FP8), or as Q8_0 / Q8_1 quants qq with
+ * the f32 values of their f16 scales qd (and, for Q8_1, sums qs). */
+LMC_HD float lmc_kv_dot_bf16(const uint8_t *k, const float *q, int hd)
+{
+	double s = 0;
+	for (int i = 0; i < hd; i++)
+		s += (double)(lmc_bf16_to_f32(lmc_ld_u16(k + 2 * i)) * q[i]);
+	return (float)s;
+}
+
+LMC_HD float lmc_kv_dot_fp8(const uint8_t *k, const float *q, int hd)
+{
+	double s = 0;
+	for (int i = 0; i < hd; i++)
+		s += (double)(lmc_fp8_to_f32(k[i]) * q[i]);
+	return (float)s;
+}
+
+/* Q4_0 . Q8_0 (cpu_vec_dot_q4_0_generic): per block the integer sum, then sumi * d_k * d_q. */
+LMC_HD float lmc_kv_dot_q4_0(const uint8_t *k, const int8_t *qq, const float *qd, int hd)
+{
+	float s = 0.0f;
+	for (int b = 0; b < hd / LMC_QK; b++) {
+		const uint8_t *blk = k + (size_t)b * LMC_Q4_0_BYTES;
+		int si = 0;
+		for (int i = 0; i < 4; i++) {
+			const int v = lmc_ld_i32_a2(blk + 2 + 4 * i);
+			si = lmc_dp4a(lmc_vsub4(v & 0x0f0f0f0f, 0x08080808),
+				      lmc_ld_i32(qq + b * LMC_QK + 4 * i), si);
+			si = lmc_dp4a(
+				lmc_vsub4((int)(((uint32_t)v >> 4) & 0x0f0f0f0fu), 0x08080808),
+				lmc_ld_i32(qq + b * LMC_QK + 16 + 4 * i), si);
+		}
+		s += (float)si * lmc_f16_to_f32(lmc_ld_u16(blk)) * qd[b];
+	}
+	return s;
+}
+
+/* Q5_1 . Q8_1 (attention_generic.c's attn_dot_q5_1): (d_k d_q) sumi + m_k s_q per block. */
+LMC_HD float lmc_kv_dot_q5_1(const uint8_t *k, const int8_t *qq, const float *qd, const float *qs,
+			     int hd)
+{
+	float s = 0.0f;
+	for (int b = 0; b < hd / LMC_QK; b++) {
+		const uint8_t *blk = k + (size_t)b * LMC_Q5_1_BYTES;
+		const uint32_t qh = lmc_ld_u16(blk + 4) | (lmc_ld_u16(blk + 6) << 16);
+		int si = 0;
+		for (int i = 0; i < 4; i++) {
+			const uint32_t v = (uint32_t)lmc_ld_i32(blk + 8 + 4 * i);
+			uint32_t lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
+			for (int e = 0; e < 4; e++) {
+				lo |= ((qh >> (4 * i + e)) & 1u) << (8 * e + 4);
+				hi |= ((qh >> (16 + 4 * i + e)) & 1u) << (8 * e + 4);
+			}
+			si = lmc_dp4a((int)lo, lmc_ld_i32(qq + b * LMC_QK + 4 * i), si);
+			si = lmc_dp4a((int)hi, lmc_ld_i32(qq + b * LMC_QK + 16 + 4 * i), si);
+		}
+		s += (lmc_f16_to_f32(lmc_ld_u16(blk)) * qd[b]) * (float)si +
+		     lmc_f16_to_f32(lmc_ld_u16(blk + 2)) * qs[b];
+	}
+	return s;
+}
+
+/* The values: acc + p V[i] for element i of a V row, the block's scales folded into p first as
+ * the CPU's axpy does (attention_generic.c): (p d) q, and for Q5_1 (p d) q + p m. */
+LMC_HD float lmc_kv_acc_bf16(float acc, float p, const uint8_t *v, int i)
+{
+	return acc + p * lmc_bf16_to_f32(lmc_ld_u16(v + 2 * i));
+}
+
+LMC_HD float lmc_kv_acc_fp8(float acc, float p, const uint8_t *v, int i)
+{
+	return acc + p * lmc_fp8_to_f32(v[i]);
+}
+
+LMC_HD float lmc_kv_acc_q4_0(float acc, float p, const uint8_t *v, int i)
+{
+	const uint8_t *blk = v + (size_t)(i / LMC_QK) * LMC_Q4_0_BYTES;
+	const float d = p * lmc_f16_to_f32(lmc_ld_u16(blk));
+	return acc + d * (float)lmc_q4_0_elem(blk, i % LMC_QK);
+}
+
+LMC_HD float lmc_kv_acc_q5_1(float acc, float p, const uint8_t *v, int i)
+{
+	const uint8_t *blk = v + (size_t)(i / LMC_QK) * LMC_Q5_1_BYTES;
+	const float d = p * lmc_f16_to_f32(lmc_ld_u16(blk));
+	const float m = p * lmc_f16_to_f32(lmc_ld_u16(blk + 2));
+	return acc + (d * (float)lmc_q5_1_elem(blk, i % LMC_QK) + m);
 }
 
 #endif

@@ -37,8 +37,11 @@ __global__ void k_get_rows(float *__restrict__ y, const uint8_t *__restrict__ ta
 		case LM_Q4_K:
 			v = lmc_deq_q4_K(row, i);
 			break;
-		default:
+		case LM_Q6_K:
 			v = lmc_deq_q6_K(row, i);
+			break;
+		default: /* a type of LMC_WEIGHT_TYPES without its case here: NaN rows */
+			v = lmc_bits_f32(0x7fc00000u);
 			break;
 		}
 		yr[i] = v;
@@ -56,17 +59,13 @@ extern "C" cudaError_t lmc_get_rows(cudaStream_t s, float *y, const struct lm_we
 		k_get_rows<TY>                                                                \
 			<<<(unsigned)n, EW_THREADS, 0, s>>>(y, d, t->row_bytes, t->ne0, ids); \
 		break;
+#define EW_ROWS_W(TY, VDT) EW_ROWS(TY)
 	switch (t->type) {
-		EW_ROWS(LM_F32)
-		EW_ROWS(LM_F16)
-		EW_ROWS(LM_BF16)
-		EW_ROWS(LM_Q8_0)
-		EW_ROWS(LM_Q4_0)
-		EW_ROWS(LM_Q4_K)
-		EW_ROWS(LM_Q6_K)
+		LMC_WEIGHT_TYPES(EW_ROWS_W)
 	default:
 		return cudaErrorInvalidValue;
 	}
+#undef EW_ROWS_W
 #undef EW_ROWS
 	return cudaGetLastError();
 }

@@ -344,16 +344,11 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 extern "C" enum lm_dtype lmc_vec_dot_type(enum lm_dtype w)
 {
 	switch (w) {
-	case LM_F32:
-	case LM_F16:
-	case LM_BF16:
-		return w;
-	case LM_Q8_0:
-	case LM_Q4_0:
-		return LM_Q8_0;
-	case LM_Q4_K:
-	case LM_Q6_K:
-		return LM_Q8_K;
+#define MM_VDT_CASE(TY, VDT) \
+	case TY:             \
+		return VDT;
+		LMC_WEIGHT_TYPES(MM_VDT_CASE)
+#undef MM_VDT_CASE
 	default:
 		return LM_DTYPE_COUNT;
 	}
