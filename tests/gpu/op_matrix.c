@@ -12,7 +12,8 @@
  *   get_rows    every weight type (exact);
  *   rmsnorm     weighted and not, in place, odd widths;
  *   rope        normal and NeoX, partial rotation, frequency factors, scaled positions;
- *   kv_store    every K and V type (the cache bytes exact), then
+ *   kv_store    every K and V cache type: f32, f16, bf16, q8_0, q4_0, q5_1 and fp8, each as
+ *               K and V and beside f16 (the cache bytes exact), then
  *   attention   global and sliding layers (a ring of window + batch - 1 rows, wrapped), GQA,
  *               several slots, batches of 1, 2, 7, 16 and 64;
  *   silu_mul, gelu_mul, add, add_rows, mul_rows, scale, copy.
@@ -450,9 +451,23 @@ static void om_attn_one(struct om *m, const struct om_attn *c)
 	free(vb);
 }
 
+/* The K and V type pairs: every pair of f32, f16 and q8_0, then each other cache type as K and V,
+ * and beside f16 either way (a cache may mix types). */
+static const struct {
+	enum lm_dtype k, v;
+} om_kv_pairs[] = {
+	{LM_F32, LM_F32},           {LM_F32, LM_F16},      {LM_F32, LM_Q8_0},
+	{LM_F16, LM_F32},           {LM_F16, LM_F16},      {LM_F16, LM_Q8_0},
+	{LM_Q8_0, LM_F32},          {LM_Q8_0, LM_F16},     {LM_Q8_0, LM_Q8_0},
+	{LM_BF16, LM_BF16},         {LM_BF16, LM_F16},     {LM_F16, LM_BF16},
+	{LM_Q4_0, LM_Q4_0},         {LM_Q4_0, LM_F16},     {LM_F16, LM_Q4_0},
+	{LM_Q5_1, LM_Q5_1},         {LM_Q5_1, LM_F16},     {LM_F16, LM_Q5_1},
+	{LM_FP8_E4M3, LM_FP8_E4M3}, {LM_FP8_E4M3, LM_F16}, {LM_F16, LM_FP8_E4M3},
+	{LM_Q8_0, LM_Q4_0},         {LM_Q8_0, LM_Q5_1},
+};
+
 static void om_attention(struct om *m)
 {
-	static const enum lm_dtype kv[] = {LM_F32, LM_F16, LM_Q8_0};
 	static const struct {
 		int head_dim, n_heads, n_kv_heads, window, history;
 	} geo[] = {
@@ -461,22 +476,21 @@ static void om_attention(struct om *m)
 		{64, 8, 2, 8, 29},   /* sliding: a ring of window + batch - 1 rows, wrapped */
 		{256, 16, 8, 16, 3}, /* sliding, wide heads */
 	};
-	for (size_t ki = 0; ki < 3; ki++)
-		for (size_t vi = 0; vi < 3; vi++)
-			for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++)
-				for (int bi = 0; bi < OM_N_BATCHES; bi++) {
-					const int n = om_batches[bi];
-					struct om_attn c = {.kt = kv[ki],
-							    .vt = kv[vi],
-							    .head_dim = geo[gi].head_dim,
-							    .n_heads = geo[gi].n_heads,
-							    .n_kv_heads = geo[gi].n_kv_heads,
-							    .window = geo[gi].window,
-							    .slots = n >= 7 ? 3 : 1,
-							    .history = geo[gi].history,
-							    .n = n};
-					om_attn_one(m, &c);
-				}
+	for (size_t pi = 0; pi < sizeof om_kv_pairs / sizeof om_kv_pairs[0]; pi++)
+		for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++)
+			for (int bi = 0; bi < OM_N_BATCHES; bi++) {
+				const int n = om_batches[bi];
+				struct om_attn c = {.kt = om_kv_pairs[pi].k,
+						    .vt = om_kv_pairs[pi].v,
+						    .head_dim = geo[gi].head_dim,
+						    .n_heads = geo[gi].n_heads,
+						    .n_kv_heads = geo[gi].n_kv_heads,
+						    .window = geo[gi].window,
+						    .slots = n >= 7 ? 3 : 1,
+						    .history = geo[gi].history,
+						    .n = n};
+				om_attn_one(m, &c);
+			}
 }
 
 /* ---------------------------------------------------------------------------- element-wise */
