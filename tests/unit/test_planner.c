@@ -908,3 +908,118 @@ Test(planner, gptoss_mxfp4_experts_weigh_17_bytes_per_32, .timeout = 60)
 	mesh_config_fini(&cfg);
 	unlink(model);
 }
+
+/* The check of planner_check_backends over one model: cfg's workers against f's layers. */
+static int check_backends(const struct mesh_config *cfg, lm_diag *d)
+{
+	gguf_file *f = NULL;
+	static struct lm_hparams hp;
+	cr_assert_eq(gguf_open(cfg->model_path, &f, d), 0, "%s", d->msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, d), 0, "%s", d->msg);
+	int rc = planner_check_backends(cfg, f, &hp, d);
+	gguf_close(f);
+	return rc;
+}
+
+/* A cuda worker given work the CUDA backend lacks is refused by the plan, naming the worker,
+ * the backend and each thing it lacks, before any device is asked (no GPU needed): gpt-oss's
+ * MXFP4 experts, attention sinks and clamped SwiGLU; a cache type outside the backend's list.
+ * What it runs passes: every cache type mesh.toml takes, qwen35's recurrent layers (their delta
+ * rule runs on the host around the seam's ops). */
+Test(planner, cuda_workers_refused_what_their_backend_lacks, .timeout = 60)
+{
+	char model[] = "/tmp/lm_test_cudacheck_XXXXXX";
+	int fd = mkstemp(model);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = model;
+	o.arch = "gpt-oss";
+	o.layers = 4;
+	o.dim = 256;
+	o.heads = 8;
+	o.kv_heads = 2;
+	o.head_dim = 32;
+	o.ffn = 256;
+	o.experts = 4;
+	o.experts_used = 2;
+	o.window = 8;
+	o.vocab = 512;
+	o.type = LM_Q8_0;
+	o.exps_type = LM_MXFP4;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	write_pinned(model, 2, 2, "1GiB");
+	struct mesh_config cfg;
+	load(&cfg);
+	struct fence_plan p;
+	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "on cpu workers: %s", d.msg);
+	fence_plan_fini(&p);
+	cfg.workers[1].backend = MESH_BACKEND_CUDA;
+	cfg.workers[1].memory_limit = 0; /* a device would be asked for its memory */
+	struct fake_device dev = {.free = 1ull << 30};
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EUNSUPPORTED);
+	cr_expect_eq(dev.asked, 0, "refused before any device is asked");
+	cr_log_info("%s", d.msg);
+	static const char *const want[] = {
+		"worker w1 (line ",
+		"backend cuda",
+		"holds layers [2, 4)",
+		"weights of type mxfp4 (blk.2.",
+		"attention sink logits",
+		"swiglu_oai",
+		"it runs caches f32 f16 q4_0 q5_1 q8_0 bf16 fp8",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+		cr_expect(strstr(d.msg, want[i]) != NULL, "'%s' not in: %s", want[i], d.msg);
+	mesh_config_fini(&cfg);
+	unlink(model);
+
+	/* Cache types, over stories260K with g1 unpinned: each type mesh.toml takes passes; one
+	 * outside the CUDA backend's list (which mesh.toml cannot name today) is refused. */
+	write_cuda_mesh();
+	load(&cfg);
+	static const enum lm_dtype ok[] = {LM_F32,  LM_F16,  LM_BF16,    LM_Q8_0,
+					   LM_Q4_0, LM_Q5_1, LM_FP8_E4M3};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		cr_expect(lm_backend_kv_type_ok("cuda", ok[i]), "%s", lm_dtype_name(ok[i]));
+		cfg.workers[1].kv = kv_types_uniform(ok[i], ok[i]);
+		cr_expect_eq(check_backends(&cfg, &d), 0, "%s: %s", lm_dtype_name(ok[i]), d.msg);
+	}
+	cfg.workers[1].kv = kv_types_uniform(LM_F16, LM_Q4_K);
+	dev.asked = 0;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EUNSUPPORTED);
+	cr_expect_eq(dev.asked, 0);
+	cr_expect(strstr(d.msg, "worker g1") != NULL && strstr(d.msg, "backend cuda") != NULL &&
+			  strstr(d.msg, "may hold any of layers [0, 5) (not pinned)") != NULL &&
+			  strstr(d.msg, "KV cache type q4_K (global layers)") != NULL,
+		  "%s", d.msg);
+	/* The same types on a cpu worker: the reference runs them all. */
+	cfg.workers[1].backend = MESH_BACKEND_CPU;
+	cr_expect_eq(check_backends(&cfg, &d), 0, "%s", d.msg);
+	mesh_config_fini(&cfg);
+
+	/* qwen35: recurrent layers on a cuda worker pass. */
+	char q35[] = "/tmp/lm_test_cudacheck_q35_XXXXXX";
+	fd = mkstemp(q35);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	synth_opts_default(&o);
+	o.out = q35;
+	o.arch = "qwen35";
+	o.layers = 4;
+	o.dim = 128;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.ffn = 256;
+	o.vocab = 512;
+	o.type = LM_Q8_0;
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	write_pinned(q35, 2, 2, "1GiB");
+	load(&cfg);
+	cfg.workers[0].backend = cfg.workers[1].backend = MESH_BACKEND_CUDA;
+	cr_expect_eq(check_backends(&cfg, &d), 0, "%s", d.msg);
+	mesh_config_fini(&cfg);
+	unlink(q35);
+}
