@@ -11,7 +11,8 @@
  *            Q8_1 for Q5_1, f32 for F32 and FP8), in the reference's order (f32 products
  *            summed in double; integer block sums scaled in f32),
  *            times the scale;
- *   softmax  one block per (token, head): max, expf(s - max), the sum in double, times 1 / sum;
+ *   softmax  one block per (token, head): max, expf(s - max), the sum in double, times 1 / sum
+ *            (a head's sink logit, gpt-oss's, in the max and the sum);
  *   values   one thread per (token, head, element): sum_j p_j V_j[i] in position order, in f32.
  * Position p of a slot is row p % ctx; a token at position pos reads [lo, pos], lo = 0 on a
  * global layer and max(0, pos - window + 1) on a sliding one. The caller checked the ring
@@ -335,6 +336,7 @@ struct att_args {
 	float scale;
 	float *S;
 	int lmax;
+	const float *sinks; /* [n_heads] sink logits, or NULL */
 };
 
 /* blockIdx.x: (token of the chunk, query head); blockIdx.y: a run of ATT_THREADS positions. */
@@ -372,6 +374,9 @@ __global__ void __launch_bounds__(ATT_THREADS) k_att_softmax(struct att_args a)
 	for (int j = threadIdx.x; j < len; j += ATT_THREADS)
 		m = fmaxf(m, s[j]);
 	m = lmc_block_max(m, shm, ATT_THREADS / 32);
+	/* A sink logit joins the max and the denominator, with no value row (backend.h). */
+	const float sink = a.sinks != NULL ? a.sinks[h] : -INFINITY;
+	m = sink > m ? sink : m;
 	double sum = 0;
 	for (int j = threadIdx.x; j < len; j += ATT_THREADS) {
 		const float e = expf(s[j] - m);
@@ -379,6 +384,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_att_softmax(struct att_args a)
 		sum += e;
 	}
 	sum = lmc_block_sum_d(sum, shs, ATT_THREADS / 32);
+	if (a.sinks != NULL)
+		sum += (double)expf(sink - m);
 	const float inv = (float)(1.0 / sum);
 	for (int j = threadIdx.x; j < len; j += ATT_THREADS)
 		s[j] *= inv;
@@ -445,6 +452,7 @@ extern "C" cudaError_t lmc_attention(cudaStream_t s, float *out, const float *q,
 		.scale = scale,
 		.S = S,
 		.lmax = lmax,
+		.sinks = kv->sinks,
 	};
 	cudaError_t e;
 	switch (kv->k_type) {

@@ -516,6 +516,12 @@ static int cuda_silu_mul(void *vctx, float *y, const float *gate, const float *u
 	CUDA_EW(lmc_silu_mul, "silu_mul", y, gate, up, len);
 }
 
+static int cuda_swiglu_oai(void *vctx, float *y, const float *gate, const float *up, size_t len,
+			   float alpha, float limit)
+{
+	CUDA_EW(lmc_swiglu_oai, "swiglu_oai", y, gate, up, len, alpha, limit);
+}
+
 static int cuda_gelu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
 {
 	struct cuda_ctx *c = vctx;
@@ -615,6 +621,7 @@ static const struct lm_backend_i cuda_iface = {
 	.scratch_held = cuda_scratch_held,
 	.mem_info = cuda_mem_info,
 	.last_error = cuda_last_error,
+	.swiglu_oai = LMC_HAS_SWIGLU_OAI ? cuda_swiglu_oai : NULL,
 };
 
 /* The device to use, or why there is none. */

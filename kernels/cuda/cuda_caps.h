@@ -22,11 +22,12 @@
 	X(LM_F32, LM_F32)   \
 	X(LM_F16, LM_F16)   \
 	X(LM_BF16, LM_BF16) \
-	X(LM_Q8_0, LM_Q8_0) X(LM_Q4_0, LM_Q8_0) X(LM_Q4_K, LM_Q8_K) X(LM_Q6_K, LM_Q8_K)
+	X(LM_Q8_0, LM_Q8_0) \
+	X(LM_Q4_0, LM_Q8_0) X(LM_MXFP4, LM_Q8_0) X(LM_Q4_K, LM_Q8_K) X(LM_Q6_K, LM_Q8_K)
 
 /* The features of backend.h's enum lm_backend_feature the kernels have (1) or lack (0). */
-#define LMC_HAS_ATTN_SINKS 0
-#define LMC_HAS_ROPE_YARN  0
-#define LMC_HAS_SWIGLU_OAI 0
+#define LMC_HAS_ATTN_SINKS 1
+#define LMC_HAS_ROPE_YARN  1
+#define LMC_HAS_SWIGLU_OAI 1
 
 #endif

@@ -10,10 +10,10 @@
  *   matmul.cu      the activation converters and the matmul (one kernel for one token and for
  *                  batches: see there)
  *   norm.cu        rmsnorm
- *   rope.cu        rope (normal, NeoX, frequency factors)
+ *   rope.cu        rope (normal, NeoX, frequency factors, YaRN)
  *   attention.cu   KV stores and attention, per KV type (LMC_KV_TYPES, cuda_caps.h)
- *   elementwise.cu get_rows, silu_mul, gelu_mul, add, add_rows, mul_rows, scale,
- *                  copy
+ *   elementwise.cu get_rows, silu_mul, swiglu_oai, gelu_mul, add, add_rows, mul_rows,
+ *                  scale, copy
  */
 #ifndef LM_CUDA_IMPL_H
 #define LM_CUDA_IMPL_H
@@ -78,6 +78,8 @@ cudaError_t lmc_get_rows(cudaStream_t s, float *y, const struct lm_weight *table
 			 const int32_t *ids, int n);
 cudaError_t lmc_silu_mul(cudaStream_t s, float *y, const float *g, const float *u, size_t len);
 /* table: the f16 GELU table of the CPU reference (65536 halves), in device memory. */
+cudaError_t lmc_swiglu_oai(cudaStream_t s, float *y, const float *g, const float *u, size_t len,
+			   float alpha, float limit);
 cudaError_t lmc_gelu_mul(cudaStream_t s, float *y, const float *g, const float *u, size_t len,
 			 const uint16_t *table);
 cudaError_t lmc_add(cudaStream_t s, float *y, const float *a, size_t len);

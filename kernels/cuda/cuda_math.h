@@ -15,9 +15,10 @@
  *     Q4_0   18 B, 32 values  8 bytes: 16 values            2
  *     Q4_K   144 B, 256       16 bytes of qs: 32 values     8
  *     Q6_K   210 B, 256       4 columns of each quarter: 16 16
+ *     MXFP4  17 B, 32 values   8 bytes: 16 values            2
  * A unit's contribution to y = W x is an integer dot product (dp4a over signed bytes) scaled by
  * the weight's and the activation's block scales in f32; the activations are quantized as GGUF's
- * reference does (Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q6_K) into a device layout of separate
+ * reference does (Q8_0 for Q8_0/Q4_0/MXFP4, Q8_K for Q4_K/Q6_K) into a device layout of separate
  * arrays: qs (int8, [n][ne0]), d (f32, one per block: the value of the f16 scale for Q8_0) and,
  * for Q8_K, bsums (int32, one per 16 values). Sums over units are f32; the CPU reference sums
  * the same integer products per block, so the two differ by the order of float additions only.
@@ -39,17 +40,19 @@
 #endif
 
 /* Weight block sizes in bytes and elements, as common/format/quant.h lays them out. */
-#define LMC_Q8_0_BYTES 34
-#define LMC_Q4_0_BYTES 18
-#define LMC_Q4_K_BYTES 144
-#define LMC_Q6_K_BYTES 210
-#define LMC_Q5_1_BYTES 24  /* KV cache rows only */
-#define LMC_QK         32  /* elements of a Q8_0 / Q4_0 block */
-#define LMC_QKK        256 /* elements of a K-quant block */
-#define LMC_UPB_Q8_0   2
-#define LMC_UPB_Q4_0   2
-#define LMC_UPB_Q4_K   8
-#define LMC_UPB_Q6_K   16
+#define LMC_Q8_0_BYTES  34
+#define LMC_Q4_0_BYTES  18
+#define LMC_Q4_K_BYTES  144
+#define LMC_Q6_K_BYTES  210
+#define LMC_Q5_1_BYTES  24 /* KV cache rows only */
+#define LMC_MXFP4_BYTES 17
+#define LMC_QK          32  /* elements of a Q8_0 / Q4_0 block */
+#define LMC_QKK         256 /* elements of a K-quant block */
+#define LMC_UPB_Q8_0    2
+#define LMC_UPB_Q4_0    2
+#define LMC_UPB_Q4_K    8
+#define LMC_UPB_Q6_K    16
+#define LMC_UPB_MXFP4   2
 
 /* ------------------------------------------------------------------------------------------ */
 /* Loads and byte arithmetic                                                                  */
@@ -349,6 +352,61 @@ LMC_HD float lmc_dot_q4_0(const struct lmc_w_q4_0 *w, int64_t u, const struct lm
 	return (float)s * w->d * x->d[blk];
 }
 
+/* MXFP4's E2M1 code c as quant.c's lm_mxfp4_values (the doubled value, an integer), and its
+ * block's scale as lm_e8m0_half. */
+LMC_HD int lmc_mxfp4_value(uint32_t c)
+{
+	const int m = (int)((0xc8643210u >> (4 * (c & 7u))) & 0xfu);
+	return (c & 8u) ? -m : m;
+}
+
+LMC_HD float lmc_e8m0_half(uint32_t e)
+{
+	return lmc_bits_f32(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+/* Four codes (a byte's nibbles, low or high, of 4 bytes) as four signed bytes. */
+LMC_HD int lmc_mxfp4_pack(const uint8_t *q, int shift)
+{
+	uint32_t r = 0;
+	for (int i = 0; i < 4; i++)
+		r |= ((uint32_t)lmc_mxfp4_value((uint32_t)(q[i] >> shift) & 0xfu) & 0xffu)
+		     << (8 * i);
+	return (int)r;
+}
+
+/* MXFP4 weights: unit u is bytes [8h, 8h + 8) of block u / 2's qs, h = u % 2, as Q4_0's; the
+ * blocks are 17 bytes, so everything is read a byte at a time. */
+struct lmc_w_mxfp4 {
+	int lo[2], hi[2];
+	float d;
+};
+
+LMC_HD void lmc_load_mxfp4(const uint8_t *row, int64_t u, struct lmc_w_mxfp4 *w)
+{
+	const uint8_t *b = row + (u >> 1) * LMC_MXFP4_BYTES;
+	const uint8_t *q = b + 1 + 8 * (int)(u & 1);
+	w->d = lmc_e8m0_half(b[0]);
+	for (int i = 0; i < 2; i++) {
+		w->lo[i] = lmc_mxfp4_pack(q + 4 * i, 0);
+		w->hi[i] = lmc_mxfp4_pack(q + 4 * i, 4);
+	}
+}
+
+/* As cpu_vec_dot_mxfp4_generic: the integer sum, then sumi * (dw * dx). */
+LMC_HD float lmc_dot_mxfp4(const struct lmc_w_mxfp4 *w, int64_t u, const struct lmc_xrow *x)
+{
+	const int64_t blk = u >> 1;
+	const int h = (int)(u & 1);
+	const int8_t *xq = x->qs + blk * LMC_QK;
+	int s = 0;
+	for (int i = 0; i < 2; i++) {
+		s = lmc_dp4a(w->lo[i], lmc_ld_i32(xq + 8 * h + 4 * i), s);
+		s = lmc_dp4a(w->hi[i], lmc_ld_i32(xq + 16 + 8 * h + 4 * i), s);
+	}
+	return (float)s * (w->d * x->d[blk]);
+}
+
 /* The 6-bit scale and min of sub-block j of a Q4_K block's scales[12] (quant.c). */
 LMC_HD void lmc_q4_K_scale_min(int j, const uint8_t *q, int *sc, int *m)
 {
@@ -467,6 +525,14 @@ LMC_HD float lmc_deq_q4_0(const uint8_t *row, int64_t i)
 	return (float)(q - 8) * lmc_f16_to_f32(lmc_ld_u16(b));
 }
 
+LMC_HD float lmc_deq_mxfp4(const uint8_t *row, int64_t i)
+{
+	const uint8_t *b = row + (i / LMC_QK) * LMC_MXFP4_BYTES;
+	const int j = (int)(i % LMC_QK);
+	const uint32_t c = j < 16 ? (b[1 + j] & 0x0fu) : (uint32_t)(b[1 + j - 16] >> 4);
+	return (float)lmc_mxfp4_value(c) * lmc_e8m0_half(b[0]);
+}
+
 LMC_HD float lmc_deq_q4_K(const uint8_t *row, int64_t i)
 {
 	const uint8_t *b = row + (i / LMC_QKK) * LMC_Q4_K_BYTES;
@@ -492,6 +558,38 @@ LMC_HD float lmc_deq_q6_K(const uint8_t *row, int64_t i)
 	const int q = (lowq | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
 	const int sc = (int)(int8_t)b[192 + 8 * hh + l / 16 + 2 * g];
 	return lmc_f16_to_f32(lmc_ld_u16(b + 208)) * (float)sc * (float)q;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Element-wise steps with the reference's own order of float operations                      */
+
+/* gpt-oss's clamped SwiGLU (cpu_swiglu_oai_generic); expf is the device's on the device. */
+LMC_HD float lmc_swiglu_oai(float g, float u, float alpha, float limit)
+{
+	const float x = g < limit ? g : limit;
+	const float v = u < -limit ? -limit : (u > limit ? limit : u);
+	const float glu = x / (1.0f + expf(alpha * (-x)));
+	return glu * (v + 1.0f);
+}
+
+/* Rope's rotation of pair i, whose running theta is `theta` (pos x theta_scale^i) and frequency
+ * factor ff, as cpu_rope: plain (freq_scale x theta / ff), or YaRN's mix of the interpolated and
+ * extrapolated angles with cos and sin times mscale. cosf and sinf are the device's there. */
+LMC_HD void lmc_rope_cs(float theta, int i, float ff, float freq_scale, float ext_factor,
+			float mscale, float corr0, float corr1, float *c, float *s)
+{
+	float angle = freq_scale * (theta / ff);
+	if (ext_factor != 0.0f) {
+		const float extrap = theta / ff;
+		const float y = ((float)i - corr0) / fmaxf(0.001f, corr1 - corr0);
+		const float mix = (1 - fminf(1, fmaxf(0, y))) * ext_factor;
+		angle = angle * (1 - mix) + extrap * mix;
+		*c = cosf(angle) * mscale;
+		*s = sinf(angle) * mscale;
+	} else {
+		*c = cosf(angle);
+		*s = sinf(angle);
+	}
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -75,9 +75,10 @@ lm_down "$dir"
 	{ cat "$dir/diff.out" >&2; fail "diff: the mesh's hidden states differ from the single process's"; }
 
 # A cuda worker is planned from the CUDA backend's own lists, no GPU needed: w1 on cuda with its
-# own q5_1 K and fp8 V (types that backend runs) plans; over gpt-oss, whose MXFP4 experts,
-# attention sinks and clamped SwiGLU it lacks, `layermesh plan` and `layermesh up` refuse it,
-# naming the worker, the backend and what it lacks, before any worker starts.
+# own q5_1 K and fp8 V plans, and so does gpt-oss (MXFP4 experts, attention sinks, YaRN, the
+# clamped SwiGLU), all of which that backend runs. A weight type it lacks (stories260K with one
+# tensor retyped to i32) is refused by `layermesh plan` and `layermesh up`, naming the worker,
+# the backend and the type, before any worker starts.
 cdir="$LM_TMP/cuda"
 mkdir -p "$cdir"
 cuda_w1() { awk '/^name = "w1"$/ { print; print "backend = \"cuda\""; next } { print }' "$1" >"$2"; }
@@ -92,17 +93,29 @@ grep -q "cache of worker w1: its own types, K q5_1, V fp8" "$cdir/plan.out" ||
 	--kv-heads 2 --head-dim 32 --ffn 256 --experts 4 --experts-used 2 --experts-type mxfp4 \
 	--window 8 --vocab 512 --type q8_0 --seed 3 >/dev/null
 LM_MAX_SEQ=256 LM_SLOTS=4 lm_mesh_toml "$cdir/g.toml" "$cdir/gptoss.gguf" ipc "$(lm_port)" 0:2 2:4
-"$LM_BIN" plan "$cdir/g.toml" >"$cdir/plan.out" 2>&1 ||
-	{ cat "$cdir/plan.out" >&2; fail "gpt-oss on cpu workers does not plan"; }
 cuda_w1 "$cdir/g.toml" "$cdir/g-cuda.toml"
-err=$("$LM_BIN" plan "$cdir/g-cuda.toml" 2>&1) && fail "gpt-oss on a cuda worker planned: $err"
-for want in "worker w1 (line" "backend cuda" "holds layers [2, 4)" "weights of type mxfp4" \
-	"attention sink logits" "swiglu_oai"; do
+"$LM_BIN" plan "$cdir/g-cuda.toml" >"$cdir/plan.out" 2>&1 ||
+	{ cat "$cdir/plan.out" >&2; fail "gpt-oss with a cuda worker does not plan"; }
+# blk.3.attn_norm.weight (w1's) as i32 (4 bytes an element, as f32: the file still reads).
+python3 - "$LM_SHARED/models/stories260K.gguf" "$cdir/i32.gguf" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+name = b"blk.3.attn_norm.weight"
+at = b.find(len(name).to_bytes(8, "little") + name) + 8 + len(name)
+nd = int.from_bytes(b[at:at + 4], "little")
+b[at + 4 + 8 * nd:at + 8 + 8 * nd] = (26).to_bytes(4, "little")
+open(sys.argv[2], "wb").write(b)
+PY
+LM_MAX_SEQ=256 LM_SLOTS=4 lm_mesh_toml "$cdir/i.toml" "$cdir/i32.gguf" ipc "$(lm_port)" 0:2 2:5
+cuda_w1 "$cdir/i.toml" "$cdir/i-cuda.toml"
+err=$("$LM_BIN" plan "$cdir/i-cuda.toml" 2>&1) && fail "an i32 weight planned on a cuda worker: $err"
+for want in "worker w1 (line" "backend cuda" "holds layers [2, 5)" \
+	"weights of type i32 (blk.3.attn_norm.weight)"; do
 	grep -qF "$want" <<<"$err" || fail "plan's refusal lacks '$want': $err"
 done
-err=$(timeout 30 "$LM_BIN" up "$cdir/g-cuda.toml" --worker-bin "$LM_WORKER" --timeout 20 2>&1) &&
-	fail "up started gpt-oss with a cuda worker"
-grep -qF "weights of type mxfp4" <<<"$err" || fail "up's refusal: $err"
+err=$(timeout 30 "$LM_BIN" up "$cdir/i-cuda.toml" --worker-bin "$LM_WORKER" --timeout 20 2>&1) &&
+	fail "up started a cuda worker on an i32 weight"
+grep -qF "weights of type i32 (blk.3.attn_norm.weight)" <<<"$err" || fail "up's refusal: $err"
 ! pgrep -f "layermesh-worker.*$cdir" >/dev/null || fail "up started workers before refusing"
-echo "ok: a cuda worker refused what its backend lacks: $err"
+echo "ok: refused: $err"
 echo "ok: per-worker cache types, $differs of ${#prompts[@]} prompts changed by them"

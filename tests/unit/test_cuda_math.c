@@ -98,6 +98,13 @@ static float unit_sum(enum lm_dtype t, const uint8_t *w, int64_t ne0, const stru
 			s += lmc_dot_q4_0(&wu, u, x);
 		}
 		break;
+	case LM_MXFP4:
+		for (int64_t u = 0; u < ne0 / 32 * LMC_UPB_MXFP4; u++) {
+			struct lmc_w_mxfp4 wu;
+			lmc_load_mxfp4(w, u, &wu);
+			s += lmc_dot_mxfp4(&wu, u, x);
+		}
+		break;
 	case LM_Q4_K:
 		for (int64_t u = 0; u < ne0 / 256 * LMC_UPB_Q4_K; u++) {
 			struct lmc_w_q4_K wu;
@@ -126,6 +133,7 @@ Test(cuda_math, unit_dots_equal_the_cpu_dot_products)
 	} types[] = {
 		{LM_Q8_0, LM_Q8_0, cpu_vec_dot_q8_0_generic},
 		{LM_Q4_0, LM_Q8_0, cpu_vec_dot_q4_0_generic},
+		{LM_MXFP4, LM_Q8_0, cpu_vec_dot_mxfp4_generic},
 		{LM_Q4_K, LM_Q8_K, cpu_vec_dot_q4_K_generic},
 		{LM_Q6_K, LM_Q8_K, cpu_vec_dot_q6_K_generic},
 	};
@@ -155,11 +163,11 @@ Test(cuda_math, unit_dots_equal_the_cpu_dot_products)
 
 Test(cuda_math, dequantizers_as_quant_c)
 {
-	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_MXFP4};
 	struct test_rng r = {43};
 	float x[1024], ref[1024];
 	uint8_t w[1024 * 2];
-	for (size_t ti = 0; ti < 4; ti++) {
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		test_fill_gauss(&r, x, 1024, 0.3f);
 		cr_assert_eq(lm_quantize_row(types[ti], x, w, 1024), 0);
 		cr_assert_eq(lm_dequantize_row(types[ti], w, ref, 1024), 0);
@@ -167,7 +175,8 @@ Test(cuda_math, dequantizers_as_quant_c)
 			float got = types[ti] == LM_Q8_0   ? lmc_deq_q8_0(w, i)
 				    : types[ti] == LM_Q4_0 ? lmc_deq_q4_0(w, i)
 				    : types[ti] == LM_Q4_K ? lmc_deq_q4_K(w, i)
-							   : lmc_deq_q6_K(w, i);
+				    : types[ti] == LM_Q6_K ? lmc_deq_q6_K(w, i)
+							   : lmc_deq_mxfp4(w, i);
 			cr_assert_eq(bits(got), bits(ref[i]), "%s element %lld: %g vs %g",
 				     lm_dtype_name(types[ti]), (long long)i, got, ref[i]);
 		}
@@ -490,4 +499,77 @@ Test(cuda_math, kv_elements_as_quant_c)
 					     got, ref[i]);
 			}
 		}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* gpt-oss's steps: the clamped SwiGLU and YaRN's rope (the host's expf, cosf and sinf here: the
+ * device's differ by their last bits, which the op matrix bounds on a GPU)                    */
+
+Test(cuda_math, swiglu_oai_as_the_cpu)
+{
+	struct test_rng r = {50};
+	enum { N = 4096 };
+	static float g[N], u[N], ref[N];
+	for (int rep = 0; rep < 20; rep++) {
+		test_fill_gauss(&r, g, N, rep % 2 ? 10.0f : 2.0f); /* past the limit of 7 too */
+		test_fill_gauss(&r, u, N, rep % 2 ? 10.0f : 2.0f);
+		cpu_swiglu_oai_generic(ref, g, u, N, 1.702f, 7.0f);
+		for (int i = 0; i < N; i++) {
+			const float got = lmc_swiglu_oai(g[i], u[i], 1.702f, 7.0f);
+			cr_assert_eq(bits(got), bits(ref[i]), "g %g u %g: %.9g vs %.9g", g[i], u[i],
+				     got, ref[i]);
+		}
+	}
+}
+
+/* rope.cu's loop over lmc_rope_cs, on the host, against cpu_rope: plain, with frequency
+ * factors, and YaRN (gpt-oss's parameters). */
+Test(cuda_math, rope_angles_as_the_cpu)
+{
+	enum { HD = 64, HEADS = 3, T = 40 };
+	static float ref[T * HEADS * HD], got[T * HEADS * HD];
+	float ff[HD / 2];
+	struct lm_tok_loc loc[T];
+	struct test_rng r = {51};
+	for (int i = 0; i < HD / 2; i++)
+		ff[i] = 1.0f + (float)i / 7.0f;
+	for (int t = 0; t < T; t++)
+		loc[t] = (struct lm_tok_loc){.slot = 0, .pos = t * 997 % 131072};
+	for (int c = 0; c < 6; c++) {
+		struct lm_rope_params rp = {.mode = c % 2 ? LM_ROPE_NEOX : LM_ROPE_NORM,
+					    .n_rot = HD,
+					    .freq_base = c < 4 ? 150000.0f : 10000.0f,
+					    .freq_scale = c < 4 ? 1.0f / 32.0f : 1.0f,
+					    .freq_factors = c >= 4 ? ff : NULL};
+		if (c < 4) { /* YaRN as gpt-oss sets it: factor 32, beta_fast 32, beta_slow 1 */
+			rp.ext_factor = c < 2 ? 1.0f : 0.5f;
+			rp.mscale = 1.0f + 0.1f * logf(32.0f);
+			rp.corr[0] = 8.0f;
+			rp.corr[1] = 17.5f;
+		}
+		test_fill_gauss(&r, ref, T * HEADS * HD, 1.0f);
+		memcpy(got, ref, sizeof got);
+		cpu_rope(ref, HEADS, HD, loc, T, &rp);
+		const float theta_scale = powf(rp.freq_base, -2.0f / (float)rp.n_rot);
+		const int half = HD / 2;
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < half; i++) {
+				float theta = (float)loc[t].pos, cs, sn;
+				for (int k = 0; k < i; k++)
+					theta *= theta_scale;
+				lmc_rope_cs(theta, i,
+					    rp.freq_factors != NULL ? rp.freq_factors[i] : 1.0f,
+					    rp.freq_scale, rp.ext_factor, rp.mscale, rp.corr[0],
+					    rp.corr[1], &cs, &sn);
+				const int i0 = rp.mode == LM_ROPE_NEOX ? i : 2 * i;
+				const int i1 = rp.mode == LM_ROPE_NEOX ? i + half : 2 * i + 1;
+				for (int h = 0; h < HEADS; h++) {
+					float *v = got + ((size_t)t * HEADS + (size_t)h) * HD;
+					const float x0 = v[i0], x1 = v[i1];
+					v[i0] = x0 * cs - x1 * sn;
+					v[i1] = x0 * sn + x1 * cs;
+				}
+			}
+		cr_assert_eq(memcmp(got, ref, sizeof got), 0, "case %d", c);
+	}
 }

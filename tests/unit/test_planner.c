@@ -921,11 +921,42 @@ static int check_backends(const struct mesh_config *cfg, lm_diag *d)
 	return rc;
 }
 
-/* A cuda worker given work the CUDA backend lacks is refused by the plan, naming the worker,
- * the backend and each thing it lacks, before any device is asked (no GPU needed): gpt-oss's
- * MXFP4 experts, attention sinks and clamped SwiGLU; a cache type outside the backend's list.
- * What it runs passes: every cache type mesh.toml takes, qwen35's recurrent layers (their delta
- * rule runs on the host around the seam's ops). */
+/* A copy of stories260K at `out` whose tensor `name` claims type `type` (i32 has f32's size, so
+ * the file still reads): a weight type no backend multiplies. */
+static void retype_tensor(const char *out, const char *name, uint32_t type)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", getenv("LM_SHARED"));
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	static uint8_t buf[4 << 20];
+	const size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	cr_assert(n > 0 && n < sizeof buf);
+	/* A tensor info: u64 name length, the name, u32 n_dims, u64 ne[n_dims], u32 type. */
+	const size_t len = strlen(name);
+	uint8_t key[80];
+	for (int i = 0; i < 8; i++)
+		key[i] = (uint8_t)((uint64_t)len >> (8 * i));
+	memcpy(key + 8, name, len);
+	const uint8_t *at = memmem(buf, n, key, 8 + len);
+	cr_assert_not_null(at, "no tensor %s", name);
+	const size_t j = (size_t)(at - buf) + 8 + len;
+	const uint32_t nd = (uint32_t)buf[j] | (uint32_t)buf[j + 1] << 8;
+	for (int i = 0; i < 4; i++)
+		buf[j + 4 + 8 * nd + (size_t)i] = (uint8_t)(type >> (8 * i));
+	f = fopen(out, "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(buf, 1, n, f), n);
+	fclose(f);
+}
+
+/* The plan asks each worker's backend, not a device, whether it runs what the layers it may hold
+ * need. The CUDA backend runs everything the engine reads today: gpt-oss (MXFP4 experts,
+ * attention sinks, YaRN, the clamped SwiGLU), qwen35's recurrent layers (their delta rule runs
+ * on the host around the seam's ops), every cache type mesh.toml takes. What it lacks is refused
+ * before any device is asked, naming the worker, the backend and the type: a weight type (a
+ * tensor retyped to i32), a cache type outside its list (which mesh.toml cannot name today). */
 Test(planner, cuda_workers_refused_what_their_backend_lacks, .timeout = 60)
 {
 	char model[] = "/tmp/lm_test_cudacheck_XXXXXX";
@@ -953,28 +984,41 @@ Test(planner, cuda_workers_refused_what_their_backend_lacks, .timeout = 60)
 	write_pinned(model, 2, 2, "1GiB");
 	struct mesh_config cfg;
 	load(&cfg);
-	struct fence_plan p;
-	cr_assert_eq(planner_plan(&cfg, &p, NULL, &d), 0, "on cpu workers: %s", d.msg);
-	fence_plan_fini(&p);
 	cfg.workers[1].backend = MESH_BACKEND_CUDA;
-	cfg.workers[1].memory_limit = 0; /* a device would be asked for its memory */
+	cfg.workers[1].memory_limit = 0; /* its device is asked for its memory */
 	struct fake_device dev = {.free = 1ull << 30};
+	struct fence_plan p;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), 0, "%s", d.msg);
+	cr_expect_eq(dev.asked, 1);
+	fence_plan_fini(&p);
+	mesh_config_fini(&cfg);
+	unlink(model);
+
+	/* A weight type the CUDA backend lacks, on layer 1 of an unpinned cuda worker. */
+	char bad[] = "/tmp/lm_test_cudacheck_i32_XXXXXX";
+	fd = mkstemp(bad);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	retype_tensor(bad, "blk.1.attn_norm.weight", LM_I32);
+	write_cuda_mesh();
+	load(&cfg);
+	free(cfg.model_path);
+	cfg.model_path = strdup(bad);
+	dev.asked = 0;
 	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EUNSUPPORTED);
 	cr_expect_eq(dev.asked, 0, "refused before any device is asked");
 	cr_log_info("%s", d.msg);
 	static const char *const want[] = {
-		"worker w1 (line ",
+		"worker g1 (line ",
 		"backend cuda",
-		"holds layers [2, 4)",
-		"weights of type mxfp4 (blk.2.",
-		"attention sink logits",
-		"swiglu_oai",
-		"it runs caches f32 f16 q4_0 q5_1 q8_0 bf16 fp8",
+		"may hold any of layers [0, 5) (not pinned)",
+		"weights of type i32 (blk.1.attn_norm.weight)",
+		"it runs caches f32 f16 q4_0 q5_1 q8_0 bf16 fp8, weights f32 f16 q4_0 q8_0",
 	};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
 		cr_expect(strstr(d.msg, want[i]) != NULL, "'%s' not in: %s", want[i], d.msg);
 	mesh_config_fini(&cfg);
-	unlink(model);
+	unlink(bad);
 
 	/* Cache types, over stories260K with g1 unpinned: each type mesh.toml takes passes; one
 	 * outside the CUDA backend's list (which mesh.toml cannot name today) is refused. */
