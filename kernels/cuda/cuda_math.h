@@ -15,9 +15,10 @@
  *     Q4_0   18 B, 32 values  8 bytes: 16 values            2
  *     Q4_K   144 B, 256       16 bytes of qs: 32 values     8
  *     Q6_K   210 B, 256       4 columns of each quarter: 16 16
+ *     MXFP4  17 B, 32 values   8 bytes: 16 values            2
  * A unit's contribution to y = W x is an integer dot product (dp4a over signed bytes) scaled by
  * the weight's and the activation's block scales in f32; the activations are quantized as GGUF's
- * reference does (Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q6_K) into a device layout of separate
+ * reference does (Q8_0 for Q8_0/Q4_0/MXFP4, Q8_K for Q4_K/Q6_K) into a device layout of separate
  * arrays: qs (int8, [n][ne0]), d (f32, one per block: the value of the f16 scale for Q8_0) and,
  * for Q8_K, bsums (int32, one per 16 values). Sums over units are f32; the CPU reference sums
  * the same integer products per block, so the two differ by the order of float additions only.
@@ -43,16 +44,19 @@
 #endif
 
 /* Weight block sizes in bytes and elements, as common/format/quant.h lays them out. */
-#define LMC_Q8_0_BYTES 34
-#define LMC_Q4_0_BYTES 18
-#define LMC_Q4_K_BYTES 144
-#define LMC_Q6_K_BYTES 210
-#define LMC_QK         32  /* elements of a Q8_0 / Q4_0 block */
-#define LMC_QKK        256 /* elements of a K-quant block */
-#define LMC_UPB_Q8_0   2
-#define LMC_UPB_Q4_0   2
-#define LMC_UPB_Q4_K   8
-#define LMC_UPB_Q6_K   16
+#define LMC_Q8_0_BYTES  34
+#define LMC_Q4_0_BYTES  18
+#define LMC_Q4_K_BYTES  144
+#define LMC_Q6_K_BYTES  210
+#define LMC_Q5_1_BYTES  24 /* KV cache rows only */
+#define LMC_MXFP4_BYTES 17
+#define LMC_QK          32  /* elements of a Q8_0 / Q4_0 block */
+#define LMC_QKK         256 /* elements of a K-quant block */
+#define LMC_UPB_Q8_0    2
+#define LMC_UPB_Q4_0    2
+#define LMC_UPB_Q4_K    8
+#define LMC_UPB_Q6_K    16
+#define LMC_UPB_MXFP4   2
 
 /* ------------------------------------------------------------------------------------------ */
 /* Loads and byte arithmetic                                                                  */
@@ -199,6 +203,37 @@ LMC_HD uint16_t lmc_f32_to_bf16(float f)
 	return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
 }
 
+/* e4m3 (LM_FP8_E4M3, the KV cache's fp8): lm_fp8_to_f32 and lm_f32_to_fp8. */
+LMC_HD float lmc_fp8_to_f32(uint32_t v)
+{
+	const uint32_t e = (v >> 3) & 0xfu, m = v & 7u;
+	float a;
+	if ((v & 0x7fu) == 0x7fu)
+		a = lmc_bits_f32(0x7fc00000u);
+	else if (e == 0)
+		a = (float)m * 0x1p-9f;
+	else
+		a = lmc_bits_f32(((e + 120u) << 23) | (m << 20));
+	return (v & 0x80u) ? -a : a;
+}
+
+LMC_HD uint8_t lmc_f32_to_fp8(float f)
+{
+	const uint32_t x = lmc_f32_bits(f);
+	const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+	const uint32_t ax = x & 0x7fffffffu;
+	if (ax > 0x7f800000u)
+		return (uint8_t)(sign | 0x7fu);
+	if (ax >= 0x43e00000u)
+		return (uint8_t)(sign | 0x7eu);
+	if (ax < 0x3c800000u) {
+		const float q = lmc_bits_f32(ax) * 512.0f + 8388608.0f;
+		return (uint8_t)(sign | (lmc_f32_bits(q) - 0x4b000000u));
+	}
+	const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);
+	return (uint8_t)(sign | ((r >> 20) - (120u << 3)));
+}
+
 /* The f32 value of x rounded to f16 (the F16 weights' activations, an F16 cache's q). */
 LMC_HD float lmc_round_f16(float x)
 {
@@ -332,6 +367,61 @@ LMC_HD float lmc_dot_q4_0(const struct lmc_w_q4_0 *w, int64_t u, const struct lm
 		s = lmc_dp4a(w->hi[i], lmc_ld_i32(xq + 16 + 8 * h + 4 * i), s);
 	}
 	return lmc_unit_q4_0(s, w->d, x->d[blk]);
+}
+
+/* MXFP4's E2M1 code c as quant.c's lm_mxfp4_values (the doubled value, an integer), and its
+ * block's scale as lm_e8m0_half. */
+LMC_HD int lmc_mxfp4_value(uint32_t c)
+{
+	const int m = (int)((0xc8643210u >> (4 * (c & 7u))) & 0xfu);
+	return (c & 8u) ? -m : m;
+}
+
+LMC_HD float lmc_e8m0_half(uint32_t e)
+{
+	return lmc_bits_f32(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+/* Four codes (a byte's nibbles, low or high, of 4 bytes) as four signed bytes. */
+LMC_HD int lmc_mxfp4_pack(const uint8_t *q, int shift)
+{
+	uint32_t r = 0;
+	for (int i = 0; i < 4; i++)
+		r |= ((uint32_t)lmc_mxfp4_value((uint32_t)(q[i] >> shift) & 0xfu) & 0xffu)
+		     << (8 * i);
+	return (int)r;
+}
+
+/* MXFP4 weights: unit u is bytes [8h, 8h + 8) of block u / 2's qs, h = u % 2, as Q4_0's; the
+ * blocks are 17 bytes, so everything is read a byte at a time. */
+struct lmc_w_mxfp4 {
+	int lo[2], hi[2];
+	float d;
+};
+
+LMC_HD void lmc_load_mxfp4(const uint8_t *row, int64_t u, struct lmc_w_mxfp4 *w)
+{
+	const uint8_t *b = row + (u >> 1) * LMC_MXFP4_BYTES;
+	const uint8_t *q = b + 1 + 8 * (int)(u & 1);
+	w->d = lmc_e8m0_half(b[0]);
+	for (int i = 0; i < 2; i++) {
+		w->lo[i] = lmc_mxfp4_pack(q + 4 * i, 0);
+		w->hi[i] = lmc_mxfp4_pack(q + 4 * i, 4);
+	}
+}
+
+/* As cpu_vec_dot_mxfp4_generic: the integer sum, then sumi * (dw * dx). */
+LMC_HD float lmc_dot_mxfp4(const struct lmc_w_mxfp4 *w, int64_t u, const struct lmc_xrow *x)
+{
+	const int64_t blk = u >> 1;
+	const int h = (int)(u & 1);
+	const int8_t *xq = x->qs + blk * LMC_QK;
+	int s = 0;
+	for (int i = 0; i < 2; i++) {
+		s = lmc_dp4a(w->lo[i], lmc_ld_i32(xq + 8 * h + 4 * i), s);
+		s = lmc_dp4a(w->hi[i], lmc_ld_i32(xq + 16 + 8 * h + 4 * i), s);
+	}
+	return (float)s * (w->d * x->d[blk]);
 }
 
 /* The 6-bit scale and min of sub-block j of a Q4_K block's scales[12] (quant.c). */
@@ -656,6 +746,14 @@ LMC_HD float lmc_deq_q4_0(const uint8_t *row, int64_t i)
 	return (float)(q - 8) * lmc_f16_to_f32(lmc_ld_u16(b));
 }
 
+LMC_HD float lmc_deq_mxfp4(const uint8_t *row, int64_t i)
+{
+	const uint8_t *b = row + (i / LMC_QK) * LMC_MXFP4_BYTES;
+	const int j = (int)(i % LMC_QK);
+	const uint32_t c = j < 16 ? (b[1 + j] & 0x0fu) : (uint32_t)(b[1 + j - 16] >> 4);
+	return (float)lmc_mxfp4_value(c) * lmc_e8m0_half(b[0]);
+}
+
 LMC_HD float lmc_deq_q4_K(const uint8_t *row, int64_t i)
 {
 	const uint8_t *b = row + (i / LMC_QKK) * LMC_Q4_K_BYTES;
@@ -681,6 +779,208 @@ LMC_HD float lmc_deq_q6_K(const uint8_t *row, int64_t i)
 	const int q = (lowq | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
 	const int sc = (int)(int8_t)b[192 + 8 * hh + l / 16 + 2 * g];
 	return lmc_f16_to_f32(lmc_ld_u16(b + 208)) * (float)sc * (float)q;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Element-wise steps with the reference's own order of float operations                      */
+
+/* gpt-oss's clamped SwiGLU (cpu_swiglu_oai_generic); expf is the device's on the device. */
+LMC_HD float lmc_swiglu_oai(float g, float u, float alpha, float limit)
+{
+	const float x = g < limit ? g : limit;
+	const float v = u < -limit ? -limit : (u > limit ? limit : u);
+	const float glu = x / (1.0f + expf(alpha * (-x)));
+	return glu * (v + 1.0f);
+}
+
+/* Rope's rotation of pair i, whose running theta is `theta` (pos x theta_scale^i) and frequency
+ * factor ff, as cpu_rope: plain (freq_scale x theta / ff), or YaRN's mix of the interpolated and
+ * extrapolated angles with cos and sin times mscale. cosf and sinf are the device's there. */
+LMC_HD void lmc_rope_cs(float theta, int i, float ff, float freq_scale, float ext_factor,
+			float mscale, float corr0, float corr1, float *c, float *s)
+{
+	float angle = freq_scale * (theta / ff);
+	if (ext_factor != 0.0f) {
+		const float extrap = theta / ff;
+		const float y = ((float)i - corr0) / fmaxf(0.001f, corr1 - corr0);
+		const float mix = (1 - fminf(1, fmaxf(0, y))) * ext_factor;
+		angle = angle * (1 - mix) + extrap * mix;
+		*c = cosf(angle) * mscale;
+		*s = sinf(angle) * mscale;
+	} else {
+		*c = cosf(angle);
+		*s = sinf(angle);
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV cache blocks: stores and reads of the block types (attention.cu), as quant.c and        */
+/* kernels/cpu/attention_generic.c compute them                                               */
+
+LMC_HD void lmc_st_u16(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v & 0xffu);
+	p[1] = (uint8_t)((v >> 8) & 0xffu);
+}
+
+/* One Q4_0 block of 32 values at x into b (lm_quantize_q4_0_ref): the value of largest
+ * magnitude, the first one on a tie, sets d = max / -8; q = min(15, (int8_t)(x / d + 8.5)). One
+ * thread stores a block, scanning in the reference's order. */
+LMC_HD void lmc_store_q4_0(const float *x, uint8_t *b)
+{
+	float amax = 0.0f, max = 0.0f;
+	for (int j = 0; j < LMC_QK; j++) {
+		if (amax < fabsf(x[j])) {
+			amax = fabsf(x[j]);
+			max = x[j];
+		}
+	}
+	const float d = max / -8;
+	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	lmc_st_u16(b, lmc_f32_to_f16(d));
+	for (int j = 0; j < LMC_QK / 2; j++) {
+		const int q0 = (int8_t)(x[j] * id + 8.5f), q1 = (int8_t)(x[j + 16] * id + 8.5f);
+		b[2 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | ((q1 < 15 ? q1 : 15) << 4));
+	}
+}
+
+/* One Q5_1 block (lm_quantize_q5_1_ref): d = (max - min) / 31, m = min (each the first of equal
+ * values, as the reference's scan keeps it), q = (uint8_t)((x - min) / d + 0.5); the low 4 bits
+ * as Q4_0's nibbles, the fifth of element j in bit j of qh. */
+LMC_HD void lmc_store_q5_1(const float *x, uint8_t *b)
+{
+	float min = 3.402823466e+38f, max = -3.402823466e+38f;
+	for (int j = 0; j < LMC_QK; j++) {
+		min = x[j] < min ? x[j] : min;
+		max = x[j] > max ? x[j] : max;
+	}
+	const float d = (max - min) / 31;
+	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	lmc_st_u16(b, lmc_f32_to_f16(d));
+	lmc_st_u16(b + 2, lmc_f32_to_f16(min));
+	uint32_t qh = 0;
+	for (int j = 0; j < LMC_QK / 2; j++) {
+		const uint32_t q0 = (uint8_t)((x[j] - min) * id + 0.5f);
+		const uint32_t q1 = (uint8_t)((x[j + 16] - min) * id + 0.5f);
+		b[8 + j] = (uint8_t)((q0 & 0x0fu) | ((q1 & 0x0fu) << 4));
+		qh |= ((q0 >> 4) & 1u) << j;
+		qh |= ((q1 >> 4) & 1u) << (j + 16);
+	}
+	for (int i = 0; i < 4; i++)
+		b[4 + i] = (uint8_t)(qh >> (8 * i));
+}
+
+/* Element j (0..31) of a Q4_0 block: its nibble minus 8. */
+LMC_HD int lmc_q4_0_elem(const uint8_t *b, int j)
+{
+	return (j < 16 ? (b[2 + j] & 0x0f) : (b[2 + j - 16] >> 4)) - 8;
+}
+
+/* Element j of a Q5_1 block: its 5-bit q (the value is q d + m). */
+LMC_HD int lmc_q5_1_elem(const uint8_t *b, int j)
+{
+	const uint32_t qh = lmc_ld_u16(b + 4) | (lmc_ld_u16(b + 6) << 16);
+	const int lo = j < 16 ? (b[8 + j] & 0x0f) : (b[8 + j - 16] >> 4);
+	return lo | (int)(((qh >> j) & 1u) << 4);
+}
+
+/* Q8_1's s for a block of quants summing to `sum` with scale d (lm_quantize_q8_1_ref), as the
+ * f32 value of the half the reference stores. Its quants and d are Q8_0's. */
+LMC_HD float lmc_q8_1_s(int sum, float d)
+{
+	return lmc_round_f16((float)sum * d);
+}
+
+/* The scores: one K row of hd values with q in K's vec_dot layout, in the order of the CPU's
+ * generic dot products (kernels_generic.c, attention_generic.c). q is staged as floats (the
+ * f32 values of bf16-rounded q for BF16, q itself for FP8), or as Q8_0 / Q8_1 quants qq with
+ * the f32 values of their f16 scales qd (and, for Q8_1, sums qs). */
+LMC_HD float lmc_kv_dot_bf16(const uint8_t *k, const float *q, int hd)
+{
+	double s = 0;
+	for (int i = 0; i < hd; i++)
+		s += (double)(lmc_bf16_to_f32(lmc_ld_u16(k + 2 * i)) * q[i]);
+	return (float)s;
+}
+
+LMC_HD float lmc_kv_dot_fp8(const uint8_t *k, const float *q, int hd)
+{
+	double s = 0;
+	for (int i = 0; i < hd; i++)
+		s += (double)(lmc_fp8_to_f32(k[i]) * q[i]);
+	return (float)s;
+}
+
+/* Q4_0 . Q8_0 (cpu_vec_dot_q4_0_generic): per block the integer sum, then sumi * d_k * d_q. */
+LMC_HD float lmc_kv_dot_q4_0(const uint8_t *k, const int8_t *qq, const float *qd, int hd)
+{
+	float s = 0.0f;
+	for (int b = 0; b < hd / LMC_QK; b++) {
+		const uint8_t *blk = k + (size_t)b * LMC_Q4_0_BYTES;
+		int si = 0;
+		for (int i = 0; i < 4; i++) {
+			const int v = lmc_ld_i32_a2(blk + 2 + 4 * i);
+			si = lmc_dp4a(lmc_vsub4(v & 0x0f0f0f0f, 0x08080808),
+				      lmc_ld_i32(qq + b * LMC_QK + 4 * i), si);
+			si = lmc_dp4a(
+				lmc_vsub4((int)(((uint32_t)v >> 4) & 0x0f0f0f0fu), 0x08080808),
+				lmc_ld_i32(qq + b * LMC_QK + 16 + 4 * i), si);
+		}
+		s += (float)si * lmc_f16_to_f32(lmc_ld_u16(blk)) * qd[b];
+	}
+	return s;
+}
+
+/* Q5_1 . Q8_1 (attention_generic.c's attn_dot_q5_1): (d_k d_q) sumi + m_k s_q per block. */
+LMC_HD float lmc_kv_dot_q5_1(const uint8_t *k, const int8_t *qq, const float *qd, const float *qs,
+			     int hd)
+{
+	float s = 0.0f;
+	for (int b = 0; b < hd / LMC_QK; b++) {
+		const uint8_t *blk = k + (size_t)b * LMC_Q5_1_BYTES;
+		const uint32_t qh = lmc_ld_u16(blk + 4) | (lmc_ld_u16(blk + 6) << 16);
+		int si = 0;
+		for (int i = 0; i < 4; i++) {
+			const uint32_t v = (uint32_t)lmc_ld_i32(blk + 8 + 4 * i);
+			uint32_t lo = v & 0x0f0f0f0fu, hi = (v >> 4) & 0x0f0f0f0fu;
+			for (int e = 0; e < 4; e++) {
+				lo |= ((qh >> (4 * i + e)) & 1u) << (8 * e + 4);
+				hi |= ((qh >> (16 + 4 * i + e)) & 1u) << (8 * e + 4);
+			}
+			si = lmc_dp4a((int)lo, lmc_ld_i32(qq + b * LMC_QK + 4 * i), si);
+			si = lmc_dp4a((int)hi, lmc_ld_i32(qq + b * LMC_QK + 16 + 4 * i), si);
+		}
+		s += (lmc_f16_to_f32(lmc_ld_u16(blk)) * qd[b]) * (float)si +
+		     lmc_f16_to_f32(lmc_ld_u16(blk + 2)) * qs[b];
+	}
+	return s;
+}
+
+/* The values: acc + p V[i] for element i of a V row, the block's scales folded into p first as
+ * the CPU's axpy does (attention_generic.c): (p d) q, and for Q5_1 (p d) q + p m. */
+LMC_HD float lmc_kv_acc_bf16(float acc, float p, const uint8_t *v, int i)
+{
+	return acc + p * lmc_bf16_to_f32(lmc_ld_u16(v + 2 * i));
+}
+
+LMC_HD float lmc_kv_acc_fp8(float acc, float p, const uint8_t *v, int i)
+{
+	return acc + p * lmc_fp8_to_f32(v[i]);
+}
+
+LMC_HD float lmc_kv_acc_q4_0(float acc, float p, const uint8_t *v, int i)
+{
+	const uint8_t *blk = v + (size_t)(i / LMC_QK) * LMC_Q4_0_BYTES;
+	const float d = p * lmc_f16_to_f32(lmc_ld_u16(blk));
+	return acc + d * (float)lmc_q4_0_elem(blk, i % LMC_QK);
+}
+
+LMC_HD float lmc_kv_acc_q5_1(float acc, float p, const uint8_t *v, int i)
+{
+	const uint8_t *blk = v + (size_t)(i / LMC_QK) * LMC_Q5_1_BYTES;
+	const float d = p * lmc_f16_to_f32(lmc_ld_u16(blk));
+	const float m = p * lmc_f16_to_f32(lmc_ld_u16(blk + 2));
+	return acc + (d * (float)lmc_q5_1_elem(blk, i % LMC_QK) + m);
 }
 
 #endif

@@ -14,7 +14,8 @@
  * read from device memory about once per batch, the other tiles finding it in L2. The one-token
  * case is the memory-bound GEMV of decode: 16-byte loads where the layout allows (Q4_K's qs,
  * f32/f16/bf16 rows whose length is a multiple of 16 bytes), 16-bit loads for the 2-byte
- * aligned blocks of Q8_0, Q4_0 and Q6_K, and enough rows in flight per multiprocessor.
+ * aligned blocks of Q8_0, Q4_0 and Q6_K, bytes for MXFP4's 17-byte blocks, and enough rows in
+ * flight per multiprocessor.
  *
  * Activations are converted first, as GGUF's reference does (backend.h): to f16 or bf16 for
  * those weights, to Q8_0 or Q8_K blocks for the quantized ones, bit for bit as the CPU's
@@ -40,6 +41,7 @@
  * tensor cores, the scaling and the ordered sums are not. Operands are read straight from global
  * memory (rows through L1, a token tile's activations shared by the block's four warps); a
  * shared-memory staging of the tiles is the next step if the device run shows the loads bound.
+ * MXFP4 (gpt-oss's experts) stays on k_mmv at every batch size.
  *
  * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
  * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 25
@@ -174,6 +176,7 @@ struct op_quant {
 
 typedef op_quant<lmc_w_q8_0, lmc_load_q8_0, lmc_dot_q8_0, LMC_QK> op_q8_0;
 typedef op_quant<lmc_w_q4_0, lmc_load_q4_0, lmc_dot_q4_0, LMC_QK> op_q4_0;
+typedef op_quant<lmc_w_mxfp4, lmc_load_mxfp4, lmc_dot_mxfp4, LMC_QK> op_mxfp4;
 typedef op_quant<lmc_w_q4_K, lmc_load_q4_K, lmc_dot_q4_K, LMC_QKK> op_q4_K;
 typedef op_quant<lmc_w_q6_K, lmc_load_q6_K, lmc_dot_q6_K, LMC_QKK> op_q6_K;
 
@@ -612,6 +615,8 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 		return n >= MMQ_MIN_TOKENS
 			       ? mmq_launch<mmq_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0)
 			       : mmv_dispatch<op_q4_0>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_Q4_0);
+	case LM_MXFP4:
+		return mmv_dispatch<op_mxfp4>(s, w, a, y, n, ne0 / LMC_QK * LMC_UPB_MXFP4);
 	case LM_Q4_K:
 		return n >= MMQ_MIN_TOKENS
 			       ? mmq_launch<mmq_q4_K>(s, w, a, y, n, ne0 / LMC_QKK * LMC_UPB_Q4_K)
@@ -631,16 +636,11 @@ extern "C" cudaError_t lmc_matmul(cudaStream_t s, const struct lm_weight *w,
 extern "C" enum lm_dtype lmc_vec_dot_type(enum lm_dtype w)
 {
 	switch (w) {
-	case LM_F32:
-	case LM_F16:
-	case LM_BF16:
-		return w;
-	case LM_Q8_0:
-	case LM_Q4_0:
-		return LM_Q8_0;
-	case LM_Q4_K:
-	case LM_Q6_K:
-		return LM_Q8_K;
+#define MM_VDT_CASE(TY, VDT) \
+	case TY:             \
+		return VDT;
+		LMC_WEIGHT_TYPES(MM_VDT_CASE)
+#undef MM_VDT_CASE
 	default:
 		return LM_DTYPE_COUNT;
 	}

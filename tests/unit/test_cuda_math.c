@@ -98,6 +98,13 @@ static float unit_sum(enum lm_dtype t, const uint8_t *w, int64_t ne0, const stru
 			s += lmc_dot_q4_0(&wu, u, x);
 		}
 		break;
+	case LM_MXFP4:
+		for (int64_t u = 0; u < ne0 / 32 * LMC_UPB_MXFP4; u++) {
+			struct lmc_w_mxfp4 wu;
+			lmc_load_mxfp4(w, u, &wu);
+			s += lmc_dot_mxfp4(&wu, u, x);
+		}
+		break;
 	case LM_Q4_K:
 		for (int64_t u = 0; u < ne0 / 256 * LMC_UPB_Q4_K; u++) {
 			struct lmc_w_q4_K wu;
@@ -126,6 +133,7 @@ Test(cuda_math, unit_dots_equal_the_cpu_dot_products)
 	} types[] = {
 		{LM_Q8_0, LM_Q8_0, cpu_vec_dot_q8_0_generic},
 		{LM_Q4_0, LM_Q8_0, cpu_vec_dot_q4_0_generic},
+		{LM_MXFP4, LM_Q8_0, cpu_vec_dot_mxfp4_generic},
 		{LM_Q4_K, LM_Q8_K, cpu_vec_dot_q4_K_generic},
 		{LM_Q6_K, LM_Q8_K, cpu_vec_dot_q6_K_generic},
 	};
@@ -155,11 +163,11 @@ Test(cuda_math, unit_dots_equal_the_cpu_dot_products)
 
 Test(cuda_math, dequantizers_as_quant_c)
 {
-	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	static const enum lm_dtype types[] = {LM_Q8_0, LM_Q4_0, LM_Q4_K, LM_Q6_K, LM_MXFP4};
 	struct test_rng r = {43};
 	float x[1024], ref[1024];
 	uint8_t w[1024 * 2];
-	for (size_t ti = 0; ti < 4; ti++) {
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		test_fill_gauss(&r, x, 1024, 0.3f);
 		cr_assert_eq(lm_quantize_row(types[ti], x, w, 1024), 0);
 		cr_assert_eq(lm_dequantize_row(types[ti], w, ref, 1024), 0);
@@ -167,7 +175,8 @@ Test(cuda_math, dequantizers_as_quant_c)
 			float got = types[ti] == LM_Q8_0   ? lmc_deq_q8_0(w, i)
 				    : types[ti] == LM_Q4_0 ? lmc_deq_q4_0(w, i)
 				    : types[ti] == LM_Q4_K ? lmc_deq_q4_K(w, i)
-							   : lmc_deq_q6_K(w, i);
+				    : types[ti] == LM_Q6_K ? lmc_deq_q6_K(w, i)
+							   : lmc_deq_mxfp4(w, i);
 			cr_assert_eq(bits(got), bits(ref[i]), "%s element %lld: %g vs %g",
 				     lm_dtype_name(types[ti]), (long long)i, got, ref[i]);
 		}
@@ -253,6 +262,315 @@ Test(cuda_math, activation_quantizers_as_the_reference)
 			for (int j = 0; j < 32; j++)
 				cr_assert_eq(lmc_q8_0_q(x[32 * b + j], id), r0[b].qs[j]);
 		}
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* KV cache types (attention.cu's kvt specialisations)                                        */
+
+Test(cuda_math, fp8_as_dtype_c)
+{
+	for (uint32_t c = 0; c < 256; c++)
+		cr_assert_eq(bits(lmc_fp8_to_f32(c)), bits(lm_fp8_to_f32((uint8_t)c)), "fp8 %#x",
+			     c);
+	/* Every code's neighbourhood (the rounding boundaries lie between codes), then random bit
+	 * patterns, NaNs and infinities among them. */
+	struct test_rng r = {45};
+	for (uint32_t i = 0; i < 2000000; i++) {
+		uint32_t u;
+		if (i < 256 * 4096) {
+			const float v = lm_fp8_to_f32((uint8_t)(i >> 12));
+			u = isnan(v) ? (uint32_t)test_rng_next(&r) : bits(v) + (i & 4095) - 2048;
+		} else {
+			u = (uint32_t)test_rng_next(&r);
+		}
+		float f;
+		memcpy(&f, &u, sizeof f);
+		cr_assert_eq(lmc_f32_to_fp8(f), lm_f32_to_fp8(f), "fp8 of %#x", u);
+	}
+}
+
+/* A row of KV values with what the quantizers' scans are sensitive to: ties of magnitude of
+ * either sign, signed zeros, constant blocks, zero blocks, wide ranges. */
+static void kv_row(struct test_rng *r, float *x, int n, int rep)
+{
+	test_fill_gauss(r, x, (size_t)n, rep % 3 == 0 ? 30.0f : 1.0f);
+	for (int b = 0; b < n / 32; b++) {
+		float *blk = x + 32 * b;
+		switch ((rep + b) % 9) {
+		case 0: /* ties of magnitude: the first one sets the sign of Q4_0's d */
+			blk[(rep + 3) % 32] = 5.0f;
+			blk[(rep + 17) % 32] = -5.0f;
+			break;
+		case 1: /* signed zeros only: Q5_1's min and max are the first of equals */
+			for (int j = 0; j < 32; j++)
+				blk[j] = (j + rep) % 3 == 0 ? -0.0f : 0.0f;
+			break;
+		case 2: /* a constant block: d = 0 */
+			for (int j = 0; j < 32; j++)
+				blk[j] = 0.75f;
+			break;
+		case 3: /* equal minima and maxima of opposite zeros among values */
+			blk[rep % 32] = -0.0f;
+			blk[(rep + 1) % 32] = 0.0f;
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+Test(cuda_math, kv_stores_write_the_reference_bytes)
+{
+	struct test_rng r = {46};
+	enum { N = 1024 };
+	float x[N];
+	uint8_t ref[N * 4], got[N * 4];
+	for (int rep = 0; rep < 400; rep++) {
+		kv_row(&r, x, N, rep);
+		lm_quantize_q4_0_ref(x, ref, N);
+		for (int b = 0; b < N / 32; b++)
+			lmc_store_q4_0(x + 32 * b, got + (size_t)b * LMC_Q4_0_BYTES);
+		cr_assert_eq(memcmp(got, ref, N / 32 * sizeof(block_q4_0)), 0, "q4_0 rep %d", rep);
+		lm_quantize_q5_1_ref(x, ref, N);
+		for (int b = 0; b < N / 32; b++)
+			lmc_store_q5_1(x + 32 * b, got + (size_t)b * LMC_Q5_1_BYTES);
+		cr_assert_eq(memcmp(got, ref, N / 32 * sizeof(block_q5_1)), 0, "q5_1 rep %d", rep);
+		lm_quantize_bf16_ref(x, ref, N);
+		lm_quantize_fp8_ref(x, ref + 2 * N, N);
+		for (int i = 0; i < N; i++) {
+			cr_assert_eq(lmc_f32_to_bf16(x[i]), ((const uint16_t *)ref)[i], "bf16 %d",
+				     i);
+			cr_assert_eq(lmc_f32_to_fp8(x[i]), ref[2 * N + i], "fp8 %d", i);
+		}
+	}
+}
+
+/* q staged as the scores kernel stages it (attention.cu's stage_q8 and the float stages), from
+ * the per-element functions the kernel calls, block max and sum taken in any order (both are
+ * exact). */
+struct kv_q {
+	float f[256];
+	int8_t qq[256];
+	float qd[16]; /* [8] scales, then [8] Q8_1 sums */
+};
+
+static void kv_stage(enum lm_dtype t, const float *q, int hd, struct kv_q *s)
+{
+	for (int i = 0; i < hd; i++)
+		s->f[i] = t == LM_BF16 ? lmc_round_bf16(q[i]) : q[i];
+	for (int b = 0; b < hd / 32; b++) {
+		float amax = 0.0f;
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(q[32 * b + j]));
+		const float d = lmc_q8_0_d(amax);
+		int sum = 0;
+		for (int j = 0; j < 32; j++) {
+			s->qq[32 * b + j] = lmc_q8_0_q(q[32 * b + j], lmc_q8_0_id(d));
+			sum += s->qq[32 * b + j];
+		}
+		s->qd[b] = lmc_round_f16(d);
+		s->qd[hd / 32 + b] = lmc_q8_1_s(sum, d);
+	}
+}
+
+static float kv_score(enum lm_dtype t, const uint8_t *k, const struct kv_q *s, int hd)
+{
+	switch (t) {
+	case LM_BF16:
+		return lmc_kv_dot_bf16(k, s->f, hd);
+	case LM_FP8_E4M3:
+		return lmc_kv_dot_fp8(k, s->f, hd);
+	case LM_Q4_0:
+		return lmc_kv_dot_q4_0(k, s->qq, s->qd, hd);
+	default:
+		return lmc_kv_dot_q5_1(k, s->qq, s->qd, s->qd + hd / 32, hd);
+	}
+}
+
+static float kv_acc(enum lm_dtype t, float a, float p, const uint8_t *v, int i)
+{
+	switch (t) {
+	case LM_BF16:
+		return lmc_kv_acc_bf16(a, p, v, i);
+	case LM_FP8_E4M3:
+		return lmc_kv_acc_fp8(a, p, v, i);
+	case LM_Q4_0:
+		return lmc_kv_acc_q4_0(a, p, v, i);
+	default:
+		return lmc_kv_acc_q5_1(a, p, v, i);
+	}
+}
+
+/* The Q8_1 staging's sums are the reference quantizer's. */
+Test(cuda_math, q8_1_stage_as_the_reference)
+{
+	struct test_rng r = {47};
+	float q[256];
+	block_q8_1 ref[8];
+	struct kv_q s;
+	for (int rep = 0; rep < 2000; rep++) {
+		kv_row(&r, q, 256, rep);
+		lm_quantize_q8_1_ref(q, ref, 256);
+		kv_stage(LM_Q5_1, q, 256, &s);
+		for (int b = 0; b < 8; b++) {
+			cr_assert_eq(bits(s.qd[b]), bits(lm_f16_to_f32(ref[b].d)), "rep %d d", rep);
+			cr_assert_eq(bits(s.qd[8 + b]), bits(lm_f16_to_f32(ref[b].s)), "rep %d s",
+				     rep);
+			cr_assert_eq(memcmp(s.qq + 32 * b, ref[b].qs, 32), 0, "rep %d qs", rep);
+		}
+	}
+}
+
+/* Scores and values of the new cache types equal the CPU's scalar attention kernels bit for
+ * bit: each K row's score with q, and the V rows accumulated in position order into f32. */
+Test(cuda_math, kv_reads_equal_the_cpu_attention_kernels)
+{
+	static const enum lm_dtype types[] = {LM_BF16, LM_FP8_E4M3, LM_Q4_0, LM_Q5_1};
+	struct cpu_kernels k = cpu_kernels_generic;
+	cpu_attn_generic_fill(&k);
+	struct test_rng r = {48};
+	enum { ROWS = 24, HDMAX = 256 };
+	static float x[ROWS * HDMAX], p[ROWS], ref_out[HDMAX], q[HDMAX];
+	static uint8_t cache[ROWS * HDMAX * 4], qconv[HDMAX * 4];
+	float ref_scores[ROWS];
+	struct kv_q s;
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		const enum lm_dtype t = types[ti];
+		const struct cpu_attn_ops *ops = &k.attn[t];
+		for (int rep = 0; rep < 60; rep++) {
+			const int hd = 64 << (rep % 3);
+			uint64_t rb;
+			cr_assert_eq(lm_dtype_row_bytes(t, (uint64_t)hd, &rb), 0);
+			for (int j = 0; j < ROWS; j++) {
+				kv_row(&r, x + j * hd, hd, rep + j);
+				ops->store(x + j * hd, cache + (size_t)j * rb, hd);
+			}
+			test_fill_gauss(&r, q, (size_t)hd, rep % 2 ? 3.0f : 0.5f);
+			const uint8_t *qx = (const uint8_t *)q;
+			if (ops->q_conv != NULL) {
+				ops->q_conv(q, qconv, hd);
+				qx = qconv;
+			}
+			ops->scores(hd, cache, rb, ROWS, qx, 0, 1, ref_scores, 0);
+			kv_stage(t, q, hd, &s);
+			for (int j = 0; j < ROWS; j++) {
+				const float got = kv_score(t, cache + (size_t)j * rb, &s, hd);
+				cr_assert_eq(bits(got), bits(ref_scores[j]),
+					     "%s hd %d row %d: %.9g vs %.9g", lm_dtype_name(t), hd,
+					     j, got, ref_scores[j]);
+			}
+			float psum = 0.0f;
+			for (int j = 0; j < ROWS; j++)
+				psum += (p[j] = fabsf(test_rng_gauss(&r)) + 1e-3f);
+			for (int j = 0; j < ROWS; j++)
+				p[j] /= psum;
+			memset(ref_out, 0, sizeof ref_out);
+			ops->values(hd, cache, rb, ROWS, p, 0, 1, ref_out);
+			for (int i = 0; i < hd; i++) {
+				float a = 0.0f;
+				for (int j = 0; j < ROWS; j++)
+					a = kv_acc(t, a, p[j], cache + (size_t)j * rb, i);
+				cr_assert_eq(bits(a), bits(ref_out[i]),
+					     "%s hd %d element %d: %.9g vs %.9g", lm_dtype_name(t),
+					     hd, i, a, ref_out[i]);
+			}
+		}
+	}
+}
+
+/* The elements the V reads take are quant.c's dequantized values (p = 1, nothing accumulated). */
+Test(cuda_math, kv_elements_as_quant_c)
+{
+	static const enum lm_dtype types[] = {LM_BF16, LM_FP8_E4M3, LM_Q4_0, LM_Q5_1};
+	struct test_rng r = {49};
+	float x[512], ref[512];
+	uint8_t row[512 * 2];
+	for (size_t ti = 0; ti < 4; ti++)
+		for (int rep = 0; rep < 50; rep++) {
+			kv_row(&r, x, 512, rep);
+			cr_assert_eq(lm_quantize_row(types[ti], x, row, 512), 0);
+			cr_assert_eq(lm_dequantize_row(types[ti], row, ref, 512), 0);
+			for (int i = 0; i < 512; i++) {
+				const float got = kv_acc(types[ti], 0.0f, 1.0f, row, i);
+				cr_assert_eq(bits(got),
+					     bits(ref[i]) & (ref[i] == 0.0f ? 0x7fffffffu : ~0u),
+					     "%s element %d: %g vs %g", lm_dtype_name(types[ti]), i,
+					     got, ref[i]);
+			}
+		}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* gpt-oss's steps: the clamped SwiGLU and YaRN's rope (the host's expf, cosf and sinf here: the
+ * device's differ by their last bits, which the op matrix bounds on a GPU)                    */
+
+Test(cuda_math, swiglu_oai_as_the_cpu)
+{
+	struct test_rng r = {50};
+	enum { N = 4096 };
+	static float g[N], u[N], ref[N];
+	for (int rep = 0; rep < 20; rep++) {
+		test_fill_gauss(&r, g, N, rep % 2 ? 10.0f : 2.0f); /* past the limit of 7 too */
+		test_fill_gauss(&r, u, N, rep % 2 ? 10.0f : 2.0f);
+		cpu_swiglu_oai_generic(ref, g, u, N, 1.702f, 7.0f);
+		for (int i = 0; i < N; i++) {
+			const float got = lmc_swiglu_oai(g[i], u[i], 1.702f, 7.0f);
+			cr_assert_eq(bits(got), bits(ref[i]), "g %g u %g: %.9g vs %.9g", g[i], u[i],
+				     got, ref[i]);
+		}
+	}
+}
+
+/* rope.cu's loop over lmc_rope_cs, on the host, against cpu_rope: plain, with frequency
+ * factors, and YaRN (gpt-oss's parameters). */
+Test(cuda_math, rope_angles_as_the_cpu)
+{
+	enum { HD = 64, HEADS = 3, T = 40 };
+	static float ref[T * HEADS * HD], got[T * HEADS * HD];
+	float ff[HD / 2];
+	struct lm_tok_loc loc[T];
+	struct test_rng r = {51};
+	for (int i = 0; i < HD / 2; i++)
+		ff[i] = 1.0f + (float)i / 7.0f;
+	for (int t = 0; t < T; t++)
+		loc[t] = (struct lm_tok_loc){.slot = 0, .pos = t * 997 % 131072};
+	for (int c = 0; c < 6; c++) {
+		struct lm_rope_params rp = {.mode = c % 2 ? LM_ROPE_NEOX : LM_ROPE_NORM,
+					    .n_rot = HD,
+					    .freq_base = c < 4 ? 150000.0f : 10000.0f,
+					    .freq_scale = c < 4 ? 1.0f / 32.0f : 1.0f,
+					    .freq_factors = c >= 4 ? ff : NULL};
+		if (c < 4) { /* YaRN as gpt-oss sets it: factor 32, beta_fast 32, beta_slow 1 */
+			rp.ext_factor = c < 2 ? 1.0f : 0.5f;
+			rp.mscale = 1.0f + 0.1f * logf(32.0f);
+			rp.corr[0] = 8.0f;
+			rp.corr[1] = 17.5f;
+		}
+		test_fill_gauss(&r, ref, T * HEADS * HD, 1.0f);
+		memcpy(got, ref, sizeof got);
+		cpu_rope(ref, HEADS, HD, loc, T, &rp);
+		const float theta_scale = powf(rp.freq_base, -2.0f / (float)rp.n_rot);
+		const int half = HD / 2;
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < half; i++) {
+				float theta = (float)loc[t].pos, cs, sn;
+				for (int k = 0; k < i; k++)
+					theta *= theta_scale;
+				lmc_rope_cs(theta, i,
+					    rp.freq_factors != NULL ? rp.freq_factors[i] : 1.0f,
+					    rp.freq_scale, rp.ext_factor, rp.mscale, rp.corr[0],
+					    rp.corr[1], &cs, &sn);
+				const int i0 = rp.mode == LM_ROPE_NEOX ? i : 2 * i;
+				const int i1 = rp.mode == LM_ROPE_NEOX ? i + half : 2 * i + 1;
+				for (int h = 0; h < HEADS; h++) {
+					float *v = got + ((size_t)t * HEADS + (size_t)h) * HD;
+					const float x0 = v[i0], x1 = v[i1];
+					v[i0] = x0 * cs - x1 * sn;
+					v[i1] = x0 * sn + x1 * cs;
+				}
+			}
+		cr_assert_eq(memcmp(got, ref, sizeof got), 0, "case %d", c);
 	}
 }
 
