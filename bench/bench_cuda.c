@@ -25,7 +25,7 @@
  * engine/arch_llama.c and forward.c issue them (embedding lookup, L layers of 15 ops each on
  * one layer's weights, output norm, lm_head, logits download), at position 512 of an f16
  * cache. K counts its kernel launches from the code: a quantized matmul is 2 (activation
- * quantizer, GEMV), attention 3 (scores, softmax, values), every other op 1. E is the host's
+ * quantizer, GEMV), kv_store 2 (K, V), attention 3 (scores, softmax, values), every other op 1. E is the host's
  * time to enqueue the step, W the step's wall time (enqueue to logits on the host), G its
  * time on the GPU with the queue kept full: the step enqueued behind device copies that last
  * longer than E, minus the copies alone. W - G is what launching costs the token, the part a
@@ -250,8 +250,8 @@ static int bench_gemm(struct lm_backend *be, enum lm_dtype t, int64_t ne0, int64
 #define STEP_POS    512
 #define STEP_LAYERS 32
 /* Kernel launches of one layer (the step line's K): rmsnorm 1, q/k/v 3 x 2, rope 2, kv_store
- * 1, attention 3, wo 2, add 1, rmsnorm 1, gate/up 2 x 2, silu_mul 1, down 2, add 1. */
-#define STEP_LAYER_KERNELS 25
+ * 2 (K, V), attention 3, wo 2, add 1, rmsnorm 1, gate/up 2 x 2, silu_mul 1, down 2, add 1. */
+#define STEP_LAYER_KERNELS 26
 #define STEP_LAYER_OPS     15
 /* Outside the layers: get_rows 1, output rmsnorm 1, lm_head 2 (copies not counted). */
 #define STEP_HEAD_KERNELS 4

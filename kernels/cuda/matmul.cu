@@ -44,14 +44,15 @@
  * MXFP4 (gpt-oss's experts) stays on k_mmv at every batch size.
  *
  * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
- * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 25
- * kernels (rmsnorm 1; q, k, v 2 each: quantizer and GEMV; rope 2; kv_store 1; attention 3:
- * scores, softmax, values; wo 2; add 1; rmsnorm 1; gate, up 2 each; silu_mul 1; down 2; add 1),
- * so a token is 32 x 25 + 4 (embedding, output norm, lm_head 2) = 804 kernels, plus the copies
- * of its id and its places in and of its logits out. Its weights are about 4.5 GB in q4_K:
- * about 1.7 ms at 80% of an H100's 3.35 TB/s. At the 2 to 3 us a launch usually costs the host,
- * 804 launches are 1.6 to 2.4 ms, as long as the reads; and 17 of a layer's 25 kernels are
- * small (norms, rope, adds, the quantizers) whose minimum time on the GPU adds more. So
+ * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 26
+ * kernels (rmsnorm 1; q, k, v 2 each: quantizer and GEMV; rope 2; kv_store 2: K and V;
+ * attention 3: scores, softmax, values; wo 2; add 1; rmsnorm 1; gate, up 2 each; silu_mul 1;
+ * down 2; add 1), so a token is 32 x 26 + 4 (embedding, output norm, lm_head 2) = 836 kernels,
+ * plus the copies of its id and its places in and of its logits out. Its weights are about
+ * 4.5 GB in q4_K: about 1.7 ms at 80% of an H100's 3.35 TB/s. At the 2 to 3 us a launch
+ * usually costs the host, 836 launches are 1.7 to 2.5 ms, as long as the reads; and 19 of a
+ * layer's 26 kernels are not GEMVs but small ones (norms, rope, stores, adds, the quantizers,
+ * attention at short contexts) whose minimum time on the GPU adds more. So
  * launches are likely a bound of decode here. These are estimates, not measurements:
  * bench_cuda's step lines measure it (host enqueue time, wall time, GPU time with the queue
  * kept full; launch_share = (wall - GPU) / wall), and the device run decides. If launch_share
