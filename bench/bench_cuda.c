@@ -78,6 +78,8 @@ static void *bench_weight(enum lm_dtype t, int64_t ne0, int64_t ne1, size_t *byt
 		if (t == LM_Q4_K) {
 			memcpy(blk, &d, 2);
 			memcpy(blk + 2, &d, 2);
+		} else if (t == LM_Q6_K) { /* its d is last */
+			memcpy(blk + 208, &d, 2);
 		} else {
 			memcpy(blk, &d, 2);
 		}
