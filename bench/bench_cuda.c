@@ -1,5 +1,6 @@
 /* bench_cuda.c — the CUDA backend's one-token matmul (the decode GEMV) against the device's own
- * copy bandwidth, in one run.
+ * copy bandwidth, its prefill matmuls by batch size, and what kernel launches cost one decode
+ * token, in one run.
  *
  *   bench_cuda [--device N] [--reps R]
  *
@@ -25,11 +26,11 @@
  * engine/arch_llama.c and forward.c issue them (embedding lookup, L layers of 15 ops each on
  * one layer's weights, output norm, lm_head, logits download), at position 512 of an f16
  * cache. K counts its kernel launches from the code: a quantized matmul is 2 (activation
- * quantizer, GEMV), kv_store 2 (K, V), attention 3 (scores, softmax, values), every other op 1. E is the host's
- * time to enqueue the step, W the step's wall time (enqueue to logits on the host), G its
- * time on the GPU with the queue kept full: the step enqueued behind device copies that last
- * longer than E, minus the copies alone. W - G is what launching costs the token, the part a
- * CUDA graph (or fewer, fused kernels) could win back.
+ * quantizer, GEMV), kv_store 2 (K, V), attention 3 (scores, softmax, values), every other op
+ * 1. E is the host's time to enqueue the step, W the step's wall time (enqueue to logits on
+ * the host), G its time on the GPU with the queue kept full: the step enqueued behind device
+ * copies that last longer than E, minus the copies alone. W - G is what launching costs the
+ * token, the part a CUDA graph (or fewer, fused kernels) could win back.
  *
  * Medians of 5 timings each. Exit status: 0, 1 on a failure, 77 when there is no CUDA device.
  */

@@ -1,10 +1,11 @@
 /* matmul.cu — y = W x for every weight type, reading the GGUF blocks as they are in device
  * memory (never expanded to f16 or f32).
  *
- * One kernel serves one token (decode) and batches (prefill): a block of 128 threads owns one
- * weight row and a tile of T tokens (T = 1, 2, 4 or 8, by the batch's size). Its threads take the
- * row's units (cuda_math.h) in turn, thread i units i, i + 128, ...; each unit is decoded once
- * into registers and dotted with the tile's T activation rows. Each thread sums its units in
+ * The GEMV, k_mmv, serves one token (decode) and batches below MMQ_MIN_TOKENS, and every batch
+ * of f32, f16, bf16 and MXFP4 weights: a block of 128 threads owns one weight row and a tile of
+ * T tokens (T = 1, 2, 4 or 8, by the batch's size). Its threads take the row's units
+ * (cuda_math.h) in turn, thread i units i, i + 128, ...; each unit is decoded once into
+ * registers and dotted with the tile's T activation rows. Each thread sums its units in
  * order per token, the warps reduce by butterfly and the block adds its four warps in order.
  * None of that depends on T or on the other tokens, so a token's result is the same bits alone
  * or in a batch of any size: the CPU backend's batch invariance (README, "Kernels are batch
@@ -22,26 +23,27 @@
  * reference quantizers (see the converters below and tests/unit/test_cuda_math.c).
  *
  * Prefill on tensor cores. Batches of MMQ_MIN_TOKENS tokens or more of Q8_0, Q4_0, Q4_K and
- * Q6_K weights take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every token the bits
- * k_mmv gives it, so a token prefilled in a batch equals the same token decoded alone. Its k
- * dimension is 16 elements of one unit, in an order of the type's choosing (lmc_kw_*): one mma
- * per unit for Q8_0 and Q4_0, two for Q4_K (its low and its high nibbles, which have their own
- * scales), four for Q6_K (a scale per 4 elements: mma p keeps only k-word p, the rest zero,
- * so a quarter of its k is work), so the mmas yield, for 16 rows by 8 tokens, the exact integer dots k_mmv's dp4a
- * computes. The float part is k_mmv's to the operation: the unit's value by the same helper
- * (lmc_unit_q8_0, lmc_unit_q4_0, lmc_unit_q4_K, lmc_unit_q6_K), the same sum order (cuda_math.h, "The sum order"): a warp
- * owns 16 rows by 16 tokens and walks the 128 virtual threads of that order, warp by warp and,
- * inside one, in the butterfly's leaf order (lmc_bitrev5); for virtual thread i it adds the
- * values of units i, i + 128, ... in order from 0.0f, pushes the sum into the butterfly's tree
- * (lmc_tree_push) and, at the warp's last leaf, adds the warp total after the previous ones
- * (lmc_sum_warps_step). tests/unit/test_cuda_math.c emulates both kernels' orders and the
- * mma's fragments on the host and requires the same bits; tests/gpu/op_matrix.c checks it on
- * the GPU for batches on both sides of the threshold. The float work, four operations per
- * (row, token, unit), is what the invariance costs: the integer dots are nearly free on the
- * tensor cores, the scaling and the ordered sums are not. Operands are read straight from global
- * memory (rows through L1, a token tile's activations shared by the block's four warps); a
- * shared-memory staging of the tiles is the next step if the device run shows the loads bound.
- * MXFP4 (gpt-oss's experts) stays on k_mmv at every batch size.
+ * Q6_K weights take k_mmq, an int8 mma.sync (m16n8k16, s8 x s8 -> s32) GEMM that gives every
+ * token the bits k_mmv gives it, so a token prefilled in a batch equals the same token decoded
+ * alone. Its k dimension is 16 elements of one unit, in an order of the type's choosing
+ * (lmc_kw_*): one mma per unit for Q8_0 and Q4_0, two for Q4_K (its low and its high nibbles,
+ * which have their own scales), four for Q6_K (a scale per 4 elements: mma p keeps only k-word
+ * p, the rest zero, so a quarter of its k is work). The mmas yield, for 16 rows by 8 tokens,
+ * the exact integer dots k_mmv's dp4a computes. The float part is k_mmv's to the operation:
+ * the unit's value by the same helper (lmc_unit_q8_0, _q4_0, _q4_K, _q6_K) and the same sum
+ * order (cuda_math.h, "The sum order"): a warp owns 16 rows by 16 tokens and walks the 128
+ * virtual threads of that order, warp by warp and, inside one, in the butterfly's leaf order
+ * (lmc_bitrev5); for virtual thread i it adds the values of units i, i + 128, ... in order
+ * from 0.0f, pushes the sum into the butterfly's tree (lmc_tree_push) and, at the warp's last
+ * leaf, adds the warp total after the previous ones (lmc_sum_warps_step).
+ * tests/unit/test_cuda_math.c emulates both kernels' orders and the mma's fragments on the
+ * host and requires the same bits; tests/gpu/op_matrix.c checks it on the GPU for batches on
+ * both sides of the threshold. The float work, four operations or so per (row, token, unit),
+ * is what the invariance costs: the integer dots are nearly free on the tensor cores, the
+ * scaling and the ordered sums are not. Operands are read straight from global memory (rows
+ * through L1, a token tile's activations shared by the block's four warps); a shared-memory
+ * staging of the tiles is the next step if the device run shows the loads bound. MXFP4
+ * (gpt-oss's experts) stays on k_mmv at every batch size.
  *
  * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
  * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 26
@@ -52,8 +54,8 @@
  * 4.5 GB in q4_K: about 1.7 ms at 80% of an H100's 3.35 TB/s. At the 2 to 3 us a launch
  * usually costs the host, 836 launches are 1.7 to 2.5 ms, as long as the reads; and 19 of a
  * layer's 26 kernels are not GEMVs but small ones (norms, rope, stores, adds, the quantizers,
- * attention at short contexts) whose minimum time on the GPU adds more. So
- * launches are likely a bound of decode here. These are estimates, not measurements:
+ * attention at short contexts) whose minimum time on the GPU adds more. So launches are
+ * likely a bound of decode here. These are estimates, not measurements:
  * bench_cuda's step lines measure it (host enqueue time, wall time, GPU time with the queue
  * kept full; launch_share = (wall - GPU) / wall), and the device run decides. If launch_share
  * is above about 0.1, the one-token step wants a CUDA graph. A graph is not a local change:
