@@ -23,6 +23,10 @@
  * for Q8_K, bsums (int32, one per 16 values). Sums over units are f32; the CPU reference sums
  * the same integer products per block, so the two differ by the order of float additions only.
  *
+ * The order in which the matmul kernels add those f32 values is defined here too ("The sum
+ * order"), with the tensor-core GEMM's operand maps, so the GEMV and the GEMM share one
+ * definition and the host test can check that the GEMM's schedule gives the GEMV's bits.
+ *
  * Number conversions follow common/base/dtype.c bit for bit (the kernels are built with
  * -fmad=false, so no multiply-add is contracted where the reference rounds twice).
  */
@@ -295,6 +299,19 @@ struct lmc_xrow {
 	const int32_t *bsums; /* [ne0 / 16], Q8_K only */
 };
 
+/* A unit's value from its integer dot s, the weight block's scale wd and the activation block's
+ * xd: the only float arithmetic of a Q8_0 or Q4_0 unit, one definition for the GEMV (the dots
+ * below) and the tensor-core GEMM (matmul.cu), so both round the same products. */
+LMC_HD float lmc_unit_q8_0(int s, float wd, float xd)
+{
+	return (float)s * (wd * xd);
+}
+
+LMC_HD float lmc_unit_q4_0(int s, float wd, float xd)
+{
+	return (float)s * wd * xd;
+}
+
 /* Q8_0 weights: unit u is half h = u % 2 of block u / 2. */
 struct lmc_w_q8_0 {
 	int q[4];
@@ -317,7 +334,7 @@ LMC_HD float lmc_dot_q8_0(const struct lmc_w_q8_0 *w, int64_t u, const struct lm
 	int s = 0;
 	for (int i = 0; i < 4; i++)
 		s = lmc_dp4a(w->q[i], xv[i], s);
-	return (float)s * (w->d * x->d[u >> 1]);
+	return lmc_unit_q8_0(s, w->d, x->d[u >> 1]);
 }
 
 /* Q4_0 weights: unit u is bytes [8h, 8h + 8) of block u / 2's qs, h = u % 2: elements
@@ -349,7 +366,7 @@ LMC_HD float lmc_dot_q4_0(const struct lmc_w_q4_0 *w, int64_t u, const struct lm
 		s = lmc_dp4a(w->lo[i], lmc_ld_i32(xq + 8 * h + 4 * i), s);
 		s = lmc_dp4a(w->hi[i], lmc_ld_i32(xq + 16 + 8 * h + 4 * i), s);
 	}
-	return (float)s * w->d * x->d[blk];
+	return lmc_unit_q4_0(s, w->d, x->d[blk]);
 }
 
 /* MXFP4's E2M1 code c as quant.c's lm_mxfp4_values (the doubled value, an integer), and its
@@ -422,32 +439,64 @@ LMC_HD void lmc_q4_K_scale_min(int j, const uint8_t *q, int *sc, int *m)
 /* Q4_K weights: unit u of block u / 8 is k = u % 8: chunk c = k / 2 of 32 qs bytes (sub-blocks
  * 2c in the low nibbles, 2c + 1 in the high ones), its half h = k % 2: bytes 16h .. 16h + 15,
  * elements 64c + 16h + i (low) and 64c + 32 + 16h + i (high) for i < 16. */
-struct lmc_w_q4_K {
-	int lo[4], hi[4];
+/* A Q4_K unit's scales: those of its two sub-blocks and the block's d and dmin. */
+struct lmc_q4_K_meta {
 	int sc0, m0, sc1, m1;
 	float d, dmin;
 };
+
+struct lmc_w_q4_K {
+	int lo[4], hi[4];
+	struct lmc_q4_K_meta m;
+};
+
+LMC_HD void lmc_meta_q4_K(const uint8_t *row, int64_t u, struct lmc_q4_K_meta *m)
+{
+	const uint8_t *b = row + (u >> 3) * LMC_Q4_K_BYTES;
+	const int c = (int)(u & 7) >> 1;
+	m->d = lmc_f16_to_f32(lmc_ld_u16(b));
+	m->dmin = lmc_f16_to_f32(lmc_ld_u16(b + 2));
+	/* lmc_q4_K_scale_min on the 12 bytes as three words, by shifts (no array to index: on the
+	 * device that would live in local memory). */
+	uint32_t v[3];
+	for (int i = 0; i < 3; i++)
+		v[i] = (uint32_t)lmc_ld_i32(b + 4 + 4 * i);
+	int sc[2], mn[2];
+	for (int h = 0; h < 2; h++) {
+		const int j = 2 * c + h, sh = 8 * (j & 3);
+		const uint32_t q0 = (v[0] >> sh) & 0xffu, q1 = (v[1] >> sh) & 0xffu;
+		const uint32_t q2 = (v[2] >> sh) & 0xffu;
+		sc[h] = j < 4 ? (int)(q0 & 63) : (int)((q2 & 0xf) | ((q0 >> 6) << 4));
+		mn[h] = j < 4 ? (int)(q1 & 63) : (int)((q2 >> 4) | ((q1 >> 6) << 4));
+	}
+	m->sc0 = sc[0];
+	m->m0 = mn[0];
+	m->sc1 = sc[1];
+	m->m1 = mn[1];
+}
 
 LMC_HD void lmc_load_q4_K(const uint8_t *row, int64_t u, struct lmc_w_q4_K *w)
 {
 	const uint8_t *b = row + (u >> 3) * LMC_Q4_K_BYTES;
 	const int k = (int)(u & 7), c = k >> 1, h = k & 1;
-	w->d = lmc_f16_to_f32(lmc_ld_u16(b));
-	w->dmin = lmc_f16_to_f32(lmc_ld_u16(b + 2));
-	uint8_t scales[12];
-	for (int i = 0; i < 3; i++) {
-		int v = lmc_ld_i32(b + 4 + 4 * i);
-		for (int j = 0; j < 4; j++)
-			scales[4 * i + j] = (uint8_t)((uint32_t)v >> (8 * j));
-	}
-	lmc_q4_K_scale_min(2 * c, scales, &w->sc0, &w->m0);
-	lmc_q4_K_scale_min(2 * c + 1, scales, &w->sc1, &w->m1);
+	lmc_meta_q4_K(row, u, &w->m);
 	int v[4];
 	lmc_ld_i32x4(b + 16 + 32 * c + 16 * h, v);
 	for (int i = 0; i < 4; i++) {
 		w->lo[i] = v[i] & 0x0f0f0f0f;
 		w->hi[i] = (int)(((uint32_t)v[i] >> 4) & 0x0f0f0f0fu);
 	}
+}
+
+/* A Q4_K unit's value from its integer dots over the low (slo) and high (shi) nibbles, the
+ * activation block's dx and the unit's bsums bs[0] (low) and bs[2] (high): the float part of
+ * the GEMV's dot and the GEMM's, one definition. */
+LMC_HD float lmc_unit_q4_K(int slo, int shi, const struct lmc_q4_K_meta *m, float dx,
+			   const int32_t *bs)
+{
+	const float sum = dx * (m->d * (float)(m->sc0 * slo + m->sc1 * shi));
+	const float mins = dx * (m->dmin * (float)(m->m0 * bs[0] + m->m1 * bs[2]));
+	return sum - mins;
 }
 
 LMC_HD float lmc_dot_q4_K(const struct lmc_w_q4_K *w, int64_t u, const struct lmc_xrow *x)
@@ -463,21 +512,38 @@ LMC_HD float lmc_dot_q4_K(const struct lmc_w_q4_K *w, int64_t u, const struct lm
 		slo = lmc_dp4a(w->lo[i], xl[i], slo);
 		shi = lmc_dp4a(w->hi[i], xh[i], shi);
 	}
-	const int32_t *bs = x->bsums + blk * 16 + 4 * c + h;
-	const float dx = x->d[blk];
-	const float sum = dx * (w->d * (float)(w->sc0 * slo + w->sc1 * shi));
-	const float mins = dx * (w->dmin * (float)(w->m0 * bs[0] + w->m1 * bs[2]));
-	return sum - mins;
+	return lmc_unit_q4_K(slo, shi, &w->m, x->d[blk], x->bsums + blk * 16 + 4 * c + h);
 }
 
 /* Q6_K weights: unit u of block u / 16 is k = u % 16: half hh = k / 8 (128 values) and columns
  * l0 = 4 (k % 8) .. l0 + 3 of it, which hold elements 128 hh + 32 g + l0 + i for g, i < 4 (4 low
  * bits from ql, 2 high bits from qh, minus 32), with scale scales[8 hh + l0 / 16 + 2 g]. */
-struct lmc_w_q6_K {
-	int q[4];
+/* A Q6_K unit's scales: one per group of 4 elements, and the block's d. */
+struct lmc_q6_K_meta {
 	int sc[4];
 	float d;
 };
+
+struct lmc_w_q6_K {
+	int q[4];
+	struct lmc_q6_K_meta m;
+};
+
+LMC_HD void lmc_meta_q6_K(const uint8_t *row, int64_t u, struct lmc_q6_K_meta *m)
+{
+	const uint8_t *b = row + (u >> 4) * LMC_Q6_K_BYTES;
+	const int k = (int)(u & 15), hh = k >> 3, l0 = 4 * (k & 7);
+	for (int g = 0; g < 4; g++)
+		m->sc[g] = (int)(int8_t)b[192 + 8 * hh + l0 / 16 + 2 * g];
+	m->d = lmc_f16_to_f32(lmc_ld_u16(b + 208));
+}
+
+/* A Q6_K unit's value from its scaled integer dot s: the float part of the GEMV's dot and the
+ * GEMM's, one definition. */
+LMC_HD float lmc_unit_q6_K(int s, float d, float dx)
+{
+	return (float)s * (d * dx);
+}
 
 LMC_HD void lmc_load_q6_K(const uint8_t *row, int64_t u, struct lmc_w_q6_K *w)
 {
@@ -492,9 +558,7 @@ LMC_HD void lmc_load_q6_K(const uint8_t *row, int64_t u, struct lmc_w_q6_K *w)
 	w->q[1] = lmc_vsub4((int)((c & m4) | (((h >> 2) & m2) << 4)), 0x20202020);
 	w->q[2] = lmc_vsub4((int)(((a >> 4) & m4) | (((h >> 4) & m2) << 4)), 0x20202020);
 	w->q[3] = lmc_vsub4((int)(((c >> 4) & m4) | (((h >> 6) & m2) << 4)), 0x20202020);
-	for (int g = 0; g < 4; g++)
-		w->sc[g] = (int)(int8_t)b[192 + 8 * hh + l0 / 16 + 2 * g];
-	w->d = lmc_f16_to_f32(lmc_ld_u16(b + 208));
+	lmc_meta_q6_K(row, u, &w->m);
 }
 
 LMC_HD float lmc_dot_q6_K(const struct lmc_w_q6_K *w, int64_t u, const struct lmc_xrow *x)
@@ -504,8 +568,165 @@ LMC_HD float lmc_dot_q6_K(const struct lmc_w_q6_K *w, int64_t u, const struct lm
 	const int8_t *xq = x->qs + blk * LMC_QKK + 128 * hh + l0;
 	int s = 0;
 	for (int g = 0; g < 4; g++)
-		s += w->sc[g] * lmc_dp4a(w->q[g], lmc_ld_i32(xq + 32 * g), 0);
-	return (float)s * (w->d * x->d[blk]);
+		s += w->m.sc[g] * lmc_dp4a(w->q[g], lmc_ld_i32(xq + 32 * g), 0);
+	return lmc_unit_q6_K(s, w->m.d, x->d[blk]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The sum order of every matmul kernel                                                       */
+
+/* A row's units are dealt to LMC_SUM_THREADS virtual threads: thread i takes units i, i + 128,
+ * ... and sums their values in that order, from 0.0f. The threads form LMC_SUM_WARPS warps of
+ * 32, each reduced by a butterfly (lane l adds lane l ^ o's value for o = 16, 8, 4, 2, 1; float
+ * addition commutes, so every lane ends with the same tree), and the warp totals are added in
+ * warp order. The GEMV runs exactly that with 128 real threads (lmc_warp_sum, lmc_sum_warps);
+ * the tensor-core GEMM computes the same tree in another schedule (lmc_tree_push), so a token's
+ * result is the same bits on either path. */
+#define LMC_SUM_THREADS 128
+#define LMC_SUM_WARPS   4
+
+/* The warp totals in warp order: tot = v for warp 0, tot + v after it. */
+LMC_HD float lmc_sum_warps_step(float tot, int warp, float v)
+{
+	return warp == 0 ? v : tot + v;
+}
+
+LMC_HD float lmc_sum_warps(const float part[LMC_SUM_WARPS])
+{
+	float s = 0.0f;
+	for (int w = 0; w < LMC_SUM_WARPS; w++)
+		s = lmc_sum_warps_step(s, w, part[w]);
+	return s;
+}
+
+/* k's 5 bits reversed: the lane whose value is the butterfly tree's k-th leaf from the left. */
+LMC_HD int lmc_bitrev5(int k)
+{
+	return ((k & 1) << 4) | ((k & 2) << 2) | (k & 4) | ((k & 8) >> 2) | ((k & 16) >> 4);
+}
+
+/* The butterfly's tree built leaf by leaf: leaf k (k = 0 .. 31) is the value of lane
+ * lmc_bitrev5(k). The butterfly's first step pairs lanes l and l ^ 16, leaves 2m and 2m + 1 in
+ * this order; each later step pairs neighbouring subtrees the same way, so the tree is a
+ * left-to-right pairing that st[] holds as a binary counter: st[L] is a pending subtree of 2^L
+ * leaves. Returns the subtree the leaf completes, the warp's total when k == 31. */
+LMC_HD float lmc_tree_push(float st[5], int k, float v)
+{
+	int l = 0;
+	while (l < 5 && ((k >> l) & 1)) {
+		v = st[l] + v;
+		l++;
+	}
+	if (l < 5)
+		st[l] = v;
+	return v;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The tensor-core GEMM's operands (mma.sync m16n8k16, s8 x s8 -> s32)                         */
+
+/* Fragments of a warp's mma, lane = 4 g + q (PTX ISA, "Matrix fragments for mma.m16n8k16"
+ * with .s8): A is 16 weight rows by 16 k, lane register i (0, 1) holding row g + 8 i, k 4q ..
+ * 4q + 3; B is 16 k by 8 tokens, one register: token g, k 4q .. 4q + 3; C is 16 rows by 8
+ * tokens of int32, register i (0 .. 3) holding row g + 8 (i / 2), token 2q + i % 2. The k of
+ * one mma are one unit's 16 elements, as four words (k-word q = lane % 4) in an order of the
+ * unit's choosing, the same for the weights and the activations: the integer dot is exact, so
+ * it equals the GEMV's dp4a sum of the unit. */
+LMC_HD int lmc_mma_a_row(int lane, int i)
+{
+	return (lane >> 2) + 8 * i;
+}
+
+LMC_HD int lmc_mma_b_token(int lane)
+{
+	return lane >> 2;
+}
+
+LMC_HD int lmc_mma_c_row(int lane, int i)
+{
+	return (lane >> 2) + 8 * (i >> 1);
+}
+
+LMC_HD int lmc_mma_c_token(int lane, int i)
+{
+	return 2 * (lane & 3) + (i & 1);
+}
+
+/* Q8_0: k-word j of unit u is bytes 4j .. 4j + 3 of the unit (lmc_load_q8_0's q[j]). */
+LMC_HD int lmc_kw_w_q8_0(const uint8_t *row, int64_t u, int j)
+{
+	return lmc_ld_i32_a2(row + (u >> 1) * LMC_Q8_0_BYTES + 2 + 16 * (int)(u & 1) + 4 * j);
+}
+
+LMC_HD float lmc_wd_q8_0(const uint8_t *row, int64_t u)
+{
+	return lmc_f16_to_f32(lmc_ld_u16(row + (u >> 1) * LMC_Q8_0_BYTES));
+}
+
+LMC_HD int lmc_kw_x_q8_0(const int8_t *xqs, int64_t u, int j)
+{
+	return lmc_ld_i32(xqs + 16 * u + 4 * j);
+}
+
+/* Q4_0: k-words 0, 1 are the low nibbles of the unit's bytes 0 .. 3 and 4 .. 7 (lmc_load_q4_0's
+ * lo[]), 2, 3 their high nibbles (hi[]), each minus 8; the activations' words match them. */
+LMC_HD int lmc_kw_w_q4_0(const uint8_t *row, int64_t u, int j)
+{
+	const int v =
+		lmc_ld_i32_a2(row + (u >> 1) * LMC_Q4_0_BYTES + 2 + 8 * (int)(u & 1) + 4 * (j & 1));
+	const uint32_t n = j < 2 ? (uint32_t)v : (uint32_t)v >> 4;
+	return lmc_vsub4((int)(n & 0x0f0f0f0fu), 0x08080808);
+}
+
+LMC_HD float lmc_wd_q4_0(const uint8_t *row, int64_t u)
+{
+	return lmc_f16_to_f32(lmc_ld_u16(row + (u >> 1) * LMC_Q4_0_BYTES));
+}
+
+LMC_HD int lmc_kw_x_q4_0(const int8_t *xqs, int64_t u, int j)
+{
+	return lmc_ld_i32(xqs + (u >> 1) * LMC_QK + 8 * (int)(u & 1) + 4 * (j & 1) + 16 * (j >> 1));
+}
+
+/* Q4_K: two mmas a unit, part p = 0 over its low nibbles (lmc_load_q4_K's lo[]), p = 1 over its
+ * high ones (hi[]); k-word j is bytes 4j .. 4j + 3 of the unit's 16 qs bytes, and the
+ * activations' words are the elements that go with them (lmc_dot_q4_K's xl[], xh[]). */
+LMC_HD int lmc_kw_w_q4_K(const uint8_t *row, int64_t u, int p, int j)
+{
+	const int k = (int)(u & 7);
+	const uint32_t v = (uint32_t)lmc_ld_i32(row + (u >> 3) * LMC_Q4_K_BYTES + 16 +
+						32 * (k >> 1) + 16 * (k & 1) + 4 * j);
+	return (int)((p ? v >> 4 : v) & 0x0f0f0f0fu);
+}
+
+LMC_HD int lmc_kw_x_q4_K(const int8_t *xqs, int64_t u, int p, int j)
+{
+	const int k = (int)(u & 7);
+	return lmc_ld_i32(xqs + (u >> 3) * LMC_QKK + 64 * (k >> 1) + 16 * (k & 1) + 32 * p + 4 * j);
+}
+
+/* Q6_K: four mmas a unit, as each group of 4 elements (k-word g) has its own scale: mma p takes
+ * group p's weights from the lanes of k-word p and zero from the others (lmc_kw_part), so it
+ * yields group p's dot alone. k-word g is lmc_load_q6_K's q[g]. */
+LMC_HD int lmc_kw_w_q6_K(const uint8_t *row, int64_t u, int j)
+{
+	const uint8_t *b = row + (u >> 4) * LMC_Q6_K_BYTES;
+	const int k = (int)(u & 15), hh = k >> 3, l0 = 4 * (k & 7);
+	const uint32_t lo =
+		(uint32_t)lmc_ld_i32_a2(b + 64 * hh + 32 * (j & 1) + l0) >> (4 * (j >> 1));
+	const uint32_t hi = (uint32_t)lmc_ld_i32_a2(b + 128 + 32 * hh + l0) >> (2 * j);
+	return lmc_vsub4((int)((lo & 0x0f0f0f0fu) | ((hi & 0x03030303u) << 4)), 0x20202020);
+}
+
+LMC_HD int lmc_kw_part(int p, int j, int w)
+{
+	return p == j ? w : 0;
+}
+
+LMC_HD int lmc_kw_x_q6_K(const int8_t *xqs, int64_t u, int j)
+{
+	const int k = (int)(u & 15);
+	return lmc_ld_i32(xqs + (u >> 4) * LMC_QKK + 128 * (k >> 3) + 4 * (k & 7) + 32 * j);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -7,8 +7,9 @@
  * Each case runs the op on the backend under test (its memory, its uploads and downloads, its
  * weight_init) and on a scalar CPU backend with the same inputs, and compares the outputs by
  * normalised mean squared error, sum((a - b)^2) / sum(b^2), against the case's bound. The matrix:
- *   matmul      f32 f16 bf16 q8_0 q4_0 mxfp4 q4_K q6_K, odd shapes, batches of 1, 2, 7, 16 and 64,
- *               and each batch's tokens bit for bit equal to the same tokens alone;
+ *   matmul      f32 f16 bf16 q8_0 q4_0 mxfp4 q4_K q6_K, odd shapes, batches of 1, 2, 7, 15,
+ *               16, 17 and 64 (both sides of the CUDA tensor-core GEMM's threshold of 16), and
+ *               every token of each batch bit for bit equal to the same token computed alone;
  *   get_rows    every weight type (exact);
  *   rmsnorm     weighted and not, in place, odd widths;
  *   rope        normal and NeoX, partial rotation, frequency factors, scaled positions, YaRN;
@@ -98,6 +99,9 @@ static const enum lm_dtype om_types[] = {LM_F32,  LM_F16,   LM_BF16, LM_Q8_0,
 #define OM_N_TYPES (sizeof om_types / sizeof om_types[0])
 static const int om_batches[] = {1, 2, 7, 16, 64};
 #define OM_N_BATCHES 5
+/* matmul's: the CUDA backend's quantized types take the tensor-core GEMM from 16 tokens. */
+static const int om_mm_batches[] = {1, 2, 7, 15, 16, 17, 64};
+#define OM_N_MM_BATCHES 7
 
 /* Input widths per type: odd block counts, and a wide one (the decode GEMV's loop). */
 static void om_widths(enum lm_dtype t, int64_t ne0[3])
@@ -145,6 +149,20 @@ static void *om_bind(struct om *m, struct lm_weight *wb, const void *host, size_
 	return copy;
 }
 
+/* Each token of x computed alone: yalone[t][ne1]. */
+static int om_matmul_alone(struct om *m, const struct lm_weight *wb, const float *dx, int64_t ne0,
+			   int n, float *dy1, float *yalone)
+{
+	for (int t = 0; t < n; t++) {
+		int rc = m->be.iface->matmul(m->be.ctx, dy1, wb, dx + (size_t)t * (size_t)ne0, 1);
+		if (rc == 0)
+			rc = om_get(m, yalone + (size_t)t * (size_t)wb->ne1, dy1, (size_t)wb->ne1);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* One weight, every batch: against the reference, and each token of the batch against the same
  * token computed alone (the backend's batch invariance, bit for bit). */
 static void om_matmul_one(struct om *m, enum lm_dtype t, int64_t ne0, int64_t ne1)
@@ -162,14 +180,19 @@ static void om_matmul_one(struct om *m, enum lm_dtype t, int64_t ne0, int64_t ne
 		free(host);
 		return;
 	}
-	const int nmax = om_batches[OM_N_BATCHES - 1];
+	const int nmax = om_mm_batches[OM_N_MM_BATCHES - 1];
 	float *x = om_gauss(m, (size_t)(nmax * ne0), 1.0f);
 	float *yr = malloc((size_t)(nmax * ne1) * sizeof(float));
 	float *yb = malloc((size_t)(nmax * ne1) * sizeof(float));
-	float *y1 = malloc((size_t)ne1 * sizeof(float));
+	float *y1 = malloc((size_t)(nmax * ne1) * sizeof(float));
 	float *dx = om_put(m, x, (size_t)(nmax * ne0)), *dy = om_put(m, NULL, (size_t)(nmax * ne1));
-	for (int bi = 0; bi < OM_N_BATCHES; bi++) {
-		const int n = om_batches[bi];
+	float *dy1 = om_put(m, NULL, (size_t)ne1);
+	snprintf(what, sizeof what, "matmul %s %lldx%lld: tokens alone", lm_dtype_name(t),
+		 (long long)ne0, (long long)ne1);
+	if ((rc = om_matmul_alone(m, &wb, dx, ne0, nmax, dy1, y1)) != 0)
+		om_fail(m, what, rc);
+	for (int bi = 0; rc == 0 && bi < OM_N_MM_BATCHES; bi++) {
+		const int n = om_mm_batches[bi];
 		snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", lm_dtype_name(t),
 			 (long long)ne0, (long long)ne1, n);
 		if ((rc = m->ref.iface->matmul(m->ref.ctx, yr, &wr, x, n)) != 0 ||
@@ -180,17 +203,14 @@ static void om_matmul_one(struct om *m, enum lm_dtype t, int64_t ne0, int64_t ne
 		}
 		const double e = test_nmse(yb, yr, (size_t)(n * ne1));
 		om_result(m, e <= 5e-6, what, e, 5e-6);
-		if (n == 1)
-			memcpy(y1, yb, (size_t)ne1 * sizeof(float));
-		else {
-			snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d: token 0 as alone",
-				 lm_dtype_name(t), (long long)ne0, (long long)ne1, n);
-			const bool same = memcmp(y1, yb, (size_t)ne1 * sizeof(float)) == 0;
-			om_result(m, same, what, test_nmse(yb, y1, (size_t)ne1), 0);
-		}
+		snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d: every token as alone",
+			 lm_dtype_name(t), (long long)ne0, (long long)ne1, n);
+		const bool same = memcmp(y1, yb, (size_t)(n * ne1) * sizeof(float)) == 0;
+		om_result(m, same, what, test_nmse(yb, y1, (size_t)(n * ne1)), 0);
 	}
 	om_free(m, dx);
 	om_free(m, dy);
+	om_free(m, dy1);
 	lm_backend_weight_fini(&m->be, &wb);
 	free(bound);
 	free(x);

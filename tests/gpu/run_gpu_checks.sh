@@ -22,7 +22,9 @@
 #   4 mesh       tests/gpu/mesh_cuda.sh: a cpu, cuda, cpu mesh over stories260K whose greedy ids
 #                equal `layermesh run` on the CPU; the cuda worker without memory_limit, so the
 #                planner takes the device's free memory; its plan and /status device memory
-#   5 bench      bench_cuda (GEMV bandwidth of q4_K and q8_0 against a device-to-device copy),
+#   5 bench      bench_cuda (GEMV bandwidth of q4_K and q8_0 against a device-to-device copy,
+#                prefill matmuls by batch size on both sides of the tensor-core GEMM's
+#                threshold, and one decode token's launches: wall time against GPU time),
 #                bench_run --backend cuda on synthetic 8B-shaped llamas in q4_K and q8_0 (decode
 #                tok/s after a 512-token prefill, and the prefill's tok/s)
 # Every step has its own time limit (a hung kernel fails its step, not the run).

@@ -573,3 +573,375 @@ Test(cuda_math, rope_angles_as_the_cpu)
 		cr_assert_eq(memcmp(got, ref, sizeof got), 0, "case %d", c);
 	}
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The matmul kernels' sum order: the GEMV's and the tensor-core GEMM's (matmul.cu)           */
+
+/* One warp's butterfly as lmc_warp_sum runs it: lane l adds lane l ^ o's value. Lane 0's. */
+static float butterfly(const float *v)
+{
+	float l[32];
+	memcpy(l, v, sizeof l);
+	for (int o = 16; o > 0; o >>= 1) {
+		float nl[32];
+		for (int i = 0; i < 32; i++)
+			nl[i] = l[i] + l[i ^ o];
+		memcpy(l, nl, sizeof l);
+	}
+	return l[0];
+}
+
+/* k_mmv's order over unit values val[units]: thread i sums units i, i + 128, ... from 0.0f, the
+ * warps reduce by butterfly, the block adds its warps in order. */
+static float gemv_order(const float *val, int64_t units)
+{
+	float acc[LMC_SUM_THREADS], part[LMC_SUM_WARPS];
+	for (int i = 0; i < LMC_SUM_THREADS; i++) {
+		acc[i] = 0.0f;
+		for (int64_t u = i; u < units; u += LMC_SUM_THREADS)
+			acc[i] += val[u];
+	}
+	for (int w = 0; w < LMC_SUM_WARPS; w++)
+		part[w] = butterfly(acc + 32 * w);
+	return lmc_sum_warps(part);
+}
+
+Test(cuda_math, tree_push_is_the_butterfly)
+{
+	struct test_rng r = {45};
+	for (int rep = 0; rep < 2000; rep++) {
+		float v[32], st[5] = {0}, got = 0.0f;
+		test_fill_gauss(&r, v, 32, 1.0f);
+		for (int i = 0; i < 32; i++) /* magnitudes far apart: any other order rounds */
+			v[i] *= ldexpf(1.0f, (int)(test_rng_next(&r) % 48) - 24);
+		for (int k = 0; k < 32; k++)
+			got = lmc_tree_push(st, k, v[lmc_bitrev5(k)]);
+		const float want = butterfly(v);
+		cr_assert_eq(bits(got), bits(want), "rep %d: %.9g vs %.9g", rep, got, want);
+	}
+	for (int k = 0; k < 32; k++)
+		cr_assert_eq(lmc_bitrev5(lmc_bitrev5(k)), k);
+	/* The C fragment's rows are the A fragment's: one weight scale per A register. */
+	for (int lane = 0; lane < 32; lane++)
+		for (int e = 0; e < 4; e++)
+			cr_assert_eq(lmc_mma_c_row(lane, e), lmc_mma_a_row(lane, e >> 1));
+}
+
+/* mma.sync.m16n8k16.row.col.s32.s8.s8.s32 as the PTX ISA lays out its fragments, written out
+ * here independently of cuda_math.h's maps: lane 4g + q holds A[g][4q .. 4q + 3] (a0) and
+ * A[g + 8][4q .. 4q + 3] (a1), bytes in k order from the lowest; B[4q .. 4q + 3][g] (b0); and
+ * D[g][2q], D[g][2q + 1], D[g + 8][2q], D[g + 8][2q + 1] (d0 .. d3). */
+static void mma_emulate(int a[32][2], const int b[32], int d[32][4])
+{
+	int A[16][16], B[16][8];
+	for (int lane = 0; lane < 32; lane++) {
+		const int g = lane / 4, q = lane % 4;
+		for (int by = 0; by < 4; by++) {
+			A[g][4 * q + by] = (int8_t)(uint8_t)((uint32_t)a[lane][0] >> (8 * by));
+			A[g + 8][4 * q + by] = (int8_t)(uint8_t)((uint32_t)a[lane][1] >> (8 * by));
+			B[4 * q + by][g] = (int8_t)(uint8_t)((uint32_t)b[lane] >> (8 * by));
+		}
+	}
+	for (int lane = 0; lane < 32; lane++) {
+		const int g = lane / 4, q = lane % 4;
+		for (int e = 0; e < 4; e++) {
+			const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
+			int s = 0;
+			for (int k = 0; k < 16; k++)
+				s += A[row][k] * B[k][col];
+			d[lane][e] = s;
+		}
+	}
+}
+
+/* A Q8_0 / Q4_0 / Q4_K / Q6_K weight and a batch of activations (Q8_0, or Q8_K for the
+ * K-quants) in the device layout (struct lmc_act's arrays). */
+struct mmq_case {
+	enum lm_dtype t;
+	int64_t ne0, ne1;
+	int n;
+	size_t rb;
+	int64_t units, nb, blck; /* units per row; activation blocks per token and their size */
+	uint8_t *w;
+	int8_t *xqs;
+	float *xd;
+	int32_t *bsums;
+	uint8_t *xref; /* the activations' GGUF blocks, for the CPU's dot product */
+	size_t xref_row;
+};
+
+/* The GEMM's operands of one type, as matmul.cu's mmq_* structs take them from cuda_math.h. */
+static int mmq_nk(const struct mmq_case *c)
+{
+	return c->t == LM_Q6_K ? 4 : c->t == LM_Q4_K ? 2 : 1;
+}
+
+static int mmq_kw_w(const struct mmq_case *c, const uint8_t *row, int64_t u, int p, int j)
+{
+	if (c->t == LM_Q8_0)
+		return lmc_kw_w_q8_0(row, u, j);
+	if (c->t == LM_Q4_0)
+		return lmc_kw_w_q4_0(row, u, j);
+	if (c->t == LM_Q4_K)
+		return lmc_kw_w_q4_K(row, u, p, j);
+	return lmc_kw_part(p, j, lmc_kw_w_q6_K(row, u, j));
+}
+
+static int mmq_kw_x(const struct mmq_case *c, const int8_t *xq, int64_t u, int p, int j)
+{
+	if (c->t == LM_Q8_0)
+		return lmc_kw_x_q8_0(xq, u, j);
+	if (c->t == LM_Q4_0)
+		return lmc_kw_x_q4_0(xq, u, j);
+	if (c->t == LM_Q4_K)
+		return lmc_kw_x_q4_K(xq, u, p, j);
+	return lmc_kw_x_q6_K(xq, u, j);
+}
+
+static float mmq_unit(const struct mmq_case *c, const int *s, const uint8_t *row, int64_t u,
+		      int tok)
+{
+	const float *xd = c->xd + (size_t)tok * (size_t)c->nb;
+	if (c->t == LM_Q8_0)
+		return lmc_unit_q8_0(s[0], lmc_wd_q8_0(row, u), xd[u >> 1]);
+	if (c->t == LM_Q4_0)
+		return lmc_unit_q4_0(s[0], lmc_wd_q4_0(row, u), xd[u >> 1]);
+	if (c->t == LM_Q6_K) {
+		struct lmc_q6_K_meta m6;
+		lmc_meta_q6_K(row, u, &m6);
+		int si = 0;
+		for (int g = 0; g < 4; g++)
+			si += m6.sc[g] * s[g];
+		return lmc_unit_q6_K(si, m6.d, xd[u >> 4]);
+	}
+	struct lmc_q4_K_meta m;
+	lmc_meta_q4_K(row, u, &m);
+	const int k = (int)(u & 7);
+	const int32_t *bs = c->bsums + (size_t)tok * (size_t)(c->ne0 / 16) + (u >> 3) * 16 +
+			    4 * (k >> 1) + (k & 1);
+	return lmc_unit_q4_K(s[0], s[1], &m, xd[u >> 3], bs);
+}
+
+/* The GEMV's value of unit u of a row for one token (lmc_load_* and lmc_dot_*). */
+static float gemv_unit(const struct mmq_case *c, const uint8_t *row, int64_t u,
+		       const struct lmc_xrow *x)
+{
+	if (c->t == LM_Q8_0) {
+		struct lmc_w_q8_0 wu;
+		lmc_load_q8_0(row, u, &wu);
+		return lmc_dot_q8_0(&wu, u, x);
+	}
+	if (c->t == LM_Q4_0) {
+		struct lmc_w_q4_0 wu;
+		lmc_load_q4_0(row, u, &wu);
+		return lmc_dot_q4_0(&wu, u, x);
+	}
+	if (c->t == LM_Q6_K) {
+		struct lmc_w_q6_K wu;
+		lmc_load_q6_K(row, u, &wu);
+		return lmc_dot_q6_K(&wu, u, x);
+	}
+	struct lmc_w_q4_K wu;
+	lmc_load_q4_K(row, u, &wu);
+	return lmc_dot_q4_K(&wu, u, x);
+}
+
+static int mmq_clamp(int64_t v, int64_t hi)
+{
+	return (int)(v < hi ? v : hi - 1);
+}
+
+/* The unit's NK mmas for one warp: d[p][lane][e]. */
+static void mmq_unit_mmas(const struct mmq_case *c, int64_t r0, int t0, int64_t u, int d[4][32][4])
+{
+	for (int p = 0; p < mmq_nk(c); p++) {
+		int a[32][2], b[32];
+		for (int lane = 0; lane < 32; lane++) {
+			for (int i = 0; i < 2; i++) {
+				const int row = mmq_clamp(r0 + lmc_mma_a_row(lane, i), c->ne1);
+				a[lane][i] =
+					mmq_kw_w(c, c->w + (size_t)row * c->rb, u, p, lane & 3);
+			}
+			const int tok = mmq_clamp(t0 + lmc_mma_b_token(lane), c->n);
+			b[lane] =
+				mmq_kw_x(c, c->xqs + (size_t)tok * (size_t)c->ne0, u, p, lane & 3);
+		}
+		mma_emulate(a, b, d[p]);
+	}
+}
+
+/* One warp of k_mmq: rows r0 .. r0 + 15 by tokens t0 .. t0 + 7, lane by lane, in its order. */
+static void mmq_warp(const struct mmq_case *c, int64_t r0, int t0, float *y)
+{
+	static float st[32][4][5], tot[32][4];
+	memset(st, 0, sizeof st);
+	memset(tot, 0, sizeof tot);
+	for (int vw = 0; vw < LMC_SUM_WARPS; vw++) {
+		for (int k = 0; k < 32; k++) {
+			float acc[32][4] = {{0}};
+			for (int64_t u = 32 * vw + lmc_bitrev5(k); u < c->units;
+			     u += LMC_SUM_THREADS) {
+				int d[4][32][4];
+				mmq_unit_mmas(c, r0, t0, u, d);
+				for (int lane = 0; lane < 32; lane++)
+					for (int e = 0; e < 4; e++) {
+						const int row = mmq_clamp(
+							r0 + lmc_mma_c_row(lane, e), c->ne1);
+						const int tok = mmq_clamp(
+							t0 + lmc_mma_c_token(lane, e), c->n);
+						const int s[4] = {d[0][lane][e], d[1][lane][e],
+								  d[2][lane][e], d[3][lane][e]};
+						acc[lane][e] += mmq_unit(
+							c, s, c->w + (size_t)row * c->rb, u, tok);
+					}
+			}
+			for (int lane = 0; lane < 32; lane++)
+				for (int e = 0; e < 4; e++) {
+					const float v = lmc_tree_push(st[lane][e], k, acc[lane][e]);
+					if (k == 31)
+						tot[lane][e] =
+							lmc_sum_warps_step(tot[lane][e], vw, v);
+				}
+		}
+	}
+	for (int lane = 0; lane < 32; lane++)
+		for (int e = 0; e < 4; e++) {
+			const int64_t r = r0 + lmc_mma_c_row(lane, e);
+			const int t = t0 + lmc_mma_c_token(lane, e);
+			if (r < c->ne1 && t < c->n)
+				y[(size_t)t * (size_t)c->ne1 + (size_t)r] = tot[lane][e];
+		}
+}
+
+/* Token t's activations: quantized as the reference does, spread into the device layout. */
+static void mmq_token(struct mmq_case *c, const float *f, int t)
+{
+	uint8_t *ref = c->xref + (size_t)t * c->xref_row;
+	cr_assert_eq(lm_quantize_row(c->blck == QK_K ? LM_Q8_K : LM_Q8_0, f, ref, c->ne0), 0);
+	for (int64_t i = 0; i < c->nb; i++) {
+		int8_t *qs = c->xqs + (size_t)t * (size_t)c->ne0 + (size_t)(i * c->blck);
+		float *d = c->xd + (size_t)t * (size_t)c->nb + (size_t)i;
+		if (c->blck == QK_K) {
+			const block_q8_K *b = (const block_q8_K *)ref + i;
+			*d = b->d;
+			memcpy(qs, b->qs, QK_K);
+			for (int j = 0; j < 16; j++)
+				c->bsums[(size_t)t * (size_t)(c->ne0 / 16) + (size_t)(i * 16 + j)] =
+					b->bsums[j];
+		} else {
+			const block_q8_0 *b = (const block_q8_0 *)ref + i;
+			*d = lm_f16_to_f32(b->d);
+			memcpy(qs, b->qs, QK8_0);
+		}
+	}
+}
+
+static void mmq_case_make(struct mmq_case *c, struct test_rng *r)
+{
+	uint64_t rb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(c->t, (uint64_t)c->ne0, &rb), 0);
+	c->rb = (size_t)rb;
+	const bool kq = c->t == LM_Q4_K || c->t == LM_Q6_K;
+	c->blck = kq ? QK_K : QK8_0;
+	c->nb = c->ne0 / c->blck;
+	c->units = c->nb * (c->t == LM_Q4_K   ? LMC_UPB_Q4_K
+			    : c->t == LM_Q6_K ? LMC_UPB_Q6_K
+					      : LMC_UPB_Q8_0);
+	c->xref_row = (size_t)c->nb * (kq ? sizeof(block_q8_K) : sizeof(block_q8_0));
+	c->w = malloc(c->rb * (size_t)c->ne1);
+	c->xqs = malloc((size_t)c->ne0 * (size_t)c->n);
+	c->xd = malloc((size_t)c->nb * (size_t)c->n * sizeof(float));
+	c->bsums = malloc((size_t)(c->ne0 / 16) * (size_t)c->n * sizeof(int32_t));
+	c->xref = malloc(c->xref_row * (size_t)c->n);
+	float *f = malloc((size_t)c->ne0 * sizeof(float));
+	cr_assert(c->w && c->xqs && c->xd && c->bsums && c->xref && f);
+	for (int64_t row = 0; row < c->ne1; row++) {
+		test_fill_gauss(r, f, (size_t)c->ne0, row % 3 == 0 ? 2.0f : 0.05f);
+		if (row == 1) /* a block of zeros: d = 0 */
+			memset(f, 0, (size_t)c->blck * sizeof(float));
+		cr_assert_eq(lm_quantize_row(c->t, f, c->w + (size_t)row * c->rb, c->ne0), 0);
+	}
+	for (int t = 0; t < c->n; t++) {
+		test_fill_gauss(r, f, (size_t)c->ne0, t % 2 ? 1.0f : 30.0f);
+		mmq_token(c, f, t);
+	}
+	free(f);
+}
+
+static void mmq_case_free(struct mmq_case *c)
+{
+	free(c->w);
+	free(c->xqs);
+	free(c->xd);
+	free(c->bsums);
+	free(c->xref);
+}
+
+/* Every (row, token) of the emulated GEMM in y against the GEMV's order and the CPU's dot. */
+static void mmq_check(const struct mmq_case *c, const float *y)
+{
+	float *val = malloc((size_t)c->units * sizeof(float));
+	cr_assert(val != NULL);
+	const cpu_vec_dot_fn dots[] = {cpu_vec_dot_q8_0_generic, cpu_vec_dot_q4_0_generic,
+				       cpu_vec_dot_q4_K_generic, cpu_vec_dot_q6_K_generic};
+	const cpu_vec_dot_fn dot = dots[c->t == LM_Q8_0   ? 0
+					: c->t == LM_Q4_0 ? 1
+					: c->t == LM_Q4_K ? 2
+							  : 3];
+	int order_matters = 0;
+	for (int t = 0; t < c->n; t++) {
+		const struct lmc_xrow x = {.qs = c->xqs + (size_t)t * (size_t)c->ne0,
+					   .d = c->xd + (size_t)t * (size_t)c->nb,
+					   .bsums = c->bsums + (size_t)t * (size_t)(c->ne0 / 16)};
+		for (int64_t row = 0; row < c->ne1; row++) {
+			const uint8_t *wr = c->w + (size_t)row * c->rb;
+			float plain = 0.0f;
+			double mag = 1e-30; /* the sum's conditioning: the error bound's scale */
+			for (int64_t u = 0; u < c->units; u++) {
+				val[u] = gemv_unit(c, wr, u, &x);
+				plain += val[u];
+				mag += fabs((double)val[u]);
+			}
+			const float want = gemv_order(val, c->units);
+			const float got = y[(size_t)t * (size_t)c->ne1 + (size_t)row];
+			order_matters += bits(plain) != bits(want);
+			cr_assert_eq(bits(got), bits(want),
+				     "%s ne0 %lld row %lld token %d: %.9g vs %.9g",
+				     lm_dtype_name(c->t), (long long)c->ne0, (long long)row, t, got,
+				     want);
+			const float ref = dot(c->ne0, wr, c->xref + (size_t)t * c->xref_row);
+			cr_assert(fabs((double)got - ref) <= 1e-5 * mag, "%s: %.9g vs cpu %.9g",
+				  lm_dtype_name(c->t), got, ref);
+		}
+	}
+	/* The data are such that another order of additions would round differently. */
+	if (c->ne0 >= 4096)
+		cr_assert(order_matters > 0, "%s ne0 %lld: no output depends on the order",
+			  lm_dtype_name(c->t), (long long)c->ne0);
+	free(val);
+}
+
+/* The tensor-core GEMM, emulated with its fragments and its order, gives every (row, token) the
+ * bits of the GEMV (each token alone), and the CPU's dot product within rounding. */
+Test(cuda_math, mma_gemm_order_is_the_gemv_order, .timeout = 120)
+{
+	static const struct {
+		enum lm_dtype t;
+		int64_t ne0;
+	} shapes[] = {{LM_Q8_0, 224},   {LM_Q8_0, 4096}, {LM_Q4_0, 288}, {LM_Q4_0, 4096},
+		      {LM_Q4_K, 768},   {LM_Q4_K, 4096}, {LM_Q6_K, 768}, {LM_Q6_K, 4096},
+		      {LM_Q8_0, 14336}, {LM_Q4_K, 14336}};
+	struct test_rng r = {46};
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		struct mmq_case c = {.t = shapes[si].t, .ne0 = shapes[si].ne0, .ne1 = 21, .n = 19};
+		mmq_case_make(&c, &r);
+		float *y = malloc((size_t)c.n * (size_t)c.ne1 * sizeof(float));
+		cr_assert(y != NULL);
+		for (int64_t r0 = 0; r0 < c.ne1; r0 += 16) /* partial tiles of rows and tokens */
+			for (int t0 = 0; t0 < c.n; t0 += 8)
+				mmq_warp(&c, r0, t0, y);
+		mmq_check(&c, y);
+		free(y);
+		mmq_case_free(&c);
+	}
+}
