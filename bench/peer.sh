@@ -65,7 +65,7 @@ peer_up() {
 	PEER_URL=http://127.0.0.1:$http
 	"$PEER_BIN/llama-server" -m "$file" --rpc "$rpc" -ngl 999 --fit off --split-mode layer \
 		--tensor-split 1,1,1 -t 1 -tb 1 --parallel 16 -c $((16 * ctx)) --cache-ram 0 \
-		--no-webui --host 127.0.0.1 --port "$http" >"$TMP/llama-server.log" 2>&1 &
+		--no-webui --host 127.0.0.1 --port "$http" -lv 4 >"$TMP/llama-server.log" 2>&1 &
 	PEER_PID=$!
 	PIDS+=("$PEER_PID")
 	for _ in $(seq 6000); do
@@ -75,7 +75,8 @@ peer_up() {
 		sleep 0.1
 	done
 	curl -sf --max-time 5 "$PEER_URL/health" >/dev/null || die "llama-server was not ready in 10 minutes"
-	# Where llama.cpp put the weights: one buffer per device.
+	# Where llama.cpp put the weights, one buffer per device (verbosity 4 logs it, and a few
+	# lines a request).
 	grep -E 'model buffer size|offloaded|pipeline parallelism' "$TMP/llama-server.log" >>"$LOG" || true
 }
 
@@ -97,7 +98,7 @@ peer_req() {
 	rm -f "$out"
 	[ "$code" = 200 ] || { echo "$1 answered $code: $resp" >>"$LOG"; return 1; }
 	jq -er --arg wall "$wall" 'select(.timings.predicted_n != null) |
-		"\(.timings.predicted_n) \(.timings.predicted_ms) \(.timings.prompt_ms) \($wall | tonumber * 1000)"' \
+		"\(.timings.predicted_n) \(.timings.predicted_ms) \(.timings.prompt_ms) \($wall | tonumber * 1e6 | round / 1e3)"' \
 		<<<"$resp" || { echo "$1 answered: $resp" >>"$LOG"; return 1; }
 }
 
@@ -160,7 +161,12 @@ peer_kill() {
 	wait "$cpid" || rc=$?
 	t1=$(date +%s%N)
 	code=$(cat "$TMP/kill.code")
-	body=$(cat "$TMP/kill.body" "$TMP/kill.err" | head -c 300)
+	# A completion is told by its finish and token count, an error by its message.
+	body=$(jq -r 'if .choices then "finish_reason \(.choices[0].finish_reason); \(.usage.completion_tokens) tokens"
+		elif .error then "error: \(.error.message // .error)" else tostring end' \
+		"$TMP/kill.body" 2>/dev/null || cat "$TMP/kill.body" "$TMP/kill.err" 2>/dev/null || true)
+	[ -n "$body" ] || body=$(cat "$TMP/kill.err" 2>/dev/null || true)
+	body=${body:0:300}
 	echo "peer $impl kill: curl exit $rc, HTTP $code after $(((t1 - t0) / 1000000)) ms: $body" >>"$LOG"
 	row peer "$name" "$impl" 1 0 kill_reply "$(peer_text "curl exit $rc; HTTP $code after $(((t1 - t0) / 1000000)) ms; $body")"
 	alive=gone
@@ -203,8 +209,9 @@ section_peer() {
 	row peer "$name" llama.cpp-rpc 1 0 prompt_tokens "$PEER_PROMPT"
 	peer_up "$f" $((PEER_PROMPT + 128))
 	MESH_SEQ=$((PEER_PROMPT + 128)) mesh_up "peer-$name" "$f"
-	row peer "$name" llama.cpp-rpc 1 0 split "$(peer_text "$(sed -n 's/.*\(RPC[0-9]*\)\[[^]]*\] model buffer size = *\([0-9.]*\) MiB.*/\1 \2 MiB/p' \
-		"$TMP/llama-server.log" | tr '\n' ' ')")"
+	row peer "$name" llama.cpp-rpc 1 0 split "$(peer_text "$(awk '/model buffer size/ {
+		if ($0 ~ /CPU/) printf "llama-server %s MiB ", $(NF - 1)
+		else printf "rpc%d %s MiB ", n++, $(NF - 1) }' "$TMP/llama-server.log")")"
 	row peer "$name" layermesh 1 0 split "$(peer_text "$(curl -sf --max-time 10 "$URL/v1/status" |
 		jq -r '.plan.workers[] | "\(.name) layers \(.start)-\(.end) \(.total_bytes / 1048576 | floor) MiB"' | tr '\n' ' ')")"
 	# Each side's warm-up: a short request and a long prompt.
