@@ -103,7 +103,8 @@ peer_req() {
 }
 
 # peer_round URL K T IDS_ALL: K concurrent requests of T tokens, prompts of 4 ids from IDS_ALL as
-# in batch_round; prints "aggregate_decode_tok_s wall_tok_s" (the batch section's two figures).
+# in batch_round; prints "aggregate_decode_tok_s wall_tok_s tokens" (the batch section's two
+# figures, and every token generated).
 peer_round() {
 	local url=$1 k=$2 t=$3 i t0 t1 files=() pids=()
 	local -a all
@@ -118,25 +119,61 @@ peer_round() {
 	t1=$(date +%s%N)
 	awk -v wall_ns=$((t1 - t0)) '
 		{ dec += $1 - 1; gen += $1; if ($2 > maxms) maxms = $2 }
-		END { printf "%.3f %.3f\n", dec / maxms * 1000, gen / (wall_ns / 1e9) }' "${files[@]}"
+		END { printf "%.3f %.3f %d\n", dec / maxms * 1000, gen / (wall_ns / 1e9), gen }' "${files[@]}"
 }
 
-# peer_rep NAME IMPL URL REP BOS DECODE IDS16 IDS_LONG: one repetition of the three measures.
+# peer_cpu_ms PID...: the CPU time (user and system, every thread) the processes have taken, ms.
+peer_cpu_ms() {
+	local p s t=0 tck
+	local -a f
+	tck=$(getconf CLK_TCK)
+	for p in "$@"; do
+		s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+		read -r -a f <<<"${s##*) }" # from field 3, the state: utime is field 14, stime 15
+		t=$((t + f[11] + f[12]))
+	done
+	echo $((t * 1000 / tck))
+}
+
+# The processes of each side: llama-server and its rpc-servers; `layermesh up` (the coordinator)
+# and its workers.
+peer_pids() {
+	if [ "$1" = layermesh ]; then
+		echo "$UP_PID" $(pgrep -P "$UP_PID")
+	else
+		echo "$PEER_PID" "${PEER_STAGE[@]}"
+	fi
+}
+
+# peer_rep NAME IMPL URL REP BOS DECODE IDS16 IDS_LONG: one repetition of the three measures,
+# each with the CPU time all of the side's processes took over it (the figure a loaded machine
+# moves least: wall time waits for the other tenants, CPU time does not).
 peer_rep() {
-	local name=$1 impl=$2 url=$3 r=$4 n ms pms wall out
+	local name=$1 impl=$2 url=$3 r=$4 n ms pms wall out c0 c1 c2 c3 dec agg tok
+	local -a pids
+	read -r -a pids <<<"$(peer_pids "$impl")"
+	c0=$(peer_cpu_ms "${pids[@]}")
 	read -r n ms pms wall <<<"$(peer_req "$url" "$5" $(($6 + 1)))" || true
 	[ "${n:-0}" -ge 2 ] || die "$impl generated ${n:-no} tokens (see $LOG)"
+	c1=$(peer_cpu_ms "${pids[@]}")
+	out=$(peer_round "$url" 16 "$BATCH_TOKENS" "$7")
+	c2=$(peer_cpu_ms "${pids[@]}")
+	read -r dec agg tok <<<"$out"
 	row peer "$name" "$impl" 1 "$r" decode_tok_s "$(awk -v n="$n" -v ms="$ms" 'BEGIN { printf "%.4f", (n - 1) / ms * 1000 }')"
 	row peer "$name" "$impl" 1 "$r" decode_n "$n"
-	out=$(peer_round "$url" 16 "$BATCH_TOKENS" "$7")
-	row peer "$name" "$impl" 1 "$r" agg16_tok_s "${out%% *}"
-	row peer "$name" "$impl" 1 "$r" wall16_tok_s "${out##* }"
+	row peer "$name" "$impl" 1 "$r" decode_cpu_ms_tok "$(awk -v c=$((c1 - c0)) -v n="$n" 'BEGIN { printf "%.3f", c / n }')"
+	row peer "$name" "$impl" 1 "$r" agg16_tok_s "$dec"
+	row peer "$name" "$impl" 1 "$r" wall16_tok_s "$agg"
+	row peer "$name" "$impl" 1 "$r" agg16_cpu_ms_tok "$(awk -v c=$((c2 - c1)) -v n="$tok" 'BEGIN { printf "%.3f", c / n }')"
 	read -r _ _ pms wall <<<"$(peer_req "$url" "$8" 1)" || true
 	[ -n "${wall:-}" ] || die "$impl failed the ${PEER_PROMPT}-token prompt (see $LOG)"
+	c3=$(peer_cpu_ms "${pids[@]}")
 	row peer "$name" "$impl" 1 "$r" ttft_ms "$wall"
 	row peer "$name" "$impl" 1 "$r" prompt_ms "$pms"
-	echo "peer $impl rep $r: $n tokens in $ms ms after the first; 16 streams $out" \
-		"(decode, wall tok/s); ${PEER_PROMPT}-token prompt: first token $wall ms (server $pms ms)" >>"$LOG"
+	row peer "$name" "$impl" 1 "$r" ttft_cpu_ms $((c3 - c2))
+	echo "peer $impl rep $r: $n tokens in $ms ms after the first, CPU $((c1 - c0)) ms;" \
+		"16 streams $dec $agg tok/s (decode, wall), $tok tokens, CPU $((c2 - c1)) ms;" \
+		"${PEER_PROMPT}-token prompt: first token $wall ms (server $pms ms), CPU $((c3 - c2)) ms" >>"$LOG"
 }
 
 # peer_text S: S as one CSV field (no commas, no line breaks, 200 characters at most).
@@ -144,7 +181,8 @@ peer_text() { tr ',|\n\r' ';/  ' <<<"$1" | sed 's/  */ /g; s/ $//' | cut -c1-200
 
 # peer_kill NAME IMPL URL HEALTH STAGE_PID SERVER_PID BOS: a request of PEER_KILL_TOKENS tokens,
 # the middle stage SIGKILLed PEER_KILL_AFTER seconds into it; rows: what the client got, whether the server lived,
-# and whether it served the next request (waiting up to 120 s for HEALTH to answer 200).
+# and whether it served the next request (waiting up to 120 s after the reply for HEALTH to
+# answer 200).
 peer_kill() {
 	local name=$1 impl=$2 url=$3 health=$4 stage=$5 server=$6 cpid rc code body t0 t1 next alive
 	log "peer: $impl, the middle stage (pid $stage) killed mid-request"
@@ -176,11 +214,11 @@ peer_kill() {
 		next="not ready in 120 s"
 		for _ in $(seq 1200); do
 			if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url$health")" = 200 ]; then
-				t1=$(date +%s%N)
+				t0=$(date +%s%N)
 				if peer_req "$url" "$7" 8 >/dev/null; then
-					next="served (ready $(((t1 - t0) / 1000000)) ms after the kill)"
+					next="served (ready $(((t0 - t1) / 1000000)) ms after the reply)"
 				else
-					next="failed (ready $(((t1 - t0) / 1000000)) ms after the kill; see the log)"
+					next="failed (ready $(((t0 - t1) / 1000000)) ms after the reply; see the log)"
 				fi
 				break
 			fi

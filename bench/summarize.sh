@@ -320,22 +320,34 @@ END {
 			"tok/s from each server'"'"'s timings (first token to last, the same definition on " \
 			"both sides). 16 streams of %d tokens sent at once: aggregate decode tok/s as in the " \
 			"batching table, and every token over the wall time. First token: the wall time of " \
-			"a request of one token after a %d-token prompt. The last column is how many times " \
-			"faster layermesh is (for the first token, llama.cpp'"'"'s time over layermesh'"'"'s).\n\n", \
+			"a request of one token after a %d-token prompt. CPU: the CPU time (user and " \
+			"system) that all of a side'"'"'s processes took over the measure (llama-server and " \
+			"its 3 rpc-servers; the coordinator and its 3 workers), which the other tenants of a " \
+			"loaded machine move least. The last column is how many times faster layermesh is " \
+			"(for times, llama.cpp'"'"'s over layermesh'"'"'s).\n\n", \
 			peer, decode + 1, batch_tokens, med(L "prompt_tokens")
 		printf "| measure | llama.cpp RPC | layermesh | layermesh faster by |\n|---|---|---|---|\n"
 		printf "| single-stream decode tok/s | %s | %s | %s |\n", mmm(L "decode_tok_s"), \
 			mmm(M "decode_tok_s"), ratio(M "decode_tok_s", L "decode_tok_s")
+		printf "| single stream, CPU ms per token | %s | %s | %s |\n", \
+			mmm(L "decode_cpu_ms_tok"), mmm(M "decode_cpu_ms_tok"), \
+			ratio(L "decode_cpu_ms_tok", M "decode_cpu_ms_tok")
 		printf "| 16 streams, aggregate decode tok/s | %s | %s | %s |\n", mmm(L "agg16_tok_s"), \
 			mmm(M "agg16_tok_s"), ratio(M "agg16_tok_s", L "agg16_tok_s")
 		printf "| 16 streams, wall tok/s | %s | %s | %s |\n", mmm(L "wall16_tok_s"), \
 			mmm(M "wall16_tok_s"), ratio(M "wall16_tok_s", L "wall16_tok_s")
+		printf "| 16 streams, CPU ms per token | %s | %s | %s |\n", \
+			mmm(L "agg16_cpu_ms_tok"), mmm(M "agg16_cpu_ms_tok"), \
+			ratio(L "agg16_cpu_ms_tok", M "agg16_cpu_ms_tok")
 		printf "| first token after %d prompt tokens, ms | %s | %s | %s |\n", \
 			med(L "prompt_tokens"), mmm(L "ttft_ms"), mmm(M "ttft_ms"), \
 			ratio(L "ttft_ms", M "ttft_ms")
 		printf "| the same, the server'"'"'s prompt_ms | %s | %s | %s |\n", mmm(L "prompt_ms"), \
 			mmm(M "prompt_ms"), ratio(L "prompt_ms", M "prompt_ms")
-		printf "| the layers | %s | %s | |\n", list[L "split"], list[M "split"]
+		printf "| the same, CPU ms | %s | %s | %s |\n", mmm(L "ttft_cpu_ms"), \
+			mmm(M "ttft_cpu_ms"), ratio(L "ttft_cpu_ms", M "ttft_cpu_ms")
+		printf "| the layers (llama.cpp: its weight buffers; layermesh: each worker'"'"'s planned " \
+			"bytes, its KV cache included) | %s | %s | |\n", list[L "split"], list[M "split"]
 		if ((L "kill_reply") in list) {
 			printf "\nThe middle stage SIGKILLed %s s into a request of one stream:\n\n", \
 				list[L "kill_after_s"]
