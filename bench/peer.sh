@@ -179,9 +179,10 @@ peer_rep() {
 # peer_text S: S as one CSV field (no commas, no line breaks, 200 characters at most).
 peer_text() { tr ',|\n\r' ';/  ' <<<"$1" | sed 's/  */ /g; s/ $//' | cut -c1-200; }
 
-# peer_kill NAME IMPL URL HEALTH STAGE_PID SERVER_PID BOS: a request of PEER_KILL_TOKENS tokens,
+# peer_kill NAME IMPL URL HEALTH STAGE_PID SERVER_PID BOS [SERVER_LOG]: a request of PEER_KILL_TOKENS tokens,
 # the middle stage SIGKILLed PEER_KILL_AFTER seconds into it; rows: what the client got, whether the server lived,
-# and whether it served the next request (waiting up to 120 s after the reply for HEALTH to
+# (if it died, the abort SERVER_LOG names: ggml's names its file and line) and whether it served
+# the next request (waiting up to 120 s after the reply for HEALTH to
 # answer 200).
 peer_kill() {
 	local name=$1 impl=$2 url=$3 health=$4 stage=$5 server=$6 cpid rc code body t0 t1 next alive
@@ -209,6 +210,9 @@ peer_kill() {
 	row peer "$name" "$impl" 1 0 kill_reply "$(peer_text "curl exit $rc; HTTP $code after $(((t1 - t0) / 1000000)) ms; $body")"
 	alive=gone
 	kill -0 "$server" 2>/dev/null && alive=up
+	if [ "$alive" = gone ] && [ -n "${8:-}" ]; then
+		alive="gone: $(grep -m 1 -E '\.(c|cpp):[0-9]+: ' "$8" | sed 's|^.*/||' || true)"
+	fi
 	next="the server is gone"
 	if [ "$alive" = up ]; then
 		next="not ready in 120 s"
@@ -227,7 +231,7 @@ peer_kill() {
 		done
 	fi
 	echo "peer $impl after the kill: server $alive; next request: $next" >>"$LOG"
-	row peer "$name" "$impl" 1 0 kill_server "$alive"
+	row peer "$name" "$impl" 1 0 kill_server "$(peer_text "$alive")"
 	row peer "$name" "$impl" 1 0 kill_next "$(peer_text "$next")"
 }
 
@@ -261,7 +265,8 @@ section_peer() {
 		peer_rep "$name" llama.cpp-rpc "$PEER_URL" "$r" "$bos" "$DECODE" "$ids16" "$long"
 		peer_rep "$name" layermesh "$URL" "$r" "$bos" "$DECODE" "$ids16" "$long"
 	done
-	peer_kill "$name" llama.cpp-rpc "$PEER_URL" /health "${PEER_STAGE[1]}" "$PEER_PID" "$bos"
+	peer_kill "$name" llama.cpp-rpc "$PEER_URL" /health "${PEER_STAGE[1]}" "$PEER_PID" "$bos" \
+		"$TMP/llama-server.log"
 	peer_kill "$name" layermesh "$URL" /readyz \
 		"$(curl -sf --max-time 10 "$URL/v1/status" | jq '.workers[] | select(.name == "w1") | .pid')" \
 		"$UP_PID" "$bos"
