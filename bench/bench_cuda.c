@@ -29,13 +29,17 @@
  * one step of the backend (backend.h's step_begin/step_end, issued in passes as
  * engine/forward.c does), which the CUDA backend captures once as a CUDA graph and replays
  * (LM_CUDA_GRAPHS, which bench_cuda turns on for itself; kernels/cuda/cuda_graph.h); the
- * timings are of replays, the capture done in a warm-up. Both lines of a type run on the same
- * backend, weights and cache. K counts its kernel launches from the code: a quantized matmul is 2 (activation
- * quantizer, GEMV), kv_store 2 (K, V), attention 3 (scores, softmax, values), every other op
- * 1. E is the host's time to enqueue the step, W the step's wall time (enqueue to logits on
- * the host), G its time on the GPU with the queue kept full: the step enqueued behind device
- * copies that last longer than E, minus the copies alone. W - G is what launching costs the
- * token, the part a CUDA graph (or fewer, fused kernels) could win back.
+ * timings are of replays, the capture done in a warm-up, and replays=R/N says how many of the
+ * line's N tokens a replay served in one pass (all but the first when graphs work; after a
+ * failed capture the steps run op by op and the line times that). Both lines of a type run on
+ * the same backend, weights and cache, followed by a graph_logits= line: whether the graph
+ * gave the eager logits bit for bit (bench_cuda fails when not). K counts its kernel launches
+ * from the code: a quantized matmul is 2 (activation quantizer, GEMV), kv_store 2 (K, V),
+ * attention 3 (scores, softmax, values), every other op 1. E is the host's time to enqueue
+ * the step, W the step's wall time (enqueue to logits on the host), G its time on the GPU with
+ * the queue kept full: the step enqueued behind device copies that last longer than E, minus
+ * the copies alone. W - G is what launching costs the token, the part a CUDA graph (or fewer,
+ * fused kernels) could win back.
  *
  * Medians of 5 timings each. Exit status: 0, 1 on a failure, 77 when there is no CUDA device.
  */
@@ -272,7 +276,8 @@ struct step {
 	float *norm, *x, *h, *q, *k, *v, *att, *gate, *up, *logits, *host_logits;
 	void *kc, *vc;
 	struct lm_kv_layer kv;
-	bool graph; /* the body as a step of the backend (the graph line) */
+	bool graph;      /* the body as a step of the backend (the graph line) */
+	int steps, warm; /* graph tokens run, and those a replay served (one pass) */
 };
 
 /* The embedding and the layers of one decode token: what engine/forward.c offers as a step. */
@@ -326,8 +331,11 @@ static int step_run(struct lm_backend *be, struct step *s, int32_t pos, bool dow
 			int rs = f->step_end(c, rc, &again);
 			rc = rc != 0 ? rc : again ? 0 : rs;
 		}
-		if (!again)
+		if (!again) {
+			s->steps += s->graph;
+			s->warm += s->graph && open && pass == 0;
 			break;
+		}
 	}
 	if (rc == 0)
 		rc = f->rmsnorm(c, s->h, s->x, s->norm, STEP_DIM, 1, 1e-5f);
@@ -430,6 +438,7 @@ static int bench_step_line(struct lm_backend *be, struct step *s, enum lm_dtype 
 			   size_t cp_len)
 {
 	double wall = 0, enq = 0, one_copy = 0, pre_alone = 0, pre_step = 0;
+	s->steps = s->warm = 0;
 	/* step_time's warm-up (k = -1) captures the graphs of the two positions' bucket. */
 	int rc = step_time(be, s, cp, cp_len, 0, true, &wall, NULL);
 	/* The host's side: the step's ops up to the lm_head returning (the download waits). */
@@ -454,12 +463,15 @@ static int bench_step_line(struct lm_backend *be, struct step *s, enum lm_dtype 
 	if (rc == 0) {
 		const double gpu = pre_step - pre_alone;
 		const int kernels = STEP_LAYERS * STEP_LAYER_KERNELS + STEP_HEAD_KERNELS;
+		char served[48] = "";
+		if (s->graph)
+			snprintf(served, sizeof served, " replays=%d/%d", s->warm, s->steps);
 		printf("step type=%s mode=%s layers=%d seam_ops=%d kernels=%d enqueue_us=%.1f "
-		       "wall_us=%.1f gpu_us=%.1f us_per_launch=%.2f launch_share=%.3f (copies "
+		       "wall_us=%.1f gpu_us=%.1f us_per_launch=%.2f launch_share=%.3f%s (copies "
 		       "ahead: %d x %.0f us)\n",
 		       lm_dtype_name(t), s->graph ? "graph" : "eager", STEP_LAYERS,
 		       STEP_LAYERS * STEP_LAYER_OPS + STEP_HEAD_OPS, kernels, enq, wall, gpu,
-		       enq / kernels, (wall - gpu) / wall, pre, one_copy);
+		       enq / kernels, (wall - gpu) / wall, served, pre, one_copy);
 	} else
 		fprintf(stderr, "bench_cuda: step %s %s: %s\n", lm_dtype_name(t),
 			s->graph ? "graph" : "eager", lm_backend_strerror(be, rc));

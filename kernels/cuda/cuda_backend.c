@@ -623,9 +623,10 @@ static int cuda_kv_store(void *vctx, const struct lm_kv_layer *kv, const float *
 	return 0;
 }
 
-/* Attention inside a step: every launch sized by the step's key, not by the positions (cuda_graph.h):
- * spans of lmc_graph_lmax, chunks of lmc_graph_attn_chunk tokens. The kernels read each token's
- * position from dl and stop at its span, so the bits are the eager launch's. */
+/* Attention inside a step: every launch sized by the step's key, not by the positions
+ * (cuda_graph.h): spans of lmc_graph_lmax, chunks of lmc_graph_attn_chunk tokens. The kernels
+ * read each token's position from dl and stop at its span, so the bits are the eager
+ * launch's. */
 static int cuda_attention_step(struct cuda_ctx *c, float *out, const float *q,
 			       const struct lm_kv_layer *kv, const struct lm_tok_loc *dl, int n,
 			       int n_heads, float scale)

@@ -672,8 +672,8 @@ static int os_init(struct om *m, struct os_net *n)
 	for (int r = 0; r < 2; r++)
 		for (int l = 0; l < 2; l++) {
 			const enum lm_dtype t = l == 0 ? LM_F16 : LM_Q8_0;
-			const size_t row = (size_t)OS_KV * OS_HD / (size_t)lm_dtype_info(t)->blck *
-					   lm_dtype_info(t)->size;
+			uint64_t row = 0;
+			lm_dtype_row_bytes(t, (uint64_t)OS_KV * OS_HD, &row);
 			const int ctx = l == 0 ? OS_POS : OS_WIN;
 			n->kv[r][l] = (struct lm_kv_layer){.k_type = t,
 							   .v_type = t,
