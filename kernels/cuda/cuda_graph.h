@@ -8,8 +8,9 @@
  * environment of the process that opens the backend (lmc_graph_env_on); off, the step slots
  * decline and every op launches as before.
  *
- * A step is run in passes, the engine issuing the same ops in each (at most three, the last one
- * never a step):
+ * A step (of 1 to LMC_GRAPH_MAX_BATCH tokens; larger batches are declined) is run in passes,
+ * the engine issuing the same ops in each: at most three, lookup, capture and an eager pass that
+ * is no step (lmc_step_open, lmc_step_decide):
  *   LOOKUP   the ops check their arguments, grow the scratch they need and fold what their
  *            launches depend on (every pointer, size, type and scalar: lmc_graph_fold) into the
  *            step's fingerprint, launching nothing. At step_end the key (tokens, position
@@ -20,6 +21,7 @@
  *            A capture that fails (a launch error, an op that cannot be captured: a download, an
  *            upload, a sync, or a scratch buffer that would have to grow) discards the graph,
  *            remembers the key as failed, logs one line and asks for the ops once more, eagerly.
+ *            A failed key costs each later step of it a LOOKUP pass (host work, no launch).
  * Nothing of a LOOKUP or CAPTURE pass runs on the device before step_end launches its graph,
  * so a pass given up leaves nothing half done: the eager pass after it computes the step as if
  * no step had been opened.
