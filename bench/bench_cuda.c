@@ -20,17 +20,26 @@
  * A gemm line times one matmul of a batch of B tokens (prefill): B = 8 and 15 run the GEMV
  * kernel, B >= 16 the tensor-core GEMM (kernels/cuda/matmul.cu), in q8_0, q4_0, q4_K and q6_K;
  * tops counts 2 ne0 ne1 B operations.
- *     step type=T layers=L seam_ops=S kernels=K enqueue_us=E wall_us=W gpu_us=G
+ *     step type=T mode=M layers=L seam_ops=S kernels=K enqueue_us=E wall_us=W gpu_us=G
  *          us_per_launch=E/K launch_share=(W-G)/W
  * A step line is one decode token of an 8B-shaped llama through the backend seam, op for op as
- * engine/arch_llama.c and forward.c issue them (embedding lookup, L layers of 15 ops each on
+ * engine/arch_llama.c and forward.c issue them (embedding lookup, L layers of 16 ops each on
  * one layer's weights, output norm, lm_head, logits download), at position 512 of an f16
- * cache. K counts its kernel launches from the code: a quantized matmul is 2 (activation
- * quantizer, GEMV), kv_store 2 (K, V), attention 3 (scores, softmax, values), every other op
- * 1. E is the host's time to enqueue the step, W the step's wall time (enqueue to logits on
- * the host), G its time on the GPU with the queue kept full: the step enqueued behind device
- * copies that last longer than E, minus the copies alone. W - G is what launching costs the
- * token, the part a CUDA graph (or fewer, fused kernels) could win back.
+ * cache. M is eager (every op launched as it comes) or graph: the embedding and the layers as
+ * one step of the backend (backend.h's step_begin/step_end, issued in passes as
+ * engine/forward.c does), which the CUDA backend captures once as a CUDA graph and replays
+ * (LM_CUDA_GRAPHS, which bench_cuda turns on for itself; kernels/cuda/cuda_graph.h); the
+ * timings are of replays, the capture done in a warm-up, and replays=R/N says how many of the
+ * line's N tokens a replay served in one pass (all but the first when graphs work; after a
+ * failed capture the steps run op by op and the line times that). Both lines of a type run on
+ * the same backend, weights and cache, followed by a graph_logits= line: whether the graph
+ * gave the eager logits bit for bit (bench_cuda fails when not). K counts its kernel launches
+ * from the code: a quantized matmul is 2 (activation quantizer, GEMV), kv_store 2 (K, V),
+ * attention 3 (scores, softmax, values), every other op 1. E is the host's time to enqueue
+ * the step, W the step's wall time (enqueue to logits on the host), G its time on the GPU with
+ * the queue kept full: the step enqueued behind device copies that last longer than E, minus
+ * the copies alone. W - G is what launching costs the token, the part a CUDA graph (or fewer,
+ * fused kernels) could win back.
  *
  * Medians of 5 timings each. Exit status: 0, 1 on a failure, 77 when there is no CUDA device.
  */
@@ -253,9 +262,10 @@ static int bench_gemm(struct lm_backend *be, enum lm_dtype t, int64_t ne0, int64
 #define STEP_POS    512
 #define STEP_LAYERS 32
 /* Kernel launches of one layer (the step line's K): rmsnorm 1, q/k/v 3 x 2, rope 2, kv_store
- * 2 (K, V), attention 3, wo 2, add 1, rmsnorm 1, gate/up 2 x 2, silu_mul 1, down 2, add 1. */
+ * 2 (K, V), attention 3, wo 2, add 1, rmsnorm 1, gate/up 2 x 2, silu_mul 1, down 2, add 1;
+ * its seam calls (S) are 16: the ropes are two, kv_store and attention one each. */
 #define STEP_LAYER_KERNELS 26
-#define STEP_LAYER_OPS     15
+#define STEP_LAYER_OPS     16
 /* Outside the layers: get_rows 1, output rmsnorm 1, lm_head 2 (copies not counted). */
 #define STEP_HEAD_KERNELS 4
 #define STEP_HEAD_OPS     4
@@ -266,28 +276,28 @@ struct step {
 	float *norm, *x, *h, *q, *k, *v, *att, *gate, *up, *logits, *host_logits;
 	void *kc, *vc;
 	struct lm_kv_layer kv;
+	bool graph;      /* the body as a step of the backend (the graph line) */
+	int steps, warm; /* graph tokens run, and those a replay served (one pass) */
 };
 
-/* One decode token, enqueued as the engine enqueues it; the logits download (where `download`)
- * waits for it. */
-static int step_run(struct lm_backend *be, struct step *s, int32_t pos, bool download)
+/* The embedding and the layers of one decode token: what engine/forward.c offers as a step. */
+static int step_body(struct lm_backend *be, struct step *s, const struct lm_tok_loc *loc,
+		     const int32_t *id)
 {
 	const struct lm_backend_i *f = be->iface;
 	void *c = be->ctx;
-	const struct lm_tok_loc loc = {.slot = 0, .pos = pos};
 	const struct lm_rope_params rp = {
 		.mode = LM_ROPE_NORM, .n_rot = STEP_HD, .freq_base = 500000.0f, .freq_scale = 1.0f};
-	const int32_t id = pos % STEP_VOCAB;
-	int rc = f->get_rows(c, s->x, &s->w[7], &id, 1);
+	int rc = f->get_rows(c, s->x, &s->w[7], id, 1);
 	for (int l = 0; rc == 0 && l < STEP_LAYERS; l++) {
 		if ((rc = f->rmsnorm(c, s->h, s->x, s->norm, STEP_DIM, 1, 1e-5f)) ||
 		    (rc = f->matmul(c, s->q, &s->w[0], s->h, 1)) ||
 		    (rc = f->matmul(c, s->k, &s->w[1], s->h, 1)) ||
 		    (rc = f->matmul(c, s->v, &s->w[2], s->h, 1)) ||
-		    (rc = f->rope(c, s->q, STEP_HEADS, STEP_HD, &loc, 1, &rp)) ||
-		    (rc = f->rope(c, s->k, STEP_KV, STEP_HD, &loc, 1, &rp)) ||
-		    (rc = f->kv_store(c, &s->kv, s->k, s->v, &loc, 1)) ||
-		    (rc = f->attention(c, s->att, s->q, &s->kv, &loc, 1, STEP_HEADS, 0.088388f)) ||
+		    (rc = f->rope(c, s->q, STEP_HEADS, STEP_HD, loc, 1, &rp)) ||
+		    (rc = f->rope(c, s->k, STEP_KV, STEP_HD, loc, 1, &rp)) ||
+		    (rc = f->kv_store(c, &s->kv, s->k, s->v, loc, 1)) ||
+		    (rc = f->attention(c, s->att, s->q, &s->kv, loc, 1, STEP_HEADS, 0.088388f)) ||
 		    (rc = f->matmul(c, s->h, &s->w[3], s->att, 1)) ||
 		    (rc = f->add(c, s->x, s->h, STEP_DIM)) ||
 		    (rc = f->rmsnorm(c, s->h, s->x, s->norm, STEP_DIM, 1, 1e-5f)) ||
@@ -297,6 +307,35 @@ static int step_run(struct lm_backend *be, struct step *s, int32_t pos, bool dow
 		    (rc = f->matmul(c, s->h, &s->w[6], s->gate, 1)))
 			break;
 		rc = f->add(c, s->x, s->h, STEP_DIM);
+	}
+	return rc;
+}
+
+/* One decode token, enqueued as the engine enqueues it (the body in passes of steps where the
+ * step line is a graph's, as engine/forward.c's fw_body_steps); the logits download (where
+ * `download`) waits for it. */
+static int step_run(struct lm_backend *be, struct step *s, int32_t pos, bool download)
+{
+	const struct lm_backend_i *f = be->iface;
+	void *c = be->ctx;
+	const struct lm_tok_loc loc = {.slot = 0, .pos = pos};
+	const int32_t id = pos % STEP_VOCAB;
+	int rc = 0;
+	for (int pass = 0;; pass++) {
+		bool open = false, again = false;
+		if (s->graph && f->step_begin != NULL && pass < 3 &&
+		    (rc = f->step_begin(c, &loc, &id, 1, &open)) != 0)
+			return rc;
+		rc = step_body(be, s, &loc, &id);
+		if (open) {
+			int rs = f->step_end(c, rc, &again);
+			rc = rc != 0 ? rc : again ? 0 : rs;
+		}
+		if (!again) {
+			s->steps += s->graph;
+			s->warm += s->graph && open && pass == 0;
+			break;
+		}
 	}
 	if (rc == 0)
 		rc = f->rmsnorm(c, s->h, s->x, s->norm, STEP_DIM, 1, 1e-5f);
@@ -394,22 +433,19 @@ static int step_time(struct lm_backend *be, struct step *s, float *cp, size_t cp
 	return rc;
 }
 
-static int bench_step(struct lm_backend *be, enum lm_dtype t)
+/* One step line: s's token eager or as a graph (s->graph). */
+static int bench_step_line(struct lm_backend *be, struct step *s, enum lm_dtype t, float *cp,
+			   size_t cp_len)
 {
-	struct step s;
-	int rc = step_init(be, &s, t);
-	const size_t cp_len = (size_t)64 << 20; /* 256 MiB each way */
-	float *cp = rc == 0 ? be->iface->malloc(be->ctx, 2 * cp_len * sizeof(float)) : NULL;
-	if (rc == 0 && cp == NULL)
-		rc = LM_ENOMEM;
 	double wall = 0, enq = 0, one_copy = 0, pre_alone = 0, pre_step = 0;
-	if (rc == 0)
-		rc = step_time(be, &s, cp, cp_len, 0, true, &wall, NULL);
+	s->steps = s->warm = 0;
+	/* step_time's warm-up (k = -1) captures the graphs of the two positions' bucket. */
+	int rc = step_time(be, s, cp, cp_len, 0, true, &wall, NULL);
 	/* The host's side: the step's ops up to the lm_head returning (the download waits). */
 	double en[BENCH_TIMINGS];
 	for (int k = 0; rc == 0 && k < BENCH_TIMINGS; k++) {
 		const int64_t t0 = lm_now_ns();
-		rc = step_run(be, &s, STEP_POS + (k & 1), false);
+		rc = step_run(be, s, STEP_POS + (k & 1), false);
 		en[k] = (double)(lm_now_ns() - t0) / 1e3;
 		if (rc == 0)
 			rc = lm_backend_sync(be);
@@ -418,23 +454,62 @@ static int bench_step(struct lm_backend *be, enum lm_dtype t)
 		enq = bench_median(en, BENCH_TIMINGS);
 	/* The queue kept full: copies lasting about 3 E, then the step. */
 	if (rc == 0)
-		rc = step_time(be, &s, cp, cp_len, 1, false, &one_copy, NULL);
+		rc = step_time(be, s, cp, cp_len, 1, false, &one_copy, NULL);
 	const int pre = one_copy > 0 ? (int)(3 * enq / one_copy) + 1 : 1;
 	if (rc == 0)
-		rc = step_time(be, &s, cp, cp_len, pre, false, &pre_alone, NULL);
+		rc = step_time(be, s, cp, cp_len, pre, false, &pre_alone, NULL);
 	if (rc == 0)
-		rc = step_time(be, &s, cp, cp_len, pre, true, &pre_step, NULL);
+		rc = step_time(be, s, cp, cp_len, pre, true, &pre_step, NULL);
 	if (rc == 0) {
 		const double gpu = pre_step - pre_alone;
 		const int kernels = STEP_LAYERS * STEP_LAYER_KERNELS + STEP_HEAD_KERNELS;
-		printf("step type=%s layers=%d seam_ops=%d kernels=%d enqueue_us=%.1f wall_us=%.1f "
-		       "gpu_us=%.1f us_per_launch=%.2f launch_share=%.3f (copies ahead: %d x %.0f "
-		       "us)\n",
-		       lm_dtype_name(t), STEP_LAYERS, STEP_LAYERS * STEP_LAYER_OPS + STEP_HEAD_OPS,
-		       kernels, enq, wall, gpu, enq / kernels, (wall - gpu) / wall, pre, one_copy);
+		char served[48] = "";
+		if (s->graph)
+			snprintf(served, sizeof served, " replays=%d/%d", s->warm, s->steps);
+		printf("step type=%s mode=%s layers=%d seam_ops=%d kernels=%d enqueue_us=%.1f "
+		       "wall_us=%.1f gpu_us=%.1f us_per_launch=%.2f launch_share=%.3f%s (copies "
+		       "ahead: %d x %.0f us)\n",
+		       lm_dtype_name(t), s->graph ? "graph" : "eager", STEP_LAYERS,
+		       STEP_LAYERS * STEP_LAYER_OPS + STEP_HEAD_OPS, kernels, enq, wall, gpu,
+		       enq / kernels, (wall - gpu) / wall, served, pre, one_copy);
 	} else
-		fprintf(stderr, "bench_cuda: step %s: %s\n", lm_dtype_name(t),
-			lm_backend_strerror(be, rc));
+		fprintf(stderr, "bench_cuda: step %s %s: %s\n", lm_dtype_name(t),
+			s->graph ? "graph" : "eager", lm_backend_strerror(be, rc));
+	return rc;
+}
+
+/* The eager step line, then the graph's, on the same weights and cache; and whether the two
+ * give the same logits bit for bit (a replay against eager launches, at two positions). */
+static int bench_step(struct lm_backend *be, enum lm_dtype t)
+{
+	struct step s;
+	int rc = step_init(be, &s, t);
+	const size_t cp_len = (size_t)64 << 20; /* 256 MiB each way */
+	float *cp = rc == 0 ? be->iface->malloc(be->ctx, 2 * cp_len * sizeof(float)) : NULL;
+	if (rc == 0 && cp == NULL)
+		rc = LM_ENOMEM;
+	float *eager = malloc(2 * STEP_VOCAB * sizeof(float));
+	if (rc == 0 && eager == NULL)
+		rc = LM_ENOMEM;
+	for (int k = 0; rc == 0 && k < 2; k++)
+		if ((rc = step_run(be, &s, STEP_POS + k, true)) == 0)
+			memcpy(eager + k * STEP_VOCAB, s.host_logits, STEP_VOCAB * sizeof(float));
+	if (rc == 0)
+		rc = bench_step_line(be, &s, t, cp, cp_len);
+	s.graph = true;
+	if (rc == 0)
+		rc = bench_step_line(be, &s, t, cp, cp_len);
+	int same = 1;
+	for (int k = 0; rc == 0 && k < 2; k++)
+		if ((rc = step_run(be, &s, STEP_POS + k, true)) == 0)
+			same &= memcmp(eager + k * STEP_VOCAB, s.host_logits,
+				       STEP_VOCAB * sizeof(float)) == 0;
+	if (rc == 0) {
+		printf("step type=%s graph_logits=%s\n", lm_dtype_name(t),
+		       same ? "equal_to_eager" : "DIFFER_FROM_EAGER");
+		rc = same ? 0 : LM_EDEVICE;
+	}
+	free(eager);
 	if (cp != NULL)
 		be->iface->mfree(be->ctx, cp);
 	step_free(be, &s);
@@ -457,6 +532,8 @@ int main(int argc, char **argv)
 	}
 	struct lm_backend be;
 	lm_diag d = {{0}};
+	/* The step lines time both ways on one backend: graphs on, the eager line opening no step. */
+	setenv("LM_CUDA_GRAPHS", "1", 1);
 	int rc = lm_backend_open(&be, "cuda", &bo, &d);
 	if (rc != 0) {
 		printf("SKIP: %s\n", lm_diag_str(&d, rc));

@@ -261,6 +261,66 @@ static int fw_head(struct lm_forward *fw, const struct lm_batch *b, float *hidde
 	return 0;
 }
 
+/* The embedding (first stage) and the layers: the part of a forward a backend may run as one
+ * step. */
+static int fw_body(struct lm_forward *fw, const struct lm_batch *b, lm_diag *d)
+{
+	const struct lm_model *m = fw->model;
+	int rc;
+	if (m->slice.embedding && (rc = fw_input(fw, b, NULL, d)) != 0)
+		return rc;
+	for (int32_t il = m->slice.begin; il < m->slice.end; il++) {
+		if ((rc = m->arch->layer(fw, il, b, d)) != 0)
+			return rc;
+		if (fw->hook != NULL) {
+			if ((rc = lm_backend_sync(fw->be)) != 0)
+				return lm_layer_fail(fw, rc, il, "sync", d);
+			fw->hook(fw->hook_arg, il, fw->x, b->n);
+		}
+	}
+	return 0;
+}
+
+/* Whether the forward's body may be offered to the backend as a step (backend.h: step_begin):
+ * the backend has steps, and no layer works on the host in the middle (a hook after each layer,
+ * the routers of mixture-of-experts layers, the recurrent layers' delta rule), which a step
+ * could not hold. Whether the batch suits it (its size) is the backend's to say. */
+static bool fw_step_wanted(const struct lm_forward *fw)
+{
+	const struct lm_backend_i *bi = fw->be->iface;
+	return bi->step_begin != NULL && bi->step_end != NULL && fw->hook == NULL &&
+	       fw->moe.bytes == 0 && fw->dn.host == NULL;
+}
+
+/* Passes of one batch that may be steps: the backend may ask for the ops again twice (to
+ * capture them, then to run them without a step); a pass after these is never a step. */
+#define FW_STEP_PASSES 3
+
+/* fw_body, as a step of the backend where it takes one. A step the backend gives up ran
+ * nothing, and its ops are issued again. */
+static int fw_body_steps(struct lm_forward *fw, const struct lm_batch *b, lm_diag *d)
+{
+	const struct lm_model *m = fw->model;
+	const struct lm_backend *be = fw->be;
+	const bool want = fw_step_wanted(fw);
+	for (int pass = 0;; pass++) {
+		bool open = false, again = false;
+		int rc = 0;
+		if (want && pass < FW_STEP_PASSES &&
+		    (rc = be->iface->step_begin(be->ctx, b->loc, m->slice.embedding ? b->ids : NULL,
+						b->n, &open)) != 0)
+			return fw_fail(fw, rc, "step", "step_begin", d);
+		rc = fw_body(fw, b, d);
+		if (open) {
+			int rs = be->iface->step_end(be->ctx, rc, &again);
+			if (!again && rc == 0 && rs != 0)
+				rc = fw_fail(fw, rs, "step", "step_end", d);
+		}
+		if (!again)
+			return rc;
+	}
+}
+
 int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float *hidden_in,
 		   float *hidden_out, float *logits, lm_diag *d)
 {
@@ -279,18 +339,11 @@ int lm_forward_run(struct lm_forward *fw, const struct lm_batch *b, const float 
 		    (rc = kv_cache_truncate(fw->kv, l->slot, l->pos, d)) != 0)
 			return rc;
 	}
-	if ((rc = fw_input(fw, b, hidden_in, d)) != 0)
+	/* A middle stage's rows come in by upload, which is no part of a step. */
+	if (!m->slice.embedding && (rc = fw_input(fw, b, hidden_in, d)) != 0)
 		return rc;
-
-	for (int32_t il = m->slice.begin; il < m->slice.end; il++) {
-		if ((rc = m->arch->layer(fw, il, b, d)) != 0)
-			return rc;
-		if (fw->hook != NULL) {
-			if ((rc = lm_backend_sync(be)) != 0)
-				return lm_layer_fail(fw, rc, il, "sync", d);
-			fw->hook(fw->hook_arg, il, fw->x, b->n);
-		}
-	}
+	if ((rc = fw_body_steps(fw, b, d)) != 0)
+		return rc;
 	/* The cache now holds every token of the batch: each slot's length is past its last one,
 	 * and its recurrent layers keep the states after the positions before it that a
 	 * rollback may ask for (the layers kept them: arch_qwen35.c). */

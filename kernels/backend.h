@@ -33,7 +33,7 @@
 #include "common/base/err.h"
 #include "common/model/rope.h"
 
-#define LM_BACKEND_VERSION 4
+#define LM_BACKEND_VERSION 5
 
 /* A weight matrix (or vector when ne1 == 1) in GGUF layout: ne1 rows of ne0 elements, each row
  * `row_bytes` bytes of `type` blocks, rows contiguous. y = W x means y[r] = dot(W[r], x). */
@@ -187,6 +187,31 @@ struct lm_backend_i {
 	 * equal gate. Optional: NULL means the backend lacks it (the engine names the op). */
 	int (*swiglu_oai)(void *ctx, float *y, const float *gate, const float *up, size_t len,
 			  float alpha, float limit);
+
+	/* --- version 5 --- */
+	/* A step: the ops issued between step_begin and step_end, which the backend may record
+	 * once and replay for later steps (the CUDA backend's graphs of a decode token,
+	 * kernels/cuda/cuda_graph.h). Optional, both or neither: NULL (the CPU backend) means
+	 * ops only.
+	 *
+	 * step_begin names the batch of the step: every op of the step that takes token places
+	 * takes these n (the same values), and get_rows these ids (NULL: no op of the step takes
+	 * ids). *open is set true when the step is open, false when the backend declines it (the
+	 * ops then run as usual and step_end is not called). Inside an open step an op may run
+	 * later than it returns, when step_end launches the step, and the backend may refuse
+	 * what it cannot record (upload, download and sync among them). Nonzero only for a
+	 * device failure.
+	 *
+	 * step_end closes an open step; rc is the first failure among the step's ops (0: none,
+	 * and the caller stops issuing ops at a failure). With *again set true nothing of the
+	 * step ran: the caller issues the same ops again, in a new step or none (the backend
+	 * asks at most twice in a row, so that a caller that opens at most two steps for a
+	 * batch and then issues the ops without one always ends). Otherwise it returns rc when
+	 * rc is nonzero (the step's own failure stands, nothing of it ran), else 0 once the
+	 * step's work is issued on the backend's queue, or a device failure launching it. */
+	int (*step_begin)(void *ctx, const struct lm_tok_loc *loc, const int32_t *ids, int n,
+			  bool *open);
+	int (*step_end)(void *ctx, int rc, bool *again);
 };
 
 /* The work a backend's own scratch is sized by: the widest op of a stage. */

@@ -19,7 +19,14 @@
  * reports; it does not produce wrong numbers silently.
  *
  * Threads. Ops may come from another thread than the one that made the backend (the worker
- * loads on one and computes on another): each entry makes the backend's device current first.
+ * loads on one and computes on another): each entry makes the backend's device current first
+ * (inside a step, step_begin has: the step's ops come from its thread).
+ *
+ * Steps (opt-in, LM_CUDA_GRAPHS=1): the seam's step_begin/step_end around a decode token's ops
+ * record them once as a CUDA graph and replay it; the passes, the key and every decision are
+ * described in cuda_graph.h, whose pure functions decide them. Here: the pinned staging of the
+ * places and ids, the capture, the graph cache, and in each op the fold of its arguments into
+ * the step's fingerprint (CUDA_STEP) before it launches.
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -38,6 +45,7 @@
 #include "common/base/log.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_impl.h"
 
 #define CUDA_ALIGN 256
@@ -58,6 +66,37 @@ struct cuda_alloc {
 	int refs;
 };
 
+struct cuda_graph {
+	struct lmc_graph_key key;
+	cudaGraphExec_t exec;
+	uint64_t used; /* step_end's clock when last launched: the least is dropped first */
+};
+
+/* The captured steps' state (cuda_graph.h). */
+struct cuda_step {
+	bool enabled;   /* LM_CUDA_GRAPHS */
+	int32_t bucket; /* positions per bucket (LM_CUDA_GRAPH_BUCKET, else LMC_GRAPH_BUCKET) */
+	enum lmc_step_mode mode;
+	enum lmc_step_next next;
+	bool spoiled;    /* an op of this pass could not be part of a step */
+	const char *why; /* what spoiled it, for the log line */
+	int n;           /* the open step's tokens, its bucket end and whether it has ids */
+	int32_t hi;
+	bool has_ids;
+	uint64_t ops;               /* the open step's fingerprint so far */
+	struct lm_tok_loc *pin_loc; /* pinned host staging, LMC_GRAPH_MAX_BATCH each */
+	int32_t *pin_ids;
+	struct lm_tok_loc *dloc; /* what the graphs read them from, never reallocated */
+	int32_t *dids;
+	cudaEvent_t done; /* recorded after each graph launch: the staging is free again */
+	bool done_pending;
+	struct cuda_graph graphs[LMC_GRAPH_CACHE];
+	int n_graphs;
+	struct lmc_graph_key failed[LMC_GRAPH_FAILED];
+	int n_failed, failed_next;
+	uint64_t clock;
+};
+
 struct cuda_ctx {
 	int device;
 	cudaStream_t stream;
@@ -76,6 +115,8 @@ struct cuda_ctx {
 	struct cuda_alloc *allocs;
 	size_t n_allocs, allocs_cap;
 	uint64_t allocated; /* bytes of allocs */
+	uint64_t gen;       /* scratch generation: moves whenever act or probs is reallocated */
+	struct cuda_step step;
 };
 
 static const struct lm_backend_i cuda_iface;
@@ -115,10 +156,12 @@ __attribute__((format(printf, 3, 4))) static int cuda_refuse(struct cuda_ctx *c,
 	} while (0)
 
 /* Every entry point: the backend's device current on this thread, the last message cleared. */
-#define CUDA_ENTER(c)                                                                       \
-	do {                                                                                \
-		(c)->err[0] = '\0';                                                         \
-		CUDA_TRY((c), cudaSetDevice((c)->device), "cudaSetDevice %d", (c)->device); \
+#define CUDA_ENTER(c)                                                                 \
+	do {                                                                          \
+		(c)->err[0] = '\0';                                                   \
+		if ((c)->step.mode == LMC_STEP_OFF)                                   \
+			CUDA_TRY((c), cudaSetDevice((c)->device), "cudaSetDevice %d", \
+				 (c)->device);                                        \
 	} while (0)
 
 static const char *cuda_last_error(void *vctx)
@@ -126,6 +169,61 @@ static const char *cuda_last_error(void *vctx)
 	const struct cuda_ctx *c = vctx;
 	return c->err[0] != '\0' ? c->err : NULL;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Steps: what the ops do inside one (cuda_graph.h)                                            */
+
+/* Marks the open step's pass as given up (the engine then issues its ops without a step) and
+ * refuses the op that could not be part of it. */
+static int cuda_step_spoil(struct cuda_ctx *c, const char *why)
+{
+	if (!c->step.spoiled) {
+		c->step.spoiled = true;
+		c->step.why = why;
+	}
+	return cuda_refuse(c, LM_EUNSUPPORTED, "%s inside a captured step", why);
+}
+
+static uint64_t cuda_ptr(const void *p)
+{
+	return (uint64_t)(uintptr_t)p;
+}
+
+static uint64_t cuda_fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+/* Inside a step, an op folds its name and arguments (every word its launches depend on) into
+ * the step's fingerprint, then launches nothing in a LOOKUP pass. Outside one: nothing. */
+#define CUDA_STEP(c, ...)                                                                          \
+	do {                                                                                       \
+		if ((c)->step.mode != LMC_STEP_OFF) {                                              \
+			const uint64_t w_[] = {__VA_ARGS__};                                       \
+			(c)->step.ops = lmc_graph_fold((c)->step.ops, w_, sizeof w_ / sizeof *w_); \
+			if ((c)->step.mode == LMC_STEP_LOOKUP)                                     \
+				return 0;                                                          \
+		}                                                                                  \
+	} while (0)
+
+enum cuda_op {
+	CUDA_OP_GET_ROWS = 1,
+	CUDA_OP_MATMUL,
+	CUDA_OP_RMSNORM,
+	CUDA_OP_ROPE,
+	CUDA_OP_KV_STORE,
+	CUDA_OP_ATTENTION,
+	CUDA_OP_SILU_MUL,
+	CUDA_OP_SWIGLU_OAI,
+	CUDA_OP_GELU_MUL,
+	CUDA_OP_ADD,
+	CUDA_OP_ADD_ROWS,
+	CUDA_OP_MUL_ROWS,
+	CUDA_OP_SCALE,
+	CUDA_OP_COPY,
+};
 
 /* ------------------------------------------------------------------------------------------ */
 /* Memory                                                                                     */
@@ -194,6 +292,8 @@ static int cuda_alloc_dev(struct cuda_ctx *c, size_t bytes, const void *host, vo
 static void *cuda_malloc(void *vctx, size_t bytes)
 {
 	struct cuda_ctx *c = vctx;
+	if (c->step.mode != LMC_STEP_OFF) /* allowed, but not part of what a graph replays */
+		cuda_step_spoil(c, "malloc");
 	c->err[0] = '\0';
 	if (cudaSetDevice(c->device) != cudaSuccess)
 		return NULL;
@@ -206,6 +306,8 @@ static void cuda_mfree(void *vctx, void *p)
 	struct cuda_ctx *c = vctx;
 	if (p == NULL)
 		return;
+	if (c->step.mode != LMC_STEP_OFF)
+		cuda_step_spoil(c, "mfree");
 	cudaSetDevice(c->device);
 	struct cuda_alloc *a = cuda_find(c, p);
 	if (a != NULL)
@@ -216,6 +318,8 @@ static void cuda_mfree(void *vctx, void *p)
 static int cuda_upload(void *vctx, void *dst, const void *src, size_t n)
 {
 	struct cuda_ctx *c = vctx;
+	if (c->step.mode != LMC_STEP_OFF)
+		return cuda_step_spoil(c, "upload");
 	CUDA_ENTER(c);
 	if (n == 0)
 		return 0;
@@ -228,6 +332,8 @@ static int cuda_upload(void *vctx, void *dst, const void *src, size_t n)
 static int cuda_download(void *vctx, void *dst, const void *src, size_t n)
 {
 	struct cuda_ctx *c = vctx;
+	if (c->step.mode != LMC_STEP_OFF)
+		return cuda_step_spoil(c, "download");
 	CUDA_ENTER(c);
 	if (n == 0)
 		return 0;
@@ -241,6 +347,8 @@ static int cuda_download(void *vctx, void *dst, const void *src, size_t n)
 static int cuda_weight_init(void *vctx, struct lm_weight *w, const void *host)
 {
 	struct cuda_ctx *c = vctx;
+	if (c->step.mode != LMC_STEP_OFF)
+		return cuda_step_spoil(c, "weight_init");
 	CUDA_ENTER(c);
 	if (!lm_backend_cuda_weight_type_ok(w->type))
 		return cuda_refuse(c, LM_EUNSUPPORTED, "weights of type %s",
@@ -276,6 +384,8 @@ static void cuda_weight_fini(void *vctx, struct lm_weight *w)
 	struct cuda_ctx *c = vctx;
 	if (w->data == NULL)
 		return;
+	if (c->step.mode != LMC_STEP_OFF)
+		cuda_step_spoil(c, "weight_fini");
 	cudaSetDevice(c->device);
 	struct cuda_alloc *a = cuda_find(c, w->data);
 	if (a != NULL && --a->refs > 0)
@@ -286,11 +396,15 @@ static void cuda_weight_fini(void *vctx, struct lm_weight *w)
 }
 
 /* Grows a scratch buffer to at least `bytes` (contents are not kept). Freeing the old one waits
- * for the work that used it (cudaFree synchronises). */
+ * for the work that used it (cudaFree synchronises). A reallocation moves the scratch generation
+ * (graphs that read the old buffer are dropped); none can happen while a step is captured. */
 static int cuda_grow(struct cuda_ctx *c, void **buf, size_t *cap, size_t bytes, const char *what)
 {
 	if (bytes <= *cap)
 		return 0;
+	if (c->step.mode == LMC_STEP_CAPTURE)
+		return cuda_step_spoil(c, "a scratch reallocation");
+	c->gen++;
 	const size_t want = cuda_round(bytes + bytes / 4);
 	cudaFree(*buf);
 	*buf = NULL;
@@ -321,11 +435,40 @@ static int cuda_put_loc(struct cuda_ctx *c, const struct lm_tok_loc *loc, int n)
 	return 0;
 }
 
+/* The device places of an op's n tokens into *out: inside a step the step's own buffer (the op's
+ * places must be the step's), else the copy of cuda_put_loc. */
+static int cuda_loc(struct cuda_ctx *c, const struct lm_tok_loc *loc, int n,
+		    const struct lm_tok_loc **out)
+{
+	if (c->step.mode == LMC_STEP_OFF) {
+		*out = c->dloc;
+		return cuda_put_loc(c, loc, n);
+	}
+	*out = c->step.dloc;
+	if (n != c->step.n || memcmp(loc, c->step.pin_loc, (size_t)n * sizeof *loc) != 0)
+		return cuda_step_spoil(c, "token places other than the step's");
+	return 0;
+}
+
+/* Folds what a KV layer gives the kernels into the open step's fingerprint. */
+static void cuda_step_fold_kv(struct cuda_ctx *c, const struct lm_kv_layer *kv)
+{
+	if (c->step.mode == LMC_STEP_OFF)
+		return;
+	const uint64_t w[] = {
+		cuda_ptr(kv->k),      cuda_ptr(kv->v),          (uint64_t)kv->k_type,
+		(uint64_t)kv->v_type, (uint64_t)kv->n_kv_heads, (uint64_t)kv->head_dim,
+		(uint64_t)kv->ctx,    (uint64_t)kv->window,     (uint64_t)kv->slots,
+		kv->k_row_bytes,      kv->v_row_bytes,          cuda_ptr(kv->sinks)};
+	c->step.ops = lmc_graph_fold(c->step.ops, w, sizeof w / sizeof *w);
+}
+
 static size_t cuda_scratch_held(void *vctx)
 {
 	const struct cuda_ctx *c = vctx;
 	return c->act_cap + c->probs_cap + c->dloc_cap + c->dids_cap +
-	       (c->gelu != NULL ? 65536 * sizeof(uint16_t) : 0);
+	       (c->gelu != NULL ? 65536 * sizeof(uint16_t) : 0) +
+	       (c->step.dloc != NULL ? 2 * CUDA_ALIGN : 0);
 }
 
 static int cuda_mem_info(void *vctx, struct lm_backend_mem *m)
@@ -357,14 +500,25 @@ static int cuda_get_rows(void *vctx, float *y, const struct lm_weight *table, co
 					   i, (long long)table->ne1);
 	if (n <= 0)
 		return 0;
-	int rc = cuda_grow(c, (void **)&c->dids, &c->dids_cap, (size_t)n * sizeof *ids, "ids");
-	if (rc != 0)
-		return rc;
-	CUDA_TRY(c,
-		 cudaMemcpyAsync(c->dids, ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice,
-				 c->stream),
-		 "copy of %d ids", n);
-	CUDA_TRY(c, lmc_get_rows(c->stream, y, table, c->dids, n), "get_rows (%s)",
+	const int32_t *dids = c->step.dids;
+	if (c->step.mode != LMC_STEP_OFF) {
+		if (!c->step.has_ids || n != c->step.n ||
+		    memcmp(ids, c->step.pin_ids, (size_t)n * sizeof *ids) != 0)
+			return cuda_step_spoil(c, "token ids other than the step's");
+	} else {
+		int rc = cuda_grow(c, (void **)&c->dids, &c->dids_cap, (size_t)n * sizeof *ids,
+				   "ids");
+		if (rc != 0)
+			return rc;
+		CUDA_TRY(c,
+			 cudaMemcpyAsync(c->dids, ids, (size_t)n * sizeof *ids,
+					 cudaMemcpyHostToDevice, c->stream),
+			 "copy of %d ids", n);
+		dids = c->dids;
+	}
+	CUDA_STEP(c, CUDA_OP_GET_ROWS, cuda_ptr(y), cuda_ptr(table->data), (uint64_t)table->type,
+		  (uint64_t)table->ne0, (uint64_t)table->ne1, table->row_bytes, (uint64_t)n);
+	CUDA_TRY(c, lmc_get_rows(c->stream, y, table, dids, n), "get_rows (%s)",
 		 lm_dtype_name(table->type));
 	return 0;
 }
@@ -391,6 +545,8 @@ static int cuda_matmul(void *vctx, float *y, const struct lm_weight *w, const fl
 			return rc;
 	}
 	lmc_act_carve(&a, vdt, c->act, x, w->ne0, n);
+	CUDA_STEP(c, CUDA_OP_MATMUL, cuda_ptr(y), cuda_ptr(w->data), (uint64_t)w->type,
+		  (uint64_t)w->ne0, (uint64_t)w->ne1, w->row_bytes, cuda_ptr(x), (uint64_t)n);
 	CUDA_TRY(c, lmc_act_convert(c->stream, &a, x, n), "matmul: converting %d x %lld to %s", n,
 		 (long long)w->ne0, lm_dtype_name(vdt));
 	CUDA_TRY(c, lmc_matmul(c->stream, w, &a, y, n), "matmul %s %lld x %lld, %d tokens",
@@ -403,6 +559,8 @@ static int cuda_rmsnorm(void *vctx, float *y, const float *x, const float *w, in
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
+	CUDA_STEP(c, CUDA_OP_RMSNORM, cuda_ptr(y), cuda_ptr(x), cuda_ptr(w), (uint64_t)dim,
+		  (uint64_t)n, cuda_fbits(eps));
 	CUDA_TRY(c, lmc_rmsnorm(c->stream, y, x, w, dim, n, eps), "rmsnorm of %d x %d", n, dim);
 	return 0;
 }
@@ -420,12 +578,18 @@ static int cuda_rope(void *vctx, float *x, int n_heads, int head_dim, const stru
 				   lm_backend_feature_name(LM_FEATURE_ROPE_YARN));
 	if (n <= 0 || rp->n_rot == 0)
 		return 0;
-	int rc = cuda_put_loc(c, loc, n);
+	const struct lm_tok_loc *dl;
+	int rc = cuda_loc(c, loc, n, &dl);
 	if (rc != 0)
 		return rc;
 	/* As the CPU reference: the base's power on the host, in f32. */
 	const float theta_scale = powf(rp->freq_base, -2.0f / (float)rp->n_rot);
-	CUDA_TRY(c, lmc_rope(c->stream, x, n_heads, head_dim, c->dloc, n, rp, theta_scale),
+	CUDA_STEP(c, CUDA_OP_ROPE, cuda_ptr(x), (uint64_t)n_heads, (uint64_t)head_dim, (uint64_t)n,
+		  (uint64_t)rp->mode, (uint64_t)rp->n_rot, cuda_fbits(rp->freq_base),
+		  cuda_fbits(rp->freq_scale), cuda_ptr(rp->freq_factors),
+		  cuda_fbits(rp->ext_factor), cuda_fbits(rp->mscale), cuda_fbits(rp->corr[0]),
+		  cuda_fbits(rp->corr[1]), cuda_fbits(theta_scale));
+	CUDA_TRY(c, lmc_rope(c->stream, x, n_heads, head_dim, dl, n, rp, theta_scale),
 		 "rope of %d tokens", n);
 	return 0;
 }
@@ -449,10 +613,40 @@ static int cuda_kv_store(void *vctx, const struct lm_kv_layer *kv, const float *
 			return LM_ERANGE;
 	if (n <= 0)
 		return 0;
-	int rc = cuda_put_loc(c, loc, n);
+	const struct lm_tok_loc *dl;
+	int rc = cuda_loc(c, loc, n, &dl);
 	if (rc != 0)
 		return rc;
-	CUDA_TRY(c, lmc_kv_store(c->stream, kv, k, v, c->dloc, n), "kv_store of %d tokens", n);
+	cuda_step_fold_kv(c, kv);
+	CUDA_STEP(c, CUDA_OP_KV_STORE, cuda_ptr(k), cuda_ptr(v), (uint64_t)n);
+	CUDA_TRY(c, lmc_kv_store(c->stream, kv, k, v, dl, n), "kv_store of %d tokens", n);
+	return 0;
+}
+
+/* Attention inside a step: every launch sized by the step's key, not by the positions
+ * (cuda_graph.h): spans of lmc_graph_lmax, chunks of lmc_graph_attn_chunk tokens. The kernels
+ * read each token's position from dl and stop at its span, so the bits are the eager
+ * launch's. */
+static int cuda_attention_step(struct cuda_ctx *c, float *out, const float *q,
+			       const struct lm_kv_layer *kv, const struct lm_tok_loc *dl, int n,
+			       int n_heads, float scale)
+{
+	const int32_t lmax = lmc_graph_lmax(c->step.hi, kv->window, kv->ctx);
+	const int chunk = lmc_graph_attn_chunk(n, n_heads, lmax, CUDA_ATTN_SCRATCH_CAP);
+	const size_t bytes = (size_t)chunk * (size_t)n_heads * (size_t)lmax * sizeof(float);
+	int rc = cuda_grow(c, (void **)&c->probs, &c->probs_cap, bytes, "attention");
+	if (rc != 0)
+		return rc;
+	cuda_step_fold_kv(c, kv);
+	CUDA_STEP(c, CUDA_OP_ATTENTION, cuda_ptr(out), cuda_ptr(q), (uint64_t)n, (uint64_t)n_heads,
+		  cuda_fbits(scale), (uint64_t)lmax, (uint64_t)chunk);
+	for (int t0 = 0; t0 < n; t0 += chunk)
+		CUDA_TRY(c,
+			 lmc_attention(c->stream, out, q, kv, dl, t0,
+				       n - t0 < chunk ? n - t0 : chunk, n_heads, scale, c->probs,
+				       lmax),
+			 "attention (%s/%s cache) over %d positions in a step",
+			 lm_dtype_name(kv->k_type), lm_dtype_name(kv->v_type), lmax);
 	return 0;
 }
 
@@ -472,8 +666,11 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 	    kv->head_dim % (int32_t)lm_dtype_info(kv->v_type)->blck != 0)
 		return cuda_refuse(c, LM_EUNSUPPORTED, "attention: cache types %s/%s",
 				   lm_dtype_name(kv->k_type), lm_dtype_name(kv->v_type));
-	if ((rc = cuda_put_loc(c, loc, n)) != 0)
+	const struct lm_tok_loc *dl;
+	if ((rc = cuda_loc(c, loc, n, &dl)) != 0)
 		return rc;
+	if (c->step.mode != LMC_STEP_OFF)
+		return cuda_attention_step(c, out, q, kv, dl, n, n_heads, scale);
 	/* Chunks of tokens whose probabilities fit the cap: [nt][n_heads][lmax] floats. */
 	for (int t0 = 0; t0 < n;) {
 		int nt = 0, lmax = 0;
@@ -494,8 +691,8 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 		if ((rc = cuda_grow(c, (void **)&c->probs, &c->probs_cap, bytes, "attention")) != 0)
 			return rc;
 		CUDA_TRY(c,
-			 lmc_attention(c->stream, out, q, kv, c->dloc, t0, nt, n_heads, scale,
-				       c->probs, lmax),
+			 lmc_attention(c->stream, out, q, kv, dl, t0, nt, n_heads, scale, c->probs,
+				       lmax),
 			 "attention (%s/%s cache) over %d positions", lm_dtype_name(kv->k_type),
 			 lm_dtype_name(kv->v_type), lmax);
 		t0 += nt;
@@ -503,42 +700,53 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 	return 0;
 }
 
-#define CUDA_EW(fn, what, ...)                                                   \
+/* An elementwise op: `words` (its name and arguments) into a step's fingerprint, then the
+ * launch. */
+#define CUDA_EW(fn, what, words, ...)                                            \
 	do {                                                                     \
 		struct cuda_ctx *c = vctx;                                       \
 		CUDA_ENTER(c);                                                   \
+		CUDA_STEP(c, CUDA_UNPAREN words);                                \
 		CUDA_TRY(c, fn(c->stream, __VA_ARGS__), "%s of %zu", what, len); \
 		return 0;                                                        \
 	} while (0)
+#define CUDA_UNPAREN(...) __VA_ARGS__
 
 static int cuda_silu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
 {
-	CUDA_EW(lmc_silu_mul, "silu_mul", y, gate, up, len);
+	CUDA_EW(lmc_silu_mul, "silu_mul",
+		(CUDA_OP_SILU_MUL, cuda_ptr(y), cuda_ptr(gate), cuda_ptr(up), len), y, gate, up,
+		len);
 }
 
 static int cuda_swiglu_oai(void *vctx, float *y, const float *gate, const float *up, size_t len,
 			   float alpha, float limit)
 {
-	CUDA_EW(lmc_swiglu_oai, "swiglu_oai", y, gate, up, len, alpha, limit);
+	CUDA_EW(lmc_swiglu_oai, "swiglu_oai",
+		(CUDA_OP_SWIGLU_OAI, cuda_ptr(y), cuda_ptr(gate), cuda_ptr(up), len,
+		 cuda_fbits(alpha), cuda_fbits(limit)),
+		y, gate, up, len, alpha, limit);
 }
 
 static int cuda_gelu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
+	CUDA_STEP(c, CUDA_OP_GELU_MUL, cuda_ptr(y), cuda_ptr(gate), cuda_ptr(up), len);
 	CUDA_TRY(c, lmc_gelu_mul(c->stream, y, gate, up, len, c->gelu), "gelu_mul of %zu", len);
 	return 0;
 }
 
 static int cuda_add(void *vctx, float *y, const float *a, size_t len)
 {
-	CUDA_EW(lmc_add, "add", y, a, len);
+	CUDA_EW(lmc_add, "add", (CUDA_OP_ADD, cuda_ptr(y), cuda_ptr(a), len), y, a, len);
 }
 
 static int cuda_add_rows(void *vctx, float *y, const float *b, int width, int n)
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
+	CUDA_STEP(c, CUDA_OP_ADD_ROWS, cuda_ptr(y), cuda_ptr(b), (uint64_t)width, (uint64_t)n);
 	CUDA_TRY(c, lmc_add_rows(c->stream, y, b, width, n), "add_rows of %d x %d", n, width);
 	return 0;
 }
@@ -547,25 +755,235 @@ static int cuda_mul_rows(void *vctx, float *y, const float *b, int width, int n)
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
+	CUDA_STEP(c, CUDA_OP_MUL_ROWS, cuda_ptr(y), cuda_ptr(b), (uint64_t)width, (uint64_t)n);
 	CUDA_TRY(c, lmc_mul_rows(c->stream, y, b, width, n), "mul_rows of %d x %d", n, width);
 	return 0;
 }
 
 static int cuda_scale(void *vctx, float *y, float s, size_t len)
 {
-	CUDA_EW(lmc_scale, "scale", y, s, len);
+	CUDA_EW(lmc_scale, "scale", (CUDA_OP_SCALE, cuda_ptr(y), cuda_fbits(s), len), y, s, len);
 }
 
 static int cuda_copy(void *vctx, float *y, const float *x, size_t len)
 {
-	CUDA_EW(lmc_copy, "copy", y, x, len);
+	CUDA_EW(lmc_copy, "copy", (CUDA_OP_COPY, cuda_ptr(y), cuda_ptr(x), len), y, x, len);
 }
 
 static int cuda_sync(void *vctx)
 {
 	struct cuda_ctx *c = vctx;
+	if (c->step.mode != LMC_STEP_OFF)
+		return cuda_step_spoil(c, "sync");
 	CUDA_ENTER(c);
 	CUDA_TRY(c, cudaStreamSynchronize(c->stream), "the device's ops");
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Steps: the seam's step_begin and step_end (cuda_graph.h)                                    */
+
+/* The staging and the buffers the graphs read the places and ids from, made at the first step. */
+static int cuda_step_buffers(struct cuda_ctx *c)
+{
+	struct cuda_step *s = &c->step;
+	if (s->dloc != NULL)
+		return 0;
+	const size_t nl = LMC_GRAPH_MAX_BATCH * sizeof *s->pin_loc;
+	const size_t ni = LMC_GRAPH_MAX_BATCH * sizeof *s->pin_ids;
+	if (s->done == NULL)
+		CUDA_TRY(c, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming),
+			 "the steps' event");
+	if (s->pin_loc == NULL)
+		CUDA_TRY(c, cudaHostAlloc((void **)&s->pin_loc, nl, cudaHostAllocDefault),
+			 "pinned staging of token places");
+	if (s->pin_ids == NULL)
+		CUDA_TRY(c, cudaHostAlloc((void **)&s->pin_ids, ni, cudaHostAllocDefault),
+			 "pinned staging of token ids");
+	if (s->dids == NULL)
+		CUDA_TRY(c, cudaMalloc((void **)&s->dids, cuda_round(ni)), "a step's ids");
+	CUDA_TRY(c, cudaMalloc((void **)&s->dloc, cuda_round(nl)), "a step's token places");
+	return 0;
+}
+
+static void cuda_graph_drop(struct cuda_step *s, int i)
+{
+	cudaGraphExecDestroy(s->graphs[i].exec);
+	s->graphs[i] = s->graphs[--s->n_graphs];
+}
+
+/* The graph of key k, or NULL; graphs of another scratch generation are dropped on the way. */
+static struct cuda_graph *cuda_graph_find(struct cuda_ctx *c, const struct lmc_graph_key *k)
+{
+	struct cuda_step *s = &c->step;
+	for (int i = 0; i < s->n_graphs;) {
+		if (lmc_graph_stale(&s->graphs[i].key, c->gen)) {
+			cuda_graph_drop(s, i);
+			continue;
+		}
+		if (lmc_graph_key_eq(&s->graphs[i].key, k))
+			return &s->graphs[i];
+		i++;
+	}
+	return NULL;
+}
+
+/* Keeps exec as the graph of key k, dropping the least recently launched when the cache is
+ * full. */
+static struct cuda_graph *cuda_graph_keep(struct cuda_ctx *c, const struct lmc_graph_key *k,
+					  cudaGraphExec_t exec)
+{
+	struct cuda_step *s = &c->step;
+	if (s->n_graphs == LMC_GRAPH_CACHE) {
+		int old = 0;
+		for (int i = 1; i < s->n_graphs; i++)
+			if (s->graphs[i].used < s->graphs[old].used)
+				old = i;
+		cuda_graph_drop(s, old);
+	}
+	s->graphs[s->n_graphs] = (struct cuda_graph){.key = *k, .exec = exec};
+	return &s->graphs[s->n_graphs++];
+}
+
+static bool cuda_step_failed(const struct cuda_step *s, const struct lmc_graph_key *k)
+{
+	for (int i = 0; i < s->n_failed; i++)
+		if (lmc_graph_same_failure(&s->failed[i], k))
+			return true;
+	return false;
+}
+
+static void cuda_step_fail_key(struct cuda_step *s, const struct lmc_graph_key *k)
+{
+	s->failed[s->failed_next] = *k;
+	s->failed_next = (s->failed_next + 1) % LMC_GRAPH_FAILED;
+	if (s->n_failed < LMC_GRAPH_FAILED)
+		s->n_failed++;
+}
+
+static int cuda_step_begin(void *vctx, const struct lm_tok_loc *loc, const int32_t *ids, int n,
+			   bool *open)
+{
+	struct cuda_ctx *c = vctx;
+	struct cuda_step *s = &c->step;
+	*open = false;
+	if (s->mode != LMC_STEP_OFF)
+		return 0;
+	const int32_t hi =
+		s->enabled && lmc_graph_batch_ok(n) ? lmc_graph_hi(loc, n, s->bucket) : -1;
+	const enum lmc_step_mode mode = lmc_step_open(s->enabled && hi >= 0, n, &s->next);
+	if (mode == LMC_STEP_OFF)
+		return 0;
+	CUDA_ENTER(c);
+	int rc = cuda_step_buffers(c);
+	if (rc != 0) {
+		lm_warn("cuda: CUDA graphs are off for this process: %s", c->err);
+		s->enabled = false;
+		return 0;
+	}
+	if (s->done_pending) /* the last graph launched may still read the staging */
+		CUDA_TRY(c, cudaEventSynchronize(s->done), "a step's graph");
+	s->done_pending = false;
+	memcpy(s->pin_loc, loc, (size_t)n * sizeof *loc);
+	if (ids != NULL)
+		memcpy(s->pin_ids, ids, (size_t)n * sizeof *ids);
+	s->mode = mode;
+	s->spoiled = false;
+	s->why = NULL;
+	s->n = n;
+	s->hi = hi;
+	s->has_ids = ids != NULL;
+	s->ops = LMC_GRAPH_FOLD_SEED;
+	if (s->mode == LMC_STEP_LOOKUP) {
+		*open = true;
+		return 0;
+	}
+	/* The graph's first nodes: the places and ids, from the staging the host fills at each
+	 * step_begin. A failure here is a failed capture (step_end). */
+	cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+	if (e != cudaSuccess) {
+		s->mode = LMC_STEP_OFF;
+		s->next = LMC_NEXT_LOOKUP;
+		lm_warn("cuda: cannot capture a step: %s; it runs op by op", cudaGetErrorString(e));
+		cudaGetLastError();
+		return 0;
+	}
+	e = cudaMemcpyAsync(s->dloc, s->pin_loc, (size_t)n * sizeof *loc, cudaMemcpyHostToDevice,
+			    c->stream);
+	if (e == cudaSuccess && ids != NULL)
+		e = cudaMemcpyAsync(s->dids, s->pin_ids, (size_t)n * sizeof *ids,
+				    cudaMemcpyHostToDevice, c->stream);
+	if (e != cudaSuccess)
+		cuda_step_spoil(c, "copying the staged places");
+	*open = true;
+	return 0;
+}
+
+/* step_end's capture: ends it and instantiates the graph into *exec (NULL when it failed, with
+ * the reason in why). */
+static void cuda_step_capture_end(struct cuda_ctx *c, bool ops_ok, cudaGraphExec_t *exec,
+				  const char **why)
+{
+	cudaGraph_t g = NULL;
+	*exec = NULL;
+	cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+	if (e == cudaSuccess && ops_ok)
+		e = cudaGraphInstantiate(exec, g, 0);
+	if (e != cudaSuccess) {
+		*why = cudaGetErrorString(e);
+		*exec = NULL;
+		cudaGetLastError(); /* a failed capture is not sticky: clear it */
+	}
+	if (g != NULL)
+		cudaGraphDestroy(g);
+}
+
+static int cuda_step_end(void *vctx, int rc, bool *again)
+{
+	struct cuda_ctx *c = vctx;
+	struct cuda_step *s = &c->step;
+	*again = false;
+	if (s->mode == LMC_STEP_OFF)
+		return rc;
+	const enum lmc_step_mode mode = s->mode;
+	s->mode = LMC_STEP_OFF;
+	cudaSetDevice(c->device);
+	const enum lmc_step_ops ops = s->spoiled                            ? LMC_OPS_SPOILED
+				      : rc == 0                             ? LMC_OPS_OK
+				      : rc == LM_EDEVICE || rc == LM_ENOMEM ? LMC_OPS_DEVICE
+									    : LMC_OPS_REFUSED;
+	const struct lmc_graph_key key = {.n = s->n, .hi = s->hi, .ops = s->ops, .gen = c->gen};
+	cudaGraphExec_t exec = NULL;
+	char failed_op[sizeof c->err];
+	snprintf(failed_op, sizeof failed_op, "%s", c->err[0] != '\0' ? c->err : "an op failed");
+	const char *why = s->why != NULL ? s->why : failed_op;
+	if (mode == LMC_STEP_CAPTURE)
+		cuda_step_capture_end(c, ops == LMC_OPS_OK, &exec, &why);
+	struct cuda_graph *g = mode == LMC_STEP_LOOKUP ? cuda_graph_find(c, &key) : NULL;
+	const struct lmc_step_verdict v =
+		lmc_step_decide(mode, ops, g != NULL, cuda_step_failed(s, &key), exec != NULL);
+	s->next = v.next;
+	*again = v.again;
+	if (v.fail_key) {
+		cuda_step_fail_key(s, &key);
+		lm_warn("cuda: a step of %d token(s) at positions below %d cannot be a CUDA graph "
+			"(%s); it runs op by op",
+			key.n, key.hi, why);
+	}
+	if (v.keep) {
+		g = cuda_graph_keep(c, &key, exec);
+		lm_debug("cuda: captured a step of %d token(s) at positions below %d (%d graphs)",
+			 key.n, key.hi, s->n_graphs);
+	} else if (exec != NULL)
+		cudaGraphExecDestroy(exec);
+	if (!v.launch)
+		return v.again ? 0 : rc;
+	c->err[0] = '\0';
+	g->used = ++s->clock;
+	CUDA_TRY(c, cudaGraphLaunch(g->exec, c->stream), "launch of a step's graph (%d token(s))",
+		 key.n);
+	CUDA_TRY(c, cudaEventRecord(s->done, c->stream), "a step's graph");
+	s->done_pending = true;
 	return 0;
 }
 
@@ -578,8 +996,21 @@ static void cuda_fini(void *vctx)
 	if (c == NULL)
 		return;
 	cudaSetDevice(c->device);
+	if (c->step.mode == LMC_STEP_CAPTURE) { /* a step left open: its capture ends first */
+		cudaGraph_t g = NULL;
+		if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g != NULL)
+			cudaGraphDestroy(g);
+	}
 	if (c->stream != NULL)
 		cudaStreamSynchronize(c->stream);
+	while (c->step.n_graphs > 0)
+		cuda_graph_drop(&c->step, c->step.n_graphs - 1);
+	if (c->step.done != NULL)
+		cudaEventDestroy(c->step.done);
+	cudaFreeHost(c->step.pin_loc);
+	cudaFreeHost(c->step.pin_ids);
+	cudaFree(c->step.dloc);
+	cudaFree(c->step.dids);
 	cudaFree(c->act);
 	cudaFree(c->probs);
 	cudaFree(c->dloc);
@@ -622,6 +1053,8 @@ static const struct lm_backend_i cuda_iface = {
 	.mem_info = cuda_mem_info,
 	.last_error = cuda_last_error,
 	.swiglu_oai = LMC_HAS_SWIGLU_OAI ? cuda_swiglu_oai : NULL,
+	.step_begin = cuda_step_begin,
+	.step_end = cuda_step_end,
 };
 
 /* The device to use, or why there is none. */
@@ -664,6 +1097,12 @@ int lm_backend_cuda_init(struct lm_backend *b, const struct lm_backend_opts *opt
 	if (c == NULL)
 		return lm_fail(d, LM_ENOMEM, "out of memory");
 	c->device = dev;
+	c->step.enabled = lmc_graph_env_on(getenv("LM_CUDA_GRAPHS"));
+	c->step.bucket = lmc_graph_bucket_env(getenv("LM_CUDA_GRAPH_BUCKET"));
+	if (c->step.enabled)
+		lm_info("cuda backend: CUDA graphs of decode steps (LM_CUDA_GRAPHS), buckets of %d "
+			"positions",
+			(int)c->step.bucket);
 	cudaError_t e = cudaSetDevice(dev);
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -706,7 +1145,8 @@ uint64_t lm_backend_cuda_scratch_bound(const struct lm_backend_opts *opts,
 	if (probs > CUDA_ATTN_SCRATCH_CAP)
 		probs = one > CUDA_ATTN_SCRATCH_CAP ? one : CUDA_ATTN_SCRATCH_CAP;
 	const uint64_t idx = n * (sizeof(struct lm_tok_loc) + sizeof(int32_t));
-	return cuda_grown(act) + cuda_grown(probs) + 2 * cuda_grown(idx) +
+	/* The steps' places and ids (cuda_graph.h), one alignment unit each. */
+	return cuda_grown(act) + cuda_grown(probs) + 2 * cuda_grown(idx) + 2 * CUDA_ALIGN +
 	       65536 * sizeof(uint16_t) + (uint64_t)s->max_tensors * CUDA_ALLOC_ROUNDING;
 }
 

@@ -46,7 +46,7 @@
  * (gpt-oss's experts) stays on k_mmv at every batch size.
  *
  * Launches of a decode token (the question of CUDA graphs). Counted from the code for an
- * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 15 seam calls and 26
+ * 8B-shaped llama (32 layers, quantized weights, no biases): a layer is 16 seam calls and 26
  * kernels (rmsnorm 1; q, k, v 2 each: quantizer and GEMV; rope 2; kv_store 2: K and V;
  * attention 3: scores, softmax, values; wo 2; add 1; rmsnorm 1; gate, up 2 each; silu_mul 1;
  * down 2; add 1), so a token is 32 x 26 + 4 (embedding, output norm, lm_head 2) = 836 kernels,
@@ -55,16 +55,32 @@
  * usually costs the host, 836 launches are 1.7 to 2.5 ms, as long as the reads; and 19 of a
  * layer's 26 kernels are not GEMVs but small ones (norms, rope, stores, adds, the quantizers,
  * attention at short contexts) whose minimum time on the GPU adds more. So launches are
- * likely a bound of decode here. These are estimates, not measurements:
- * bench_cuda's step lines measure it (host enqueue time, wall time, GPU time with the queue
- * kept full; launch_share = (wall - GPU) / wall), and the device run decides. If launch_share
- * is above about 0.1, the one-token step wants a CUDA graph. A graph is not a local change:
- * the seam has no step boundary (the engine issues ops one by one), the token's places and id
- * are copied from pageable host memory (not capturable), and attention's grid depends on the
- * position, so a captured step needs pinned staging for the places, attention sized from
- * device-side positions, and begin/end slots in the seam; fusing the small kernels (norm with
- * the quantizer, rope with kv_store, the residual add into the GEMV's store) is the other way
- * to fewer launches, and works without a graph.
+ * likely a bound of decode here. These are estimates, not measurements.
+ *
+ * What was built: CUDA graphs of the one-token step, opt-in (LM_CUDA_GRAPHS=1). The seam has
+ * a step (backend.h: step_begin/step_end, version 5) that the engine opens around a forward's
+ * embedding and layers (engine/forward.c, fw_body_steps; not for stages whose layers work on
+ * the host: mixture-of-experts routers, qwen35's delta rule, or under a per-layer hook); the
+ * CUDA backend captures the step's launches once per key and replays the graph
+ * (cuda_backend.c, "Steps"; every decision a pure function of cuda_graph.h, tested on the host
+ * by tests/unit/test_cuda_graph.c). The token's places and ids go through pinned staging that
+ * the graph's first nodes copy; attention in a step is sized by the position's bucket of 256
+ * (lmc_graph_lmax), the kernels reading each token's own position from the device, so one
+ * graph serves a bucket with the eager launch's bits; a graph is keyed by the batch size, the
+ * bucket, a fingerprint of every op's arguments and the scratch generation, and a failed
+ * capture runs the step op by op with a warning. The lm_head and the logits' download stay
+ * outside the graph (4 launches).
+ *
+ * What the device run must decide (tests/gpu/run_gpu_checks.sh): bench_cuda's step lines give
+ * each type's eager and graph wall time per token and launch_share (host enqueue time, wall
+ * time, GPU time with the queue kept full; launch_share = (wall - GPU) / wall), and bench_run's
+ * decode tok/s is measured with LM_CUDA_GRAPHS off and on; the op matrix counts captures and
+ * replays and requires the steps' outputs to equal eager launches bit for bit, and step 3c
+ * compares `layermesh run` with graphs on and off. If the graph line's wall time is clearly
+ * below the eager line's (eager launch_share above about 0.1) and every check passes, graphs
+ * become the default; if not, they stay opt-in. Fusing the small kernels (norm with the
+ * quantizer, rope with kv_store, the residual add into the GEMV's store) is the other way to
+ * fewer launches, and works with or without a graph.
  */
 #include "kernels/cuda/cuda_common.cuh"
 

@@ -17,7 +17,14 @@
  *               K and V and beside f16 (the cache bytes exact), then
  *   attention   global and sliding layers (a ring of window + batch - 1 rows, wrapped), GQA,
  *               several slots, batches of 1, 2, 7, 16 and 64, and with sink logits;
- *   silu_mul, swiglu_oai, gelu_mul, add, add_rows, mul_rows, scale, copy.
+ *   silu_mul, swiglu_oai, gelu_mul, add, add_rows, mul_rows, scale, copy;
+ *   steps       where the backend has them (backend.h's step_begin/step_end: the CUDA
+ *               backend's graphs, which op_matrix turns on with LM_CUDA_GRAPHS=1 and buckets of
+ *               8 positions), a two-layer decode (a global layer with an f16 cache, a sliding
+ *               one of window 8 with a q8_0 ring) over 40 positions, one token then two slots
+ *               a batch, as steps against the same ops launched eagerly: the residual stream
+ *               of every position bit for bit, and the steps' passes counted (a capture per
+ *               bucket, a replay for every other position, no failure).
  * It prints one line per case and ends with "N passed, N failed"; exit 0 when all pass, 1 when
  * any fails, 77 (skipped) with the reason when the backend cannot start here (no GPU, or a build
  * without CUDA), so a machine without a GPU never reports the CUDA matrix as passed.
@@ -618,6 +625,193 @@ static void om_elementwise(struct om *m)
 		}
 }
 
+/* ---------------------------------------------------------------------------- steps */
+
+#define OS_DIM   256
+#define OS_HEADS 4
+#define OS_KV    2
+#define OS_HD    64
+#define OS_VOCAB 64
+#define OS_POS   40
+#define OS_WIN   8
+#define OS_BATCH 2
+
+struct os_net {
+	struct lm_weight emb, w[4]; /* embedding; q, k, v, o of q8_0 */
+	void *host[5];
+	float *norm, *x, *h, *q, *k, *v, *att;
+	struct lm_kv_layer kv[2][2]; /* [eager, steps][global, sliding] */
+};
+
+static int os_init(struct om *m, struct os_net *n)
+{
+	memset(n, 0, sizeof *n);
+	int rc = 0;
+	size_t rb;
+	const int64_t rows[4] = {OS_DIM, OS_KV * OS_HD, OS_KV * OS_HD, OS_DIM};
+	for (int i = 0; i < 4 && rc == 0; i++) {
+		void *w = om_weight(m, LM_Q8_0, OS_DIM, rows[i], &rb);
+		n->w[i] = (struct lm_weight){
+			.type = LM_Q8_0, .ne0 = OS_DIM, .ne1 = rows[i], .row_bytes = rb};
+		n->host[i] = w != NULL ? om_bind(m, &n->w[i], w, rb * (size_t)rows[i], &rc) : NULL;
+		rc = rc == 0 && n->host[i] == NULL ? LM_ENOMEM : rc;
+		free(w);
+	}
+	float *e = om_gauss(m, (size_t)OS_VOCAB * OS_DIM, 1.0f);
+	n->emb = (struct lm_weight){
+		.type = LM_F32, .ne0 = OS_DIM, .ne1 = OS_VOCAB, .row_bytes = OS_DIM * 4};
+	if (rc == 0 && e != NULL)
+		n->host[4] = om_bind(m, &n->emb, e, (size_t)OS_VOCAB * OS_DIM * 4, &rc);
+	free(e);
+	float *g = om_gauss(m, OS_DIM, 1.0f);
+	n->norm = g != NULL ? om_put(m, g, OS_DIM) : NULL;
+	free(g);
+	float **bufs[] = {&n->x, &n->h, &n->q, &n->k, &n->v, &n->att};
+	for (size_t i = 0; i < 6; i++)
+		*bufs[i] = om_put(m, NULL, (size_t)OS_BATCH * OS_DIM);
+	for (int r = 0; r < 2; r++)
+		for (int l = 0; l < 2; l++) {
+			const enum lm_dtype t = l == 0 ? LM_F16 : LM_Q8_0;
+			uint64_t row = 0;
+			lm_dtype_row_bytes(t, (uint64_t)OS_KV * OS_HD, &row);
+			const int ctx = l == 0 ? OS_POS : OS_WIN;
+			n->kv[r][l] = (struct lm_kv_layer){.k_type = t,
+							   .v_type = t,
+							   .n_kv_heads = OS_KV,
+							   .head_dim = OS_HD,
+							   .ctx = ctx,
+							   .window = l == 0 ? 0 : OS_WIN,
+							   .slots = OS_BATCH,
+							   .k_row_bytes = row,
+							   .v_row_bytes = row};
+			n->kv[r][l].k = m->be.iface->malloc(m->be.ctx, row * ctx * OS_BATCH);
+			n->kv[r][l].v = m->be.iface->malloc(m->be.ctx, row * ctx * OS_BATCH);
+			if (n->kv[r][l].k == NULL || n->kv[r][l].v == NULL)
+				rc = LM_ENOMEM;
+		}
+	for (size_t i = 0; i < 6; i++)
+		if (*bufs[i] == NULL)
+			rc = LM_ENOMEM;
+	return rc == 0 && (n->norm == NULL || n->host[4] == NULL) ? LM_ENOMEM : rc;
+}
+
+static void os_fini(struct om *m, struct os_net *n)
+{
+	float *bufs[] = {n->norm, n->x, n->h, n->q, n->k, n->v, n->att};
+	for (size_t i = 0; i < 7; i++)
+		if (bufs[i] != NULL)
+			om_free(m, bufs[i]);
+	for (int r = 0; r < 2; r++)
+		for (int l = 0; l < 2; l++) {
+			om_free(m, n->kv[r][l].k);
+			om_free(m, n->kv[r][l].v);
+		}
+	for (int i = 0; i < 4; i++)
+		if (n->w[i].data != NULL)
+			lm_backend_weight_fini(&m->be, &n->w[i]);
+	if (n->emb.data != NULL)
+		lm_backend_weight_fini(&m->be, &n->emb);
+	for (int i = 0; i < 5; i++)
+		free(n->host[i]);
+}
+
+/* The body of one batch (what engine/forward.c offers as a step), on cache set r. */
+static int os_body(struct om *m, struct os_net *n, int r, const struct lm_tok_loc *loc,
+		   const int32_t *ids, int nt)
+{
+	const struct lm_backend_i *f = m->be.iface;
+	void *c = m->be.ctx;
+	const struct lm_rope_params rp = {
+		.mode = LM_ROPE_NEOX, .n_rot = OS_HD, .freq_base = 10000.0f, .freq_scale = 1.0f};
+	int rc = f->get_rows(c, n->x, &n->emb, ids, nt);
+	for (int l = 0; rc == 0 && l < 2; l++)
+		if ((rc = f->rmsnorm(c, n->h, n->x, n->norm, OS_DIM, nt, 1e-5f)) ||
+		    (rc = f->matmul(c, n->q, &n->w[0], n->h, nt)) ||
+		    (rc = f->matmul(c, n->k, &n->w[1], n->h, nt)) ||
+		    (rc = f->matmul(c, n->v, &n->w[2], n->h, nt)) ||
+		    (rc = f->rope(c, n->q, OS_HEADS, OS_HD, loc, nt, &rp)) ||
+		    (rc = f->rope(c, n->k, OS_KV, OS_HD, loc, nt, &rp)) ||
+		    (rc = f->kv_store(c, &n->kv[r][l], n->k, n->v, loc, nt)) ||
+		    (rc = f->attention(c, n->att, n->q, &n->kv[r][l], loc, nt, OS_HEADS, 0.125f)) ||
+		    (rc = f->matmul(c, n->h, &n->w[3], n->att, nt)) ||
+		    (rc = f->add(c, n->x, n->h, (size_t)nt * OS_DIM)))
+			break;
+	return rc;
+}
+
+/* The body as steps, in passes as engine/forward.c issues them; *passes: how many it took. */
+static int os_step(struct om *m, struct os_net *n, const struct lm_tok_loc *loc, const int32_t *ids,
+		   int nt, int *passes)
+{
+	const struct lm_backend_i *f = m->be.iface;
+	int rc = 0;
+	for (int pass = 0;; pass++) {
+		bool open = false, again = false;
+		if (pass < 3 && (rc = f->step_begin(m->be.ctx, loc, ids, nt, &open)) != 0)
+			return rc;
+		rc = os_body(m, n, 1, loc, ids, nt);
+		if (open) {
+			int rs = f->step_end(m->be.ctx, rc, &again);
+			rc = rc != 0 ? rc : again ? 0 : rs;
+		}
+		*passes = pass + 1;
+		if (!again)
+			return rc;
+	}
+}
+
+static void om_steps(struct om *m)
+{
+	if (m->be.iface->step_begin == NULL) {
+		printf("steps: backend %s has none (skipped)\n", m->name);
+		return;
+	}
+	struct os_net n;
+	int rc = os_init(m, &n);
+	if (rc != 0) {
+		om_fail(m, "steps: their buffers and weights", rc);
+		os_fini(m, &n);
+		return;
+	}
+	static float eager[OS_POS][OS_BATCH * OS_DIM], got[OS_BATCH * OS_DIM];
+	for (int nt = 1; rc == 0 && nt <= OS_BATCH; nt++) {
+		int counts[5] = {0}, differ = -1;
+		for (int r = 0; rc == 0 && r < 2; r++)
+			for (int p = 0; rc == 0 && p < OS_POS; p++) {
+				struct lm_tok_loc loc[OS_BATCH];
+				int32_t ids[OS_BATCH];
+				for (int t = 0; t < nt; t++) {
+					loc[t] = (struct lm_tok_loc){.slot = t, .pos = p};
+					ids[t] = (p * 7 + t * 5) % OS_VOCAB;
+				}
+				int passes = 0;
+				rc = r == 0 ? os_body(m, &n, 0, loc, ids, nt)
+					    : os_step(m, &n, loc, ids, nt, &passes);
+				if (rc == 0)
+					rc = om_get(m, r == 0 ? eager[p] : got, n.x,
+						    (size_t)nt * OS_DIM);
+				counts[passes < 4 ? passes : 4]++;
+				if (rc == 0 && r == 1 && differ < 0 &&
+				    memcmp(got, eager[p], (size_t)nt * OS_DIM * sizeof(float)) != 0)
+					differ = p;
+			}
+		char what[200];
+		snprintf(what, sizeof what,
+			 "steps of %d token(s), 40 positions in buckets of 8: %d replays, %d "
+			 "captures, %d failed captures, %d more (first differing position: %d)",
+			 nt, counts[1], counts[2], counts[3], counts[4], differ);
+		if (rc != 0)
+			om_fail(m, what, rc);
+		else
+			om_result(m,
+				  differ < 0 && counts[1] == OS_POS - OS_POS / 8 &&
+					  counts[2] == OS_POS / 8 && counts[3] == 0 &&
+					  counts[4] == 0,
+				  what, differ < 0 ? 0.0 : 1.0, 0);
+	}
+	os_fini(m, &n);
+}
+
 /* ---------------------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -642,6 +836,9 @@ int main(int argc, char **argv)
 		}
 	}
 	lm_diag d = {{0}};
+	/* The steps' section: graphs on (no other section opens a step), small buckets. */
+	setenv("LM_CUDA_GRAPHS", "1", 1);
+	setenv("LM_CUDA_GRAPH_BUCKET", "8", 1);
 	int rc = lm_backend_open(&m.be, m.name, &bo, &d);
 	if (rc == LM_EUNSUPPORTED || rc == LM_EUNAVAILABLE) {
 		printf("SKIP: backend %s cannot run here: %s\n", m.name, lm_diag_str(&d, rc));
@@ -665,6 +862,7 @@ int main(int argc, char **argv)
 	om_rope(&m);
 	om_attention(&m);
 	om_elementwise(&m);
+	om_steps(&m);
 	lm_backend_fini(&m.ref);
 	lm_backend_fini(&m.be);
 	printf("op_matrix: %d passed, %d failed\n", m.passed, m.failed);

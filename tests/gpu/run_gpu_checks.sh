@@ -19,6 +19,11 @@
 #   3b caches    `layermesh run --backend cuda` with bf16, fp8, q4_0 and q5_1 caches on global
 #      archs     and sliding layers, and on synthetic qwen35 (recurrent layers), qwen3moe and
 #                gpt-oss (MXFP4 experts, sinks, YaRN): greedy ids equal the CPU's, same settings
+#   3c graphs    CUDA graphs of decode steps (LM_CUDA_GRAPHS=1, buckets of 8 positions so that
+#                the runs cross buckets) against graphs off: the logits of every position fed
+#                one token at a time (--batch 1 --logits-all) equal bit for bit, and the greedy
+#                ids of 32 generated tokens equal, on stories260K and the synthetic Gemma 4 in
+#                q8_0 (sliding layers of window 8) with q8_0 and f16 caches
 #   4 mesh       tests/gpu/mesh_cuda.sh: a cpu, cuda, cpu mesh over stories260K whose greedy ids
 #                equal `layermesh run` on the CPU; the cuda worker without memory_limit, so the
 #                planner takes the device's free memory; its plan and /status device memory
@@ -26,7 +31,8 @@
 #                prefill matmuls by batch size on both sides of the tensor-core GEMM's
 #                threshold, and one decode token's launches: wall time against GPU time),
 #                bench_run --backend cuda on synthetic 8B-shaped llamas in q4_K and q8_0 (decode
-#                tok/s after a 512-token prefill, and the prefill's tok/s)
+#                tok/s after a 512-token prefill, and the prefill's tok/s), and its decode again
+#                with CUDA graphs (LM_CUDA_GRAPHS=1)
 # Every step has its own time limit (a hung kernel fails its step, not the run).
 # Exit: 0 when every check passed, 1 when one failed, 77 when this machine has no NVIDIA GPU.
 # Logs go to $OUT (the device tool's folder) or ./gpu-out.
@@ -166,6 +172,37 @@ for a in $GPU_ARCHS; do
 done
 say "(cache types and architectures: $((SECONDS - t)) s)"
 
+# 3c. CUDA graphs of the one-token step (kernels/cuda/cuda_graph.h) against eager launches: the
+# same process settings but LM_CUDA_GRAPHS, and buckets of 8 positions, so that a 24-token
+# prompt fed one token at a time is captured in several buckets and replayed in each. The
+# logits must be the same bits: a graph runs the eager launches' kernels on the same data.
+graph_case() { # NAME MODEL ARGS...
+	local name=$1 model=$2 ok=0 why="" gi ei
+	shift 2
+	for g in 0 1; do
+		LM_CUDA_GRAPHS=$g LM_CUDA_GRAPH_BUCKET=8 timeout 60 "$LM" run \
+			--model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 1 --batch 1 --backend "$be" \
+			--logits-all "$tmp/$name.g$g.all" "$@" >/dev/null 2>"$tmp/$name.g$g.err" ||
+			{ ok=1; why="run (graphs $g): $(tail -n 1 "$tmp/$name.g$g.err")"; }
+	done
+	if [ $ok = 0 ] && ! cmp -s "$tmp/$name.g0.all" "$tmp/$name.g1.all"; then
+		ok=1
+		why="logits differ with graphs on"
+	fi
+	ei=$(LM_CUDA_GRAPHS=0 timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 \
+		-n 32 --backend "$be" --ids "$@" 2>/dev/null)
+	gi=$(LM_CUDA_GRAPHS=1 LM_CUDA_GRAPH_BUCKET=8 timeout 60 "$LM" run --model "$model" \
+		--prompt "$GPU_PROMPT" --temp 0 -n 32 --backend "$be" --ids "$@" 2>/dev/null)
+	[ -n "$gi" ] && [ "$gi" = "$ei" ] || { ok=1; why="$why; greedy ids differ with graphs on"; }
+	# That steps are captured and replayed is op_matrix's count (step 1); here, the engine's.
+	check "graphs-$name" $ok "${why:-logits of every position equal bit for bit, greedy ids equal}"
+}
+t=$SECONDS
+graph_case stories "$models/stories260K.gguf"
+graph_case gemma4-q8_0 "$tmp/gemma4-q8_0.gguf" --ctk q8_0 --ctv q8_0
+graph_case gemma4-f16 "$tmp/gemma4-q8_0.gguf" --ctk f16 --ctv f16
+say "(graphs: $((SECONDS - t)) s)"
+
 # 4. The mesh.
 t=$SECONDS
 LM_MESH_BACKEND=$be LM_BIN=$LM LM_WORKER=$WORKER LM_SHARED=$(cd "$carry" && pwd) \
@@ -205,6 +242,17 @@ for ty in q4_K q8_0; do
 		"(median of 3; $((SECONDS - t)) s)"
 	[ $rc = 0 ] || tail -n 5 "$out/bench_run-$ty.txt"
 	grep '^info' "$out/bench_run-$ty.txt" | tee -a "$summary"
+	# The same decode with CUDA graphs of the one-token step (LM_CUDA_GRAPHS=1, opt-in).
+	t=$SECONDS
+	LM_CUDA_GRAPHS=1 timeout 240 "$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" \
+		--bench-prefill 512 --bench-decode 128 --reps 3 --bench-warmup \
+		>"$out/bench_run-$ty-graphs.txt" 2>&1
+	rc=$?
+	dec=$(awk '/^decode/ { for (i = 1; i <= NF; i++) if ($i ~ /^tok_s=/) print substr($i, 7) }' \
+		"$out/bench_run-$ty-graphs.txt" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+	check "llama8b-$ty-graphs" $((rc != 0)) "decode ${dec:-?} tok/s with LM_CUDA_GRAPHS=1" \
+		"(median of 3; $((SECONDS - t)) s)"
+	[ $rc = 0 ] || tail -n 5 "$out/bench_run-$ty-graphs.txt"
 	rm -f "$tmp/llama8b-$ty.gguf"
 done
 

@@ -839,3 +839,206 @@ Test(forward, backend_failures_name_the_embedding_or_the_layer)
 	r.fw.be = &r.be;
 	rig_close(&r);
 }
+
+/* ------------------------------------------------------------------ steps (backend.h) */
+
+/* A backend with steps over the CPU's, scripted: each step_begin takes the next entry of the
+ * script. DEFER opens a step whose ops run nothing (a CUDA backend's lookup or capture pass) and
+ * whose step_end asks for them again; RUN opens one whose ops run at once and whose step_end
+ * says they are issued (a replay); DECLINE does not open. */
+enum step_act { STEP_DEFER, STEP_RUN, STEP_DECLINE };
+static struct {
+	const struct lm_backend_i *cpu;
+	const enum step_act *script;
+	int script_n, at;
+	bool open, deferring;
+	int begins, deferred_ops, eager_ops;
+	bool ids_given; /* the last step_begin's ids were not NULL */
+	int32_t n;      /* the last step_begin's batch */
+	struct lm_tok_loc loc0;
+} stp;
+
+static int step_begin_scripted(void *ctx, const struct lm_tok_loc *loc, const int32_t *ids, int n,
+			       bool *open)
+{
+	const enum step_act a = stp.at < stp.script_n ? stp.script[stp.at] : STEP_DEFER;
+	stp.at++;
+	stp.begins++;
+	stp.ids_given = ids != NULL;
+	stp.n = n;
+	stp.loc0 = loc[0];
+	stp.open = *open = a != STEP_DECLINE;
+	stp.deferring = a == STEP_DEFER;
+	return 0;
+}
+
+static int step_end_scripted(void *ctx, int rc, bool *again)
+{
+	*again = stp.deferring;
+	stp.open = stp.deferring = false;
+	return *again ? 0 : rc;
+}
+
+/* Every op the llama layers issue: counted, and run only outside a deferred step. */
+#define STEP_OP(name, params, args)         \
+	static int step_##name params       \
+	{                                   \
+		if (stp.deferring) {        \
+			stp.deferred_ops++; \
+			return 0;           \
+		}                           \
+		stp.eager_ops += !stp.open; \
+		return stp.cpu->name args;  \
+	}
+STEP_OP(get_rows, (void *c, float *y, const struct lm_weight *t, const int32_t *ids, int n),
+	(c, y, t, ids, n))
+STEP_OP(matmul, (void *c, float *y, const struct lm_weight *w, const float *x, int n),
+	(c, y, w, x, n))
+STEP_OP(rmsnorm, (void *c, float *y, const float *x, const float *w, int dim, int n, float eps),
+	(c, y, x, w, dim, n, eps))
+STEP_OP(rope,
+	(void *c, float *x, int h, int hd, const struct lm_tok_loc *loc, int n,
+	 const struct lm_rope_params *rp),
+	(c, x, h, hd, loc, n, rp))
+STEP_OP(kv_store,
+	(void *c, const struct lm_kv_layer *kv, const float *k, const float *v,
+	 const struct lm_tok_loc *loc, int n),
+	(c, kv, k, v, loc, n))
+STEP_OP(attention,
+	(void *c, float *out, const float *q, const struct lm_kv_layer *kv,
+	 const struct lm_tok_loc *loc, int n, int h, float scale),
+	(c, out, q, kv, loc, n, h, scale))
+STEP_OP(silu_mul, (void *c, float *y, const float *g, const float *u, size_t len),
+	(c, y, g, u, len))
+STEP_OP(add, (void *c, float *y, const float *a, size_t len), (c, y, a, len))
+#undef STEP_OP
+
+static void step_iface(struct lm_backend_i *i, const struct lm_backend_i *cpu)
+{
+	*i = *cpu;
+	memset(&stp, 0, sizeof stp);
+	stp.cpu = cpu;
+	i->get_rows = step_get_rows;
+	i->matmul = step_matmul;
+	i->rmsnorm = step_rmsnorm;
+	i->rope = step_rope;
+	i->kv_store = step_kv_store;
+	i->attention = step_attention;
+	i->silu_mul = step_silu_mul;
+	i->add = step_add;
+	i->step_begin = step_begin_scripted;
+	i->step_end = step_end_scripted;
+}
+
+/* Whatever the backend's steps do (run at once, ask for the ops again once or twice, decline,
+ * or ask again forever), a forward's logits are the CPU's bit for bit, over a prompt and a
+ * decode; a step gets the batch's places and, on the first stage, its ids; each deferred pass
+ * issued the whole body; a backend asking again and again gets at most three steps per batch,
+ * then the ops without one. */
+Test(forward, steps_give_the_ops_again_until_they_ran, .timeout = 60)
+{
+	static const int32_t ids[12] = {1, 403, 407, 261, 378, 291, 280, 294, 300, 310, 320, 330};
+	static float want[12 * 512], got[4 * 512];
+	struct rig plain, r;
+	rig_open(&plain, shared("models/stories260K.gguf"), NULL, 1, 16, false);
+	for (int i = 0; i < 12; i++)
+		run_rows(&plain, 0, i, ids + i, 1, want + 512 * i);
+	static const enum step_act hit[] = {STEP_RUN};
+	static const enum step_act miss_capture[] = {STEP_DEFER, STEP_RUN};
+	static const enum step_act miss_fail[] = {STEP_DEFER, STEP_DEFER, STEP_DECLINE};
+	static const enum step_act declined[] = {STEP_DECLINE};
+	static const enum step_act forever[] = {STEP_DEFER, STEP_DEFER, STEP_DEFER};
+	const struct {
+		const enum step_act *s;
+		int n, begins, defers; /* script; step_begins and deferred passes per batch */
+	} cases[] = {{hit, 1, 1, 0},
+		     {miss_capture, 2, 2, 1},
+		     {miss_fail, 3, 3, 2},
+		     {declined, 1, 1, 0},
+		     {forever, 3, 3, 3}};
+	/* The body's ops: the embedding and 5 llama layers of 16 (arch_llama.c: norm, q, k, v, 2
+	 * ropes, kv_store, attention, wo, add, norm, gate, up, silu_mul, down, add). */
+	const int body = 1 + 5 * 16;
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		rig_open(&r, shared("models/stories260K.gguf"), NULL, 1, 16, false);
+		struct lm_backend_i iface;
+		step_iface(&iface, r.be.iface);
+		struct lm_backend stepped = {&iface, r.be.ctx};
+		r.fw.be = &stepped;
+		/* The prompt's first 4 tokens in one batch, then one token at a time. */
+		stp.script = declined;
+		stp.script_n = 1;
+		run_rows(&r, 0, 0, ids, 4, got);
+		cr_expect_eq(memcmp(got + 3 * 512, want + 3 * 512, 512 * sizeof(float)), 0,
+			     "case %zu", k);
+		for (int i = 4; i < 12; i++) {
+			stp.script = cases[k].s;
+			stp.script_n = cases[k].n;
+			stp.at = stp.begins = stp.deferred_ops = stp.eager_ops = 0;
+			run_rows(&r, 0, i, ids + i, 1, got);
+			cr_expect_eq(memcmp(got, want + 512 * i, 512 * sizeof(float)), 0,
+				     "case %zu, position %d", k, i);
+			cr_expect_eq(stp.begins, cases[k].begins, "case %zu", k);
+			cr_expect(stp.ids_given && stp.n == 1 && stp.loc0.pos == i, "case %zu", k);
+			cr_expect_eq(stp.deferred_ops, cases[k].defers * body, "case %zu: %d ops",
+				     k, stp.deferred_ops);
+		}
+		r.fw.be = &r.be;
+		rig_close(&r);
+	}
+	rig_close(&plain);
+}
+
+static void count_layers(void *arg, int32_t layer, const float *x, int32_t n)
+{
+	(*(int *)arg)++;
+}
+
+/* A middle stage offers its layers without ids (its rows come by upload, before the step), and
+ * a forward with a hook after each layer (`layermesh diff`, the non-finite locator) offers no
+ * step. */
+Test(forward, steps_of_a_middle_stage_and_none_under_a_hook)
+{
+	struct rig whole, s0, s1;
+	rig_open(&whole, shared("models/stories260K.gguf"), NULL, 1, 8, false);
+	struct lm_slice a = {0, 2, true, false}, b = {2, 5, false, true};
+	rig_open(&s0, shared("models/stories260K.gguf"), &a, 1, 8, false);
+	rig_open(&s1, shared("models/stories260K.gguf"), &b, 1, 8, false);
+	int32_t ids[4] = {1, 403, 407, 261}, rows[1] = {0};
+	static float want[4 * 512], got[512], h[64];
+	run_rows(&whole, 0, 0, ids, 4, want);
+	struct lm_backend_i iface;
+	step_iface(&iface, s1.be.iface);
+	struct lm_backend stepped = {&iface, s1.be.ctx};
+	s1.fw.be = &stepped;
+	static const enum step_act miss_capture[] = {STEP_DEFER, STEP_RUN};
+	lm_diag d = {{0}};
+	for (int i = 0; i < 4; i++) {
+		struct lm_tok_loc loc = {0, i};
+		struct lm_batch bt = {
+			.n = 1, .ids = ids + i, .loc = &loc, .n_out = 1, .out_rows = rows};
+		cr_assert_eq(lm_forward_run(&s0.fw, &bt, NULL, h, NULL, &d), 0, "%s", d.msg);
+		bt.ids = NULL;
+		stp.script = miss_capture;
+		stp.script_n = 2;
+		stp.at = stp.begins = 0;
+		if (i == 3) { /* the last position under a hook */
+			int layers = 0;
+			s1.fw.hook = count_layers;
+			s1.fw.hook_arg = &layers;
+			cr_assert_eq(lm_forward_run(&s1.fw, &bt, h, NULL, got, &d), 0, "%s", d.msg);
+			cr_expect_eq(layers, 3);
+			cr_expect_eq(stp.begins, 0);
+			s1.fw.hook = NULL;
+		} else {
+			cr_assert_eq(lm_forward_run(&s1.fw, &bt, h, NULL, got, &d), 0, "%s", d.msg);
+			cr_expect_eq(stp.begins, 2);
+			cr_expect(!stp.ids_given);
+		}
+		cr_expect_eq(memcmp(got, want + 512 * i, sizeof got), 0, "position %d", i);
+	}
+	s1.fw.be = &s1.be;
+	rig_close(&whole);
+	rig_close(&s0);
+	rig_close(&s1);
+}
