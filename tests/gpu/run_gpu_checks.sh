@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu/run_gpu_checks.sh [CARRY] — every GPU check of the CUDA backend, in one run of about
-# five to ten minutes on an H200, printing a summary table last.
+# tests/gpu/run_gpu_checks.sh [CARRY] — every GPU check of the CUDA backend, in one run of at
+# most six minutes (LM_GPU_DEADLINE, below), printing a summary table last.
 #
 # First, on the CPU machine: bash tests/gpu/prepare_carry.sh (builds .gpu-carry/: the binaries,
 # their libraries, stories260K and llama.cpp's references). Then on the GPU machine:
@@ -33,7 +33,10 @@
 #                bench_run --backend cuda on synthetic 8B-shaped llamas in q4_K and q8_0 (decode
 #                tok/s after a 512-token prefill, and the prefill's tok/s), and its decode again
 #                with CUDA graphs (LM_CUDA_GRAPHS=1)
-# Every step has its own time limit (a hung kernel fails its step, not the run).
+# Every step has its own time limit (a hung kernel fails its step, not the run), cut to what is
+# left of the run's deadline: LM_GPU_DEADLINE seconds from the start (default 360), so that one
+# run and a rerun fit in a session's 15 minutes of device time with the machine's start. A step
+# cut by the deadline fails with "timed out"; the steps are ordered correctness first.
 # Exit: 0 when every check passed, 1 when one failed, 77 when this machine has no NVIDIA GPU.
 # Logs go to $OUT (the device tool's folder) or ./gpu-out.
 #
@@ -50,6 +53,13 @@ summary="$out/summary.txt"
 : >"$summary"
 fails=0
 t_start=$SECONDS
+deadline=${LM_GPU_DEADLINE:-360}
+# lim N: N seconds, or what is left of the deadline when that is less (at least 1).
+lim() {
+	local left=$((deadline - (SECONDS - t_start)))
+	[ "$left" -ge 1 ] || left=1
+	echo $(($1 < left ? $1 : left))
+}
 say() { echo "$*" | tee -a "$summary"; }
 check() { # NAME OK(0/1) DETAIL
 	if [ "$2" = 0 ]; then say "PASS $1: $3"; else say "FAIL $1: $3"; fails=$((fails + 1)); fi
@@ -96,7 +106,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 # The 8B-shaped models take a minute or two to write: start them now, on the CPU cores.
 cores=$(nproc)
 big() { # TYPE
-	timeout 400 "$LM" synth --out "$tmp/llama8b-$1.gguf" --dim 4096 --layers "${LM_GPU_BIG_LAYERS:-32}" \
+	timeout "$(lim 400)" "$LM" synth --out "$tmp/llama8b-$1.gguf" --dim 4096 --layers "${LM_GPU_BIG_LAYERS:-32}" \
 		--heads 32 --kv-heads 8 --ffn 14336 --vocab "${LM_GPU_BIG_VOCAB:-128256}" --ctx 8192 \
 		--type "$1" --seed 1 \
 		--threads $((cores > 2 ? cores / 2 : 1)) >"$out/synth-$1.log" 2>&1
@@ -108,7 +118,7 @@ pid_q8=$!
 
 # 1. The op matrix.
 t=$SECONDS
-timeout 240 "$OPM" --backend "$be" >"$out/op_matrix.txt" 2>&1
+timeout "$(lim 240)" "$OPM" --backend "$be" >"$out/op_matrix.txt" 2>&1
 rc=$?
 check matrix $((rc != 0)) "$(tail -n 1 "$out/op_matrix.txt") ($((SECONDS - t)) s)"
 grep FAIL "$out/op_matrix.txt" | head -n 20
@@ -117,20 +127,20 @@ grep FAIL "$out/op_matrix.txt" | head -n 20
 oracle_case() { # NAME MODEL
 	local name=$1 model=$2 tol r1 r2 ok=0
 	tol=$(gpu_tolerance "$name")
-	timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 1 --backend "$be" \
+	timeout "$(lim 60)" "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 1 --backend "$be" \
 		--logits "$tmp/$name.last" >/dev/null 2>"$tmp/$name.err" ||
 		{ check "$name" 1 "layermesh run: $(tail -n 1 "$tmp/$name.err")"; return; }
 	r1=$(python3 tests/oracle/compare_logits.py last "$tmp/$name.last" "$ref/$name.last" "$tol") ||
 		ok=1
-	timeout 60 "$LM" run --model "$model" --prompt-ids "$(cat "$ref/$name.seq")" --temp 0 -n 1 \
+	timeout "$(lim 60)" "$LM" run --model "$model" --prompt-ids "$(cat "$ref/$name.seq")" --temp 0 -n 1 \
 		--backend "$be" --logits-all "$tmp/$name.all" >/dev/null 2>>"$tmp/$name.err" || ok=1
 	r2=$(python3 tests/oracle/compare_logits.py greedy "$tmp/$name.all" "$ref/$name.all" "$tol" \
 		"$(cat "$ref/$name.n_prompt")") || ok=1
 	# The same model on the CPU backend, the same ids: the GPU changes no greedy token.
 	local gpu cpu
-	gpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --backend "$be" \
+	gpu=$(timeout "$(lim 60)" "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --backend "$be" \
 		--ids 2>/dev/null)
-	cpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids 2>/dev/null)
+	cpu=$(timeout "$(lim 60)" "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids 2>/dev/null)
 	[ -n "$gpu" ] && [ "$gpu" = "$cpu" ] || { ok=1; r2="$r2; greedy ids differ from the CPU's"; }
 	check "$name" $ok "prompt logits: $r1; $r2"
 }
@@ -150,9 +160,9 @@ say "(llama.cpp comparisons: $((SECONDS - t)) s)"
 ids_case() { # NAME MODEL ARGS...
 	local name=$1 model=$2 gpu cpu
 	shift 2
-	gpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 \
+	gpu=$(timeout "$(lim 60)" "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 \
 		--backend "$be" --ids "$@" 2>"$tmp/$name.err")
-	cpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids \
+	cpu=$(timeout "$(lim 60)" "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids \
 		"$@" 2>/dev/null)
 	if [ -n "$gpu" ] && [ "$gpu" = "$cpu" ]; then
 		check "$name" 0 "greedy ids equal the CPU's ${*:-}"
@@ -180,7 +190,7 @@ graph_case() { # NAME MODEL ARGS...
 	local name=$1 model=$2 ok=0 why="" gi ei
 	shift 2
 	for g in 0 1; do
-		LM_CUDA_GRAPHS=$g LM_CUDA_GRAPH_BUCKET=8 timeout 60 "$LM" run \
+		LM_CUDA_GRAPHS=$g LM_CUDA_GRAPH_BUCKET=8 timeout "$(lim 60)" "$LM" run \
 			--model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 1 --batch 1 --backend "$be" \
 			--logits-all "$tmp/$name.g$g.all" "$@" >/dev/null 2>"$tmp/$name.g$g.err" ||
 			{ ok=1; why="run (graphs $g): $(tail -n 1 "$tmp/$name.g$g.err")"; }
@@ -189,9 +199,9 @@ graph_case() { # NAME MODEL ARGS...
 		ok=1
 		why="logits differ with graphs on"
 	fi
-	ei=$(LM_CUDA_GRAPHS=0 timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 \
+	ei=$(LM_CUDA_GRAPHS=0 timeout "$(lim 60)" "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 \
 		-n 32 --backend "$be" --ids "$@" 2>/dev/null)
-	gi=$(LM_CUDA_GRAPHS=1 LM_CUDA_GRAPH_BUCKET=8 timeout 60 "$LM" run --model "$model" \
+	gi=$(LM_CUDA_GRAPHS=1 LM_CUDA_GRAPH_BUCKET=8 timeout "$(lim 60)" "$LM" run --model "$model" \
 		--prompt "$GPU_PROMPT" --temp 0 -n 32 --backend "$be" --ids "$@" 2>/dev/null)
 	[ -n "$gi" ] && [ "$gi" = "$ei" ] || { ok=1; why="$why; greedy ids differ with graphs on"; }
 	# That steps are captured and replayed is op_matrix's count (step 1); here, the engine's.
@@ -206,7 +216,7 @@ say "(graphs: $((SECONDS - t)) s)"
 # 4. The mesh.
 t=$SECONDS
 LM_MESH_BACKEND=$be LM_BIN=$LM LM_WORKER=$WORKER LM_SHARED=$(cd "$carry" && pwd) \
-	timeout 180 bash tests/gpu/mesh_cuda.sh \
+	timeout "$(lim 180)" bash tests/gpu/mesh_cuda.sh \
 	>"$out/mesh.txt" 2>&1
 rc=$?
 check mesh $((rc != 0)) "$(tail -n 1 "$out/mesh.txt") ($((SECONDS - t)) s)"
@@ -215,7 +225,7 @@ grep -E '^(plan|device)' "$out/mesh.txt" | tee -a "$summary"
 
 # 5. The benchmark.
 t=$SECONDS
-timeout 180 "$BCUDA" >"$out/bench_cuda.txt" 2>&1
+timeout "$(lim 180)" "$BCUDA" >"$out/bench_cuda.txt" 2>&1
 rc=$?
 if [ $rc = 77 ] && [ "$be" != cuda ]; then
 	say "skip bench_cuda: $(tail -n 1 "$out/bench_cuda.txt")"
@@ -231,7 +241,7 @@ for ty in q4_K q8_0; do
 		continue
 	fi
 	t=$SECONDS
-	timeout 240 "$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" --bench-prefill 512 \
+	timeout "$(lim 240)" "$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" --bench-prefill 512 \
 		--bench-decode 128 --reps 3 --bench-warmup >"$out/bench_run-$ty.txt" 2>&1
 	rc=$?
 	pre=$(awk '/^prefill/ { for (i = 1; i <= NF; i++) if ($i ~ /^tok_s=/) print substr($i, 7) }' \
@@ -244,7 +254,7 @@ for ty in q4_K q8_0; do
 	grep '^info' "$out/bench_run-$ty.txt" | tee -a "$summary"
 	# The same decode with CUDA graphs of the one-token step (LM_CUDA_GRAPHS=1, opt-in).
 	t=$SECONDS
-	LM_CUDA_GRAPHS=1 timeout 240 "$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" \
+	LM_CUDA_GRAPHS=1 timeout "$(lim 240)" "$BRUN" --backend "$be" --model "$tmp/llama8b-$ty.gguf" \
 		--bench-prefill 512 --bench-decode 128 --reps 3 --bench-warmup \
 		>"$out/bench_run-$ty-graphs.txt" 2>&1
 	rc=$?
