@@ -579,7 +579,8 @@ mesh_pair() {
 		# NNG's hop between processes that take turns as the workers do: each reads through
 		# memory for this rep's mean forward time per worker before it sends on (nng4w).
 		work=$(awk -v c="$comp" 'BEGIN { printf "%d", c * 1000 / 3 }')
-		iters=$(awk -v w="$work" 'BEGIN { n = int(5e6 / (3 * w + 100)); print n < 30 ? 30 : n > 1000 ? 1000 : n }')
+		iters=$(awk -v w="$work" 'BEGIN { n = int(5e6 / (3 * w + 100))
+			if (n < 30) n = 30; if (n > 1000) n = 1000; print n }')
 		line=$("$NNGB" --sizes "$hidden" --iters "$iters" --ring 4 --work-us "$work")
 		echo "$name NNG floor between working stages: $line" >>"$LOG"
 		unix_rows mesh "$name" "$r" "$line"
