@@ -92,8 +92,10 @@
  *                                    stamp) so that each hop's transit is measured (the
  *                                    workers' layermesh_worker_transit_seconds, the
  *                                    coordinator's layermesh_ring_return_seconds); every
- *                                    worker must be of a build that knows the stamp (older
- *                                    ones refuse stamped batches); default false
+ *                                    worker must be of a build that knows the stamp (an
+ *                                    older one drops stamped batches as malformed, its log
+ *                                    naming the key "ts", and is restarted for making no
+ *                                    progress); default false
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)

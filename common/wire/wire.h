@@ -50,7 +50,8 @@
  * FORWARD's and TOKENS' optional "ts" (the ring stamp, below), which no message carries unless
  * the coordinator was told to stamp (mesh.toml's [coordinator] ring_stamps): a mesh that does
  * not stamp sends exactly what builds without it send, so they interoperate; a build that does
- * not know the key refuses a stamped message as it does any unknown key, naming it.
+ * not know the key drops a stamped message as malformed, as it does any unknown key, naming
+ * it in its log (its batch then makes no progress).
  *
  * Ring stamp ("ts", u64, always the fixed 9-byte 0xcf form and the header's last key, so that
  * its 8 value bytes end the header). The CLOCK_MONOTONIC nanoseconds (lm_now_ns) at which the
