@@ -5,8 +5,10 @@
 #   - in a 3-worker stories260K mesh after some requests, each worker answers /healthz and
 #     /readyz 200, its /status has its slice, its KV cache exactly as the formula says, its
 #     counters and latency percentiles, and its /metrics page parses (prom_check) and agrees
-#     with /status; the coordinator's /v1/status carries every worker's own /status and its
-#     /metrics the request histograms and per-worker up gauges; `layermesh status` prints them;
+#     with /status; with the ring stamped (ring_stamps), every FORWARD's transit into each
+#     worker and every TOKENS' return to the coordinator is counted; the coordinator's
+#     /v1/status carries every worker's own /status and its /metrics the request histograms,
+#     the ring's wake-up and turnaround and per-worker up gauges; `layermesh status` prints them;
 #   - a worker that stops answering is reported with its error while /v1/status still answers
 #     at once.
 source "$(dirname "$0")/lib.sh"
