@@ -1,7 +1,7 @@
 /* bench_nng.c — NNG's own floor under a mesh hop: push/pull rings between processes, with no
  * layermesh code between the sockets.
  *
- *   bench_nng [--sizes "256 8192 16384"] [--iters N] [--ring K] [--dir DIR]
+ *   bench_nng [--sizes "256 8192 16384"] [--iters N] [--ring K] [--dir DIR] [--work-us W]
  *
  * For each message size S, K processes (default 4: the coordinator and three workers) in a ring
  * of NNG push/pull sockets over ipc:// (the transport and pattern of the mesh's data plane),
@@ -11,6 +11,14 @@
  * back. Each lap is timed on its own; a hop is a lap over K. After 200 untimed warm-up laps, N
  * (default 5000) are timed. Prints, in bench_unix's shape:
  *     nng_ring procs=K size=S lap_median_us=X hop_median_us=X lap_min_us=X hop_p90_us=X
+ *
+ * --work-us W: each forwarding process, between its receive and its send, reads through a
+ * 64 MiB buffer for W microseconds, as a mesh stage streams its weights, so the processes take
+ * turns as the mesh's do: each sleeps in its receive while the others work, and its caches are
+ * cold when the message comes. The time of the K - 1 works is taken off each lap before it is
+ * divided into hops (a lap's works are timed by the forwarders' own clock reads, which are
+ * W each within a few microseconds; the printed figures assume exactly W). Fewer warm-up laps
+ * (10) are run then.
  *
  * Exit status: 0 success, 1 failure, 2 usage error.
  */
@@ -27,8 +35,22 @@
 
 #include "common/base/clock.h"
 
-#define NNG_WARMUP   200
-#define NNG_MAX_RING 16
+#define NNG_WARMUP      200
+#define NNG_WARMUP_WORK 10
+#define NNG_MAX_RING    16
+#define NNG_WORK_BYTES  (64u << 20)
+
+/* Reads through buf until us microseconds have passed (a stage's forward, roughly). */
+static uint64_t nng_work(const uint64_t *buf, long us)
+{
+	const uint64_t until = lm_now_ns() + (uint64_t)us * 1000u;
+	static size_t at;
+	uint64_t sum = 0;
+	while (lm_now_ns() < until)
+		for (int i = 0; i < 4096; i++, at = (at + 8) % (NNG_WORK_BYTES / 8))
+			sum += buf[at];
+	return sum;
+}
 
 static int nng_cmp(const void *a, const void *b)
 {
@@ -58,13 +80,17 @@ static int ring_open(const char *dir, int i, int k, nng_socket *pull, nng_socket
 
 /* A child's life: forward every message until the parent's socket goes away (a receive that
  * times out after the parent stopped) or a send fails. */
-static void ring_forward(nng_socket pull, nng_socket push)
+static void ring_forward(nng_socket pull, nng_socket push, long work_us)
 {
+	uint64_t *buf = work_us > 0 ? calloc(1, NNG_WORK_BYTES) : NULL;
+	volatile uint64_t sink = 0;
 	nng_setopt_ms(pull, NNG_OPT_RECVTIMEO, 5000);
 	for (;;) {
 		nng_msg *m;
 		if (nng_recvmsg(pull, &m, 0) != 0)
 			break;
+		if (buf != NULL)
+			sink += nng_work(buf, work_us);
 		if (nng_sendmsg(push, m, 0) != 0) {
 			nng_msg_free(m);
 			break;
@@ -73,7 +99,7 @@ static void ring_forward(nng_socket pull, nng_socket push)
 	_exit(0);
 }
 
-static int ring_run(const char *dir, int k, size_t size, long iters, double *t)
+static int ring_run(const char *dir, int k, size_t size, long iters, long work_us, double *t)
 {
 	pid_t pid[NNG_MAX_RING] = {0};
 	nng_socket pull, push;
@@ -85,7 +111,7 @@ static int ring_run(const char *dir, int k, size_t size, long iters, double *t)
 		if (pid[i] == 0) {
 			if (ring_open(dir, i, k, &pull, &push) != 0)
 				_exit(1);
-			ring_forward(pull, push);
+			ring_forward(pull, push, work_us);
 		}
 	}
 	int rv = ring_open(dir, 0, k, &pull, &push);
@@ -94,7 +120,7 @@ static int ring_run(const char *dir, int k, size_t size, long iters, double *t)
 		goto out;
 	}
 	nng_setopt_ms(pull, NNG_OPT_RECVTIMEO, 10000);
-	for (long it = -NNG_WARMUP; it < iters; it++) {
+	for (long it = work_us > 0 ? -NNG_WARMUP_WORK : -NNG_WARMUP; it < iters; it++) {
 		nng_msg *m;
 		if ((rv = nng_msg_alloc(&m, size)) != 0)
 			goto fail;
@@ -107,7 +133,7 @@ static int ring_run(const char *dir, int k, size_t size, long iters, double *t)
 		if ((rv = nng_recvmsg(pull, &m, 0)) != 0)
 			goto fail;
 		if (it >= 0)
-			t[it] = (double)lm_now_ns() * 1e-3 - t0;
+			t[it] = (double)lm_now_ns() * 1e-3 - t0 - (double)((k - 1) * work_us);
 		nng_msg_free(m);
 	}
 	rc = 0;
@@ -129,7 +155,7 @@ out:
 int main(int argc, char **argv)
 {
 	const char *sizes = "256 8192 16384";
-	long iters = 5000;
+	long iters = 5000, work_us = 0;
 	int k = 4;
 	char dir[256] = "";
 	for (int i = 1; i < argc; i++) {
@@ -141,16 +167,20 @@ int main(int argc, char **argv)
 			k = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
 			snprintf(dir, sizeof dir, "%s", argv[++i]);
+		else if (strcmp(argv[i], "--work-us") == 0 && i + 1 < argc)
+			work_us = atol(argv[++i]);
 		else {
 			fprintf(stderr,
 				"usage: %s [--sizes \"256 8192 16384\"] [--iters N] [--ring K] "
-				"[--dir DIR]\n",
+				"[--dir DIR] [--work-us W]\n",
 				argv[0]);
 			return 2;
 		}
 	}
-	if (iters < 10 || k < 2 || k > NNG_MAX_RING) {
-		fprintf(stderr, "bench_nng: --iters must be >= 10 and --ring 2..%d\n",
+	if (iters < 10 || k < 2 || k > NNG_MAX_RING || work_us < 0 || work_us > 10000000) {
+		fprintf(stderr,
+			"bench_nng: --iters must be >= 10, --ring 2..%d and --work-us "
+			"0..10000000\n",
 			NNG_MAX_RING);
 		return 2;
 	}
@@ -186,14 +216,14 @@ int main(int argc, char **argv)
 			break;
 		}
 		if (drv == 0) {
-			if (ring_run(dir, k, (size_t)size, iters, t) != 0)
+			if (ring_run(dir, k, (size_t)size, iters, work_us, t) != 0)
 				_exit(1);
 			qsort(t, (size_t)iters, sizeof *t, nng_cmp);
 			const double med =
 				iters % 2 ? t[iters / 2] : (t[iters / 2 - 1] + t[iters / 2]) / 2;
 			printf("nng_ring procs=%d size=%ld lap_median_us=%.2f hop_median_us=%.2f "
-			       "lap_min_us=%.2f hop_p90_us=%.2f\n",
-			       k, size, med, med / k, t[0], t[(iters * 9) / 10] / k);
+			       "lap_min_us=%.2f hop_p90_us=%.2f work_us=%ld\n",
+			       k, size, med, med / k, t[0], t[(iters * 9) / 10] / k, work_us);
 			fflush(stdout);
 			_exit(0);
 		}

@@ -307,8 +307,9 @@ unix_rows() {
 			"$(field "$l" median_us)" ;;
 		ring*) row "$1" "${2:-$(field "$l" size)}" ring4 1 "$3" hop_median_us \
 			"$(field "$l" hop_median_us)" ;;
-		nng_ring*) row "$1" "${2:-$(field "$l" size)}" nng4 1 "$3" hop_median_us \
-			"$(field "$l" hop_median_us)" ;;
+		nng_ring*) row "$1" "${2:-$(field "$l" size)}" \
+			"nng4$([ "$(field "$l" work_us)" -gt 0 ] 2>/dev/null && echo w)" 1 "$3" \
+			hop_median_us "$(field "$l" hop_median_us)" ;;
 		esac
 	done <<<"$4"
 }
@@ -404,6 +405,7 @@ mesh_up() {
 		echo "http = \"127.0.0.1:$(port)\""
 		echo "data_in = \"ipc://$dir/coord.data\""
 		echo "log_level = \"warn\""
+		echo "ring_stamps = true"
 		[ -n "${BIF:-}" ] && echo "batches_in_flight = $BIF"
 		echo "[plan]"
 		echo "strategy = \"balanced\""
@@ -473,6 +475,61 @@ worker_sums() {
 	echo
 }
 
+# ring_snap: the sums and counts of the ring's latency histograms, every worker's and the
+# coordinator's, as one line of KEY=VALUE (w0.transit_sum=..., c.turnaround_count=...).
+ring_snap() {
+	local h j=0
+	for h in "${WORKER_HTTP[@]}"; do
+		curl -sf "http://$h/metrics" | awk -v p="w$j" '
+			/^layermesh_worker_(transit|receive_wait|compute|forward|pre_send|send)_seconds_(sum|count) / {
+				k = $1; sub(/^layermesh_worker_/, "", k); sub(/_seconds/, "", k)
+				printf "%s.%s=%s ", p, k, $NF }'
+		j=$((j + 1))
+	done
+	curl -sf "$URL/metrics" | awk '
+		/^layermesh_ring_(return|wake|turnaround|send)_seconds_(sum|count) / {
+			k = $1; sub(/^layermesh_ring_/, "", k); sub(/_seconds/, "", k)
+			printf "c.%s=%s ", k, $NF }'
+	echo
+}
+
+# ring_parts BEFORE AFTER TOKEN_MS: the mean of each part of one token's trip around the ring
+# between two ring_snaps, in microseconds, in ring order: the coordinator's turnaround (TOKENS
+# in to FORWARD out), then per worker the transit into it (from the sender's stamp), its
+# receive wait, compute and pre-send; then the last hop back (ring_return). Their sum, and the
+# measured time per token less it (unaccounted). Also, not in the sum: each worker's forward
+# pass (within compute) and send (within the next transit), the coordinator's wake (within the
+# turnaround). One line of KEY=VALUE.
+ring_parts() {
+	awk -v a="$1" -v b="$2" -v tok="$3" '
+		function load(s, m,   n, i, kv, f) {
+			n = split(s, f, " ")
+			for (i = 1; i <= n; i++) { split(f[i], kv, "="); m[kv[1]] = kv[2] }
+		}
+		# A worker part per FORWARD it computed (the RELEASE that ends a request passes
+		# too, and its share belongs to the request); the coordinator parts per message.
+		function mean(k,   dc, w) {
+			w = substr(k, 1, 1) == "w" ? substr(k, 1, 3) "forward" : k
+			dc = B[w "_count"] - A[w "_count"]
+			return dc > 0 ? (B[k "_sum"] - A[k "_sum"]) / dc * 1e6 : 0
+		}
+		function part(name, k,   v) { v = mean(k); sum += v; printf "%s=%.1f ", name, v }
+		function aside(name, k) { printf "%s=%.1f ", name, mean(k) }
+		BEGIN {
+			load(a, A); load(b, B); sum = 0
+			part("turnaround", "c.turnaround")
+			for (j = 0; j < 3; j++) {
+				w = "w" j
+				part(w "_transit", w ".transit"); part(w "_queue", w ".receive_wait")
+				part(w "_compute", w ".compute"); part(w "_pre_send", w ".pre_send")
+				aside(w "_forward", w ".forward"); aside(w "_send", w ".send")
+			}
+			part("return", "c.return")
+			aside("c_wake", "c.wake"); aside("c_send", "c.send")
+			printf "sum=%.1f total=%.1f unaccounted=%.1f\n", sum, tok * 1000, tok * 1000 - sum
+		}'
+}
+
 # mesh_pair NAME FILE DECODE HIDDEN_BYTES: the mesh against bench_run at one thread, interleaved.
 # The prompt is the one token BOS, so that every message of the ring is a one-token forward: the
 # request asks for DECODE + 1 tokens (the first comes from the prompt's forward), bench_run
@@ -481,6 +538,7 @@ worker_sums() {
 # over 4 hops, is the cost of a hop.
 mesh_pair() {
 	local name=$1 file=$2 dec=$3 hidden=$4 ids r a n ms c0 c1 line tps tok comp hop rwait snd
+	local s0 s1 parts kv work iters
 	log "mesh: $name, 3 workers over ipc against one process, decode $dec, $REPS reps"
 	ids=$("$BRUN" --model "$file" --bench-prefill 1 --print-prompt)
 	mesh_up "$name" "$file"
@@ -490,8 +548,10 @@ mesh_pair() {
 	row mesh "$name" mesh 1 0 hidden_bytes "$hidden"
 	for ((r = 0; r < REPS; r++)); do
 		c0=$(worker_sums)
+		s0=$(ring_snap)
 		read -r n ms <<<"$(complete "$ids" $((dec + 1)))"
 		c1=$(worker_sums)
+		s1=$(ring_snap)
 		a=$(srv_rep layermesh)
 		[ "$n" -ge 2 ] || die "the $name mesh generated $n tokens"
 		# ms per token through the ring; per token, summed over the workers (each handles one
@@ -519,10 +579,25 @@ mesh_pair() {
 		row mesh "$name" mesh 1 "$r" hop_us "$hop"
 		row mesh "$name" mesh 1 "$r" recv_wait_ms_per_token "$rwait"
 		row mesh "$name" mesh 1 "$r" send_ms_per_token "$snd"
+		# Where one token's trip goes (ring_parts), with the load it was measured under.
+		parts=$(ring_parts "$s0" "$s1" "$tok")
+		echo "$name ring parts (us; load $(cut -d' ' -f1 /proc/loadavg)): $parts" >>"$LOG"
+		for kv in $parts; do
+			row mesh "$name" mesh 1 "$r" "ring_${kv%%=*}_us" "${kv##*=}"
+		done
+		row mesh "$name" mesh 1 "$r" load1 "$(cut -d' ' -f1 /proc/loadavg)"
 		record_rep mesh "$name" single 1 "$r" "$(grep '^decode' <<<"$a")"
 		# The raw and NNG floors, under the same load as this repetition.
 		unix_rows mesh "$name" "$r" "$("$UNIXB" --sizes "$hidden" --iters 1000 --ring 4)"
 		unix_rows mesh "$name" "$r" "$("$NNGB" --sizes "$hidden" --iters 1000 --ring 4)"
+		# NNG's hop between processes that take turns as the workers do: each reads through
+		# memory for this rep's mean forward time per worker before it sends on (nng4w).
+		work=$(awk -v c="$comp" 'BEGIN { printf "%d", c * 1000 / 3 }')
+		iters=$(awk -v w="$work" 'BEGIN { n = int(5e6 / (3 * w + 100))
+			if (n < 30) n = 30; if (n > 1000) n = 1000; print n }')
+		line=$("$NNGB" --sizes "$hidden" --iters "$iters" --ring 4 --work-us "$work")
+		echo "$name NNG floor between working stages: $line" >>"$LOG"
+		unix_rows mesh "$name" "$r" "$line"
 	done
 	srv_stop layermesh
 	[ "${KEEP_MESH:-0}" = 1 ] || mesh_down

@@ -202,19 +202,33 @@ END {
 		}
 	}
 	if (seen["mesh"] && (("mesh|" meshes[1] "|mesh|1|recv_wait_ms_per_token") in list)) {
-		printf "\nWhere a token'"'"'s time goes in the mesh, ms per token: the workers'"'"' compute, "
-		printf "their receive wait (a message'"'"'s arrival to its compute) and send (handing it "
-		printf "to the successor), each summed over the 3 workers; the rest is NNG'"'"'s transport, "
-		printf "thread hand-offs and the coordinator.\n\n"
-		printf "| model | mesh ms/token | compute | receive wait | send | the rest |\n"
-		printf "|---|---|---|---|---|---|\n"
+		printf "\nWhere a token'"'"'s time goes in the mesh, us per token, medians over the "
+		printf "repetitions (ring stamps: bench/run.sh'"'"'s ring_parts): the workers'"'"' compute; the 4 "
+		printf "hops'"'"' transit (a sender'"'"'s stamp, as it begins to send, to the message'"'"'s arrival: "
+		printf "NNG, the kernel and the receiving threads'"'"' wake-ups); the workers'"'"' queue (arrival to "
+		printf "the start of compute: the data thread'"'"'s wake-up) and pre-send (compute end to send); "
+		printf "the coordinator'"'"'s turnaround (TOKENS in to FORWARD out); what the parts leave of the "
+		printf "measured time. A worker'"'"'s send overlaps the next transit and is not a part. NNG "
+		printf "hop between working stages: bench_nng --work-us, each process streaming memory for "
+		printf "a worker'"'"'s mean forward time before it sends on.\n\n"
+		printf "| model | mesh us/token | compute | transit | queue | pre-send | turnaround | unaccounted | per hop | NNG hop between working stages |\n"
+		printf "|---|---|---|---|---|---|---|---|---|---|\n"
 		for (i = 1; i <= n_meshes; i++) {
-			P = "mesh|" meshes[i] "|mesh|1|"
-			printf "| %s | %s | %s | %s | %s | %s |\n", meshes[i], f(med(P "ms_per_token")), \
-				f(med(P "compute_ms_per_token")), f(med(P "recv_wait_ms_per_token")), \
-				f(med(P "send_ms_per_token")), f(med(P "ms_per_token") - \
-				med(P "compute_ms_per_token") - med(P "recv_wait_ms_per_token") - \
-				med(P "send_ms_per_token"))
+			P = "mesh|" meshes[i] "|mesh|1|ring_"
+			if (!((P "total_us") in list))
+				continue
+			comp = tran = que = pre = 0
+			for (j = 0; j < 3; j++) {
+				comp += med(P "w" j "_compute_us"); tran += med(P "w" j "_transit_us")
+				que += med(P "w" j "_queue_us"); pre += med(P "w" j "_pre_send_us")
+			}
+			tran += med(P "return_us")
+			nw = "mesh|" meshes[i] "|nng4w|1|hop_median_us"
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s us | %s |\n", meshes[i], \
+				f(med(P "total_us")), f(comp), f(tran), f(que), f(pre), \
+				f(med(P "turnaround_us")), f(med(P "unaccounted_us")), \
+				f((tran + que + pre + med(P "turnaround_us")) / 4), \
+				(nw in list) ? mmm(nw) " us" : "-"
 		}
 	}
 	if (seen["batch"]) {

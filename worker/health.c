@@ -188,6 +188,9 @@ static char *health_render_status(struct health *h, const struct health_snapshot
 	cJSON_AddItemToObject(lat, "receive", health_latency(&h->recv));
 	cJSON_AddItemToObject(lat, "compute", health_latency(&h->compute));
 	cJSON_AddItemToObject(lat, "send", health_latency(&h->send));
+	cJSON_AddItemToObject(lat, "forward", health_latency(&h->forward));
+	cJSON_AddItemToObject(lat, "pre_send", health_latency(&h->pre_send));
+	cJSON_AddItemToObject(lat, "transit", health_latency(&h->transit));
 	char *text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	return text;
@@ -291,6 +294,15 @@ static char *health_render_metrics(struct health *h, const struct health_snapsho
 	health_hist(&t, "layermesh_worker_send_seconds",
 		    "Handing a ring message to the successor (nng_sendmsg, retries included).",
 		    &h->send);
+	health_hist(&t, "layermesh_worker_forward_seconds",
+		    "The forward pass of a FORWARD, within its compute.", &h->forward);
+	health_hist(&t, "layermesh_worker_pre_send_seconds",
+		    "From the end of a ring message's compute to the start of its send.",
+		    &h->pre_send);
+	health_hist(&t, "layermesh_worker_transit_seconds",
+		    "From the predecessor's ring stamp (its send) to a message's arrival here; "
+		    "stamped messages only.",
+		    &h->transit);
 	return lm_mtext_take(&t);
 }
 

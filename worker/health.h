@@ -16,6 +16,14 @@
  *   compute  the stage's handling of it (stage_handle: the forward, for FORWARD)
  *   send     handing it to the successor (nng_sendmsg, retries while the successor is away
  *            included); only messages that were sent
+ *   forward  within compute, the forward pass itself (FORWARD only): compute less forward is
+ *            the message's decoding, row conversion, sampling and encoding
+ *   pre_send from the end of its compute to the start of its send (the bookkeeping between);
+ *            only messages that were sent
+ *   transit  from the predecessor's ring stamp (wire.h: when it began to send) to the arrival
+ *            here: the hop, the predecessor's send included; only stamped messages
+ * Per ring message, the worker's part of the ring is transit + recv + compute + pre_send, and
+ * its send is the start of the successor's transit.
  *
  * Threads. Handlers run on NNG's threads and call the snapshot callback; health_fini stops the
  * server and waits for handlers still running, so after it the worker's state is never read.
@@ -84,7 +92,8 @@ struct health_ops {
 
 struct health {
 	struct health_ops ops;
-	struct lm_hist recv, compute, send; /* see above */
+	struct lm_hist recv, compute, send;        /* see above */
+	struct lm_hist forward, pre_send, transit; /* see above */
 	pthread_mutex_t mu;
 	pthread_cond_t idle;
 	struct lm_link *next; /* under mu: the dial to the successor, once there is one */

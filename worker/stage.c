@@ -425,6 +425,7 @@ static int stage_tokens(struct stage *st, const struct wire_forward *f, nng_msg 
 	t.toks = st->toks;
 	t.payload = st->top;
 	t.payload_len = top_len;
+	t.sent_ns = f->sent_ns; /* stamped again when sent */
 	wire_buf_reset(&st->hdr);
 	int rc = wire_encode_tokens(&st->hdr, &t);
 	if (rc != 0)
@@ -432,6 +433,8 @@ static int stage_tokens(struct stage *st, const struct wire_forward *f, nng_msg 
 	uint8_t *payload;
 	if ((rc = stage_new_msg(&st->hdr, 0, out, &payload)) != 0)
 		return lm_fail(d, rc, "out of memory for a message");
+	/* The encoder copied the top logprobs after the header, whose last bytes the stamp's are. */
+	st->out_stamp_at = t.sent_ns != 0 ? st->hdr.len - top_len - WIRE_STAMP_LEN : 0;
 	return 0;
 }
 
@@ -444,11 +447,13 @@ static int stage_pass_on(struct stage *st, struct wire_forward *f, nng_msg *in, 
 	enum wire_dtype dt = a->wire_dtype;
 	int32_t n = f->n_tokens;
 	size_t bytes = (size_t)n * (size_t)st->dim * wire_dtype_size(dt);
-	if (!a->embedding && f->dtype == dt) {
+	/* A stamp in another form than this build writes cannot be rewritten in place. */
+	if (!a->embedding && f->dtype == dt && (f->sent_ns == 0 || f->stamp_at != 0)) {
 		/* Same shape in and out: compute into the received message and pass it on. */
 		uint8_t *payload = (uint8_t *)nng_msg_body(in) + (nng_msg_len(in) - bytes);
 		stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
 		*out = in;
+		st->out_stamp_at = f->sent_ns != 0 ? f->stamp_at : 0;
 		return 0;
 	}
 	f->dtype = dt;
@@ -464,6 +469,7 @@ static int stage_pass_on(struct stage *st, struct wire_forward *f, nng_msg *in, 
 		return lm_fail(d, rc, "out of memory for a message");
 	stage_pack_rows(dt, st->hout, payload, (size_t)n * (size_t)st->dim);
 	nng_msg_free(in);
+	st->out_stamp_at = f->sent_ns != 0 ? st->hdr.len - WIRE_STAMP_LEN : 0;
 	return 0;
 }
 
@@ -475,6 +481,7 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	st->malformed = true; /* until the message is known to be one this stage takes */
 	if (rc != 0)
 		return rc;
+	st->in_stamp = f.sent_ns;
 	const struct wire_assign *a = &st->assign;
 	bool first = a->embedding, last = a->head;
 
@@ -515,7 +522,8 @@ static int stage_forward(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *
 	} else {
 		rc = lm_forward_run_checked(&st->eng.fw, &b, hin, st->hout, NULL, d);
 	}
-	atomic_fetch_add(&st->stats.compute_ns, lm_now_ns() - t0);
+	st->forward_ns = lm_now_ns() - t0;
+	atomic_fetch_add(&st->stats.compute_ns, st->forward_ns);
 	st->eng.fw.hook = NULL;
 	if (rc != 0)
 		return rc;
@@ -577,6 +585,9 @@ int stage_handle(struct stage *st, nng_msg *in, nng_msg **out, lm_diag *d)
 
 	*out = NULL;
 	st->malformed = true;
+	st->in_stamp = 0;
+	st->out_stamp_at = 0;
+	st->forward_ns = 0;
 	if ((rc = wire_peek(nng_msg_body(in), nng_msg_len(in), &h, d)) != 0)
 		goto refused;
 	switch (h.type) {

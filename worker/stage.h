@@ -74,6 +74,13 @@ struct stage {
 	 * cache does not match, its numbers are not finite). A malformed message's batch id is a
 	 * stranger's word; only a refusal is answered down the ring. */
 	bool malformed;
+	/* After a stage_handle that succeeded, for the worker's ring latencies: the ring stamp
+	 * of the message handled (wire.h; 0: none), the offset in *out of the 8 bytes the worker
+	 * stamps just before sending it on (0: send it unstamped), and the nanoseconds of the
+	 * forward itself (0: no forward). */
+	uint64_t in_stamp;
+	size_t out_stamp_at;
+	uint64_t forward_ns;
 	size_t host_bytes; /* what stage_init allocated besides the engine */
 	/* Tracing for `layermesh diff` (TRACE): the hidden state after each of this stage's layers
 	 * for the rows of one armed slot, as they pass. */

@@ -576,6 +576,7 @@ static int mc_coordinator(struct mc *m)
 					   "prefix_cache",
 					   "ui",
 					   "seed",
+					   "ring_stamps",
 					   NULL};
 	static const char *const levels[] = {"error", "warn", "info", "debug", NULL};
 	struct mesh_config *cfg = m->cfg;
@@ -609,7 +610,9 @@ static int mc_coordinator(struct mc *m)
 	    (rc = mc_millis(m, t, "worker_timeout", 0.1, 3600, &cfg->worker_timeout_ms)) != 0 ||
 	    (rc = mc_bool(m, t, "insecure", &cfg->insecure)) != 0 ||
 	    (rc = mc_bool(m, t, "prefix_cache", &cfg->prefix_cache)) != 0 ||
-	    (rc = mc_bool(m, t, "ui", &cfg->ui)) != 0 || (rc = mc_seed(m, t, &cfg->seed)) != 0)
+	    (rc = mc_bool(m, t, "ui", &cfg->ui)) != 0 ||
+	    (rc = mc_bool(m, t, "ring_stamps", &cfg->ring_stamps)) != 0 ||
+	    (rc = mc_seed(m, t, &cfg->seed)) != 0)
 		return rc;
 	cfg->log_level = (enum lm_log_level)level; /* levels[] is in enum order */
 	if (cfg->auth_token != NULL) {

@@ -88,6 +88,14 @@
  *                                    messages; when true, every start warns instead)
  *   ui            boolean            serve the pages for people: the mesh, live, at / and a
  *                                    chat at /chat (coordinator/api/api_pages.h); default true
+ *   ring_stamps   boolean            stamp every FORWARD with its send time (wire.h's ring
+ *                                    stamp) so that each hop's transit is measured (the
+ *                                    workers' layermesh_worker_transit_seconds, the
+ *                                    coordinator's layermesh_ring_return_seconds); every
+ *                                    worker must be of a build that knows the stamp (an
+ *                                    older one drops stamped batches as malformed, its log
+ *                                    naming the key "ts", and is restarted for making no
+ *                                    progress); default false
  *
  *   [plan]
  *   strategy      "uniform"|"balanced"|"pinned"; default "balanced" (see common/plan/fence.h)
@@ -247,8 +255,9 @@ struct mesh_config {
 	int32_t request_timeout_ms, worker_timeout_ms;
 	bool insecure; /* plain tcp:// beyond loopback allowed (a warning at every start) */
 	bool prefix_cache;
-	int64_t seed; /* of a request without one; -1: each draws its own */
-	bool ui;      /* the pages for people: GET / and /chat */
+	int64_t seed;     /* of a request without one; -1: each draws its own */
+	bool ui;          /* the pages for people: GET / and /chat */
+	bool ring_stamps; /* stamp FORWARDs with their send time (wire.h) */
 
 	/* [plan] */
 	enum fence_strategy strategy;

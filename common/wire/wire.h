@@ -46,7 +46,20 @@
  * Compatibility. WIRE_VERSION changes whenever any header key, type value or payload layout
  * changes; the static_asserts in wire.c pin the type values so such a change cannot go
  * unnoticed. HELLO's layout never changes, so any two builds can at least tell each other their
- * versions: a mismatch is refused with an ERROR naming both values.
+ * versions: a mismatch is refused with an ERROR naming both values. One key is the exception:
+ * FORWARD's and TOKENS' optional "ts" (the ring stamp, below), which no message carries unless
+ * the coordinator was told to stamp (mesh.toml's [coordinator] ring_stamps): a mesh that does
+ * not stamp sends exactly what builds without it send, so they interoperate; a build that does
+ * not know the key drops a stamped message as malformed, as it does any unknown key, naming
+ * it in its log (its batch then makes no progress).
+ *
+ * Ring stamp ("ts", u64, always the fixed 9-byte 0xcf form and the header's last key, so that
+ * its 8 value bytes end the header). The CLOCK_MONOTONIC nanoseconds (lm_now_ns) at which the
+ * sender handed the message to its socket: the ring's processes share one machine's clock, so
+ * the receiver's arrival time minus it is the hop's transit. The coordinator stamps its FORWARDs
+ * when told to; a worker stamps what it sends on when what it received was stamped, rewriting
+ * the 8 bytes in place just before it sends (wire_stamp). A stamp from another machine's clock
+ * means nothing: receivers only observe differences that are not negative.
  *
  * Trust. Every received header is untrusted: types, ranges and the payload length are checked
  * against struct wire_limits (the receiver's model and cache) before anything is used. A
@@ -191,7 +204,7 @@ struct wire_grammar {
  * n x dim x wire_dtype_size(dt). Sequences' rows are in order and cover [0, n).
  * Decoding checks 1 <= n_seqs <= max_seqs, 1 <= n <= max_batch, dt one of I32 (dim 1, every
  * id in [0, n_vocab)), F32, F16, BF16 (dim == limits' dim), and "dr" holding the sum of the
- * n_draft, each in [0, n_vocab). */
+ * n_draft, each in [0, n_vocab). "ts" optional: the ring stamp (see the top). */
 struct wire_forward {
 	uint64_t batch_id;
 	uint64_t fingerprint;
@@ -204,6 +217,11 @@ struct wire_forward {
 	int32_t dim;
 	const void *payload; /* decode: points into the message; encode: copied in */
 	size_t payload_len;
+	/* "ts", the ring stamp (0: absent). Encode: any non-zero value writes the key, as the
+	 * header's last 9 bytes, for the sender to overwrite with wire_stamp. Decode: the value,
+	 * and stamp_at, the offset in the message of its 8 value bytes (0 when absent). */
+	uint64_t sent_ns;
+	size_t stamp_at;
 };
 
 /* TOKENS: "toks" (array of per-sequence arrays), "pl". Logprobs travel in the payload as f32/i32
@@ -216,7 +234,7 @@ struct wire_forward {
  * and the sequence's next FORWARD starts at pos + 1 + a, which rolls every stage back.
  * Decoding checks 0 <= n <= max_batch, ids (sampled and top) in [0, n_vocab), logprobs not NaN
  * and <= 0, 0 <= n_top <= max_logprobs; the coordinator checks the entries against what it sent.
- * An empty TOKENS acknowledges a batch where nothing sampled. */
+ * An empty TOKENS acknowledges a batch where nothing sampled. "ts" optional: the ring stamp. */
 struct wire_token {
 	uint64_t seq_id;
 	int32_t token;
@@ -230,6 +248,7 @@ struct wire_tokens {
 	struct wire_token *toks; /* [n] */
 	const void *payload;     /* top logprobs as described above */
 	size_t payload_len;
+	uint64_t sent_ns; /* "ts", as FORWARD's (decode: its value; 0: absent) */
 };
 
 /* HELLO request (coordinator -> worker): only "v", "t", "id". HELLO reply (worker ->
@@ -458,6 +477,11 @@ int wire_decode_repoint(const void *buf, size_t len, const struct wire_limits *l
  * replies), of any known type; the fingerprint is not checked. */
 int wire_decode_raw(const void *buf, size_t len, const void **payload, size_t *payload_len,
 		    lm_diag *d);
+
+/* The ring stamp: writes ns as the 8 big-endian value bytes of a "ts" key at `at` (the last 8
+ * bytes of a header encoded with a non-zero sent_ns, or a decoded stamp_at). */
+void wire_stamp(void *at, uint64_t ns);
+#define WIRE_STAMP_LEN 8
 
 /* ------------------------------------------------------------------ encoding
  *

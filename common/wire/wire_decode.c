@@ -47,6 +47,23 @@ int wire_decode_simple(const void *buf, size_t len, const struct wire_limits *li
 	return wd_no_payload(&c, &w, len);
 }
 
+/* "ts", the ring stamp (wire.h), when present: its value and, in its fixed 9-byte form, the
+ * offset of its value bytes in the message (0 otherwise). */
+static int wd_stamp(struct wd *c, const struct wd_head *w, const void *buf, uint64_t *ns,
+		    size_t *at)
+{
+	*ns = 0;
+	*at = 0;
+	if ((w->seen & WK_BIT(WK_TS)) == 0)
+		return 0;
+	wd_at(c, w, WK_TS);
+	const uint8_t *p = c->p;
+	int rc = wd_u64(c, ns);
+	if (rc == 0 && *p == 0xcf)
+		*at = (size_t)(p + 1 - (const uint8_t *)buf);
+	return rc;
+}
+
 /* ---------------------------------------------------------------- FORWARD */
 
 struct wd_forward {
@@ -396,8 +413,8 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 	const uint64_t keys = WK_BASE | WK_BIT(WK_SEQS) | WK_BIT(WK_N) | WK_BIT(WK_DT) |
 			      WK_BIT(WK_DIM) | WK_BIT(WK_PL);
 	struct wd_forward x = {.lim = lim, .s = s, .f = f};
-	const struct wd_spec spec = {.allowed =
-					     keys | WK_BIT(WK_ADJ) | WK_BIT(WK_DR) | WK_BIT(WK_GR),
+	const struct wd_spec spec = {.allowed = keys | WK_BIT(WK_ADJ) | WK_BIT(WK_DR) |
+						WK_BIT(WK_GR) | WK_BIT(WK_TS),
 				     .types = WT_BIT(WIRE_FORWARD),
 				     .fp = lim->fingerprint,
 				     .inline_key = WK_SEQS,
@@ -415,6 +432,8 @@ int wire_decode_forward(const void *buf, size_t len, const struct wire_limits *l
 		return rc;
 	f->batch_id = w.h.id;
 	f->fingerprint = w.h.fingerprint;
+	if ((rc = wd_stamp(&c, &w, buf, &f->sent_ns, &f->stamp_at)) != 0)
+		return rc;
 
 	wd_at(&c, &w, WK_N);
 	if ((rc = wd_i32(&c, 1, lim->max_batch, &f->n_tokens)) != 0)
@@ -534,7 +553,7 @@ int wire_decode_tokens(const void *buf, size_t len, const struct wire_limits *li
 {
 	const uint64_t keys = WK_BASE | WK_BIT(WK_TOKS) | WK_BIT(WK_PL);
 	struct wd_tokens x = {.lim = lim, .s = s, .t = t};
-	const struct wd_spec spec = {.allowed = keys,
+	const struct wd_spec spec = {.allowed = keys | WK_BIT(WK_TS),
 				     .types = WT_BIT(WIRE_TOKENS),
 				     .fp = lim->fingerprint,
 				     .inline_key = WK_TOKS,
@@ -551,6 +570,9 @@ int wire_decode_tokens(const void *buf, size_t len, const struct wire_limits *li
 		return rc;
 	t->batch_id = w.h.id;
 	t->fingerprint = w.h.fingerprint;
+	size_t at;
+	if ((rc = wd_stamp(&c, &w, buf, &t->sent_ns, &at)) != 0)
+		return rc;
 	if ((rc = wd_payload(&c, &w, len, 8 * x.n_top, &t->payload, &t->payload_len)) != 0)
 		return rc;
 

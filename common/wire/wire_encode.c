@@ -137,6 +137,23 @@ static void wire_array(struct wire_enc *e, size_t n)
 	e->rc |= msgpack_pack_array(&e->pk, n);
 }
 
+/* The ring stamp (wire.h): "ts" in its fixed 9-byte form, so its value is the header's last 8
+ * bytes whatever it is. */
+static void wire_ts(struct wire_enc *e, uint64_t ns)
+{
+	if (ns == 0)
+		return;
+	wire_key(e, "ts");
+	e->rc |= msgpack_pack_fix_uint64(&e->pk, ns);
+}
+
+void wire_stamp(void *at, uint64_t ns)
+{
+	uint8_t *p = at;
+	for (int i = 0; i < WIRE_STAMP_LEN; i++)
+		p[i] = (uint8_t)(ns >> (8 * (WIRE_STAMP_LEN - 1 - i)));
+}
+
 static void wire_raw(struct wire_enc *e, const void *p, size_t n)
 {
 	if (n != 0)
@@ -295,8 +312,8 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 			   WIRE_HEAD_BOUND + (size_t)f->n_seqs * WIRE_SEQ_BOUND + adj_bound +
 				   (size_t)f->n_drafts * 5 + 8 + copy))
 		return LM_ENOMEM;
-	wire_head(&e, 9 + (n_adj > 0) + (n_gr > 0) + (f->n_drafts > 0), WIRE_FORWARD, f->batch_id,
-		  true, f->fingerprint);
+	wire_head(&e, 9 + (n_adj > 0) + (n_gr > 0) + (f->n_drafts > 0) + (f->sent_ns != 0),
+		  WIRE_FORWARD, f->batch_id, true, f->fingerprint);
 	wire_key(&e, "seqs");
 	wire_array(&e, (size_t)f->n_seqs);
 	for (int32_t i = 0; i < f->n_seqs; i++) {
@@ -334,6 +351,7 @@ int wire_encode_forward(struct wire_buf *b, const struct wire_forward *f)
 		wire_grammar(&e, f, n_gr);
 	wire_key(&e, "pl");
 	wire_u64(&e, f->payload_len);
+	wire_ts(&e, f->sent_ns); /* last: see wire.h */
 	wire_raw(&e, f->payload, copy);
 	return wire_enc_end(&e);
 }
@@ -355,7 +373,7 @@ int wire_encode_tokens(struct wire_buf *b, const struct wire_tokens *t)
 	struct wire_enc e;
 	if (wire_enc_begin(&e, b, WIRE_HEAD_BOUND + (size_t)t->n * WIRE_TOKEN_BOUND + copy))
 		return LM_ENOMEM;
-	wire_head(&e, 6, WIRE_TOKENS, t->batch_id, true, t->fingerprint);
+	wire_head(&e, 6 + (t->sent_ns != 0), WIRE_TOKENS, t->batch_id, true, t->fingerprint);
 	wire_key(&e, "toks");
 	wire_array(&e, (size_t)t->n);
 	for (int32_t i = 0; i < t->n; i++) {
@@ -368,6 +386,7 @@ int wire_encode_tokens(struct wire_buf *b, const struct wire_tokens *t)
 	}
 	wire_key(&e, "pl");
 	wire_u64(&e, t->payload_len);
+	wire_ts(&e, t->sent_ns); /* last: see wire.h */
 	wire_raw(&e, t->payload, copy);
 	return wire_enc_end(&e);
 }

@@ -58,7 +58,7 @@ static const struct {
 	[WK_CODE] = {"code", 4}, [WK_MSG] = {"msg", 3},     [WK_ABOUT] = {"about", 5},
 	[WK_ADJ] = {"adj", 3},   [WK_DIG] = {"dig", 3},     [WK_DR] = {"dr", 2},
 	[WK_KKS] = {"kks", 3},   [WK_KVS] = {"kvs", 3},     [WK_DRF] = {"drf", 3},
-	[WK_HI] = {"hi", 2},     [WK_GR] = {"gr", 2},
+	[WK_HI] = {"hi", 2},     [WK_GR] = {"gr", 2},       [WK_TS] = {"ts", 2},
 };
 
 static int wire_key_find(const uint8_t *s, uint32_t n, uint64_t allowed)

@@ -61,6 +61,7 @@ enum wire_key {
 	WK_DRF,
 	WK_HI,
 	WK_GR,
+	WK_TS,
 	WK_COUNT
 };
 

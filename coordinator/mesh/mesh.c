@@ -280,6 +280,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .max_draft = m->cfg.max_draft,
 			       .spec_max_streams = m->cfg.spec_max_streams,
 			       .prefix_cache = m->cfg.prefix_cache,
+			       .ring_stamps = m->cfg.ring_stamps,
 			       .recurrent = mesh_recurrent(m),
 			       .rec_keep = kv_geom_rec_keep(m->cfg.max_draft),
 			       .ring_rollback = mesh_ring_rollback(m),

@@ -279,5 +279,18 @@ char *mesh_status_metrics(void *arg)
 	mesh_status_hist(&t, "layermesh_ring_send_seconds",
 			 "The coordinator's hand-off of a ring message to the first worker.",
 			 &s->send);
+	mesh_status_hist(
+		&t, "layermesh_ring_return_seconds",
+		"From the last worker's ring stamp (its send) to the TOKENS' arrival at the "
+		"coordinator; stamped messages only ([coordinator] ring_stamps).",
+		&s->ring_return);
+	mesh_status_hist(&t, "layermesh_ring_wake_seconds",
+			 "From a ring message's arrival at the coordinator to the scheduler's "
+			 "taking it.",
+			 &s->wake);
+	mesh_status_hist(
+		&t, "layermesh_ring_turnaround_seconds",
+		"From a TOKENS' arrival at the coordinator to the send of the next FORWARD.",
+		&s->turnaround);
 	return lm_mtext_take(&t);
 }

@@ -72,6 +72,12 @@ struct sched_batch {
 	int32_t n_drafts;
 };
 
+/* A ring message and when it arrived (lm_now_ns, on the receive callback). */
+struct sched_rx {
+	nng_msg *m;
+	uint64_t at;
+};
+
 struct sched {
 	struct sched_cfg cfg;
 	pthread_t thread;
@@ -93,7 +99,7 @@ struct sched {
 	struct sched_seq *inbox, *inbox_tail;
 	uint64_t *cancels;
 	int32_t n_cancels, cap_cancels;
-	nng_msg **rx;
+	struct sched_rx *rx;
 	int32_t n_rx, cap_rx;
 	uint64_t next_seq_id;
 	/* The scheduler thread's own. */
@@ -102,7 +108,10 @@ struct sched {
 	struct sched_batch inflight[SCHED_MAX_INFLIGHT];
 	int32_t n_inflight;
 	int64_t send_failing_ms; /* since when FORWARDs cannot be sent; 0 while they can */
-	int32_t rr;              /* round-robin start for fairness */
+	/* When the last TOKENS that came back arrived, until the turn that handled it sends a
+	 * FORWARD (the turnaround histogram) or ends; 0: none. */
+	uint64_t tokens_at;
+	int32_t rr; /* round-robin start for fairness */
 	uint64_t next_batch_id;
 	int32_t *release; /* [slots] slots to empty on the workers */
 	int32_t n_release;

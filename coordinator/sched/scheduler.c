@@ -48,10 +48,11 @@ static void sched_rx_cb(void *arg)
 		return;
 	}
 	nng_msg *m = nng_aio_get_msg(s->rx_aio);
+	uint64_t at = lm_now_ns();
 	pthread_mutex_lock(&s->mu);
 	if (s->n_rx == s->cap_rx) {
 		int32_t cap = s->cap_rx ? s->cap_rx * 2 : 64;
-		nng_msg **rx = realloc(s->rx, (size_t)cap * sizeof *rx);
+		struct sched_rx *rx = realloc(s->rx, (size_t)cap * sizeof *rx);
 		if (rx == NULL) {
 			pthread_mutex_unlock(&s->mu);
 			nng_msg_free(m); /* its batch will time out and fail cleanly */
@@ -61,7 +62,7 @@ static void sched_rx_cb(void *arg)
 		s->rx = rx;
 		s->cap_rx = cap;
 	}
-	s->rx[s->n_rx++] = m;
+	s->rx[s->n_rx++] = (struct sched_rx){m, at};
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	nng_recv_aio(s->cfg.pull, s->rx_aio);
@@ -340,7 +341,7 @@ static void sched_take_tokens(struct sched *s, struct sched_batch *b, int32_t k,
 	*ti += m;
 }
 
-static void sched_on_tokens(struct sched *s, nng_msg *m)
+static void sched_on_tokens(struct sched *s, nng_msg *m, uint64_t at)
 {
 	struct wire_tokens t;
 	lm_diag d = {{0}};
@@ -351,6 +352,9 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 				   lm_diag_str(&d, rc));
 		return; /* its batch times out */
 	}
+	/* The last hop: the last worker's ring stamp, on the same clock, to the arrival here. */
+	if (t.sent_ns != 0 && at >= t.sent_ns)
+		lm_hist_observe(&s->stats.ring_return, at - t.sent_ns);
 	int32_t bi;
 	struct sched_batch *b = sched_find_batch(s, t.batch_id, &bi);
 	if (b == NULL) {
@@ -361,6 +365,7 @@ static void sched_on_tokens(struct sched *s, nng_msg *m)
 	const uint8_t *top = t.payload;
 	int32_t ti = 0;
 	int64_t now_ms = lm_now_ms();
+	s->tokens_at = at;
 	for (int32_t k = 0; k < b->n; k++) {
 		struct sched_seq *q = b->seqs[k];
 		q->inflight = false;
@@ -457,7 +462,7 @@ static void sched_on_ring_error(struct sched *s, nng_msg *m)
 	sched_drop_batch(s, bi);
 }
 
-static void sched_on_msg(struct sched *s, nng_msg *m)
+static void sched_on_msg(struct sched *s, nng_msg *m, uint64_t at)
 {
 	struct wire_head h;
 	lm_diag d = {{0}};
@@ -465,7 +470,7 @@ static void sched_on_msg(struct sched *s, nng_msg *m)
 		atomic_fetch_add(&s->stats.ring_errors, 1);
 		sched_warn_limited(s, "ring", LM_EPROTO, "dropped a ring message: %s", d.msg);
 	} else if (h.type == WIRE_TOKENS) {
-		sched_on_tokens(s, m);
+		sched_on_tokens(s, m, at);
 	} else if (h.type == WIRE_ERROR) {
 		sched_on_ring_error(s, m);
 	} else if (h.type == WIRE_COPY) { /* its acknowledgement, as RELEASE's */
@@ -480,7 +485,10 @@ static void sched_on_msg(struct sched *s, nng_msg *m)
 
 /* ------------------------------------------------------------------ the send side */
 
-static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *payload, size_t len)
+/* A FORWARD (forward true) ends the turnaround since the last TOKENS came back; a header
+ * encoded with a ring stamp (wire.h) is stamped now. */
+static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *payload, size_t len,
+		      bool forward, bool stamped)
 {
 	nng_msg *m;
 	if (nng_msg_alloc(&m, 0) != 0)
@@ -491,6 +499,12 @@ static int sched_send(struct sched *s, const struct wire_buf *hdr, const void *p
 		return LM_ENOMEM;
 	}
 	uint64_t t0 = lm_now_ns();
+	if (stamped)
+		wire_stamp((uint8_t *)nng_msg_body(m) + hdr->len - WIRE_STAMP_LEN, t0);
+	if (forward && s->tokens_at != 0) {
+		lm_hist_observe(&s->stats.turnaround, t0 - s->tokens_at);
+		s->tokens_at = 0;
+	}
 	int rv = lm_link_send(s->cfg.push, m);
 	if (rv != 0) {
 		nng_msg_free(m);
@@ -509,7 +523,8 @@ static void sched_send_release(struct sched *s)
 				 .n = s->n_release,
 				 .slots = s->release};
 	wire_buf_reset(&s->buf);
-	if (wire_encode_release(&s->buf, &r) == 0 && sched_send(s, &s->buf, NULL, 0) == 0)
+	if (wire_encode_release(&s->buf, &r) == 0 &&
+	    sched_send(s, &s->buf, NULL, 0, false, false) == 0)
 		s->n_release = 0;
 	/* On failure the slots stay listed and go with the next RELEASE; a new sequence in a
 	 * slot starts at position 0 and needs no release to be correct. */
@@ -532,7 +547,8 @@ static void sched_send_copies(struct sched *s)
 				      .n = n,
 				      .dst = dst};
 		wire_buf_reset(&s->buf);
-		if (wire_encode_copy(&s->buf, &c) != 0 || sched_send(s, &s->buf, NULL, 0) != 0)
+		if (wire_encode_copy(&s->buf, &c) != 0 ||
+		    sched_send(s, &s->buf, NULL, 0, false, false) != 0)
 			return;
 		s->copies_out++;
 		s->copies_sent_ms = lm_now_ms();
@@ -700,11 +716,14 @@ static void sched_dispatch(struct sched *s)
 					 .dtype = WIRE_DT_I32,
 					 .dim = 1,
 					 .payload = NULL,
-					 .payload_len = (size_t)n * sizeof(int32_t)};
+					 .payload_len = (size_t)n * sizeof(int32_t),
+					 .sent_ns = s->cfg.ring_stamps ? 1
+								       : 0}; /* stamped when sent */
 		wire_buf_reset(&s->buf);
 		int rc = wire_encode_forward(&s->buf, &f);
 		if (rc == 0)
-			rc = sched_send(s, &s->buf, s->ids, f.payload_len);
+			rc = sched_send(s, &s->buf, s->ids, f.payload_len, true,
+					s->cfg.ring_stamps);
 		if (rc != 0) {
 			/* The first worker is not taking messages: try again on the next turn. The
 			 * main loop gives up after batch_timeout_ms of this. */
@@ -941,7 +960,8 @@ struct sched_turn {
 	struct sched_seq *in; /* new requests, in submit order */
 	uint64_t *cancels;    /* [cap_c] */
 	int32_t n_cancels, cap_c;
-	nng_msg **rx; /* [cap_r] ring messages, in arrival order */
+	struct sched_rx *rx; /* [cap_r] ring messages, in arrival order */
+	uint64_t took_ns;    /* when the turn took them */
 	int32_t n_rx, cap_r;
 	bool up, paused, replay, quiesce, quiesced;
 	uint64_t pauses;
@@ -986,6 +1006,7 @@ static void sched_take(struct sched *s, struct sched_turn *t)
 	}
 	t->n_cancels = nc;
 	t->n_rx = nr;
+	t->took_ns = lm_now_ns();
 	t->up = s->available;
 	t->paused = s->paused;
 	t->replay = s->replay_pending;
@@ -1031,8 +1052,10 @@ static void sched_enqueue(struct sched *s, struct sched_seq *in)
 /* Ring messages, in arrival order (each is freed). */
 static void sched_receive(struct sched *s, const struct sched_turn *t)
 {
-	for (int32_t i = 0; i < t->n_rx; i++)
-		sched_on_msg(s, t->rx[i]);
+	for (int32_t i = 0; i < t->n_rx; i++) {
+		lm_hist_observe(&s->stats.wake, t->took_ns - t->rx[i].at);
+		sched_on_msg(s, t->rx[i].m, t->rx[i].at);
+	}
 }
 
 static void sched_apply_cancels(struct sched *s, const struct sched_turn *t)
@@ -1185,6 +1208,9 @@ static void *sched_main(void *arg)
 		if (t.quiesce && !t.quiesced)
 			sched_publish_quiesced(s);
 		sched_publish_oldest(s);
+		/* A turnaround ends with the turn: a FORWARD sent later (a new request's, after
+		 * the last one ended) did not wait for those tokens. */
+		s->tokens_at = 0;
 
 		pthread_mutex_lock(&s->mu);
 		sched_publish_slots(s);
@@ -1324,7 +1350,7 @@ void sched_fini(struct sched *s)
 	if (s->rx_aio != NULL)
 		nng_aio_free(s->rx_aio);
 	for (int32_t i = 0; i < s->n_rx; i++)
-		nng_msg_free(s->rx[i]);
+		nng_msg_free(s->rx[i].m);
 	if (s->locks_ready) {
 		pthread_mutex_destroy(&s->mu);
 		pthread_cond_destroy(&s->cv);

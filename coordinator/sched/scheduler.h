@@ -129,6 +129,10 @@ struct sched_cfg {
 	 * return to (prefix.h). */
 	bool recurrent;
 	int32_t rec_keep;
+	/* Stamp every FORWARD with the time it is sent (wire.h's ring stamp), which the workers
+	 * carry on, so that each hop's transit is measured (the workers' transit histograms and
+	 * stats.ring_return). Every worker must be of a build that knows the stamp. */
+	bool ring_stamps;
 	struct lm_link *push; /* to the first worker; opened and dialled by the caller */
 	nng_socket pull;      /* from the last worker; opened and listening */
 };
@@ -165,6 +169,12 @@ struct sched_stats {
 	/* Per ring message, the coordinator's hand-off of it to the first worker (the ring's
 	 * first hop, as each worker's send histogram is the next one). */
 	struct lm_hist send;
+	/* The coordinator's part of the ring, per message: from the last worker's ring stamp to
+	 * the arrival here (ring_return; stamped TOKENS only, cfg.ring_stamps); from the arrival
+	 * to the scheduler thread's taking it (wake); and from a TOKENS' arrival to the start of
+	 * the send of the FORWARD the turn that handled it sent (turnaround: waking, handling
+	 * the tokens, the requests' callbacks, building and encoding the batch). */
+	struct lm_hist ring_return, wake, turnaround;
 };
 
 struct sched;

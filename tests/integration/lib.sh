@@ -121,6 +121,7 @@ lm_mesh_toml() {
 		[ -z "${LM_REQUEST_TIMEOUT:-}" ] || echo "request_timeout = $LM_REQUEST_TIMEOUT"
 		[ -z "${LM_WORKER_TIMEOUT:-}" ] || echo "worker_timeout = $LM_WORKER_TIMEOUT"
 		[ -z "${LM_SEED:-}" ] || echo "seed = $LM_SEED"
+		[ -z "${LM_RING_STAMPS:-}" ] || echo "ring_stamps = $LM_RING_STAMPS"
 		if [ "$transport" != ipc ]; then
 			echo "data_in = \"$scheme://127.0.0.1:$(lm_port)\""
 		else

@@ -5,8 +5,10 @@
 #   - in a 3-worker stories260K mesh after some requests, each worker answers /healthz and
 #     /readyz 200, its /status has its slice, its KV cache exactly as the formula says, its
 #     counters and latency percentiles, and its /metrics page parses (prom_check) and agrees
-#     with /status; the coordinator's /v1/status carries every worker's own /status and its
-#     /metrics the request histograms and per-worker up gauges; `layermesh status` prints them;
+#     with /status; with the ring stamped (ring_stamps), every FORWARD's transit into each
+#     worker and every TOKENS' return to the coordinator is counted; the coordinator's
+#     /v1/status carries every worker's own /status and its /metrics the request histograms,
+#     the ring's wake-up and turnaround and per-worker up gauges; `layermesh status` prints them;
 #   - a worker that stops answering is reported with its error while /v1/status still answers
 #     at once.
 source "$(dirname "$0")/lib.sh"
@@ -68,8 +70,9 @@ mkdir -p "$dir"
 max_seq=256 slots=16
 # worker_timeout is long: "a worker that does not answer" stops w1 with SIGSTOP to see its
 # /status reported missing, which the liveness probe would otherwise end by restarting it.
-LM_MAX_SEQ=$max_seq LM_SLOTS=$slots LM_WORKER_TIMEOUT=60 lm_mesh_toml "$dir/mesh.toml" "$model" \
-	ipc "$(lm_port)" 0:2 2:4 4:5
+# ring_stamps: every FORWARD carries its send time, so each hop's transit is measured.
+LM_MAX_SEQ=$max_seq LM_SLOTS=$slots LM_WORKER_TIMEOUT=60 LM_RING_STAMPS=true \
+	lm_mesh_toml "$dir/mesh.toml" "$model" ipc "$(lm_port)" 0:2 2:4 4:5
 lm_up "$dir/mesh.toml" "$dir/up.log"
 
 n_req=6
@@ -134,7 +137,8 @@ for j in 0 1 2; do
 		and .backend_memory.used_bytes >= .kv_bytes
 		and .tokens_processed > 0 and .batches > 0 and .active_sequences == $cached
 		and .ring_errors == 0 and .dropped == 0 and .uptime_s > 0
-		and all(.latency_ms.receive, .latency_ms.compute, .latency_ms.send;
+		and all(.latency_ms.receive, .latency_ms.compute, .latency_ms.send,
+			.latency_ms.forward, .latency_ms.pre_send, .latency_ms.transit;
 			.count > 0 and .p50 > 0 and .p50 <= .p90 and .p90 <= .p99
 			and .p99 <= .max)' <<<"$st" >/dev/null ||
 		fail "w$j /status: $st"
@@ -170,9 +174,19 @@ for j in 0 1 2; do
 		inf=$(mval "$page" "layermesh_worker_${h}_seconds_bucket{le=\"+Inf\"}")
 		[ "$inf" = "$n" ] || fail "w$j: ${h} +Inf bucket $inf, count $n"
 	done
-	n=$(mval "$page" layermesh_worker_compute_seconds_count)
-	[ "$(jq .latency_ms.compute.count <<<"$st")" = "$n" ] ||
-		fail "w$j: /status and /metrics count different compute latencies"
+	# Every FORWARD was stamped (by the coordinator, then by each worker that sent it on) and
+	# computed; the RELEASEs pass unstamped.
+	for h in transit forward; do
+		n=$(mval "$page" "layermesh_worker_${h}_seconds_count")
+		[ "$n" = "$batches" ] || fail "w$j: ${h} histogram counts $n messages, not $batches"
+	done
+	n=$(mval "$page" layermesh_worker_pre_send_seconds_count)
+	[ "$n" = "$msgs" ] || fail "w$j: pre_send histogram counts $n messages, not $msgs"
+	for h in compute transit; do
+		n=$(mval "$page" "layermesh_worker_${h}_seconds_count")
+		[ "$(jq ".latency_ms.$h.count" <<<"$st")" = "$n" ] ||
+			fail "w$j: /status and /metrics count different $h latencies"
+	done
 	echo "w$j: layers [$a, $b), KV $(jq .kv_bytes <<<"$st") bytes, $tokens tokens," \
 		"compute p50 $(jq .latency_ms.compute.p50 <<<"$st") ms," \
 		"p99 $(jq .latency_ms.compute.p99 <<<"$st") ms, receive p50" \
@@ -198,6 +212,15 @@ dur=$(mval "$page" layermesh_request_duration_seconds_count)
 [ "$ttft" = "$n_req" ] || fail "$ttft first tokens for $n_req requests"
 [ $((ttft + tok)) = "$generated" ] || fail "$ttft first + $tok later tokens, $generated generated"
 [ "$dur" = "$n_req" ] || fail "$dur request durations for $n_req requests"
+# The coordinator's part of the ring: every batch's TOKENS came back stamped by the last worker
+# and woke the scheduler; a turnaround is counted for each FORWARD sent in the turn that took
+# the tokens it follows, so never more than there were batches.
+[ "$(mval "$page" layermesh_ring_return_seconds_count)" = "$batches" ] ||
+	fail "layermesh_ring_return_seconds counts $(mval "$page" layermesh_ring_return_seconds_count), not $batches"
+wakes=$(mval "$page" layermesh_ring_wake_seconds_count)
+turns=$(mval "$page" layermesh_ring_turnaround_seconds_count)
+[ "$wakes" -ge "$batches" ] || fail "$wakes ring wake-ups for $batches batches"
+[ "$turns" -ge 1 ] && [ "$turns" -lt "$batches" ] || fail "$turns turnarounds for $batches batches"
 awk -v s="$(mval "$page" layermesh_request_duration_seconds_sum)" \
 	-v f="$(mval "$page" layermesh_time_to_first_token_seconds_sum)" \
 	'BEGIN { exit !(s > 0 && f > 0 && f <= s) }' || fail "request duration and TTFT sums"

@@ -194,6 +194,14 @@ Test(health, the_status_document_carries_the_snapshot_and_percentiles, .timeout 
 	const cJSON *r = cJSON_GetObjectItem(lat, "receive");
 	cr_expect_eq(num(r, "count"), 0);
 	cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r, "p50")));
+	/* The finer parts are there, empty until a message is stamped or computed. */
+	const char *const parts[] = {"forward", "pre_send", "transit"};
+	for (int i = 0; i < 3; i++) {
+		const cJSON *p = cJSON_GetObjectItem(lat, parts[i]);
+		cr_assert_not_null(p, "%s", parts[i]);
+		cr_expect_eq(num(p, "count"), 0, "%s", parts[i]);
+		cr_expect(cJSON_IsNull(cJSON_GetObjectItem(p, "mean")), "%s", parts[i]);
+	}
 	cJSON_Delete(o);
 	free(text);
 	health_fini(&h);
@@ -232,6 +240,11 @@ Test(health, the_metrics_page_parses_and_agrees_with_the_snapshot, .timeout = 10
 	lm_hist_observe(&h.recv, 500);
 	lm_hist_observe(&h.recv, 3000000);
 	lm_hist_observe(&h.send, 40000);
+	lm_hist_observe(&h.transit, 250000);
+	lm_hist_observe(&h.transit, 90000);
+	lm_hist_observe(&h.transit, 7000000);
+	lm_hist_observe(&h.forward, 1500000);
+	lm_hist_observe(&h.pre_send, 1500);
 	char *text = health_metrics_text(&h);
 	cr_assert_not_null(text);
 	struct prom_doc d;
@@ -262,6 +275,17 @@ Test(health, the_metrics_page_parses_and_agrees_with_the_snapshot, .timeout = 10
 			   1e-15);
 	cr_expect_eq(sample(&d, "layermesh_worker_send_seconds_count", NULL), 1);
 	cr_expect_eq(sample(&d, "layermesh_worker_compute_seconds_count", NULL), 0);
+	/* The ring's finer parts, each its own family. */
+	cr_expect_eq(sample(&d, "layermesh_worker_transit_seconds_count", NULL), 3);
+	cr_expect_eq(sample(&d, "layermesh_worker_transit_seconds_bucket", "le=\"0.0001\""), 1);
+	cr_expect_eq(sample(&d, "layermesh_worker_transit_seconds_bucket", "le=\"0.0005\""), 2);
+	cr_expect_eq(sample(&d, "layermesh_worker_transit_seconds_bucket", "le=\"+Inf\""), 3);
+	cr_expect_float_eq(sample(&d, "layermesh_worker_transit_seconds_sum", NULL), 0.00734,
+			   1e-15);
+	cr_expect_eq(sample(&d, "layermesh_worker_forward_seconds_count", NULL), 1);
+	cr_expect_float_eq(sample(&d, "layermesh_worker_forward_seconds_sum", NULL), 0.0015, 1e-15);
+	cr_expect_eq(sample(&d, "layermesh_worker_pre_send_seconds_count", NULL), 1);
+	cr_expect_eq(sample(&d, "layermesh_worker_pre_send_seconds_bucket", "le=\"0.000002\""), 1);
 	prom_doc_free(&d);
 	free(text);
 	health_fini(&h);

@@ -96,6 +96,7 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.request_timeout_ms, 30000);
 	cr_expect_eq(cfg.worker_timeout_ms, 1000);
 	cr_expect(!cfg.insecure);
+	cr_expect(!cfg.ring_stamps);
 	cr_expect_eq(cfg.strategy, FENCE_BALANCED);
 	cr_expect_eq(cfg.workers[0].threads, 1);
 	cr_expect_eq(cfg.workers[0].kernels, MESH_KERNELS_AUTO);
@@ -109,7 +110,7 @@ Test(mesh_config, defaults_and_every_key)
 		"max_batch = 32\nscratch_bytes = '1.5MiB'\n"
 		"[coordinator]\nhttp = '0.0.0.0:8081'\ndata_in = 'tls+tcp://10.0.0.1:7000'\n"
 		"auth_token = 's3cret-token'\nlog_level = 'debug'\nbatches_in_flight = 1\n"
-		"request_timeout = 2.5\nworker_timeout = 3\ninsecure = true\n"
+		"request_timeout = 2.5\nworker_timeout = 3\ninsecure = true\nring_stamps = true\n"
 		"[plan]\nstrategy = 'pinned'\n"
 		"[tls]\nca_file = 'ca.pem'\ncert_file = 'certs/me.pem'\nkey_file = "
 		"'/keys/me.key'\n"
@@ -141,6 +142,7 @@ Test(mesh_config, defaults_and_every_key)
 	cr_expect_eq(cfg.request_timeout_ms, 2500);
 	cr_expect_eq(cfg.worker_timeout_ms, 3000);
 	cr_expect(cfg.insecure);
+	cr_expect(cfg.ring_stamps);
 	cr_expect_eq(cfg.strategy, FENCE_PINNED);
 	cr_expect_str_eq(cfg.tls_ca_file, "/srv/mesh/ca.pem");
 	cr_expect_str_eq(cfg.tls_cert_file, "/srv/mesh/certs/me.pem");
@@ -626,7 +628,7 @@ Test(mesh_config, types_ranges_and_required_keys)
 		"/srv/mesh/mesh.toml:5:1: coordinator.plan: unknown key ([coordinator] takes: "
 		"http, data_in, auth_token, log_level, batches_in_flight, max_queued, "
 		"http_read_timeout, http_idle_timeout, max_connections, cors_origins, "
-		"request_timeout, worker_timeout, insecure, prefix_cache, ui, seed)");
+		"request_timeout, worker_timeout, insecure, prefix_cache, ui, seed, ring_stamps)");
 }
 
 Test(mesh_config, workers)

@@ -190,6 +190,8 @@ struct part {
 
 /* Logit adjustments for the next ids_msg's sequences (NULL: none), by part. */
 static const struct lm_logit_adjust *next_adjust[8];
+/* The ring stamp the next ids_msg carries (0: none). */
+static uint64_t next_stamp;
 
 /* A FORWARD of token ids for the first stage; every part samples after its last token. */
 static nng_msg *ids_msg(const struct stage *st, const struct part *p, int32_t n_parts)
@@ -217,7 +219,8 @@ static nng_msg *ids_msg(const struct stage *st, const struct part *p, int32_t n_
 				 .dtype = WIRE_DT_I32,
 				 .dim = 1,
 				 .payload = ids,
-				 .payload_len = (size_t)n * sizeof *ids};
+				 .payload_len = (size_t)n * sizeof *ids,
+				 .sent_ns = next_stamp};
 	struct wire_buf b = {0};
 	cr_assert_eq(wire_encode_forward(&b, &f), 0);
 	nng_msg *m = msg_of(&b, NULL, 0);
@@ -604,5 +607,91 @@ Test(stage, logit_adjustments_change_the_draw_not_the_logprobs, .timeout = 60)
 	expect_same_token(neutral[0], plain[0], "a neutral adjustment");
 	next_adjust[0] = NULL;
 	stage_fini(st);
+	unlink(model_path);
+}
+
+/* The stamp a message carries, read by the decoder (0: none), and where its bytes are. */
+static uint64_t stamp_of(const struct stage *st, nng_msg *m, size_t *at)
+{
+	struct wire_scratch sc;
+	struct wire_limits lim = st->lim;
+	lm_diag d = {{0}};
+	uint64_t ns;
+	cr_assert_eq(wire_scratch_init(&sc, st->assign.slots), 0);
+	struct wire_head h;
+	cr_assert_eq(wire_peek(nng_msg_body(m), nng_msg_len(m), &h, &d), 0, "%s", d.msg);
+	if (h.type == WIRE_TOKENS) {
+		struct wire_tokens t;
+		cr_assert_eq(wire_decode_tokens(nng_msg_body(m), nng_msg_len(m), &lim, &sc, &t, &d),
+			     0, "%s", d.msg);
+		ns = t.sent_ns;
+		*at = 0;
+	} else {
+		struct wire_forward f;
+		cr_assert_eq(
+			wire_decode_forward(nng_msg_body(m), nng_msg_len(m), &lim, &sc, &f, &d), 0,
+			"%s", d.msg);
+		ns = f.sent_ns;
+		*at = f.stamp_at;
+	}
+	wire_scratch_fini(&sc);
+	return ns;
+}
+
+/* The ring stamp (wire.h) goes on with what each stage sends when, and only when, what it got
+ * was stamped: the first stage's new message, the middle stage's same message (rewritten in
+ * place where the stage says) and the last stage's TOKENS; each stage reports the stamp it
+ * got. The stamp changes nothing computed. */
+Test(stage, the_ring_stamp_goes_on_with_what_each_stage_sends, .timeout = 60)
+{
+	make_model();
+	struct stage *first = stage_open(0, 2, false);
+	struct stage *mid = stage_open(2, 4, false);
+	struct stage *last = stage_open(4, 5, true);
+	struct part plain = {0, 0, 5, prompt}, stamped = {1, 0, 5, prompt};
+	size_t at;
+
+	next_stamp = 0;
+	nng_msg *m = handled(first, ids_msg(first, &plain, 1));
+	cr_expect_eq(first->in_stamp, 0);
+	cr_expect_eq(first->out_stamp_at, 0);
+	cr_expect_eq(stamp_of(first, m, &at), 0);
+	nng_msg *m2 = handled(mid, m);
+	cr_expect_eq(m2, m, "a middle stage passes the message it got on");
+	cr_expect_eq(mid->out_stamp_at, 0);
+	m = handled(last, m2);
+	cr_expect_eq(last->out_stamp_at, 0);
+	cr_expect_eq(stamp_of(last, m, &at), 0);
+	struct wire_token t_plain[1], t_stamped[1];
+	cr_assert_eq(tokens_of(last, m, t_plain), 1);
+
+	next_stamp = 1000;
+	m = handled(first, ids_msg(first, &stamped, 1));
+	next_stamp = 0;
+	cr_expect_eq(first->in_stamp, 1000);
+	cr_assert_gt(first->out_stamp_at, 0);
+	cr_expect_eq(stamp_of(first, m, &at), 1000, "carried until the worker stamps it");
+	cr_expect_eq(at, first->out_stamp_at);
+	wire_stamp((uint8_t *)nng_msg_body(m) + first->out_stamp_at, 2000);
+	cr_expect_eq(stamp_of(first, m, &at), 2000);
+
+	m2 = handled(mid, m);
+	cr_expect_eq(m2, m, "a stamped message still goes on in place");
+	cr_expect_eq(mid->in_stamp, 2000);
+	cr_expect_eq(mid->out_stamp_at, at);
+	wire_stamp((uint8_t *)nng_msg_body(m2) + mid->out_stamp_at, 3000);
+
+	m = handled(last, m2);
+	cr_expect_eq(last->in_stamp, 3000);
+	cr_assert_gt(last->out_stamp_at, 0);
+	cr_assert_leq(last->out_stamp_at + WIRE_STAMP_LEN, nng_msg_len(m));
+	wire_stamp((uint8_t *)nng_msg_body(m) + last->out_stamp_at, 4000);
+	cr_expect_eq(stamp_of(last, m, &at), 4000);
+	cr_assert_eq(tokens_of(last, m, t_stamped), 1);
+	cr_expect_eq(t_stamped[0].seq_id, 101);
+	expect_same_token(t_plain[0], t_stamped[0], "the same prompt, stamped");
+	stage_fini(first);
+	stage_fini(mid);
+	stage_fini(last);
 	unlink(model_path);
 }

@@ -1132,3 +1132,156 @@ Test(wire, max_data_message_bounds_the_largest_legal_messages)
 	cr_assert_leq(b.len, wire_max_data_message(&lim));
 	wire_buf_fini(&b);
 }
+
+/* ---------------------------------------------------------------- the ring stamp */
+
+/* The 8 bytes at p, big-endian: how msgpack writes a uint64. */
+static uint64_t be64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+Test(wire, ring_stamp_round_trips_and_is_rewritten_in_place)
+{
+	/* Unstamped: no "ts" key, the same 9 keys as a build without the stamp writes. */
+	make(WS_FORWARD_F32);
+	struct msg m;
+	msg_split(&m, buf.data, buf.len);
+	cr_assert_eq(m.n, 9);
+	cr_assert_lt(msg_find(&m, "ts"), 0);
+	msg_free(&m);
+	struct wire_forward f;
+	lm_diag d = {{0}};
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &f, &d), 0, "%s",
+		     d.msg);
+	cr_assert_eq(f.sent_ns, 0);
+	cr_assert_eq(f.stamp_at, 0);
+	struct bytes plain = {0};
+	bytes_write(&plain, (const char *)buf.data, buf.len);
+
+	/* Stamped: "ts" is one more key, a fixed-width uint64 whose bytes end the header. */
+	struct wire_seq q[3];
+	memcpy(q, f.seqs, sizeof q);
+	struct wire_forward g = f;
+	g.seqs = q;
+	g.payload = plain.p + plain.len - f.payload_len; /* f's points into buf */
+	g.sent_ns = 0x0102030405060708ull;
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &g), 0);
+	msg_split(&m, buf.data, buf.len);
+	cr_assert_eq(m.n, 10);
+	cr_assert_eq(val(&m, "ts")->via.u64, 0x0102030405060708ull);
+	size_t header = buf.len - m.payload_len;
+	cr_assert_eq(m.payload_len, f.payload_len);
+	cr_assert_arr_eq(m.payload, plain.p + plain.len - f.payload_len, f.payload_len);
+	msg_free(&m);
+	cr_assert_eq(buf.data[header - 9], 0xcf);
+	cr_assert_eq(be64(buf.data + header - 8), 0x0102030405060708ull);
+
+	struct wire_forward h;
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &h, &d), 0, "%s",
+		     d.msg);
+	cr_assert_eq(h.sent_ns, 0x0102030405060708ull);
+	cr_assert_eq(h.stamp_at, header - WIRE_STAMP_LEN);
+	cr_assert_eq(h.batch_id, f.batch_id);
+	cr_assert_eq(h.n_seqs, 3);
+	for (int i = 0; i < 3; i++)
+		check_seq(&h.seqs[i], &q[i], i);
+	cr_assert_eq(h.payload_len, f.payload_len);
+
+	/* Rewritten in place, as a worker does before it sends the message on: msgpack-c and
+	 * the decoder read the new value, and nothing else moved. */
+	wire_stamp(buf.data + h.stamp_at, 42);
+	msg_split(&m, buf.data, buf.len);
+	cr_assert_eq(val(&m, "ts")->via.u64, 42);
+	cr_assert_eq(m.payload_len, f.payload_len);
+	msg_free(&m);
+	cr_assert_eq(wire_decode_forward(buf.data, buf.len, &ws_limits, &scr, &h, &d), 0, "%s",
+		     d.msg);
+	cr_assert_eq(h.sent_ns, 42);
+	cr_assert_eq(h.stamp_at, header - WIRE_STAMP_LEN);
+
+	/* Header alone (the payload appended by the caller): the stamp still ends it. */
+	g.payload = NULL;
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_forward(&buf, &g), 0);
+	cr_assert_eq(buf.len, header);
+	cr_assert_eq(be64(buf.data + buf.len - WIRE_STAMP_LEN), 0x0102030405060708ull);
+	bytes_free(&plain);
+}
+
+Test(wire, ring_stamp_on_tokens)
+{
+	make(WS_TOKENS);
+	struct wire_tokens t;
+	lm_diag d = {{0}};
+	cr_assert_eq(wire_decode_tokens(buf.data, buf.len, &ws_limits, &scr, &t, &d), 0, "%s",
+		     d.msg);
+	cr_assert_eq(t.sent_ns, 0);
+	struct wire_token k[3];
+	memcpy(k, t.toks, sizeof k);
+	uint8_t top[24];
+	memcpy(top, t.payload, sizeof top);
+	struct wire_tokens u = t;
+	u.toks = k;
+	u.payload = NULL; /* appended below, as the last stage does */
+	u.sent_ns = 7;
+	wire_buf_reset(&buf);
+	cr_assert_eq(wire_encode_tokens(&buf, &u), 0);
+	size_t header = buf.len;
+	wire_stamp(buf.data + header - WIRE_STAMP_LEN, UINT64_MAX - 1);
+	struct bytes b = {0};
+	bytes_write(&b, (const char *)buf.data, buf.len);
+	bytes_write(&b, (const char *)top, sizeof top);
+	struct msg m;
+	msg_split(&m, b.p, b.len);
+	cr_assert_eq(val(&m, "ts")->via.u64, UINT64_MAX - 1);
+	msg_free(&m);
+	cr_assert_eq(wire_decode_tokens(b.p, b.len, &ws_limits, &scr, &t, &d), 0, "%s", d.msg);
+	cr_assert_eq(t.sent_ns, UINT64_MAX - 1);
+	cr_assert_eq(t.n, 3);
+	cr_assert_eq(t.toks[0].seq_id, 42);
+	cr_assert_eq(t.toks[2].logprob, -3.5f);
+	cr_assert_arr_eq(t.payload, top, sizeof top);
+	bytes_free(&b);
+}
+
+/* Another encoder may write "ts" in a short form: its value is read, but it cannot be rewritten
+ * in place (stamp_at 0); a stamp that is not an unsigned integer, and "ts" on a message that
+ * does not take it, are refused. */
+Test(wire, ring_stamp_short_form_and_refusals)
+{
+	make(WS_FORWARD_F32);
+	struct msg m;
+	msg_split(&m, buf.data, buf.len);
+	struct bytes out = {0};
+	m.kv[m.n].key = obj_str("ts");
+	m.kv[m.n].val = obj_int(5);
+	m.n++;
+	msg_join(&m, &out, m.payload_len);
+	struct wire_forward f;
+	lm_diag d = {{0}};
+	cr_assert_eq(wire_decode_forward(out.p, out.len, &ws_limits, &scr, &f, &d), 0, "%s", d.msg);
+	cr_assert_eq(f.sent_ns, 5);
+	cr_assert_eq(f.stamp_at, 0);
+	m.kv[m.n - 1].val = obj_int(-5);
+	msg_join(&m, &out, m.payload_len);
+	expect_err(wire_decode_forward(out.p, out.len, &ws_limits, &scr, &f, &d), LM_EPROTO, &d,
+		   "\"ts\"");
+	msg_free(&m);
+
+	make(WS_RELEASE);
+	msg_split(&m, buf.data, buf.len);
+	m.kv[m.n].key = obj_str("ts");
+	m.kv[m.n].val = obj_int(5);
+	m.n++;
+	msg_join(&m, &out, m.payload_len);
+	struct wire_release r;
+	expect_err(wire_decode_release(out.p, out.len, &ws_limits, &scr, &r, &d), LM_EPROTO, &d,
+		   "unknown key \"ts\"");
+	msg_free(&m);
+	bytes_free(&out);
+}
