@@ -24,6 +24,12 @@
 #           not take); the same for a qwen35 hybrid of the 0.85B llama's size (gated delta-net
 #           layers, every 4th layer full attention); then 16 concurrent sequences against one
 #           through a 3-worker mesh of the MoE
+#   peer    llama.cpp's own layer split over RPC (3 ggml-rpc-servers of one thread under a
+#           llama-server, built once from the oracle's llama.cpp into bench/peer/: see
+#           bench/peer.sh) beside the 3-worker mesh of one thread a worker, on the 0.85B q8_0
+#           model, through both HTTP APIs: single-stream decode (--decode tokens), 16 streams of
+#           --batch-tokens, the time to the first token of a 512-token prompt, and what each
+#           side's client gets when the middle stage is SIGKILLed mid-request
 #
 # Every comparison is interleaved, repetition by repetition: both programs are loaded and warmed
 # up once (--bench-warmup), then told to run one repetition at a time (--bench-wait), llama.cpp's
@@ -39,7 +45,8 @@
 #   --quick           a small subset to try the driver: bw, unix, single on stories260K and q4_0
 #                     at 1 thread (32-token prefill, 8-token decode), mesh on stories260K; with
 #                     --sections moe, a 5M-parameter MoE (dim 256, 4 layers, 8 experts of width
-#                     128, 2 per token, stories260K's vocabulary) in place of the 2B one;
+#                     128, 2 per token, stories260K's vocabulary) in place of the 2B one; with
+#                     --sections peer, stories260K and a 128-token prompt;
 #                     nothing is written to RESULTS.md unless --record
 #   --sections LIST   e.g. single,mesh
 #   --reps N          repetitions of every measurement (default 5)
@@ -54,7 +61,8 @@
 #                     (the default, batch invariant) or amx (adds the AMX GEMMs: see
 #                     `layermesh run --help`)
 #   --build DIR       the meson build directory (default: build); it must have been configured
-#                     with -Dllama_oracle for the llama.cpp side
+#                     with -Dllama_oracle for the llama.cpp side (peer builds its llama.cpp from
+#                     that directory's bundle, or from LM_ORACLE_DIR's)
 #   --models DIR      where the generated models are cached (default: bench/models)
 #   --out DIR         raw results (default: bench/out): run-STAMP.csv and run-STAMP.log
 #   --record          append the summary to bench/RESULTS.md (the default without --quick)
@@ -62,14 +70,15 @@
 #
 # The machine may be shared: the load average is recorded at the start and the end of the run.
 # Generated models (about 1.9 GB for the three 0.85B files, 2.0 GB for the q8_0 MoE) are written
-# once and reused (bench/models is not tracked by git).
+# once and reused (bench/models is not tracked by git); so is peer's llama.cpp build (bench/peer,
+# not tracked either; its first build takes some 15 minutes on 2 CPUs).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build
 MODELS=$ROOT/bench/models
 OUT=$ROOT/bench/out
-SECTIONS="bw,unix,single,mesh,batch,moe"
+SECTIONS="bw,unix,single,mesh,batch,moe,peer"
 KERNELS=auto
 REPS=5
 THREADS="1 2"
@@ -114,8 +123,9 @@ while [ $# -gt 0 ]; do
 	shift
 done
 if [ "$QUICK" = 1 ]; then
-	[ "$SECTIONS" = "bw,unix,single,mesh,batch,moe" ] && SECTIONS="bw,unix,single,mesh"
+	[ "$SECTIONS" = "bw,unix,single,mesh,batch,moe,peer" ] && SECTIONS="bw,unix,single,mesh"
 	THREADS=1 TYPES=q4_0 PREFILL=32 DECODE=8 DECODE_SMALL=16
+	PEER_PROMPT=128 PEER_KILL_TOKENS=200 PEER_KILL_AFTER=0.02
 	QUICK_MESH=1
 fi
 : "${RECORD:=$((1 - QUICK))}"
@@ -150,6 +160,10 @@ SHARED=$(meson introspect "$BUILD" --buildoptions 2>/dev/null |
 STORIES=$SHARED/models/stories260K.gguf
 VOCAB=$SHARED/tokenizer/ggml-vocab-llama-spm.gguf
 [ -f "$STORIES" ] || die "$STORIES is missing (the shared data directory: LM_SHARED)"
+# The llama.cpp oracle the build was configured with (-Dllama_oracle), else LM_ORACLE_DIR.
+PEER_ORACLE=$(meson introspect "$BUILD" --buildoptions 2>/dev/null |
+	jq -r '.[] | select(.name == "llama_oracle") | .value' 2>/dev/null || true)
+[ -n "$PEER_ORACLE" ] || PEER_ORACLE=${LM_ORACLE_DIR:-}
 
 mkdir -p "$MODELS" "$OUT"
 STAMP=$(date -u +%Y%m%d-%H%M%S)
@@ -391,7 +405,7 @@ port() {
 }
 
 # mesh_up NAME FILE: a 3-worker mesh over ipc (balanced fence, one thread each, 16 slots of 256
-# positions); sets URL, UP_PID and WORKER_HTTP (each worker's health server).
+# positions, or MESH_SEQ); sets URL, UP_PID and WORKER_HTTP (each worker's health server).
 WORKER_HTTP=()
 mesh_up() {
 	local name=$1 file=$2 dir=$TMP/mesh-$1 i
@@ -399,7 +413,7 @@ mesh_up() {
 	{
 		echo "[model]"
 		echo "path = \"$file\""
-		echo "max_seq_len = 256"
+		echo "max_seq_len = ${MESH_SEQ:-256}"
 		echo "slots = 16"
 		echo "max_batch = 64"
 		echo "[coordinator]"
@@ -661,6 +675,9 @@ section_moe() {
 	mesh_down
 }
 
+# shellcheck source=bench/peer.sh
+. "$ROOT/bench/peer.sh"
+
 # --- run --------------------------------------------------------------------------------------
 
 CPU=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)
@@ -686,6 +703,7 @@ has single && section_single
 has mesh && section_mesh
 has batch && ! has mesh && section_batch
 has moe && section_moe
+has peer && section_peer
 
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 MINUTES=$((($(date +%s) - T_START + 30) / 60))

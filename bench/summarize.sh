@@ -30,6 +30,7 @@ NR == 1 { next }
 	if ($1 == "moe" && !(($2) in moe_seen)) { moe_seen[$2] = 1; moes[++n_moes] = $2 }
 	if ($1 == "moe" && !(($4) in moe_th_seen)) { moe_th_seen[$4] = 1; moe_ths[++n_moe_ths] = $4 }
 	if ($1 == "moebatch") moebatch = $2
+	if ($1 == "peer") peer = $2
 }
 function sorted(s, a,   n, i, j, x) {
 	n = split(s, a, " ")
@@ -309,6 +310,61 @@ END {
 		r = rnum(B "agg_tok_s", A "agg_tok_s")
 		ts = ts sprintf("| MoE 16 sequences >= 6x one sequence through 3 workers, aggregate decode | %.2fx | %s |\n", \
 			r, yes(r >= 6))
+	}
+	if (peer != "") {
+		L = "peer|" peer "|llama.cpp-rpc|1|"; M = "peer|" peer "|layermesh|1|"
+		printf "\nThe closest peer: llama.cpp'"'"'s layer split over RPC (llama-server with `--rpc` " \
+			"over 3 ggml-rpc-servers of one thread each on loopback, every layer offloaded, " \
+			"split 1:1:1; the llama.cpp the oracle carries, built with GGML_RPC and GGML_NATIVE) " \
+			"beside a 3-worker mesh of one thread a worker over ipc, on %s; both up at once and " \
+			"asked in turn, repetition by repetition, through their HTTP APIs (/v1/completions, " \
+			"greedy, cache_prompt false). Single stream: %d tokens after a BOS prompt, decode " \
+			"tok/s from each server'"'"'s timings (first token to last, the same definition on " \
+			"both sides). 16 streams of %d tokens sent at once: aggregate decode tok/s as in the " \
+			"batching table, and every token over the wall time. First token: the wall time of " \
+			"a request of one token after a %d-token prompt. CPU: the CPU time (user and " \
+			"system) that all of a side'"'"'s processes took over the measure (llama-server and " \
+			"its 3 rpc-servers; the coordinator and its 3 workers), which the other tenants of a " \
+			"loaded machine move least. The last column is how many times faster layermesh is " \
+			"(for times, llama.cpp'"'"'s over layermesh'"'"'s).\n\n", \
+			peer, decode + 1, batch_tokens, med(L "prompt_tokens")
+		printf "| measure | llama.cpp RPC | layermesh | layermesh faster by |\n|---|---|---|---|\n"
+		printf "| single-stream decode tok/s | %s | %s | %s |\n", mmm(L "decode_tok_s"), \
+			mmm(M "decode_tok_s"), ratio(M "decode_tok_s", L "decode_tok_s")
+		printf "| single stream, CPU ms per token | %s | %s | %s |\n", \
+			mmm(L "decode_cpu_ms_tok"), mmm(M "decode_cpu_ms_tok"), \
+			ratio(L "decode_cpu_ms_tok", M "decode_cpu_ms_tok")
+		printf "| 16 streams, aggregate decode tok/s | %s | %s | %s |\n", mmm(L "agg16_tok_s"), \
+			mmm(M "agg16_tok_s"), ratio(M "agg16_tok_s", L "agg16_tok_s")
+		printf "| 16 streams, wall tok/s | %s | %s | %s |\n", mmm(L "wall16_tok_s"), \
+			mmm(M "wall16_tok_s"), ratio(M "wall16_tok_s", L "wall16_tok_s")
+		printf "| 16 streams, CPU ms per token | %s | %s | %s |\n", \
+			mmm(L "agg16_cpu_ms_tok"), mmm(M "agg16_cpu_ms_tok"), \
+			ratio(L "agg16_cpu_ms_tok", M "agg16_cpu_ms_tok")
+		printf "| first token after %d prompt tokens, ms | %s | %s | %s |\n", \
+			med(L "prompt_tokens"), mmm(L "ttft_ms"), mmm(M "ttft_ms"), \
+			ratio(L "ttft_ms", M "ttft_ms")
+		printf "| the same, the server'"'"'s prompt_ms | %s | %s | %s |\n", mmm(L "prompt_ms"), \
+			mmm(M "prompt_ms"), ratio(L "prompt_ms", M "prompt_ms")
+		printf "| the same, CPU ms | %s | %s | %s |\n", mmm(L "ttft_cpu_ms"), \
+			mmm(M "ttft_cpu_ms"), ratio(L "ttft_cpu_ms", M "ttft_cpu_ms")
+		printf "| the layers (llama.cpp: its weight buffers; layermesh: each worker'"'"'s planned " \
+			"bytes, its KV cache included) | %s | %s | |\n", list[L "split"], list[M "split"]
+		if ((L "kill_reply") in list) {
+			printf "\nThe middle stage SIGKILLed %s s into a request of one stream:\n\n", \
+				list[L "kill_after_s"]
+			printf "| | llama.cpp RPC | layermesh |\n|---|---|---|\n"
+			printf "| the client got | %s | %s |\n", list[L "kill_reply"], list[M "kill_reply"]
+			printf "| the server after it | %s | %s |\n", list[L "kill_server"], \
+				list[M "kill_server"]
+			printf "| the next request | %s | %s |\n", list[L "kill_next"], list[M "kill_next"]
+		}
+		r = rnum(M "decode_tok_s", L "decode_tok_s")
+		ts = ts sprintf("| single-stream decode >= 1.5x llama.cpp RPC, %s | %.3fx | %s |\n", \
+			peer, r, yes(r >= 1.5))
+		r = rnum(M "agg16_tok_s", L "agg16_tok_s")
+		ts = ts sprintf("| 16-stream aggregate decode >= 2x llama.cpp RPC, %s | %.3fx | %s |\n", \
+			peer, r, yes(r >= 2))
 	}
 	if (ts != "") {
 		printf "\nTargets:\n\n| target | measured | |\n|---|---|---|\n%s", ts

@@ -53,6 +53,41 @@ int lm_backend_query_memory(const char *name, const struct lm_backend_opts *opts
 	return lm_fail(d, LM_EINVAL, "unknown backend '%s' (cpu or cuda)", name);
 }
 
+bool lm_backend_kv_type_ok(const char *name, enum lm_dtype t)
+{
+	if (strcmp(name, "cuda") == 0)
+		return lm_backend_cuda_kv_type_ok(t);
+	return strcmp(name, "cpu") == 0;
+}
+
+bool lm_backend_weight_type_ok(const char *name, enum lm_dtype t)
+{
+	if (strcmp(name, "cuda") == 0)
+		return lm_backend_cuda_weight_type_ok(t);
+	return strcmp(name, "cpu") == 0;
+}
+
+bool lm_backend_feature_ok(const char *name, enum lm_backend_feature f)
+{
+	if (strcmp(name, "cuda") == 0)
+		return lm_backend_cuda_feature_ok(f);
+	return strcmp(name, "cpu") == 0;
+}
+
+const char *lm_backend_feature_name(enum lm_backend_feature f)
+{
+	switch (f) {
+	case LM_FEATURE_ATTN_SINKS:
+		return "attention sink logits (gpt-oss)";
+	case LM_FEATURE_ROPE_YARN:
+		return "YaRN rope scaling (gpt-oss)";
+	case LM_FEATURE_SWIGLU_OAI:
+		return "the swiglu_oai activation (gpt-oss's experts)";
+	default:
+		return "an unknown feature";
+	}
+}
+
 #ifndef LM_HAVE_CUDA
 /* A build without kernels/cuda (no nvcc, or -Dcuda=disabled). */
 int lm_backend_cuda_init(struct lm_backend *b, const struct lm_backend_opts *opts, lm_diag *d)

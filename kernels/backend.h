@@ -308,6 +308,29 @@ int lm_backend_query_memory(const char *name, const struct lm_backend_opts *opts
 int lm_backend_cpu_query_memory(struct lm_backend_mem *m, lm_diag *d);
 int lm_backend_cuda_query_memory(int device, struct lm_backend_mem *m, lm_diag *d);
 
+/* Features some backend lacks, beyond the ops every backend has. */
+enum lm_backend_feature {
+	LM_FEATURE_ATTN_SINKS, /* attention with sink logits (lm_kv_layer.sinks: gpt-oss) */
+	LM_FEATURE_ROPE_YARN,  /* rope with YaRN scaling (ext_factor != 0: gpt-oss) */
+	LM_FEATURE_SWIGLU_OAI, /* the swiglu_oai op (gpt-oss's experts) */
+	LM_FEATURE_COUNT
+};
+
+/* What a backend of that name runs, asked without constructing one and answered in every build
+ * (a coordinator without nvcc plans cuda workers too): KV cache type t (kv_store and
+ * attention), weights of type t (matmul and get_rows), a feature. The backend refuses at run
+ * time from the same lists (the CUDA backend's are kernels/cuda/cuda_caps.h), so the planner
+ * that asks these refuses what the worker would. The CPU backend is the reference: it runs
+ * every type and feature the engine reads. false for an unknown name. */
+bool lm_backend_kv_type_ok(const char *name, enum lm_dtype t);
+bool lm_backend_weight_type_ok(const char *name, enum lm_dtype t);
+bool lm_backend_feature_ok(const char *name, enum lm_backend_feature f);
+/* The feature's words, for messages ("attention sink logits (gpt-oss)"). */
+const char *lm_backend_feature_name(enum lm_backend_feature f);
+bool lm_backend_cuda_kv_type_ok(enum lm_dtype t);
+bool lm_backend_cuda_weight_type_ok(enum lm_dtype t);
+bool lm_backend_cuda_feature_ok(enum lm_backend_feature f);
+
 /* Backend constructors. `name` is "cpu" or "cuda". LM_EUNSUPPORTED when the backend was not
  * built (cuda without nvcc), LM_EUNAVAILABLE when it has no device (no driver, no GPU, a
  * device number past the count); lm_backend_open says why in d. */

@@ -242,6 +242,8 @@ int planner_plan_with(const struct mesh_config *cfg, struct fence_plan *plan,
 		rc = lm_fail(d, LM_ENOMEM, "planning: out of memory");
 		goto out;
 	}
+	if ((rc = planner_check_backends(cfg, f, hp, d)) != 0)
+		goto out;
 	struct lm_model_costs costs = {.layer = lc};
 	rc = lm_model_costs(f, hp, &costs, d);
 	if (rc != 0) {

@@ -61,6 +61,15 @@ uint64_t planner_scratch_bytes(const struct mesh_config *cfg, const struct lm_hp
 int planner_plan(const struct mesh_config *cfg, struct fence_plan *plan, struct planner_info *info,
 		 lm_diag *d);
 
+/* Refuses cfg's mesh when a worker's backend lacks what the layers it may hold need (their
+ * cache types in its kv_type_*, their weight types, attention sinks, YaRN rope, swiglu_oai),
+ * asking the backend's lists (kernels/backend.h), never a device: LM_EUNSUPPORTED naming the
+ * worker, its backend and each thing it lacks. A worker may hold its pinned layers, else any
+ * layer, plus the embedding (first worker) and the head (last). planner_plan_with calls it
+ * before it asks any device for its memory (coordinator/plan/backend_check.c). */
+int planner_check_backends(const struct mesh_config *cfg, const gguf_file *f,
+			   const struct lm_hparams *hp, lm_diag *d);
+
 /* How the planner learns a device's memory: lm_backend_query_memory by default; tests give
  * their own. Returns 0 with m filled, or an LM_E* code with the reason in d. */
 typedef int (*planner_mem_fn)(void *arg, const struct mesh_worker *w, struct lm_backend_mem *m,

@@ -1,5 +1,5 @@
 /* attention.cu — KV stores and causal grouped-query attention over the cache, with sliding
- * windows, for every KV type of LMC_KV_TYPES (cuda_impl.h).
+ * windows, for every KV type of LMC_KV_TYPES (cuda_caps.h).
  *
  * Rows are in their GGUF layout (an f16 row is halves, a Q8_0 row is block_q8_0s), the same bytes
  * the CPU backend writes, so a sequence's exported rows move between a CPU and a CUDA worker.
@@ -7,18 +7,25 @@
  * Attention runs in three kernels per chunk of tokens, as the CPU reference computes it
  * (kernels/cpu/attention.c), into a scratch of probabilities S[token][head][position]:
  *   scores   one thread per (token, query head, position): the K row's dot product with q
- *            converted to K's vec_dot type (f16 for an F16 cache, Q8_0 for a Q8_0 one), in the
- *            reference's order (f32 products summed in double; Q8_0 block sums scaled in f32),
+ *            converted to K's vec_dot type (f16 for F16, bf16 for BF16, Q8_0 for Q8_0 and Q4_0,
+ *            Q8_1 for Q5_1, f32 for F32 and FP8), in the reference's order (f32 products
+ *            summed in double; integer block sums scaled in f32),
  *            times the scale;
- *   softmax  one block per (token, head): max, expf(s - max), the sum in double, times 1 / sum;
+ *   softmax  one block per (token, head): max, expf(s - max), the sum in double, times 1 / sum
+ *            (a head's sink logit, gpt-oss's, in the max and the sum);
  *   values   one thread per (token, head, element): sum_j p_j V_j[i] in position order, in f32.
  * Position p of a slot is row p % ctx; a token at position pos reads [lo, pos], lo = 0 on a
  * global layer and max(0, pos - window + 1) on a sliding one. The caller checked the ring
  * (cpu_attn_check's contract) and sized S.
  *
  * A KV type is a specialisation of struct kvt: how a row is stored from f32, how q is staged
- * for its dot product and how that product and a V element are read. Adding q5_1, q4_0, bf16 or
- * fp8 is one specialisation here and one line of LMC_KV_TYPES.
+ * for its dot product and how that product and a V element are read; the per-element and
+ * per-block arithmetic of each is in cuda_math.h, where tests/unit/test_cuda_math.c checks it
+ * against the CPU's on any machine. The block types' stores follow the reference quantizers bit
+ * for bit: Q8_0 by one warp per block (a max is exact in any order), Q4_0 and Q5_1 by one
+ * thread per block, scanning it in the reference's order (their first-of-equals picks and
+ * their min would otherwise depend on the reduction). A new type is one specialisation here and
+ * one entry of LMC_KV_TYPES (cuda_caps.h).
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -94,8 +101,29 @@ template <> struct kvt<LM_F16> {
 	}
 };
 
+/* q quantized to Q8_0 by one warp per block of 32, as the activations' quantizer (matmul.cu):
+ * hd int8, then hd / 32 scales (the f32 values of the f16 scales). With sums (Q8_1, for Q5_1
+ * caches), hd / 32 more floats after the scales: each block's s. */
+template <bool SUMS> static __device__ void stage_q8(uint8_t *sh, const float *q, int hd)
+{
+	const int lane = threadIdx.x & 31;
+	int8_t *qq = (int8_t *)sh;
+	float *qd = (float *)(sh + hd);
+	for (int b = threadIdx.x >> 5; b < hd / LMC_QK; b += blockDim.x >> 5) {
+		const float v = q[b * LMC_QK + lane];
+		const float d = lmc_q8_0_d(lmc_warp_max(fabsf(v)));
+		const int8_t qv = lmc_q8_0_q(v, lmc_q8_0_id(d));
+		qq[b * LMC_QK + lane] = qv;
+		const int sum = SUMS ? __reduce_add_sync(LMC_FULL_MASK, (int)qv) : 0;
+		if (lane == 0) {
+			qd[b] = lmc_round_f16(d);
+			if (SUMS)
+				qd[hd / LMC_QK + b] = lmc_q8_1_s(sum, d);
+		}
+	}
+}
+
 template <> struct kvt<LM_Q8_0> {
-	/* q quantized to Q8_0: hd int8, then hd / 32 scales (f32 values of the f16 scales). */
 	static constexpr size_t q_bytes(int hd)
 	{
 		return (size_t)hd + (size_t)hd / LMC_QK * sizeof(float);
@@ -115,16 +143,7 @@ template <> struct kvt<LM_Q8_0> {
 	}
 	static __device__ void stage(uint8_t *sh, const float *q, int hd)
 	{
-		const int lane = threadIdx.x & 31;
-		int8_t *qq = (int8_t *)sh;
-		float *qd = (float *)(sh + hd);
-		for (int b = threadIdx.x >> 5; b < hd / LMC_QK; b += blockDim.x >> 5) {
-			const float v = q[b * LMC_QK + lane];
-			const float d = lmc_q8_0_d(lmc_warp_max(fabsf(v)));
-			qq[b * LMC_QK + lane] = lmc_q8_0_q(v, lmc_q8_0_id(d));
-			if (lane == 0)
-				qd[b] = lmc_round_f16(d);
-		}
+		stage_q8<false>(sh, q, hd);
 	}
 	static __device__ float score(const uint8_t *k, const uint8_t *sh, int hd)
 	{
@@ -146,6 +165,110 @@ template <> struct kvt<LM_Q8_0> {
 		const uint8_t *blk = v + (size_t)(i / LMC_QK) * LMC_Q8_0_BYTES;
 		const float d = p * lmc_f16_to_f32(lmc_ld_u16(blk));
 		return a + d * (float)(int8_t)blk[2 + i % LMC_QK];
+	}
+};
+
+template <> struct kvt<LM_BF16> {
+	/* q rounded to bf16, kept as the f32 values of those halves. */
+	static constexpr size_t q_bytes(int hd)
+	{
+		return (size_t)hd * sizeof(float);
+	}
+	static __device__ void store(uint8_t *row, const float *x, int width)
+	{
+		for (int i = threadIdx.x; i < width; i += blockDim.x)
+			((uint16_t *)row)[i] = lmc_f32_to_bf16(x[i]);
+	}
+	static __device__ void stage(uint8_t *sh, const float *q, int hd)
+	{
+		for (int i = threadIdx.x; i < hd; i += blockDim.x)
+			((float *)sh)[i] = lmc_round_bf16(q[i]);
+	}
+	static __device__ float score(const uint8_t *k, const uint8_t *sh, int hd)
+	{
+		return lmc_kv_dot_bf16(k, (const float *)sh, hd);
+	}
+	static __device__ __forceinline__ float acc(float a, float p, const uint8_t *v, int i)
+	{
+		return lmc_kv_acc_bf16(a, p, v, i);
+	}
+};
+
+template <> struct kvt<LM_FP8_E4M3> {
+	/* q as is (fp8 meets q in f32, summed in double). */
+	static constexpr size_t q_bytes(int hd)
+	{
+		return (size_t)hd * sizeof(float);
+	}
+	static __device__ void store(uint8_t *row, const float *x, int width)
+	{
+		for (int i = threadIdx.x; i < width; i += blockDim.x)
+			row[i] = lmc_f32_to_fp8(x[i]);
+	}
+	static __device__ void stage(uint8_t *sh, const float *q, int hd)
+	{
+		for (int i = threadIdx.x; i < hd; i += blockDim.x)
+			((float *)sh)[i] = q[i];
+	}
+	static __device__ float score(const uint8_t *k, const uint8_t *sh, int hd)
+	{
+		return lmc_kv_dot_fp8(k, (const float *)sh, hd);
+	}
+	static __device__ __forceinline__ float acc(float a, float p, const uint8_t *v, int i)
+	{
+		return lmc_kv_acc_fp8(a, p, v, i);
+	}
+};
+
+template <> struct kvt<LM_Q4_0> {
+	/* q quantized to Q8_0, as for a Q8_0 cache. */
+	static constexpr size_t q_bytes(int hd)
+	{
+		return kvt<LM_Q8_0>::q_bytes(hd);
+	}
+	/* One thread per block of 32, scanning it in the reference's order. */
+	static __device__ void store(uint8_t *row, const float *x, int width)
+	{
+		for (int b = threadIdx.x; b < width / LMC_QK; b += blockDim.x)
+			lmc_store_q4_0(x + (size_t)b * LMC_QK, row + (size_t)b * LMC_Q4_0_BYTES);
+	}
+	static __device__ void stage(uint8_t *sh, const float *q, int hd)
+	{
+		stage_q8<false>(sh, q, hd);
+	}
+	static __device__ float score(const uint8_t *k, const uint8_t *sh, int hd)
+	{
+		return lmc_kv_dot_q4_0(k, (const int8_t *)sh, (const float *)(sh + hd), hd);
+	}
+	static __device__ __forceinline__ float acc(float a, float p, const uint8_t *v, int i)
+	{
+		return lmc_kv_acc_q4_0(a, p, v, i);
+	}
+};
+
+template <> struct kvt<LM_Q5_1> {
+	/* q quantized to Q8_1: Q8_0's quants and scales, then the blocks' sums s. */
+	static constexpr size_t q_bytes(int hd)
+	{
+		return (size_t)hd + 2 * ((size_t)hd / LMC_QK) * sizeof(float);
+	}
+	static __device__ void store(uint8_t *row, const float *x, int width)
+	{
+		for (int b = threadIdx.x; b < width / LMC_QK; b += blockDim.x)
+			lmc_store_q5_1(x + (size_t)b * LMC_QK, row + (size_t)b * LMC_Q5_1_BYTES);
+	}
+	static __device__ void stage(uint8_t *sh, const float *q, int hd)
+	{
+		stage_q8<true>(sh, q, hd);
+	}
+	static __device__ float score(const uint8_t *k, const uint8_t *sh, int hd)
+	{
+		const float *qd = (const float *)(sh + hd);
+		return lmc_kv_dot_q5_1(k, (const int8_t *)sh, qd, qd + hd / LMC_QK, hd);
+	}
+	static __device__ __forceinline__ float acc(float a, float p, const uint8_t *v, int i)
+	{
+		return lmc_kv_acc_q5_1(a, p, v, i);
 	}
 };
 
@@ -186,18 +309,6 @@ static cudaError_t kv_store_typed(cudaStream_t s, enum lm_dtype ty, void *cache,
 	}
 }
 
-extern "C" bool lmc_kv_type_ok(enum lm_dtype t)
-{
-	switch (t) {
-#define KV_OK_CASE(TY) case TY:
-		LMC_KV_TYPES(KV_OK_CASE)
-#undef KV_OK_CASE
-		return true;
-	default:
-		return false;
-	}
-}
-
 extern "C" cudaError_t lmc_kv_store(cudaStream_t s, const struct lm_kv_layer *kv, const float *k,
 				    const float *v, const struct lm_tok_loc *loc, int n)
 {
@@ -225,6 +336,7 @@ struct att_args {
 	float scale;
 	float *S;
 	int lmax;
+	const float *sinks; /* [n_heads] sink logits, or NULL */
 };
 
 /* blockIdx.x: (token of the chunk, query head); blockIdx.y: a run of ATT_THREADS positions. */
@@ -262,6 +374,9 @@ __global__ void __launch_bounds__(ATT_THREADS) k_att_softmax(struct att_args a)
 	for (int j = threadIdx.x; j < len; j += ATT_THREADS)
 		m = fmaxf(m, s[j]);
 	m = lmc_block_max(m, shm, ATT_THREADS / 32);
+	/* A sink logit joins the max and the denominator, with no value row (backend.h). */
+	const float sink = a.sinks != NULL ? a.sinks[h] : -INFINITY;
+	m = sink > m ? sink : m;
 	double sum = 0;
 	for (int j = threadIdx.x; j < len; j += ATT_THREADS) {
 		const float e = expf(s[j] - m);
@@ -269,6 +384,8 @@ __global__ void __launch_bounds__(ATT_THREADS) k_att_softmax(struct att_args a)
 		sum += e;
 	}
 	sum = lmc_block_sum_d(sum, shs, ATT_THREADS / 32);
+	if (a.sinks != NULL)
+		sum += (double)expf(sink - m);
 	const float inv = (float)(1.0 / sum);
 	for (int j = threadIdx.x; j < len; j += ATT_THREADS)
 		s[j] *= inv;
@@ -335,6 +452,7 @@ extern "C" cudaError_t lmc_attention(cudaStream_t s, float *out, const float *q,
 		.scale = scale,
 		.S = S,
 		.lmax = lmax,
+		.sinks = kv->sinks,
 	};
 	cudaError_t e;
 	switch (kv->k_type) {

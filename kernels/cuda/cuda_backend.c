@@ -242,7 +242,7 @@ static int cuda_weight_init(void *vctx, struct lm_weight *w, const void *host)
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
-	if (w->type != LM_F32 && lmc_vec_dot_type(w->type) == LM_DTYPE_COUNT)
+	if (!lm_backend_cuda_weight_type_ok(w->type))
 		return cuda_refuse(c, LM_EUNSUPPORTED, "weights of type %s",
 				   lm_dtype_name(w->type));
 	const size_t bytes = w->row_bytes * (size_t)w->ne1;
@@ -415,9 +415,9 @@ static int cuda_rope(void *vctx, float *x, int n_heads, int head_dim, const stru
 	if ((rp->mode != LM_ROPE_NORM && rp->mode != LM_ROPE_NEOX) || rp->n_rot < 0 ||
 	    rp->n_rot % 2 != 0 || rp->n_rot > head_dim)
 		return LM_EINVAL;
-	if (rp->ext_factor != 0.0f)
-		return cuda_refuse(c, LM_EUNSUPPORTED,
-				   "rope: YaRN scaling is not implemented on CUDA");
+	if (rp->ext_factor != 0.0f && !lm_backend_cuda_feature_ok(LM_FEATURE_ROPE_YARN))
+		return cuda_refuse(c, LM_EUNSUPPORTED, "rope: %s is not implemented on CUDA",
+				   lm_backend_feature_name(LM_FEATURE_ROPE_YARN));
 	if (n <= 0 || rp->n_rot == 0)
 		return 0;
 	int rc = cuda_put_loc(c, loc, n);
@@ -435,7 +435,7 @@ static int cuda_kv_store(void *vctx, const struct lm_kv_layer *kv, const float *
 {
 	struct cuda_ctx *c = vctx;
 	CUDA_ENTER(c);
-	if (!lmc_kv_type_ok(kv->k_type) || !lmc_kv_type_ok(kv->v_type))
+	if (!lm_backend_cuda_kv_type_ok(kv->k_type) || !lm_backend_cuda_kv_type_ok(kv->v_type))
 		return cuda_refuse(c, LM_EUNSUPPORTED, "kv_store: cache types %s/%s",
 				   lm_dtype_name(kv->k_type), lm_dtype_name(kv->v_type));
 	/* A block may not straddle two heads (the seam's contract). */
@@ -464,10 +464,10 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 	int rc = cpu_attn_check_ranges(kv, loc, n, n_heads); /* the contract's, the CPU's code */
 	if (rc != 0 || n == 0)
 		return rc;
-	if (kv->sinks != NULL)
-		return cuda_refuse(c, LM_EUNSUPPORTED,
-				   "attention: sink logits (gpt-oss) are not implemented on CUDA");
-	if (!lmc_kv_type_ok(kv->k_type) || !lmc_kv_type_ok(kv->v_type) ||
+	if (kv->sinks != NULL && !lm_backend_cuda_feature_ok(LM_FEATURE_ATTN_SINKS))
+		return cuda_refuse(c, LM_EUNSUPPORTED, "attention: %s are not implemented on CUDA",
+				   lm_backend_feature_name(LM_FEATURE_ATTN_SINKS));
+	if (!lm_backend_cuda_kv_type_ok(kv->k_type) || !lm_backend_cuda_kv_type_ok(kv->v_type) ||
 	    kv->head_dim % (int32_t)lm_dtype_info(kv->k_type)->blck != 0 ||
 	    kv->head_dim % (int32_t)lm_dtype_info(kv->v_type)->blck != 0)
 		return cuda_refuse(c, LM_EUNSUPPORTED, "attention: cache types %s/%s",
@@ -514,6 +514,12 @@ static int cuda_attention(void *vctx, float *out, const float *q, const struct l
 static int cuda_silu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
 {
 	CUDA_EW(lmc_silu_mul, "silu_mul", y, gate, up, len);
+}
+
+static int cuda_swiglu_oai(void *vctx, float *y, const float *gate, const float *up, size_t len,
+			   float alpha, float limit)
+{
+	CUDA_EW(lmc_swiglu_oai, "swiglu_oai", y, gate, up, len, alpha, limit);
 }
 
 static int cuda_gelu_mul(void *vctx, float *y, const float *gate, const float *up, size_t len)
@@ -615,6 +621,7 @@ static const struct lm_backend_i cuda_iface = {
 	.scratch_held = cuda_scratch_held,
 	.mem_info = cuda_mem_info,
 	.last_error = cuda_last_error,
+	.swiglu_oai = LMC_HAS_SWIGLU_OAI ? cuda_swiglu_oai : NULL,
 };
 
 /* The device to use, or why there is none. */

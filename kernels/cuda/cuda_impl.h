@@ -10,10 +10,10 @@
  *   matmul.cu      the activation converters and the matmul (one kernel for one token and for
  *                  batches: see there)
  *   norm.cu        rmsnorm
- *   rope.cu        rope (normal, NeoX, frequency factors)
- *   attention.cu   KV stores and attention, per KV type (LMC_KV_TYPES)
- *   elementwise.cu get_rows, silu_mul, gelu_mul, add, add_rows, mul_rows, scale,
- *                  copy
+ *   rope.cu        rope (normal, NeoX, frequency factors, YaRN)
+ *   attention.cu   KV stores and attention, per KV type (LMC_KV_TYPES, cuda_caps.h)
+ *   elementwise.cu get_rows, silu_mul, swiglu_oai, gelu_mul, add, add_rows, mul_rows,
+ *                  scale, copy
  */
 #ifndef LM_CUDA_IMPL_H
 #define LM_CUDA_IMPL_H
@@ -26,15 +26,11 @@
 #include "common/base/dtype.h"
 #include "common/model/rope.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_caps.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The KV cache types the kernels store and attend over, each with its specialisation of
- * struct kvt in attention.cu. A new type is one line here, one specialisation there and its
- * row size (common/model/kv_geom.c): nothing else dispatches on it. */
-#define LMC_KV_TYPES(X) X(LM_F32) X(LM_F16) X(LM_Q8_0)
 
 /* Activations converted for one matmul, carved from the backend's scratch (lmc_act_carve). */
 struct lmc_act {
@@ -70,7 +66,6 @@ cudaError_t lmc_rope(cudaStream_t s, float *x, int n_heads, int head_dim,
 		     const struct lm_tok_loc *loc, int n, const struct lm_rope_params *rp,
 		     float theta_scale);
 
-bool lmc_kv_type_ok(enum lm_dtype t);
 cudaError_t lmc_kv_store(cudaStream_t s, const struct lm_kv_layer *kv, const float *k,
 			 const float *v, const struct lm_tok_loc *loc, int n);
 /* Attention for tokens [t0, t0 + nt) of the batch, with S ([nt][n_heads][lmax] floats) as the
@@ -83,6 +78,8 @@ cudaError_t lmc_get_rows(cudaStream_t s, float *y, const struct lm_weight *table
 			 const int32_t *ids, int n);
 cudaError_t lmc_silu_mul(cudaStream_t s, float *y, const float *g, const float *u, size_t len);
 /* table: the f16 GELU table of the CPU reference (65536 halves), in device memory. */
+cudaError_t lmc_swiglu_oai(cudaStream_t s, float *y, const float *g, const float *u, size_t len,
+			   float alpha, float limit);
 cudaError_t lmc_gelu_mul(cudaStream_t s, float *y, const float *g, const float *u, size_t len,
 			 const uint16_t *table);
 cudaError_t lmc_add(cudaStream_t s, float *y, const float *a, size_t len);

@@ -1,5 +1,6 @@
 /* elementwise.cu — the embedding lookup and the element-wise ops, each exact as the CPU
- * reference computes it (kernels_generic.c, ops.c) but for silu's expf, which is the device's. */
+ * reference computes it (kernels_generic.c, ops.c) but for silu's and swiglu_oai's expf, which
+ * is the device's. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #define EW_THREADS 256
@@ -34,11 +35,17 @@ __global__ void k_get_rows(float *__restrict__ y, const uint8_t *__restrict__ ta
 		case LM_Q4_0:
 			v = lmc_deq_q4_0(row, i);
 			break;
+		case LM_MXFP4:
+			v = lmc_deq_mxfp4(row, i);
+			break;
 		case LM_Q4_K:
 			v = lmc_deq_q4_K(row, i);
 			break;
-		default:
+		case LM_Q6_K:
 			v = lmc_deq_q6_K(row, i);
+			break;
+		default: /* a type of LMC_WEIGHT_TYPES without its case here: NaN rows */
+			v = lmc_bits_f32(0x7fc00000u);
 			break;
 		}
 		yr[i] = v;
@@ -56,17 +63,13 @@ extern "C" cudaError_t lmc_get_rows(cudaStream_t s, float *y, const struct lm_we
 		k_get_rows<TY>                                                                \
 			<<<(unsigned)n, EW_THREADS, 0, s>>>(y, d, t->row_bytes, t->ne0, ids); \
 		break;
+#define EW_ROWS_W(TY, VDT) EW_ROWS(TY)
 	switch (t->type) {
-		EW_ROWS(LM_F32)
-		EW_ROWS(LM_F16)
-		EW_ROWS(LM_BF16)
-		EW_ROWS(LM_Q8_0)
-		EW_ROWS(LM_Q4_0)
-		EW_ROWS(LM_Q4_K)
-		EW_ROWS(LM_Q6_K)
+		LMC_WEIGHT_TYPES(EW_ROWS_W)
 	default:
 		return cudaErrorInvalidValue;
 	}
+#undef EW_ROWS_W
 #undef EW_ROWS
 	return cudaGetLastError();
 }
@@ -78,6 +81,13 @@ __global__ void k_silu_mul(float *y, const float *g, const float *__restrict__ u
 		const float x = g[i];
 		y[i] = x / (1.0f + expf(-x)) * u[i];
 	}
+}
+
+__global__ void k_swiglu_oai(float *y, const float *g, const float *__restrict__ u, size_t len,
+			     float alpha, float limit)
+{
+	EW_LOOP(i, len)
+	y[i] = lmc_swiglu_oai(g[i], u[i], alpha, limit);
 }
 
 __global__ void k_gelu_mul(float *y, const float *g, const float *__restrict__ u, size_t len,
@@ -131,6 +141,15 @@ extern "C" cudaError_t lmc_silu_mul(cudaStream_t s, float *y, const float *g, co
 	if (len == 0)
 		return cudaSuccess;
 	k_silu_mul<<<lmc_blocks(len, EW_THREADS), EW_THREADS, 0, s>>>(y, g, u, len);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t lmc_swiglu_oai(cudaStream_t s, float *y, const float *g, const float *u,
+				      size_t len, float alpha, float limit)
+{
+	if (len == 0)
+		return cudaSuccess;
+	k_swiglu_oai<<<lmc_blocks(len, EW_THREADS), EW_THREADS, 0, s>>>(y, g, u, len, alpha, limit);
 	return cudaGetLastError();
 }
 

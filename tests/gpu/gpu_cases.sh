@@ -27,3 +27,18 @@ gpu_tolerance() { # NAME
 	*) echo 0.3 ;;
 	esac
 }
+
+# The architectures of the seam's newer ops, run on the GPU against the CPU (run_gpu_checks.sh's
+# step 3b): gpu_arch_synth LAYERMESH DIR writes DIR/arch-<name>.gguf for each.
+GPU_ARCHS="qwen35 qwen3moe gpt-oss"
+gpu_arch_synth() {
+	"$1" synth --out "$2/arch-qwen35.gguf" --arch qwen35 --dim 256 --layers 4 --heads 8 \
+		--kv-heads 2 --ffn 512 --vocab 512 --type q8_0 --seed 5 >/dev/null
+	"$1" synth --out "$2/arch-qwen3moe.gguf" --arch qwen3moe --dim 256 --layers 4 --heads 8 \
+		--kv-heads 2 --ffn 256 --experts 8 --experts-used 2 --vocab 512 --type q4_K \
+		--seed 6 >/dev/null
+	"$1" synth --out "$2/arch-gpt-oss.gguf" --arch gpt-oss --dim 256 --layers 4 --heads 8 \
+		--kv-heads 2 --head-dim 64 --ffn 256 --experts 4 --experts-used 2 \
+		--experts-type mxfp4 --window 8 --vocab 512 --type q8_0 --rope-yarn 32 \
+		--rope-yarn-orig 64 --seed 3 >/dev/null
+}

@@ -7,15 +7,17 @@
  * Each case runs the op on the backend under test (its memory, its uploads and downloads, its
  * weight_init) and on a scalar CPU backend with the same inputs, and compares the outputs by
  * normalised mean squared error, sum((a - b)^2) / sum(b^2), against the case's bound. The matrix:
- *   matmul      f32 f16 bf16 q8_0 q4_0 q4_K q6_K, odd shapes, batches of 1, 2, 7, 16 and 64,
- *               and each batch's tokens bit for bit equal to the same tokens alone;
+ *   matmul      f32 f16 bf16 q8_0 q4_0 mxfp4 q4_K q6_K, odd shapes, batches of 1, 2, 7, 15,
+ *               16, 17 and 64 (both sides of the CUDA tensor-core GEMM's threshold of 16), and
+ *               every token of each batch bit for bit equal to the same token computed alone;
  *   get_rows    every weight type (exact);
  *   rmsnorm     weighted and not, in place, odd widths;
- *   rope        normal and NeoX, partial rotation, frequency factors, scaled positions;
- *   kv_store    every K and V type (the cache bytes exact), then
+ *   rope        normal and NeoX, partial rotation, frequency factors, scaled positions, YaRN;
+ *   kv_store    every K and V cache type: f32, f16, bf16, q8_0, q4_0, q5_1 and fp8, each as
+ *               K and V and beside f16 (the cache bytes exact), then
  *   attention   global and sliding layers (a ring of window + batch - 1 rows, wrapped), GQA,
- *               several slots, batches of 1, 2, 7, 16 and 64;
- *   silu_mul, gelu_mul, add, add_rows, mul_rows, scale, copy.
+ *               several slots, batches of 1, 2, 7, 16 and 64, and with sink logits;
+ *   silu_mul, swiglu_oai, gelu_mul, add, add_rows, mul_rows, scale, copy.
  * It prints one line per case and ends with "N passed, N failed"; exit 0 when all pass, 1 when
  * any fails, 77 (skipped) with the reason when the backend cannot start here (no GPU, or a build
  * without CUDA), so a machine without a GPU never reports the CUDA matrix as passed.
@@ -92,11 +94,14 @@ static float *om_gauss(struct om *m, size_t n, float scale)
 
 /* ---------------------------------------------------------------------------- matmul */
 
-static const enum lm_dtype om_types[] = {LM_F32,  LM_F16,  LM_BF16, LM_Q8_0,
-					 LM_Q4_0, LM_Q4_K, LM_Q6_K};
+static const enum lm_dtype om_types[] = {LM_F32,  LM_F16,   LM_BF16, LM_Q8_0,
+					 LM_Q4_0, LM_MXFP4, LM_Q4_K, LM_Q6_K};
 #define OM_N_TYPES (sizeof om_types / sizeof om_types[0])
 static const int om_batches[] = {1, 2, 7, 16, 64};
 #define OM_N_BATCHES 5
+/* matmul's: the CUDA backend's quantized types take the tensor-core GEMM from 16 tokens. */
+static const int om_mm_batches[] = {1, 2, 7, 15, 16, 17, 64};
+#define OM_N_MM_BATCHES 7
 
 /* Input widths per type: odd block counts, and a wide one (the decode GEMV's loop). */
 static void om_widths(enum lm_dtype t, int64_t ne0[3])
@@ -144,6 +149,20 @@ static void *om_bind(struct om *m, struct lm_weight *wb, const void *host, size_
 	return copy;
 }
 
+/* Each token of x computed alone: yalone[t][ne1]. */
+static int om_matmul_alone(struct om *m, const struct lm_weight *wb, const float *dx, int64_t ne0,
+			   int n, float *dy1, float *yalone)
+{
+	for (int t = 0; t < n; t++) {
+		int rc = m->be.iface->matmul(m->be.ctx, dy1, wb, dx + (size_t)t * (size_t)ne0, 1);
+		if (rc == 0)
+			rc = om_get(m, yalone + (size_t)t * (size_t)wb->ne1, dy1, (size_t)wb->ne1);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* One weight, every batch: against the reference, and each token of the batch against the same
  * token computed alone (the backend's batch invariance, bit for bit). */
 static void om_matmul_one(struct om *m, enum lm_dtype t, int64_t ne0, int64_t ne1)
@@ -161,14 +180,19 @@ static void om_matmul_one(struct om *m, enum lm_dtype t, int64_t ne0, int64_t ne
 		free(host);
 		return;
 	}
-	const int nmax = om_batches[OM_N_BATCHES - 1];
+	const int nmax = om_mm_batches[OM_N_MM_BATCHES - 1];
 	float *x = om_gauss(m, (size_t)(nmax * ne0), 1.0f);
 	float *yr = malloc((size_t)(nmax * ne1) * sizeof(float));
 	float *yb = malloc((size_t)(nmax * ne1) * sizeof(float));
-	float *y1 = malloc((size_t)ne1 * sizeof(float));
+	float *y1 = malloc((size_t)(nmax * ne1) * sizeof(float));
 	float *dx = om_put(m, x, (size_t)(nmax * ne0)), *dy = om_put(m, NULL, (size_t)(nmax * ne1));
-	for (int bi = 0; bi < OM_N_BATCHES; bi++) {
-		const int n = om_batches[bi];
+	float *dy1 = om_put(m, NULL, (size_t)ne1);
+	snprintf(what, sizeof what, "matmul %s %lldx%lld: tokens alone", lm_dtype_name(t),
+		 (long long)ne0, (long long)ne1);
+	if ((rc = om_matmul_alone(m, &wb, dx, ne0, nmax, dy1, y1)) != 0)
+		om_fail(m, what, rc);
+	for (int bi = 0; rc == 0 && bi < OM_N_MM_BATCHES; bi++) {
+		const int n = om_mm_batches[bi];
 		snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", lm_dtype_name(t),
 			 (long long)ne0, (long long)ne1, n);
 		if ((rc = m->ref.iface->matmul(m->ref.ctx, yr, &wr, x, n)) != 0 ||
@@ -179,17 +203,14 @@ static void om_matmul_one(struct om *m, enum lm_dtype t, int64_t ne0, int64_t ne
 		}
 		const double e = test_nmse(yb, yr, (size_t)(n * ne1));
 		om_result(m, e <= 5e-6, what, e, 5e-6);
-		if (n == 1)
-			memcpy(y1, yb, (size_t)ne1 * sizeof(float));
-		else {
-			snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d: token 0 as alone",
-				 lm_dtype_name(t), (long long)ne0, (long long)ne1, n);
-			const bool same = memcmp(y1, yb, (size_t)ne1 * sizeof(float)) == 0;
-			om_result(m, same, what, test_nmse(yb, y1, (size_t)ne1), 0);
-		}
+		snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d: every token as alone",
+			 lm_dtype_name(t), (long long)ne0, (long long)ne1, n);
+		const bool same = memcmp(y1, yb, (size_t)(n * ne1) * sizeof(float)) == 0;
+		om_result(m, same, what, test_nmse(yb, y1, (size_t)(n * ne1)), 0);
 	}
 	om_free(m, dx);
 	om_free(m, dy);
+	om_free(m, dy1);
 	lm_backend_weight_fini(&m->be, &wb);
 	free(bound);
 	free(x);
@@ -293,14 +314,14 @@ static void om_rmsnorm(struct om *m)
 }
 
 static void om_rope_one(struct om *m, enum lm_rope_mode mode, int head_dim, int n_rot, bool factors,
-			float freq_scale, int n)
+			float freq_scale, bool yarn, int n)
 {
 	const int heads = 4;
 	const size_t len = (size_t)n * (size_t)heads * (size_t)head_dim;
 	char what[128];
-	snprintf(what, sizeof what, "rope %s hd=%d n_rot=%d%s scale=%g n=%d",
+	snprintf(what, sizeof what, "rope %s hd=%d n_rot=%d%s scale=%g%s n=%d",
 		 mode == LM_ROPE_NEOX ? "neox" : "norm", head_dim, n_rot,
-		 factors ? " freq_factors" : "", freq_scale, n);
+		 factors ? " freq_factors" : "", freq_scale, yarn ? " yarn" : "", n);
 	struct lm_tok_loc loc[64];
 	for (int t = 0; t < n; t++)
 		loc[t] = (struct lm_tok_loc){.slot = 0, .pos = t * 97 + (t % 3) * 1500};
@@ -316,6 +337,13 @@ static void om_rope_one(struct om *m, enum lm_rope_mode mode, int head_dim, int 
 				    .freq_base = 10000.0f,
 				    .freq_scale = freq_scale,
 				    .freq_factors = factors ? ff : NULL};
+	if (yarn) { /* gpt-oss's: factor 32, correction dims from beta_fast 32 and beta_slow 1 */
+		rp.freq_base = 150000.0f;
+		rp.ext_factor = 1.0f;
+		rp.mscale = 1.0f + 0.1f * logf(1.0f / freq_scale);
+		rp.corr[0] = 8.0f;
+		rp.corr[1] = 17.5f;
+	}
 	struct lm_rope_params rb = rp;
 	rb.freq_factors = factors ? dff : NULL;
 	int rc;
@@ -342,7 +370,10 @@ static void om_rope(struct om *m)
 				for (int bi = 0; bi < OM_N_BATCHES; bi += 2)
 					om_rope_one(m, mode ? LM_ROPE_NEOX : LM_ROPE_NORM, hd,
 						    part ? hd / 4 : hd, part != 0,
-						    bi == 2 ? 0.25f : 1.0f, om_batches[bi]);
+						    bi == 2 ? 0.25f : 1.0f, false, om_batches[bi]);
+	/* YaRN (gpt-oss): NeoX over whole heads of 64, scale 1/32. */
+	for (int bi = 0; bi < OM_N_BATCHES; bi++)
+		om_rope_one(m, LM_ROPE_NEOX, 64, 64, false, 1.0f / 32.0f, true, om_batches[bi]);
 }
 
 /* ---------------------------------------------------------------------------- attention */
@@ -350,37 +381,52 @@ static void om_rope(struct om *m)
 struct om_attn {
 	enum lm_dtype kt, vt;
 	int head_dim, n_heads, n_kv_heads, window, slots, history, n;
+	bool sinks; /* a sink logit per query head (gpt-oss) */
 };
+
+/* The case's cache in host memory, zeroed: a ring of window + the batch's positions per slot
+ * less one on a sliding layer, history + those positions on a global one. */
+static struct lm_kv_layer om_attn_layer(const struct om_attn *c, size_t *kbytes, size_t *vbytes)
+{
+	const int width = c->n_kv_heads * c->head_dim, per = (c->n + c->slots - 1) / c->slots;
+	const int ctx = c->window > 0 ? c->window + per - 1 : c->history + per;
+	uint64_t kr, vr;
+	lm_dtype_row_bytes(c->kt, (uint64_t)width, &kr);
+	lm_dtype_row_bytes(c->vt, (uint64_t)width, &vr);
+	*kbytes = (size_t)kr * (size_t)ctx * (size_t)c->slots;
+	*vbytes = (size_t)vr * (size_t)ctx * (size_t)c->slots;
+	return (struct lm_kv_layer){.k = calloc(1, *kbytes),
+				    .v = calloc(1, *vbytes),
+				    .k_type = c->kt,
+				    .v_type = c->vt,
+				    .n_kv_heads = c->n_kv_heads,
+				    .head_dim = c->head_dim,
+				    .ctx = ctx,
+				    .window = c->window,
+				    .slots = c->slots,
+				    .k_row_bytes = (size_t)kr,
+				    .v_row_bytes = (size_t)vr};
+}
 
 /* A cache of the case's geometry on both backends: history positions stored first, then the
  * batch (tokens round-robin over the slots, consecutive positions per slot), then attention. */
 static void om_attn_one(struct om *m, const struct om_attn *c)
 {
 	char what[160];
-	snprintf(what, sizeof what, "attention K %s V %s hd=%d heads %d/%d window %d slots %d n=%d",
+	snprintf(what, sizeof what,
+		 "attention K %s V %s hd=%d heads %d/%d window %d slots %d n=%d%s",
 		 lm_dtype_name(c->kt), lm_dtype_name(c->vt), c->head_dim, c->n_heads, c->n_kv_heads,
-		 c->window, c->slots, c->n);
-	const int width = c->n_kv_heads * c->head_dim, per = (c->n + c->slots - 1) / c->slots;
-	const int ctx = c->window > 0 ? c->window + per - 1 : c->history + per;
-	uint64_t kr, vr;
-	lm_dtype_row_bytes(c->kt, (uint64_t)width, &kr);
-	lm_dtype_row_bytes(c->vt, (uint64_t)width, &vr);
-	const size_t kbytes = (size_t)kr * (size_t)ctx * (size_t)c->slots;
-	const size_t vbytes = (size_t)vr * (size_t)ctx * (size_t)c->slots;
-	struct lm_kv_layer ref = {.k = calloc(1, kbytes),
-				  .v = calloc(1, vbytes),
-				  .k_type = c->kt,
-				  .v_type = c->vt,
-				  .n_kv_heads = c->n_kv_heads,
-				  .head_dim = c->head_dim,
-				  .ctx = ctx,
-				  .window = c->window,
-				  .slots = c->slots,
-				  .k_row_bytes = (size_t)kr,
-				  .v_row_bytes = (size_t)vr};
+		 c->window, c->slots, c->n, c->sinks ? " sinks" : "");
+	const int width = c->n_kv_heads * c->head_dim;
+	size_t kbytes, vbytes;
+	struct lm_kv_layer ref = om_attn_layer(c, &kbytes, &vbytes);
 	struct lm_kv_layer dev = ref;
 	dev.k = m->be.iface->malloc(m->be.ctx, kbytes);
 	dev.v = m->be.iface->malloc(m->be.ctx, vbytes);
+	float *sinks = c->sinks ? om_gauss(m, (size_t)c->n_heads, 2.0f) : NULL;
+	float *dsinks = c->sinks ? om_put(m, sinks, (size_t)c->n_heads) : NULL;
+	ref.sinks = sinks;
+	dev.sinks = dsinks;
 	const int rows = c->history > c->n ? c->history : c->n;
 	struct lm_tok_loc *loc = malloc((size_t)rows * sizeof *loc);
 	float *k = om_gauss(m, (size_t)rows * width, 1.0f),
@@ -434,6 +480,9 @@ static void om_attn_one(struct om *m, const struct om_attn *c)
 	}
 	m->be.iface->mfree(m->be.ctx, dev.k);
 	m->be.iface->mfree(m->be.ctx, dev.v);
+	if (dsinks != NULL)
+		om_free(m, dsinks);
+	free(sinks);
 	om_free(m, dk);
 	om_free(m, dv);
 	om_free(m, dq);
@@ -450,9 +499,23 @@ static void om_attn_one(struct om *m, const struct om_attn *c)
 	free(vb);
 }
 
+/* The K and V type pairs: every pair of f32, f16 and q8_0, then each other cache type as K and V,
+ * and beside f16 either way (a cache may mix types). */
+static const struct {
+	enum lm_dtype k, v;
+} om_kv_pairs[] = {
+	{LM_F32, LM_F32},           {LM_F32, LM_F16},      {LM_F32, LM_Q8_0},
+	{LM_F16, LM_F32},           {LM_F16, LM_F16},      {LM_F16, LM_Q8_0},
+	{LM_Q8_0, LM_F32},          {LM_Q8_0, LM_F16},     {LM_Q8_0, LM_Q8_0},
+	{LM_BF16, LM_BF16},         {LM_BF16, LM_F16},     {LM_F16, LM_BF16},
+	{LM_Q4_0, LM_Q4_0},         {LM_Q4_0, LM_F16},     {LM_F16, LM_Q4_0},
+	{LM_Q5_1, LM_Q5_1},         {LM_Q5_1, LM_F16},     {LM_F16, LM_Q5_1},
+	{LM_FP8_E4M3, LM_FP8_E4M3}, {LM_FP8_E4M3, LM_F16}, {LM_F16, LM_FP8_E4M3},
+	{LM_Q8_0, LM_Q4_0},         {LM_Q8_0, LM_Q5_1},
+};
+
 static void om_attention(struct om *m)
 {
-	static const enum lm_dtype kv[] = {LM_F32, LM_F16, LM_Q8_0};
 	static const struct {
 		int head_dim, n_heads, n_kv_heads, window, history;
 	} geo[] = {
@@ -461,27 +524,28 @@ static void om_attention(struct om *m)
 		{64, 8, 2, 8, 29},   /* sliding: a ring of window + batch - 1 rows, wrapped */
 		{256, 16, 8, 16, 3}, /* sliding, wide heads */
 	};
-	for (size_t ki = 0; ki < 3; ki++)
-		for (size_t vi = 0; vi < 3; vi++)
-			for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++)
-				for (int bi = 0; bi < OM_N_BATCHES; bi++) {
-					const int n = om_batches[bi];
-					struct om_attn c = {.kt = kv[ki],
-							    .vt = kv[vi],
-							    .head_dim = geo[gi].head_dim,
-							    .n_heads = geo[gi].n_heads,
-							    .n_kv_heads = geo[gi].n_kv_heads,
-							    .window = geo[gi].window,
-							    .slots = n >= 7 ? 3 : 1,
-							    .history = geo[gi].history,
-							    .n = n};
-					om_attn_one(m, &c);
-				}
+	for (size_t pi = 0; pi < sizeof om_kv_pairs / sizeof om_kv_pairs[0]; pi++)
+		for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++)
+			for (int bi = 0; bi <= OM_N_BATCHES; bi++) {
+				/* The batches, then a batch of 7 with sink logits. */
+				const int n = om_batches[bi < OM_N_BATCHES ? bi : 2];
+				struct om_attn c = {.kt = om_kv_pairs[pi].k,
+						    .vt = om_kv_pairs[pi].v,
+						    .head_dim = geo[gi].head_dim,
+						    .n_heads = geo[gi].n_heads,
+						    .n_kv_heads = geo[gi].n_kv_heads,
+						    .window = geo[gi].window,
+						    .slots = n >= 7 ? 3 : 1,
+						    .history = geo[gi].history,
+						    .n = n,
+						    .sinks = bi == OM_N_BATCHES};
+				om_attn_one(m, &c);
+			}
 }
 
 /* ---------------------------------------------------------------------------- element-wise */
 
-enum om_ew { OM_SILU, OM_GELU, OM_ADD, OM_ADD_ROWS, OM_MUL_ROWS, OM_SCALE, OM_COPY };
+enum om_ew { OM_SILU, OM_SWIGLU_OAI, OM_GELU, OM_ADD, OM_ADD_ROWS, OM_MUL_ROWS, OM_SCALE, OM_COPY };
 
 static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const float *a,
 		     const float *c, size_t len)
@@ -489,6 +553,10 @@ static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const 
 	switch (op) {
 	case OM_SILU:
 		return b->iface->silu_mul(b->ctx, y, y, a, len);
+	case OM_SWIGLU_OAI:
+		if (b->iface->swiglu_oai == NULL)
+			return LM_EUNSUPPORTED;
+		return b->iface->swiglu_oai(b->ctx, y, y, a, len, 1.702f, 7.0f);
 	case OM_GELU:
 		return b->iface->gelu_mul(b->ctx, y, y, a, len);
 	case OM_ADD:
@@ -507,8 +575,8 @@ static int om_ew_run(const struct lm_backend *b, enum om_ew op, float *y, const 
 
 static void om_elementwise(struct om *m)
 {
-	static const char *const names[] = {"silu_mul", "gelu_mul", "add", "add_rows",
-					    "mul_rows", "scale",    "copy"};
+	static const char *const names[] = {"silu_mul", "swiglu_oai", "gelu_mul", "add",
+					    "add_rows", "mul_rows",   "scale",    "copy"};
 	static const size_t lens[] = {37, 37 * 29, 37 * 2713};
 	for (int op = OM_SILU; op <= OM_COPY; op++)
 		for (int li = 0; li < 3; li++) {
@@ -529,8 +597,10 @@ static void om_elementwise(struct om *m)
 			    (rc = om_get(m, yb, dy, len)) != 0)
 				om_fail(m, what, rc);
 			else {
-				/* Exact but for silu's exp, which is the device's. */
-				const double bound = op == OM_SILU ? 1e-12 : 0;
+				/* Exact but for silu's and swiglu_oai's exp, which is the
+				 * device's. */
+				const double bound =
+					op == OM_SILU || op == OM_SWIGLU_OAI ? 1e-12 : 0;
 				const double e = test_nmse(yb, yr, len);
 				om_result(m,
 					  bound > 0 ? e <= bound

@@ -16,10 +16,15 @@
 #                prompt position, tolerance 1e-4) and, fed llama.cpp's greedy continuation,
 #                argmax agreement at every position (tests/oracle/compare_logits.py greedy)
 #   3 gemma4     the same for synthetic Gemma 4 models in f32, q8_0 and q4_K
+#   3b caches    `layermesh run --backend cuda` with bf16, fp8, q4_0 and q5_1 caches on global
+#      archs     and sliding layers, and on synthetic qwen35 (recurrent layers), qwen3moe and
+#                gpt-oss (MXFP4 experts, sinks, YaRN): greedy ids equal the CPU's, same settings
 #   4 mesh       tests/gpu/mesh_cuda.sh: a cpu, cuda, cpu mesh over stories260K whose greedy ids
 #                equal `layermesh run` on the CPU; the cuda worker without memory_limit, so the
 #                planner takes the device's free memory; its plan and /status device memory
-#   5 bench      bench_cuda (GEMV bandwidth of q4_K and q8_0 against a device-to-device copy),
+#   5 bench      bench_cuda (GEMV bandwidth of q4_K and q8_0 against a device-to-device copy,
+#                prefill matmuls by batch size on both sides of the tensor-core GEMM's
+#                threshold, and one decode token's launches: wall time against GPU time),
 #                bench_run --backend cuda on synthetic 8B-shaped llamas in q4_K and q8_0 (decode
 #                tok/s after a 512-token prefill, and the prefill's tok/s)
 # Every step has its own time limit (a hung kernel fails its step, not the run).
@@ -130,6 +135,36 @@ for ty in $GPU_GEMMA4_TYPES; do
 	oracle_case "gemma4-$ty" "$tmp/gemma4-$ty.gguf"
 done
 say "(llama.cpp comparisons: $((SECONDS - t)) s)"
+
+# 3b. What runs on the GPU beyond the oracle's cases, each against the CPU with the same
+# settings (greedy ids equal): the cache types bf16, q4_0, q5_1 and fp8 on global and sliding
+# layers (stories260K's heads of 8 take no block type: bf16 and fp8 there), then the
+# architectures of the seam's newer ops: qwen35's recurrent layers (delta rule on the host),
+# qwen3moe's experts, gpt-oss (MXFP4 experts, attention sinks, YaRN, the clamped SwiGLU).
+ids_case() { # NAME MODEL ARGS...
+	local name=$1 model=$2 gpu cpu
+	shift 2
+	gpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 \
+		--backend "$be" --ids "$@" 2>"$tmp/$name.err")
+	cpu=$(timeout 60 "$LM" run --model "$model" --prompt "$GPU_PROMPT" --temp 0 -n 32 --ids \
+		"$@" 2>/dev/null)
+	if [ -n "$gpu" ] && [ "$gpu" = "$cpu" ]; then
+		check "$name" 0 "greedy ids equal the CPU's ${*:-}"
+	else
+		check "$name" 1 "greedy ids differ from the CPU's ${*:-}: $(tail -n 1 "$tmp/$name.err")"
+	fi
+}
+t=$SECONDS
+ids_case cache-stories "$models/stories260K.gguf" --ctk bf16 --ctv fp8
+ids_case cache-gemma4-blocks "$tmp/gemma4-f32.gguf" --ctk q5_1 --ctv q4_0 --ctk-swa q4_0 \
+	--ctv-swa q5_1
+ids_case cache-gemma4-floats "$tmp/gemma4-f32.gguf" --ctk fp8 --ctv bf16 --ctk-swa bf16 \
+	--ctv-swa fp8
+gpu_arch_synth "$LM" "$tmp"
+for a in $GPU_ARCHS; do
+	ids_case "arch-$a" "$tmp/arch-$a.gguf"
+done
+say "(cache types and architectures: $((SECONDS - t)) s)"
 
 # 4. The mesh.
 t=$SECONDS

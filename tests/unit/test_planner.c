@@ -908,3 +908,162 @@ Test(planner, gptoss_mxfp4_experts_weigh_17_bytes_per_32, .timeout = 60)
 	mesh_config_fini(&cfg);
 	unlink(model);
 }
+
+/* The check of planner_check_backends over one model: cfg's workers against f's layers. */
+static int check_backends(const struct mesh_config *cfg, lm_diag *d)
+{
+	gguf_file *f = NULL;
+	static struct lm_hparams hp;
+	cr_assert_eq(gguf_open(cfg->model_path, &f, d), 0, "%s", d->msg);
+	cr_assert_eq(lm_hparams_load(f, &hp, d), 0, "%s", d->msg);
+	int rc = planner_check_backends(cfg, f, &hp, d);
+	gguf_close(f);
+	return rc;
+}
+
+/* A copy of stories260K at `out` whose tensor `name` claims type `type` (i32 has f32's size, so
+ * the file still reads): a weight type no backend multiplies. */
+static void retype_tensor(const char *out, const char *name, uint32_t type)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", getenv("LM_SHARED"));
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	static uint8_t buf[4 << 20];
+	const size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	cr_assert(n > 0 && n < sizeof buf);
+	/* A tensor info: u64 name length, the name, u32 n_dims, u64 ne[n_dims], u32 type. */
+	const size_t len = strlen(name);
+	uint8_t key[80];
+	for (int i = 0; i < 8; i++)
+		key[i] = (uint8_t)((uint64_t)len >> (8 * i));
+	memcpy(key + 8, name, len);
+	const uint8_t *at = memmem(buf, n, key, 8 + len);
+	cr_assert_not_null(at, "no tensor %s", name);
+	const size_t j = (size_t)(at - buf) + 8 + len;
+	const uint32_t nd = (uint32_t)buf[j] | (uint32_t)buf[j + 1] << 8;
+	for (int i = 0; i < 4; i++)
+		buf[j + 4 + 8 * nd + (size_t)i] = (uint8_t)(type >> (8 * i));
+	f = fopen(out, "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(buf, 1, n, f), n);
+	fclose(f);
+}
+
+/* The plan asks each worker's backend, not a device, whether it runs what the layers it may hold
+ * need. The CUDA backend runs everything the engine reads today: gpt-oss (MXFP4 experts,
+ * attention sinks, YaRN, the clamped SwiGLU), qwen35's recurrent layers (their delta rule runs
+ * on the host around the seam's ops), every cache type mesh.toml takes. What it lacks is refused
+ * before any device is asked, naming the worker, the backend and the type: a weight type (a
+ * tensor retyped to i32), a cache type outside its list (which mesh.toml cannot name today). */
+Test(planner, cuda_workers_refused_what_their_backend_lacks, .timeout = 60)
+{
+	char model[] = "/tmp/lm_test_cudacheck_XXXXXX";
+	int fd = mkstemp(model);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	struct synth_opts o;
+	synth_opts_default(&o);
+	o.out = model;
+	o.arch = "gpt-oss";
+	o.layers = 4;
+	o.dim = 256;
+	o.heads = 8;
+	o.kv_heads = 2;
+	o.head_dim = 32;
+	o.ffn = 256;
+	o.experts = 4;
+	o.experts_used = 2;
+	o.window = 8;
+	o.vocab = 512;
+	o.type = LM_Q8_0;
+	o.exps_type = LM_MXFP4;
+	lm_diag d = {{0}};
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	write_pinned(model, 2, 2, "1GiB");
+	struct mesh_config cfg;
+	load(&cfg);
+	cfg.workers[1].backend = MESH_BACKEND_CUDA;
+	cfg.workers[1].memory_limit = 0; /* its device is asked for its memory */
+	struct fake_device dev = {.free = 1ull << 30};
+	struct fence_plan p;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), 0, "%s", d.msg);
+	cr_expect_eq(dev.asked, 1);
+	fence_plan_fini(&p);
+	mesh_config_fini(&cfg);
+	unlink(model);
+
+	/* A weight type the CUDA backend lacks, on layer 1 of an unpinned cuda worker. */
+	char bad[] = "/tmp/lm_test_cudacheck_i32_XXXXXX";
+	fd = mkstemp(bad);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	retype_tensor(bad, "blk.1.attn_norm.weight", LM_I32);
+	write_cuda_mesh();
+	load(&cfg);
+	free(cfg.model_path);
+	cfg.model_path = strdup(bad);
+	dev.asked = 0;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EUNSUPPORTED);
+	cr_expect_eq(dev.asked, 0, "refused before any device is asked");
+	cr_log_info("%s", d.msg);
+	static const char *const want[] = {
+		"worker g1 (line ",
+		"backend cuda",
+		"may hold any of layers [0, 5) (not pinned)",
+		"weights of type i32 (blk.1.attn_norm.weight)",
+		"it runs caches f32 f16 q4_0 q5_1 q8_0 bf16 fp8, weights f32 f16 q4_0 q8_0",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+		cr_expect(strstr(d.msg, want[i]) != NULL, "'%s' not in: %s", want[i], d.msg);
+	mesh_config_fini(&cfg);
+	unlink(bad);
+
+	/* Cache types, over stories260K with g1 unpinned: each type mesh.toml takes passes; one
+	 * outside the CUDA backend's list (which mesh.toml cannot name today) is refused. */
+	write_cuda_mesh();
+	load(&cfg);
+	static const enum lm_dtype ok[] = {LM_F32,  LM_F16,  LM_BF16,    LM_Q8_0,
+					   LM_Q4_0, LM_Q5_1, LM_FP8_E4M3};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		cr_expect(lm_backend_kv_type_ok("cuda", ok[i]), "%s", lm_dtype_name(ok[i]));
+		cfg.workers[1].kv = kv_types_uniform(ok[i], ok[i]);
+		cr_expect_eq(check_backends(&cfg, &d), 0, "%s: %s", lm_dtype_name(ok[i]), d.msg);
+	}
+	cfg.workers[1].kv = kv_types_uniform(LM_F16, LM_Q4_K);
+	dev.asked = 0;
+	cr_expect_eq(planner_plan_with(&cfg, &p, NULL, fake_mem, &dev, &d), LM_EUNSUPPORTED);
+	cr_expect_eq(dev.asked, 0);
+	cr_expect(strstr(d.msg, "worker g1") != NULL && strstr(d.msg, "backend cuda") != NULL &&
+			  strstr(d.msg, "may hold any of layers [0, 5) (not pinned)") != NULL &&
+			  strstr(d.msg, "KV cache type q4_K (global layers)") != NULL,
+		  "%s", d.msg);
+	/* The same types on a cpu worker: the reference runs them all. */
+	cfg.workers[1].backend = MESH_BACKEND_CPU;
+	cr_expect_eq(check_backends(&cfg, &d), 0, "%s", d.msg);
+	mesh_config_fini(&cfg);
+
+	/* qwen35: recurrent layers on a cuda worker pass. */
+	char q35[] = "/tmp/lm_test_cudacheck_q35_XXXXXX";
+	fd = mkstemp(q35);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	synth_opts_default(&o);
+	o.out = q35;
+	o.arch = "qwen35";
+	o.layers = 4;
+	o.dim = 128;
+	o.heads = 4;
+	o.kv_heads = 2;
+	o.ffn = 256;
+	o.vocab = 512;
+	o.type = LM_Q8_0;
+	cr_assert_eq(synth_write(&o, NULL, &d), 0, "%s", d.msg);
+	write_pinned(q35, 2, 2, "1GiB");
+	load(&cfg);
+	cfg.workers[0].backend = cfg.workers[1].backend = MESH_BACKEND_CUDA;
+	cr_expect_eq(check_backends(&cfg, &d), 0, "%s", d.msg);
+	mesh_config_fini(&cfg);
+	unlink(q35);
+}
