@@ -21,7 +21,9 @@
 #           decode at each of --threads, llama.cpp and layermesh interleaved as in single, with
 #           the weight bytes a decode token read (bench_run's counter: the bytes of every matrix
 #           its matmuls took) beside the active bytes (every tensor but the experts a token does
-#           not take); then 16 concurrent sequences against one through a 3-worker mesh of it
+#           not take); the same for a qwen35 hybrid of the 0.85B llama's size (gated delta-net
+#           layers, every 4th layer full attention); then 16 concurrent sequences against one
+#           through a 3-worker mesh of the MoE
 #   peer    llama.cpp's own layer split over RPC (3 ggml-rpc-servers of one thread under a
 #           llama-server, built once from the oracle's llama.cpp into bench/peer/: see
 #           bench/peer.sh) beside the 3-worker mesh of one thread a worker, on the 0.85B q8_0
@@ -223,6 +225,20 @@ model_moe() {
 		--vocab-from "$VOCAB"
 }
 moe_name() { if [ "$QUICK" = 1 ]; then echo "moe-tiny-$1"; else echo "moe-2B-A0.5B-$1"; fi; }
+# The qwen35 hybrid of the moe section: gated delta-net layers with every 4th layer attending, the
+# 0.85B llama's width and depth (dim 2048, 16 layers, 16 heads of 128, 4 KV heads, FFN 5632, the
+# delta-nets with 4 key and 16 value heads of 128); --quick: a small one on stories260K's vocabulary.
+model_hybrid() {
+	if [ "$QUICK" = 1 ]; then
+		synth "synth-qwen35-tiny-$1" --arch qwen35 --dim 256 --layers 4 --heads 8 --kv-heads 2 \
+			--ffn 512 --type "$1" --seed 1 --ctx 2048 --vocab-from "$STORIES"
+		return
+	fi
+	[ -f "$VOCAB" ] || die "$VOCAB is missing"
+	synth "synth-qwen35-0.9b-$1" --arch qwen35 --dim 2048 --layers 16 --heads 16 --kv-heads 4 \
+		--ffn 5632 --type "$1" --seed 1 --ctx 2048 --vocab-from "$VOCAB"
+}
+hybrid_name() { if [ "$QUICK" = 1 ]; then echo "qwen35-tiny-$1"; else echo "qwen35-0.9B-$1"; fi; }
 
 # --- interleaved servers ----------------------------------------------------------------------
 # srv_start ID CMD...: starts CMD (which takes --bench-warmup --bench-wait) with its stdin and
@@ -709,6 +725,11 @@ section_moe() {
 	for t in $MOE_TYPES; do
 		f=$(model_moe "$t")
 		name=$(moe_name "$t")
+		for th in $THREADS; do
+			PAIR_SECTION=moe single_pair "$name" "$f" "$th" "$DECODE"
+		done
+		f=$(model_hybrid "$t")
+		name=$(hybrid_name "$t")
 		for th in $THREADS; do
 			PAIR_SECTION=moe single_pair "$name" "$f" "$th" "$DECODE"
 		done
