@@ -86,6 +86,196 @@ P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
+static void one_k(const struct cpu_mm *m, int64_t g, int is_q6);
+
+/* No software prefetches: on Zen 2 (EPYC, family 23 model 49) the hardware prefetchers stream
+ * the panels alone, and the L2 prefetches 3 KiB ahead cost one-token throughput (bench_matmul
+ * --huge --mib 256, 1 thread: Q4_K 9.6 -> 12.3 GB/s, Q6_K 8.1 -> 11.5, Q8_0 11.0 -> 12.3, Q4_0
+ * 10.6 -> 11.4, with the one-token kernels below; bench/RESULTS.md). */
+#define P_PF_BYTES 0
+#define PT_ONE_K   one_k
 #define PT_ROWS(t) cpu_ref_rows_##t
 #define PT_FILL    cpu_panel_avx2_fill
 #include "kernels/cpu/panel_tiles.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* K-quants for one token (decode)                                                            */
+
+/* A group's record is read once, front to back: each 64-byte panel vector as its two halves
+ * (rows 0-7, rows 8-15) side by side, so the token's broadcast quants serve both. A sub-block's
+ * vpmaddubsw pairs are summed as int16 (bounded below) and multiplied by the scale with one
+ * vpmaddwd, in place of a vpmaddwd with ones per vector and a vpmulld per sub-block: the same
+ * exact integer block sums, then panel_tiles.h's float steps in its order. */
+
+/* Bytes b0..b3 of every dword picked from its own dword (-1: zero), by a vpshufb whose mask is
+ * the same for every dword but for the dword's offset in its 128-bit lane. */
+P_INL __m256i one_pick(__m256i v, int b0, int b1, int b2, int b3)
+{
+	const __m256i off = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404,
+					      0x08080808, 0x0c0c0c0c);
+	const uint32_t pat = (uint32_t)(b0 < 0 ? 0x80 : b0) | (uint32_t)(b1 < 0 ? 0x80 : b1) << 8 |
+			     (uint32_t)(b2 < 0 ? 0x80 : b2) << 16 |
+			     (uint32_t)(b3 < 0 ? 0x80 : b3) << 24;
+	return _mm256_shuffle_epi8(v, _mm256_add_epi32(off, _mm256_set1_epi32((int)pat)));
+}
+
+/* Byte k of every dword in both int16 halves, zero-extended. */
+P_INL __m256i one_upair(__m256i v, int k)
+{
+	return one_pick(v, k, -1, k, -1);
+}
+
+/* Bytes a and b of every dword as int16 halves, sign-extended. */
+P_INL __m256i one_spair(__m256i v, int a, int b)
+{
+	return _mm256_srai_epi16(one_pick(v, -1, a, -1, b), 8);
+}
+
+P_INL __m256i one_dp16(__m256i acc, __m256i w, __m256i x)
+{
+	return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+}
+
+/* Q4_K block i, both halves, into acc[0] and acc[1]. A sub-block's int16 pair sums are at most
+ * 8 vectors x 2 x 15 x 127 = 30480. */
+P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m2 = _mm256_set1_epi32(0x03030303);
+	const int16_t *bs = gk_bs32(x, nb) + 8 * i;
+	__m256i sp[2][8], isum[2], summ[2];
+	__m256 d[2], dmin[2];
+	for (int h = 0; h < 2; h++) {
+		const uint8_t *r = rec + 32 * h;
+		const __m256i dm = pt_load(r);
+		d[h] = pt_half_lo(dm);
+		dmin[h] = pt_half_lo(_mm256_srli_epi32(dm, 16));
+		/* The 6-bit scales and mins as in unpack_q4_K (panel_tiles.h). */
+		const __m256i a = pt_load(r + 64), b = pt_load(r + 128), c = pt_load(r + 192);
+		const __m256i sc_lo = pt_and(a, m6);
+		const __m256i sc_hi =
+			pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
+		const __m256i mn_lo = pt_and(b, m6);
+		const __m256i mn_hi = pt_or(pt_and(pt_srli32(c, 4), m4),
+					    pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+		for (int k = 0; k < 4; k++) {
+			sp[h][k] = one_upair(sc_lo, k);
+			sp[h][k + 4] = one_upair(sc_hi, k);
+		}
+		summ[h] = pt_zero();
+		for (int q = 0; q < 2; q++) {
+			summ[h] = pt_dpw(summ[h], one_pick(mn_lo, 2 * q, -1, 2 * q + 1, -1),
+					 pt_bcast((const uint8_t *)(bs + 2 * q)));
+			summ[h] = pt_dpw(summ[h], one_pick(mn_hi, 2 * q, -1, 2 * q + 1, -1),
+					 pt_bcast((const uint8_t *)(bs + 4 + 2 * q)));
+		}
+		isum[h] = pt_zero();
+	}
+	const uint8_t *xq = x + 256 * i;
+	for (int j = 0; j < 4; j++) {
+		__m256i p[2][2] = {{pt_zero(), pt_zero()}, {pt_zero(), pt_zero()}};
+		for (int c = 0; c < 8; c++) {
+			const uint8_t *v = rec + 256 + 64 * (8 * j + c);
+			const __m256i xl = pt_bcast(xq + 64 * j + 4 * c);
+			const __m256i xh = pt_bcast(xq + 64 * j + 32 + 4 * c);
+			for (int h = 0; h < 2; h++) {
+				const __m256i raw = pt_load(v + 32 * h);
+				p[h][0] = one_dp16(p[h][0], pt_and(raw, m4), xl);
+				p[h][1] = one_dp16(p[h][1], pt_and(pt_srli16(raw, 4), m4), xh);
+			}
+		}
+		for (int h = 0; h < 2; h++)
+			isum[h] = pt_dpw(pt_dpw(isum[h], p[h][0], sp[h][2 * j]), p[h][1],
+					 sp[h][2 * j + 1]);
+	}
+	const __m256 dx = pt_set1f(act8k_d(x, nb)[i]);
+	for (int h = 0; h < 2; h++) {
+		const __m256 dd = pt_mulf(d[h], dx), dm = pt_mulf(dmin[h], dx);
+		acc[h] = pt_addf(acc[h], pt_subf(pt_mulf(dd, pt_cvt(isum[h])),
+						 pt_mulf(dm, pt_cvt(summ[h]))));
+	}
+}
+
+/* Q6_K block i, both halves. The stored quants are q + 32 (at most 63): two vectors' int16 pair
+ * sums are at most 2 x 2 x 63 x 127 = 32004; the 32 comes back through the activation sums. */
+P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+	const int16_t *bs = act8k_bsums(x, nb) + 16 * i;
+	__m256i sp[2][16], isum[2];
+	for (int h = 0; h < 2; h++) {
+		__m256i s4[4], corr = pt_zero();
+		for (int k = 0; k < 4; k++)
+			s4[k] = pt_load(rec + 64 * k + 32 * h);
+		for (int k = 0; k < 16; k++)
+			sp[h][k] = one_spair(s4[k / 4], k % 4, k % 4);
+		for (int q = 0; q < 8; q++)
+			corr = pt_dpw(corr, one_spair(s4[q / 2], 2 * (q % 2), 2 * (q % 2) + 1),
+				      pt_bcast((const uint8_t *)(bs + 2 * q)));
+		isum[h] = pt_sub(pt_zero(), pt_slli32(corr, 5));
+	}
+	/* Elements 128hh + 32q + l (l < 32) of quarter q come from the triple of l / 4 in half
+	 * hh and belong to sub-block 8hh + 2q + l / 16 (dtile_q6_K). */
+	for (int hh = 0; hh < 2; hh++)
+		for (int lg = 0; lg < 2; lg++) {
+			__m256i ia[2][4] = {{pt_zero(), pt_zero(), pt_zero(), pt_zero()},
+					    {pt_zero(), pt_zero(), pt_zero(), pt_zero()}};
+			for (int l4 = 0; l4 < 4; l4++) {
+				const int l = 16 * lg + 4 * l4;
+				const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * hh + l / 4);
+				__m256i xv[4];
+				for (int q = 0; q < 4; q++)
+					xv[q] = pt_bcast(x + 256 * i + 128 * hh + 32 * q + l);
+				for (int h = 0; h < 2; h++) {
+					const __m256i qa = pt_load(tr + 32 * h);
+					const __m256i qb = pt_load(tr + 64 + 32 * h);
+					const __m256i qh = pt_load(tr + 128 + 32 * h);
+					const __m256i v[4] = {
+						pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2)),
+						pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2)),
+						pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2)),
+						pt_or(pt_and(pt_srli16(qb, 4), m4),
+						      pt_and(pt_srli16(qh, 2), m2)),
+					};
+					for (int q = 0; q < 4; q++)
+						ia[h][q] = one_dp16(ia[h][q], v[q], xv[q]);
+				}
+				if (l4 % 2 == 0)
+					continue;
+				for (int h = 0; h < 2; h++)
+					for (int q = 0; q < 4; q++) {
+						isum[h] = pt_dpw(isum[h], ia[h][q],
+								 sp[h][8 * hh + 2 * q + lg]);
+						ia[h][q] = pt_zero();
+					}
+			}
+		}
+	const __m256 dx = pt_set1f(act8k_d(x, nb)[i]);
+	for (int h = 0; h < 2; h++) {
+		const __m256 dd = pt_mulf(pt_halves(rec + Q6_D + 16 * h), dx);
+		acc[h] = pt_addf(acc[h], pt_mulf(dd, pt_cvt(isum[h])));
+	}
+}
+
+/* One group (16 rows) for the batch's one token. */
+static void one_k(const struct cpu_mm *m, int64_t g, int is_q6)
+{
+	const int64_t nb = m->ne0 / 256;
+	const uint8_t *grp = m->w + (size_t)g * m->row_bytes;
+	__m256 acc[2] = {pt_zerof(), pt_zerof()};
+	if (is_q6) {
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *rec = grp + (size_t)i * REC_Q6_K;
+			p_prefetch(rec, REC_Q6_K);
+			one_q6_K(rec, m->x, i, nb, acc);
+		}
+	} else {
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *rec = grp + (size_t)i * REC_Q4_K;
+			p_prefetch(rec, REC_Q4_K);
+			one_q4_K(rec, m->x, i, nb, acc);
+		}
+	}
+	pt_storef(m->y + (size_t)g, acc[0]);
+	pt_storef(m->y + (size_t)g + 8, acc[1]);
+}
