@@ -86,26 +86,27 @@ P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
-static void one_k(const struct cpu_mm *m, int64_t g, int is_q6);
+static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type);
 
 /* No software prefetches: on Zen 2 (EPYC, family 23 model 49) the hardware prefetchers stream
  * the panels alone, and the L2 prefetches 3 KiB ahead cost one-token throughput (bench_matmul
  * --huge --mib 256, 1 thread: Q4_K 9.6 -> 12.3 GB/s, Q6_K 8.1 -> 11.5, Q8_0 11.0 -> 12.3, Q4_0
  * 10.6 -> 11.4, with the one-token kernels below; bench/RESULTS.md). */
 #define P_PF_BYTES 0
-#define PT_ONE_K   one_k
+#define PT_ONE     one_group
 #define PT_ROWS(t) cpu_ref_rows_##t
 #define PT_FILL    cpu_panel_avx2_fill
 #include "kernels/cpu/panel_tiles.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* K-quants for one token (decode)                                                            */
+/* One token (decode)                                                                         */
 
 /* A group's record is read once, front to back: each 64-byte panel vector as its two halves
- * (rows 0-7, rows 8-15) side by side, so the token's broadcast quants serve both. A sub-block's
- * vpmaddubsw pairs are summed as int16 (bounded below) and multiplied by the scale with one
- * vpmaddwd, in place of a vpmaddwd with ones per vector and a vpmulld per sub-block: the same
- * exact integer block sums, then panel_tiles.h's float steps in its order. */
+ * (rows 0-7, rows 8-15) side by side, so the token's broadcast quants serve both (the batched
+ * tiles walk a group once per half). Q4_0's, Q4_K's and Q6_K's vpmaddubsw pairs are summed as
+ * int16 (each kernel bounds the sums) and taken into int32 by one vpmaddwd, with ones or with
+ * the sub-block's scale, in place of a vpmaddwd per vector and a vpmulld per sub-block: the
+ * same exact integer block sums, then panel_tiles.h's float steps in its order. */
 
 /* Bytes b0..b3 of every dword picked from its own dword (-1: zero), by a vpshufb whose mask is
  * the same for every dword but for the dword's offset in its 128-bit lane. */
@@ -257,22 +258,68 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 	}
 }
 
-/* One group (16 rows) for the batch's one token. */
-static void one_k(const struct cpu_mm *m, int64_t g, int is_q6)
+/* Q4_0 block b, both halves: the 8 vectors' int16 pair sums are at most 8 x 2 x 15 x 127 =
+ * 30480; -8 comes back through the activation sum (tile_q8z). */
+P_INL void one_q4_0(const uint8_t *rec, const uint8_t *xb, float xd, int32_t xs, __m256 *acc)
 {
-	const int64_t nb = m->ne0 / 256;
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	__m256i p[2] = {pt_zero(), pt_zero()};
+	for (int v = 0; v < 4; v++) {
+		const __m256i xl = pt_bcast(xb + 4 * v), xh = pt_bcast(xb + 16 + 4 * v);
+		for (int h = 0; h < 2; h++) {
+			const __m256i raw = pt_load(rec + 32 + 64 * v + 32 * h);
+			p[h] = one_dp16(p[h], pt_and(raw, m4), xl);
+			p[h] = one_dp16(p[h], pt_and(pt_srli16(raw, 4), m4), xh);
+		}
+	}
+	const __m256 dx = pt_set1f(xd);
+	for (int h = 0; h < 2; h++) {
+		const __m256i ia = pt_dpw(pt_set1(-8 * xs), p[h], _mm256_set1_epi16(1));
+		acc[h] = pt_addf(acc[h], pt_mulf(pt_mulf(pt_cvt(ia), pt_halves(rec + 16 * h)), dx));
+	}
+}
+
+/* Q8_0 block b, both halves (pt_dp8: |q| and x with q's sign, int32 per vector). */
+P_INL void one_q8_0(const uint8_t *rec, const uint8_t *xb, float xd, __m256 *acc)
+{
+	__m256i ia[2] = {pt_zero(), pt_zero()};
+	for (int c = 0; c < 8; c++) {
+		const __m256i xv = pt_bcast(xb + 4 * c);
+		for (int h = 0; h < 2; h++)
+			ia[h] = pt_dp8(ia[h], pt_load(rec + 32 + 64 * c + 32 * h), xv);
+	}
+	const __m256 dx = pt_set1f(xd);
+	for (int h = 0; h < 2; h++)
+		acc[h] = pt_addf(acc[h],
+				 pt_mulf(pt_cvt(ia[h]), pt_mulf(pt_halves(rec + 16 * h), dx)));
+}
+
+/* One group (16 rows) for the batch's one token: each block's record once, front to back. */
+static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type)
+{
 	const uint8_t *grp = m->w + (size_t)g * m->row_bytes;
 	__m256 acc[2] = {pt_zerof(), pt_zerof()};
-	if (is_q6) {
+	if (type == LM_Q8_0 || type == LM_Q4_0) {
+		const int64_t nb = m->ne0 / 32;
+		const float *xd = act8_d(m->x, nb);
+		const int32_t *xs = act8_sum(m->x, nb);
+		for (int64_t b = 0; b < nb; b++) {
+			if (type == LM_Q4_0)
+				one_q4_0(grp + (size_t)b * REC_Q4_0, m->x + 32 * b, xd[b], xs[b],
+					 acc);
+			else
+				one_q8_0(grp + (size_t)b * REC_Q8_0, m->x + 32 * b, xd[b], acc);
+		}
+	}
+	const int64_t nb = m->ne0 / 256;
+	if (type == LM_Q6_K) {
 		for (int64_t i = 0; i < nb; i++) {
 			const uint8_t *rec = grp + (size_t)i * REC_Q6_K;
-			p_prefetch(rec, REC_Q6_K);
 			one_q6_K(rec, m->x, i, nb, acc);
 		}
-	} else {
+	} else if (type == LM_Q4_K) {
 		for (int64_t i = 0; i < nb; i++) {
 			const uint8_t *rec = grp + (size_t)i * REC_Q4_K;
-			p_prefetch(rec, REC_Q4_K);
 			one_q4_K(rec, m->x, i, nb, acc);
 		}
 	}

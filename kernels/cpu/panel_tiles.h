@@ -17,7 +17,7 @@
  *   pt_dp(acc, w, x)   acc + the 4 products of unsigned bytes w (at most 63) and signed x
  *   pt_dp8(acc, w, x)  the same for Q8_0's stored quants (PT_Q8_OFF says what they hold)
  *   pt_dpw(acc, a, b)  acc + the 2 products of int16 pairs
- *   PT_ONE_K(m, g, is_q6)  (optional) the set's own kernel of one K-quant group for one token
+ *   PT_ONE(m, g, type) (optional) the set's own kernel of one group for a batch of one token
  *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
  *                      rows after a weight's last whole group
  *   PT_FILL            the name of the function that puts these kernels in a set's table
@@ -567,16 +567,16 @@ PT_INL void pmm(const struct cpu_mm *m, int64_t r0, int64_t r1, enum lm_dtype ty
 	const int64_t whole = m->ne1 / CPU_PANEL_ROWS * CPU_PANEL_ROWS;
 	const int64_t gend = r1 < whole ? r1 : whole;
 	for (int64_t g = r0; g + CPU_PANEL_ROWS <= gend; g += CPU_PANEL_ROWS) {
+#ifdef PT_ONE
+		if (m->n == 1) {
+			PT_ONE(m, g, type);
+			continue;
+		}
+#endif
 		if (type == LM_Q8_0 || type == LM_Q4_0) {
 			group_q8z(m, g, type == LM_Q4_0);
 			continue;
 		}
-#ifdef PT_ONE_K
-		if (m->n == 1) {
-			PT_ONE_K(m, g, type == LM_Q6_K);
-			continue;
-		}
-#endif
 		if (m->n <= P_TK) {
 			group_k_direct(m, g, m->n, type == LM_Q6_K);
 			continue;
