@@ -197,11 +197,27 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 	}
 }
 
+/* Quarter q's 6-bit quants (stored + 32) of a triple: the low 4 bits from ql[l] (q = 0, 2) or
+ * ql[l + 32] (q = 1, 3), low or high nibble, the top 2 from bits 2q of qh[l]. */
+P_INL __m256i one_q6(__m256i qa, __m256i qb, __m256i qh, int q)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+	switch (q) {
+	case 0:
+		return pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2));
+	case 1:
+		return pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2));
+	case 2:
+		return pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2));
+	default:
+		return pt_or(pt_and(pt_srli16(qb, 4), m4), pt_and(pt_srli16(qh, 2), m2));
+	}
+}
+
 /* Q6_K block i, both halves. The stored quants are q + 32 (at most 63): two vectors' int16 pair
  * sums are at most 2 x 2 x 63 x 127 = 32004; the 32 comes back through the activation sums. */
 P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
 {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
 	const int16_t *bs = act8k_bsums(x, nb) + 16 * i;
 	__m256i sp[2][16], isum[2];
 	for (int h = 0; h < 2; h++) {
@@ -216,39 +232,27 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 		isum[h] = pt_sub(pt_zero(), pt_slli32(corr, 5));
 	}
 	/* Elements 128hh + 32q + l (l < 32) of quarter q come from the triple of l / 4 in half
-	 * hh and belong to sub-block 8hh + 2q + l / 16 (dtile_q6_K). */
+	 * hh and belong to sub-block 8hh + 2q + l / 16 (dtile_q6_K). Two triples at a time, one
+	 * 8-row half after the other: few registers live, so nothing spills. */
 	for (int hh = 0; hh < 2; hh++)
-		for (int lg = 0; lg < 2; lg++) {
-			__m256i ia[2][4] = {{pt_zero(), pt_zero(), pt_zero(), pt_zero()},
-					    {pt_zero(), pt_zero(), pt_zero(), pt_zero()}};
-			for (int l4 = 0; l4 < 4; l4++) {
-				const int l = 16 * lg + 4 * l4;
-				const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * hh + l / 4);
-				__m256i xv[4];
-				for (int q = 0; q < 4; q++)
-					xv[q] = pt_bcast(x + 256 * i + 128 * hh + 32 * q + l);
-				for (int h = 0; h < 2; h++) {
-					const __m256i qa = pt_load(tr + 32 * h);
-					const __m256i qb = pt_load(tr + 64 + 32 * h);
-					const __m256i qh = pt_load(tr + 128 + 32 * h);
-					const __m256i v[4] = {
-						pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2)),
-						pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2)),
-						pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2)),
-						pt_or(pt_and(pt_srli16(qb, 4), m4),
-						      pt_and(pt_srli16(qh, 2), m2)),
-					};
-					for (int q = 0; q < 4; q++)
-						ia[h][q] = one_dp16(ia[h][q], v[q], xv[q]);
+		for (int l = 0; l < 32; l += 8) {
+			const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * hh + l / 4);
+			const uint8_t *xl = x + 256 * i + 128 * hh + l;
+			for (int h = 0; h < 2; h++) {
+				__m256i qa[2], qb[2], qh[2];
+				for (int e = 0; e < 2; e++) {
+					qa[e] = pt_load(tr + 192 * e + 32 * h);
+					qb[e] = pt_load(tr + 192 * e + 64 + 32 * h);
+					qh[e] = pt_load(tr + 192 * e + 128 + 32 * h);
 				}
-				if (l4 % 2 == 0)
-					continue;
-				for (int h = 0; h < 2; h++)
-					for (int q = 0; q < 4; q++) {
-						isum[h] = pt_dpw(isum[h], ia[h][q],
-								 sp[h][8 * hh + 2 * q + lg]);
-						ia[h][q] = pt_zero();
-					}
+				for (int q = 0; q < 4; q++) {
+					__m256i p = pt_zero();
+					for (int e = 0; e < 2; e++)
+						p = one_dp16(p, one_q6(qa[e], qb[e], qh[e], q),
+							     pt_bcast(xl + 32 * q + 4 * e));
+					isum[h] =
+						pt_dpw(isum[h], p, sp[h][8 * hh + 2 * q + l / 16]);
+				}
 			}
 		}
 	const __m256 dx = pt_set1f(act8k_d(x, nb)[i]);
