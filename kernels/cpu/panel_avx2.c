@@ -88,10 +88,10 @@ P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 
 static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type);
 
-/* No software prefetches: on Zen 2 (EPYC, family 23 model 49) the hardware prefetchers stream
- * the panels alone, and the L2 prefetches 3 KiB ahead cost one-token throughput (bench_matmul
- * --huge --mib 256, 1 thread: Q4_K 9.6 -> 12.3 GB/s, Q6_K 8.1 -> 11.5, Q8_0 11.0 -> 12.3, Q4_0
- * 10.6 -> 11.4, with the one-token kernels below; bench/RESULTS.md). */
+/* No bursts of prefetches: on Zen 2 (EPYC, family 23 model 49) p_prefetch's L2 prefetches of a
+ * whole record 3 KiB ahead slowed the weight stream (bench_matmul --huge --mib 256, 1 thread:
+ * Q4_K 9.6 -> 12.3 GB/s, Q6_K 8.1 -> 11.5, Q8_0 11.0 -> 12.3, Q4_0 10.6 -> 11.4 without them;
+ * bench/RESULTS.md). The one-token kernels below spread their own instead. */
 #define P_PF_BYTES 0
 #define PT_ONE     one_group
 #define PT_ROWS(t) cpu_ref_rows_##t
@@ -107,6 +107,20 @@ static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type);
  * int16 (each kernel bounds the sums) and taken into int32 by one vpmaddwd, with ones or with
  * the sub-block's scale, in place of a vpmaddwd per vector and a vpmulld per sub-block: the
  * same exact integer block sums, then panel_tiles.h's float steps in its order. */
+
+/* Prefetches, spread: one cache line into L1 for each 64 bytes of weights the loop takes, a
+ * fixed distance ahead (a record's worth of prefetches at once, as p_prefetch issues them, held
+ * the stream back on Zen 2: RESULTS.md). K-quants and Q4_0 1 KiB ahead, Q8_0 512 bytes, the best
+ * of 512, 1024 and 2048 there. */
+#define ONE_PF_K    1024
+#define ONE_PF_Q4_0 1024
+#define ONE_PF_Q8_0 512
+
+/* The cache line `ahead` bytes past p, into L1. */
+P_INL void one_pf(const uint8_t *p, int ahead)
+{
+	_mm_prefetch((const char *)p + ahead, _MM_HINT_T0);
+}
 
 /* Bytes b0..b3 of every dword picked from its own dword (-1: zero), by a vpshufb whose mask is
  * the same for every dword but for the dword's offset in its 128-bit lane. */
@@ -146,6 +160,8 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 	const int16_t *bs = gk_bs32(x, nb) + 8 * i;
 	__m256i sp[2][8], isum[2], summ[2];
 	__m256 d[2], dmin[2];
+	for (int k = 0; k < 4; k++)
+		one_pf(rec + 64 * k, ONE_PF_K);
 	for (int h = 0; h < 2; h++) {
 		const uint8_t *r = rec + 32 * h;
 		const __m256i dm = pt_load(r);
@@ -177,6 +193,7 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 		__m256i p[2][2] = {{pt_zero(), pt_zero()}, {pt_zero(), pt_zero()}};
 		for (int c = 0; c < 8; c++) {
 			const uint8_t *v = rec + 256 + 64 * (8 * j + c);
+			one_pf(v, ONE_PF_K);
 			const __m256i xl = pt_bcast(xq + 64 * j + 4 * c);
 			const __m256i xh = pt_bcast(xq + 64 * j + 32 + 4 * c);
 			for (int h = 0; h < 2; h++) {
@@ -222,6 +239,8 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 	__m256i sp[2][16], isum[2];
 	for (int h = 0; h < 2; h++) {
 		__m256i s4[4], corr = pt_zero();
+		one_pf(rec + 128 * h, ONE_PF_K);
+		one_pf(rec + 128 * h + 64, ONE_PF_K);
 		for (int k = 0; k < 4; k++)
 			s4[k] = pt_load(rec + 64 * k + 32 * h);
 		for (int k = 0; k < 16; k++)
@@ -238,6 +257,8 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 		for (int l = 0; l < 32; l += 8) {
 			const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * hh + l / 4);
 			const uint8_t *xl = x + 256 * i + 128 * hh + l;
+			for (int k = 0; k < 6; k++)
+				one_pf(tr + 64 * k, ONE_PF_K);
 			for (int h = 0; h < 2; h++) {
 				__m256i qa[2], qb[2], qh[2];
 				for (int e = 0; e < 2; e++) {
@@ -255,6 +276,7 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 				}
 			}
 		}
+	one_pf(rec + Q6_D, ONE_PF_K);
 	const __m256 dx = pt_set1f(act8k_d(x, nb)[i]);
 	for (int h = 0; h < 2; h++) {
 		const __m256 dd = pt_mulf(pt_halves(rec + Q6_D + 16 * h), dx);
@@ -307,7 +329,11 @@ static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type)
 		const int64_t nb = m->ne0 / 32;
 		const float *xd = act8_d(m->x, nb);
 		const int32_t *xs = act8_sum(m->x, nb);
+		const size_t rb = type == LM_Q4_0 ? REC_Q4_0 : REC_Q8_0;
+		const int ahead = type == LM_Q4_0 ? ONE_PF_Q4_0 : ONE_PF_Q8_0;
 		for (int64_t b = 0; b < nb; b++) {
+			for (size_t o = 0; o < rb; o += 64)
+				one_pf(grp + (size_t)b * rb + o, ahead);
 			if (type == LM_Q4_0)
 				one_q4_0(grp + (size_t)b * REC_Q4_0, m->x + 32 * b, xd[b], xs[b],
 					 acc);
