@@ -90,7 +90,7 @@ static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type);
 
 /* No bursts of prefetches: on Zen 2 (EPYC, family 23 model 49) p_prefetch's L2 prefetches of a
  * whole record 3 KiB ahead slowed the weight stream (bench_matmul --huge --mib 256, 1 thread:
- * Q4_K 9.6 -> 12.3 GB/s, Q6_K 8.1 -> 11.5, Q8_0 11.0 -> 12.3, Q4_0 10.6 -> 11.4 without them;
+ * Q4_K 9.7 -> 12.5 GB/s, Q6_K 8.0 -> 11.8, Q8_0 10.9 -> 12.3, Q4_0 10.6 -> 11.6 without them;
  * bench/RESULTS.md). The one-token kernels below spread their own instead. */
 #define P_PF_BYTES 0
 #define PT_ONE     one_group
