@@ -86,6 +86,273 @@ P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
+static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type);
+
+/* No bursts of prefetches: on Zen 2 (EPYC, family 23 model 49) p_prefetch's L2 prefetches of a
+ * whole record 3 KiB ahead slowed the weight stream (bench_matmul --huge --mib 256, 1 thread:
+ * Q4_K 9.7 -> 12.5 GB/s, Q6_K 8.0 -> 11.8, Q8_0 10.9 -> 12.3, Q4_0 10.6 -> 11.6 without them;
+ * bench/RESULTS.md). The one-token kernels below spread their own instead. */
+#define P_PF_BYTES 0
+#define PT_ONE     one_group
 #define PT_ROWS(t) cpu_ref_rows_##t
 #define PT_FILL    cpu_panel_avx2_fill
 #include "kernels/cpu/panel_tiles.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* One token (decode)                                                                         */
+
+/* A group's record is read once, front to back: each 64-byte panel vector as its two halves
+ * (rows 0-7, rows 8-15) side by side, so the token's broadcast quants serve both (the batched
+ * tiles walk a group once per half). Q4_0's, Q4_K's and Q6_K's vpmaddubsw pairs are summed as
+ * int16 (each kernel bounds the sums) and taken into int32 by one vpmaddwd, with ones or with
+ * the sub-block's scale, in place of a vpmaddwd per vector and a vpmulld per sub-block: the
+ * same exact integer block sums, then panel_tiles.h's float steps in its order. */
+
+/* Prefetches, spread: one cache line into L1 for each 64 bytes of weights the loop takes, a
+ * fixed distance ahead (a record's worth of prefetches at once, as p_prefetch issues them, held
+ * the stream back on Zen 2: RESULTS.md). K-quants and Q4_0 1 KiB ahead, Q8_0 512 bytes, the best
+ * of 512, 1024 and 2048 there. */
+#define ONE_PF_K    1024
+#define ONE_PF_Q4_0 1024
+#define ONE_PF_Q8_0 512
+
+/* The cache line `ahead` bytes past p, into L1. */
+P_INL void one_pf(const uint8_t *p, int ahead)
+{
+	_mm_prefetch((const char *)p + ahead, _MM_HINT_T0);
+}
+
+/* Bytes b0..b3 of every dword picked from its own dword (-1: zero), by a vpshufb whose mask is
+ * the same for every dword but for the dword's offset in its 128-bit lane. */
+P_INL __m256i one_pick(__m256i v, int b0, int b1, int b2, int b3)
+{
+	const __m256i off = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404,
+					      0x08080808, 0x0c0c0c0c);
+	const uint32_t pat = (uint32_t)(b0 < 0 ? 0x80 : b0) | (uint32_t)(b1 < 0 ? 0x80 : b1) << 8 |
+			     (uint32_t)(b2 < 0 ? 0x80 : b2) << 16 |
+			     (uint32_t)(b3 < 0 ? 0x80 : b3) << 24;
+	return _mm256_shuffle_epi8(v, _mm256_add_epi32(off, _mm256_set1_epi32((int)pat)));
+}
+
+/* Byte k of every dword in both int16 halves, zero-extended. */
+P_INL __m256i one_upair(__m256i v, int k)
+{
+	return one_pick(v, k, -1, k, -1);
+}
+
+/* Bytes a and b of every dword as int16 halves, sign-extended. */
+P_INL __m256i one_spair(__m256i v, int a, int b)
+{
+	return _mm256_srai_epi16(one_pick(v, -1, a, -1, b), 8);
+}
+
+P_INL __m256i one_dp16(__m256i acc, __m256i w, __m256i x)
+{
+	return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+}
+
+/* Q4_K block i, both halves, into acc[0] and acc[1]. A sub-block's int16 pair sums are at most
+ * 8 vectors x 2 x 15 x 127 = 30480. */
+P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m2 = _mm256_set1_epi32(0x03030303);
+	const int16_t *bs = gk_bs32(x, nb) + 8 * i;
+	__m256i sp[2][8], isum[2], summ[2];
+	__m256 d[2], dmin[2];
+	for (int k = 0; k < 4; k++)
+		one_pf(rec + 64 * k, ONE_PF_K);
+	for (int h = 0; h < 2; h++) {
+		const uint8_t *r = rec + 32 * h;
+		const __m256i dm = pt_load(r);
+		d[h] = pt_half_lo(dm);
+		dmin[h] = pt_half_lo(_mm256_srli_epi32(dm, 16));
+		/* The 6-bit scales and mins as in unpack_q4_K (panel_tiles.h). */
+		const __m256i a = pt_load(r + 64), b = pt_load(r + 128), c = pt_load(r + 192);
+		const __m256i sc_lo = pt_and(a, m6);
+		const __m256i sc_hi =
+			pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
+		const __m256i mn_lo = pt_and(b, m6);
+		const __m256i mn_hi = pt_or(pt_and(pt_srli32(c, 4), m4),
+					    pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+		for (int k = 0; k < 4; k++) {
+			sp[h][k] = one_upair(sc_lo, k);
+			sp[h][k + 4] = one_upair(sc_hi, k);
+		}
+		summ[h] = pt_zero();
+		for (int q = 0; q < 2; q++) {
+			summ[h] = pt_dpw(summ[h], one_pick(mn_lo, 2 * q, -1, 2 * q + 1, -1),
+					 pt_bcast((const uint8_t *)(bs + 2 * q)));
+			summ[h] = pt_dpw(summ[h], one_pick(mn_hi, 2 * q, -1, 2 * q + 1, -1),
+					 pt_bcast((const uint8_t *)(bs + 4 + 2 * q)));
+		}
+		isum[h] = pt_zero();
+	}
+	const uint8_t *xq = x + 256 * i;
+	for (int j = 0; j < 4; j++) {
+		__m256i p[2][2] = {{pt_zero(), pt_zero()}, {pt_zero(), pt_zero()}};
+		for (int c = 0; c < 8; c++) {
+			const uint8_t *v = rec + 256 + 64 * (8 * j + c);
+			one_pf(v, ONE_PF_K);
+			const __m256i xl = pt_bcast(xq + 64 * j + 4 * c);
+			const __m256i xh = pt_bcast(xq + 64 * j + 32 + 4 * c);
+			for (int h = 0; h < 2; h++) {
+				const __m256i raw = pt_load(v + 32 * h);
+				p[h][0] = one_dp16(p[h][0], pt_and(raw, m4), xl);
+				p[h][1] = one_dp16(p[h][1], pt_and(pt_srli16(raw, 4), m4), xh);
+			}
+		}
+		for (int h = 0; h < 2; h++)
+			isum[h] = pt_dpw(pt_dpw(isum[h], p[h][0], sp[h][2 * j]), p[h][1],
+					 sp[h][2 * j + 1]);
+	}
+	const __m256 dx = pt_set1f(act8k_d(x, nb)[i]);
+	for (int h = 0; h < 2; h++) {
+		const __m256 dd = pt_mulf(d[h], dx), dm = pt_mulf(dmin[h], dx);
+		acc[h] = pt_addf(acc[h], pt_subf(pt_mulf(dd, pt_cvt(isum[h])),
+						 pt_mulf(dm, pt_cvt(summ[h]))));
+	}
+}
+
+/* Quarter q's 6-bit quants (stored + 32) of a triple: the low 4 bits from ql[l] (q = 0, 2) or
+ * ql[l + 32] (q = 1, 3), low or high nibble, the top 2 from bits 2q of qh[l]. */
+P_INL __m256i one_q6(__m256i qa, __m256i qb, __m256i qh, int q)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+	switch (q) {
+	case 0:
+		return pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2));
+	case 1:
+		return pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2));
+	case 2:
+		return pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2));
+	default:
+		return pt_or(pt_and(pt_srli16(qb, 4), m4), pt_and(pt_srli16(qh, 2), m2));
+	}
+}
+
+/* Q6_K block i, both halves. The stored quants are q + 32 (at most 63): two vectors' int16 pair
+ * sums are at most 2 x 2 x 63 x 127 = 32004; the 32 comes back through the activation sums. */
+P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
+{
+	const int16_t *bs = act8k_bsums(x, nb) + 16 * i;
+	__m256i sp[2][16], isum[2];
+	for (int h = 0; h < 2; h++) {
+		__m256i s4[4], corr = pt_zero();
+		one_pf(rec + 128 * h, ONE_PF_K);
+		one_pf(rec + 128 * h + 64, ONE_PF_K);
+		for (int k = 0; k < 4; k++)
+			s4[k] = pt_load(rec + 64 * k + 32 * h);
+		for (int k = 0; k < 16; k++)
+			sp[h][k] = one_spair(s4[k / 4], k % 4, k % 4);
+		for (int q = 0; q < 8; q++)
+			corr = pt_dpw(corr, one_spair(s4[q / 2], 2 * (q % 2), 2 * (q % 2) + 1),
+				      pt_bcast((const uint8_t *)(bs + 2 * q)));
+		isum[h] = pt_sub(pt_zero(), pt_slli32(corr, 5));
+	}
+	/* Elements 128hh + 32q + l (l < 32) of quarter q come from the triple of l / 4 in half
+	 * hh and belong to sub-block 8hh + 2q + l / 16 (dtile_q6_K). Two triples at a time, one
+	 * 8-row half after the other: few registers live, so nothing spills. */
+	for (int hh = 0; hh < 2; hh++)
+		for (int l = 0; l < 32; l += 8) {
+			const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * hh + l / 4);
+			const uint8_t *xl = x + 256 * i + 128 * hh + l;
+			for (int k = 0; k < 6; k++)
+				one_pf(tr + 64 * k, ONE_PF_K);
+			for (int h = 0; h < 2; h++) {
+				__m256i qa[2], qb[2], qh[2];
+				for (int e = 0; e < 2; e++) {
+					qa[e] = pt_load(tr + 192 * e + 32 * h);
+					qb[e] = pt_load(tr + 192 * e + 64 + 32 * h);
+					qh[e] = pt_load(tr + 192 * e + 128 + 32 * h);
+				}
+				for (int q = 0; q < 4; q++) {
+					__m256i p = pt_zero();
+					for (int e = 0; e < 2; e++)
+						p = one_dp16(p, one_q6(qa[e], qb[e], qh[e], q),
+							     pt_bcast(xl + 32 * q + 4 * e));
+					isum[h] =
+						pt_dpw(isum[h], p, sp[h][8 * hh + 2 * q + l / 16]);
+				}
+			}
+		}
+	one_pf(rec + Q6_D, ONE_PF_K);
+	const __m256 dx = pt_set1f(act8k_d(x, nb)[i]);
+	for (int h = 0; h < 2; h++) {
+		const __m256 dd = pt_mulf(pt_halves(rec + Q6_D + 16 * h), dx);
+		acc[h] = pt_addf(acc[h], pt_mulf(dd, pt_cvt(isum[h])));
+	}
+}
+
+/* Q4_0 block b, both halves: the 8 vectors' int16 pair sums are at most 8 x 2 x 15 x 127 =
+ * 30480; -8 comes back through the activation sum (tile_q8z). */
+P_INL void one_q4_0(const uint8_t *rec, const uint8_t *xb, float xd, int32_t xs, __m256 *acc)
+{
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	__m256i p[2] = {pt_zero(), pt_zero()};
+	for (int v = 0; v < 4; v++) {
+		const __m256i xl = pt_bcast(xb + 4 * v), xh = pt_bcast(xb + 16 + 4 * v);
+		for (int h = 0; h < 2; h++) {
+			const __m256i raw = pt_load(rec + 32 + 64 * v + 32 * h);
+			p[h] = one_dp16(p[h], pt_and(raw, m4), xl);
+			p[h] = one_dp16(p[h], pt_and(pt_srli16(raw, 4), m4), xh);
+		}
+	}
+	const __m256 dx = pt_set1f(xd);
+	for (int h = 0; h < 2; h++) {
+		const __m256i ia = pt_dpw(pt_set1(-8 * xs), p[h], _mm256_set1_epi16(1));
+		acc[h] = pt_addf(acc[h], pt_mulf(pt_mulf(pt_cvt(ia), pt_halves(rec + 16 * h)), dx));
+	}
+}
+
+/* Q8_0 block b, both halves (pt_dp8: |q| and x with q's sign, int32 per vector). */
+P_INL void one_q8_0(const uint8_t *rec, const uint8_t *xb, float xd, __m256 *acc)
+{
+	__m256i ia[2] = {pt_zero(), pt_zero()};
+	for (int c = 0; c < 8; c++) {
+		const __m256i xv = pt_bcast(xb + 4 * c);
+		for (int h = 0; h < 2; h++)
+			ia[h] = pt_dp8(ia[h], pt_load(rec + 32 + 64 * c + 32 * h), xv);
+	}
+	const __m256 dx = pt_set1f(xd);
+	for (int h = 0; h < 2; h++)
+		acc[h] = pt_addf(acc[h],
+				 pt_mulf(pt_cvt(ia[h]), pt_mulf(pt_halves(rec + 16 * h), dx)));
+}
+
+/* One group (16 rows) for the batch's one token: each block's record once, front to back. */
+static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type)
+{
+	const uint8_t *grp = m->w + (size_t)g * m->row_bytes;
+	__m256 acc[2] = {pt_zerof(), pt_zerof()};
+	if (type == LM_Q8_0 || type == LM_Q4_0) {
+		const int64_t nb = m->ne0 / 32;
+		const float *xd = act8_d(m->x, nb);
+		const int32_t *xs = act8_sum(m->x, nb);
+		const size_t rb = type == LM_Q4_0 ? REC_Q4_0 : REC_Q8_0;
+		const int ahead = type == LM_Q4_0 ? ONE_PF_Q4_0 : ONE_PF_Q8_0;
+		for (int64_t b = 0; b < nb; b++) {
+			for (size_t o = 0; o < rb; o += 64)
+				one_pf(grp + (size_t)b * rb + o, ahead);
+			if (type == LM_Q4_0)
+				one_q4_0(grp + (size_t)b * REC_Q4_0, m->x + 32 * b, xd[b], xs[b],
+					 acc);
+			else
+				one_q8_0(grp + (size_t)b * REC_Q8_0, m->x + 32 * b, xd[b], acc);
+		}
+	}
+	const int64_t nb = m->ne0 / 256;
+	if (type == LM_Q6_K) {
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *rec = grp + (size_t)i * REC_Q6_K;
+			one_q6_K(rec, m->x, i, nb, acc);
+		}
+	} else if (type == LM_Q4_K) {
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *rec = grp + (size_t)i * REC_Q4_K;
+			one_q4_K(rec, m->x, i, nb, acc);
+		}
+	}
+	pt_storef(m->y + (size_t)g, acc[0]);
+	pt_storef(m->y + (size_t)g + 8, acc[1]);
+}

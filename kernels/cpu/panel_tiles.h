@@ -17,6 +17,7 @@
  *   pt_dp(acc, w, x)   acc + the 4 products of unsigned bytes w (at most 63) and signed x
  *   pt_dp8(acc, w, x)  the same for Q8_0's stored quants (PT_Q8_OFF says what they hold)
  *   pt_dpw(acc, a, b)  acc + the 2 products of int16 pairs
+ *   PT_ONE(m, g, type) (optional) the set's own kernel of one group for a batch of one token
  *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
  *                      rows after a weight's last whole group
  *   PT_FILL            the name of the function that puts these kernels in a set's table
@@ -35,11 +36,16 @@
 
 /* How far ahead of the weight stream the L2 prefetches run: one core has few L1 miss buffers,
  * requests into L2 keep more misses in flight (simd_x86.h, SIMD_PF_BYTES). */
+#ifndef P_PF_BYTES
 #define P_PF_BYTES 3072
+#endif
 
-/* Prefetches the cache lines of [p, p + bytes) from P_PF_BYTES ahead. */
+/* Prefetches the cache lines of [p, p + bytes) from P_PF_BYTES ahead; none where the including
+ * file set P_PF_BYTES to 0. */
 PT_INL void p_prefetch(const uint8_t *p, size_t bytes)
 {
+	if (P_PF_BYTES == 0)
+		return;
 	for (size_t o = 0; o < bytes; o += 64)
 		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
 }
@@ -561,6 +567,12 @@ PT_INL void pmm(const struct cpu_mm *m, int64_t r0, int64_t r1, enum lm_dtype ty
 	const int64_t whole = m->ne1 / CPU_PANEL_ROWS * CPU_PANEL_ROWS;
 	const int64_t gend = r1 < whole ? r1 : whole;
 	for (int64_t g = r0; g + CPU_PANEL_ROWS <= gend; g += CPU_PANEL_ROWS) {
+#ifdef PT_ONE
+		if (m->n == 1) {
+			PT_ONE(m, g, type);
+			continue;
+		}
+#endif
 		if (type == LM_Q8_0 || type == LM_Q4_0) {
 			group_q8z(m, g, type == LM_Q4_0);
 			continue;

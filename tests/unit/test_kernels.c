@@ -428,6 +428,97 @@ Test(kernels, quantized_matmul_equals_generic_bit_for_bit)
 	lm_backend_fini(&ref);
 }
 
+/* Weights whose every quant, scale and min is at its largest (qfill: the quant bytes; the Q6_K
+ * scales 127 or -128), against activations of one sign (every quant 127 or -127): each block's
+ * integer sums at their bound. A kernel that sums vpmaddubsw pairs in int16 (the avx2 set's
+ * one-token K-quant kernel) overflows there if its bound is wrong, and the results would differ
+ * from the generic kernels'. */
+static void saturated_weight(struct tw *t, enum lm_dtype type, int64_t ne0, int64_t ne1,
+			     uint8_t qfill, int8_t q6_scale)
+{
+	uint64_t rb = 0;
+	cr_assert_eq(lm_dtype_row_bytes(type, (uint64_t)ne0, &rb), 0);
+	uint8_t *buf = malloc(rb * (uint64_t)ne1);
+	cr_assert_not_null(buf);
+	const size_t bsize = type == LM_Q4_0   ? sizeof(block_q4_0)
+			     : type == LM_Q4_K ? sizeof(block_q4_K)
+					       : sizeof(block_q6_K);
+	for (size_t i = 0; i < rb * (uint64_t)ne1 / bsize; i++) {
+		if (type == LM_Q4_0) {
+			block_q4_0 *b = (block_q4_0 *)buf + i;
+			b->d = lm_f32_to_f16(0.01f);
+			memset(b->qs, qfill, sizeof b->qs);
+		} else if (type == LM_Q4_K) {
+			block_q4_K *b = (block_q4_K *)buf + i;
+			b->d = lm_f32_to_f16(0.001f);
+			b->dmin = lm_f32_to_f16(0.002f);
+			memset(b->scales, 0xff, sizeof b->scales);
+			memset(b->qs, qfill, sizeof b->qs);
+		} else {
+			block_q6_K *b = (block_q6_K *)buf + i;
+			b->d = lm_f32_to_f16(0.001f);
+			memset(b->ql, qfill, sizeof b->ql);
+			memset(b->qh, qfill, sizeof b->qh);
+			memset(b->scales, (uint8_t)q6_scale, sizeof b->scales);
+		}
+	}
+	t->bytes = buf;
+	t->w = (struct lm_weight){
+		.type = type, .ne0 = ne0, .ne1 = ne1, .row_bytes = rb, .data = buf};
+	t->n_bound = 0;
+}
+
+Test(kernels, sums_at_their_bound_equal_generic_bit_for_bit)
+{
+	static const enum lm_dtype types[] = {LM_Q4_0, LM_Q4_K, LM_Q6_K};
+	static const int ns[] = {1, 2, 7};
+	const int64_t ne0 = 512, ne1 = 48;
+	struct lm_backend ref;
+	be_init(&ref, 1, 1);
+	float *x = malloc((size_t)(8 * ne0) * sizeof(float));
+	float *y0 = malloc((size_t)(8 * ne1) * sizeof(float));
+	float *y1 = malloc((size_t)(8 * ne1) * sizeof(float));
+	for (int t = 0; t < 8; t++)
+		for (int64_t i = 0; i < ne0; i++)
+			x[t * ne0 + i] = t % 2 ? -1.0f : 1.0f;
+	for (int k = 1; k < TEST_N_KSETS; k++) {
+		struct lm_backend b;
+		if (!kset_init(&b, 1, k))
+			continue;
+		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+			for (int v = 0; v < 2; v++) {
+				const enum lm_dtype type = types[ti];
+				struct tw w;
+				saturated_weight(&w, type, ne0, ne1, v ? 0x00 : 0xff,
+						 v ? -128 : 127);
+				for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+					const int n = ns[ni];
+					cr_assert_eq(b.iface->matmul(b.ctx, y0, bw(&b, &w), x, n),
+						     0);
+					cr_assert_eq(
+						ref.iface->matmul(ref.ctx, y1, bw(&ref, &w), x, n),
+						0);
+					for (int64_t i = 0; i < n * ne1; i++)
+						cr_assert(memcmp(&y0[i], &y1[i], sizeof(float)) ==
+								  0,
+							  "%s %s quants 0x%02x n=%d: token %lld "
+							  "row %lld: "
+							  "%.9g vs generic %.9g",
+							  lm_backend_cpu_kernels(&b),
+							  lm_dtype_name(type), v ? 0x00 : 0xff, n,
+							  (long long)(i / ne1),
+							  (long long)(i % ne1), y0[i], y1[i]);
+				}
+				tw_fini(&w);
+			}
+		lm_backend_fini(&b);
+	}
+	free(x);
+	free(y0);
+	free(y1);
+	lm_backend_fini(&ref);
+}
+
 /* A one-token matmul (decode) may run its own kernel, which walks several rows at once and
  * ends each row in a tail of odd blocks: over every block-count remainder and row-group
  * remainder, its result is the token's row of a two-token batch bit for bit, and it matches the
