@@ -19,11 +19,15 @@ gpu_gemma4_synth() {
 # Tolerances of the last prompt position's logits against llama.cpp's generic x64 build (max
 # |diff|), those of tests/oracle: f32 stories260K 1e-4, Gemma 4 f32 5e-3 (its GELU rounds through
 # f16), quantized types 0.3 (one activation on a quantization boundary moves a dot product by a
-# whole quantum).
+# whole quantum), but Gemma 4 in q4_K 0.5: on this model and prompt the CPU backend itself, whose
+# kernels the unit tests hold to the generic reference order, is 0.304 from llama.cpp (a dry run
+# with LM_GPU_BACKEND=cpu, 29df94b): the K-quants' order of float sums is layermesh's own, and
+# Gemma's GELU and softcapping carry it further than llama's layers do.
 gpu_tolerance() { # NAME
 	case $1 in
 	stories) echo 1e-4 ;;
 	gemma4-f32) echo 5e-3 ;;
+	gemma4-q4_K) echo 0.5 ;;
 	*) echo 0.3 ;;
 	esac
 }

@@ -43,8 +43,10 @@ echo "device: w1 /status backend $(jq -r .backend <<<"$st"), memory $(jq -c .bac
 kind=$([ "$backend" = cuda ] && echo device || echo host)
 jq -e --arg be "$backend" --arg kind "$kind" '.backend == $be and .backend_memory.kind == $kind
 	and .backend_memory.used_bytes > 0' <<<"$st" >/dev/null || fail "w1 /status: $st"
-curl -sf "http://$http/metrics" |
-	grep -q "layermesh_worker_backend_memory_used_bytes{kind=\"$kind\"}" ||
+# Read whole before grep: grep -q stops at its match, and under pipefail the curl it leaves
+# writing into a closed pipe would fail the check at random.
+metrics=$(curl -sf "http://$http/metrics") || fail "w1 /metrics"
+grep -q "layermesh_worker_backend_memory_used_bytes{kind=\"$kind\"}" <<<"$metrics" ||
 	fail "w1 /metrics has no $kind memory"
 lm_down "$dir"
 echo "ok: ${#prompts[@]} prompts through cpu, $backend, cpu workers equal the single process"
