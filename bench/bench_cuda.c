@@ -127,6 +127,27 @@ static int bench_copy(double *gbps)
 	return cudaGetLastError() == cudaSuccess ? 0 : LM_EDEVICE;
 }
 
+/* The median time of one matmul call (of weights w[r % nw] for call r) over BENCH_TIMINGS
+ * timings of reps calls each, after one untimed round. */
+static int bench_time_matmul(struct lm_backend *be, float *y, const struct lm_weight *w, int nw,
+			     const float *x, int n, int reps, double *us_median)
+{
+	double us[BENCH_TIMINGS];
+	int rc = 0;
+	for (int k = -1; rc == 0 && k < BENCH_TIMINGS; k++) {
+		const int64_t t0 = lm_now_ns();
+		for (int r = 0; rc == 0 && r < reps; r++)
+			rc = be->iface->matmul(be->ctx, y, &w[r % nw], x, n);
+		if (rc == 0)
+			rc = lm_backend_sync(be);
+		if (k >= 0)
+			us[k] = (double)(lm_now_ns() - t0) / 1e3 / reps;
+	}
+	if (rc == 0)
+		*us_median = bench_median(us, BENCH_TIMINGS);
+	return rc;
+}
+
 static int bench_gemv(struct lm_backend *be, enum lm_dtype t, int64_t ne0, int64_t ne1, int nw,
 		      int reps, double copy_gbps)
 {
@@ -148,18 +169,10 @@ static int bench_gemv(struct lm_backend *be, enum lm_dtype t, int64_t ne0, int64
 	float *y = be->iface->malloc(be->ctx, (size_t)ne1 * sizeof(float));
 	if (rc == 0 && (x == NULL || y == NULL))
 		rc = LM_ENOMEM;
-	double us[BENCH_TIMINGS];
-	for (int k = -1; rc == 0 && k < BENCH_TIMINGS; k++) {
-		const int64_t t0 = lm_now_ns();
-		for (int r = 0; rc == 0 && r < reps; r++)
-			rc = be->iface->matmul(be->ctx, y, &w[r % nw], x, 1);
-		if (rc == 0)
-			rc = lm_backend_sync(be);
-		if (k >= 0)
-			us[k] = (double)(lm_now_ns() - t0) / 1e3 / reps;
-	}
+	double u = 0;
+	if (rc == 0)
+		rc = bench_time_matmul(be, y, w, nw, x, 1, reps, &u);
 	if (rc == 0) {
-		const double u = bench_median(us, BENCH_TIMINGS);
 		const double gbps = (double)bytes / (u * 1e-6) / 1e9;
 		printf("gemv type=%s ne0=%lld ne1=%lld weights=%d bytes=%zu us=%.2f gbps=%.1f "
 		       "ratio=%.3f\n",
@@ -222,18 +235,10 @@ static int bench_gemm(struct lm_backend *be, enum lm_dtype t, int64_t ne0, int64
 	float *y = be->iface->malloc(be->ctx, (size_t)n * (size_t)ne1 * sizeof(float));
 	if (rc == 0 && (x == NULL || y == NULL))
 		rc = LM_ENOMEM;
-	double us[BENCH_TIMINGS];
-	for (int k = -1; rc == 0 && k < BENCH_TIMINGS; k++) {
-		const int64_t t0 = lm_now_ns();
-		for (int r = 0; rc == 0 && r < reps; r++)
-			rc = be->iface->matmul(be->ctx, y, &w, x, n);
-		if (rc == 0)
-			rc = lm_backend_sync(be);
-		if (k >= 0)
-			us[k] = (double)(lm_now_ns() - t0) / 1e3 / reps;
-	}
+	double u = 0;
+	if (rc == 0)
+		rc = bench_time_matmul(be, y, &w, 1, x, n, reps, &u);
 	if (rc == 0) {
-		const double u = bench_median(us, BENCH_TIMINGS);
 		printf("gemm type=%s ne0=%lld ne1=%lld n=%d us=%.2f us_per_token=%.3f tops=%.2f\n",
 		       lm_dtype_name(t), (long long)ne0, (long long)ne1, n, u, u / n,
 		       2.0 * (double)ne0 * (double)ne1 * n / (u * 1e-6) / 1e12);
