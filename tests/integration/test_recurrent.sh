@@ -104,15 +104,38 @@ echo "ok: $kills workers killed, $replays sequences replayed, 8 requests identic
 lm_down "$dir"
 
 # ---------------------------------------------------------------- 3. rolling redeploy
+# Eight clients each send request after request (at most 40) until the redeploy has ended, so
+# that sequences are under way at every worker's switch, however long the redeploy takes here.
 up redeploy "$draft"
-requests
+pids=()
+for i in $(seq 0 7); do
+	(
+		n=0
+		while [ ! -e "$dir/rd.done" ] && ((n < 40)); do
+			"$LM_BIN" generate --url "$LM_URL" --prompt "${prompts[$((i % 4))]}" --temp 0 -n 80 \
+				--ids --timeout 120 >"$dir/rd.$i.$n" 2>"$dir/rd.$i.$n.err" || exit 1
+			n=$((n + 1))
+		done
+	) &
+	pids+=($!)
+done
 sleep 0.5
 "$LM_BIN" redeploy --url "$LM_URL" --all >"$dir/rd.out" 2>&1 || fail "redeploy: $(cat "$dir/rd.out")"
+touch "$dir/rd.done"
+for i in "${!pids[@]}"; do
+	wait "${pids[$i]}" || fail "redeploy: client $i's request failed: $(cat "$dir"/rd.$i.*.err)"
+done
 st=$(curl -sf "$LM_URL/v1/admin/redeploy")
 moved=$(jq '.moved_sequences' <<<"$st")
-check redeploy
+for f in "$dir"/rd.[0-7].*; do
+	case $f in *.err) continue ;; esac
+	i=${f#"$dir"/rd.}
+	i=${i%%.*}
+	cmp -s "$LM_TMP/solo.$((i % 4))" "$f" || fail "redeploy: $f differs from the run without speculation"
+done
 [ "$moved" -gt 0 ] || fail "the redeploy moved no sequence's state"
-echo "ok: a redeploy under load moved $moved sequences' states ($(jq '.moved_kv_bytes' <<<"$st") bytes, read back bit for bit), 8 requests identical"
+served=$(find "$dir" -name 'rd.[0-7].*' ! -name '*.err' | wc -l)
+echo "ok: a redeploy under load moved $moved sequences' states ($(jq '.moved_kv_bytes' <<<"$st") bytes, read back bit for bit), $served requests identical"
 lm_down "$dir"
 # ---------------------------------------------------------------- 4. parallel samples
 # (and /v1/status names each worker's layers by kind, as the mesh page draws them)

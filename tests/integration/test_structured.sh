@@ -167,6 +167,8 @@ python3 "$here/json_validate.py" "$dir/schema.json" "$dir"/storm.*.json >/dev/nu
 	fail "an output of the storm does not validate"
 echo "replay: 8 greedy constrained requests equal to the fault-free ones ($replays sequences replayed)"
 [ "$replays" -gt 0 ] || echo "note: the requests ended before the kills; nothing was replayed"
+# The killed workers restart; a redeploy is refused (503) until every worker is ready again.
+lm_ready_wait "$LM_URL" 60 >/dev/null || fail "the mesh was not ready again 60 s after the kills"
 
 # ---------------------------------------------------------------- 4. a rolling redeploy
 # The last worker replaced under load: rounds of the same requests run until the redeploy is
