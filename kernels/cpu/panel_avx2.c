@@ -86,6 +86,17 @@ P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
+#define PT_I16 1
+P_INL __m256i pt_dp16(__m256i acc, __m256i w, __m256i x)
+{
+	return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+}
+
+P_INL __m256i pt_widen(__m256i a, __m256i s)
+{
+	return _mm256_madd_epi16(a, s);
+}
+
 static void one_group(const struct cpu_mm *m, int64_t g, enum lm_dtype type);
 
 /* No bursts of prefetches: on Zen 2 (EPYC, family 23 model 49) p_prefetch's L2 prefetches of a
@@ -146,11 +157,6 @@ P_INL __m256i one_spair(__m256i v, int a, int b)
 	return _mm256_srai_epi16(one_pick(v, -1, a, -1, b), 8);
 }
 
-P_INL __m256i one_dp16(__m256i acc, __m256i w, __m256i x)
-{
-	return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
-}
-
 /* Q4_K block i, both halves, into acc[0] and acc[1]. A sub-block's int16 pair sums are at most
  * 8 vectors x 2 x 15 x 127 = 30480. */
 P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
@@ -198,8 +204,8 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 			const __m256i xh = pt_bcast(xq + 64 * j + 32 + 4 * c);
 			for (int h = 0; h < 2; h++) {
 				const __m256i raw = pt_load(v + 32 * h);
-				p[h][0] = one_dp16(p[h][0], pt_and(raw, m4), xl);
-				p[h][1] = one_dp16(p[h][1], pt_and(pt_srli16(raw, 4), m4), xh);
+				p[h][0] = pt_dp16(p[h][0], pt_and(raw, m4), xl);
+				p[h][1] = pt_dp16(p[h][1], pt_and(pt_srli16(raw, 4), m4), xh);
 			}
 		}
 		for (int h = 0; h < 2; h++)
@@ -269,8 +275,8 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 				for (int q = 0; q < 4; q++) {
 					__m256i p = pt_zero();
 					for (int e = 0; e < 2; e++)
-						p = one_dp16(p, one_q6(qa[e], qb[e], qh[e], q),
-							     pt_bcast(xl + 32 * q + 4 * e));
+						p = pt_dp16(p, one_q6(qa[e], qb[e], qh[e], q),
+							    pt_bcast(xl + 32 * q + 4 * e));
 					isum[h] =
 						pt_dpw(isum[h], p, sp[h][8 * hh + 2 * q + l / 16]);
 				}
@@ -294,8 +300,8 @@ P_INL void one_q4_0(const uint8_t *rec, const uint8_t *xb, float xd, int32_t xs,
 		const __m256i xl = pt_bcast(xb + 4 * v), xh = pt_bcast(xb + 16 + 4 * v);
 		for (int h = 0; h < 2; h++) {
 			const __m256i raw = pt_load(rec + 32 + 64 * v + 32 * h);
-			p[h] = one_dp16(p[h], pt_and(raw, m4), xl);
-			p[h] = one_dp16(p[h], pt_and(pt_srli16(raw, 4), m4), xh);
+			p[h] = pt_dp16(p[h], pt_and(raw, m4), xl);
+			p[h] = pt_dp16(p[h], pt_and(pt_srli16(raw, 4), m4), xh);
 		}
 	}
 	const __m256 dx = pt_set1f(xd);

@@ -70,6 +70,7 @@ typedef __m512 pt_vf;
 #define pt_dp(a, w, x)  _mm512_dpbusd_epi32(a, w, x)
 #define pt_dp8(a, w, x) _mm512_dpbusd_epi32(a, w, x)
 #define pt_dpw(a, x, y) _mm512_dpwssd_epi32(a, x, y)
+#define PT_I16          0
 
 P_INL __m512i pt_bcast(const uint8_t *p)
 {

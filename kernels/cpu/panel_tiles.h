@@ -17,6 +17,12 @@
  *   pt_dp(acc, w, x)   acc + the 4 products of unsigned bytes w (at most 63) and signed x
  *   pt_dp8(acc, w, x)  the same for Q8_0's stored quants (PT_Q8_OFF says what they hold)
  *   pt_dpw(acc, a, b)  acc + the 2 products of int16 pairs
+ *   PT_I16             1 where a run of products is cheaper summed as int16 pairs and widened
+ *                      once (AVX2: vpmaddubsw's pairs, then one vpmaddwd with the scale, in
+ *                      place of a vpmaddwd per vector and a vpmulld), with
+ *   pt_dp16(a, w, x)   a + w x x's int16 pair sums (int16 lanes; the run's bound keeps them
+ *                      exact), and pt_widen(a, s) each lane's two int16 of a times the int16
+ *                      pair s, added: the run's int32 sum times the scale; 0: runs in int32
  *   PT_ONE(m, g, type) (optional) the set's own kernel of one group for a batch of one token
  *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
  *                      rows after a weight's last whole group
@@ -53,6 +59,35 @@ PT_INL void p_prefetch(const uint8_t *p, size_t bytes)
 /* Accumulators of one half's tokens in a single-tile batch (group_k_direct). */
 #define PT_TK_STRIDE P_TK
 
+/* A run: the products of a few weight vectors with a token's quants, summed exactly, then
+ * multiplied by one scale. Where PT_I16, the run is summed as int16 pairs, each at most
+ * 2 x 63 x 128 (6-bit quants) or 2 x 15 x 128 (nibbles), so a run may hold 2 vectors of 6-bit
+ * quants (32256) or 8 of nibbles (30720) and stay under 32767. The integer sums are those of
+ * int32 runs, so the results are the same bits either way. */
+#if PT_I16
+#define RUN_MAX_Q6      2
+#define run_dp(a, w, x) pt_dp16(a, w, x)
+PT_INL pt_vi run_end(pt_vi acc, pt_vi run, pt_vi s) /* s: int32 lanes, |s| < 2^15 */
+{
+	return pt_add(acc, pt_widen(run, pt_or(pt_and(s, pt_set1(0xffff)), pt_slli32(s, 16))));
+}
+PT_INL pt_vi run_sum(pt_vi run) /* the run's sum, unscaled, as int32 */
+{
+	return pt_widen(run, pt_set1(0x00010001));
+}
+#else
+#define RUN_MAX_Q6      4
+#define run_dp(a, w, x) pt_dp(a, w, x)
+PT_INL pt_vi run_end(pt_vi acc, pt_vi run, pt_vi s)
+{
+	return pt_add(acc, pt_mullo(run, s));
+}
+PT_INL pt_vi run_sum(pt_vi run)
+{
+	return run;
+}
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* Q8_0 and Q4_0                                                                              */
 
@@ -75,9 +110,10 @@ PT_INL void tile_q8z(const uint8_t *grp, int64_t nb, const uint8_t *const *x, co
 		if (half == 0)
 			p_prefetch(rec, is_q4 ? REC_Q4_0 : REC_Q8_0);
 		pt_vi ia[P_T8];
-		for (int t = 0; t < NT; t++)
-			ia[t] = pt_set1(off * xs[t][b]);
 		if (is_q4) {
+			/* One run of 8 nibble vectors, then the offset. */
+			for (int t = 0; t < NT; t++)
+				ia[t] = pt_zero();
 			/* Vector v: bytes 4v.. of qs, elements 4v.. (low nibbles), 16 + 4v.. (high). */
 			for (int v = 0; v < 4; v++) {
 				const pt_vi raw = pt_load(rec + lo4 + 32 + 64 * v);
@@ -85,11 +121,15 @@ PT_INL void tile_q8z(const uint8_t *grp, int64_t nb, const uint8_t *const *x, co
 				const pt_vi hi = pt_and(pt_srli16(raw, 4), m4);
 				for (int t = 0; t < NT; t++) {
 					const uint8_t *xb = x[t] + 32 * b + 4 * v;
-					ia[t] = pt_dp(ia[t], lo, pt_bcast(xb));
-					ia[t] = pt_dp(ia[t], hi, pt_bcast(xb + 16));
+					ia[t] = run_dp(ia[t], lo, pt_bcast(xb));
+					ia[t] = run_dp(ia[t], hi, pt_bcast(xb + 16));
 				}
 			}
+			for (int t = 0; t < NT; t++)
+				ia[t] = pt_add(run_sum(ia[t]), pt_set1(off * xs[t][b]));
 		} else {
+			for (int t = 0; t < NT; t++)
+				ia[t] = pt_set1(off * xs[t][b]);
 			for (int c = 0; c < 8; c++) {
 				const pt_vi wv = pt_load(rec + lo4 + 32 + 64 * c);
 				for (int t = 0; t < NT; t++)
@@ -264,10 +304,10 @@ PT_INL void tile_q4_K(const struct kblk *u, int64_t i, int64_t nb, const uint8_t
 			ia[t] = pt_zero();
 		for (int c = 0; c < 8; c++)
 			for (int t = 0; t < NT; t++)
-				ia[t] = pt_dp(ia[t], u->q[8 * j + c],
-					      pt_bcast(x[t] + 256 * i + 32 * j + 4 * c));
+				ia[t] = run_dp(ia[t], u->q[8 * j + c],
+					       pt_bcast(x[t] + 256 * i + 32 * j + 4 * c));
 		for (int t = 0; t < NT; t++)
-			isum[t] = pt_add(isum[t], pt_mullo(ia[t], u->sc[j]));
+			isum[t] = run_end(isum[t], ia[t], u->sc[j]);
 	}
 	for (int t = 0; t < NT; t++) {
 		const int16_t *bs = gk_bs32(x[t], nb) + 8 * i;
@@ -287,17 +327,18 @@ PT_INL void tile_q6_K(const struct kblk *u, int64_t i, int64_t nb, const uint8_t
 	pt_vi isum[P_TK];
 	for (int t = 0; t < NT; t++)
 		isum[t] = pt_zero();
-	for (int s = 0; s < 16; s++) {
-		pt_vi ia[P_TK];
-		for (int t = 0; t < NT; t++)
-			ia[t] = pt_zero();
-		for (int c = 0; c < 4; c++)
+	for (int s = 0; s < 16; s++)
+		for (int c0 = 0; c0 < 4; c0 += RUN_MAX_Q6) {
+			pt_vi ia[P_TK];
 			for (int t = 0; t < NT; t++)
-				ia[t] = pt_dp(ia[t], u->q[4 * s + c],
-					      pt_bcast(x[t] + 256 * i + 16 * s + 4 * c));
-		for (int t = 0; t < NT; t++)
-			isum[t] = pt_add(isum[t], pt_mullo(ia[t], u->sc[s]));
-	}
+				ia[t] = pt_zero();
+			for (int c = c0; c < c0 + RUN_MAX_Q6; c++)
+				for (int t = 0; t < NT; t++)
+					ia[t] = run_dp(ia[t], u->q[4 * s + c],
+						       pt_bcast(x[t] + 256 * i + 16 * s + 4 * c));
+			for (int t = 0; t < NT; t++)
+				isum[t] = run_end(isum[t], ia[t], u->sc[s]);
+		}
 	for (int t = 0; t < NT; t++) {
 		/* The stored quants are q + 32: take back 32 * sum_s sc_s * bsum_s. */
 		const int16_t *bs = act8k_bsums(x[t], nb) + 16 * i;
@@ -354,13 +395,13 @@ PT_INL void dtile_q4_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t 
 			const pt_vi hi = pt_and(pt_srli16(raw, 4), m4);
 			for (int t = 0; t < NT; t++) {
 				const uint8_t *xq = x[t] + 256 * i + 64 * j + 4 * c;
-				ia0[t] = pt_dp(ia0[t], lo, pt_bcast(xq));
-				ia1[t] = pt_dp(ia1[t], hi, pt_bcast(xq + 32));
+				ia0[t] = run_dp(ia0[t], lo, pt_bcast(xq));
+				ia1[t] = run_dp(ia1[t], hi, pt_bcast(xq + 32));
 			}
 		}
 		for (int t = 0; t < NT; t++)
-			isum[t] = pt_add(pt_add(isum[t], pt_mullo(ia0[t], u.sc[2 * j])),
-					 pt_mullo(ia1[t], u.sc[2 * j + 1]));
+			isum[t] = run_end(run_end(isum[t], ia0[t], u.sc[2 * j]), ia1[t],
+					  u.sc[2 * j + 1]);
 	}
 	for (int t = 0; t < NT; t++) {
 		const int16_t *bs = gk_bs32(x[t], nb) + 8 * i;
@@ -396,35 +437,38 @@ PT_INL void dtile_q6_K(const uint8_t *rec, const uint8_t *dh, int64_t i, int64_t
 	 * h) belong to sub-block 8h + 2q + l / 16: four accumulators per token, one per quarter,
 	 * over the 16 elements l of one sub-block column lg = l / 16. */
 	for (int h = 0; h < 2; h++)
-		for (int lg = 0; lg < 2; lg++) {
-			pt_vi ia[4][P_TK];
-			for (int q = 0; q < 4; q++)
-				for (int t = 0; t < NT; t++)
-					ia[q][t] = pt_zero();
-			for (int l4 = 0; l4 < 4; l4++) {
-				const int l = 16 * lg + 4 * l4;
-				const uint8_t *tr = rec + Q6_TRIPLES + 192 * (8 * h + l / 4);
-				const pt_vi qa = pt_load(tr);
-				const pt_vi qb = pt_load(tr + 64);
-				const pt_vi qh = pt_load(tr + 128);
-				const pt_vi v[4] = {
-					pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2)),
-					pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2)),
-					pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2)),
-					pt_or(pt_and(pt_srli16(qb, 4), m4),
-					      pt_and(pt_srli16(qh, 2), m2)),
-				};
+		for (int lg = 0; lg < 2; lg++)
+			for (int l0 = 0; l0 < 4; l0 += RUN_MAX_Q6) {
+				pt_vi ia[4][P_TK];
 				for (int q = 0; q < 4; q++)
 					for (int t = 0; t < NT; t++)
-						ia[q][t] = pt_dp(ia[q][t], v[q],
-								 pt_bcast(x[t] + 256 * i + 128 * h +
-									  32 * q + l));
+						ia[q][t] = pt_zero();
+				for (int l4 = l0; l4 < l0 + RUN_MAX_Q6; l4++) {
+					const int l = 16 * lg + 4 * l4;
+					const uint8_t *tr =
+						rec + Q6_TRIPLES + 192 * (8 * h + l / 4);
+					const pt_vi qa = pt_load(tr);
+					const pt_vi qb = pt_load(tr + 64);
+					const pt_vi qh = pt_load(tr + 128);
+					const pt_vi v[4] = {
+						pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2)),
+						pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2)),
+						pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2)),
+						pt_or(pt_and(pt_srli16(qb, 4), m4),
+						      pt_and(pt_srli16(qh, 2), m2)),
+					};
+					for (int q = 0; q < 4; q++)
+						for (int t = 0; t < NT; t++)
+							ia[q][t] = run_dp(ia[q][t], v[q],
+									  pt_bcast(x[t] + 256 * i +
+										   128 * h +
+										   32 * q + l));
+				}
+				for (int q = 0; q < 4; q++)
+					for (int t = 0; t < NT; t++)
+						isum[t] = run_end(isum[t], ia[q][t],
+								  sc[8 * h + 2 * q + lg]);
 			}
-			for (int q = 0; q < 4; q++)
-				for (int t = 0; t < NT; t++)
-					isum[t] = pt_add(isum[t], pt_mullo(ia[q][t],
-									   sc[8 * h + 2 * q + lg]));
-		}
 	const pt_vf dv = pt_halves(dh);
 	for (int t = 0; t < NT; t++) {
 		const int16_t *bs = act8k_bsums(x[t], nb) + 16 * i;
