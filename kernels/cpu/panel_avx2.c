@@ -7,7 +7,12 @@
  * int16 pairs) then vpmaddwd with ones (the pairs into int32). vpmaddubsw saturates a pair at
  * 32767: the nibble and 6-bit quants (at most 63 x 127 x 2) never reach it, but Q8_0's stored
  * q + 128 would, so its dot product takes |q| and x with q's sign (at most 128 x 127 x 2 =
- * 32512) and needs no offset back. Every sum is the exact integer of the AVX-512 kernels, and
+ * 32512) and needs no offset back. The nibble and 6-bit quants' products are summed over a run
+ * of vectors in int16 and widened once, by a vpmaddwd with the run's scale (panel_tiles.h, "A
+ * run"): on Zen 2 the multiply pipe takes one of vpmaddubsw, vpmaddwd or half a vpmulld a cycle,
+ * so a Q4_K sub-block's 8 vectors cost 9 of them instead of 18. Q8_0's pairs, up to 32512, leave
+ * no room for a run: two multiply instructions per 4-byte dot are its bound here, as they are
+ * llama.cpp's. Every sum is the exact integer of the AVX-512 kernels, and
  * the float steps are the same, so the results are the generic kernels' bit for bit. The rows
  * after a weight's last whole group take the reference-order loops of panel.c.
  *
