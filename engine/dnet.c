@@ -60,31 +60,77 @@ static void dnet_conv(const struct lm_ssm_params *p, const float *w, float *ring
 	memcpy(ring + (size_t)(K - 2) * (size_t)cd, qkv, (size_t)cd * sizeof(float));
 }
 
+/* s[r] = the sum over i of (double)(row r of m at j, times x[i]), in the order of i, for the
+ * `nr` (at most 4) rows from row j of m (rows of S floats). ggml_vec_dot_f32's double sum, one
+ * chain per row; the rows' chains are interleaved so that the adds of four rows overlap (a
+ * chain alone waits on each add's latency), each row's order and so its bits unchanged. */
+static void dnet_dots(int32_t S, const float *m, int32_t j, int32_t nr, const float *x, double *s)
+{
+	const float *r0 = m + (size_t)j * (size_t)S;
+	if (nr == 4) {
+		const float *r1 = r0 + S, *r2 = r1 + S, *r3 = r2 + S;
+		double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+		for (int32_t i = 0; i < S; i++) {
+			s0 += (double)(r0[i] * x[i]);
+			s1 += (double)(r1[i] * x[i]);
+			s2 += (double)(r2[i] * x[i]);
+			s3 += (double)(r3[i] * x[i]);
+		}
+		s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+		return;
+	}
+	for (int32_t r = 0; r < nr; r++) {
+		const float *row = r0 + (size_t)r * (size_t)S;
+		double sum = 0.0;
+		for (int32_t i = 0; i < S; i++)
+			sum += (double)(row[i] * x[i]);
+		s[r] = sum;
+	}
+}
+
+/* x[i] *= f, and y[i] += x[i] * a, elementwise (no sums: every element's bits are the scalar
+ * loop's), written in runs of 8 that the compiler's -O2 turns into vector code; a plain loop
+ * over a run-time length stays scalar there. */
+static void dnet_scale(float *restrict x, size_t n, float f)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (size_t u = 0; u < 8; u++)
+			x[i + u] *= f;
+	for (; i < n; i++)
+		x[i] *= f;
+}
+
+static void dnet_axpy(float *restrict y, const float *restrict x, float a, int32_t n)
+{
+	int32_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int32_t u = 0; u < 8; u++)
+			y[i + u] += x[i + u] * a;
+	for (; i < n; i++)
+		y[i] += x[i] * a;
+}
+
 /* One value head: the state m (M[j][i] = S[i][j]) decays, learns v from k, and is read by q. */
 static void dnet_head(int32_t S, float *m, const float *q, const float *k, const float *v,
 		      float beta, float g, float *o, float *delta)
 {
 	const float decay = expf(g), scale = 1.0f / sqrtf((float)S);
-	for (size_t i = 0; i < (size_t)S * (size_t)S; i++)
-		m[i] *= decay;
-	for (int32_t j = 0; j < S; j++) {
-		const float *row = m + (size_t)j * (size_t)S;
-		double sum = 0.0; /* ggml_vec_dot_f32 sums in double */
-		for (int32_t i = 0; i < S; i++)
-			sum += (double)(row[i] * k[i]);
-		delta[j] = (v[j] - (float)sum) * beta;
+	double s[4];
+	dnet_scale(m, (size_t)S * (size_t)S, decay);
+	for (int32_t j = 0; j < S; j += 4) {
+		const int32_t nr = S - j < 4 ? S - j : 4;
+		dnet_dots(S, m, j, nr, k, s);
+		for (int32_t r = 0; r < nr; r++)
+			delta[j + r] = (v[j + r] - (float)s[r]) * beta;
 	}
-	for (int32_t j = 0; j < S; j++) {
-		float *row = m + (size_t)j * (size_t)S;
-		for (int32_t i = 0; i < S; i++)
-			row[i] += k[i] * delta[j];
-	}
-	for (int32_t j = 0; j < S; j++) {
-		const float *row = m + (size_t)j * (size_t)S;
-		double sum = 0.0;
-		for (int32_t i = 0; i < S; i++)
-			sum += (double)(row[i] * q[i]);
-		o[j] = (float)sum * scale;
+	for (int32_t j = 0; j < S; j++)
+		dnet_axpy(m + (size_t)j * (size_t)S, k, delta[j], S);
+	for (int32_t j = 0; j < S; j += 4) {
+		const int32_t nr = S - j < 4 ? S - j : 4;
+		dnet_dots(S, m, j, nr, q, s);
+		for (int32_t r = 0; r < nr; r++)
+			o[j + r] = (float)s[r] * scale;
 	}
 }
 
