@@ -72,12 +72,6 @@ P_INL __m256 pt_half_lo(__m256i v)
 		_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
 }
 
-P_INL __m256i pt_dp(__m256i acc, __m256i w, __m256i x)
-{
-	const __m256i p16 = _mm256_maddubs_epi16(w, x);
-	return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
 /* Q8_0's stored quants are q + 128: back to q, then |q| times x with q's sign. */
 P_INL __m256i pt_dp8(__m256i acc, __m256i w, __m256i x)
 {

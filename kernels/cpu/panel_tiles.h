@@ -15,6 +15,7 @@
  *   pt_halves (PT_W f16 at an address, as f32), pt_half_lo (the low u16 of every lane as an
  *   f16, as f32), and the dot products, each lane's exact int32:
  *   pt_dp(acc, w, x)   acc + the 4 products of unsigned bytes w (at most 63) and signed x
+ *                      (needed where PT_I16 is 0; the runs take pt_dp16 otherwise)
  *   pt_dp8(acc, w, x)  the same for Q8_0's stored quants (PT_Q8_OFF says what they hold)
  *   pt_dpw(acc, a, b)  acc + the 2 products of int16 pairs
  *   PT_I16             1 where a run of products is cheaper summed as int16 pairs and widened
