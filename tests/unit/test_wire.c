@@ -1258,9 +1258,7 @@ Test(wire, ring_stamp_short_form_and_refusals)
 	struct msg m;
 	msg_split(&m, buf.data, buf.len);
 	struct bytes out = {0};
-	m.kv[m.n].key = obj_str("ts");
-	m.kv[m.n].val = obj_int(5);
-	m.n++;
+	msg_add(&m, "ts", obj_int(5));
 	msg_join(&m, &out, m.payload_len);
 	struct wire_forward f;
 	lm_diag d = {{0}};
@@ -1275,9 +1273,7 @@ Test(wire, ring_stamp_short_form_and_refusals)
 
 	make(WS_RELEASE);
 	msg_split(&m, buf.data, buf.len);
-	m.kv[m.n].key = obj_str("ts");
-	m.kv[m.n].val = obj_int(5);
-	m.n++;
+	msg_add(&m, "ts", obj_int(5));
 	msg_join(&m, &out, m.payload_len);
 	struct wire_release r;
 	expect_err(wire_decode_release(out.p, out.len, &ws_limits, &scr, &r, &d), LM_EPROTO, &d,

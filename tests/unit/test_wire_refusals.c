@@ -243,9 +243,7 @@ Test(wire_refusals, wrong_version_names_both_versions_whatever_else_is_wrong)
 		/* Another version may have other keys, lack ours, carry another type's: still a
 		 * version mismatch, not a parse error. */
 		m.kv[v].val = obj_int(WIRE_VERSION + 1);
-		m.kv[m.n].key = obj_str("new_key");
-		m.kv[m.n].val = wrong_values[8];
-		m.n++;
+		msg_add(&m, "new_key", wrong_values[8]);
 		msg_join(&m, &out, m.payload_len + 3);
 		lm_diag d = {{0}};
 		expect_err(ws_decode(k, out.p, out.len, &scr, &d), LM_EVERSION, &d, WS_SPEAKS_US);
@@ -982,9 +980,7 @@ Test(wire_refusals, error_kv_repoint_raw_out_of_range)
 	/* A KV_EXPORT request with only "len" of the three. */
 	make(WS_KV_EXPORT_REQUEST);
 	msg_split(&m, buf.data, buf.len);
-	m.kv[m.n].key = obj_str("len");
-	m.kv[m.n].val = obj_int(3);
-	m.n++;
+	msg_add(&m, "len", obj_int(3));
 	msg_join(&m, &out, 0);
 	expect_err(ws_decode(WS_KV_EXPORT_REQUEST, out.p, out.len, &scr, &d), LM_EPROTO, &d,
 		   "\"dt\": missing");

@@ -167,6 +167,15 @@ static inline msgpack_object obj_str(const char *s)
 	return o;
 }
 
+/* Appends the entry key: val to the header map (msg_join packs it last). */
+static inline void msg_add(struct msg *m, const char *key, msgpack_object val)
+{
+	cr_assert_lt(m->n, sizeof m->kv / sizeof m->kv[0]);
+	m->kv[m->n].key = obj_str(key);
+	m->kv[m->n].val = val;
+	m->n++;
+}
+
 /* Values of every msgpack kind, for "wrong type" cases. */
 static msgpack_object wrong_values[9] __attribute__((unused));
 static const char *const wrong_names[9] __attribute__((unused)) = {
