@@ -148,31 +148,32 @@ PT_INL void tile_q8z(const uint8_t *grp, int64_t nb, const uint8_t *const *x, co
 }
 
 /* The tile for a token count known at run time: each case a constant, so the tile's
- * accumulators stay in registers. */
+ * accumulators stay in registers (nt is at most P_T8; the cases above it are never taken, and
+ * are capped so that a set with a smaller P_T8 compiles them within its arrays). */
 PT_INL void tiles_q8z(const uint8_t *grp, int64_t nb, const uint8_t *const *x, int nt, int is_q4,
 		      int half, pt_vf *acc)
 {
 	switch (nt) {
 	case 8:
-		tile_q8z(grp, nb, x, 8, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 8 < P_T8 ? 8 : P_T8, is_q4, half, acc);
 		break;
 	case 7:
-		tile_q8z(grp, nb, x, 7, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 7 < P_T8 ? 7 : P_T8, is_q4, half, acc);
 		break;
 	case 6:
-		tile_q8z(grp, nb, x, 6, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 6 < P_T8 ? 6 : P_T8, is_q4, half, acc);
 		break;
 	case 5:
-		tile_q8z(grp, nb, x, 5, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 5 < P_T8 ? 5 : P_T8, is_q4, half, acc);
 		break;
 	case 4:
-		tile_q8z(grp, nb, x, 4, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 4 < P_T8 ? 4 : P_T8, is_q4, half, acc);
 		break;
 	case 3:
-		tile_q8z(grp, nb, x, 3, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 3 < P_T8 ? 3 : P_T8, is_q4, half, acc);
 		break;
 	case 2:
-		tile_q8z(grp, nb, x, 2, is_q4, half, acc);
+		tile_q8z(grp, nb, x, 2 < P_T8 ? 2 : P_T8, is_q4, half, acc);
 		break;
 	default:
 		tile_q8z(grp, nb, x, 1, is_q4, half, acc);
