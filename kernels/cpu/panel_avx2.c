@@ -27,7 +27,8 @@
 /* Tokens per Q8_0 / Q4_0 tile: 7, not the AVX-512 set's 8. A tile holds an int32 sum and an f32
  * accumulator per token, and 16 of them fill the 16 ymm registers: at 8 the compiler spilled
  * the sums inside the dot-product loop. bench_matmul, 128 tokens, 5632x2048, 1 thread, Zen 2:
- * Q8_0 0.329 -> 0.362 GB/s of weights (+10%), Q4_0 0.264 -> 0.273 (6: 0.362 and 0.269). */
+ * Q8_0 0.329 -> 0.362 GB/s of weights (+10%), Q4_0 0.264 -> 0.273 (6: 0.362 and 0.269; with
+ * PT_KEEP below, 8: 0.370, 7: 0.372, 6: 0.366). */
 #define P_T8      7
 #define P_TK      6
 #define P_CHUNK   64
@@ -83,6 +84,14 @@ P_INL __m256i pt_dp8(__m256i acc, __m256i w, __m256i x)
 	const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q));
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
+
+/* After each token's Q8_0 dot product: v is computed, in a register, and no load moves above
+ * this point. Without it gcc loaded all 7 tokens' broadcasts first, which with the sums, the
+ * weight vector, |q|, the ones and the 0x80 mask needs 18 registers, and kept a sum on the
+ * stack (a store and a load per weight vector). The CPU reorders the loads itself. bench_matmul,
+ * 128 tokens, 5632x2048, 1 thread, Zen 2: Q8_0 0.363 -> 0.371 GB/s of weights (Q4_0's run
+ * loop: no change, so it has none). */
+#define PT_KEEP(v) __asm__ volatile("" : "+x"(v)::"memory")
 
 P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 {

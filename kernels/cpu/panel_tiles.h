@@ -24,6 +24,8 @@
  *   pt_dp16(a, w, x)   a + w x x's int16 pair sums (int16 lanes; the run's bound keeps them
  *                      exact), and pt_widen(a, s) each lane's two int16 of a times the int16
  *                      pair s, added: the run's int32 sum times the scale; 0: runs in int32
+ *   PT_KEEP(v)         (optional) a compiler barrier after each token's Q8_0 dot product
+ *                      (panel_avx2.c says why); none by default
  *   PT_ONE(m, g, type) (optional) the set's own kernel of one group for a batch of one token
  *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
  *                      rows after a weight's last whole group
@@ -31,6 +33,10 @@
  */
 #ifndef LM_PANEL_TILES_H
 #define LM_PANEL_TILES_H
+
+#ifndef PT_KEEP
+#define PT_KEEP(v) ((void)0)
+#endif
 
 /* Record bytes of one block of a group (16 x the GGUF block). */
 #define REC_Q8_0 (16 * 34)
@@ -133,8 +139,10 @@ PT_INL void tile_q8z(const uint8_t *grp, int64_t nb, const uint8_t *const *x, co
 				ia[t] = pt_set1(off * xs[t][b]);
 			for (int c = 0; c < 8; c++) {
 				const pt_vi wv = pt_load(rec + lo4 + 32 + 64 * c);
-				for (int t = 0; t < NT; t++)
+				for (int t = 0; t < NT; t++) {
 					ia[t] = pt_dp8(ia[t], wv, pt_bcast(x[t] + 32 * b + 4 * c));
+					PT_KEEP(ia[t]);
+				}
 			}
 		}
 		const pt_vf dw = pt_halves(rec + lo2);
