@@ -7,7 +7,8 @@
  * mix below, and prints one line per mix with the nanoseconds per loop. Independent: no
  * instruction waits on another, so the time is the throughput of the pipes they share, not a
  * latency. The vpmaddubsw / vpmaddwd / vpmulld lines tell whether those share one multiply
- * pipe (then 8 of any mix take the time of 8 of one); vpsignb and vpaddd are the others'. On a
+ * pipe (then 8 of any mix take the time of 8 of one); vpsignb and vpaddd are the others'; the
+ * vmulps lines, whether f32 multiplies could run beside them on pipes of their own. On a
  * CPU without AVX2 it says so and exits 77.
  *
  * Exit status: 0 success, 2 usage error, 77 no AVX2.
@@ -50,6 +51,10 @@ static void run(long iters)
 	MIX("4 vpsignb + 4 vpaddd",
 	    I2("vpsignb", 0) I2("vpaddd", 1) I2("vpsignb", 2) I2("vpaddd", 3) I2("vpsignb", 4)
 		    I2("vpaddd", 5) I2("vpsignb", 6) I2("vpaddd", 7));
+	/* Where f32 multiplies go: if vmulps had pipes of its own, 8 vpmaddubsw and 16 vmulps
+	 * would take the time of either alone. */
+	MIX("16 vmulps", EIGHT("vmulps") EIGHT("vmulps"));
+	MIX("8 vpmaddubsw + 16 vmulps", EIGHT("vpmaddubsw") EIGHT("vmulps") EIGHT("vmulps"));
 }
 #endif
 
