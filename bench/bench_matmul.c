@@ -168,7 +168,7 @@ static int bench_type(struct lm_backend *b, const char *name, int NE0, int NE1, 
 		printf("%-5s unsupported (%d)\n", name, rc);
 	} else {
 		const double mm_med = median(mm, passes), rd_med = median(rd, passes);
-		printf("%-5s matmul %6.2f GB/s median, %6.2f best (%6.2f per CPU s)   "
+		printf("%-5s matmul %6.3f GB/s median, %6.3f best (%6.3f per CPU s)   "
 		       "read %6.2f median, %6.2f best   matmul/read %3.0f%% of medians, "
 		       "%3.0f%% of bests  (%d passes)%s\n",
 		       name, mm_med, best(mm, passes), median(mc, passes), rd_med, best(rd, passes),
