@@ -14,7 +14,8 @@
 #           on stories260K (the ring latency), on a 3-layer dim-4096 model (16 KiB hidden states:
 #           the per-hop cost) and on the 0.85B q8_0 model
 #   batch   16 concurrent sequences against one through the 0.85B q8_0 mesh's HTTP API, and each
-#           worker's peak resident memory (VmHWM) beside its planned bytes
+#           worker's peak resident memory (VmHWM) beside its planned bytes; then the single
+#           process's forward of the 4- and 6-token steps 16 sequences make, the bound on their gain
 #   moe     a synthetic qwen3moe of 1.91B parameters, 0.50B of them active per token (dim 2048,
 #           16 layers, 32/8 heads, 32 experts of width 512 of which a token takes 4, the
 #           32000-token llama vocabulary; 2.0 GB in q8_0) in each of --moe-types: prefill and
@@ -23,7 +24,7 @@
 #           its matmuls took) beside the active bytes (every tensor but the experts a token does
 #           not take); the same for a qwen35 hybrid of the 0.85B llama's size (gated delta-net
 #           layers, every 4th layer full attention); then 16 concurrent sequences against one
-#           through a 3-worker mesh of the MoE
+#           through a 3-worker mesh of the MoE, and its 4- and 6-token steps as in batch
 #   peer    llama.cpp's own layer split over RPC (3 ggml-rpc-servers of one thread under a
 #           llama-server, built once from the oracle's llama.cpp into bench/peer/: see
 #           bench/peer.sh) beside the 3-worker mesh of one thread a worker, on the 0.85B q8_0
@@ -673,6 +674,30 @@ busy_round() {
 	echo "$out"
 }
 
+# step_rates SECTION MODEL FILE: what the batched matmul gives a 16-sequence step, measured in the
+# single process at one thread. The scheduler spreads 16 sequences over the 3 batches in flight
+# (a batch takes at most ceil(16 / 3) = 6 of them), so each worker step is a forward of 6, 6 or
+# 4 tokens, not 16: those two forwards, interleaved rep by rep, each followed by a one-token
+# decode. summarize.sh turns them into the bound on 16 sequences' gain over one.
+step_rates() {
+	local sec=$1 name=$2 file=$3 r a b
+	log "$sec: $name, the forward of a 4- and a 6-token step against one token, $REPS reps"
+	srv_start step4 "$BRUN" --model "$file" --bench-prefill 4 --bench-decode 8 --reps "$REPS" \
+		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	srv_start step6 "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 --reps "$REPS" \
+		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	for ((r = 0; r < REPS; r++)); do
+		a=$(srv_rep step4)
+		b=$(srv_rep step6)
+		echo "$sec $name steps rep $r: 4 tokens: $a | 6 tokens: $b" | tr '\n' ' ' >>"$LOG"
+		echo >>"$LOG"
+		record_rep "$sec" "$name" step4 1 "$r" "$a"
+		record_rep "$sec" "$name" step6 1 "$r" "$b"
+	done
+	srv_stop step4
+	srv_stop step6
+}
+
 section_batch_on_mesh() {
 	local ids r one sixteen
 	log "batch: 1 and 16 concurrent sequences of $BATCH_TOKENS tokens, $REPS reps"
@@ -715,6 +740,7 @@ section_batch() {
 	mesh_up 0.85B-q8_0 "$f"
 	section_batch_on_mesh
 	mesh_down
+	step_rates batch 0.85B-q8_0 "$f"
 	section_batch_one_inflight
 }
 
@@ -748,6 +774,7 @@ section_moe() {
 		echo "moe batch rep $r: 1 seq $one | 16 seqs $sixteen (timings, wall tok/s)" >>"$LOG"
 	done
 	mesh_down
+	step_rates moebatch "$name" "$f"
 }
 
 # shellcheck source=bench/peer.sh

@@ -72,6 +72,27 @@ function ratio(ka, kb,   r, x, rmin, rmax, m) {
 }
 function rnum(ka, kb) { return (ka in list && kb in list && med(kb) != 0) ? med(ka) / med(kb) : "" }
 function yes(ok) { return ok ? "**met**" : "not met" }
+# The bound on the gain of 16 sequences over one that the figures of this run give (step_rates
+# in run.sh): the workers can be busy at most ncpu / (their busy sum at one sequence) times as
+# much as they are at one sequence, and a 16-sequence step (6, 6 and 4 tokens, one batch per
+# worker) does the work of 16 tokens in 2 t(6) + t(4), against t(1) a token one at a time.
+function steps_bound(sec, m, A,   S4, S6, t, dec, gain, busy, conc) {
+	S4 = sec "|" m "|step4|1|"; S6 = sec "|" m "|step6|1|"
+	if (!((S4 "prefill_ms") in list) || !((A "busy_w0") in list)) return ""
+	t = 2 * med(S6 "prefill_ms") + med(S4 "prefill_ms")
+	dec = (med(S4 "decode_tok_s") + med(S6 "decode_tok_s")) / 2
+	gain = 16000 / t / dec
+	busy = med(A "busy_w0") + med(A "busy_w1") + med(A "busy_w2")
+	conc = busy > 0 ? ncpu / busy : 0
+	printf "\nThe bound on 16 sequences here, from this run: a 16-sequence step is a forward of "
+	printf "6, 6 and 4 tokens (one batch per worker); the single process at one thread does a "
+	printf "4-token forward in %s ms, a 6-token one in %s ms, so 16 tokens at %.1f tok/s ", \
+		mmm(S4 "prefill_ms"), mmm(S6 "prefill_ms"), 16000 / t
+	printf "against %.1f decoding one at a time: %.2fx. One sequence keeps the workers busy %.2f " \
+		"of the wall time in all, so %d CPUs give at most %.2fx more. Bound: %.2fx.\n", \
+		dec, gain, busy, ncpu, conc, gain * conc
+	return gain * conc
+}
 END {
 	printf "### %s: %s, %d CPUs, commit %s\n\n", date, cpu, ncpu, commit
 	printf "Load average %s at the start and %s at the end: the machine is shared with other ", \
@@ -261,8 +282,9 @@ END {
 					mmm(C "busy_w1"), mmm(C "busy_w2")
 		}
 		r = rnum(B "agg_tok_s", A "agg_tok_s")
-		ts = ts sprintf("| 16 sequences >= 8x one sequence, aggregate decode | %.2fx | %s |\n", \
-			r, yes(r >= 8))
+		bd = steps_bound("batch", "0.85B-q8_0", A)
+		ts = ts sprintf("| 16 sequences >= 8x one sequence, aggregate decode | %.2fx%s | %s |\n", \
+			r, bd == "" ? "" : sprintf(" (bound here %.2fx)", bd), yes(r >= 8))
 		printf "\nPeak resident memory (VmHWM, after the batching runs) beside the plan:\n\n"
 		printf "| worker | layers | planned MiB | VmHWM MiB | VmHWM - planned |\n|---|---|---|---|---|\n"
 		for (i = 1; i <= n_ws; i++) {
@@ -322,8 +344,9 @@ END {
 			ratio(B "wall_tok_s", A "wall_tok_s"), mmm(B "busy_w0"), mmm(B "busy_w1"), \
 			mmm(B "busy_w2")
 		r = rnum(B "agg_tok_s", A "agg_tok_s")
-		ts = ts sprintf("| MoE 16 sequences >= 6x one sequence through 3 workers, aggregate decode | %.2fx | %s |\n", \
-			r, yes(r >= 6))
+		bd = steps_bound("moebatch", moebatch, A)
+		ts = ts sprintf("| MoE 16 sequences >= 6x one sequence through 3 workers, aggregate decode | %.2fx%s | %s |\n", \
+			r, bd == "" ? "" : sprintf(" (bound here %.2fx)", bd), yes(r >= 6))
 	}
 	if (peer != "") {
 		L = "peer|" peer "|llama.cpp-rpc|1|"; M = "peer|" peer "|layermesh|1|"
