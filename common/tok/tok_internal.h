@@ -20,6 +20,7 @@ enum tok_pre {
 	TOK_PRE_LLAMA3,   /* llama-bpe, dbrx, glm4, ...: Llama 3's regex (digits in 1-3s) */
 	TOK_PRE_QWEN2,    /* qwen2, stablelm2, ...: Llama 3's regex with single digits */
 	TOK_PRE_QWEN35,   /* qwen35: qwen2's with combining marks inside letter runs */
+	TOK_PRE_GPT4O,    /* gpt-4o, llama4, ...: words split by case, contractions attached */
 	TOK_PRE_NEWLINES, /* gemma4: runs of newlines and runs of everything else */
 };
 

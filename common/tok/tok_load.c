@@ -244,6 +244,10 @@ static const struct tok_pre_name {
 	{"solar-open", TOK_PRE_QWEN2, 0},
 	{"grok-2", TOK_PRE_QWEN2, 0},
 	{"qwen35", TOK_PRE_QWEN35, 0},
+	{"gpt-4o", TOK_PRE_GPT4O, 0},
+	{"llama4", TOK_PRE_GPT4O, 0},
+	{"kanana2", TOK_PRE_GPT4O, 0},
+	{"talkie", TOK_PRE_GPT4O, 0},
 	/* Gemma 4's shape under a "gpt2" model: spaces escaped, raw UTF-8, <0xNN> fallback. */
 	{"gemma4", TOK_PRE_NEWLINES, TOK_PRE_F_ADD_BOS},
 	{"granite-embed-multi-311m", TOK_PRE_NEWLINES, TOK_PRE_F_ADD_BOS},
@@ -312,12 +316,11 @@ static int tok_read_model(const gguf_file *f, tok_vocab *v, lm_diag *d)
 			v->bos = -1;
 		return 0;
 	}
-	return lm_fail(
-		d, LM_EUNSUPPORTED,
-		"%s: %s = '%s' is not a supported pre-tokenizer (supported: gpt-2, mpt, "
-		"starcoder, refact, deepseek-coder, falcon, llama-bpe, qwen2, qwen35, gemma4, "
-		"default and their aliases)",
-		gguf_path(f), KEY_PRE, pre);
+	return lm_fail(d, LM_EUNSUPPORTED,
+		       "%s: %s = '%s' is not a supported pre-tokenizer (supported: gpt-2, mpt, "
+		       "starcoder, refact, deepseek-coder, falcon, llama-bpe, qwen2, qwen35, "
+		       "gpt-4o, gemma4, default and their aliases)",
+		       gguf_path(f), KEY_PRE, pre);
 }
 
 static int tok_read_tokens(const gguf_file *f, tok_vocab *v, lm_diag *d)

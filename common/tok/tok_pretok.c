@@ -94,6 +94,7 @@ enum pt_shape {
 	PT_THREE,  /* XXX */
 	PT_GPT2,   /* the GPT-2 regex, hand-written */
 	PT_LLAMA3, /* Llama 3's regex and its relatives, hand-written */
+	PT_GPT4O,  /* GPT-4o's regex, hand-written */
 	PT_LINES,  /* [^\n]+|[\n]+ */
 };
 
@@ -143,6 +144,7 @@ static bool pt_match_at(const struct pt_stage *st, const struct pt_text *t, size
 		return true;
 	case PT_GPT2:
 	case PT_LLAMA3:
+	case PT_GPT4O:
 	case PT_LINES:
 		break;
 	}
@@ -329,6 +331,111 @@ static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, s
 	return 0;
 }
 
+/* The length of a contraction (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]) at p, or 0. */
+static size_t pt_contraction(const uint32_t *cp, size_t p, size_t e)
+{
+	if (p + 1 >= e || cp[p] != '\'')
+		return 0;
+	uint32_t n1 = pt_ascii_lower(cp[p + 1]);
+	uint32_t n2 = p + 2 < e ? pt_ascii_lower(cp[p + 2]) : 0;
+	if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd')
+		return 2;
+	if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l'))
+		return 3;
+	return 0;
+}
+
+/* GPT-4o's regex (o200k; also llama4's) as llama.cpp runs it: through std::regex over the
+ * collapsed text, in the form it rewrites the case classes to,
+ *   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(contraction)?|
+ *   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(contraction)?|
+ *   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * so an "upper" letter is any letter but a-z and a "lower" one any letter but A-Z: a non-ASCII
+ * letter (one collapsed byte) is both, and marks are not letters. The alternatives are tried in
+ * order and each backtracks as ECMAScript's does; every code point starts some match. */
+static int pt_split_gpt4o(const struct pt_text *t, size_t b, size_t e, struct tok_u32v *out)
+{
+	const uint32_t *cp = t->cp;
+	const uint8_t *c = t->c;
+#define IN(i)    ((i) < e)
+#define IS_L(i)  (IN(i) && cls_is(c[i], TOK_UCAT_LETTER))
+#define IS_UP(i) (IS_L(i) && !(cp[i] >= 'a' && cp[i] <= 'z'))
+#define IS_LO(i) (IS_L(i) && !(cp[i] >= 'A' && cp[i] <= 'Z'))
+#define IS_N(i)  (IN(i) && cls_is(c[i], TOK_UCAT_NUMBER))
+#define IS_WS(i) (IN(i) && (c[i] & CLS_WS))
+#define IS_O(i)  (IN(i) && !(c[i] & CLS_WS) && !IS_L(i) && !IS_N(i))
+	size_t pos = b;
+	int rc;
+	while (pos < e) {
+		size_t end = pos + 1, q = pos;
+		uint32_t x = cp[pos];
+		/* The first two alternatives share the optional leading character. */
+		if (x != '\r' && x != '\n' && !IS_L(pos) && !IS_N(pos))
+			q = pos + 1;
+		size_t u = q;
+		while (IS_UP(u))
+			u++;
+		if (IS_LO(u)) { /* uppers, then lowers */
+			end = u;
+			while (IS_LO(end))
+				end++;
+		} else if (u > q) {
+			/* No lower after the uppers: the first alternative takes back uppers until
+			 * the last one that is also a lower (a non-ASCII letter) ends it; without one,
+			 * the second takes all the uppers. */
+			end = u;
+			for (size_t j = u; j > q; j--)
+				if (IS_LO(j - 1)) {
+					end = j;
+					break;
+				}
+		} else {
+			goto not_a_word;
+		}
+		end += pt_contraction(cp, end, e);
+		goto emit;
+	not_a_word:
+		if (IS_N(pos)) {
+			end = pos + 1;
+			while (IS_N(end) && end - pos < 3)
+				end++;
+			goto emit;
+		}
+		if (x == ' ' ? IS_O(pos + 1) : IS_O(pos)) {
+			end = x == ' ' ? pos + 1 : pos;
+			while (IS_O(end))
+				end++;
+			while (IN(end) && (cp[end] == '\r' || cp[end] == '\n' || cp[end] == '/'))
+				end++;
+			goto emit;
+		}
+		size_t nws = 0, last_nl = 0;
+		while (IS_WS(pos + nws)) {
+			if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n')
+				last_nl = pos + nws + 1;
+			nws++;
+		}
+		if (last_nl > 0) /* \s*[\r\n]+ */
+			end = last_nl;
+		else if (nws > 1 && IN(pos + nws)) /* \s+(?!\S) */
+			end = pos + nws - 1;
+		else if (nws > 0) /* \s+ */
+			end = pos + nws;
+	emit:
+		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)
+			return rc;
+		pos = end;
+	}
+#undef IN
+#undef IS_L
+#undef IS_UP
+#undef IS_LO
+#undef IS_N
+#undef IS_WS
+#undef IS_O
+	return 0;
+}
+
 /* [^\n]+|[\n]+ over [b, e): runs of newlines and runs of everything else. */
 static int pt_split_lines(const struct pt_text *t, size_t b, size_t e, struct tok_u32v *out)
 {
@@ -373,6 +480,7 @@ static const struct pt_stage pt_falcon[] = {
 static const struct pt_stage pt_llama3[] = {ST_LLAMA3(3, false)};
 static const struct pt_stage pt_qwen2[] = {ST_LLAMA3(1, false)};
 static const struct pt_stage pt_qwen35[] = {ST_LLAMA3(1, true)};
+static const struct pt_stage pt_gpt4o[] = {ST(PT_GPT4O, PT_L)};
 static const struct pt_stage pt_lines[] = {ST(PT_LINES, PT_L)};
 
 int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok_u32v *ends,
@@ -420,6 +528,10 @@ int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok
 		stages = pt_qwen35;
 		n_stages = 1;
 		break;
+	case TOK_PRE_GPT4O:
+		stages = pt_gpt4o;
+		n_stages = 1;
+		break;
 	case TOK_PRE_NEWLINES:
 		stages = pt_lines;
 		n_stages = 1;
@@ -448,6 +560,9 @@ int tok_pretok_split(enum tok_pre pre, const uint32_t *cps, size_t n, struct tok
 				break;
 			case PT_LLAMA3:
 				rc = pt_split_llama3(&stages[s], &t, b, e, scratch);
+				break;
+			case PT_GPT4O:
+				rc = pt_split_gpt4o(&t, b, e, scratch);
 				break;
 			case PT_LINES:
 				rc = pt_split_lines(&t, b, e, scratch);

@@ -1104,6 +1104,40 @@ Test(tokenizer, stream_round_trips_the_vectors)
 
 /* ------------------------------------------------------------ pieces of the pipeline */
 
+/* Splits text with pre-tokenizer pre and expects the NULL-terminated words, in order. */
+static void expect_split(enum tok_pre pre, size_t c, const char *t, const char *const *words)
+{
+	struct tok_u32v cps = {0}, ends = {0}, scratch = {0};
+	size_t len = strlen(t);
+	for (size_t off = 0; off < len;) {
+		uint32_t cp;
+		cr_assert(tok_utf8_decode((const uint8_t *)t, len, &off, &cp));
+		tok_u32v_push(&cps, cp);
+	}
+	cr_assert_eq(tok_pretok_split(pre, cps.p, cps.n, &ends, &scratch), 0);
+	size_t nw = 0;
+	while (words[nw] != NULL)
+		nw++;
+	cr_expect_eq(ends.n, nw, "case %zu: %zu words", c, ends.n);
+	/* Compare word by word in code points. */
+	size_t b = 0, off = 0;
+	for (size_t w = 0; w < nw && w < ends.n; w++) {
+		size_t wl = strlen(words[w]), ncp = 0;
+		for (size_t o = 0; o < wl;) {
+			uint32_t cp;
+			tok_utf8_decode((const uint8_t *)words[w], wl, &o, &cp);
+			ncp++;
+		}
+		cr_expect_eq(ends.p[w] - b, ncp, "case %zu word %zu", c, w);
+		cr_expect_eq(memcmp(t + off, words[w], wl), 0, "case %zu word %zu", c, w);
+		b = ends.p[w];
+		off += wl;
+	}
+	tok_u32v_fini(&cps);
+	tok_u32v_fini(&ends);
+	tok_u32v_fini(&scratch);
+}
+
 Test(tokenizer, gpt2_pretokenizer_splits_like_the_regex)
 {
 	/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, by hand. */
@@ -1118,39 +1152,37 @@ Test(tokenizer, gpt2_pretokenizer_splits_like_the_regex)
 		{" \xe4\xb8\x96\xe7\x95\x8c\xe2\x80\xa6",
 		 {" \xe4\xb8\x96\xe7\x95\x8c", "\xe2\x80\xa6"}},
 	};
-	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-		struct tok_u32v cps = {0}, ends = {0}, scratch = {0};
-		const char *t = cases[c].text;
-		size_t len = strlen(t);
-		for (size_t off = 0; off < len;) {
-			uint32_t cp;
-			cr_assert(tok_utf8_decode((const uint8_t *)t, len, &off, &cp));
-			tok_u32v_push(&cps, cp);
-		}
-		cr_assert_eq(tok_pretok_split(TOK_PRE_GPT2, cps.p, cps.n, &ends, &scratch), 0);
-		size_t nw = 0;
-		while (cases[c].words[nw] != NULL)
-			nw++;
-		cr_expect_eq(ends.n, nw, "case %zu: %zu words", c, ends.n);
-		/* Compare word by word in code points. */
-		size_t b = 0, off = 0;
-		for (size_t w = 0; w < nw && w < ends.n; w++) {
-			size_t wl = strlen(cases[c].words[w]), ncp = 0;
-			for (size_t o = 0; o < wl;) {
-				uint32_t cp;
-				tok_utf8_decode((const uint8_t *)cases[c].words[w], wl, &o, &cp);
-				ncp++;
-			}
-			cr_expect_eq(ends.p[w] - b, ncp, "case %zu word %zu", c, w);
-			cr_expect_eq(memcmp(t + off, cases[c].words[w], wl), 0, "case %zu word %zu",
-				     c, w);
-			b = ends.p[w];
-			off += wl;
-		}
-		tok_u32v_fini(&cps);
-		tok_u32v_fini(&ends);
-		tok_u32v_fini(&scratch);
-	}
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		expect_split(TOK_PRE_GPT2, c, cases[c].text, cases[c].words);
+}
+
+Test(tokenizer, gpt4o_pretokenizer_splits_like_the_regex)
+{
+	/* llama.cpp's form of the o200k regex (tok_pretok.c), by hand: an "upper" is a letter
+	 * but a-z, a "lower" a letter but A-Z, so a non-ASCII letter is both. The oracle test
+	 * (test_oracle_tokenize.sh) holds whole vocabularies to llama.cpp itself. */
+	static const struct {
+		const char *text;
+		const char *words[12];
+	} cases[] = {
+		/* uppers then lowers; a run of uppers alone; contractions in either case */
+		{"XMLHttpRequest iPhone", {"XMLHttp", "Request", " i", "Phone"}},
+		{"DON'T we'll HELLO's", {"DON'T", " we'll", " HELLO's"}},
+		/* É and ß are both upper and lower */
+		{"ÉcoleNormale straßeSTRASSE", {"École", "Normale", " straße", "STRASSE"}},
+		/* uppers that end in a non-ASCII letter: it is the one lower the run needs */
+		{"ABÉCD!", {"ABÉ", "CD", "!"}},
+		/* digits in threes; punctuation takes slashes and newlines after it */
+		{"1234567 a/b//c!!/\n\nx",
+		 {"123", "456", "7", " a", "/b", "//", "c", "!!/\n\n", "x"}},
+		/* white space: the last one goes with the next word (a tab too); newlines end a
+		 * run */
+		{"x  \ty \n\n z   ", {"x", "  ", "\ty", " \n\n", " z", "   "}},
+		/* a leading non-letter joins the word; \r and \n do not */
+		{"(Hello)\nWorld", {"(Hello", ")\n", "World"}},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+		expect_split(TOK_PRE_GPT4O, c, cases[c].text, cases[c].words);
 }
 
 Test(tokenizer, unicode_categories_and_gpt2_bytes)
