@@ -720,10 +720,13 @@ section_batch_on_mesh() {
 	done
 }
 
-# The same 16 sequences in one batch travelling the ring (batches_in_flight = 1), against the
-# default of one batch per worker: weight reuse against keeping every stage busy.
+# The forwards of a 16-sequence step (step_rates), run here so that both ways into the batch
+# section (with and without mesh) take them; then the same 16 sequences in one batch travelling
+# the ring (batches_in_flight = 1), against the default of one batch per worker: weight reuse
+# against keeping every stage busy.
 section_batch_one_inflight() {
 	local ids r out
+	step_rates batch 0.85B-q8_0 "$(model_085b q8_0)"
 	log "batch: 16 concurrent sequences with batches_in_flight = 1, $REPS reps"
 	ids=$("$BRUN" --model "$(model_085b q8_0)" --bench-prefill 64 --print-prompt)
 	BIF=1 mesh_up 0.85B-q8_0-bif1 "$(model_085b q8_0)"
@@ -740,7 +743,6 @@ section_batch() {
 	mesh_up 0.85B-q8_0 "$f"
 	section_batch_on_mesh
 	mesh_down
-	step_rates batch 0.85B-q8_0 "$f"
 	section_batch_one_inflight
 }
 
