@@ -248,6 +248,37 @@ static uint32_t pt_ascii_lower(uint32_t cp)
 	return cp >= 'A' && cp <= 'Z' ? cp + ('a' - 'A') : cp;
 }
 
+/* The length of a contraction at p, (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]),
+ * or 0. */
+static size_t pt_contraction(const uint32_t *cp, size_t p, size_t e)
+{
+	if (p + 1 >= e || cp[p] != '\'')
+		return 0;
+	uint32_t n1 = pt_ascii_lower(cp[p + 1]);
+	uint32_t n2 = p + 2 < e ? pt_ascii_lower(cp[p + 2]) : 0;
+	if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd')
+		return 2;
+	if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l'))
+		return 3;
+	return 0;
+}
+
+/* Where \s*[\r\n]+|\s+(?!\S)|\s+ ends a match at p inside [p, e), the white-space tail
+ * of Llama 3's and GPT-4o's regexes (the look-ahead bounded by the piece); p if p is not
+ * white space. */
+static size_t pt_space_end(const struct pt_text *t, size_t p, size_t e)
+{
+	size_t q = p, last_nl = 0;
+	for (; q < e && (t->c[q] & CLS_WS); q++)
+		if (t->cp[q] == '\r' || t->cp[q] == '\n')
+			last_nl = q + 1;
+	if (last_nl > 0) /* \s*[\r\n]+ */
+		return last_nl;
+	if (q - p > 1 && q < e) /* \s+(?!\S): the last one goes with what follows */
+		return q - 1;
+	return q; /* \s+, or no white space */
+}
+
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  * \s*[\r\n]+|\s+(?!\S)|\s+ over [b, e): Llama 3's regex as llama.cpp runs it
  * (unicode_regex_split_custom_llama3), qwen2's with \p{N} instead of \p{N}{1,3}, and qwen35's with
@@ -258,9 +289,8 @@ static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, s
 {
 	const uint32_t *cp = t->cp;
 	const uint8_t *c = t->c;
-#define IN(i)    ((i) < e)
-#define IS_N(i)  (IN(i) && cls_is(c[i], TOK_UCAT_NUMBER))
-#define IS_WS(i) (IN(i) && (c[i] & CLS_WS))
+#define IN(i)   ((i) < e)
+#define IS_N(i) (IN(i) && cls_is(c[i], TOK_UCAT_NUMBER))
 #define IS_W(i) \
 	(IN(i) && (cls_is(c[i], TOK_UCAT_LETTER) || (st->marks && cls_is(c[i], TOK_UCAT_MARK))))
 #define IS_O(i) (IN(i) && !(c[i] & CLS_WS) && !IS_W(i) && !cls_is(c[i], TOK_UCAT_NUMBER))
@@ -269,19 +299,8 @@ static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, s
 	while (pos < e) {
 		size_t end;
 		uint32_t x = cp[pos];
-		if (x == '\'' && pos + 1 < e) {
-			uint32_t n1 = pt_ascii_lower(cp[pos + 1]);
-			uint32_t n2 = pos + 2 < e ? pt_ascii_lower(cp[pos + 2]) : 0;
-			if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') {
-				end = pos + 2;
-				goto emit;
-			}
-			if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') ||
-			    (n1 == 'l' && n2 == 'l')) {
-				end = pos + 3;
-				goto emit;
-			}
-		}
+		if ((end = pos + pt_contraction(cp, pos, e)) > pos)
+			goto emit;
 		/* One character that is not \r, \n or a number may lead a run of letters. */
 		if (x != '\r' && x != '\n' && !IS_N(pos) && (IS_W(pos) || IS_W(pos + 1))) {
 			end = pos + 1;
@@ -304,19 +323,8 @@ static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, s
 				end++;
 			goto emit;
 		}
-		size_t nws = 0, last_nl = 0;
-		while (IS_WS(pos + nws)) {
-			if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n')
-				last_nl = pos + nws + 1;
-			nws++;
-		}
-		if (last_nl > 0) /* \s*[\r\n]+ */
-			end = last_nl;
-		else if (nws > 1 && IN(pos + nws)) /* \s+(?!\S) */
-			end = pos + nws - 1;
-		else if (nws > 0) /* \s+ */
-			end = pos + nws;
-		else /* nothing matches: the character alone */
+		if ((end = pt_space_end(t, pos, e)) ==
+		    pos) /* nothing matches: the character alone */
 			end = pos + 1;
 	emit:
 		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)
@@ -325,23 +333,8 @@ static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, s
 	}
 #undef IN
 #undef IS_N
-#undef IS_WS
 #undef IS_W
 #undef IS_O
-	return 0;
-}
-
-/* The length of a contraction (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]) at p, or 0. */
-static size_t pt_contraction(const uint32_t *cp, size_t p, size_t e)
-{
-	if (p + 1 >= e || cp[p] != '\'')
-		return 0;
-	uint32_t n1 = pt_ascii_lower(cp[p + 1]);
-	uint32_t n2 = p + 2 < e ? pt_ascii_lower(cp[p + 2]) : 0;
-	if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd')
-		return 2;
-	if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l'))
-		return 3;
 	return 0;
 }
 
@@ -362,7 +355,6 @@ static int pt_split_gpt4o(const struct pt_text *t, size_t b, size_t e, struct to
 #define IS_UP(i) (IS_L(i) && !(cp[i] >= 'a' && cp[i] <= 'z'))
 #define IS_LO(i) (IS_L(i) && !(cp[i] >= 'A' && cp[i] <= 'Z'))
 #define IS_N(i)  (IN(i) && cls_is(c[i], TOK_UCAT_NUMBER))
-#define IS_WS(i) (IN(i) && (c[i] & CLS_WS))
 #define IS_O(i)  (IN(i) && !(c[i] & CLS_WS) && !IS_L(i) && !IS_N(i))
 	size_t pos = b;
 	int rc;
@@ -409,18 +401,8 @@ static int pt_split_gpt4o(const struct pt_text *t, size_t b, size_t e, struct to
 				end++;
 			goto emit;
 		}
-		size_t nws = 0, last_nl = 0;
-		while (IS_WS(pos + nws)) {
-			if (cp[pos + nws] == '\r' || cp[pos + nws] == '\n')
-				last_nl = pos + nws + 1;
-			nws++;
-		}
-		if (last_nl > 0) /* \s*[\r\n]+ */
-			end = last_nl;
-		else if (nws > 1 && IN(pos + nws)) /* \s+(?!\S) */
-			end = pos + nws - 1;
-		else if (nws > 0) /* \s+ */
-			end = pos + nws;
+		if ((end = pt_space_end(t, pos, e)) == pos) /* not reached: every class is above */
+			end = pos + 1;
 	emit:
 		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)
 			return rc;
@@ -431,7 +413,6 @@ static int pt_split_gpt4o(const struct pt_text *t, size_t b, size_t e, struct to
 #undef IS_UP
 #undef IS_LO
 #undef IS_N
-#undef IS_WS
 #undef IS_O
 	return 0;
 }

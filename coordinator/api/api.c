@@ -18,7 +18,7 @@ static void api_completions(nng_aio *aio)
 	api_generate(aio, lm_httpd_data(aio), API_COMPLETION);
 }
 
-static void api_native(nng_aio *aio)
+static void api_completion_native(nng_aio *aio)
 {
 	api_generate_native(aio, lm_httpd_data(aio));
 }
@@ -559,7 +559,7 @@ static int api_routes(struct api *a, lm_diag *d)
 		{"POST", "/v1/chat/completions", api_chat, a, API_MAX_BODY, true},
 		{"GET", "/v1/models", api_models, a, 0, false},
 		{"GET", "/v1/models/", api_model_one, a, 0, false},
-		{"POST", "/completion", api_native, a, API_MAX_BODY, true},
+		{"POST", "/completion", api_completion_native, a, API_MAX_BODY, true},
 		{"GET", "/props", api_props, a, 0, false},
 		{"POST", "/apply-template", api_apply_template, a, API_MAX_BODY, true},
 		{"POST", "/v1/chat/completions/input_tokens", api_chat_tokens, a, API_MAX_BODY,

@@ -37,6 +37,21 @@ static uint32_t body_u32(nng_msg *m)
 	return v;
 }
 
+/* Messages queued once at least n are, or after 2 s: how many. */
+static int wait_queued(struct recvq *q, int n)
+{
+	int count = 0;
+	for (int i = 0; i < 400; i++) {
+		pthread_mutex_lock(&q->mu);
+		count = q->count;
+		pthread_mutex_unlock(&q->mu);
+		if (count >= n)
+			break;
+		usleep(5000);
+	}
+	return count;
+}
+
 Test(recvq, messages_come_out_in_order_with_their_arrival_times, .timeout = 10)
 {
 	struct pair p;
@@ -71,14 +86,7 @@ Test(recvq, the_stamp_is_the_arrival_not_the_pop, .timeout = 10)
 	cr_assert_eq(recvq_init(&q, p.pull), 0);
 	send_u32(p.push, 7);
 	/* Wait until it is queued, then some more. */
-	for (int i = 0; i < 200; i++) {
-		pthread_mutex_lock(&q.mu);
-		int n = q.count;
-		pthread_mutex_unlock(&q.mu);
-		if (n == 1)
-			break;
-		usleep(5000);
-	}
+	wait_queued(&q, 1);
 	usleep(50000);
 	nng_msg *m;
 	uint64_t at;
@@ -169,14 +177,7 @@ Test(recvq, fini_frees_what_is_queued, .timeout = 10)
 	cr_assert_eq(recvq_init(&q, p.pull), 0);
 	for (uint32_t i = 0; i < 3; i++)
 		send_u32(p.push, i);
-	int count = 0;
-	for (int i = 0; i < 400 && count < 3; i++) {
-		usleep(5000);
-		pthread_mutex_lock(&q.mu);
-		count = q.count;
-		pthread_mutex_unlock(&q.mu);
-	}
-	cr_expect_eq(count, 3);
+	cr_expect_eq(wait_queued(&q, 3), 3);
 	recvq_fini(&q);
 	nng_close(p.pull);
 	nng_close(p.push);
@@ -224,14 +225,7 @@ Test(recvq, a_waiting_pop_gets_a_late_message_and_receiving_resumes, .timeout = 
 	pthread_mutex_unlock(&q.mu);
 	cr_expect(posted, "no receive is posted while the data thread computes");
 	send_u32(p.push, 42);
-	int count = 0;
-	for (int i = 0; i < 400 && count == 0; i++) {
-		usleep(2000);
-		pthread_mutex_lock(&q.mu);
-		count = q.count;
-		pthread_mutex_unlock(&q.mu);
-	}
-	cr_expect_eq(count, 1, "the arrival while computing was not queued");
+	cr_expect_eq(wait_queued(&q, 1), 1, "the arrival while computing was not queued");
 	cr_assert_eq(recvq_pop(&q, &m, &at, 2000), 0);
 	cr_expect_eq(body_u32(m), 42);
 	nng_msg_free(m);
