@@ -93,6 +93,17 @@ P_INL __m256i pt_dp8(__m256i acc, __m256i w, __m256i x)
  * loop: no change, so it has none). */
 #define PT_KEEP(v) __asm__ volatile("" : "+x"(v)::"memory")
 
+/* After each token's step of a Q4_K run (vpbroadcastd, vpmaddubsw, vpaddw): v is computed, in a
+ * register. Without it gcc interleaved the 8 steps of all 6 tokens and kept run sums on the
+ * stack: group_k's block loop read the stack 237 times and wrote it 187 times per 168
+ * vpmaddubsw (the unpacked quants live there too), against 113 and 38 with it; Zen 2 has two
+ * load ports and one store port for a vpmaddubsw a cycle. PT_KEEP's memory clobber would also
+ * reload the quants at every step (0.250 GB/s). bench_matmul, 128 tokens, 5632x2048, 1 thread,
+ * Zen 2: Q4_K 0.278 -> 0.333 GB/s of weights; the direct tiles of small batches likewise, 6
+ * tokens 4.71 -> 5.40, 3 tokens 6.72 -> 7.81. Q6_K's runs of 4 gained nothing at 128 tokens and
+ * lost at 2-6 (4.97 -> 3.35 at 6), so they have none. */
+#define PT_HOLD(v) __asm__("" : "+x"(v))
+
 P_INL __m256i pt_dpw(__m256i acc, __m256i a, __m256i b)
 {
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));

@@ -26,6 +26,8 @@
  *                      pair s, added: the run's int32 sum times the scale; 0: runs in int32
  *   PT_KEEP(v)         (optional) a compiler barrier after each token's Q8_0 dot product
  *                      (panel_avx2.c says why); none by default
+ *   PT_HOLD(v)         (optional) the same for each token's step of a Q4_K run, one that
+ *                      holds v in a register without fencing memory; none by default
  *   PT_ONE(m, g, type) (optional) the set's own kernel of one group for a batch of one token
  *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
  *                      rows after a weight's last whole group
@@ -36,6 +38,9 @@
 
 #ifndef PT_KEEP
 #define PT_KEEP(v) ((void)0)
+#endif
+#ifndef PT_HOLD
+#define PT_HOLD(v) ((void)0)
 #endif
 
 /* Record bytes of one block of a group (16 x the GGUF block). */
@@ -313,9 +318,11 @@ PT_INL void tile_q4_K(const struct kblk *u, int64_t i, int64_t nb, const uint8_t
 		for (int t = 0; t < NT; t++)
 			ia[t] = pt_zero();
 		for (int c = 0; c < 8; c++)
-			for (int t = 0; t < NT; t++)
+			for (int t = 0; t < NT; t++) {
 				ia[t] = run_dp(ia[t], u->q[8 * j + c],
 					       pt_bcast(x[t] + 256 * i + 32 * j + 4 * c));
+				PT_HOLD(ia[t]);
+			}
 		for (int t = 0; t < NT; t++)
 			isum[t] = run_end(isum[t], ia[t], u->sc[j]);
 	}
@@ -407,6 +414,8 @@ PT_INL void dtile_q4_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t 
 				const uint8_t *xq = x[t] + 256 * i + 64 * j + 4 * c;
 				ia0[t] = run_dp(ia0[t], lo, pt_bcast(xq));
 				ia1[t] = run_dp(ia1[t], hi, pt_bcast(xq + 32));
+				PT_HOLD(ia0[t]);
+				PT_HOLD(ia1[t]);
 			}
 		}
 		for (int t = 0; t < NT; t++)
