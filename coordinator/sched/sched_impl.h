@@ -41,6 +41,7 @@ struct sched_seq {
 	bool solo; /* a batch with it made a non-finite value: it goes alone, to tell whose */
 	bool spec; /* may speculate (the request did not opt out) */
 	struct spec_adapt adapt; /* how many tokens it drafts next (spec_adapt.h) */
+	int32_t asked_at;        /* n_tok when the draft source was last asked (0: never) */
 	bool no_cache;           /* reuses no slot's rows */
 	int32_t *cached;         /* sched_req.cached */
 	/* Parallel samples (sched_req.share_prompt_of): the sequence whose prompt rows this one

@@ -140,6 +140,44 @@ Test(sched_spec, many_streams_do_not_draft, .timeout = 30)
 		     (unsigned long long)bounded);
 }
 
+/* A round drains: three streams over a bound of two draft nothing until two of them end,
+ * after 12 tokens. The third, with the draft model, then drafts again only if it has as many
+ * tokens left as the model must first be fed (the 12 it missed): with 40 to generate it does,
+ * with 16 it does not. The tokens are the plain ones either way. */
+static uint64_t drained_round_drafted(int32_t third_max_tokens)
+{
+	struct ring r;
+	struct sched_cfg cfg = spec_cfg(default_cfg(), true);
+	cfg.max_inflight = 1; /* one batch: the three advance a token a step together */
+	cfg.spec_max_streams = 2;
+	ring_up(&r, &cfg);
+	struct req q[3];
+	sched_pause(r.s, "test: hold until all are in");
+	for (int k = 0; k < 3; k++) {
+		req_init(&q[k], 60 + k, 12, k == 2 ? third_max_tokens : 12);
+		prompt_repeating(60 + k, q[k].n_prompt, q[k].prompt);
+		req_start(&r, &q[k]);
+	}
+	cr_assert(wait_slots(&r, 3, 0));
+	sched_resume(r.s, false);
+	for (int k = 0; k < 3; k++)
+		expect_like_reference(&q[k], NULL, 0);
+	uint64_t drafted = atomic_load(&sched_stats(r.s)->spec_drafted);
+	ring_down(&r);
+	for (int k = 0; k < 3; k++)
+		req_fini(&q[k]);
+	model_path[0] = '\0';
+	return drafted;
+}
+
+Test(sched_spec, a_draining_round_drafts_again_only_where_it_pays, .timeout = 30)
+{
+	cr_expect_gt(drained_round_drafted(40), 0, "28 tokens left after 12 missed: drafts");
+	uint64_t late = drained_round_drafted(16);
+	cr_expect_eq(late, 0, "%llu drafted with 4 tokens left after 12 missed",
+		     (unsigned long long)late);
+}
+
 /* Three turns of a conversation, each prompt the last one's prompt and answer and more: with
  * the prefix cache each turn reuses the rows the last one left in its slot and computes only
  * the rest, and every token and logprob is the same bits as without it, with and without
