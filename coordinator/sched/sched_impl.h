@@ -148,4 +148,8 @@ struct sched {
 /* Frees a sequence that no longer belongs to anything (scheduler.c). */
 void sched_free_seq(struct sched_seq *q);
 
+/* Asks the draft source for up to `room` tokens to follow decoding sequence q, into b's drafts
+ * (not counted in yet); how many (sched_draft.c). */
+int32_t sched_draft(struct sched *s, struct sched_seq *q, int32_t room, struct sched_batch *b);
+
 #endif
