@@ -323,8 +323,8 @@ static int pt_split_llama3(const struct pt_stage *st, const struct pt_text *t, s
 				end++;
 			goto emit;
 		}
-		if ((end = pt_space_end(t, pos, e)) ==
-		    pos) /* nothing matches: the character alone */
+		/* White space, or nothing matches: the character alone. */
+		if ((end = pt_space_end(t, pos, e)) == pos)
 			end = pos + 1;
 	emit:
 		if ((rc = tok_u32v_push(out, (uint32_t)end)) != 0)

@@ -50,6 +50,23 @@ fail() {
 	exit 1
 }
 
+# The worker_timeout (s) of a kill storm, which counts restarts against kills: a kill is seen at
+# once (the process ends), so the liveness bound need only outlast a worker starved of CPU by a
+# storm's clients and replays on a loaded 2-CPU machine (with the default 1 s, one CI run
+# counted 5 restarts for 4 kills). At least 5 s, or $LM_WORKER_TIMEOUT when longer.
+lm_storm_worker_timeout() {
+	local wt=${LM_WORKER_TIMEOUT:-5}
+	((wt >= 5)) || wt=5
+	echo "$wt"
+}
+
+# fail_restarts LOG MESSAGE: fail with the keeper's lines of LOG on why workers went down and
+# came back (the end of the log that fail shows may not reach them).
+fail_restarts() {
+	grep -E 'is down|starting again|before it was ready|hung' "$1" >&2 || true
+	fail "$2"
+}
+
 # lm_stacks PID: where each thread of a process is, on stderr (a hang shows in the stacks).
 lm_stacks() {
 	local pid=$1

@@ -29,12 +29,8 @@ storm() {
 			--vocab 512 --type f32 --vocab-from "$model" --ctx 512 >/dev/null
 		for ((i = 0; i < n; i++)); do fence+=("$i:$((i + 1))"); done
 	fi
-	# Kills are seen at once; a 5 s liveness bound keeps a starved worker from counting as one
-	# more restart (see test_faults.sh).
-	local wt=${LM_WORKER_TIMEOUT:-5}
-	((wt >= 5)) || wt=5
-	LM_SLOTS=48 LM_MAX_SEQ=256 LM_WORKER_TIMEOUT=$wt lm_mesh_toml "$dir/mesh.toml" "$m" ipc \
-		"$(lm_port)" "${fence[@]}"
+	LM_SLOTS=48 LM_MAX_SEQ=256 LM_WORKER_TIMEOUT=$(lm_storm_worker_timeout) lm_mesh_toml \
+		"$dir/mesh.toml" "$m" ipc "$(lm_port)" "${fence[@]}"
 	lm_up "$dir/mesh.toml" "$dir/up.log"
 	lm_specs_init "$dir" "$m" 256 32
 	lm_load_start "$dir" "$clients" 400
@@ -78,10 +74,8 @@ storm() {
 	[ "$LOAD_FAILED" -eq 0 ] || fail "$LOAD_FAILED of $LOAD_TOTAL requests failed"
 	[ "$LOAD_DIFFER" -eq 0 ] || fail "$LOAD_DIFFER of $LOAD_TOTAL answers differ"
 	[ "$ready_ms" -le 5000 ] || fail "ready only $ready_ms ms after the last kill"
-	[ "$restarts" -eq "$kills" ] || {
-		grep -E 'is down|starting again|before it was ready|hung' "$dir/up.log" >&2 || true
-		fail "$kills kills but $restarts restarts counted"
-	}
+	[ "$restarts" -eq "$kills" ] ||
+		fail_restarts "$dir/up.log" "$kills kills but $restarts restarts counted"
 	[ "$total" -eq "$n" ] || fail "/metrics has $total layermesh_worker_restarts_total samples"
 	lm_down "$dir"
 }

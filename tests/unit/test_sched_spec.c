@@ -103,21 +103,23 @@ Test(sched_spec, drafts_that_keep_failing_stop, .timeout = 30)
 		req_fini(&q[k]);
 }
 
-/* Above [speculative] max_streams sequences holding slots, none drafts: three streams of the
- * same length draft with no bound, and nothing with a bound of two; the tokens are the plain
- * ones either way. */
-static uint64_t three_streams_drafted(int32_t max_streams)
+/* Three streams of 12-token prompts (repeating ones from seed k0 + k) in one batch, so that they
+ * advance a token a step together, with max_tokens[k] each and [speculative] max_streams as
+ * given, the draft model or n-gram lookup drafting: how many tokens were drafted. The tokens are
+ * the plain ones whatever was drafted. */
+static uint64_t three_streams_drafted(bool model, int32_t max_streams, int32_t k0,
+				      const int32_t max_tokens[3])
 {
 	struct ring r;
-	struct sched_cfg cfg = spec_cfg(default_cfg(), false);
+	struct sched_cfg cfg = spec_cfg(default_cfg(), model);
 	cfg.max_inflight = 1;
 	cfg.spec_max_streams = max_streams;
 	ring_up(&r, &cfg);
 	struct req q[3];
 	sched_pause(r.s, "test: hold until all are in");
 	for (int k = 0; k < 3; k++) {
-		req_init(&q[k], 30 + k, 12, 18);
-		prompt_repeating(30 + k, q[k].n_prompt, q[k].prompt);
+		req_init(&q[k], k0 + k, 12, max_tokens[k]);
+		prompt_repeating(k0 + k, q[k].n_prompt, q[k].prompt);
 		req_start(&r, &q[k]);
 	}
 	cr_assert(wait_slots(&r, 3, 0));
@@ -132,10 +134,14 @@ static uint64_t three_streams_drafted(int32_t max_streams)
 	return drafted;
 }
 
+/* Above [speculative] max_streams sequences holding slots, none drafts: three streams of the
+ * same length draft with no bound, and nothing with a bound of two. */
 Test(sched_spec, many_streams_do_not_draft, .timeout = 30)
 {
-	cr_expect_gt(three_streams_drafted(0), 0, "no bound: the repeating prompts draft");
-	uint64_t bounded = three_streams_drafted(2);
+	const int32_t same[3] = {18, 18, 18};
+	cr_expect_gt(three_streams_drafted(false, 0, 30, same), 0,
+		     "no bound: the repeating prompts draft");
+	uint64_t bounded = three_streams_drafted(false, 2, 30, same);
 	cr_expect_eq(bounded, 0, "%llu drafted with three streams over a bound of two",
 		     (unsigned long long)bounded);
 }
@@ -143,37 +149,13 @@ Test(sched_spec, many_streams_do_not_draft, .timeout = 30)
 /* A round drains: three streams over a bound of two draft nothing until two of them end,
  * after 12 tokens. The third, with the draft model, then drafts again only if it has as many
  * tokens left as the model must first be fed (the 12 it missed): with 40 to generate it does,
- * with 16 it does not. The tokens are the plain ones either way. */
-static uint64_t drained_round_drafted(int32_t third_max_tokens)
-{
-	struct ring r;
-	struct sched_cfg cfg = spec_cfg(default_cfg(), true);
-	cfg.max_inflight = 1; /* one batch: the three advance a token a step together */
-	cfg.spec_max_streams = 2;
-	ring_up(&r, &cfg);
-	struct req q[3];
-	sched_pause(r.s, "test: hold until all are in");
-	for (int k = 0; k < 3; k++) {
-		req_init(&q[k], 60 + k, 12, k == 2 ? third_max_tokens : 12);
-		prompt_repeating(60 + k, q[k].n_prompt, q[k].prompt);
-		req_start(&r, &q[k]);
-	}
-	cr_assert(wait_slots(&r, 3, 0));
-	sched_resume(r.s, false);
-	for (int k = 0; k < 3; k++)
-		expect_like_reference(&q[k], NULL, 0);
-	uint64_t drafted = atomic_load(&sched_stats(r.s)->spec_drafted);
-	ring_down(&r);
-	for (int k = 0; k < 3; k++)
-		req_fini(&q[k]);
-	model_path[0] = '\0';
-	return drafted;
-}
-
+ * with 16 it does not. */
 Test(sched_spec, a_draining_round_drafts_again_only_where_it_pays, .timeout = 30)
 {
-	cr_expect_gt(drained_round_drafted(40), 0, "28 tokens left after 12 missed: drafts");
-	uint64_t late = drained_round_drafted(16);
+	const int32_t long_third[3] = {12, 12, 40}, short_third[3] = {12, 12, 16};
+	cr_expect_gt(three_streams_drafted(true, 2, 60, long_third), 0,
+		     "28 tokens left after 12 missed: drafts");
+	uint64_t late = three_streams_drafted(true, 2, 60, short_third);
 	cr_expect_eq(late, 0, "%llu drafted with 4 tokens left after 12 missed",
 		     (unsigned long long)late);
 }
