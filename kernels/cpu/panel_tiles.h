@@ -29,6 +29,8 @@
  *   PT_HOLD(v)         (optional) the same for each token's step of a Q4_K run, one that
  *                      holds v in a register without fencing memory; none by default
  *   PT_ONE(m, g, type) (optional) the set's own kernel of one group for a batch of one token
+ *   P_PF_BYTES, P_PF_HINT (optional) how far ahead of the weight stream p_prefetch fetches
+ *                      (0: not at all) and into which cache; 3 KiB into L2 by default
  *   PT_ROWS(t)         the set's row kernel of type t (q8_0, q4_0, q4_K, q6_K), which takes the
  *                      rows after a weight's last whole group
  *   PT_FILL            the name of the function that puts these kernels in a set's table
@@ -57,6 +59,9 @@
 #ifndef P_PF_BYTES
 #define P_PF_BYTES 3072
 #endif
+#ifndef P_PF_HINT
+#define P_PF_HINT _MM_HINT_T1
+#endif
 
 /* Prefetches the cache lines of [p, p + bytes) from P_PF_BYTES ahead; none where the including
  * file set P_PF_BYTES to 0. */
@@ -65,7 +70,7 @@ PT_INL void p_prefetch(const uint8_t *p, size_t bytes)
 	if (P_PF_BYTES == 0)
 		return;
 	for (size_t o = 0; o < bytes; o += 64)
-		_mm_prefetch((const char *)p + P_PF_BYTES + o, _MM_HINT_T1);
+		_mm_prefetch((const char *)p + P_PF_BYTES + o, P_PF_HINT);
 }
 
 /* Accumulators of one half's tokens in a single-tile batch (group_k_direct). */
