@@ -6,10 +6,12 @@
 # Meshes of stories260K over ipc (`layermesh up`, one thread a worker), each with a
 # [speculative] table; every request runs twice, once with "speculate": false, alternately, so
 # both see the same machine. Measured, per configuration (medians over --reps):
-#   - decode tokens/s of one stream (the API's predicted_n / predicted_ms), off and on;
+#   - decode tokens/s of one stream (the API's predicted_n / predicted_ms), off and on, over
+#     3 x --reps pairs of requests; the speedup is the median of the pairs' ratios;
 #   - the acceptance rate (accepted / drafted drafts, from /metrics);
 #   - sixteen streams at once: the mesh's tokens/s in all (tokens over the wall time of the
-#     round), off and on.
+#     round), off and on, over 3 x --reps pairs of rounds; the speedup is the median of the
+#     pairs' ratios.
 # Configurations:
 #   ngram-repeat  3 workers, n-gram lookup, a prompt that repeats itself
 #   ngram-story   3 workers, n-gram lookup, an ordinary prompt (low acceptance)
@@ -78,6 +80,11 @@ many() {
 	python3 -c "print(16 * $TOKENS / ($t1 - $t0))"
 }
 
+# pair_ratio "ON..." "OFF...": the median of on[i] / off[i].
+pair_ratio() {
+	paste -d' ' <(tr ' ' '\n' <<<"$1") <(tr ' ' '\n' <<<"$2") | awk '{print $1 / $2}' | median
+}
+
 # measure NAME FENCE SPEC PROMPT: one table row.
 measure() {
 	local name=$1 fence=$2 spec=$3 prompt=$4 off=() on=() moff=() mon=() i d0 a0
@@ -86,14 +93,17 @@ measure() {
 	one "$prompt" true >/dev/null
 	d0=$(metric layermesh_spec_drafted_tokens_total)
 	a0=$(metric layermesh_spec_accepted_tokens_total)
-	for ((i = 0; i < REPS; i++)); do
+	for ((i = 0; i < 3 * REPS; i++)); do
 		off+=("$(one "$prompt" false)")
 		on+=("$(one "$prompt" true)")
 	done
 	local d1 a1
 	d1=$(metric layermesh_spec_drafted_tokens_total)
 	a1=$(metric layermesh_spec_accepted_tokens_total)
-	for ((i = 0; i < REPS; i++)); do
+	# A request, or a round of 16 streams, lasts a fraction of a second: 3 x REPS pairs of
+	# each, and a speedup is the median of the pairs' ratios (the two of a pair run back to
+	# back, so their ratio leaves out the machine's slower drifts).
+	for ((i = 0; i < 3 * REPS; i++)); do
 		moff+=("$(many "$prompt" false)")
 		mon+=("$(many "$prompt" true)")
 	done
@@ -103,19 +113,21 @@ measure() {
 	son=$(echo "${on[*]}" | median)
 	mo=$(echo "${moff[*]}" | median)
 	mon_m=$(echo "${mon[*]}" | median)
-	python3 - "$name" "$so" "$son" "$mo" "$mon_m" "$((d1 - d0))" "$((a1 - a0))" >>"$OUT" <<'EOF'
+	python3 - "$name" "$so" "$son" "$mo" "$mon_m" "$((d1 - d0))" "$((a1 - a0))" \
+		"$(pair_ratio "${on[*]}" "${off[*]}")" "$(pair_ratio "${mon[*]}" "${moff[*]}")" >>"$OUT" <<'EOF'
 import sys
-n, so, son, mo, mon, d, a = sys.argv[1:]
+n, so, son, mo, mon, d, a, p1, p16 = sys.argv[1:]
 so, son, mo, mon, d, a = float(so), float(son), float(mo), float(mon), int(d), int(a)
 print("| %s | %.0f | %.0f | %.2fx | %.1f%% (%d of %d) | %.0f | %.0f | %.2fx |" %
-      (n, so, son, son / so, 100.0 * a / d if d else 0.0, a, d, mo, mon, mon / mo))
+      (n, so, son, float(p1), 100.0 * a / d if d else 0.0, a, d, mo, mon, float(p16)))
 EOF
 }
 
 say "### $(date -u '+%Y-%m-%d %H:%M') UTC: speculative decoding, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, commit $(git -C "$ROOT" rev-parse --short HEAD)"
 say ""
 say "Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg). stories260K, $TOKENS greedy"
-say "tokens a request, medians of $REPS interleaved repetitions, drafts of up to 4 tokens."
+say "tokens a request, drafts of up to 4 tokens; $((3 * REPS)) pairs of requests (of rounds of 16 streams),"
+say "off and on back to back: tok/s are medians, a speedup the median of the pairs' ratios."
 say ""
 say "| configuration | 1 stream off tok/s | on tok/s | speedup | accepted | 16 streams off tok/s | on tok/s | speedup |"
 say "|---|---|---|---|---|---|---|---|"
