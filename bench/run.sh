@@ -266,14 +266,19 @@ srv_start() {
 	done
 }
 # srv_rep ID: one repetition; prints its lines, up to "decode ..." (or bench_membw's "end ...").
-srv_rep() {
+# srv_go ID starts one and srv_read ID prints its lines, for servers run at once.
+srv_go() { echo go >&"${SRV_IN[$1]}"; }
+srv_read() {
 	local id=$1 line
-	echo go >&"${SRV_IN[$id]}"
 	while :; do
 		read -r -t 1800 -u "${SRV_OUT[$id]}" line || die "$id stopped answering (see $LOG)"
 		echo "$line"
 		[[ $line == decode* || $line == end* ]] && break
 	done
+}
+srv_rep() {
+	srv_go "$1"
+	srv_read "$1"
 }
 srv_stop() {
 	local id=$1 fd_in=${SRV_IN[$1]} fd_out=${SRV_OUT[$1]}
@@ -678,14 +683,16 @@ busy_round() {
 # single process at one thread. The scheduler spreads 16 sequences over the 3 batches in flight
 # (a batch takes at most ceil(16 / 3) = 6 of them), so each worker step is a forward of 6, 6 or
 # 4 tokens, not 16: those two forwards, interleaved rep by rep, each followed by a one-token
-# decode. summarize.sh turns them into the bound on 16 sequences' gain over one.
+# decode. Then two processes doing the 6-token forward at once (rep by rep, both started
+# together): what a second CPU adds where the two share the memory's bandwidth. summarize.sh
+# turns them into the bound on 16 sequences' gain over one.
 step_rates() {
 	local sec=$1 name=$2 file=$3 r a b
 	log "$sec: $name, the forward of a 4- and a 6-token step against one token, $REPS reps"
 	srv_start step4 "$BRUN" --model "$file" --bench-prefill 4 --bench-decode 8 --reps "$REPS" \
 		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
-	srv_start step6 "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 --reps "$REPS" \
-		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	srv_start step6 "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 \
+		--reps $((2 * REPS)) --threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
 	for ((r = 0; r < REPS; r++)); do
 		a=$(srv_rep step4)
 		b=$(srv_rep step6)
@@ -695,7 +702,20 @@ step_rates() {
 		record_rep "$sec" "$name" step6 1 "$r" "$b"
 	done
 	srv_stop step4
+	srv_start step6b "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 --reps "$REPS" \
+		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	for ((r = 0; r < REPS; r++)); do
+		srv_go step6
+		srv_go step6b
+		a=$(srv_read step6)
+		b=$(srv_read step6b)
+		echo "$sec $name two 6-token steps at once, rep $r: $a | $b" | tr '\n' ' ' >>"$LOG"
+		echo >>"$LOG"
+		record_rep "$sec" "$name" step6pair 1 "$r" "$a"
+		record_rep "$sec" "$name" step6pair 1 "$((REPS + r))" "$b"
+	done
 	srv_stop step6
+	srv_stop step6b
 }
 
 section_batch_on_mesh() {

@@ -75,22 +75,32 @@ function yes(ok) { return ok ? "**met**" : "not met" }
 # The bound on the gain of 16 sequences over one that the figures of this run give (step_rates
 # in run.sh): the workers can be busy at most ncpu / (their busy sum at one sequence) times as
 # much as they are at one sequence, and a 16-sequence step (6, 6 and 4 tokens, one batch per
-# worker) does the work of 16 tokens in 2 t(6) + t(4), against t(1) a token one at a time.
-function steps_bound(sec, m, A,   S4, S6, t, dec, gain, busy, conc) {
-	S4 = sec "|" m "|step4|1|"; S6 = sec "|" m "|step6|1|"
+# worker) does the work of 16 tokens in 2 t(6) + t(4), against t(1) a token one at a time. On
+# 2 CPUs, two 6-token forwards at once say how many CPUs at full speed the two are worth where
+# they share the bandwidth of the memory (at most 2): that replaces ncpu.
+function steps_bound(sec, m, A,   S4, S6, SP, t, dec, gain, busy, cpus, conc, why) {
+	S4 = sec "|" m "|step4|1|"; S6 = sec "|" m "|step6|1|"; SP = sec "|" m "|step6pair|1|"
 	if (!((S4 "prefill_ms") in list) || !((A "busy_w0") in list)) return ""
 	t = 2 * med(S6 "prefill_ms") + med(S4 "prefill_ms")
 	dec = (med(S4 "decode_tok_s") + med(S6 "decode_tok_s")) / 2
 	gain = 16000 / t / dec
 	busy = med(A "busy_w0") + med(A "busy_w1") + med(A "busy_w2")
-	conc = busy > 0 ? ncpu / busy : 0
+	cpus = ncpu
+	why = sprintf("%d CPUs", ncpu)
+	if (ncpu == 2 && (SP "prefill_ms") in list && med(SP "prefill_ms") > 0) {
+		cpus = 2 * med(S6 "prefill_ms") / med(SP "prefill_ms")
+		cpus = cpus > 2 ? 2 : cpus
+		why = sprintf("two 6-token forwards at once take %s ms each, so the 2 CPUs, which " \
+			"share the memory, do the work of %.2f at full speed, and", mmm(SP "prefill_ms"), cpus)
+	}
+	conc = busy > 0 ? cpus / busy : 0
 	printf "\nThe bound on 16 sequences here, from this run: a 16-sequence step is a forward of "
 	printf "6, 6 and 4 tokens (one batch per worker); the single process at one thread does a "
 	printf "4-token forward in %s ms, a 6-token one in %s ms, so 16 tokens at %.1f tok/s ", \
 		mmm(S4 "prefill_ms"), mmm(S6 "prefill_ms"), 16000 / t
 	printf "against %.1f decoding one at a time: %.2fx. One sequence keeps the workers busy %.2f " \
-		"of the wall time in all, so %d CPUs give at most %.2fx more. Bound: %.2fx.\n", \
-		dec, gain, busy, ncpu, conc, gain * conc
+		"of the wall time in all; %s give at most %.2fx more. Bound: %.2fx.\n", \
+		dec, gain, busy, why, conc, gain * conc
 	return gain * conc
 }
 END {
