@@ -93,9 +93,15 @@ measure() {
 	one "$prompt" true >/dev/null
 	d0=$(metric layermesh_spec_drafted_tokens_total)
 	a0=$(metric layermesh_spec_accepted_tokens_total)
+	# Pairs alternate which of the two goes first, so that neither always follows the other.
 	for ((i = 0; i < 3 * REPS; i++)); do
-		off+=("$(one "$prompt" false)")
-		on+=("$(one "$prompt" true)")
+		if ((i % 2 == 0)); then
+			off+=("$(one "$prompt" false)")
+			on+=("$(one "$prompt" true)")
+		else
+			on+=("$(one "$prompt" true)")
+			off+=("$(one "$prompt" false)")
+		fi
 	done
 	local d1 a1
 	d1=$(metric layermesh_spec_drafted_tokens_total)
@@ -104,8 +110,13 @@ measure() {
 	# each, and a speedup is the median of the pairs' ratios (the two of a pair run back to
 	# back, so their ratio leaves out the machine's slower drifts).
 	for ((i = 0; i < 3 * REPS; i++)); do
-		moff+=("$(many "$prompt" false)")
-		mon+=("$(many "$prompt" true)")
+		if ((i % 2 == 0)); then
+			moff+=("$(many "$prompt" false)")
+			mon+=("$(many "$prompt" true)")
+		else
+			mon+=("$(many "$prompt" true)")
+			moff+=("$(many "$prompt" false)")
+		fi
 	done
 	mesh_down
 	local so son mo mon_m
@@ -127,7 +138,8 @@ say "### $(date -u '+%Y-%m-%d %H:%M') UTC: speculative decoding, $(grep -m1 'mod
 say ""
 say "Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg). stories260K, $TOKENS greedy"
 say "tokens a request, drafts of up to 4 tokens; $((3 * REPS)) pairs of requests (of rounds of 16 streams),"
-say "off and on back to back: tok/s are medians, a speedup the median of the pairs' ratios."
+say "off and on back to back, each first in every other pair: tok/s are medians, a speedup the"
+say "median of the pairs' ratios."
 say ""
 say "| configuration | 1 stream off tok/s | on tok/s | speedup | accepted | 16 streams off tok/s | on tok/s | speedup |"
 say "|---|---|---|---|---|---|---|---|"
