@@ -243,23 +243,6 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 	}
 }
 
-/* Quarter q's 6-bit quants (stored + 32) of a triple: the low 4 bits from ql[l] (q = 0, 2) or
- * ql[l + 32] (q = 1, 3), low or high nibble, the top 2 from bits 2q of qh[l]. */
-P_INL __m256i one_q6(__m256i qa, __m256i qb, __m256i qh, int q)
-{
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
-	switch (q) {
-	case 0:
-		return pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2));
-	case 1:
-		return pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2));
-	case 2:
-		return pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2));
-	default:
-		return pt_or(pt_and(pt_srli16(qb, 4), m4), pt_and(pt_srli16(qh, 2), m2));
-	}
-}
-
 /* Q6_K block i, both halves. The stored quants are q + 32 (at most 63): two vectors' int16 pair
  * sums are at most 2 x 2 x 63 x 127 = 32004; the 32 comes back through the activation sums. */
 P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
@@ -298,7 +281,7 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 				for (int q = 0; q < 4; q++) {
 					__m256i p = pt_zero();
 					for (int e = 0; e < 2; e++)
-						p = pt_dp16(p, one_q6(qa[e], qb[e], qh[e], q),
+						p = pt_dp16(p, p_q6(qa[e], qb[e], qh[e], q),
 							    pt_bcast(xl + 32 * q + 4 * e));
 					isum[h] =
 						pt_dpw(isum[h], p, sp[h][8 * hh + 2 * q + l / 16]);

@@ -115,22 +115,6 @@ P_INL __m512i one_pick(__m512i v, int b0, int b1, int b2, int b3)
 	return _mm512_shuffle_epi8(v, _mm512_add_epi32(off, _mm512_set1_epi32((int)pat)));
 }
 
-/* Quarter q's 6-bit quants (stored + 32) of a triple (unpack_q6_K). */
-P_INL __m512i one_q6(__m512i qa, __m512i qb, __m512i qh, int q)
-{
-	const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
-	switch (q) {
-	case 0:
-		return pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2));
-	case 1:
-		return pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2));
-	case 2:
-		return pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2));
-	default:
-		return pt_or(pt_and(pt_srli16(qb, 4), m4), pt_and(pt_srli16(qh, 2), m2));
-	}
-}
-
 /* Q6_K block i of a group into acc. */
 P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m512 *acc)
 {
@@ -156,7 +140,7 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 				const __m512i qa = pt_load(tr), qb = pt_load(tr + 64);
 				const __m512i qh = pt_load(tr + 128);
 				for (int q = 0; q < 4; q++)
-					ia[q] = pt_dp(ia[q], one_q6(qa, qb, qh, q),
+					ia[q] = pt_dp(ia[q], p_q6(qa, qb, qh, q),
 						      pt_bcast(x + 256 * i + 128 * h + 32 * q + l));
 			}
 			for (int q = 0; q < 4; q++) {

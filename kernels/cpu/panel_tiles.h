@@ -247,6 +247,24 @@ PT_INL pt_vi p_pair16(pt_vi lo, pt_vi hi)
 	return pt_or(pt_and(lo, pt_set1(0xffff)), pt_slli32(hi, 16));
 }
 
+/* Quarter q's 6-bit quants (stored + 32, unsigned) of a Q6_K triple: the low 4 bits from
+ * ql[l] (q = 0, 2) or ql[l + 32] (q = 1, 3), low or high nibble, the top 2 from bits 2q of
+ * qh[l] (panel.c's triples). */
+PT_INL pt_vi p_q6(pt_vi qa, pt_vi qb, pt_vi qh, int q)
+{
+	const pt_vi m4 = pt_set1_8(0x0f), m2 = pt_set1_8(0x30);
+	switch (q) {
+	case 0:
+		return pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2));
+	case 1:
+		return pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2));
+	case 2:
+		return pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2));
+	default:
+		return pt_or(pt_and(pt_srli16(qb, 4), m4), pt_and(pt_srli16(qh, 2), m2));
+	}
+}
+
 static void unpack_q4_K(const uint8_t *rec, struct kblk *u)
 {
 	const pt_vi m4 = pt_set1_8(0x0f);
@@ -283,7 +301,6 @@ static void unpack_q4_K(const uint8_t *rec, struct kblk *u)
 /* rec: the record's first vector of this half; dh: its d (PT_W halves). */
 static void unpack_q6_K(const uint8_t *rec, const uint8_t *dh, struct kblk *u)
 {
-	const pt_vi m4 = pt_set1_8(0x0f), m2 = pt_set1_8(0x30);
 	/* Half h, element l (of 32) of its four quarters: ql[l] and ql[l + 32] give the low 4
 	 * bits (low nibbles for quarters 0 and 1, high for 2 and 3), qh[l] the top 2 bits (bits
 	 * 0-1, 2-3, 4-5, 6-7 for the quarters). The stored quants are q + 32, unsigned. */
@@ -294,11 +311,8 @@ static void unpack_q6_K(const uint8_t *rec, const uint8_t *dh, struct kblk *u)
 			const pt_vi qb = pt_load(tr + 64);
 			const pt_vi qh = pt_load(tr + 128);
 			const int k = 32 * h + l / 4;
-			u->q[k] = pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2));
-			u->q[k + 8] = pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2));
-			u->q[k + 16] = pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2));
-			u->q[k + 24] =
-				pt_or(pt_and(pt_srli16(qb, 4), m4), pt_and(pt_srli16(qh, 2), m2));
+			for (int q = 0; q < 4; q++)
+				u->q[k + 8 * q] = p_q6(qa, qb, qh, q);
 		}
 	pt_vi s[4];
 	for (int k = 0; k < 4; k++)
@@ -442,7 +456,6 @@ PT_INL void dtile_q4_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t 
 PT_INL void dtile_q6_K(const uint8_t *rec, const uint8_t *dh, int64_t i, int64_t nb,
 		       const uint8_t *const *x, const int NT, pt_vf *acc)
 {
-	const pt_vi m4 = pt_set1_8(0x0f), m2 = pt_set1_8(0x30);
 	pt_vi sc[16], mp[8];
 	{
 		pt_vi s4[4];
@@ -474,19 +487,14 @@ PT_INL void dtile_q6_K(const uint8_t *rec, const uint8_t *dh, int64_t i, int64_t
 					const pt_vi qa = pt_load(tr);
 					const pt_vi qb = pt_load(tr + 64);
 					const pt_vi qh = pt_load(tr + 128);
-					const pt_vi v[4] = {
-						pt_or(pt_and(qa, m4), pt_and(pt_slli16(qh, 4), m2)),
-						pt_or(pt_and(qb, m4), pt_and(pt_slli16(qh, 2), m2)),
-						pt_or(pt_and(pt_srli16(qa, 4), m4), pt_and(qh, m2)),
-						pt_or(pt_and(pt_srli16(qb, 4), m4),
-						      pt_and(pt_srli16(qh, 2), m2)),
-					};
-					for (int q = 0; q < 4; q++)
+					for (int q = 0; q < 4; q++) {
+						const pt_vi v = p_q6(qa, qb, qh, q);
 						for (int t = 0; t < NT; t++)
-							ia[q][t] = run_dp(ia[q][t], v[q],
+							ia[q][t] = run_dp(ia[q][t], v,
 									  pt_bcast(x[t] + 256 * i +
 										   128 * h +
 										   32 * q + l));
+					}
 				}
 				for (int q = 0; q < 4; q++)
 					for (int t = 0; t < NT; t++)
