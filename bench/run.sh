@@ -679,6 +679,15 @@ busy_round() {
 	echo "$out"
 }
 
+# steps_rep SECTION MODEL WHAT A IMPL_A REP_A B IMPL_B REP_B: two servers' lines of one
+# repetition (A and B), logged on one line and recorded as IMPL_A / IMPL_B, reps REP_A / REP_B.
+steps_rep() {
+	echo "$1 $2 $3: $4 | $7" | tr '\n' ' ' >>"$LOG"
+	echo >>"$LOG"
+	record_rep "$1" "$2" "$5" 1 "$6" "$4"
+	record_rep "$1" "$2" "$8" 1 "$9" "$7"
+}
+
 # step_rates SECTION MODEL FILE: what the batched matmul gives a 16-sequence step, measured in the
 # single process at one thread. The scheduler spreads 16 sequences over the 3 batches in flight
 # (a batch takes at most ceil(16 / 3) = 6 of them), so each worker step is a forward of 6, 6 or
@@ -696,10 +705,7 @@ step_rates() {
 	for ((r = 0; r < REPS; r++)); do
 		a=$(srv_rep step4)
 		b=$(srv_rep step6)
-		echo "$sec $name steps rep $r: 4 tokens: $a | 6 tokens: $b" | tr '\n' ' ' >>"$LOG"
-		echo >>"$LOG"
-		record_rep "$sec" "$name" step4 1 "$r" "$a"
-		record_rep "$sec" "$name" step6 1 "$r" "$b"
+		steps_rep "$sec" "$name" "4- and 6-token steps, rep $r" "$a" step4 "$r" "$b" step6 "$r"
 	done
 	srv_stop step4
 	srv_start step6b "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 --reps "$REPS" \
@@ -709,10 +715,8 @@ step_rates() {
 		srv_go step6b
 		a=$(srv_read step6)
 		b=$(srv_read step6b)
-		echo "$sec $name two 6-token steps at once, rep $r: $a | $b" | tr '\n' ' ' >>"$LOG"
-		echo >>"$LOG"
-		record_rep "$sec" "$name" step6pair 1 "$r" "$a"
-		record_rep "$sec" "$name" step6pair 1 "$((REPS + r))" "$b"
+		steps_rep "$sec" "$name" "two 6-token steps at once, rep $r" "$a" step6pair "$r" \
+			"$b" step6pair "$((REPS + r))"
 	done
 	srv_stop step6
 	srv_stop step6b

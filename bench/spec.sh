@@ -80,6 +80,23 @@ many() {
 	python3 -c "print(16 * $TOKENS / ($t1 - $t0))"
 }
 
+# pairs FN PROMPT OFF ON: 10 x REPS pairs of `FN PROMPT false` and `FN PROMPT true`, back to back,
+# appended to the arrays named OFF and ON; each goes first in every other pair, so that neither
+# always follows the other.
+pairs() {
+	local fn=$1 prompt=$2 i
+	local -n pairs_off=$3 pairs_on=$4
+	for ((i = 0; i < 10 * REPS; i++)); do
+		if ((i % 2 == 0)); then
+			pairs_off+=("$("$fn" "$prompt" false)")
+			pairs_on+=("$("$fn" "$prompt" true)")
+		else
+			pairs_on+=("$("$fn" "$prompt" true)")
+			pairs_off+=("$("$fn" "$prompt" false)")
+		fi
+	done
+}
+
 # pair_ratio "ON..." "OFF...": the median of on[i] / off[i].
 pair_ratio() {
 	paste -d' ' <(tr ' ' '\n' <<<"$1") <(tr ' ' '\n' <<<"$2") | awk '{print $1 / $2}' | median
@@ -87,38 +104,21 @@ pair_ratio() {
 
 # measure NAME FENCE SPEC PROMPT: one table row.
 measure() {
-	local name=$1 fence=$2 spec=$3 prompt=$4 off=() on=() moff=() mon=() i d0 a0
+	local name=$1 fence=$2 spec=$3 prompt=$4 off=() on=() moff=() mon=() d0 a0
 	mesh_up "$name" "$fence" "$spec"
 	one "$prompt" false >/dev/null # warm up
 	one "$prompt" true >/dev/null
 	d0=$(metric layermesh_spec_drafted_tokens_total)
 	a0=$(metric layermesh_spec_accepted_tokens_total)
-	# Pairs alternate which of the two goes first, so that neither always follows the other.
-	for ((i = 0; i < 10 * REPS; i++)); do
-		if ((i % 2 == 0)); then
-			off+=("$(one "$prompt" false)")
-			on+=("$(one "$prompt" true)")
-		else
-			on+=("$(one "$prompt" true)")
-			off+=("$(one "$prompt" false)")
-		fi
-	done
-	local d1 a1
-	d1=$(metric layermesh_spec_drafted_tokens_total)
-	a1=$(metric layermesh_spec_accepted_tokens_total)
 	# A request, or a round of 16 streams, lasts a fraction of a second, and on a 2-vCPU VM
 	# single pairs' ratios spread by +-12% (Zen 5, 80 pairs of ngram-story): 10 x REPS pairs of
 	# each, and a speedup is the median of the pairs' ratios (the two of a pair run back to
 	# back, so their ratio leaves out the machine's slower drifts).
-	for ((i = 0; i < 10 * REPS; i++)); do
-		if ((i % 2 == 0)); then
-			moff+=("$(many "$prompt" false)")
-			mon+=("$(many "$prompt" true)")
-		else
-			mon+=("$(many "$prompt" true)")
-			moff+=("$(many "$prompt" false)")
-		fi
-	done
+	pairs one "$prompt" off on
+	local d1 a1
+	d1=$(metric layermesh_spec_drafted_tokens_total)
+	a1=$(metric layermesh_spec_accepted_tokens_total)
+	pairs many "$prompt" moff mon
 	mesh_down
 	local so son mo mon_m
 	so=$(echo "${off[*]}" | median)
