@@ -162,9 +162,7 @@ P_INL __m256i one_pick(__m256i v, int b0, int b1, int b2, int b3)
 {
 	const __m256i off = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404,
 					      0x08080808, 0x0c0c0c0c);
-	const uint32_t pat = (uint32_t)(b0 < 0 ? 0x80 : b0) | (uint32_t)(b1 < 0 ? 0x80 : b1) << 8 |
-			     (uint32_t)(b2 < 0 ? 0x80 : b2) << 16 |
-			     (uint32_t)(b3 < 0 ? 0x80 : b3) << 24;
+	const uint32_t pat = p_pick_pat(b0, b1, b2, b3);
 	return _mm256_shuffle_epi8(v, _mm256_add_epi32(off, _mm256_set1_epi32((int)pat)));
 }
 
@@ -185,7 +183,6 @@ P_INL __m256i one_spair(__m256i v, int a, int b)
 P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m256 *acc)
 {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m2 = _mm256_set1_epi32(0x03030303);
 	const int16_t *bs = gk_bs32(x, nb) + 8 * i;
 	__m256i sp[2][8], isum[2], summ[2];
 	__m256 d[2], dmin[2];
@@ -196,23 +193,16 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 		const __m256i dm = pt_load(r);
 		d[h] = pt_half_lo(dm);
 		dmin[h] = pt_half_lo(_mm256_srli_epi32(dm, 16));
-		/* The 6-bit scales and mins as in unpack_q4_K (panel_tiles.h). */
-		const __m256i a = pt_load(r + 64), b = pt_load(r + 128), c = pt_load(r + 192);
-		const __m256i sc_lo = pt_and(a, m6);
-		const __m256i sc_hi =
-			pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
-		const __m256i mn_lo = pt_and(b, m6);
-		const __m256i mn_hi = pt_or(pt_and(pt_srli32(c, 4), m4),
-					    pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+		const struct p_q4k_sm s = p_q4k_scales(r);
 		for (int k = 0; k < 4; k++) {
-			sp[h][k] = one_upair(sc_lo, k);
-			sp[h][k + 4] = one_upair(sc_hi, k);
+			sp[h][k] = one_upair(s.sc[0], k);
+			sp[h][k + 4] = one_upair(s.sc[1], k);
 		}
 		summ[h] = pt_zero();
 		for (int q = 0; q < 2; q++) {
-			summ[h] = pt_dpw(summ[h], one_pick(mn_lo, 2 * q, -1, 2 * q + 1, -1),
+			summ[h] = pt_dpw(summ[h], one_pick(s.mn[0], 2 * q, -1, 2 * q + 1, -1),
 					 pt_bcast((const uint8_t *)(bs + 2 * q)));
-			summ[h] = pt_dpw(summ[h], one_pick(mn_hi, 2 * q, -1, 2 * q + 1, -1),
+			summ[h] = pt_dpw(summ[h], one_pick(s.mn[1], 2 * q, -1, 2 * q + 1, -1),
 					 pt_bcast((const uint8_t *)(bs + 4 + 2 * q)));
 		}
 		isum[h] = pt_zero();

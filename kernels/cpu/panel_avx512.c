@@ -109,9 +109,7 @@ P_INL __m512i one_pick(__m512i v, int b0, int b1, int b2, int b3)
 {
 	const __m512i off =
 		_mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c));
-	const uint32_t pat = (uint32_t)(b0 < 0 ? 0x80 : b0) | (uint32_t)(b1 < 0 ? 0x80 : b1) << 8 |
-			     (uint32_t)(b2 < 0 ? 0x80 : b2) << 16 |
-			     (uint32_t)(b3 < 0 ? 0x80 : b3) << 24;
+	const uint32_t pat = p_pick_pat(b0, b1, b2, b3);
 	return _mm512_shuffle_epi8(v, _mm512_add_epi32(off, _mm512_set1_epi32((int)pat)));
 }
 
@@ -156,20 +154,14 @@ P_INL void one_q6_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb, __m512 *acc)
 {
 	const __m512i m4 = pt_set1_8(0x0f);
-	const __m512i m6 = pt_set1(0x3f3f3f3f), m2 = pt_set1(0x03030303);
 	const __m512i dm = pt_load(rec);
-	const __m512i a = pt_load(rec + 64), b = pt_load(rec + 128), c = pt_load(rec + 192);
-	const __m512i sc_lo = pt_and(a, m6);
-	const __m512i sc_hi = pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
-	const __m512i mn_lo = pt_and(b, m6);
-	const __m512i mn_hi =
-		pt_or(pt_and(pt_srli32(c, 4), m4), pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+	const struct p_q4k_sm s = p_q4k_scales(rec);
 	const int16_t *bs = gk_bs32(x, nb) + 8 * i;
 	__m512i summ = pt_zero();
 	for (int q = 0; q < 2; q++) {
-		summ = pt_dpw(summ, one_pick(mn_lo, 2 * q, -1, 2 * q + 1, -1),
+		summ = pt_dpw(summ, one_pick(s.mn[0], 2 * q, -1, 2 * q + 1, -1),
 			      pt_bcast((const uint8_t *)(bs + 2 * q)));
-		summ = pt_dpw(summ, one_pick(mn_hi, 2 * q, -1, 2 * q + 1, -1),
+		summ = pt_dpw(summ, one_pick(s.mn[1], 2 * q, -1, 2 * q + 1, -1),
 			      pt_bcast((const uint8_t *)(bs + 4 + 2 * q)));
 	}
 	__m512i isum = pt_zero();
@@ -182,7 +174,7 @@ P_INL void one_q4_K(const uint8_t *rec, const uint8_t *x, int64_t i, int64_t nb,
 			ia1 = pt_dp(ia1, pt_and(pt_srli16(raw, 4), m4),
 				    pt_bcast(xq + 64 * j + 32 + 4 * cc));
 		}
-		const __m512i sv = j < 2 ? sc_lo : sc_hi;
+		const __m512i sv = j < 2 ? s.sc[0] : s.sc[1];
 		isum = pt_add(isum, pt_mullo(ia0, one_pick(sv, (2 * j) % 4, -1, -1, -1)));
 		isum = pt_add(isum, pt_mullo(ia1, one_pick(sv, (2 * j + 1) % 4, -1, -1, -1)));
 	}

@@ -265,28 +265,48 @@ PT_INL pt_vi p_q6(pt_vi qa, pt_vi qb, pt_vi qh, int q)
 	}
 }
 
-static void unpack_q4_K(const uint8_t *rec, struct kblk *u)
+/* A Q4_K record's 6-bit scales and mins, a lane per row, as simd_q4_K_scales takes them: byte k
+ * of sc[0] (sc[1]) is the scale of sub-block k (4 + k), of mn[] its min. They come from the
+ * record's three scale vectors at 64, 128 and 192 (panel.c's layout). */
+struct p_q4k_sm {
+	pt_vi sc[2], mn[2];
+};
+
+PT_INL struct p_q4k_sm p_q4k_scales(const uint8_t *rec)
 {
 	const pt_vi m4 = pt_set1_8(0x0f);
 	const pt_vi m6 = pt_set1(0x3f3f3f3f), m2 = pt_set1(0x03030303);
+	const pt_vi a = pt_load(rec + 64), b = pt_load(rec + 128), c = pt_load(rec + 192);
+	struct p_q4k_sm s;
+	s.sc[0] = pt_and(a, m6);
+	s.sc[1] = pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
+	s.mn[0] = pt_and(b, m6);
+	s.mn[1] = pt_or(pt_and(pt_srli32(c, 4), m4), pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+	return s;
+}
+
+/* The dword of a vpshufb mask that picks bytes b0..b3 of a dword (-1: zero): each set's
+ * one-token kernels add the dword's offset in its 128-bit lane. */
+PT_INL uint32_t p_pick_pat(int b0, int b1, int b2, int b3)
+{
+	return (uint32_t)(b0 < 0 ? 0x80 : b0) | (uint32_t)(b1 < 0 ? 0x80 : b1) << 8 |
+	       (uint32_t)(b2 < 0 ? 0x80 : b2) << 16 | (uint32_t)(b3 < 0 ? 0x80 : b3) << 24;
+}
+
+static void unpack_q4_K(const uint8_t *rec, struct kblk *u)
+{
+	const pt_vi m4 = pt_set1_8(0x0f);
 	const pt_vi dm = pt_load(rec);
 	u->d = pt_half_lo(dm);
 	u->dmin = pt_half_lo(pt_srli32(dm, 16));
-	/* The 6-bit scales and mins, as simd_q4_K_scales takes them, a lane per row. */
-	const pt_vi a = pt_load(rec + 64), b = pt_load(rec + 128);
-	const pt_vi c = pt_load(rec + 192);
-	const pt_vi sc_lo = pt_and(a, m6);
-	const pt_vi sc_hi = pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
-	const pt_vi mn_lo = pt_and(b, m6);
-	const pt_vi mn_hi =
-		pt_or(pt_and(pt_srli32(c, 4), m4), pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+	const struct p_q4k_sm s = p_q4k_scales(rec);
 	for (int k = 0; k < 4; k++) {
-		u->sc[k] = p_byte(sc_lo, k);
-		u->sc[k + 4] = p_byte(sc_hi, k);
+		u->sc[k] = p_byte(s.sc[0], k);
+		u->sc[k + 4] = p_byte(s.sc[1], k);
 	}
 	for (int q = 0; q < 2; q++) {
-		u->mp[q] = p_pair16(p_byte(mn_lo, 2 * q), p_byte(mn_lo, 2 * q + 1));
-		u->mp[q + 2] = p_pair16(p_byte(mn_hi, 2 * q), p_byte(mn_hi, 2 * q + 1));
+		u->mp[q] = p_pair16(p_byte(s.mn[0], 2 * q), p_byte(s.mn[0], 2 * q + 1));
+		u->mp[q + 2] = p_pair16(p_byte(s.mn[1], 2 * q), p_byte(s.mn[1], 2 * q + 1));
 	}
 	/* qs dword k: bytes 32j + 4c (j = k / 8, c = k % 8); its low nibbles are quants 4c.. of
 	 * sub-block 2j, its high nibbles those of sub-block 2j + 1. */
@@ -398,24 +418,17 @@ PT_INL void dtile_q4_K(const uint8_t *rec, int64_t i, int64_t nb, const uint8_t 
 		pt_vf d, dmin;
 	} u;
 	{
-		const pt_vi m6 = pt_set1(0x3f3f3f3f), m2 = pt_set1(0x03030303);
 		const pt_vi dm = pt_load(rec);
 		u.d = pt_half_lo(dm);
 		u.dmin = pt_half_lo(pt_srli32(dm, 16));
-		const pt_vi a = pt_load(rec + 64), b = pt_load(rec + 128);
-		const pt_vi c = pt_load(rec + 192);
-		const pt_vi sc_lo = pt_and(a, m6);
-		const pt_vi sc_hi = pt_or(pt_and(c, m4), pt_slli32(pt_and(pt_srli32(a, 6), m2), 4));
-		const pt_vi mn_lo = pt_and(b, m6);
-		const pt_vi mn_hi = pt_or(pt_and(pt_srli32(c, 4), m4),
-					  pt_slli32(pt_and(pt_srli32(b, 6), m2), 4));
+		const struct p_q4k_sm s = p_q4k_scales(rec);
 		for (int k = 0; k < 4; k++) {
-			u.sc[k] = p_byte(sc_lo, k);
-			u.sc[k + 4] = p_byte(sc_hi, k);
+			u.sc[k] = p_byte(s.sc[0], k);
+			u.sc[k + 4] = p_byte(s.sc[1], k);
 		}
 		for (int q = 0; q < 2; q++) {
-			u.mp[q] = p_pair16(p_byte(mn_lo, 2 * q), p_byte(mn_lo, 2 * q + 1));
-			u.mp[q + 2] = p_pair16(p_byte(mn_hi, 2 * q), p_byte(mn_hi, 2 * q + 1));
+			u.mp[q] = p_pair16(p_byte(s.mn[0], 2 * q), p_byte(s.mn[0], 2 * q + 1));
+			u.mp[q + 2] = p_pair16(p_byte(s.mn[1], 2 * q), p_byte(s.mn[1], 2 * q + 1));
 		}
 	}
 	pt_vi isum[P_TK];
