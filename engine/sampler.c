@@ -185,7 +185,7 @@ int32_t lm_sample(struct lm_sampler *s, const float *logits, const struct lm_sam
 	return c[n - 1].id;
 }
 
-float lm_logprob(const float *logits, int32_t n_vocab, int32_t id)
+struct lm_log_norm lm_log_norm(const float *logits, int32_t n_vocab)
 {
 	double max = -INFINITY, sum = 0;
 	for (int32_t i = 0; i < n_vocab; i++)
@@ -193,7 +193,17 @@ float lm_logprob(const float *logits, int32_t n_vocab, int32_t id)
 			max = sample_clean(logits[i]);
 	for (int32_t i = 0; i < n_vocab; i++)
 		sum += exp((double)sample_clean(logits[i]) - max);
-	return (float)((double)sample_clean(logits[id]) - max - log(sum));
+	return (struct lm_log_norm){.max = max, .log_sum = log(sum)};
+}
+
+float lm_logprob_of(struct lm_log_norm z, float logit)
+{
+	return (float)((double)sample_clean(logit) - z.max - z.log_sum);
+}
+
+float lm_logprob(const float *logits, int32_t n_vocab, int32_t id)
+{
+	return lm_logprob_of(lm_log_norm(logits, n_vocab), logits[id]);
 }
 
 int32_t lm_sample_verify(struct lm_sampler *s, const float *logits, int32_t n_vocab,

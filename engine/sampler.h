@@ -65,6 +65,18 @@ int32_t lm_sample_verify(struct lm_sampler *s, const float *logits, int32_t n_vo
 /* log softmax(logits)[id], the log-probability of a token under the model (for logprobs). */
 float lm_logprob(const float *logits, int32_t n_vocab, int32_t id);
 
+/* A row's softmax denominator as lm_logprob takes it: its largest logit and the log of
+ * sum exp(logit - max) (NaN logits count as -inf). One pass over the vocabulary: a caller that
+ * wants several tokens' logprobs from one row makes it once (a row's exps are most of the
+ * cost: 32000 take about 0.1 ms). */
+struct lm_log_norm {
+	double max, log_sum;
+};
+struct lm_log_norm lm_log_norm(const float *logits, int32_t n_vocab);
+
+/* log softmax(row)[id] from the row's norm: the same value lm_logprob gives. */
+float lm_logprob_of(struct lm_log_norm z, float logit);
+
 /* The uniform number in [0, 1) used for (seed, step): exposed for tests. */
 double lm_sample_uniform(uint64_t seed, uint64_t step);
 

@@ -190,8 +190,9 @@ static void stage_unpack_rows(enum wire_dtype dt, const uint8_t *src, float *dst
 	}
 }
 
-/* The top-n logprobs of a row, appended to st->top as n ids then n logprobs. */
-static size_t stage_top_logprobs(struct stage *st, const float *logits, int32_t n, size_t at)
+/* The top-n logprobs of a row whose norm is z, appended to st->top as n ids then n logprobs. */
+static size_t stage_top_logprobs(struct stage *st, const float *logits, struct lm_log_norm z,
+				 int32_t n, size_t at)
 {
 	/* n is at most lim.max_logprobs (20): a partial insertion sort over the vocabulary. */
 	int32_t ids[64];
@@ -211,7 +212,7 @@ static size_t stage_top_logprobs(struct stage *st, const float *logits, int32_t 
 		ids[j] = i;
 	}
 	for (int32_t j = 0; j < k; j++) {
-		float lp = lm_logprob(logits, st->n_vocab, ids[j]);
+		float lp = lm_logprob_of(z, logits[ids[j]]);
 		memcpy(st->top + at + 4 * (size_t)j, &ids[j], 4);
 		memcpy(st->top + at + 4 * (size_t)(k + j), &lp, 4);
 	}
@@ -339,10 +340,11 @@ static void stage_emit(struct stage *st, const struct wire_seq *q, const float *
 	struct wire_token *tk = &st->toks[t->n++];
 	tk->seq_id = q->seq_id;
 	tk->token = token;
-	tk->logprob = lm_logprob(row, st->n_vocab, token);
+	const struct lm_log_norm z = lm_log_norm(row, st->n_vocab);
+	tk->logprob = lm_logprob_of(z, row[token]);
 	tk->n_top = q->n_logprobs;
 	if (q->n_logprobs > 0)
-		*top_len = stage_top_logprobs(st, row, q->n_logprobs, *top_len);
+		*top_len = stage_top_logprobs(st, row, z, q->n_logprobs, *top_len);
 }
 
 /* A constrained sequence's token, or its verified run, under its grammar (constrain.h): with

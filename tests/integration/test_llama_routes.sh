@@ -87,6 +87,8 @@ expect "$r" '.completion_probabilities | length' 3
 expect "$r" '[.completion_probabilities[] | (.top_logprobs | length) == 4 and (.id | type) == "number" and .logprob <= 0] | all' true
 # The greedy token is the likeliest of the top ones.
 expect "$r" '[.completion_probabilities[] | .id == .top_logprobs[0].id] | all' true
+# ... with the same logprob, and the alternatives' probabilities sum to at most 1.
+expect "$r" '[.completion_probabilities[] | .logprob == .top_logprobs[0].logprob and ([.top_logprobs[].logprob | exp] | add) <= 1.000001] | all' true
 r=$(post /completion "{\"prompt\": \"$prompt\", \"n_predict\": 8, \"temperature\": 0, \"stop\": [\"little\"]}")
 expect "$r" .content "${solo%%little*}"
 expect "$r" .stop_type word

@@ -147,6 +147,24 @@ Test(sampling, checks_and_logprob)
 		cr_expect(fabs(lm_logprob(logits, V, i) - log(pr[i])) < 1e-5);
 }
 
+/* One row's norm serves every token of it (the worker's top logprobs), and a NaN logit counts
+ * as -inf: a probability of 0 that leaves the others as the softmax of the rest. */
+Test(sampling, logprob_from_one_norm)
+{
+	float row[V + 1];
+	memcpy(row, logits, sizeof logits);
+	row[V] = NAN;
+	const struct lm_log_norm z = lm_log_norm(row, V + 1);
+	cr_expect_eq(z.max, 3.0);
+	double pr[V];
+	softmax(logits, V, 1, pr);
+	for (int i = 0; i < V; i++) {
+		cr_expect(fabs(lm_logprob_of(z, row[i]) - log(pr[i])) < 1e-5, "token %d", i);
+		cr_expect_eq(lm_logprob_of(z, row[i]), lm_logprob(row, V + 1, i));
+	}
+	cr_expect(isinf(lm_logprob_of(z, row[V])) && lm_logprob_of(z, row[V]) < 0);
+}
+
 /* Verification of a draft: greedy, the longest prefix of the draft that is the argmax of its
  * row, then the row's own argmax. */
 Test(sampling, verify_greedy_takes_the_matching_prefix_and_the_next_token)
