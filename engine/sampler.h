@@ -26,9 +26,12 @@ struct lm_sampler {
 	struct lm_cand {
 		float logit;
 		int32_t id;
-	} * cand;      /* [n_vocab] */
-	int32_t *hist; /* [LM_MAX_PENALTY_WINDOW] a sorted copy of a penalty window */
+	} * cand;            /* [n_vocab] */
+	struct lm_cand *tmp; /* [n_vocab] the radix sort's other half */
+	int32_t *hist;       /* [LM_MAX_PENALTY_WINDOW] a sorted copy of a penalty window */
 };
+/* Bytes of a sampler's scratch for a vocabulary (the memory plan counts them). */
+#define LM_SAMPLER_BYTES(n_vocab) (2 * sizeof(struct lm_cand) * (uint64_t)(n_vocab))
 int lm_sampler_init(struct lm_sampler *s, int32_t n_vocab);
 void lm_sampler_fini(struct lm_sampler *s);
 

@@ -4,6 +4,7 @@
 #include "common/wire/wire.h"
 #include "engine/dnet.h"
 #include "engine/moe.h"
+#include "engine/sampler.h"
 #include "engine/weights.h"
 
 uint64_t lm_forward_scratch_bytes(const struct lm_hparams *hp, int32_t begin, int32_t end,
@@ -74,7 +75,7 @@ void lm_scratch_estimate(const struct lm_hparams *hp, const struct lm_scratch_cf
 	stage += wire_scratch_bytes(c->slots, c->max_batch > c->slots ? c->max_batch : c->slots) +
 		 n_out * (sizeof(int32_t) + sizeof(struct wire_token) + sizeof(int32_t));
 	if (c->head) /* logits of every row sampled, the sampler's candidates, top logprobs */
-		stage += n_out * v * 4 + v * 8 + n_out * WIRE_MAX_LOGPROBS * 8;
+		stage += n_out * v * 4 + LM_SAMPLER_BYTES(v) + n_out * WIRE_MAX_LOGPROBS * 8;
 	out->stage = stage + b * sizeof(int32_t); /* the trace's row indices */
 	out->trace = (uint64_t)c->trace_layers * lm_scratch_trace_bytes(hp, c->max_seq);
 

@@ -2,6 +2,7 @@
  * with softmax computed independently in double precision. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/sampler.h"
@@ -100,6 +101,141 @@ Test(sampling, filters_remove_exactly_what_they_promise)
 		cr_expect_eq(count[i] > 0, i == 1 || i == 5 || i == 2, "min-p on %d: %d", i,
 			     count[i]);
 	lm_sampler_fini(&s);
+}
+
+/* The sampler as sampler.h defines it, written plainly: every candidate sorted with qsort
+ * (descending logit, ascending id on ties), then the filters and the draw. lm_sample takes
+ * faster ways to the same order (a heap for top-k, a radix sort otherwise) and must draw the
+ * same token every time. */
+struct ref_cand {
+	float logit;
+	int32_t id;
+};
+
+static int ref_cmp(const void *a, const void *b)
+{
+	const struct ref_cand *x = a, *y = b;
+	if (x->logit != y->logit)
+		return x->logit > y->logit ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static int32_t ref_sample(const float *row, int32_t n, const struct lm_sampling *p, uint64_t step,
+			  struct ref_cand *c)
+{
+	for (int32_t i = 0; i < n; i++)
+		c[i] = (struct ref_cand){isnan(row[i]) ? -INFINITY : row[i], i};
+	qsort(c, (size_t)n, sizeof *c, ref_cmp);
+	if (!(p->temperature > 0) || c[0].logit == -INFINITY)
+		return c[0].id;
+	if (p->top_k > 0 && p->top_k < n)
+		n = p->top_k;
+	double max = c[0].logit;
+	if (p->top_p < 1) {
+		double sum = 0, cum = 0;
+		for (int32_t i = 0; i < n; i++)
+			sum += exp((double)c[i].logit - max);
+		for (int32_t i = 0; i < n; i++) {
+			cum += exp((double)c[i].logit - max) / sum;
+			if (cum >= p->top_p) {
+				n = i + 1;
+				break;
+			}
+		}
+	}
+	if (p->min_p > 0) {
+		int32_t keep = 1;
+		while (keep < n && (double)c[keep].logit >= max + log((double)p->min_p))
+			keep++;
+		n = keep;
+	}
+	double total = 0, acc = 0;
+	for (int32_t i = 0; i < n; i++)
+		total += exp(((double)c[i].logit - max) / p->temperature);
+	const double u = lm_sample_uniform(p->seed, step) * total;
+	for (int32_t i = 0; i < n; i++) {
+		acc += exp(((double)c[i].logit - max) / p->temperature);
+		if (u < acc)
+			return c[i].id;
+	}
+	return c[n - 1].id;
+}
+
+/* Rows of every kind the order has to get right: spread values, many ties, signed zeros (equal
+ * to sample_cmp), -inf, NaN (as -inf), huge magnitudes, and all -inf. */
+static void ref_row(float *l, int32_t n, int kind, unsigned *seed)
+{
+	for (int32_t i = 0; i < n; i++) {
+		const float g = ((float)rand_r(seed) / (float)RAND_MAX - 0.5f) * 8;
+		const int r = rand_r(seed);
+		switch (kind) {
+		case 1:
+			l[i] = (float)(r % 5);
+			break;
+		case 2:
+			l[i] = r % 3 == 0 ? -0.0f : r % 3 == 1 ? 0.0f : g;
+			break;
+		case 3:
+			l[i] = r % 4 == 0 ? -INFINITY : g;
+			break;
+		case 4:
+			l[i] = r % 7 == 0 ? NAN : g;
+			break;
+		case 5:
+			l[i] = r % 2 ? -1e30f : 1e-30f * (float)(r % 3);
+			break;
+		case 6:
+			l[i] = -INFINITY;
+			break;
+		default:
+			l[i] = g;
+		}
+	}
+}
+
+Test(sampling, draws_what_the_plain_sampler_draws)
+{
+	static const int32_t sizes[] = {1, 2, 3, 7, 64, 257, 1000, 4096};
+	static const float temps[] = {0.0f, 0.3f, 0.8f, 1.5f};
+	static const float top_p[] = {1.0f, 0.9f, 0.5f}, min_p[] = {0.0f, 0.05f, 0.5f};
+	unsigned seed = 7;
+	long n_cases = 0;
+	for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+		const int32_t n = sizes[si];
+		const int32_t top_k[] = {0, 1, 5, 40, n, n + 3};
+		float *l = malloc((size_t)n * sizeof *l);
+		struct ref_cand *c = malloc((size_t)n * sizeof *c);
+		struct lm_sampler s;
+		cr_assert(l != NULL && c != NULL && lm_sampler_init(&s, n) == 0);
+		for (int kind = 0; kind < 7; kind++) {
+			ref_row(l, n, kind, &seed);
+			for (int a = 0; a < 4; a++)
+				for (int b = 0; b < 6; b++)
+					for (int t = 0; t < 3; t++) {
+						struct lm_sampling p = LM_SAMPLING_DEFAULT;
+						p.temperature = temps[a];
+						p.top_k = top_k[b];
+						p.top_p = top_p[t];
+						p.min_p = min_p[(a + b + t) % 3];
+						p.seed = (uint64_t)rand_r(&seed);
+						const uint64_t step =
+							(uint64_t)(a * 18 + b * 3 + t);
+						cr_expect_eq(lm_sample(&s, l, &p, step),
+							     ref_sample(l, n, &p, step, c),
+							     "n %d, rows of kind %d, T %g, top_k "
+							     "%d, top_p "
+							     "%g, min_p %g",
+							     n, kind, (double)p.temperature,
+							     p.top_k, (double)p.top_p,
+							     (double)p.min_p);
+						n_cases++;
+					}
+		}
+		lm_sampler_fini(&s);
+		free(c);
+		free(l);
+	}
+	cr_expect_eq(n_cases, 8 * 7 * 72);
 }
 
 Test(sampling, same_seed_same_tokens)
