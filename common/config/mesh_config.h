@@ -48,10 +48,12 @@
  *                                    a loopback address
  *   log_level     "error"|"warn"|"info"|"debug"; default "info"
  *   batches_in_flight integer        FORWARD batches travelling the ring at once, 1 to 64, the
- *                                    decoding sequences shared among them; default one per
- *                                    worker, so every stage has a batch to work on (fewer, larger
- *                                    batches read each weight for more sequences at once:
- *                                    bench/RESULTS.md measures the trade)
+ *                                    decoding sequences shared among them; default (0) one per
+ *                                    worker, so every stage has a batch to work on, but no more
+ *                                    than this machine's CPUs compute at once where `up` spawns
+ *                                    the (CPU) workers (mesh.c; fewer, larger batches read each
+ *                                    weight for more sequences at once: bench/RESULTS.md
+ *                                    measures the trade)
  *   max_queued    integer            requests that may wait for a KV slot, 0 to 1000000 (0:
  *                                    no limit); past it the API answers 429 with Retry-After;
  *                                    default 256

@@ -19,6 +19,7 @@
 #include <nng/protocol/pipeline0/pull.h>
 #include <nng/protocol/pipeline0/push.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,35 @@ static int mesh_open_draft(struct mesh *m, lm_diag *d)
 	return rc;
 }
 
+/* FORWARD batches on the ring when [coordinator] batches_in_flight is left out. One per worker
+ * keeps every stage busy where each worker has CPUs of its own. Workers this process spawned
+ * share this machine's: past as many batches as its CPUs can compute at once, stages only take
+ * turns on them, and each turn is a sleep and a wake-up (bench/inflight.sh measures it on
+ * meshes of 3, 20 and 60 workers: bench/RESULTS.md). CUDA workers compute on their devices:
+ * with any, one per worker. */
+static int32_t mesh_batches_in_flight(const struct mesh *m, long *cpus_out)
+{
+	const int32_t n = m->facts.n_workers;
+	*cpus_out = 0;
+	if (m->cfg.batches_in_flight > 0)
+		return m->cfg.batches_in_flight;
+	if (!m->o->spawn)
+		return n;
+	int32_t threads = 1;
+	for (int32_t i = 0; i < m->cfg.n_workers; i++) {
+		if (m->cfg.workers[i].backend != MESH_BACKEND_CPU)
+			return n;
+		if (m->cfg.workers[i].threads > threads)
+			threads = m->cfg.workers[i].threads;
+	}
+	cpu_set_t set;
+	long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+								: sysconf(_SC_NPROCESSORS_ONLN);
+	*cpus_out = cpus;
+	const long k = cpus / threads > 1 ? cpus / threads : 1;
+	return k < n ? (int32_t)k : n;
+}
+
 /* Starts the data plane, the scheduler and the API when every worker is first ready (from
  * mesh_on_workers, under svc_mu, once). */
 static int mesh_start_serving(struct mesh *m, lm_diag *d)
@@ -258,6 +288,12 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 		return lm_fail(d, LM_EIO, "push socket: %s", nng_strerror(rv));
 	m->push_open = true;
 	nng_socket_set_ms(m->push, NNG_OPT_SENDTIMEO, 1000);
+	long cpus;
+	const int32_t inflight = mesh_batches_in_flight(m, &cpus);
+	if (inflight < m->facts.n_workers && cpus > 0)
+		lm_info("batches in flight: %d, as many as this machine's %ld CPUs compute at once "
+			"(its %d workers share them; [coordinator] batches_in_flight sets it)",
+			(int)inflight, cpus, (int)m->facts.n_workers);
 	if ((rc = lm_link_init(&m->head, m->push, &m->tls, d)) != 0 ||
 	    (rc = lm_link_dial(&m->head, m->cfg.workers[0].data, d)) != 0)
 		return rc;
@@ -267,9 +303,7 @@ static int mesh_start_serving(struct mesh *m, lm_diag *d)
 			       .reserved_slots = MESH_PROBE_SLOTS,
 			       .max_seq = m->facts.max_seq,
 			       .max_batch = m->cfg.max_batch,
-			       .max_inflight = m->cfg.batches_in_flight > 0
-						       ? m->cfg.batches_in_flight
-						       : m->facts.n_workers,
+			       .max_inflight = inflight,
 			       .prefill_chunk = m->cfg.max_batch,
 			       .n_vocab = m->hp.n_vocab,
 			       .max_logprobs = WIRE_MAX_LOGPROBS,

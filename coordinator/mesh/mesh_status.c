@@ -50,6 +50,7 @@ static void mesh_status_scheduler(cJSON *o, struct mesh_status_src *src,
 	cJSON_AddNumberToObject(q, "requests", (double)atomic_load(&s->requests));
 	cJSON_AddNumberToObject(q, "active", atomic_load(&s->active));
 	cJSON_AddNumberToObject(q, "queued", atomic_load(&s->queued));
+	cJSON_AddNumberToObject(q, "batches_in_flight", s->max_inflight);
 	cJSON_AddNumberToObject(q, "tokens_generated", (double)atomic_load(&s->tokens_generated));
 	cJSON_AddNumberToObject(q, "batches", (double)atomic_load(&s->batches));
 	cJSON_AddNumberToObject(q, "ring_errors", (double)atomic_load(&s->ring_errors));

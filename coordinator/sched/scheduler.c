@@ -1206,6 +1206,7 @@ int sched_start(struct sched **out, const struct sched_cfg *cfg, lm_diag *d)
 	if (s->cfg.n_workers < 0)
 		s->cfg.n_workers = 0;
 	s->stats.n_workers = s->cfg.n_workers;
+	s->stats.max_inflight = s->cfg.max_inflight;
 	if (s->cfg.max_draft >= s->cfg.max_batch)
 		s->cfg.max_draft = s->cfg.max_batch - 1;
 	s->available = true;

@@ -160,6 +160,7 @@ struct sched_stats {
 	 * that took several workers down at once counts for each of them. */
 	_Atomic uint64_t *worker_replays;
 	int32_t n_workers;
+	int32_t max_inflight; /* the batches it keeps on the ring (cfg.max_inflight, bounded) */
 	/* Per request, in nanoseconds from sched_submit: to its first generated token (ttft), and
 	 * to its end for any reason (duration); per generated token after the first, the time
 	 * since the one before (token). ttft and token together count tokens_generated. */

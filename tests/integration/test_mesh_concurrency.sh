@@ -64,6 +64,19 @@ echo "scheduler: $tokens tokens generated in $batches batches"
 [ "$tokens" -ge 16 ] || fail "only $tokens tokens generated"
 [ $((batches * 3)) -lt "$tokens" ] || fail "sequences were not batched: $batches batches for $tokens tokens"
 
+# The workers `up` spawned share this machine's CPUs (one thread each): by default as many
+# batches travel as the CPUs compute at once, at most one per worker, and the log says so when
+# that is fewer than the workers.
+cpus=$(nproc)
+want=$((cpus < 3 ? cpus : 3))
+inflight=$(jq '.scheduler.batches_in_flight' <<<"$status")
+[ "$inflight" = "$want" ] || fail "batches in flight: $inflight, want $want ($cpus CPUs, 3 workers)"
+if [ "$want" -lt 3 ]; then
+	grep -q "batches in flight: $want, as many as this machine's $cpus CPUs" "$dir/up.log" ||
+		fail "the log does not say why $want batches travel: $(cat "$dir/up.log")"
+fi
+echo "ok: $inflight batches in flight on $cpus CPUs"
+
 # Ctrl-C: the same clean stop as SIGTERM.
 kill -INT "$LM_UP_PID"
 lm_wait_exit "$LM_UP_PID" 20 || fail "layermesh up did not stop on SIGINT"
@@ -74,3 +87,11 @@ fi
 left=$(find "$dir" -maxdepth 1 \( -name '*.data' -o -name '*.ctl' \))
 [ -z "$left" ] || fail "ipc files left behind: $left"
 echo "ok: SIGINT stopped every process and removed the ipc files"
+
+# mesh.toml's batches_in_flight is taken as it is.
+sed -i 's/^\[coordinator\]/[coordinator]\nbatches_in_flight = 5/' "$dir/mesh.toml"
+lm_up "$dir/mesh.toml" "$dir/up2.log"
+inflight=$(curl -sf "$LM_URL/v1/status" | jq '.scheduler.batches_in_flight')
+[ "$inflight" = 5 ] || fail "batches_in_flight = 5 in mesh.toml, $inflight in /v1/status"
+lm_down "$dir"
+echo "ok: batches_in_flight = 5 from mesh.toml"
