@@ -116,7 +116,7 @@ one() {
 	esac
 	local f
 	if [ "$per" = 0 ]; then f="0:6 6:12 12:16"; else f=$(fence "$n" "$per"); fi
-	bench_mesh_up "$mesh-$set" "$model" 256 "$memory" "$f" "$coord" "" 600
+	BENCH_SLOTS=$seqs bench_mesh_up "$mesh-$set" "$model" 256 "$memory" "$f" "$coord" "" 600
 	curl -sf "$URL/v1/status" | jq '.scheduler.batches_in_flight' >"$TMP/bif.$mesh.$set"
 	for ((r = 0; r < REPS; r++)); do round "$seqs" >>"$TMP/res.$mesh.$set"; done
 	mesh_down

@@ -14,18 +14,18 @@ bench_cleanup() {
 }
 
 # bench_mesh_up NAME MODEL MAX_SEQ MEMORY FENCE COORD EXTRA TIMEOUT: MODEL over the workers of
-# FENCE ("0:2 2:4 4:6"), each with memory_limit MEMORY, 17 slots of MAX_SEQ positions, on ipc
-# under $TMP/NAME; COORD: more lines of [coordinator] ("prefix_cache = false\n"), EXTRA: more
-# tables ("[speculative]\nmax_draft = 4\n\n"), both printf %b strings; TIMEOUT: seconds
-# `layermesh up` may take to start each worker. Waits for /readyz (exits if the mesh dies).
+# FENCE ("0:2 2:4 4:6"), each with memory_limit MEMORY, 17 slots (or BENCH_SLOTS) of MAX_SEQ
+# positions, on ipc under $TMP/NAME; COORD: more lines of [coordinator] ("prefix_cache =
+# false\n"), EXTRA: more tables ("[speculative]\nmax_draft = 4\n\n"), both printf %b strings;
+# TIMEOUT: seconds `layermesh up` may take to start each worker. Waits for /readyz (exits if the mesh dies).
 bench_mesh_up() {
 	local name=$1 model=$2 max_seq=$3 memory=$4 fence=$5 coord=$6 extra=$7 timeout=$8
 	local dir=$TMP/$1 i=0 r http
 	mkdir -p "$dir"
 	http=$((20000 + RANDOM % 10000))
 	{
-		printf '[model]\npath = "%s"\nmax_seq_len = %d\nslots = 17\nmax_batch = 64\n\n' \
-			"$model" "$max_seq"
+		printf '[model]\npath = "%s"\nmax_seq_len = %d\nslots = %d\nmax_batch = 64\n\n' \
+			"$model" "$max_seq" "${BENCH_SLOTS:-17}"
 		printf '[coordinator]\nhttp = "127.0.0.1:%d"\ndata_in = "ipc://%s/c.data"\n' "$http" "$dir"
 		printf '%b\n[plan]\nstrategy = "pinned"\n\n%b' "$coord" "$extra"
 		for r in $fence; do
