@@ -15,7 +15,8 @@
 #           the per-hop cost) and on the 0.85B q8_0 model
 #   batch   16 concurrent sequences against one through the 0.85B q8_0 mesh's HTTP API, and each
 #           worker's peak resident memory (VmHWM) beside its planned bytes; then the single
-#           process's forward of the 4- and 6-token steps 16 sequences make, the bound on their gain
+#           process's forwards of the steps 16 sequences make (over the batches the mesh keeps in
+#           flight), the bound on their gain
 #   moe     a synthetic qwen3moe of 1.91B parameters, 0.50B of them active per token (dim 2048,
 #           16 layers, 32/8 heads, 32 experts of width 512 of which a token takes 4, the
 #           32000-token llama vocabulary; 2.0 GB in q8_0) in each of --moe-types: prefill and
@@ -24,7 +25,7 @@
 #           its matmuls took) beside the active bytes (every tensor but the experts a token does
 #           not take); the same for a qwen35 hybrid of the 0.85B llama's size (gated delta-net
 #           layers, every 4th layer full attention); then 16 concurrent sequences against one
-#           through a 3-worker mesh of the MoE, and its 4- and 6-token steps as in batch
+#           through a 3-worker mesh of the MoE, and its steps as in batch
 #   peer    llama.cpp's own layer split over RPC (3 ggml-rpc-servers of one thread under a
 #           llama-server, built once from the oracle's llama.cpp into bench/peer/: see
 #           bench/peer.sh) beside the 3-worker mesh of one thread a worker, on the 0.85B q8_0
@@ -688,38 +689,57 @@ steps_rep() {
 	record_rep "$1" "$2" "$8" 1 "$9" "$7"
 }
 
+# mesh_inflight SECTION MODEL: the batches the mesh up now keeps on the ring (/v1/status), as
+# INFLIGHT for step_rates and as a row for summarize.sh.
+mesh_inflight() {
+	INFLIGHT=$(curl -sf "$URL/v1/status" | jq '.scheduler.batches_in_flight')
+	row "$1" "$2" steps 1 0 inflight "$INFLIGHT"
+}
+
 # step_rates SECTION MODEL FILE: what the batched matmul gives a 16-sequence step, measured in the
-# single process at one thread. The scheduler spreads 16 sequences over the 3 batches in flight
-# (a batch takes at most ceil(16 / 3) = 6 of them), so each worker step is a forward of 6, 6 or
-# 4 tokens, not 16: those two forwards, interleaved rep by rep, each followed by a one-token
-# decode. Then two processes doing the 6-token forward at once (rep by rep, both started
-# together): what a second CPU adds where the two share the memory's bandwidth. summarize.sh
-# turns them into the bound on 16 sequences' gain over one.
+# single process at one thread. The scheduler spreads 16 sequences over the INFLIGHT batches in
+# flight (mesh_inflight; a batch takes at most ceil(16 / INFLIGHT) of them): with 2, each worker
+# step is a forward of 8 tokens; with 3, of 6, 6 or 4. Those forwards (interleaved rep by rep
+# where there are two sizes), each followed by a one-token decode; then two processes doing the
+# larger forward at once (rep by rep, both started together): what a second CPU adds where the
+# two share the memory's bandwidth. summarize.sh turns them into the bound on 16 sequences' gain
+# over one.
 step_rates() {
-	local sec=$1 name=$2 file=$3 r a b
-	log "$sec: $name, the forward of a 4- and a 6-token step against one token, $REPS reps"
-	srv_start step4 "$BRUN" --model "$file" --bench-prefill 4 --bench-decode 8 --reps "$REPS" \
-		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
-	srv_start step6 "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 \
+	local sec=$1 name=$2 file=$3 r a b k=${INFLIGHT:-3} big last
+	big=$(((16 + k - 1) / k))
+	last=$((16 - (k - 1) * big))
+	log "$sec: $name, the forwards of a 16-sequence step over $k batches ($big and $last tokens) against one token, $REPS reps"
+	srv_start "step$big" "$BRUN" --model "$file" --bench-prefill "$big" --bench-decode 8 \
 		--reps $((2 * REPS)) --threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	if [ "$last" != "$big" ]; then
+		srv_start "step$last" "$BRUN" --model "$file" --bench-prefill "$last" --bench-decode 8 \
+			--reps "$REPS" --threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	fi
 	for ((r = 0; r < REPS; r++)); do
-		a=$(srv_rep step4)
-		b=$(srv_rep step6)
-		steps_rep "$sec" "$name" "4- and 6-token steps, rep $r" "$a" step4 "$r" "$b" step6 "$r"
+		b=$(srv_rep "step$big")
+		if [ "$last" != "$big" ]; then
+			a=$(srv_rep "step$last")
+			steps_rep "$sec" "$name" "$last- and $big-token steps, rep $r" "$a" "step$last" "$r" \
+				"$b" "step$big" "$r"
+		else
+			echo "$sec $name $big-token steps, rep $r: $b" | tr '\n' ' ' >>"$LOG"
+			echo >>"$LOG"
+			record_rep "$sec" "$name" "step$big" 1 "$r" "$b"
+		fi
 	done
-	srv_stop step4
-	srv_start step6b "$BRUN" --model "$file" --bench-prefill 6 --bench-decode 8 --reps "$REPS" \
-		--threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
+	[ "$last" = "$big" ] || srv_stop "step$last"
+	srv_start "step${big}b" "$BRUN" --model "$file" --bench-prefill "$big" --bench-decode 8 \
+		--reps "$REPS" --threads 1 --kernels "$KERNELS" --bench-warmup --bench-wait
 	for ((r = 0; r < REPS; r++)); do
-		srv_go step6
-		srv_go step6b
-		a=$(srv_read step6)
-		b=$(srv_read step6b)
-		steps_rep "$sec" "$name" "two 6-token steps at once, rep $r" "$a" step6pair "$r" \
-			"$b" step6pair "$((REPS + r))"
+		srv_go "step$big"
+		srv_go "step${big}b"
+		a=$(srv_read "step$big")
+		b=$(srv_read "step${big}b")
+		steps_rep "$sec" "$name" "two $big-token steps at once, rep $r" "$a" "step${big}pair" "$r" \
+			"$b" "step${big}pair" "$((REPS + r))"
 	done
-	srv_stop step6
-	srv_stop step6b
+	srv_stop "step$big"
+	srv_stop "step${big}b"
 }
 
 section_batch_on_mesh() {
@@ -731,6 +751,7 @@ section_batch_on_mesh() {
 		sixteen=$(busy_round seq16 "$r" 16 "$BATCH_TOKENS" "$ids")
 		echo "batch rep $r: 1 seq $one | 16 seqs $sixteen (timings, wall tok/s)" >>"$LOG"
 	done
+	mesh_inflight batch 0.85B-q8_0
 	local status j pid hwm planned
 	status=$(curl -sf "$URL/v1/status")
 	for j in 0 1 2; do
@@ -746,8 +767,8 @@ section_batch_on_mesh() {
 
 # The forwards of a 16-sequence step (step_rates), run here so that both ways into the batch
 # section (with and without mesh) take them; then the same 16 sequences in one batch travelling
-# the ring (batches_in_flight = 1), against the default of one batch per worker: weight reuse
-# against keeping every stage busy.
+# the ring (batches_in_flight = 1), against the default (one batch per worker, or as many as
+# the CPUs compute at once where that is fewer): weight reuse against keeping stages busy.
 section_batch_one_inflight() {
 	local ids r out
 	step_rates batch 0.85B-q8_0 "$(model_085b q8_0)"
@@ -799,6 +820,7 @@ section_moe() {
 			"$BATCH_TOKENS" "$ids")
 		echo "moe batch rep $r: 1 seq $one | 16 seqs $sixteen (timings, wall tok/s)" >>"$LOG"
 	done
+	mesh_inflight moebatch "$name"
 	mesh_down
 	step_rates moebatch "$name" "$f"
 }

@@ -74,30 +74,40 @@ function rnum(ka, kb) { return (ka in list && kb in list && med(kb) != 0) ? med(
 function yes(ok) { return ok ? "**met**" : "not met" }
 # The bound on the gain of 16 sequences over one that the figures of this run give (step_rates
 # in run.sh): the workers can be busy at most ncpu / (their busy sum at one sequence) times as
-# much as they are at one sequence, and a 16-sequence step (6, 6 and 4 tokens, one batch per
-# worker) does the work of 16 tokens in 2 t(6) + t(4), against t(1) a token one at a time. On
-# 2 CPUs, two 6-token forwards at once say how many CPUs at full speed the two are worth where
-# they share the bandwidth of the memory (at most 2): that replaces ncpu.
-function steps_bound(sec, m, A,   S4, S6, SP, t, dec, gain, busy, cpus, conc, why) {
-	S4 = sec "|" m "|step4|1|"; S6 = sec "|" m "|step6|1|"; SP = sec "|" m "|step6pair|1|"
-	if (!((S4 "prefill_ms") in list) || !((A "busy_w0") in list)) return ""
-	t = 2 * med(S6 "prefill_ms") + med(S4 "prefill_ms")
-	dec = (med(S4 "decode_tok_s") + med(S6 "decode_tok_s")) / 2
+# much as they are at one sequence, and a 16-sequence step over k batches in flight (as the mesh
+# keeps them, mesh_inflight; 3 where a run did not record it) does the work of 16 tokens in (k - 1)
+# forwards of ceil(16 / k) tokens and one of the rest, against t(1) a token one at a time. On
+# 2 CPUs, two of the larger forwards at once say how many CPUs at full speed the two are worth
+# where they share the bandwidth of the memory (at most 2): that replaces ncpu.
+function steps_bound(sec, m, A,   K, k, big, last, SB, SL, SP, t, dec, gain, busy, cpus, conc, why, shape, i) {
+	K = sec "|" m "|steps|1|inflight"
+	k = (K in list) ? med(K) : 3
+	big = int((16 + k - 1) / k); last = 16 - (k - 1) * big
+	SB = sec "|" m "|step" big "|1|"; SL = sec "|" m "|step" last "|1|"
+	SP = sec "|" m "|step" big "pair|1|"
+	if (!((SB "prefill_ms") in list) || !((SL "prefill_ms") in list) || !((A "busy_w0") in list))
+		return ""
+	t = (k - 1) * med(SB "prefill_ms") + med(SL "prefill_ms")
+	dec = (med(SL "decode_tok_s") + med(SB "decode_tok_s")) / 2
 	gain = 16000 / t / dec
 	busy = med(A "busy_w0") + med(A "busy_w1") + med(A "busy_w2")
 	cpus = ncpu
 	why = sprintf("%d CPUs", ncpu)
 	if (ncpu == 2 && (SP "prefill_ms") in list && med(SP "prefill_ms") > 0) {
-		cpus = 2 * med(S6 "prefill_ms") / med(SP "prefill_ms")
+		cpus = 2 * med(SB "prefill_ms") / med(SP "prefill_ms")
 		cpus = cpus > 2 ? 2 : cpus
-		why = sprintf("two 6-token forwards at once take %s ms each, so the 2 CPUs, which " \
-			"share the memory, do the work of %.2f at full speed, and", mmm(SP "prefill_ms"), cpus)
+		why = sprintf("two %d-token forwards at once take %s ms each, so the 2 CPUs, which " \
+			"share the memory, do the work of %.2f at full speed, and", big, mmm(SP "prefill_ms"), cpus)
 	}
 	conc = busy > 0 ? cpus / busy : 0
+	shape = big
+	for (i = 2; i < k; i++) shape = shape ", " big
+	if (k > 1) shape = shape " and " last
 	printf "\nThe bound on 16 sequences here, from this run: a 16-sequence step is a forward of "
-	printf "6, 6 and 4 tokens (one batch per worker); the single process at one thread does a "
-	printf "4-token forward in %s ms, a 6-token one in %s ms, so 16 tokens at %.1f tok/s ", \
-		mmm(S4 "prefill_ms"), mmm(S6 "prefill_ms"), 16000 / t
+	printf "%s tokens (%d batches in flight); the single process at one thread does ", shape, k
+	if (last != big)
+		printf "a %d-token forward in %s ms and ", last, mmm(SL "prefill_ms")
+	printf "a %d-token one in %s ms, so 16 tokens at %.1f tok/s ", big, mmm(SB "prefill_ms"), 16000 / t
 	printf "against %.1f decoding one at a time: %.2fx. One sequence keeps the workers busy %.2f " \
 		"of the wall time in all; %s give at most %.2fx more. Bound: %.2fx.\n", \
 		dec, gain, busy, why, conc, gain * conc
@@ -273,7 +283,9 @@ END {
 		printf "|---|---|---|---|---|\n"
 		A = "batch|0.85B-q8_0|seq1|1|"; B = "batch|0.85B-q8_0|seq16|1|"
 		printf "| 1 | %s | | %s | |\n", mmm(A "agg_tok_s"), mmm(A "wall_tok_s")
-		printf "| 16 | %s | %s | %s | %s |\n", mmm(B "agg_tok_s"), \
+		K = "batch|0.85B-q8_0|steps|1|inflight"
+		printf "| 16%s | %s | %s | %s | %s |\n", \
+			(K in list) ? sprintf(", %d batches in flight (the default)", med(K)) : "", mmm(B "agg_tok_s"), \
 			ratio(B "agg_tok_s", A "agg_tok_s"), mmm(B "wall_tok_s"), \
 			ratio(B "wall_tok_s", A "wall_tok_s")
 		C = "batch|0.85B-q8_0|seq16_bif1|1|"
