@@ -28,16 +28,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$here/build}" && pwd)
 export LM_BIN=$build/coordinator/layermesh LM_WORKER=$build/worker/layermesh-worker
-for p in "$LM_BIN" "$LM_WORKER"; do
-	[ -x "$p" ] || { echo "deep_mesh: $p is missing: build first (ninja -C $build)" >&2; exit 1; }
-done
-for t in jq curl; do
-	command -v "$t" >/dev/null || { echo "deep_mesh: $t is needed" >&2; exit 1; }
-done
-if [ -z "${LM_SHARED:-}" ]; then
-	LM_SHARED=$(meson introspect "$build" --buildoptions 2>/dev/null |
-		jq -r '.[] | select(.name == "shared_dir") | .value' 2>/dev/null || true)
-fi
+# shellcheck source=bench/lib.sh
+source "$here/bench/lib.sh"
+bench_require deep_mesh "$build" "$LM_BIN" "$LM_WORKER"
+LM_SHARED=$(bench_shared_dir "$build")
 export LM_SHARED
 vocab="$LM_SHARED/models/stories260K.gguf"
 [ -f "$vocab" ] || {

@@ -41,24 +41,18 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 LM=$BUILD/coordinator/layermesh
 WORKER=$BUILD/worker/layermesh-worker
-for p in "$LM" "$WORKER"; do
-	[ -x "$p" ] || { echo "inflight.sh: $p is missing: build first (ninja -C $BUILD)" >&2; exit 1; }
-done
-for t in jq curl; do
-	command -v "$t" >/dev/null || { echo "inflight.sh: $t is needed" >&2; exit 1; }
-done
-SHARED=${LM_SHARED:-$(meson introspect "$BUILD" --buildoptions 2>/dev/null |
-	jq -r '.[] | select(.name == "shared_dir") | .value' 2>/dev/null || true)}
+bench_require inflight.sh "$BUILD" "$LM" "$WORKER"
+SHARED=$(bench_shared_dir "$BUILD")
 STORIES=$SHARED/models/stories260K.gguf
 VOCAB=$SHARED/tokenizer/ggml-vocab-llama-spm.gguf
 for f in "$STORIES" "$VOCAB"; do
 	[ -f "$f" ] || { echo "inflight.sh: $f is missing (LM_SHARED)" >&2; exit 1; }
 done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/lm-inflight.XXXXXX")
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
 trap bench_cleanup EXIT
 
 mkdir -p "$ROOT/bench/models"

@@ -1,11 +1,33 @@
 # shellcheck shell=bash
-# bench/lib.sh — what the mesh benchmarks share (sourced by bench/prefix.sh and bench/spec.sh):
+# bench/lib.sh — what the mesh benchmarks share (sourced by bench/prefix.sh, bench/spec.sh, bench/inflight.sh and bench/deep_mesh.sh):
 # a mesh up and down, its /metrics, medians.
 #
 # The caller sets LM (layermesh), WORKER (layermesh-worker) and TMP (a scratch directory) and
-# traps EXIT to bench_cleanup; bench_mesh_up sets URL and UP_PID.
+# traps EXIT to bench_cleanup; bench_mesh_up sets URL and UP_PID. bench_require and
+# bench_shared_dir need none of that: a script calls them first, before it makes anything.
 
 UP_PID=
+
+# bench_require NAME BUILD BINARY...: exits, saying what to do, unless every BINARY is built
+# (in BUILD) and jq and curl are installed. NAME is the script, for the message.
+bench_require() {
+	local name=$1 build=$2 p t
+	shift 2
+	for p in "$@"; do
+		[ -x "$p" ] || { echo "$name: $p is missing: build first (ninja -C $build)" >&2; exit 1; }
+	done
+	for t in jq curl; do
+		command -v "$t" >/dev/null || { echo "$name: $t is needed" >&2; exit 1; }
+	done
+}
+
+# bench_shared_dir BUILD: the shared data directory: LM_SHARED where set, else the one BUILD
+# was configured with (meson's shared_dir option); empty when neither says.
+bench_shared_dir() {
+	[ -z "${LM_SHARED:-}" ] || { echo "$LM_SHARED"; return; }
+	meson introspect "$1" --buildoptions 2>/dev/null |
+		jq -r '.[] | select(.name == "shared_dir") | .value' 2>/dev/null || true
+}
 
 # bench_cleanup: the mesh still up is stopped, the scratch directory removed.
 bench_cleanup() {

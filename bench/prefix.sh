@@ -46,11 +46,15 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 LM=$BUILD/coordinator/layermesh
 WORKER=$BUILD/worker/layermesh-worker
-SHARED=$(meson introspect "$BUILD" --buildoptions | jq -r '.[] | select(.name == "shared_dir") | .value')
+bench_require bench/prefix.sh "$BUILD" "$LM" "$WORKER"
+SHARED=$(bench_shared_dir "$BUILD")
+[ -f "$SHARED/models/stories260K.gguf" ] ||
+	{ echo "bench/prefix.sh: $SHARED/models/stories260K.gguf is missing (LM_SHARED)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/lm-bench-prefix.XXXXXX)
-source "$ROOT/bench/lib.sh"
 trap bench_cleanup EXIT
 # The sizes: history and turn, system prompt and clients, the samples' prompt and tokens.
 HIST=2000 TURN=50 SYS=4000 CLIENTS=16 NPROMPT=1000 NTOK=32

@@ -41,13 +41,16 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 LM=$BUILD/coordinator/layermesh
 WORKER=$BUILD/worker/layermesh-worker
 ORACLE=$BUILD/tests/oracle/lm_oracle
-SHARED=$(meson introspect "$BUILD" --buildoptions | jq -r '.[] | select(.name == "shared_dir") | .value')
+bench_require bench/spec.sh "$BUILD" "$LM" "$WORKER"
+SHARED=$(bench_shared_dir "$BUILD")
 STORIES=$SHARED/models/stories260K.gguf
+[ -f "$STORIES" ] || { echo "bench/spec.sh: $STORIES is missing (LM_SHARED)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/lm-bench-spec.XXXXXX)
-source "$ROOT/bench/lib.sh"
 trap bench_cleanup EXIT
 OUT=$TMP/out.md
 say() { echo "$*" >>"$OUT"; }
