@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# bench/lib.sh — what the mesh benchmarks share (sourced by bench/prefix.sh, bench/spec.sh, bench/inflight.sh and bench/deep_mesh.sh):
-# a mesh up and down, its /metrics, medians.
+# bench/lib.sh — what the mesh benchmarks share (sourced by bench/prefix.sh, bench/spec.sh,
+# bench/inflight.sh and bench/deep_mesh.sh): their checks, a mesh up and down, its /metrics,
+# medians.
 #
 # The caller sets LM (layermesh), WORKER (layermesh-worker) and TMP (a scratch directory) and
 # traps EXIT to bench_cleanup; bench_mesh_up sets URL and UP_PID. bench_require and
