@@ -16,8 +16,11 @@
  * expanded, so x{1000}{1000} is refused, not allocated), every rule referenced must be defined,
  * `root` must exist, and left recursion (which would make matching loop) is refused. Errors
  * name the line and column (1-based) and what was expected. Matching is bounded too: a state
- * holds at most GBNF_MAX_STACKS alternatives of at most GBNF_MAX_STACK_DEPTH rules each; a text
- * that needs more is rejected (LM_ERANGE), never allocated without bound.
+ * holds at most GBNF_MAX_STACKS alternatives of at most GBNF_MAX_STACK_DEPTH rules each, one
+ * byte costs at most GBNF_MAX_WORK words of stacks copied, hashed and compared and of class
+ * members scanned, and one mask at most GBNF_MAX_MASK_WORK; a text that needs more is rejected
+ * (LM_ERANGE), never allocated or worked through without bound. (An ambiguous grammar such as
+ * `root ::= .+++++++++` makes thousands of stacks a byte that come to the same few.)
  *
  * Matching is llama.cpp's pushdown scheme: a state is a set of stacks of grammar positions, the
  * top of each one a character class; a code point advances every stack whose top admits it and
@@ -46,6 +49,9 @@
 #define GBNF_MAX_DEPTH       64 /* nested parentheses */
 #define GBNF_MAX_STACKS      1024
 #define GBNF_MAX_STACK_DEPTH 1024
+/* Work bounds, in words (a few ns each): the JSON schemas' grammars need hundreds a byte. */
+#define GBNF_MAX_WORK      ((int64_t)1 << 16)
+#define GBNF_MAX_MASK_WORK ((int64_t)1 << 26)
 
 struct gbnf;
 

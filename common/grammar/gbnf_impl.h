@@ -44,13 +44,20 @@ struct gbnf_scratch {
 	size_t wlen, wcap;
 	int32_t *tmp;
 	size_t tcap;
+	/* The stacks of the state being built, by hash (GBNF_SEEN slots: where each one's depth
+	 * word lies in the state's v), so a stack met again is found without a scan; a slot is
+	 * in use when its generation is the step's. */
+	int32_t *seen_at;
+	uint32_t *seen_gen;
+	uint32_t gen;
+	int64_t work_left; /* words the step may still copy, hash, compare or scan */
+	int64_t spent;     /* words of work since the owner last set it to 0 */
 };
 void gbnf_scratch_fini(struct gbnf_scratch *sc);
 /* out := in (a state's v) advanced over byte b. A state with no stack left means b was
- * rejected. Negative only for LM_ERANGE or LM_ENOMEM. */
+ * rejected. Negative only for LM_ERANGE (past GBNF_MAX_STACKS, GBNF_MAX_STACK_DEPTH or the
+ * step's work bound) or LM_ENOMEM. */
 int gbnf_step_byte(const struct gbnf *g, const int32_t *in, uint8_t b, struct gbnf_state *out,
 		   struct gbnf_scratch *sc);
-/* Empties s (its buffer must hold the three header words) with this partial character. */
-void gbnf_state_reset(struct gbnf_state *s, int32_t pv, int32_t prem);
 
 #endif

@@ -9,8 +9,8 @@
 #include "common/base/utf8.h"
 #include "common/grammar/gbnf_impl.h"
 
-/* Expansion work per step; a grammar that needs more is refused (LM_ERANGE), not looped on. */
-#define GBNF_MAX_EXPAND (1 << 16)
+/* Hash slots for the stacks of the state being built: at most half of them in use. */
+#define GBNF_SEEN (2 * GBNF_MAX_STACKS)
 
 /* State layout, as gbnf.h documents it. */
 enum { ST_PV = 0, ST_PREM = 1, ST_N = 2, ST_HEAD = 3 };
@@ -19,6 +19,8 @@ void gbnf_scratch_fini(struct gbnf_scratch *sc)
 {
 	free(sc->work);
 	free(sc->tmp);
+	free(sc->seen_at);
+	free(sc->seen_gen);
 	memset(sc, 0, sizeof *sc);
 }
 
@@ -33,29 +35,72 @@ static int st_reserve(struct gbnf_state *s, size_t more)
 	return 0;
 }
 
-void gbnf_state_reset(struct gbnf_state *s, int32_t pv, int32_t prem)
+/* Takes words of work from the step's budget; LM_ERANGE once it is spent. */
+static int sc_charge(struct gbnf_scratch *sc, int64_t words)
 {
-	s->len = ST_HEAD;
-	s->v[ST_PV] = pv;
-	s->v[ST_PREM] = prem;
-	s->v[ST_N] = 0;
+	sc->work_left -= words;
+	sc->spent += words;
+	return sc->work_left < 0 ? LM_ERANGE : 0;
+}
+
+/* Starts building out: no stacks and no partial character, no stack seen yet, and the step's
+ * whole budget of work. */
+static int st_begin(struct gbnf_state *out, struct gbnf_scratch *sc)
+{
+	int rc = st_reserve(out, ST_HEAD);
+	if (rc != 0)
+		return rc;
+	if (sc->seen_at == NULL || sc->seen_gen == NULL) {
+		free(sc->seen_at);
+		free(sc->seen_gen);
+		sc->seen_at = malloc(GBNF_SEEN * sizeof *sc->seen_at);
+		sc->seen_gen = calloc(GBNF_SEEN, sizeof *sc->seen_gen);
+		sc->gen = 0;
+		if (sc->seen_at == NULL || sc->seen_gen == NULL)
+			return LM_ENOMEM;
+	}
+	if (++sc->gen == 0) { /* wrapped: every slot's generation is old again */
+		memset(sc->seen_gen, 0, GBNF_SEEN * sizeof *sc->seen_gen);
+		sc->gen = 1;
+	}
+	sc->work_left = GBNF_MAX_WORK;
+	out->len = ST_HEAD;
+	out->v[ST_PV] = 0;
+	out->v[ST_PREM] = 0;
+	out->v[ST_N] = 0;
+	return 0;
+}
+
+static uint32_t st_hash(const int32_t *stk, int32_t depth)
+{
+	uint32_t h = 2166136261u ^ (uint32_t)depth;
+	for (int32_t i = 0; i < depth; i++)
+		h = (h ^ (uint32_t)stk[i]) * 16777619u;
+	return h ^ h >> 16;
 }
 
 /* Adds a stack unless the state has it already. */
-static int st_add(struct gbnf_state *s, const int32_t *stk, int32_t depth)
+static int st_add(struct gbnf_state *s, const int32_t *stk, int32_t depth, struct gbnf_scratch *sc)
 {
-	for (int32_t i = 0, at = ST_HEAD; i < s->v[ST_N]; i++) {
-		int32_t d = s->v[at];
-		if (d == depth &&
-		    (depth == 0 || memcmp(s->v + at + 1, stk, (size_t)depth * sizeof *stk) == 0))
+	int rc = sc_charge(sc, (int64_t)depth + 1);
+	if (rc != 0)
+		return rc;
+	uint32_t k = st_hash(stk, depth) & (GBNF_SEEN - 1);
+	for (; sc->seen_gen[k] == sc->gen; k = (k + 1) & (GBNF_SEEN - 1)) {
+		int32_t at = sc->seen_at[k];
+		if (s->v[at] != depth)
+			continue;
+		if ((rc = sc_charge(sc, depth)) != 0)
+			return rc;
+		if (depth == 0 || memcmp(s->v + at + 1, stk, (size_t)depth * sizeof *stk) == 0)
 			return 0;
-		at += 1 + d;
 	}
 	if (s->v[ST_N] >= GBNF_MAX_STACKS)
 		return LM_ERANGE;
-	int rc = st_reserve(s, (size_t)depth + 1);
-	if (rc != 0)
+	if ((rc = st_reserve(s, (size_t)depth + 1)) != 0)
 		return rc;
+	sc->seen_gen[k] = sc->gen;
+	sc->seen_at[k] = s->len;
 	s->v[s->len++] = depth;
 	if (depth > 0)
 		memcpy(s->v + s->len, stk, (size_t)depth * sizeof *stk);
@@ -67,7 +112,7 @@ static int st_add(struct gbnf_state *s, const int32_t *stk, int32_t depth)
 static int sc_push(struct gbnf_scratch *sc, const int32_t *stk, int32_t depth, int32_t a, int32_t b)
 {
 	int32_t n = depth + (a >= 0) + (b >= 0);
-	if (n > GBNF_MAX_STACK_DEPTH)
+	if (n > GBNF_MAX_STACK_DEPTH || sc_charge(sc, (int64_t)n + 1) != 0)
 		return LM_ERANGE;
 	int32_t *w = lm_grow(sc->work, &sc->wcap, sc->wlen + (size_t)n + 1, sizeof *w, 256);
 	if (w == NULL)
@@ -89,10 +134,10 @@ static int sc_push(struct gbnf_scratch *sc, const int32_t *stk, int32_t depth, i
 static int st_expand(const struct gbnf *g, struct gbnf_state *out, struct gbnf_scratch *sc)
 {
 	int rc;
-	for (int32_t iter = 0; sc->wlen > 0; iter++) {
-		if (iter >= GBNF_MAX_EXPAND)
-			return LM_ERANGE;
+	while (sc->wlen > 0) {
 		int32_t depth = sc->work[sc->wlen - 1];
+		if ((rc = sc_charge(sc, (int64_t)depth + 1)) != 0)
+			return rc;
 		size_t start = sc->wlen - 1 - (size_t)depth;
 		int32_t *t = lm_grow(sc->tmp, &sc->tcap, (size_t)depth + 1, sizeof *t, 256);
 		if (t == NULL)
@@ -101,7 +146,7 @@ static int st_expand(const struct gbnf *g, struct gbnf_state *out, struct gbnf_s
 		memcpy(t, sc->work + start, (size_t)depth * sizeof *t);
 		sc->wlen = start;
 		if (depth == 0 || g->el[t[depth - 1]].type != GBNF_REF) {
-			if ((rc = st_add(out, t, depth)) != 0)
+			if ((rc = st_add(out, t, depth, sc)) != 0)
 				return rc;
 			continue;
 		}
@@ -122,11 +167,13 @@ static int st_expand(const struct gbnf *g, struct gbnf_state *out, struct gbnf_s
 	return 0;
 }
 
-static bool st_match(const struct gbnf *g, int32_t pos, uint32_t cp)
+/* Whether the class at pos admits cp; *scanned += the members looked at. */
+static bool st_match(const struct gbnf *g, int32_t pos, uint32_t cp, int64_t *scanned)
 {
 	const struct gbnf_el *e = &g->el[pos];
 	bool positive = e->type == GBNF_CHAR || e->type == GBNF_ANY, found = false;
 	do {
+		++*scanned;
 		if (e->type == GBNF_ANY) {
 			found = true;
 			e++;
@@ -142,12 +189,15 @@ static bool st_match(const struct gbnf *g, int32_t pos, uint32_t cp)
 }
 
 /* Whether the class at pos may match some code point in [lo, hi] (a character whose first
- * bytes have come). A negated class is refused only when one member covers the whole range. */
-static bool st_match_range(const struct gbnf *g, int32_t pos, uint32_t lo, uint32_t hi)
+ * bytes have come). A negated class is refused only when one member covers the whole range.
+ * *scanned += the members looked at. */
+static bool st_match_range(const struct gbnf *g, int32_t pos, uint32_t lo, uint32_t hi,
+			   int64_t *scanned)
 {
 	const struct gbnf_el *e = &g->el[pos];
 	bool positive = e->type == GBNF_CHAR || e->type == GBNF_ANY;
 	do {
+		++*scanned;
 		uint32_t a = e->value, b = e->value;
 		if (e->type == GBNF_ANY) {
 			a = 0;
@@ -193,8 +243,13 @@ static int st_step_cp(const struct gbnf *g, const int32_t *in, uint32_t cp, stru
 		int32_t depth = in[at];
 		const int32_t *stk = in + at + 1;
 		at += 1 + depth;
-		if (depth == 0 || (literal && !st_lone_char(g, stk[depth - 1])) ||
-		    !st_match(g, stk[depth - 1], cp))
+		if (depth == 0 || (literal && !st_lone_char(g, stk[depth - 1])))
+			continue;
+		int64_t scanned = 0;
+		bool ok = st_match(g, stk[depth - 1], cp, &scanned);
+		if ((rc = sc_charge(sc, scanned)) != 0)
+			return rc;
+		if (!ok)
 			continue;
 		int32_t next = st_after_class(g, stk[depth - 1]);
 		sc->wlen = 0;
@@ -208,15 +263,19 @@ static int st_step_cp(const struct gbnf *g, const int32_t *in, uint32_t cp, stru
 
 /* The stacks of in whose top may take a character in [lo, hi]. */
 static int st_keep_partial(const struct gbnf *g, const int32_t *in, uint32_t lo, uint32_t hi,
-			   struct gbnf_state *out)
+			   struct gbnf_state *out, struct gbnf_scratch *sc)
 {
 	int rc;
 	for (int32_t i = 0, at = ST_HEAD; i < in[ST_N]; i++) {
 		int32_t depth = in[at];
 		const int32_t *stk = in + at + 1;
 		at += 1 + depth;
-		if (depth > 0 && st_match_range(g, stk[depth - 1], lo, hi) &&
-		    (rc = st_add(out, stk, depth)) != 0)
+		if (depth == 0)
+			continue;
+		int64_t scanned = 0;
+		bool ok = st_match_range(g, stk[depth - 1], lo, hi, &scanned);
+		if ((rc = sc_charge(sc, scanned)) != 0 ||
+		    (ok && (rc = st_add(out, stk, depth, sc)) != 0))
 			return rc;
 	}
 	return 0;
@@ -237,9 +296,8 @@ int gbnf_step_byte(const struct gbnf *g, const int32_t *in, uint8_t b, struct gb
 	/* ST_PREM holds the bytes still to come of a character, and its length << 8. */
 	int32_t pv = in[ST_PV], prem = in[ST_PREM] & 0xFF, len = in[ST_PREM] >> 8;
 	int rc;
-	if ((rc = st_reserve(out, ST_HEAD)) != 0)
+	if ((rc = st_begin(out, sc)) != 0)
 		return rc;
-	gbnf_state_reset(out, 0, 0);
 	if (prem == 0) {
 		if (b < 0x80)
 			return st_step_cp(g, in, b, out, sc, false);
@@ -267,8 +325,9 @@ int gbnf_step_byte(const struct gbnf *g, const int32_t *in, uint8_t b, struct gb
 	uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
 	lo = lo > min ? lo : min;
 	hi = hi < 0x10FFFF ? hi : 0x10FFFF;
-	gbnf_state_reset(out, pv, prem | len << 8);
-	return st_keep_partial(g, in, lo, hi, out);
+	out->v[ST_PV] = pv;
+	out->v[ST_PREM] = prem | len << 8;
+	return st_keep_partial(g, in, lo, hi, out, sc);
 }
 
 /* ------------------------------------------------------------------ public */
@@ -277,9 +336,8 @@ int gbnf_state_init(const struct gbnf *g, struct gbnf_state *s, lm_diag *d)
 {
 	struct gbnf_scratch sc = {0};
 	memset(s, 0, sizeof *s);
-	int rc = st_reserve(s, ST_HEAD);
+	int rc = st_begin(s, &sc);
 	if (rc == 0) {
-		gbnf_state_reset(s, 0, 0);
 		int32_t a = g->rule_at[g->root];
 		for (;;) {
 			if ((rc = sc_push(&sc, NULL, 0, gbnf_is_end(&g->el[a]) ? -1 : a, -1)) != 0)
@@ -363,9 +421,8 @@ int gbnf_accept_literal(const struct gbnf *g, struct gbnf_state *s, const void *
 		uint32_t cp = k == 1 ? p[i] : (uint32_t)(p[i] & (0xFF >> (k + 1)));
 		for (size_t j = 1; j < k; j++)
 			cp = cp << 6 | (p[i + j] & 0x3F);
-		if ((rc = st_reserve(&b, ST_HEAD)) != 0)
+		if ((rc = st_begin(&b, &sc)) != 0)
 			break;
-		gbnf_state_reset(&b, 0, 0);
 		rc = st_step_cp(g, a.v, cp, &b, &sc, true);
 		if (rc == 0 && b.v[ST_N] == 0)
 			rc = lm_fail(d, LM_EINVAL,

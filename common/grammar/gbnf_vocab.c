@@ -472,6 +472,8 @@ static int gm_next_slow(struct gbnf_masker *m, int32_t sid, uint8_t b, int32_t *
 	int rc = gbnf_step_byte(m->g, m->arena + m->st_at[sid], b, &m->tmp, &m->sc);
 	if (rc != 0)
 		return rc;
+	if (m->sc.spent > GBNF_MAX_MASK_WORK)
+		return LM_ERANGE;
 	*next = -1;
 	if (m->tmp.v[2] > 0 && (*next = gm_intern(m, m->tmp.v, m->tmp.len)) < 0)
 		return *next;
@@ -540,6 +542,7 @@ int32_t gbnf_masker_mask(struct gbnf_masker *m, const struct gbnf_state *s, uint
 	if (m->n_st > GBNF_SOFT_STATES || m->alen > GBNF_SOFT_WORDS || m->tn > GBNF_SOFT_TRANS)
 		gm_clear(m);
 	memset(bits, 0, words * sizeof *bits);
+	m->sc.spent = 0;
 	int32_t sid = gm_intern(m, s->v, s->len);
 	int32_t count = sid < 0 ? sid : gm_walk(m, sid, bits);
 	if (count < 0) {

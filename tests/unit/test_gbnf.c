@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/grammar/gbnf.h"
+#include "common/grammar/gbnf_impl.h" /* the step and its work, for the bounds */
 
 static struct gbnf *compile_ok(const char *text)
 {
@@ -297,4 +298,139 @@ Test(gbnf, tokens_split_inside_a_character)
 	gbnf_state_fini(&s);
 	gbnf_vocab_free(v);
 	gbnf_free(g);
+}
+
+/* `.` under k nested `+`: every character may end or continue any of the k repetitions, so a
+ * byte makes thousands of stacks that come to the same few (k = 9 cost seconds a byte before
+ * the matcher counted its work). Each step stays inside its bound or is refused with
+ * LM_ERANGE; small k still match. */
+Test(gbnf, ambiguous_grammars_are_bounded_in_work)
+{
+	const char *text = "{aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}";
+	int refused = 0;
+	for (int k = 1; k <= 12; k++) {
+		char gram[64];
+		snprintf(gram, sizeof gram, "root ::= \"{\" .%.*s \"}\"\n", k, "++++++++++++");
+		struct gbnf *g = compile_ok(gram);
+		struct gbnf_state s, next = {0};
+		cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+		struct gbnf_scratch sc = {0};
+		int rc = 0;
+		for (size_t i = 0; rc == 0 && text[i] != '\0'; i++) {
+			sc.spent = 0;
+			rc = gbnf_step_byte(g, s.v, (uint8_t)text[i], &next, &sc);
+			if (rc == 0) {
+				cr_assert_leq(sc.spent, GBNF_MAX_WORK, "k %d byte %zu", k, i);
+				cr_assert_gt(next.v[2], 0, "k %d byte %zu: '.' takes it", k, i);
+				struct gbnf_state t = s;
+				s = next;
+				next = t;
+			}
+		}
+		cr_assert(rc == 0 || rc == LM_ERANGE, "k %d: rc %d", k, rc);
+		refused += rc != 0;
+		if (k <= 4)
+			cr_assert_eq(rc, 0, "k %d", k);
+		if (k >= 9)
+			cr_assert_eq(rc, LM_ERANGE, "k %d", k);
+		/* The public calls say the same. */
+		lm_diag d = {{0}};
+		struct gbnf_state s2;
+		cr_assert_eq(gbnf_state_init(g, &s2, NULL), 0);
+		int rc2 = gbnf_accept(g, &s2, text, strlen(text), &d);
+		cr_assert_eq(rc2, rc, "k %d", k);
+		if (rc2 == 0)
+			cr_assert(gbnf_accepting(&s2), "k %d", k);
+		else
+			cr_assert(strstr(d.msg, "bounds") != NULL, "k %d: %s", k, d.msg);
+		gbnf_state_fini(&s2);
+		gbnf_scratch_fini(&sc);
+		gbnf_state_fini(&next);
+		gbnf_state_fini(&s);
+		gbnf_free(g);
+	}
+	cr_assert_geq(refused, 4);
+}
+
+/* Stacks met again are kept once (the matcher finds them by hash); distinct ones all stay. */
+Test(gbnf, equal_stacks_kept_once_distinct_ones_all)
+{
+	struct gbnf *g =
+		compile_ok("root ::= (\"a\" | \"a\" | \"a\" x | \"a\" x) \"b\"\nx ::= \"\"\n");
+	struct gbnf_state s;
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept(g, &s, "a", 1, NULL), 0);
+	cr_assert_eq(s.v[2], 1, "after a: one stack, not %d", s.v[2]);
+	gbnf_state_fini(&s);
+	gbnf_free(g);
+
+	/* An enum of 1000 values: 1000 stacks after the opening quote, each one its value. */
+	size_t cap = 20000, len = 0;
+	char *text = malloc(cap);
+	cr_assert_not_null(text);
+	len += (size_t)snprintf(text, cap, "root ::= \"\\\"\" (");
+	for (int i = 0; i < 1000; i++)
+		len += (size_t)snprintf(text + len, cap - len, "%s\"value-%d\"", i ? " | " : "", i);
+	snprintf(text + len, cap - len, ") \"\\\"\"\n");
+	g = compile_ok(text);
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_accept(g, &s, "\"", 1, NULL), 0);
+	cr_assert_eq(s.v[2], 1000);
+	gbnf_state_fini(&s);
+	cr_assert(m(g, "\"value-0\""));
+	cr_assert(m(g, "\"value-999\""));
+	cr_assert(m(g, "\"value-500\""));
+	cr_assert_not(m(g, "\"value-1000\""));
+	cr_assert_not(m(g, "\"value-\""));
+	gbnf_free(g);
+	free(text);
+}
+
+/* Tokens of one CJK character each, U+4E00 on: every token ends in a step of its own (a
+ * (state, byte) pair the masker has not met), 8192 of them. */
+#define N_WIDE 8192
+static char wide_buf[N_WIDE][4];
+
+static const char *wide_piece(void *ctx, int32_t id, size_t *len)
+{
+	(void)ctx;
+	uint32_t cp = 0x4E00u + (uint32_t)id;
+	char *p = wide_buf[id];
+	p[0] = (char)(0xE0 | cp >> 12);
+	p[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+	p[2] = (char)(0x80 | (cp & 0x3F));
+	*len = 3;
+	return p;
+}
+
+/* A mask whose steps each stay inside their bound but which together pass the mask's
+ * bound is refused (LM_ERANGE), and the masker works on for a plain grammar afterwards. */
+Test(gbnf, a_mask_is_bounded_in_work)
+{
+	struct gbnf_vocab *v = NULL;
+	cr_assert_eq(gbnf_vocab_build(N_WIDE, wide_piece, NULL, &v, NULL), 0);
+	uint32_t *bits = calloc((N_WIDE + 31) / 32, sizeof *bits);
+	cr_assert_not_null(bits);
+	struct gbnf *g = compile_ok("root ::= .++++++++\n");
+	struct gbnf_masker *mk = NULL;
+	cr_assert_eq(gbnf_masker_new(g, v, &mk), 0);
+	struct gbnf_state s;
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	/* Some characters first: the stacks fan out as the repetitions nest. */
+	cr_assert_eq(gbnf_accept(g, &s, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 32, NULL), 0);
+	cr_assert(gbnf_token_ok(g, v, &s, 0), "one token's steps are inside their bound");
+	cr_assert_eq(gbnf_masker_mask(mk, &s, bits), LM_ERANGE);
+	gbnf_state_fini(&s);
+	gbnf_masker_free(mk);
+	gbnf_free(g);
+
+	g = compile_ok("root ::= [\\u4E00-\\u5DFF]+\n");
+	cr_assert_eq(gbnf_masker_new(g, v, &mk), 0);
+	cr_assert_eq(gbnf_state_init(g, &s, NULL), 0);
+	cr_assert_eq(gbnf_masker_mask(mk, &s, bits), 4096);
+	gbnf_state_fini(&s);
+	gbnf_masker_free(mk);
+	gbnf_free(g);
+	free(bits);
+	gbnf_vocab_free(v);
 }
