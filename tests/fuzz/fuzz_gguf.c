@@ -12,10 +12,14 @@
  *   - a failure with a code the function does not document, or without a message;
  *   - an accepted file whose header fields, strings, arrays or tensors lie outside the buffer,
  *     overlap, are misaligned, or disagree with their lookups (gguf_find, gguf_find_tensor);
- *   - loaded hyperparameters outside the ranges common/model/hparams.h promises;
+ *   - loaded hyperparameters outside the ranges common/model/hparams.h promises (recurrent
+ *     layers' state geometry, experts' counts and widths), or costs whose flops are not twice
+ *     the parameters (of an experts layer: between its used share and all of them);
  *   - a vocabulary whose special ids, texts or pieces are out of range, or whose encoder
  *     returns ids outside the vocabulary or disagrees with itself (cap too small, alloc form);
- *   - lm_model_open giving another fingerprint, or binding a weight outside the file.
+ *   - lm_model_open giving another fingerprint, binding a weight outside the file, or a
+ *     layer's weights (attention or recurrent, dense FFN or experts) of other shapes than
+ *     engine/weights.h gives them.
  *
  * Seeds: tests/fuzz/corpus/gguf (gen_gguf_corpus writes them); dictionary: tests/fuzz/gguf.dict.
  */
@@ -247,9 +251,23 @@ static void check_hparams(const struct lm_hparams *hp, const gguf_file *f)
 		CHECK(isfinite(l->rope.freq_base) && l->rope.freq_base > 0);
 		CHECK(isfinite(l->rope.freq_scale) && l->rope.freq_scale > 0);
 		CHECK(l->window >= 0);
+		if (l->n_expert > 0)
+			CHECK(l->n_expert <= LM_MAX_EXPERTS && l->n_expert_used >= 1 &&
+			      l->n_expert_used <= l->n_expert && l->n_ff_exp >= 1);
+		else
+			CHECK(l->n_expert_used == 0 && l->n_ff_exp == 0);
+		CHECK(l->n_ff_shexp >= 0);
 		struct kv_geom g = lm_hparams_kv_geom(hp, i);
-		CHECK(g.n_kv_heads == l->n_head_kv && g.head_dim == l->head_dim &&
-		      g.window == l->window);
+		if (l->recurrent) {
+			/* A state instead of KV rows, of the ssm shape. */
+			const struct lm_ssm_params *s = &hp->ssm;
+			CHECK(s->conv_kernel >= 2 && s->head_dim >= 1 && s->n_k_heads >= 1 &&
+			      s->n_v_heads >= 1 && s->n_v_heads % s->n_k_heads == 0);
+			CHECK(g.n_kv_heads == 0 && g.conv > 0 && g.state > 0);
+		} else {
+			CHECK(g.n_kv_heads == l->n_head_kv && g.head_dim == l->head_dim &&
+			      g.window == l->window);
+		}
 	}
 	CHECK(hp->tied == (gguf_find_tensor(f, "output.weight") == NULL));
 	const struct gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
@@ -268,10 +286,72 @@ static void check_costs(const gguf_file *f, const struct lm_hparams *hp)
 	}
 	uint64_t sum = c.embd_bytes;
 	for (int32_t i = 0; i < hp->n_layer; i++) {
-		CHECK(layers[i].flops == 2 * layers[i].params);
-		sum += layers[i].weight_bytes;
+		const struct lm_layer_hparams *l = &hp->layer[i];
+		const struct lm_layer_cost *lc = &layers[i];
+		if (l->n_expert == 0) {
+			CHECK(lc->flops == 2 * lc->params);
+		} else {
+			/* A token reads only n_expert_used of each expert tensor's n_expert
+			 * blocks: between that share of every parameter and all of them. */
+			CHECK(lc->flops <= 2 * lc->params);
+			CHECK(lc->flops >=
+			      2 * lc->params / (uint64_t)l->n_expert * (uint64_t)l->n_expert_used);
+		}
+		sum += lc->weight_bytes;
 	}
 	sink += sum + c.head_bytes + c.head_flops;
+}
+
+/* A bound weight: rows of row_bytes inside the mapping (its first and last bytes are read). */
+static void touch_weight(const struct lm_weight *w)
+{
+	if (w->data == NULL)
+		return;
+	CHECK(w->ne0 >= 1 && w->ne1 >= 1 && w->row_bytes > 0);
+	const uint8_t *p = w->data;
+	sink += p[0] + p[(size_t)w->ne1 * w->row_bytes - 1];
+}
+
+/* Layer il's weights: every bound one inside the file, and the shapes engine/weights.h gives
+ * each kind of layer (attention or recurrent, dense FFN or experts). */
+static void check_layer_weights(const struct lm_model *m, int32_t il)
+{
+	const struct lm_layer_weights *l = lm_model_layer(m, il);
+	CHECK(l != NULL);
+	for (int t = 0; t < LM_T_COUNT; t++)
+		touch_weight(
+			lm_layer_tensor((struct lm_layer_weights *)l, (enum lm_layer_tensor)t));
+	const struct lm_layer_hparams *lh = &m->hp.layer[il];
+	int64_t e = m->hp.n_embd;
+	int64_t q = (int64_t)lh->n_head * lh->head_dim;
+	int64_t kv = (int64_t)lh->n_head_kv * lh->head_dim;
+	CHECK(l->attn_norm.data != NULL && l->attn_norm.ne0 == e);
+	if (lh->recurrent) {
+		CHECK(l->wq.data == NULL && l->wqkv.data != NULL && l->wqkv.ne0 == e &&
+		      l->ssm_out.data != NULL && l->ssm_out.ne1 == e);
+	} else {
+		CHECK(l->wq.data != NULL && l->wq.ne0 == e &&
+		      l->wq.ne1 == (lh->q_gate ? 2 * q : q));
+		CHECK(l->wk.data != NULL && l->wk.ne0 == e && l->wk.ne1 == kv);
+		CHECK(l->wv.data == NULL || (l->wv.ne0 == e && l->wv.ne1 == kv));
+		CHECK(l->wo.data != NULL && l->wo.ne0 == q && l->wo.ne1 == e);
+	}
+	CHECK(l->exps.n == lh->n_expert);
+	if (lh->n_expert == 0) {
+		CHECK(l->w_down.data != NULL && l->w_down.ne0 == lh->n_ff && l->w_down.ne1 == e);
+		CHECK(l->w_gate.data == NULL || l->w_gate.ne1 == lh->n_ff);
+		return;
+	}
+	for (int32_t x = 0; x < l->exps.n; x++) {
+		const struct lm_weight *ws[3] = {&l->exps.gate[x], &l->exps.up[x],
+						 &l->exps.down[x]};
+		for (int i = 0; i < 3; i++)
+			touch_weight(ws[i]);
+		CHECK(l->exps.up[x].data != NULL && l->exps.up[x].ne0 == e &&
+		      l->exps.up[x].ne1 == lh->n_ff_exp);
+		CHECK(l->exps.down[x].data != NULL && l->exps.down[x].ne0 == lh->n_ff_exp &&
+		      l->exps.down[x].ne1 == e);
+	}
 }
 
 /* The same bytes as a file, through lm_model_open (gguf_open's mmap path, gguf_map's page
@@ -314,19 +394,8 @@ static void check_model_open(const uint8_t *data, size_t size, uint64_t fingerpr
 				const uint8_t *p = ws[i]->data;
 				sink += p[0] + p[(size_t)ws[i]->ne1 * ws[i]->row_bytes - 1];
 			}
-		for (int32_t il = m.slice.begin; il < m.slice.end; il++) {
-			const struct lm_layer_weights *l = lm_model_layer(&m, il);
-			CHECK(l != NULL);
-			const struct lm_layer_hparams *lh = &m.hp.layer[il];
-			int64_t q = (int64_t)lh->n_head * lh->head_dim;
-			int64_t kv = (int64_t)lh->n_head_kv * lh->head_dim;
-			CHECK(l->attn_norm.ne0 == e && l->wq.ne0 == e && l->wq.ne1 == q &&
-			      l->wk.ne1 == kv && l->wv.ne1 == kv && l->wo.ne0 == q &&
-			      l->w_gate.ne1 == lh->n_ff && l->w_down.ne0 == lh->n_ff &&
-			      l->w_down.ne1 == e);
-			const uint8_t *p = l->w_down.data;
-			sink += p[0] + p[(size_t)l->w_down.ne1 * l->w_down.row_bytes - 1];
-		}
+		for (int32_t il = m.slice.begin; il < m.slice.end; il++)
+			check_layer_weights(&m, il);
 		CHECK(lm_model_layer(&m, m.slice.end) == NULL);
 		lm_model_close(&m);
 	}
