@@ -11,7 +11,8 @@
 # the executions and executions per second of libFuzzer's final stats are printed. A crash, a
 # sanitizer report, a leak, an input slower than 10 s or a hard timeout fails the run; the
 # input that caused it stays under build-fuzz/fuzz-run/<name>/ and is named in the message
-# (replay it with build-fuzz/tests/fuzz/fuzz_<name> FILE, or build/tests/fuzz/replay_<name> FILE).
+# (replay it with build-fuzz/tests/fuzz/fuzz_<name> FILE, or build/tests/fuzz/replay_<name> FILE);
+# an input of at most 4 KiB is printed there in base64 too, for a run whose files are gone (CI).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -56,6 +57,7 @@ ninja -C build-fuzz
 final_stat() { sed -n "s/^stat::$2: *//p" "$1" | tail -n 1; }
 
 work=build-fuzz/fuzz-run
+print_max=4096 # bytes of a failing input printed in base64 (about 60 lines)
 rm -rf "$work"
 failed=()
 printf '%-8s %12s %10s %10s %8s\n' target executions 'execs/s' 'new units' 'rss MB'
@@ -80,7 +82,14 @@ for name in "${targets[@]}"; do
 		log "fuzz_$name FAILED (exit $rc$([ "$rc" -ge 124 ] && echo ': hard timeout'))"
 		grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$dir/log" | head -n 5 >&2 || true
 		for a in "$dir"/artifacts/*; do
-			[ -e "$a" ] && log "  the input that failed is kept: $a"
+			[ -e "$a" ] || continue
+			log "  the input that failed is kept: $a"
+			# CI keeps only this output: a small input is printed too, so that a finding
+			# can be replayed from the log alone.
+			if [ "$(stat -c %s "$a")" -le "$print_max" ]; then
+				log "  its bytes in base64 (base64 -d >FILE; build/tests/fuzz/replay_$name FILE):"
+				base64 -w 96 "$a" | sed 's/^/fuzz:     /' >&2
+			fi
 		done
 		log "  full log: $dir/log"
 	fi
