@@ -343,10 +343,9 @@ static void check_layer_weights(const struct lm_model *m, int32_t il)
 		return;
 	}
 	for (int32_t x = 0; x < l->exps.n; x++) {
-		const struct lm_weight *ws[3] = {&l->exps.gate[x], &l->exps.up[x],
-						 &l->exps.down[x]};
-		for (int i = 0; i < 3; i++)
-			touch_weight(ws[i]);
+		touch_weight(&l->exps.gate[x]);
+		touch_weight(&l->exps.up[x]);
+		touch_weight(&l->exps.down[x]);
 		CHECK(l->exps.up[x].data != NULL && l->exps.up[x].ne0 == e &&
 		      l->exps.up[x].ne1 == lh->n_ff_exp);
 		CHECK(l->exps.down[x].data != NULL && l->exps.down[x].ne0 == lh->n_ff_exp &&
@@ -387,13 +386,9 @@ static void check_model_open(const uint8_t *data, size_t size, uint64_t fingerpr
 			CHECK(m.output_norm.ne0 == e && m.output_norm.ne1 == 1 &&
 			      m.output.ne0 == e && m.output.ne1 == nv);
 		/* Every bound weight: rows of row_bytes inside the mapped file. */
-		struct lm_weight *ws[3] = {&m.tok_embd, &m.output_norm, &m.output};
-		for (int i = 0; i < 3; i++)
-			if (ws[i]->data != NULL) {
-				CHECK(ws[i]->ne1 >= 1 && ws[i]->row_bytes > 0);
-				const uint8_t *p = ws[i]->data;
-				sink += p[0] + p[(size_t)ws[i]->ne1 * ws[i]->row_bytes - 1];
-			}
+		touch_weight(&m.tok_embd);
+		touch_weight(&m.output_norm);
+		touch_weight(&m.output);
 		for (int32_t il = m.slice.begin; il < m.slice.end; il++)
 			check_layer_weights(&m, il);
 		CHECK(lm_model_layer(&m, m.slice.end) == NULL);
